@@ -1,0 +1,79 @@
+"""The one typed configuration of the whole pipeline.
+
+Every knob of the method lives here. Values marked (paper) are MASPrism's published values; values marked
+(ours) are this project's choice where the paper is silent (see docs/method.md). The config hash written to
+every output row is the hash of this object's canonical JSON, so two runs are comparable iff hashes match.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+from typing import Literal
+
+from pydantic import BaseModel, ConfigDict, Field
+
+
+class _Section(BaseModel):
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+
+class ModelConfig(_Section):
+    name: str = "smollm2-135m"  # smollm2-135m | tiny-random | PATH (HF folder or .gguf)
+    dtype: Literal["auto", "float32", "bfloat16", "float16"] = "auto"  # auto: fp32 on CPU, bf16 on GPU
+    device: str = "auto"  # auto | cpu | cuda | cuda:N
+    cache_dir: str | None = None  # converted-weights cache; default ~/.cache/masprism-batch
+    threads: int | None = None  # torch intra-op threads on CPU (None: torch default)
+
+
+class RenderConfig(_Section):
+    max_context: int = 2048  # (ours) tokens per pass-1/pass-2 prompt; SmolLM2 trained at 8k, 2k keeps CPU fast
+    step_budget_cap: int = 512  # (ours, method doc) cap on the equal per-step budget of pass 1
+    pass2_prefix_tokens: int = 128  # (ours, method doc) prefix kept of non-key steps in pass 2
+    header_template: str = "[Step {index}] {agent}:"  # (ours) one header line per step
+    truncation_marker: str = "[...]"
+
+
+class SignalsConfig(_Section):
+    backend: Literal["auto", "triton", "cpp", "torch"] = "auto"
+    layer_fraction: float = 0.2  # (paper) last 20% of layers: floor(0.8 L) ... L-1
+    nll_chunk: int = 1024  # tokens per LM-head chunk (memory bound of the NLL path)
+    attn_block: int = 256  # query/key block of the blockwise reference
+
+
+class MethodConfig(_Section):
+    name: Literal["masprism"] = "masprism"
+    symptom_ratio: float = 0.2  # (paper) Who&When; TRAIL uses symptom_ratio_spans
+    symptom_ratio_spans: float = 0.5  # (paper) for span-tree sources (TRAIL/OTel)
+    top_k_candidates: int = 5  # (paper) K
+    top_attention_targets: int = 5  # (paper) a symptom "votes" for k if k is in its top-5 attention targets
+    vote_weight: float = 0.3  # (paper) Score = Fuse * (1 + 0.3 |V_k|)
+    failure_words: tuple[str, ...] = (  # (ours) the paper's list is not given
+        "error", "exception", "failed", "failure", "traceback", "timeout", "timed out", "not found",
+        "cannot", "can't", "unable", "invalid", "incorrect", "wrong", "mistake", "denied", "refused",
+    )
+    run_pass2: bool = True
+
+
+class BatchConfig(_Section):
+    token_budget: int = 8192  # (ours) max tokens per packed prefill batch
+    traces_per_shard: int = 256  # (ours) output rows committed together
+
+
+class PipelineConfig(BaseModel):
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    model: ModelConfig = Field(default_factory=ModelConfig)
+    render: RenderConfig = Field(default_factory=RenderConfig)
+    signals: SignalsConfig = Field(default_factory=SignalsConfig)
+    method: MethodConfig = Field(default_factory=MethodConfig)
+    batch: BatchConfig = Field(default_factory=BatchConfig)
+
+    def config_hash(self) -> str:
+        """Hash of everything that can change a result (not device/threads/cache paths)."""
+        data = self.model_dump(mode="json")
+        for k in ("device", "cache_dir", "threads"):
+            data["model"].pop(k, None)
+        data["batch"].pop("traces_per_shard", None)
+        blob = json.dumps(data, sort_keys=True).encode()
+        return hashlib.sha256(blob).hexdigest()[:16]

@@ -1,0 +1,117 @@
+"""Arrow schemas of every table the pipeline reads or writes, with one schema version.
+
+`docs/schema.md` documents each field; keep the two in step. Long free text is `large_string` so a single
+multi-megabyte step never overflows 32-bit offsets when many traces share a batch.
+"""
+
+from __future__ import annotations
+
+import pyarrow as pa
+
+SCHEMA_VERSION = "1"
+_META = {b"masprism.schema_version": SCHEMA_VERSION.encode()}
+
+STEP_TYPE = pa.struct(
+    [
+        pa.field("index", pa.int32(), nullable=False),  # 0-based position in the trace's step list
+        pa.field("agent", pa.string()),  # acting agent (suffix-stripped for Who&When Hand-Crafted)
+        pa.field("role", pa.string()),  # raw role as logged (user/assistant/tool/"Orchestrator (thought)")
+        pa.field("kind", pa.string()),  # message | llm | tool | agent | other
+        pa.field("content", pa.large_string()),
+        pa.field("span_id", pa.string()),  # OpenInference/OTel span id; null for chat logs
+        pa.field("parent_span_id", pa.string()),
+        pa.field("start_time", pa.timestamp("us", tz="UTC")),
+    ]
+)
+
+LABELS_TYPE = pa.struct(
+    [
+        pa.field("mistake_step", pa.int32()),  # 0-based index into steps (Who&When)
+        pa.field("mistake_agent", pa.string()),
+        pa.field("error_locations", pa.list_(pa.string())),  # span ids (TRAIL)
+        pa.field("error_impacts", pa.list_(pa.string())),  # parallel to error_locations: HIGH/MEDIUM/LOW
+        pa.field("error_categories", pa.list_(pa.string())),  # parallel to error_locations
+    ]
+)
+
+TRACES = pa.schema(
+    [
+        pa.field("trace_id", pa.string(), nullable=False),
+        pa.field("source", pa.string(), nullable=False),  # e.g. who-and-when/Hand-Crafted, trail/GAIA, otel, jsonl
+        pa.field("system", pa.string()),  # e.g. CaptainAgent, Magentic-One, smolagents
+        pa.field("question", pa.large_string()),
+        pa.field("steps", pa.list_(pa.field("item", STEP_TYPE, nullable=False))),
+        pa.field("labels", LABELS_TYPE),  # null when the trace has no (valid) labels
+        pa.field("metadata", pa.large_string()),  # JSON object as text
+    ],
+    metadata=_META,
+)
+
+ERRORS = pa.schema(
+    [
+        pa.field("input_path", pa.string()),  # path as given on the command line (never used to build paths)
+        pa.field("record_id", pa.string()),  # trace id / line number / span id when known
+        pa.field("stage", pa.string(), nullable=False),  # ingest | render | prefill | attribute | write
+        pa.field("reason", pa.string(), nullable=False),  # short stable code, e.g. invalid_json, duplicate_trace_id
+        pa.field("message", pa.large_string()),  # human-readable detail
+        pa.field("time", pa.timestamp("us", tz="UTC")),
+    ],
+    metadata=_META,
+)
+
+CANDIDATE_TYPE = pa.struct(
+    [
+        pa.field("step", pa.int32(), nullable=False),
+        pa.field("agent", pa.string()),
+        pa.field("span_id", pa.string()),
+        pa.field("score", pa.float64()),
+        pa.field("symptoms", pa.list_(pa.int32())),  # symptom steps that point to this candidate
+    ]
+)
+
+ATTRIBUTIONS = pa.schema(
+    [
+        pa.field("trace_id", pa.string(), nullable=False),
+        pa.field("source", pa.string()),
+        pa.field("system", pa.string()),
+        pa.field("n_steps", pa.int32()),
+        pa.field("pred_step", pa.int32()),
+        pa.field("pred_agent", pa.string()),
+        pa.field("pred_span_id", pa.string()),
+        pa.field("candidates", pa.list_(pa.field("item", CANDIDATE_TYPE, nullable=False))),  # ranked, best first
+        pa.field("symptoms", pa.list_(pa.int32())),  # pass-2 symptom set M'
+        pa.field("method", pa.string()),
+        pa.field("model_id", pa.string()),
+        pa.field("config_hash", pa.string()),
+        pa.field("tokens_pass1", pa.int64()),
+        pa.field("tokens_pass2", pa.int64()),
+        pa.field("seconds_pass1", pa.float64()),
+        pa.field("seconds_pass2", pa.float64()),
+        pa.field("trace_start", pa.timestamp("us", tz="UTC")),  # earliest step start_time, if logged
+        pa.field("attributed_at", pa.timestamp("us", tz="UTC")),
+    ],
+    metadata=_META,
+)
+
+STEP_SCORES = pa.schema(
+    [
+        pa.field("trace_id", pa.string(), nullable=False),
+        pa.field("step", pa.int32(), nullable=False),
+        pa.field("agent", pa.string()),
+        pa.field("span_id", pa.string()),
+        pa.field("kind", pa.string()),
+        pa.field("tokens_pass1", pa.int32()),
+        pa.field("nll_pass1", pa.float32()),  # N_i: mean token NLL of the step in pass 1
+        pa.field("nll_pass2", pa.float32()),  # N'_i (null when pass 2 did not run)
+        pa.field("h_score", pa.float32()),  # H_k: attention inflow from pass-1 symptoms
+        pa.field("score", pa.float32()),  # final Score(k) for candidates, null otherwise
+        pa.field("rank", pa.int32()),  # 1-based rank among candidates, null otherwise
+        pa.field("is_symptom", pa.bool_()),
+        pa.field("is_candidate", pa.bool_()),
+        pa.field("has_failure_word", pa.bool_()),
+        pa.field("attention_pass1", pa.list_(pa.float32())),  # row i of A (pass 1): A[i->j] for j <= i
+    ],
+    metadata=_META,
+)
+
+TABLES = {"traces": TRACES, "errors": ERRORS, "attributions": ATTRIBUTIONS, "step_scores": STEP_SCORES}

@@ -1,0 +1,73 @@
+"""In-memory form of one canonical trace (a row of `schema.TRACES`).
+
+Adapters build these; `to_row()` / `from_row()` convert to and from the Arrow row dict, so every stage after
+ingest speaks the same types whether the trace came from a file or a Parquet dataset.
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import asdict, dataclass, field
+from datetime import datetime
+from typing import Any
+
+
+@dataclass
+class Step:
+    index: int
+    agent: str | None
+    content: str
+    role: str | None = None
+    kind: str = "message"  # message | llm | tool | agent | other
+    span_id: str | None = None
+    parent_span_id: str | None = None
+    start_time: datetime | None = None
+
+
+@dataclass
+class Labels:
+    mistake_step: int | None = None
+    mistake_agent: str | None = None
+    error_locations: list[str] | None = None
+    error_impacts: list[str] | None = None
+    error_categories: list[str] | None = None
+
+
+@dataclass
+class Trace:
+    trace_id: str
+    source: str
+    steps: list[Step]
+    system: str | None = None
+    question: str | None = None
+    labels: Labels | None = None
+    metadata: dict[str, Any] = field(default_factory=dict)
+
+    def to_row(self) -> dict[str, Any]:
+        return {
+            "trace_id": self.trace_id,
+            "source": self.source,
+            "system": self.system,
+            "question": self.question,
+            "steps": [asdict(s) for s in self.steps],
+            "labels": asdict(self.labels) if self.labels is not None else None,
+            "metadata": json.dumps(self.metadata, ensure_ascii=False, default=str),
+        }
+
+    @classmethod
+    def from_row(cls, row: dict[str, Any]) -> Trace:
+        labels = row.get("labels")
+        meta = row.get("metadata")
+        return cls(
+            trace_id=row["trace_id"],
+            source=row["source"],
+            system=row.get("system"),
+            question=row.get("question"),
+            steps=[Step(**s) for s in (row.get("steps") or [])],
+            labels=Labels(**labels) if labels is not None else None,
+            metadata=json.loads(meta) if meta else {},
+        )
+
+    @property
+    def agents(self) -> list[str | None]:
+        return [s.agent for s in self.steps]

@@ -1,0 +1,1 @@
+"""Batch engines (local and Ray Data), installed as `masprism_batch.pipelines`."""
