@@ -1,0 +1,170 @@
+"""The attribution stage shared by every engine: a list of traces in, Arrow-ready rows out.
+
+render pass 1 -> pack -> prefill -> symptoms/candidates -> render pass 2 -> pack -> prefill -> ranking.
+Engines (local, Ray) decide how many traces go into one call; a failure of one trace becomes an error row and
+never sinks the others.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from dataclasses import dataclass, field
+from datetime import datetime, timezone
+
+import numpy as np
+
+from . import batching, render
+from .config import PipelineConfig
+from .method import masprism as mp
+from .trace import Trace
+
+log = logging.getLogger(__name__)
+
+
+@dataclass
+class StageOutput:
+    attributions: list[dict] = field(default_factory=list)
+    step_scores: list[dict] = field(default_factory=list)
+    errors: list[dict] = field(default_factory=list)
+
+
+def error_row(trace_id: str | None, stage: str, reason: str, message: str, input_path: str | None = None) -> dict:
+    return {"input_path": input_path, "record_id": trace_id, "stage": stage, "reason": reason,
+            "message": message, "time": datetime.now(timezone.utc)}
+
+
+def symptom_ratio(trace: Trace, cfg: PipelineConfig) -> float:
+    # Span-tree logs (TRAIL, OTel) label several error spans per trace: the paper keeps 50% there, 20% on chats.
+    spans = any(s.span_id for s in trace.steps)
+    return cfg.method.symptom_ratio_spans if spans else cfg.method.symptom_ratio
+
+
+def _prefill(model, rendered: dict[int, render.Rendered], cfg: PipelineConfig, stage: str) -> dict[int, tuple]:
+    """Run packed prefills: {i: (SeqSignals or the exception, seconds attributed to i)}.
+
+    A pack that fails (e.g. out of memory) is retried trace by trace, so one bad trace fails alone.
+    """
+    keys = sorted(rendered)
+    lengths = [len(rendered[k].input_ids) for k in keys]
+    results: dict[int, tuple] = {}
+
+    def run(idx: list[int]) -> bool:
+        t0 = time.perf_counter()
+        try:
+            sigs = model.signals([rendered[i].input_ids for i in idx], [rendered[i].step_ids() for i in idx])
+        except Exception as exc:  # noqa: BLE001 - one bad pack must not sink the batch
+            log.warning("%s prefill of %d trace(s) failed: %s", stage, len(idx), exc)
+            if len(idx) == 1:
+                results[idx[0]] = (exc, 0.0)
+            return False
+        dt = time.perf_counter() - t0
+        total = sum(lengths[keys.index(i)] for i in idx)
+        for i, s in zip(idx, sigs, strict=True):
+            results[i] = (s, dt * len(rendered[i].input_ids) / total)
+        return True
+
+    for group in batching.pack(lengths, cfg.batch.token_budget):
+        idx = [keys[g] for g in group]
+        if not run(idx) and len(idx) > 1:
+            for i in idx:
+                run([i])
+    return results
+
+
+def _failure_flags(trace: Trace, cfg: PipelineConfig) -> np.ndarray:
+    rx = mp.failure_word_regex(cfg.method.failure_words)
+    return np.array([bool(rx.search(s.content or "")) for s in trace.steps], dtype=bool)
+
+
+def attribute_traces(traces: list[Trace], model, cfg: PipelineConfig) -> StageOutput:
+    out = StageOutput()
+    rcfg = cfg.render.model_copy(update={"max_context": min(cfg.render.max_context, model.max_context)})
+    tok = model.tokenizer
+    chash = cfg.config_hash()
+    r1: dict[int, render.Rendered] = {}
+    for i, t in enumerate(traces):
+        if not t.steps:
+            out.errors.append(error_row(t.trace_id, "render", "empty_trace", "trace has no steps"))
+            continue
+        try:
+            r1[i] = render.render_pass1(t, tok, rcfg)
+        except render.TraceTooLong as exc:
+            out.errors.append(error_row(t.trace_id, "render", "trace_too_long", str(exc)))
+    sig1 = _prefill(model, r1, cfg, "pass1")
+
+    p1s: dict[int, mp.Pass1Result] = {}
+    flags: dict[int, np.ndarray] = {}
+    r2: dict[int, render.Rendered] = {}
+    for i, (s, _) in sig1.items():
+        t = traces[i]
+        if isinstance(s, Exception):
+            out.errors.append(error_row(t.trace_id, "prefill", "prefill_failed", f"pass 1: {s}"))
+            continue
+        flags[i] = _failure_flags(t, cfg)
+        p1s[i] = mp.pass1(s.token_nll, r1[i].step_spans, s.step_attn, flags[i], symptom_ratio(t, cfg), cfg.method)
+        if cfg.method.run_pass2 and p1s[i].candidates:
+            try:
+                r2[i] = render.render_pass2(t, tok, rcfg, p1s[i].keep_full, p1s[i].anomaly_step)
+            except render.TraceTooLong as exc:
+                log.info("trace %r: pass 2 does not fit (%s); using pass-1 ranking", t.trace_id, exc)
+    sig2 = _prefill(model, r2, cfg, "pass2")
+
+    now = datetime.now(timezone.utc)
+    for i in sorted(p1s):
+        t, p1 = traces[i], p1s[i]
+        s2 = sig2.get(i)
+        if s2 is not None and isinstance(s2[0], Exception):
+            out.errors.append(error_row(t.trace_id, "prefill", "prefill_failed", f"pass 2: {s2[0]}"))
+            continue
+        if not p1.candidates:
+            ranking = mp.fallback_ranking(p1)
+        elif s2 is None:
+            ranking = mp.rank_pass1_only(p1)
+        else:
+            ranking = mp.pass2(s2[0].token_nll, r2[i].step_spans, s2[0].step_attn, flags[i],
+                               symptom_ratio(t, cfg), p1.candidates, cfg.method)
+        out.attributions.append(_attribution_row(t, ranking, model.model_id, chash, cfg, r1[i], r2.get(i),
+                                                 sig1[i][1], s2[1] if s2 else 0.0, now))
+        out.step_scores.extend(_step_rows(t, p1, ranking, flags[i], r1[i], sig1[i][0]))
+    return out
+
+
+def _attribution_row(t, ranking, model_id, chash, cfg, r1, r2, sec1, sec2, now) -> dict:
+    steps = t.steps
+    cands = [{"step": k, "agent": steps[k].agent, "span_id": steps[k].span_id,
+              "score": float(ranking.scores.get(k, 0.0)), "symptoms": ranking.support.get(k, [])}
+             for k in ranking.ranked]
+    top = ranking.ranked[0] if ranking.ranked else None
+    starts = [s.start_time for s in steps if s.start_time is not None]
+    return {
+        "trace_id": t.trace_id, "source": t.source, "system": t.system, "n_steps": len(steps),
+        "pred_step": top, "pred_agent": steps[top].agent if top is not None else None,
+        "pred_span_id": steps[top].span_id if top is not None else None,
+        "candidates": cands, "symptoms": list(ranking.symptoms), "method": cfg.method.name,
+        "model_id": model_id, "config_hash": chash,
+        "tokens_pass1": len(r1.input_ids), "tokens_pass2": len(r2.input_ids) if r2 else 0,
+        "seconds_pass1": sec1, "seconds_pass2": sec2,
+        "trace_start": min(starts) if starts else None, "attributed_at": now,
+    }
+
+
+def _step_rows(t, p1, ranking, flags, r1, s1) -> list[dict]:
+    rank = {k: r + 1 for r, k in enumerate(ranking.ranked)}
+    A = s1.step_attn
+    rows = []
+    for i, st in enumerate(t.steps):
+        s, e = r1.step_spans[i]
+        nll2 = ranking.nll[i] if ranking.nll is not None and ranking.nll is not p1.nll else None
+        rows.append({
+            "trace_id": t.trace_id, "step": i, "agent": st.agent, "span_id": st.span_id, "kind": st.kind,
+            "tokens_pass1": e - s, "nll_pass1": _f(p1.nll[i]), "nll_pass2": _f(nll2),
+            "h_score": _f(p1.h_score[i]), "score": _f(ranking.scores[i]) if i in ranking.scores else None,
+            "rank": rank.get(i), "is_symptom": i in p1.symptoms, "is_candidate": i in p1.candidates,
+            "has_failure_word": bool(flags[i]), "attention_pass1": [float(x) for x in A[i, : i + 1]],
+        })
+    return rows
+
+
+def _f(x) -> float | None:
+    return None if x is None or not np.isfinite(x) else float(x)
