@@ -59,7 +59,7 @@ def _prefill(model, rendered: dict[int, render.Rendered], cfg: PipelineConfig, s
                 results[idx[0]] = (exc, 0.0)
             return False
         dt = time.perf_counter() - t0
-        total = sum(lengths[keys.index(i)] for i in idx)
+        total = sum(len(rendered[i].input_ids) for i in idx)
         for i, s in zip(idx, sigs, strict=True):
             results[i] = (s, dt * len(rendered[i].input_ids) / total)
         return True

@@ -1,0 +1,1 @@
+"""Attribution methods over prefill signals. `masprism` is the faithful method of the paper."""
