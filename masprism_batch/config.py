@@ -32,6 +32,23 @@ class RenderConfig(_Section):
     pass2_prefix_tokens: int = 128  # (ours, method doc) prefix kept of non-key steps in pass 2
     header_template: str = "[Step {index}] {agent}:"  # (ours) one header line per step
     truncation_marker: str = "[...]"
+    # Prompt texts of the two passes (ours: the paper's wording is not given; docs in masprism_batch/render.py)
+    pass1_preamble: str = (  # (ours) method doc: "the trace is truncated, omissions are expected"
+        "Below is the execution log of a multi-agent system that failed at its task. The log is truncated: "
+        "every step is cut to the same length and cuts are marked [...]. Omissions are expected and are not "
+        "errors.\n"
+    )
+    pass2_preamble: str = (  # (ours) method doc: "the trace was reconstructed; key steps are complete"
+        "Below is the execution log of a multi-agent system that failed at its task, reconstructed for "
+        "diagnosis: the key steps are complete, the other steps are shortened and cuts are marked [...].\n"
+    )
+    question_template: str = "Task: {question}\n"  # (ours) the task text is not a label, so it may be shown
+    question_max_tokens: int = 256  # (ours) longer task texts are cut with the marker
+    anomaly_note: str = (  # (ours) inserted just before the earliest symptom in pass 2
+        "[Note] The next step is anomalous. Trace the cause of the failure backward through the earlier "
+        "steps.\n"
+    )
+    pass2_key_share: float = 0.5  # (ours) share of content tokens kept for key steps when pass 2 must shrink
 
 
 class SignalsConfig(_Section):
@@ -77,3 +94,25 @@ class PipelineConfig(BaseModel):
         data["batch"].pop("traces_per_shard", None)
         blob = json.dumps(data, sort_keys=True).encode()
         return hashlib.sha256(blob).hexdigest()[:16]
+
+
+def load_config(path: str | None = None, **overrides) -> PipelineConfig:
+    """Config from a JSON or TOML file (sections as in PipelineConfig), then dotted overrides such as
+    `model.name="tiny-random"` given as keyword `model__name`. Unknown keys are errors, not ignored."""
+    data: dict = {}
+    if path:
+        import pathlib
+
+        text = pathlib.Path(path).read_text(encoding="utf-8")
+        if str(path).endswith(".toml"):
+            import tomllib
+
+            data = tomllib.loads(text)
+        else:
+            data = json.loads(text)
+    for key, value in overrides.items():
+        if value is None:
+            continue
+        section, _, name = key.partition("__")
+        data.setdefault(section, {})[name] = value
+    return PipelineConfig.model_validate(data)
