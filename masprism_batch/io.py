@@ -10,7 +10,7 @@ from __future__ import annotations
 import logging
 import os
 import uuid
-from collections.abc import Iterable
+from collections.abc import Iterable, Iterator
 from pathlib import Path
 from typing import Any
 
@@ -75,9 +75,19 @@ class DatasetWriter:
         self.close()
 
 
-def read_dataset(directory: Path | str) -> pa.Table:
-    """Read a dataset written by DatasetWriter (ignores temporary files)."""
+def read_dataset(directory: Path | str, columns: list[str] | None = None, filter=None) -> pa.Table:
+    """Read a dataset written by DatasetWriter (ignores temporary files); optionally only some columns/rows."""
+    return _open_dataset(directory).to_table(columns=columns, filter=filter)
+
+
+def iter_batches(directory: Path | str, columns: list[str] | None = None, filter=None,
+                 batch_size: int = 1024) -> Iterator[pa.RecordBatch]:
+    """Stream a dataset in record batches, so a reader's memory stays bounded on large outputs."""
+    yield from _open_dataset(directory).to_batches(columns=columns, filter=filter, batch_size=batch_size)
+
+
+def _open_dataset(directory: Path | str):
     import pyarrow.dataset as ds
 
     return ds.dataset(str(directory), format="parquet", exclude_invalid_files=True,
-                      ignore_prefixes=[".", "_"]).to_table()
+                      ignore_prefixes=[".", "_"])
