@@ -1,0 +1,126 @@
+"""Commands `attribute`, `eval` and `demo`: in-process attribution and its strict evaluation."""
+
+from __future__ import annotations
+
+import json
+import logging
+import tempfile
+import time
+from pathlib import Path
+
+import typer
+from rich.console import Console
+from rich.table import Table
+
+from . import EXIT_FATAL, EXIT_OK, EXIT_REJECTED, app, setup_logging
+
+log = logging.getLogger("masprism_batch.cli")
+console = Console(stderr=True)
+
+ModelOpt = typer.Option(None, "--model", "-m", help="smollm2-135m (default) | tiny-random | PATH (HF folder or .gguf)")
+ConfigOpt = typer.Option(None, "--config", help="JSON or TOML file with PipelineConfig sections")
+ContextOpt = typer.Option(None, "--max-context", help="tokens per prompt (default from config)")
+
+
+def _config(config, model, max_context, threads=None):
+    from ..config import load_config
+
+    return load_config(config, model__name=model, render__max_context=max_context, model__threads=threads)
+
+
+def _run(inputs: list[str], outdir: Path, cfg, limit: int | None = None, keep=None):
+    """ingest -> attribute -> write; returns (summary, traces list when keep is set)."""
+    from ..ingest import read_inputs
+    from ..model import load_model
+    from ..runner import attribute_stream
+
+    t0 = time.perf_counter()
+    model = load_model(cfg.model, cfg.signals)
+    log.info("model %s loaded in %.1f s (%d layers, instrumented %s)", model.model_id,
+             time.perf_counter() - t0, model.num_layers, model.instrument_layers)
+    errors: list[dict] = []
+    stream = read_inputs(inputs, on_error=errors.append)
+    if keep is not None:
+        stream = (t for t in stream if keep(t))
+    if limit:
+        import itertools
+
+        stream = itertools.islice(stream, limit)
+    return attribute_stream(stream, outdir, cfg, model, ingest_errors=errors), model
+
+
+def _print_summary(summary, outdir: Path) -> int:
+    rej = sum(summary.rejected.values())
+    console.print(f"[bold]{summary.attributed}[/] attributed, {rej} rejected "
+                  f"({dict(summary.rejected) if rej else 'none'}) in {summary.seconds:.1f} s, "
+                  f"{summary.tokens_per_s:,.0f} tokens/s -> {outdir}")
+    return EXIT_REJECTED if rej else EXIT_OK
+
+
+@app.command()
+def attribute(
+    inputs: list[str] = typer.Argument(..., help="raw trace files/dirs (auto-ingested) or a canonical traces dataset"),
+    out: Path = typer.Option(..., "-o", "--out", help="output directory"),
+    model: str = ModelOpt, config: str = ConfigOpt, max_context: int = ContextOpt,
+    limit: int = typer.Option(None, help="attribute at most N traces"),
+    threads: int = typer.Option(None, help="torch CPU threads"),
+    verbose: bool = typer.Option(False, "-v"),
+):
+    """Attribute failures: writes OUT/attributions, OUT/step_scores, OUT/traces and OUT/errors (Parquet)."""
+    setup_logging(verbose)
+    cfg = _config(config, model, max_context, threads)
+    try:
+        summary, _ = _run(inputs, out, cfg, limit)
+    except (FileNotFoundError, ValueError) as exc:
+        console.print(f"[red]error:[/] {exc}")
+        raise typer.Exit(EXIT_FATAL) from None
+    raise typer.Exit(_print_summary(summary, out))
+
+
+def _sample_dir() -> Path:
+    from importlib.resources import files
+
+    return Path(str(files("masprism_batch") / "data" / "sample"))
+
+
+def _print_attributions(outdir: Path, top: int = 3) -> None:
+    from ..io import read_dataset
+    from ..trace import Trace
+
+    attrs = read_dataset(outdir / "attributions").to_pylist()
+    traces = {r["trace_id"]: Trace.from_row(r) for r in read_dataset(outdir / "traces").to_pylist()}
+    for a in sorted(attrs, key=lambda r: r["trace_id"]):
+        t = traces.get(a["trace_id"])
+        table = Table(title=f"{a['trace_id']}  ({a['source']}, {a['n_steps']} steps)", title_justify="left")
+        for col in ("rank", "step", "agent", "score", "symptoms it explains", "step text"):
+            table.add_column(col, overflow="fold")
+        for r, c in enumerate(a["candidates"][:top], 1):
+            text = t.steps[c["step"]].content if t else ""
+            snippet = " ".join(text.split())[:90]
+            table.add_row(str(r), str(c["step"]), str(c["agent"]), f"{c['score']:.3g}",
+                          ", ".join(map(str, c["symptoms"])) or "-", snippet)
+        console.print(table)
+        verdict = f"predicted: step {a['pred_step']} by {a['pred_agent']}"
+        if t and t.labels and t.labels.mistake_step is not None:
+            verdict += f"   (label: step {t.labels.mistake_step} by {t.labels.mistake_agent})"
+        elif t and t.labels and t.labels.error_locations:
+            hit = a["pred_span_id"] in set(t.labels.error_locations)
+            verdict += f"   (span {a['pred_span_id']} is {'a' if hit else 'not a'} labelled error span)"
+        console.print(verdict + "\n")
+
+
+@app.command()
+def demo(
+    model: str = ModelOpt,
+    out: Path = typer.Option(None, "-o", "--out", help="output directory (default: a temporary one)"),
+    verbose: bool = typer.Option(False, "-v"),
+):
+    """Attribute the bundled sample (4 Who&When + 2 TRAIL real traces) with the offline default model."""
+    setup_logging(verbose)
+    cfg = _config(None, model, None)
+    outdir = out or Path(tempfile.mkdtemp(prefix="masprism-demo-"))
+    sample = _sample_dir()
+    summary, _ = _run([str(sample / "who_and_when"), str(sample / "trail")], outdir, cfg)
+    _print_attributions(outdir)
+    console.print(f"sample data: {sample} (licences: NOTICE.md there)")
+    raise typer.Exit(_print_summary(summary, outdir))
