@@ -1,0 +1,11 @@
+"""Failure analytics over a run's output directory: stats tables, the offline HTML report, exports.
+
+Inputs are the datasets a run leaves in OUTDIR (attributions/, step_scores/, errors/, traces/, run.json);
+outputs are OUTDIR/stats/*.parquet (written through masprism_batch.io), one self-contained HTML file, and
+export files for Phoenix / OpenTelemetry / JSONL tools. Nothing here loads a model.
+"""
+
+from .load import AnalyticsInputError
+from .stats import compute_stats, write_stats
+
+__all__ = ["AnalyticsInputError", "compute_stats", "write_stats"]

@@ -1,0 +1,70 @@
+"""Reading a run's OUTDIR for analytics: which datasets exist, and narrow column reads of them.
+
+attributions/ is required; step_scores/, errors/, traces/ and run.json are optional (a report of a run
+without them just leaves those panels out). Reads go through masprism_batch.io so temporary parts of a
+run still in progress are ignored.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pyarrow as pa
+import pyarrow.dataset as ds
+
+from .. import io, schema
+
+log = logging.getLogger(__name__)
+
+
+class AnalyticsInputError(ValueError):
+    """OUTDIR does not hold what an analytics command needs (message says what is missing)."""
+
+
+def has_dataset(outdir: Path, name: str) -> bool:
+    d = Path(outdir) / name
+    return d.is_dir() and any(p.suffix == ".parquet" and not p.name.startswith((".", "_")) for p in d.iterdir())
+
+
+def read(outdir: Path, name: str, columns: list[str] | None = None, trace_ids: set[str] | None = None) -> pa.Table:
+    """Columns of one dataset; an absent optional dataset reads as an empty table of its schema."""
+    sch = schema.TABLES[name]
+    if not has_dataset(outdir, name):
+        if name == "attributions":
+            raise AnalyticsInputError(f"{Path(outdir) / name} holds no Parquet parts: is {outdir} a run's OUTDIR?")
+        log.info("%s/ absent in %s: its panels stay empty", name, outdir)
+        cols = columns or sch.names
+        return pa.Table.from_pylist([], schema=pa.schema([sch.field(c) for c in cols]))
+    flt = ds.field("trace_id").isin(sorted(trace_ids)) if trace_ids is not None else None
+    return io.read_dataset(Path(outdir) / name, columns=columns, filter=flt)
+
+
+def iter_trace_batches(outdir: Path, columns: list[str], batch_size: int = 256) -> Iterator[pa.RecordBatch]:
+    """Stream traces/ (its step text can be gigabytes at scale); nothing when it is absent."""
+    if has_dataset(outdir, "traces"):
+        yield from io.iter_batches(Path(outdir) / "traces", columns=columns, batch_size=batch_size)
+
+
+def run_records(outdir: Path) -> list[dict[str, Any]]:
+    """Run records from OUTDIR/run.json: one object, a list of them, or an object holding `runs`/`history`."""
+    p = Path(outdir) / "run.json"
+    if not p.is_file():
+        return []
+    try:
+        data = json.loads(p.read_text(encoding="utf-8"))
+    except (OSError, ValueError) as exc:
+        log.warning("run.json unreadable (%s): throughput history left empty", exc)
+        return []
+    if isinstance(data, dict):
+        for key in ("runs", "history"):
+            if isinstance(data.get(key), list):
+                return [r for r in data[key] if isinstance(r, dict)]
+        return [data]
+    if isinstance(data, list):
+        return [r for r in data if isinstance(r, dict)]
+    log.warning("run.json holds a %s, not an object: ignored", type(data).__name__)
+    return []

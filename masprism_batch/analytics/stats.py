@@ -1,0 +1,235 @@
+"""`stats`: the dashboard tables of one run, computed from OUTDIR and written to OUTDIR/stats/<name>.parquet.
+
+Tables (schemas in STATS_SCHEMAS; docs in README "Stats, report and export"):
+blamed_agents, blamed_by_day, step_position, symptom_words, nll_by_agent, accuracy, throughput, runs.
+Everything is grouped by `source` so datasets with different step conventions are never mixed.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+from collections import Counter, defaultdict
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pyarrow as pa
+import pyarrow.compute as pc
+
+from .. import io
+from ..config import MethodConfig
+from ..method.masprism import failure_word_regex
+from . import load
+from .accuracy import AccuracyAccumulator, trace_outcome
+
+log = logging.getLogger(__name__)
+_S, _I, _F = pa.string(), pa.int64(), pa.float64()
+
+STATS_SCHEMAS: dict[str, pa.Schema] = {
+    "blamed_agents": pa.schema([("source", _S), ("system", _S), ("agent", _S), ("n_traces", _I), ("share", _F)]),
+    "blamed_by_day": pa.schema([("day", pa.date32()), ("day_basis", _S), ("source", _S), ("system", _S),
+                                ("agent", _S), ("n_traces", _I)]),
+    "step_position": pa.schema([("source", _S), ("measure", _S), ("bin", _I), ("bin_lo", _F), ("bin_hi", _F),
+                                ("n_traces", _I)]),
+    "symptom_words": pa.schema([("source", _S), ("word", _S), ("n_symptom_steps", _I), ("n_traces", _I)]),
+    "nll_by_agent": pa.schema([("source", _S), ("agent", _S), ("n_steps", _I), ("mean_nll_pass1", _F),
+                               ("mean_nll_pass2", _F), ("n_blamed", _I)]),
+    "accuracy": pa.schema([("source", _S), ("metric", _S), ("n_traces", _I), ("value", _F),
+                           ("random_baseline", _F)]),
+    "throughput": pa.schema([("hour", pa.timestamp("us", tz="UTC")), ("model_id", _S), ("n_traces", _I),
+                             ("tokens", _I), ("seconds", _F), ("traces_per_s", _F), ("tokens_per_s", _F)]),
+    "runs": pa.schema([("run_index", _I), ("started_at", _S), ("finished_at", _S), ("engine", _S),
+                       ("model_id", _S), ("traces", _I), ("tokens", _I), ("seconds", _F),
+                       ("traces_per_s", _F), ("tokens_per_s", _F), ("record_json", pa.large_string())]),
+}
+RELATIVE_BINS = 10
+_ATTR_COLS = ["trace_id", "source", "system", "n_steps", "pred_step", "pred_agent", "candidates", "symptoms",
+              "model_id", "tokens_pass1", "tokens_pass2", "seconds_pass1", "seconds_pass2", "trace_start",
+              "attributed_at"]
+
+
+def _table(name: str, rows: list[dict[str, Any]]) -> pa.Table:
+    return pa.Table.from_pylist(rows, schema=STATS_SCHEMAS[name])
+
+
+def compute_stats(outdir: Path | str, failure_words: tuple[str, ...] | None = None) -> dict[str, pa.Table]:
+    outdir = Path(outdir)
+    attr = load.read(outdir, "attributions", columns=_ATTR_COLS)
+    log.info("stats over %d attributed traces in %s", attr.num_rows, outdir)
+    out = {"blamed_agents": blamed_agents(attr), "blamed_by_day": blamed_by_day(attr),
+           "step_position": step_position(attr), "throughput": throughput(attr),
+           "runs": runs(load.run_records(outdir))}
+    out["nll_by_agent"] = nll_by_agent(attr, load.read(
+        outdir, "step_scores", columns=["trace_id", "agent", "nll_pass1", "nll_pass2", "rank"]))
+    out["symptom_words"], out["accuracy"] = _trace_pass(outdir, attr, failure_words or MethodConfig().failure_words)
+    return out
+
+
+def write_stats(outdir: Path | str, failure_words: tuple[str, ...] | None = None) -> dict[str, Path]:
+    tables = compute_stats(outdir, failure_words)
+    paths = {}
+    for name, table in tables.items():
+        paths[name] = Path(outdir) / "stats" / f"{name}.parquet"
+        io.write_table_atomic(table, paths[name])
+    return paths
+
+
+def blamed_agents(attr: pa.Table) -> pa.Table:
+    counts = Counter(zip(attr["source"].to_pylist(), attr["system"].to_pylist(), attr["pred_agent"].to_pylist(),
+                         strict=True))
+    per_sys = Counter()
+    for (src, sysm, _), n in counts.items():
+        per_sys[(src, sysm)] += n
+    rows = [{"source": s, "system": y, "agent": a, "n_traces": n, "share": n / per_sys[(s, y)]}
+            for (s, y, a), n in counts.items()]
+    rows.sort(key=lambda r: (r["source"] or "", r["system"] or "", -r["n_traces"], r["agent"] or ""))
+    return _table("blamed_agents", rows)
+
+
+def blamed_by_day(attr: pa.Table) -> pa.Table:
+    # The day the failure happened when the trace logged times, else the day it was attributed.
+    start = attr["trace_start"]
+    when = pc.if_else(pc.is_null(start), attr["attributed_at"], start)
+    days = pc.cast(when, pa.date32()).to_pylist()
+    basis = ["attributed_at" if s is None else "trace_start" for s in start.to_pylist()]
+    counts = Counter(zip(days, basis, attr["source"].to_pylist(), attr["system"].to_pylist(),
+                         attr["pred_agent"].to_pylist(), strict=True))
+    rows = [{"day": d, "day_basis": b, "source": s, "system": y, "agent": a, "n_traces": n}
+            for (d, b, s, y, a), n in counts.items()]
+    rows.sort(key=lambda r: (r["day"] or 0, r["source"] or "", r["system"] or "", r["agent"] or ""))
+    return _table("blamed_by_day", rows)
+
+
+def relative_position(pred_step: int, n_steps: int) -> float:
+    """0 = first step, 1 = last step."""
+    return pred_step / (n_steps - 1) if n_steps > 1 else 0.0
+
+
+def step_position(attr: pa.Table) -> pa.Table:
+    counts: Counter = Counter()
+    for src, p, n in zip(attr["source"].to_pylist(), attr["pred_step"].to_pylist(), attr["n_steps"].to_pylist(),
+                         strict=True):
+        if p is None or not n:
+            continue
+        counts[(src, "absolute", p)] += 1
+        counts[(src, "relative", min(int(relative_position(p, n) * RELATIVE_BINS), RELATIVE_BINS - 1))] += 1
+    rows = []
+    for (src, measure, b), n in sorted(counts.items(), key=lambda kv: (kv[0][0] or "", kv[0][1], kv[0][2])):
+        lo, hi = (b, b + 1) if measure == "absolute" else (b / RELATIVE_BINS, (b + 1) / RELATIVE_BINS)
+        rows.append({"source": src, "measure": measure, "bin": b, "bin_lo": float(lo), "bin_hi": float(hi),
+                     "n_traces": n})
+    return _table("step_position", rows)
+
+
+def nll_by_agent(attr: pa.Table, scores: pa.Table) -> pa.Table:
+    src = dict(zip(attr["trace_id"].to_pylist(), attr["source"].to_pylist(), strict=True))
+    acc: dict[tuple, list] = defaultdict(lambda: [0, 0.0, 0, 0.0, 0, 0])  # n, sum1, n1, sum2, n2, blamed
+    for tid, agent, n1, n2, rank in zip(*(scores[c].to_pylist() for c in
+                                          ("trace_id", "agent", "nll_pass1", "nll_pass2", "rank")), strict=True):
+        if tid not in src:
+            continue  # step rows of a trace whose attribution row is missing (run killed between writes)
+        a = acc[(src[tid], agent)]
+        a[0] += 1
+        if n1 is not None and np.isfinite(n1):
+            a[1] += n1
+            a[2] += 1
+        if n2 is not None and np.isfinite(n2):
+            a[3] += n2
+            a[4] += 1
+        a[5] += rank == 1
+    rows = [{"source": s, "agent": g, "n_steps": a[0], "mean_nll_pass1": a[1] / a[2] if a[2] else None,
+             "mean_nll_pass2": a[3] / a[4] if a[4] else None, "n_blamed": a[5]} for (s, g), a in acc.items()]
+    rows.sort(key=lambda r: (r["source"] or "", -r["n_steps"], r["agent"] or ""))
+    return _table("nll_by_agent", rows)
+
+
+def _trace_pass(outdir: Path, attr: pa.Table, words: tuple[str, ...]) -> tuple[pa.Table, pa.Table]:
+    """One streaming pass over traces/: failure words in the final symptom steps, and label accuracy."""
+    by_id = {r["trace_id"]: r for r in attr.select(["trace_id", "source", "n_steps", "pred_step", "candidates",
+                                                     "symptoms"]).to_pylist()}
+    rx = failure_word_regex(words)
+    steps_with: Counter = Counter()
+    traces_with: Counter = Counter()
+    accuracy = AccuracyAccumulator()
+    for batch in load.iter_trace_batches(outdir, ["trace_id", "labels", "steps"]):
+        for row in batch.to_pylist():
+            a = by_id.get(row["trace_id"])
+            if a is None:
+                continue  # ingested but not attributed (rejected later: see errors/)
+            steps = row["steps"] or []
+            seen: set[str] = set()
+            for s in a["symptoms"] or []:
+                if 0 <= s < len(steps):
+                    found = {m.group(0).lower() for m in rx.finditer(steps[s]["content"] or "")}
+                    for w in found:
+                        steps_with[(a["source"], w)] += 1
+                    seen |= found
+            for w in seen:
+                traces_with[(a["source"], w)] += 1
+            accuracy.add(a["source"], trace_outcome(a, row["labels"], [s["agent"] for s in steps],
+                                                    [s["span_id"] for s in steps]))
+    words_rows = [{"source": s, "word": w, "n_symptom_steps": n, "n_traces": traces_with[(s, w)]}
+                  for (s, w), n in steps_with.items()]
+    words_rows.sort(key=lambda r: (r["source"] or "", -r["n_symptom_steps"], r["word"]))
+    return _table("symptom_words", words_rows), _table("accuracy", accuracy.rows())
+
+
+def throughput(attr: pa.Table) -> pa.Table:
+    if attr.num_rows == 0:
+        return _table("throughput", [])
+    hours = pc.floor_temporal(attr["attributed_at"], unit="hour").to_pylist()
+    acc: dict[tuple, list] = defaultdict(lambda: [0, 0, 0.0])
+    cols = [attr[c].to_pylist() for c in ("model_id", "tokens_pass1", "tokens_pass2", "seconds_pass1",
+                                          "seconds_pass2")]
+    for h, m, t1, t2, s1, s2 in zip(hours, *cols, strict=True):
+        a = acc[(h, m)]
+        a[0] += 1
+        a[1] += (t1 or 0) + (t2 or 0)
+        a[2] += (s1 or 0.0) + (s2 or 0.0)
+    rows = [{"hour": h, "model_id": m, "n_traces": n, "tokens": t, "seconds": s,
+             "traces_per_s": n / s if s else None, "tokens_per_s": t / s if s else None}
+            for (h, m), (n, t, s) in sorted(acc.items(), key=lambda kv: (kv[0][0], kv[0][1] or ""))]
+    return _table("throughput", rows)
+
+
+# run.json is the engine's record; its field names are matched leniently so a renamed field costs one column,
+# never the table (the whole record is kept as JSON beside).
+_RUN_FIELDS = {
+    "started_at": ("started_at", "start_time", "started"), "finished_at": ("finished_at", "end_time", "finished"),
+    "engine": ("engine",), "model_id": ("model_id", "model"),
+    "traces": ("traces", "n_traces", "attributed", "traces_out"), "tokens": ("tokens", "n_tokens", "tokens_total"),
+    "seconds": ("seconds", "wall_seconds", "wall_s", "elapsed_s"),
+    "traces_per_s": ("traces_per_s",), "tokens_per_s": ("tokens_per_s",),
+}
+
+
+def _flat(d: dict, prefix: str = "") -> dict[str, Any]:
+    out: dict[str, Any] = {}
+    for k, v in d.items():
+        if isinstance(v, dict):
+            out.update(_flat(v, f"{prefix}{k}."))
+        else:
+            out[f"{prefix}{k}"] = v
+    return out
+
+
+def runs(records: list[dict[str, Any]]) -> pa.Table:
+    rows = []
+    for i, rec in enumerate(records):
+        flat = _flat(rec)
+        row: dict[str, Any] = {"run_index": i, "record_json": json.dumps(rec, default=str, sort_keys=True)}
+        for col, names in _RUN_FIELDS.items():
+            hit = next((flat[k] for k in flat if k.rsplit(".", 1)[-1] in names and flat[k] is not None), None)
+            typ = STATS_SCHEMAS["runs"].field(col).type
+            try:
+                row[col] = (None if hit is None else int(hit) if pa.types.is_integer(typ)
+                            else float(hit) if pa.types.is_floating(typ) else str(hit))
+            except (TypeError, ValueError):
+                row[col] = None
+        if row["traces_per_s"] is None and row["traces"] and row["seconds"]:
+            row["traces_per_s"] = row["traces"] / row["seconds"]
+        if row["tokens_per_s"] is None and row["tokens"] and row["seconds"]:
+            row["tokens_per_s"] = row["tokens"] / row["seconds"]
+        rows.append(row)
+    return _table("runs", rows)

@@ -1,0 +1,154 @@
+import json
+from datetime import date, datetime, timezone
+
+import duckdb
+import pyarrow.parquet as pq
+import pytest
+
+from masprism_batch.analytics import AnalyticsInputError, compute_stats, write_stats
+from masprism_batch.analytics.stats import STATS_SCHEMAS
+
+from analytics_synth import random_specs, write_outdir
+
+
+def _st(agent, content, span=None):
+    return {"agent": agent, "content": content, "span_id": span}
+
+
+def hand_specs():
+    """Four traces whose every statistic is worked out by hand in the asserts below."""
+    return [
+        {"trace_id": "h1", "source": "ww", "system": "X", "day_offset": 0,
+         "steps": [_st("A", "ok"), _st("B", "Error: x"), _st("A", "fine"), _st("C", "Traceback here")],
+         "labels": {"mistake_step": 1, "mistake_agent": "b"}, "ranked": [1, 3], "scores": [2.0, 1.0],
+         "symptoms": [1, 3], "nll": [1.0, 2.0, 3.0, 4.0]},
+        {"trace_id": "h2", "source": "ww", "system": "X", "day_offset": None,
+         "steps": [_st("A", "fine"), _st("A", "timeout error"), _st("B", "ok")],
+         "labels": {"mistake_step": 0, "mistake_agent": "A"}, "ranked": [2, 0, 1], "scores": [3.0, 2.0, 1.0],
+         "symptoms": [1], "nll": [2.0, 2.0, 5.0]},
+        {"trace_id": "h3", "source": "ww", "system": "Y", "day_offset": 1,
+         "steps": [_st("C", "a"), _st("C", "b")], "labels": None, "ranked": [0], "scores": [1.0],
+         "symptoms": [], "nll": [1.0, 3.0]},
+        {"trace_id": "s1", "source": "tr", "system": "Z", "day_offset": 0,
+         "steps": [_st("A", "x", "s0"), _st("B", "y", "s1"), _st("B", "z", "s2"), _st("A", "failed. Error", "s3")],
+         "labels": {"error_locations": ["s1", "s3"]}, "ranked": [1, 2], "scores": [5.0, 4.0], "symptoms": [3],
+         "nll": [1.0, 1.0, 1.0, 1.0]},
+    ]
+
+
+def _rows(t, *keys):
+    return {tuple(r[k] for k in keys): r for r in t.to_pylist()}
+
+
+def test_hand_checked_numbers(tmp_path):
+    write_outdir(tmp_path, hand_specs())
+    s = compute_stats(tmp_path)
+    ba = _rows(s["blamed_agents"], "source", "system", "agent")
+    assert set(ba) == {("ww", "X", "B"), ("ww", "Y", "C"), ("tr", "Z", "B")}
+    assert ba[("ww", "X", "B")]["n_traces"] == 2 and ba[("ww", "X", "B")]["share"] == 1.0
+
+    day = _rows(s["blamed_by_day"], "day", "day_basis", "source", "agent")
+    assert day[(date(2026, 11, 20), "trace_start", "ww", "B")]["n_traces"] == 1  # h1
+    assert day[(date(2026, 11, 20), "attributed_at", "ww", "B")]["n_traces"] == 1  # h2 logged no times
+    assert day[(date(2026, 11, 21), "trace_start", "ww", "C")]["n_traces"] == 1  # h3
+
+    pos = _rows(s["step_position"], "source", "measure", "bin")
+    assert {k[2]: v["n_traces"] for k, v in pos.items() if k[:2] == ("ww", "absolute")} == {0: 1, 1: 1, 2: 1}
+    assert {k[2] for k in pos if k[:2] == ("ww", "relative")} == {0, 3, 9}  # 0/1, 1/3, 2/2
+    assert pos[("tr", "relative", 3)]["bin_lo"] == pytest.approx(0.3)
+
+    w = _rows(s["symptom_words"], "source", "word")
+    assert {k: (v["n_symptom_steps"], v["n_traces"]) for k, v in w.items()} == {
+        ("ww", "error"): (2, 2), ("ww", "traceback"): (1, 1), ("ww", "timeout"): (1, 1),
+        ("tr", "failed"): (1, 1), ("tr", "error"): (1, 1)}
+
+    nll = _rows(s["nll_by_agent"], "source", "agent")
+    assert (nll[("ww", "A")]["n_steps"], nll[("ww", "A")]["mean_nll_pass1"]) == (4, pytest.approx(2.0))
+    assert (nll[("ww", "B")]["mean_nll_pass1"], nll[("ww", "B")]["n_blamed"]) == (pytest.approx(3.5), 2)
+    assert (nll[("ww", "C")]["mean_nll_pass1"], nll[("ww", "C")]["n_blamed"]) == (pytest.approx(8 / 3), 1)
+
+    acc = {(r["source"], r["metric"]): (r["n_traces"], r["value"], r["random_baseline"])
+           for r in s["accuracy"].to_pylist()}
+    assert acc[("ww", "step_top1")] == (2, 0.5, pytest.approx((1 / 4 + 1 / 3) / 2))
+    assert acc[("ww", "step_top3")] == (2, 1.0, pytest.approx((3 / 4 + 1) / 2))
+    assert acc[("ww", "step_within1")] == (2, 0.5, pytest.approx((3 / 4 + 2 / 3) / 2))
+    assert acc[("ww", "agent")] == (2, 0.5, pytest.approx((1 / 4 + 2 / 3) / 2))  # "b" matches "B"
+    assert acc[("tr", "loc_acc@1")] == (1, 0.5, pytest.approx(0.25))
+    assert acc[("tr", "precision@1")] == (1, 1.0, pytest.approx(0.5))
+    assert acc[("tr", "loc_acc@k")] == (1, 0.5, pytest.approx(0.5))
+    assert acc[("tr", "precision@k")] == (1, 0.5, pytest.approx(0.5))
+
+    (tp,) = s["throughput"].to_pylist()
+    assert tp["hour"] == datetime(2026, 11, 20, 22, tzinfo=timezone.utc)
+    assert (tp["n_traces"], tp["tokens"], tp["seconds"]) == (4, 600, pytest.approx(6.0))
+    assert tp["tokens_per_s"] == pytest.approx(100.0)
+
+
+def test_random_run_matches_duckdb(tmp_path, rng):
+    """Stats of a fresh random run agree with the same figures computed by DuckDB straight from the Parquet."""
+    specs = random_specs(rng, rng.randint(20, 60)) + random_specs(rng, rng.randint(5, 15), spans=True)
+    for i, sp in enumerate(specs):
+        sp["trace_id"] += f"-{i}"
+    write_outdir(tmp_path, specs, rows_per_part=rng.randint(3, 11))
+    paths = write_stats(tmp_path)
+    assert set(paths) == set(STATS_SCHEMAS)
+    for name, p in paths.items():
+        assert pq.read_schema(p).equals(STATS_SCHEMAS[name], check_metadata=False), name
+    d = str(tmp_path)
+    con = duckdb.connect()
+    want = con.execute(f"""
+        SELECT source, system, pred_agent, count(*) FROM read_parquet('{d}/attributions/*.parquet')
+        GROUP BY ALL""").fetchall()
+    got = con.execute(f"SELECT source, system, agent, n_traces FROM read_parquet('{d}/stats/blamed_agents.parquet')"
+                      ).fetchall()
+    assert sorted(got, key=str) == sorted(want, key=str)
+    want = con.execute(f"""
+        SELECT a.source, s.agent, count(*), avg(s.nll_pass1), avg(s.nll_pass2), count_if(s.rank = 1)
+        FROM read_parquet('{d}/step_scores/*.parquet') s JOIN read_parquet('{d}/attributions/*.parquet') a
+        USING (trace_id) GROUP BY ALL""").fetchall()
+    got = con.execute(f"""SELECT source, agent, n_steps, mean_nll_pass1, mean_nll_pass2, n_blamed
+                          FROM read_parquet('{d}/stats/nll_by_agent.parquet')""").fetchall()
+    key = {(r[0], r[1]): r for r in want}
+    assert len(got) == len(want)
+    for r in got:
+        w = key[(r[0], r[1])]
+        assert r[2] == w[2] and r[5] == w[5]
+        assert r[3] == pytest.approx(w[3], rel=1e-5) and (r[4] is None) == (w[4] is None)
+    acc = compute_stats(tmp_path)["accuracy"].to_pylist()
+    n_labelled = sum(1 for s in specs if s["labels"] and s["labels"].get("mistake_step") is not None)
+    for r in acc:
+        assert 0.0 <= r["value"] <= 1.0 and 0.0 <= r["random_baseline"] <= 1.0
+    assert sum(r["n_traces"] for r in acc if r["metric"] == "step_top3") == n_labelled
+    by = {(r["source"], r["metric"]): r["value"] for r in acc}
+    for (src, m), v in by.items():
+        if m == "step_top1":
+            assert v <= by[(src, "step_top3")] + 1e-12
+    pos = compute_stats(tmp_path)["step_position"].to_pylist()
+    n_pred = sum(1 for s in specs if s["ranked"])
+    assert sum(r["n_traces"] for r in pos if r["measure"] == "relative") == n_pred
+    assert sum(r["n_traces"] for r in pos if r["measure"] == "absolute") == n_pred
+
+
+@pytest.mark.parametrize("shape", ["object", "list", "history"])
+def test_run_json_shapes(tmp_path, shape):
+    write_outdir(tmp_path, hand_specs()[:1])
+    rec = {"engine": "local", "model": {"model_id": "m"}, "traces": 10, "wall_seconds": 4.0, "tokens": 1000}
+    data = {"object": rec, "list": [rec, rec], "history": {"history": [rec]}}[shape]
+    (tmp_path / "run.json").write_text(json.dumps(data))
+    runs = compute_stats(tmp_path)["runs"].to_pylist()
+    assert len(runs) == {"object": 1, "list": 2, "history": 1}[shape]
+    assert runs[0]["traces_per_s"] == pytest.approx(2.5) and runs[0]["tokens_per_s"] == pytest.approx(250.0)
+    assert runs[0]["model_id"] == "m" and json.loads(runs[0]["record_json"]) == rec
+
+
+def test_missing_inputs(tmp_path):
+    with pytest.raises(AnalyticsInputError, match="attributions"):
+        compute_stats(tmp_path)
+    write_outdir(tmp_path, hand_specs())
+    (tmp_path / "run.json").write_text("{not json")
+    import shutil
+    shutil.rmtree(tmp_path / "traces")
+    shutil.rmtree(tmp_path / "step_scores")
+    s = compute_stats(tmp_path)  # optional inputs absent: those tables are empty, the others still right
+    assert s["accuracy"].num_rows == 0 and s["nll_by_agent"].num_rows == 0 and s["runs"].num_rows == 0
+    assert s["blamed_agents"].num_rows == 3
