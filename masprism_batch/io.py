@@ -3,12 +3,19 @@
 A part is written to a hidden temporary name in the same directory and renamed into place, so a reader
 (DuckDB `read_parquet('DIR/*.parquet')`, `pyarrow.dataset.dataset(DIR)`) never sees a half-written file and a
 killed run leaves no partial part behind (only `.tmp-*` files, which readers ignore and resume deletes).
+
+`ShardStore` adds the exactly-once layer of the batch engines: one input shard's outputs are written as
+`<table>/shard-<id>.parquet` (deterministic names, so a retried commit overwrites instead of duplicating) and
+then a manifest entry `_manifest/shard-<id>.json` is renamed into place. The entry is the commit point: a shard
+without one is not committed, and `clean()` deletes its parts before a resumed run writes them again.
 """
 
 from __future__ import annotations
 
+import json
 import logging
 import os
+import re
 import uuid
 from collections.abc import Iterable, Iterator
 from pathlib import Path
@@ -20,12 +27,40 @@ import pyarrow.parquet as pq
 log = logging.getLogger(__name__)
 
 
-def write_table_atomic(table: pa.Table, path: Path) -> None:
+def _fsync(path: Path) -> None:
+    fd = os.open(path, os.O_RDONLY)
+    try:
+        os.fsync(fd)
+    finally:
+        os.close(fd)
+
+
+def write_table_atomic(table: pa.Table, path: Path, durable: bool = False) -> None:
+    """Write `table` to `path` through a temporary name; `durable` also fsyncs (commit points need it)."""
     path.parent.mkdir(parents=True, exist_ok=True)
     tmp = path.parent / f".tmp-{uuid.uuid4().hex}-{path.name}"
     try:
         pq.write_table(table, tmp, compression="zstd")
+        if durable:
+            _fsync(tmp)
         os.replace(tmp, path)
+    finally:
+        if tmp.exists():
+            tmp.unlink()
+
+
+def write_json_atomic(obj: Any, path: Path, durable: bool = True) -> None:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    tmp = path.parent / f".tmp-{uuid.uuid4().hex}-{path.name}"
+    try:
+        with open(tmp, "w", encoding="utf-8") as f:
+            json.dump(obj, f, indent=1, sort_keys=True, default=str)
+            f.flush()
+            if durable:
+                os.fsync(f.fileno())
+        os.replace(tmp, path)
+        if durable:
+            _fsync(path.parent)
     finally:
         if tmp.exists():
             tmp.unlink()
@@ -91,3 +126,78 @@ def _open_dataset(directory: Path | str):
 
     return ds.dataset(str(directory), format="parquet", exclude_invalid_files=True,
                       ignore_prefixes=[".", "_"])
+
+
+OUTPUT_TABLES = ("attributions", "step_scores", "errors")
+MANIFEST_DIR = "_manifest"
+_SHARD_ID = re.compile(r"^[0-9a-z][0-9a-z_-]{0,63}$")
+
+
+class ShardStore:
+    """Per-shard atomic commit of the three output tables plus a manifest entry (see module docstring)."""
+
+    def __init__(self, outdir: Path | str):
+        self.outdir = Path(outdir)
+        self.manifest_dir = self.outdir / MANIFEST_DIR
+
+    @staticmethod
+    def _check_id(shard_id: str) -> str:
+        # Shard ids become file names: accept only the engine's own hex/slug ids, never free text.
+        if not _SHARD_ID.match(shard_id):
+            raise ValueError(f"invalid shard id {shard_id!r}")
+        return shard_id
+
+    def part_path(self, table: str, shard_id: str) -> Path:
+        return self.outdir / table / f"shard-{self._check_id(shard_id)}.parquet"
+
+    def entry_path(self, shard_id: str) -> Path:
+        return self.manifest_dir / f"shard-{self._check_id(shard_id)}.json"
+
+    def committed(self) -> dict[str, dict[str, Any]]:
+        """Committed shards: a manifest entry whose part files all exist."""
+        out: dict[str, dict[str, Any]] = {}
+        if not self.manifest_dir.is_dir():
+            return out
+        for p in sorted(self.manifest_dir.glob("shard-*.json")):
+            entry = json.loads(p.read_text(encoding="utf-8"))
+            sid = entry["shard_id"]
+            if all(self.part_path(t, sid).exists() for t in OUTPUT_TABLES):
+                out[sid] = entry
+            else:
+                log.warning("manifest entry %s has missing parts: treating the shard as not committed", sid)
+        return out
+
+    def clean(self) -> int:
+        """Delete temporary files and parts of uncommitted shards; returns how many files were removed."""
+        keep = set(self.committed())
+        removed = 0
+        for d in [self.outdir / t for t in OUTPUT_TABLES] + [self.manifest_dir]:
+            if not d.is_dir():
+                continue
+            for p in d.iterdir():
+                stale = p.name.startswith(".tmp-")
+                if not stale and p.name.startswith("shard-"):
+                    sid = p.name[len("shard-"):].rsplit(".", 1)[0]
+                    stale = sid not in keep
+                if stale:
+                    p.unlink()
+                    removed += 1
+        if removed:
+            log.info("removed %d temporary or uncommitted files under %s", removed, self.outdir)
+        return removed
+
+    def commit(self, shard_id: str, tables: dict[str, pa.Table], entry: dict[str, Any]) -> None:
+        """Write all three parts (empty ones too, so 'committed' is checkable), then the manifest entry."""
+        missing = set(OUTPUT_TABLES) - set(tables)
+        if missing:
+            raise ValueError(f"commit of shard {shard_id} lacks tables {sorted(missing)}")
+        for name in OUTPUT_TABLES:
+            write_table_atomic(tables[name], self.part_path(name, shard_id), durable=True)
+        write_json_atomic({**entry, "shard_id": shard_id}, self.entry_path(shard_id))
+
+    def read_header(self) -> dict[str, Any] | None:
+        p = self.manifest_dir / "HEADER.json"
+        return json.loads(p.read_text(encoding="utf-8")) if p.exists() else None
+
+    def write_header(self, header: dict[str, Any]) -> None:
+        write_json_atomic(header, self.manifest_dir / "HEADER.json")
