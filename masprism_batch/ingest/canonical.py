@@ -1,0 +1,98 @@
+"""Traces already in the canonical schema: JSON lines (one trace object per line) and Parquet datasets.
+
+A JSON trace object has the field names of `schema.TRACES` (`metadata` may be an object or JSON text,
+`start_time` ISO-8601 text or epoch). Unknown top-level or step fields are ignored. Parquet files are read
+in small row batches, so memory stays bounded by a batch, not the file.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+from collections.abc import Iterator
+from typing import Any
+
+from ..trace import Labels, Step, Trace
+from .common import Context, IngestError, check_trace_id, short
+from .spantree import parse_time
+
+_STEP_FIELDS = {f.name for f in dataclasses.fields(Step)}
+_LABEL_FIELDS = {f.name for f in dataclasses.fields(Labels)}
+REQUIRED_COLUMNS = ("trace_id", "source", "steps")
+PARQUET_BATCH_ROWS = 16
+
+
+def from_obj(obj: Any, record_id: str | None, default_source: str = "jsonl") -> Trace:
+    """A canonical trace object (JSON or Arrow row dict) -> Trace; IngestError(invalid_record) if malformed."""
+    if not isinstance(obj, dict):
+        raise IngestError("invalid_record", f"a trace must be a JSON object, got {type(obj).__name__}", record_id)
+    if "trace_id" not in obj:
+        raise IngestError("invalid_record", "missing field 'trace_id'", record_id)
+    tid = check_trace_id(obj["trace_id"], record_id)
+    raw_steps = obj.get("steps")
+    if not isinstance(raw_steps, list):
+        raise IngestError("invalid_record", f"'steps' must be a list, got {type(raw_steps).__name__}", tid)
+    steps = []
+    for i, s in enumerate(raw_steps):
+        if not isinstance(s, dict):
+            raise IngestError("invalid_record", f"steps[{i}] must be an object, got {type(s).__name__}", tid)
+        kw = {k: v for k, v in s.items() if k in _STEP_FIELDS}
+        kw["index"] = i
+        kw.setdefault("agent", None)
+        kw.setdefault("content", None)
+        st = kw.get("start_time")
+        if st is not None and not hasattr(st, "tzinfo"):
+            kw["start_time"] = parse_time(st)
+        steps.append(Step(**kw))
+    labels = obj.get("labels")
+    if labels is not None:
+        if not isinstance(labels, dict):
+            raise IngestError("invalid_record", f"'labels' must be an object, got {type(labels).__name__}", tid)
+        labels = Labels(**{k: v for k, v in labels.items() if k in _LABEL_FIELDS})
+    meta = obj.get("metadata")
+    if isinstance(meta, str):
+        try:
+            meta = json.loads(meta) if meta else {}
+        except ValueError:
+            raise IngestError("invalid_record", "'metadata' is not valid JSON text", tid) from None
+    if meta is not None and not isinstance(meta, dict):
+        raise IngestError("invalid_record", f"'metadata' must be an object, got {type(meta).__name__}", tid)
+    return Trace(trace_id=tid, source=obj.get("source") or default_source, steps=steps, system=obj.get("system"),
+                 question=obj.get("question"), labels=labels, metadata=meta or {})
+
+
+def parse_jsonl(lines: Iterator[tuple[int, str]], ctx: Context, loads) -> Iterator[Trace]:
+    """`lines`: (line number, decoded text). A bad line is rejected alone; the file goes on."""
+    for n, text in lines:
+        if not text.strip():
+            continue
+        try:
+            yield from_obj(loads(text, f"line {n}"), f"line {n}")
+        except IngestError as e:
+            e.record_id = e.record_id or f"line {n}"
+            ctx.reject(e)
+
+
+def parse_parquet(path: str, ctx: Context) -> Iterator[Trace]:
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    try:
+        pf = pq.ParquetFile(path)
+        names = set(pf.schema_arrow.names)
+    except (OSError, pa.ArrowException) as e:
+        raise IngestError("invalid_parquet", f"not a readable Parquet file: {e}") from None
+    missing = [c for c in REQUIRED_COLUMNS if c not in names]
+    if missing:
+        raise IngestError("invalid_schema", f"not a canonical traces table: missing columns {missing}")
+    row = 0
+    try:
+        for batch in pf.iter_batches(batch_size=PARQUET_BATCH_ROWS):
+            for r in batch.to_pylist():
+                row += 1
+                try:
+                    yield from_obj(r, f"row {row}", default_source="parquet")
+                except IngestError as e:
+                    ctx.reject(e)
+    except (OSError, pa.ArrowException) as e:
+        raise IngestError("invalid_parquet", f"Parquet read failed after row {row}: {short(str(e), 300)}") from None

@@ -1,0 +1,211 @@
+"""What every adapter shares: the rejection exception, error rows, safe JSON parsing and trace validation.
+
+Reason codes are stable strings (documented in docs/schema.md). Two kinds exist:
+- rejections: the file or record is not ingested (`IngestError` raised by an adapter);
+- warnings (`WARNING_REASONS`): the trace *is* ingested, but something in it was repaired or dropped
+  (e.g. its annotation file is invalid, so its labels are null). Both become rows of `schema.ERRORS`.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import sys
+import threading
+from collections.abc import Callable
+from datetime import datetime, timezone
+from typing import Any
+
+from ..trace import Labels, Step, Trace
+
+log = logging.getLogger(__name__)
+
+WARNING_REASONS = frozenset({"invalid_annotation", "invalid_utf8", "invalid_label", "annotation_mismatch",
+                             "duplicate_span"})
+MAX_TRACE_ID_CHARS = 1024  # longer ids are hostile or broken exports; ids are never used in paths anyway
+MAX_JSON_DEPTH = 200_000  # nesting levels accepted by the deep-JSON fallback (a 5,000-deep span tree is ~10k)
+_INT32 = 2**31 - 1
+
+
+class IngestError(Exception):
+    """A file or record cannot be ingested. `reason` is a stable code, `record_id` the trace id / line."""
+
+    def __init__(self, reason: str, message: str, record_id: str | None = None):
+        super().__init__(message)
+        self.reason = reason
+        self.message = message
+        self.record_id = record_id
+
+
+def error_row(input_path: str | None, record_id: str | None, reason: str, message: str,
+              stage: str = "ingest") -> dict[str, Any]:
+    return {"input_path": input_path, "record_id": record_id, "stage": stage, "reason": reason,
+            "message": message, "time": datetime.now(timezone.utc)}
+
+
+def short(text: Any, n: int = 80) -> str:
+    """Printable, bounded rendering of an untrusted value for log lines and messages."""
+    r = repr(text)
+    return r if len(r) <= n else r[: n - 1] + "…"
+
+
+class Context:
+    """Where an adapter is: the input path as given, and the callback that receives warning rows."""
+
+    def __init__(self, input_path: str, on_error: Callable[[dict[str, Any]], None]):
+        self.input_path = input_path
+        self.on_error = on_error
+        self.nbytes = 0  # decompressed bytes read, for throughput figures
+
+    def warn(self, reason: str, message: str, record_id: str | None = None) -> None:
+        log.warning("%s: %s (%s)", self.input_path, message, reason)
+        self.on_error(error_row(self.input_path, record_id, reason, message))
+
+    def reject(self, e: IngestError) -> None:
+        """One record of a multi-record file is rejected; the rest of the file goes on."""
+        log.warning("%s: rejected %s: %s (%s)", self.input_path, short(e.record_id), e.message, e.reason)
+        self.on_error(error_row(self.input_path, e.record_id, e.reason, e.message))
+
+
+def _loads_deep(text: str) -> Any:
+    # The C decoder recurses once per nesting level and stops at the interpreter's recursion limit
+    # (1,000). Deep but legitimate documents (5,000-deep span trees) are parsed again on a thread with a
+    # large stack and a raised limit, so the limit is a policy (MAX_JSON_DEPTH), not a crash.
+    result: dict[str, Any] = {}
+
+    def run() -> None:
+        old = sys.getrecursionlimit()
+        sys.setrecursionlimit(max(old, MAX_JSON_DEPTH + 1000))
+        try:
+            result["value"] = json.loads(text)
+        except BaseException as e:  # noqa: BLE001 - handed back to the caller's thread
+            result["error"] = e
+        finally:
+            sys.setrecursionlimit(old)
+
+    old_size = threading.stack_size()
+    threading.stack_size(512 * 1024 * 1024)  # virtual reservation; pages are touched only as deep as used
+    try:
+        t = threading.Thread(target=run, name="deep-json")
+        t.start()
+    finally:
+        threading.stack_size(old_size)
+    t.join()
+    if "error" in result:
+        raise result["error"]
+    return result["value"]
+
+
+def loads(text: str, record_id: str | None = None) -> Any:
+    """json.loads that turns every failure into IngestError(invalid_json | too_deep)."""
+    try:
+        return json.loads(text)
+    except RecursionError:
+        try:
+            return _loads_deep(text)
+        except RecursionError:
+            raise IngestError("too_deep", f"JSON nested deeper than {MAX_JSON_DEPTH} levels", record_id) from None
+        except ValueError as e:
+            raise IngestError("invalid_json", f"invalid JSON: {e}", record_id) from None
+    except ValueError as e:
+        raise IngestError("invalid_json", f"invalid JSON: {e}", record_id) from None
+
+
+def decode_utf8(data: bytes, ctx: Context) -> str:
+    """Strict UTF-8 (BOM stripped); invalid bytes become U+FFFD with one warning row for the file."""
+    if data.startswith(b"\xef\xbb\xbf"):
+        data = data[3:]
+    try:
+        return data.decode("utf-8")
+    except UnicodeDecodeError as e:
+        ctx.warn("invalid_utf8", f"invalid UTF-8 at byte {e.start}; bad bytes replaced by U+FFFD")
+        return data.decode("utf-8", errors="replace")
+
+
+def _clean_str(s: str) -> str:
+    # Lone surrogates (legal in JSON "\ud800" escapes) cannot be encoded to UTF-8 for Arrow.
+    if s.isascii():
+        return s
+    try:
+        s.encode("utf-8")
+        return s
+    except UnicodeEncodeError:
+        return s.encode("utf-8", errors="replace").decode("utf-8")
+
+
+def text_or_none(v: Any) -> str | None:
+    if v is None:
+        return None
+    if isinstance(v, str):
+        return _clean_str(v)
+    if isinstance(v, (int, float, bool)):
+        return str(v)
+    raise TypeError(f"expected a string, got {type(v).__name__}")
+
+
+def check_trace_id(tid: Any, record_id: str | None = None) -> str:
+    if not isinstance(tid, str) or not tid:
+        raise IngestError("invalid_trace_id", f"trace id must be a non-empty string, got {short(tid)}", record_id)
+    if len(tid) > MAX_TRACE_ID_CHARS:
+        raise IngestError("invalid_trace_id", f"trace id of {len(tid)} characters (max {MAX_TRACE_ID_CHARS})",
+                          tid[:200])
+    if any(ord(c) < 32 or ord(c) == 127 for c in tid):
+        raise IngestError("invalid_trace_id", f"trace id contains control characters: {short(tid)}", short(tid, 200))
+    return _clean_str(tid)
+
+
+def _utc(t: Any) -> datetime | None:
+    if t is None:
+        return None
+    if not isinstance(t, datetime):
+        raise TypeError(f"start_time must be a datetime, got {type(t).__name__}")
+    return t.replace(tzinfo=timezone.utc) if t.tzinfo is None else t.astimezone(timezone.utc)
+
+
+def _str_list(v: Any) -> list[str] | None:
+    if v is None:
+        return None
+    if not isinstance(v, list):
+        raise TypeError(f"expected a list of strings, got {type(v).__name__}")
+    return [text_or_none(x) or "" for x in v]
+
+
+def validate(trace: Trace) -> Trace:
+    """Normalise a trace to exactly what `schema.TRACES` accepts, or raise IngestError(invalid_record).
+
+    Adapters build traces from untrusted input; checking here (not in the Parquet writer) means one bad
+    trace is rejected alone instead of failing the whole buffered part.
+    """
+    tid = check_trace_id(trace.trace_id)
+    try:
+        if not trace.steps:
+            raise IngestError("empty_trace", "trace has no steps", tid)
+        steps = []
+        for i, s in enumerate(trace.steps):
+            if not isinstance(s.content, str):
+                raise TypeError(f"step {i}: content must be a string, got {type(s.content).__name__}")
+            steps.append(Step(index=i, agent=text_or_none(s.agent), content=_clean_str(s.content),
+                              role=text_or_none(s.role), kind=text_or_none(s.kind) or "other",
+                              span_id=text_or_none(s.span_id), parent_span_id=text_or_none(s.parent_span_id),
+                              start_time=_utc(s.start_time)))
+        labels = trace.labels
+        if labels is not None:
+            ms = labels.mistake_step
+            if ms is not None and (isinstance(ms, bool) or not isinstance(ms, int) or not 0 <= ms <= _INT32):
+                raise TypeError(f"mistake_step must be a non-negative int32, got {short(ms)}")
+            labels = Labels(mistake_step=ms, mistake_agent=text_or_none(labels.mistake_agent),
+                            error_locations=_str_list(labels.error_locations),
+                            error_impacts=_str_list(labels.error_impacts),
+                            error_categories=_str_list(labels.error_categories))
+        meta = trace.metadata if isinstance(trace.metadata, dict) else {"metadata": trace.metadata}
+        json.dumps(meta, ensure_ascii=False, default=str).encode("utf-8")  # must serialise; surrogates fail here
+        return Trace(trace_id=tid, source=text_or_none(trace.source) or "unknown", steps=steps,
+                     system=text_or_none(trace.system), question=text_or_none(trace.question), labels=labels,
+                     metadata=meta)
+    except (TypeError, ValueError, OverflowError) as e:
+        raise IngestError("invalid_record", str(e), tid) from None
+
+
+def trace_bytes(trace: Trace) -> int:
+    """Approximate in-memory text size of a trace (drives when the writer flushes a part)."""
+    return sum(len(s.content) for s in trace.steps) + len(trace.question or "") + 256 * len(trace.steps)
