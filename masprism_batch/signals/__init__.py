@@ -1,23 +1,128 @@
 """The two signal ops and their backend dispatch. Knows nothing of traces: tensors in, tensors out.
 
 See `reference.py` for exact shapes and semantics. Backends: torch (reference, always available),
-cpp (csrc/, CPU, when built), triton (kernels/, CUDA). `auto` = triton on CUDA, cpp on CPU when built,
-else torch.
+cpp (csrc/, CPU, when built), triton (kernels/, CUDA; CPU tensors only under TRITON_INTERPRET=1, for tests).
+`auto` = triton on CUDA, cpp on CPU when built, else torch. An explicitly requested backend that cannot
+run raises a clear error instead of silently falling back.
 """
 
 from __future__ import annotations
 
+import functools
+import logging
+import os
+
+import torch
+
 from . import reference
+
+log = logging.getLogger(__name__)
+BACKENDS = ("auto", "triton", "cpp", "torch")
+
+
+@functools.cache
+def triton_available() -> str | None:
+    """None when the triton backend can run, else the reason it cannot."""
+    try:
+        import triton  # noqa: F401
+    except Exception as exc:  # ImportError, or a broken install
+        return f"triton not importable ({exc})"
+    return None
+
+
+@functools.cache
+def cpp_available() -> str | None:
+    """None when the C++ extension is built and loaded, else the reason it is not."""
+    try:
+        from masprism_batch import _C  # noqa: F401  (registers torch.ops.masprism.*)
+    except Exception as exc:
+        return f"C++ extension not built ({exc}); reinstall without MASPRISM_NO_EXT=1"
+    return None
+
+
+def _interpreting() -> bool:
+    return os.environ.get("TRITON_INTERPRET", "0") == "1"
 
 
 def resolve_backend(backend: str, device) -> str:
-    # Filled in by the kernels work; until then every backend is the torch reference.
-    return "torch"
+    device = torch.device(device)
+    if backend not in BACKENDS:
+        raise ValueError(f"unknown signals backend {backend!r}; expected one of {BACKENDS}")
+    if backend == "auto":
+        if device.type == "cuda" and triton_available() is None:
+            return "triton"
+        if device.type == "cpu" and cpp_available() is None:
+            return "cpp"
+        return "torch"
+    if backend == "triton":
+        if (why := triton_available()) is not None:
+            raise RuntimeError(f"signals backend 'triton' unavailable: {why}")
+        if device.type != "cuda" and not (device.type == "cpu" and _interpreting()):
+            raise RuntimeError(f"signals backend 'triton' needs CUDA tensors (got {device}; "
+                               "CPU only under TRITON_INTERPRET=1, for tests)")
+    if backend == "cpp":
+        if device.type != "cpu":
+            raise RuntimeError(f"signals backend 'cpp' runs on CPU tensors only (got {device})")
+        if (why := cpp_available()) is not None:
+            raise RuntimeError(f"signals backend 'cpp' unavailable: {why}")
+    return backend
 
 
-def step_attention(q, k, v, cu_seqlens, step_ids, n_steps, scale, backend="auto", block=256):
-    return reference.step_attention(q, k, v, cu_seqlens, step_ids, n_steps, scale, block)
+def _check_attention(q, k, v, cu_seqlens, step_ids, n_steps):
+    if q.dim() != 3 or k.dim() != 3 or v.shape != k.shape:
+        raise ValueError(f"expected q [T,Hq,D], k/v [T,Hk,D]; got {tuple(q.shape)}, {tuple(k.shape)}, {tuple(v.shape)}")
+    T, Hq, D = q.shape
+    if k.shape[0] != T or k.shape[2] != D or Hq % k.shape[1] != 0:
+        raise ValueError(f"k {tuple(k.shape)} does not match q {tuple(q.shape)} (need same T, D and Hq % Hk == 0)")
+    if cu_seqlens.dim() != 1 or cu_seqlens.numel() < 1 or int(cu_seqlens[0]) != 0 or int(cu_seqlens[-1]) != T:
+        raise ValueError(f"cu_seqlens must be prefix sums from 0 to T={T}; got {cu_seqlens.tolist()[:8]}...")
+    if bool((cu_seqlens[1:] < cu_seqlens[:-1]).any()):
+        raise ValueError("cu_seqlens must be non-decreasing")
+    if step_ids.shape != (T,) or n_steps.shape != (cu_seqlens.numel() - 1,):
+        raise ValueError(f"step_ids must be [T]={T} and n_steps [B]; got {tuple(step_ids.shape)}, {tuple(n_steps.shape)}")
+    if T and bool((step_ids < -1).any()):
+        raise ValueError("step_ids must be >= -1 (-1 = token outside every step)")
+    if T:
+        seq_of_tok = torch.repeat_interleave(torch.arange(n_steps.numel(), device=step_ids.device),
+                                             (cu_seqlens[1:] - cu_seqlens[:-1]).long())
+        if bool((step_ids.long() >= n_steps.long()[seq_of_tok]).any()):
+            raise ValueError("a step id is >= its sequence's n_steps")
 
 
-def token_nll(hidden, weight, targets, backend="auto", chunk=1024, ignore_index=-100):
-    return reference.token_nll(hidden, weight, targets, chunk, ignore_index)
+def step_attention(q, k, v, cu_seqlens, step_ids, n_steps, scale, backend="auto", block=256, out=None):
+    """Causal varlen GQA attention + row LSE + head-averaged step mass; see reference.py for semantics.
+
+    out: optional preallocated (o, lse, mass) with the documented shapes/dtypes, all overwritten.
+    """
+    _check_attention(q, k, v, cu_seqlens, step_ids, n_steps)
+    chosen = resolve_backend(backend, q.device)
+    if chosen == "triton":
+        from masprism_batch.kernels.step_attention import step_attention as triton_step_attention
+
+        return triton_step_attention(q, k, v, cu_seqlens, step_ids, n_steps, scale, out=out)
+    if chosen == "cpp":
+        from . import cpp
+
+        return cpp.step_attention(q, k, v, cu_seqlens, step_ids, n_steps, scale, out=out)
+    return reference.step_attention(q, k, v, cu_seqlens, step_ids, n_steps, scale, block, out=out)
+
+
+def token_nll(hidden, weight, targets, backend="auto", chunk=1024, ignore_index=-100, out=None):
+    """Per-token NLL fp32 [T] of targets under hidden @ weight.T (nan where target == ignore_index)."""
+    if hidden.dim() != 2 or weight.dim() != 2 or hidden.shape[1] != weight.shape[1]:
+        raise ValueError(f"expected hidden [T,d], weight [V,d]; got {tuple(hidden.shape)}, {tuple(weight.shape)}")
+    if targets.shape != (hidden.shape[0],):
+        raise ValueError(f"targets must be [T]={hidden.shape[0]}; got {tuple(targets.shape)}")
+    bad = (targets != ignore_index) & ((targets < 0) | (targets >= weight.shape[0]))
+    if bool(bad.any()):
+        raise ValueError(f"target ids outside [0, {weight.shape[0]}) at positions {bad.nonzero()[:5, 0].tolist()}")
+    chosen = resolve_backend(backend, hidden.device)
+    if chosen == "triton":
+        from masprism_batch.kernels.nll import token_nll as triton_token_nll
+
+        return triton_token_nll(hidden, weight, targets, ignore_index=ignore_index, out=out)
+    if chosen == "cpp":
+        from . import cpp
+
+        return cpp.token_nll(hidden, weight, targets, ignore_index, out=out)
+    return reference.token_nll(hidden, weight, targets, chunk, ignore_index, out=out)
