@@ -8,7 +8,7 @@ import logging
 
 import typer
 
-app = typer.Typer(add_completion=False, no_args_is_help=True, help=__doc__)
+app = typer.Typer(add_completion=False, no_args_is_help=True, help=__doc__, pretty_exceptions_show_locals=False)
 
 EXIT_OK, EXIT_FATAL, EXIT_REJECTED = 0, 1, 3
 
@@ -21,6 +21,7 @@ def setup_logging(verbose: bool = False) -> None:
 # Command modules register themselves on import (one module per command group).
 # (helpers append: from . import <module>  # noqa: E402,F401)
 from . import attribute as _attribute  # noqa: E402,F401
+from . import ingest as _ingest  # noqa: E402,F401
 
 
 def main() -> None:

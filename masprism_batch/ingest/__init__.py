@@ -143,7 +143,9 @@ def ingest(paths: list[str] | str, outdir: str | Path, fmt: str = "auto", *, ove
             s.bytes_disk += disk
             s.bytes_raw += raw
             bar.update(disk)
-            bar.set_postfix(files=s.files, traces=s.traces, errors=s.error_rows, refresh=False)
+            raw_rate = s.bytes_raw / 1e6 / max(time.perf_counter() - t0, 1e-9)
+            bar.set_postfix_str(f"{s.files} files, {raw_rate:.0f} MB/s raw JSON, {s.traces} traces, "
+                                f"{s.error_rows} errors", refresh=False)
 
         buffered = 0
         for trace in read_inputs(files, fmt, on_error, on_file=on_file):

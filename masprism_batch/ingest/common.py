@@ -57,9 +57,10 @@ class Context:
         self.on_error = on_error
         self.nbytes = 0  # decompressed bytes read, for throughput figures
 
-    def warn(self, reason: str, message: str, record_id: str | None = None) -> None:
-        log.warning("%s: %s (%s)", self.input_path, message, reason)
-        self.on_error(error_row(self.input_path, record_id, reason, message))
+    def warn(self, reason: str, message: str, record_id: str | None = None, input_path: str | None = None) -> None:
+        """A trace is kept but something was repaired or dropped (`input_path`: a sidecar file, if that)."""
+        log.warning("%s: %s (%s)", input_path or self.input_path, message, reason)
+        self.on_error(error_row(input_path or self.input_path, record_id, reason, message))
 
     def reject(self, e: IngestError) -> None:
         """One record of a multi-record file is rejected; the rest of the file goes on."""

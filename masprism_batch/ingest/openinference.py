@@ -174,8 +174,8 @@ def _labels(tid: str, ctx: Context) -> tuple[Labels | None, str | None]:
         if not isinstance(ann, dict) or not isinstance(ann.get("errors"), list):
             raise IngestError("invalid_annotation", "annotation must be an object with an 'errors' list", tid)
         if ann.get("trace_id") not in (None, tid):
-            ctx.warn("annotation_mismatch", f"annotation {path} names trace {short(ann.get('trace_id'))}; "
-                     "labels left null", tid)
+            ctx.warn("annotation_mismatch", f"annotation names trace {short(ann.get('trace_id'))}, not the trace "
+                     f"of its file name; labels left null", tid, input_path=path)
             return None, dataset
         locs, impacts, cats = [], [], []
         for e in ann["errors"]:
@@ -186,7 +186,8 @@ def _labels(tid: str, ctx: Context) -> tuple[Labels | None, str | None]:
             cats.append(str(e.get("category") or ""))
         return Labels(error_locations=locs, error_impacts=impacts, error_categories=cats), dataset
     except IngestError as e:
-        ctx.warn("invalid_annotation", f"annotation {path}: {e.message}; trace kept with labels null", tid)
+        ctx.warn("invalid_annotation", f"{e.message}; its trace ({ctx.input_path}) was kept with labels null",
+                 tid, input_path=path)
         return None, dataset
 
 

@@ -1,0 +1,66 @@
+"""Command `ingest`: raw trace files -> OUTDIR/traces and OUTDIR/errors (canonical Parquet datasets)."""
+
+from __future__ import annotations
+
+import json
+import logging
+from pathlib import Path
+
+import typer
+from rich.console import Console
+from rich.table import Table
+
+from . import EXIT_FATAL, EXIT_OK, EXIT_REJECTED, app, setup_logging
+
+log = logging.getLogger("masprism_batch.cli")
+console = Console(stderr=True)
+
+
+def _summary_table(s) -> Table:
+    t = Table(title="ingest summary", show_lines=False)
+    t.add_column("what")
+    t.add_column("count", justify="right")
+    for src, n in sorted(s.by_source.items()):
+        t.add_row(f"traces  {src}", str(n))
+    t.add_row("[bold]traces ingested[/]", f"[bold]{s.traces}[/]")
+    for reason, n in sorted(s.rejected.items()):
+        t.add_row(f"[red]rejected  {reason}[/]", str(n))
+    for reason, n in sorted(s.warnings.items()):
+        t.add_row(f"[yellow]kept with warning  {reason}[/]", str(n))
+    t.caption = (f"{s.files} files, {s.bytes_raw / 1e6:.1f} MB raw JSON in {s.seconds:.2f} s: "
+                 f"{s.mb_per_s:.1f} MB/s, {s.traces_per_s:.0f} traces/s, peak RSS {s.peak_rss_mb:.0f} MB")
+    return t
+
+
+@app.command()
+def ingest(
+    inputs: list[str] = typer.Argument(..., help="files or directories (recursive); .gz is decompressed"),
+    out: Path = typer.Option(..., "--out", "-o", help="OUTDIR: writes OUTDIR/traces/ and OUTDIR/errors/"),
+    fmt: str = typer.Option("auto", "--format", "-f",
+                            help="auto | who-and-when | trail | otel | jsonl | parquet (auto: per file)"),
+    overwrite: bool = typer.Option(False, "--overwrite", help="replace Parquet parts of an earlier ingest in OUTDIR"),
+    progress: bool = typer.Option(True, "--progress/--no-progress", help="progress bar on stderr"),
+    summary_json: bool = typer.Option(False, "--json", help="print the summary as JSON on stdout"),
+    verbose: bool = typer.Option(False, "--verbose", "-v"),
+) -> None:
+    """Convert traces to the canonical schema. Exit 0: all ingested; 3: some files/records were rejected or
+    repaired (one row each in OUTDIR/errors/); 1: usage or fatal error."""
+    from ..ingest import FORMATS
+    from ..ingest import ingest as run_ingest
+
+    setup_logging(verbose)
+    if fmt not in FORMATS:
+        console.print(f"[red]unknown --format {fmt!r}[/]; choose one of {', '.join(FORMATS)}")
+        raise typer.Exit(EXIT_FATAL)
+    try:
+        s = run_ingest(inputs, out, fmt, overwrite=overwrite, progress=progress)
+    except FileExistsError as e:
+        console.print(f"[red]{e}[/]")
+        raise typer.Exit(EXIT_FATAL) from None
+    console.print(_summary_table(s))
+    if summary_json:
+        typer.echo(json.dumps(s.as_dict()))
+    if s.error_rows:
+        console.print(f"[yellow]{s.error_rows} error rows[/] -> {out / 'errors'} "
+                      f"(duckdb: select reason, input_path, message from read_parquet('{out}/errors/*.parquet'))")
+    raise typer.Exit(EXIT_REJECTED if s.error_rows else EXIT_OK)
