@@ -12,6 +12,7 @@ without one is not committed, and `clean()` deletes its parts before a resumed r
 
 from __future__ import annotations
 
+import contextlib
 import json
 import logging
 import os
@@ -19,7 +20,7 @@ import re
 import uuid
 from collections.abc import Iterable, Iterator
 from pathlib import Path
-from typing import Any
+from typing import IO, Any
 
 import pyarrow as pa
 import pyarrow.parquet as pq
@@ -61,6 +62,21 @@ def write_json_atomic(obj: Any, path: Path, durable: bool = True) -> None:
         os.replace(tmp, path)
         if durable:
             _fsync(path.parent)
+    finally:
+        if tmp.exists():
+            tmp.unlink()
+
+
+@contextlib.contextmanager
+def atomic_output(path: Path | str, mode: str = "w") -> Iterator[IO]:
+    """Open a file to stream into; it appears at `path` only if the block finishes (reports, exports)."""
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    tmp = path.parent / f".tmp-{uuid.uuid4().hex}-{path.name}"
+    try:
+        with open(tmp, mode, **({} if "b" in mode else {"encoding": "utf-8", "newline": "\n"})) as f:
+            yield f
+        os.replace(tmp, path)
     finally:
         if tmp.exists():
             tmp.unlink()
