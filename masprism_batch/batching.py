@@ -1,0 +1,56 @@
+"""Length bucketing: group sequences into packed batches under a token budget.
+
+`pack` is first-fit-decreasing: items sorted by length descending (ties: lower index first), each placed in
+the first open group with room; an item longer than the budget goes alone. Deterministic: same lengths, same
+groups. Each group lists indices in placement order (longest first) and groups come in creation order, so the
+first groups hold the longest sequences.
+
+`bucket_stream` applies `pack` to a stream in windows of `window` items, so memory stays bounded by one window
+while sequences of similar length still share batches.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterable, Iterator, Sequence
+from itertools import islice
+from typing import TypeVar
+
+T = TypeVar("T")
+
+
+def pack(lengths: Sequence[int], token_budget: int) -> list[list[int]]:
+    """Groups of indices into `lengths` whose sums are <= token_budget (an over-budget item alone)."""
+    if token_budget < 1:
+        raise ValueError(f"token_budget must be >= 1, got {token_budget}")
+    for i, n in enumerate(lengths):
+        if int(n) != n or n < 0:
+            raise ValueError(f"lengths[{i}] = {n!r} is not a non-negative integer")
+    order = sorted(range(len(lengths)), key=lambda i: (-lengths[i], i))
+    groups: list[list[int]] = []
+    room: list[int] = []  # remaining tokens per group; -1 closes an over-budget item's group (even to 0-length)
+    for i in order:
+        n = int(lengths[i])
+        for g, free in enumerate(room):
+            if n <= free:
+                groups[g].append(i)
+                room[g] -= n
+                break
+        else:
+            groups.append([i])
+            room.append(token_budget - n if n <= token_budget else -1)
+    return groups
+
+
+def bucket_stream(
+    items: Iterable[T], length: Callable[[T], int], token_budget: int, window: int = 256
+) -> Iterator[list[T]]:
+    """Yield batches of items: the stream is read `window` items at a time and each window is `pack`ed.
+
+    Every item is yielded exactly once; order across windows follows the stream.
+    """
+    if window < 1:
+        raise ValueError(f"window must be >= 1, got {window}")
+    it = iter(items)
+    while chunk := list(islice(it, window)):
+        for group in pack([length(x) for x in chunk], token_budget):
+            yield [chunk[i] for i in group]
