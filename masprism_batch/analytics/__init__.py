@@ -6,6 +6,7 @@ export files for Phoenix / OpenTelemetry / JSONL tools. Nothing here loads a mod
 """
 
 from .load import AnalyticsInputError
+from .report import build_report
 from .stats import compute_stats, write_stats
 
-__all__ = ["AnalyticsInputError", "compute_stats", "write_stats"]
+__all__ = ["AnalyticsInputError", "build_report", "compute_stats", "write_stats"]

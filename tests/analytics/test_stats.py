@@ -4,11 +4,10 @@ from datetime import date, datetime, timezone
 import duckdb
 import pyarrow.parquet as pq
 import pytest
+from analytics_synth import random_specs, write_outdir
 
 from masprism_batch.analytics import AnalyticsInputError, compute_stats, write_stats
 from masprism_batch.analytics.stats import STATS_SCHEMAS
-
-from analytics_synth import random_specs, write_outdir
 
 
 def _st(agent, content, span=None):

@@ -1,0 +1,162 @@
+// Drill-down of the masprism-batch report. Data comes from the JSON block #report-data; every data string
+// reaches the page through textContent or a text node, never innerHTML, so markup in traces stays text.
+(function () {
+  "use strict";
+  var DATA = JSON.parse(document.getElementById("report-data").textContent);
+  var TRACES = DATA.traces, PAGE = 25, page = 0, view = TRACES.slice();
+
+  function el(tag, cls, text) {
+    var e = document.createElement(tag);
+    if (cls) e.className = cls;
+    if (text !== undefined && text !== null) e.textContent = String(text);
+    return e;
+  }
+  function fmt(v) { return v === null || v === undefined ? "-" : (Math.round(v * 1000) / 1000).toString(); }
+  function outcome(t) { return t.ok === null ? "none" : (t.ok ? "ok" : "bad"); }
+
+  function applyFilter() {
+    var q = document.getElementById("filter").value.toLowerCase();
+    var o = document.getElementById("outcome").value;
+    view = TRACES.filter(function (t) {
+      if (o && outcome(t) !== o) return false;
+      if (!q) return true;
+      return [t.id, t.src, t.sys, t.agent].some(function (s) { return s && String(s).toLowerCase().indexOf(q) >= 0; });
+    });
+    page = 0;
+    drawList();
+  }
+
+  function drawList() {
+    var body = document.querySelector("#trace-list tbody");
+    body.replaceChildren();
+    var pages = Math.max(1, Math.ceil(view.length / PAGE));
+    page = Math.min(Math.max(0, page), pages - 1);
+    view.slice(page * PAGE, page * PAGE + PAGE).forEach(function (t) {
+      var tr = el("tr");
+      tr.tabIndex = 0;
+      tr.appendChild(el("td", "id", t.id));
+      [t.src, t.sys, t.n, t.pred, t.agent, t.ok === null ? "unlabelled" : (t.ok ? "correct" : "wrong")]
+        .forEach(function (v) { tr.appendChild(el("td", null, v === null ? "-" : v)); });
+      function open() { showTrace(TRACES.indexOf(t), tr); }
+      tr.addEventListener("click", open);
+      tr.addEventListener("keydown", function (ev) { if (ev.key === "Enter") open(); });
+      body.appendChild(tr);
+    });
+    document.getElementById("page").textContent =
+      "page " + (page + 1) + " / " + pages + " (" + view.length + " traces)";
+  }
+
+  function badge(cls, text) { return el("span", "badge " + cls, text); }
+
+  function showTrace(idx, row) {
+    var t = TRACES[idx], box = document.getElementById("detail");
+    if (!t) return;
+    document.querySelectorAll("#trace-list tr.sel").forEach(function (r) { r.classList.remove("sel"); });
+    if (row) row.classList.add("sel");
+    box.hidden = false;
+    box.replaceChildren();
+    if (location.hash !== "#t=" + idx) history.replaceState(null, "", "#t=" + idx);
+    box.appendChild(el("h3", null, t.id));
+    var info = el("p");
+    info.appendChild(document.createTextNode("source " + t.src + " · system " + (t.sys || "-") + " · " + t.n +
+      " steps · blamed step " + t.pred + " (" + (t.agent || "-") + ")"));
+    if (t.gold) {
+      var g = t.gold.step !== null && t.gold.step !== undefined ? "step " + t.gold.step + " (" + (t.gold.agent || "-") + ")"
+        : t.gold.locs.length + " labelled error span(s)";
+      info.appendChild(document.createTextNode(" · label: " + g));
+    }
+    box.appendChild(info);
+    if (t.q) { box.appendChild(el("p", "nv", "Question: " + t.q + (t.qc ? " […]" : ""))); }
+
+    box.appendChild(el("h4", null, "Ranked candidates"));
+    var ct = el("table", "data"), hr = el("tr");
+    ["rank", "step", "agent", "score", "supporting symptoms"].forEach(function (h) { hr.appendChild(el("th", null, h)); });
+    ct.appendChild(hr);
+    t.cands.forEach(function (c, r) {
+      var tr = el("tr");
+      [r + 1, c[0], c[2] || "-", fmt(c[1]), c[3].join(", ")].forEach(function (v) { tr.appendChild(el("td", null, v)); });
+      ct.appendChild(tr);
+    });
+    box.appendChild(ct);
+
+    var heat = el("div", "heat");
+    box.appendChild(el("h4", null, "Step × step attention, pass 1 (row-normalised; hover for values)"));
+    box.appendChild(heat);
+    drawHeat(heat, t);
+
+    box.appendChild(el("h4", null, "Steps"));
+    var sym = {}, rank = {}, locs = {};
+    t.sym.forEach(function (s) { sym[s] = true; });
+    t.cands.forEach(function (c, r) { rank[c[0]] = r + 1; });
+    if (t.gold) t.gold.locs.forEach(function (l) { locs[l] = true; });
+    var nmax = 0;
+    t.steps.forEach(function (s) { nmax = Math.max(nmax, s.n1 || 0, s.n2 || 0); });
+    var st = el("table", "steps");
+    t.steps.forEach(function (s, i) {
+      var tr = el("tr");
+      var gold = t.gold && (t.gold.step === i || (s.sp && locs[s.sp]));
+      if (i === t.pred) tr.classList.add("pred");
+      if (gold) tr.classList.add("gold");
+      tr.appendChild(el("td", "i", i));
+      var ag = el("td", "ag", s.a || "-");
+      ag.appendChild(el("div", "nv", s.k || ""));
+      tr.appendChild(ag);
+      var nl = el("td", "nl"), b1 = el("div", "bar"), b2 = el("div", "bar2");
+      b1.style.width = (nmax ? 100 * (s.n1 || 0) / nmax : 0) + "%";
+      b2.style.width = (nmax ? 100 * (s.n2 || 0) / nmax : 0) + "%";
+      nl.appendChild(b1);
+      if (s.n2 !== null) nl.appendChild(b2);
+      nl.appendChild(el("div", "nv", "NLL " + fmt(s.n1) + (s.n2 !== null ? " → " + fmt(s.n2) : "") + " · H " + fmt(s.h)));
+      tr.appendChild(nl);
+      var tx = el("td");
+      if (i === t.pred) tx.appendChild(badge("b-pred", "blamed"));
+      if (sym[i]) tx.appendChild(badge("b-sym", "symptom"));
+      if (rank[i]) tx.appendChild(badge("b-cand", "candidate #" + rank[i]));
+      if (gold) tx.appendChild(badge("b-gold", "labelled"));
+      if (s.fw) tx.appendChild(badge("b-fw", "failure word"));
+      tx.appendChild(el("pre", "txt", s.t));
+      if (s.c) tx.appendChild(el("span", "cut", "[text cut for the report]"));
+      tr.appendChild(tx);
+      st.appendChild(tr);
+    });
+    box.appendChild(st);
+  }
+
+  function drawHeat(box, t) {
+    if (!t.attn) { box.appendChild(el("p", "nv", "no heatmap for this trace (no step scores, or over the step limit)")); return; }
+    var raw = atob(t.attn), n = t.n, cell = Math.max(2, Math.min(14, Math.floor(480 / n)));
+    var cv = el("canvas"), ctx;
+    cv.width = cv.height = n * cell;
+    ctx = cv.getContext("2d");
+    ctx.fillStyle = "#ffffff";
+    ctx.fillRect(0, 0, cv.width, cv.height);
+    var off = 0, i, j, v;
+    for (i = 0; i < n; i++) {
+      for (j = 0; j <= i; j++) {
+        v = raw.charCodeAt(off + j) / 255;
+        ctx.fillStyle = "rgb(" + Math.round(255 - 220 * v) + "," + Math.round(255 - 180 * v) + "," + Math.round(255 - 90 * v) + ")";
+        ctx.fillRect(j * cell, i * cell, cell, cell);
+      }
+      off += i + 1;
+    }
+    var info = el("div");
+    info.id = "heat-info";
+    info.textContent = "row i = attending step, column j = attended step";
+    cv.addEventListener("mousemove", function (ev) {
+      var r = cv.getBoundingClientRect(), x = Math.floor((ev.clientX - r.left) / cell), y = Math.floor((ev.clientY - r.top) / cell);
+      if (x < 0 || y < 0 || y >= n || x > y) return;
+      info.textContent = "A[" + y + " → " + x + "] = " + (raw.charCodeAt(y * (y + 1) / 2 + x) / 255).toFixed(3) + " of row max";
+    });
+    box.appendChild(cv);
+    box.appendChild(info);
+  }
+
+  document.getElementById("filter").addEventListener("input", applyFilter);
+  document.getElementById("outcome").addEventListener("change", applyFilter);
+  document.getElementById("prev").addEventListener("click", function () { page--; drawList(); });
+  document.getElementById("next").addEventListener("click", function () { page++; drawList(); });
+  drawList();
+  var m = /^#t=(\d+)$/.exec(location.hash);
+  showTrace(m ? parseInt(m[1], 10) : 0, null);
+  document.body.setAttribute("data-ready", "1");
+})();

@@ -1,0 +1,139 @@
+"""The drill-down data of the report: which traces go in, and each one's compact JSON payload.
+
+At 100,000 traces the page cannot carry every trace's text and N x N attention, so the drill-down holds a
+deterministic sample (hash of trace id, round-robin over sources so each is represented; traces asked for
+by id first) under a byte budget. Step text is cut per step and per trace; attention is quantised to one
+byte per cell of the lower triangle (row-normalised, base64). The overview charts still cover every trace.
+"""
+
+from __future__ import annotations
+
+import base64
+import hashlib
+import json
+import logging
+from collections import defaultdict
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pyarrow as pa
+import pyarrow.compute as pc
+
+from . import load
+from .accuracy import trace_outcome
+
+log = logging.getLogger(__name__)
+
+
+@dataclass(frozen=True)
+class DrillLimits:
+    max_traces: int = 300  # traces in the drill-down
+    step_chars: int = 800  # characters of one step's text
+    trace_chars: int = 16_000  # characters of one trace's text (all steps together)
+    heatmap_max_steps: int = 256  # larger traces show no heatmap (256^2/2 bytes ~ 44 kB of base64)
+    budget_bytes: int = 14_000_000  # JSON of the whole drill-down; the page stays under ~15 MB
+
+
+def sample_ids(attr: pa.Table, limits: DrillLimits, include: list[str] | None = None) -> list[str]:
+    """Deterministic: same OUTDIR, same sample; round-robin across sources."""
+    ids, sources = attr["trace_id"].to_pylist(), attr["source"].to_pylist()
+    known = set(ids)
+    chosen = [t for t in dict.fromkeys(include or []) if t in known]
+    missing = [t for t in (include or []) if t not in known]
+    if missing:
+        log.warning("%d requested trace id(s) not in attributions/ (first: %r)", len(missing), missing[0])
+    by_src: dict[str, list[str]] = defaultdict(list)
+    for t, s in zip(ids, sources, strict=True):
+        by_src[s or ""].append(t)
+    queues = [sorted(v, key=lambda t: hashlib.blake2b(t.encode(), digest_size=8).digest())
+              for _, v in sorted(by_src.items())]
+    taken = set(chosen)
+    pos = [0] * len(queues)
+    while len(chosen) < limits.max_traces and any(p < len(q) for p, q in zip(pos, queues, strict=True)):
+        for qi, q in enumerate(queues):
+            while pos[qi] < len(q) and q[pos[qi]] in taken:
+                pos[qi] += 1
+            if pos[qi] < len(q) and len(chosen) < limits.max_traces:
+                chosen.append(q[pos[qi]])
+                taken.add(q[pos[qi]])
+                pos[qi] += 1
+    return chosen
+
+
+def _cut(text: str | None, n: int) -> tuple[str, bool]:
+    text = text or ""
+    return (text, False) if len(text) <= n else (text[:n], True)
+
+
+def _quantise_attention(rows: list[list[float] | None], n: int) -> str | None:
+    """Lower triangle of A, each row divided by its max (so every row's top target is 255), as base64."""
+    if n == 0 or n > 4096 or len(rows) != n or any(r is None or len(r) != i + 1 for i, r in enumerate(rows)):
+        return None
+    out = np.zeros(n * (n + 1) // 2, dtype=np.uint8)
+    off = 0
+    for i, r in enumerate(rows):
+        a = np.nan_to_num(np.asarray(r, dtype=np.float64), nan=0.0, posinf=0.0, neginf=0.0).clip(min=0)
+        m = a.max() if a.size else 0
+        if m > 0:
+            out[off: off + i + 1] = np.rint(255 * a / m).astype(np.uint8)
+        off += i + 1
+    return base64.b64encode(out.tobytes()).decode("ascii")
+
+
+def _num(x: Any) -> float | None:
+    return None if x is None or not np.isfinite(x) else round(float(x), 4)
+
+
+def build_payloads(outdir: Path, attr: pa.Table, ids: list[str], limits: DrillLimits) -> list[dict[str, Any]]:
+    want = set(ids)
+    arows = {r["trace_id"]: r for r in attr.filter(pc.is_in(attr["trace_id"], pa.array(ids, pa.string())))
+             .to_pylist()} if ids else {}
+    steps_by: dict[str, list[dict]] = defaultdict(list)
+    for r in load.read(outdir, "step_scores", trace_ids=want).to_pylist():
+        steps_by[r["trace_id"]].append(r)
+    traces = {r["trace_id"]: r for r in load.read(outdir, "traces", columns=["trace_id", "question", "steps",
+                                                                            "labels"], trace_ids=want).to_pylist()}
+    out, used = [], 0
+    for tid in ids:
+        p = _payload(arows[tid], sorted(steps_by.get(tid, []), key=lambda r: r["step"]), traces.get(tid), limits)
+        size = len(json.dumps(p, ensure_ascii=False))
+        if used + size > limits.budget_bytes:
+            log.warning("drill-down byte budget (%d) reached after %d traces", limits.budget_bytes, len(out))
+            break
+        used += size
+        out.append(p)
+    return out
+
+
+def _payload(a: dict, scores: list[dict], trace: dict | None, limits: DrillLimits) -> dict[str, Any]:
+    n = a["n_steps"] or len(scores)
+    tsteps = (trace or {}).get("steps") or []
+    per_step = max(80, min(limits.step_chars, limits.trace_chars // max(1, n)))
+    by_step = {r["step"]: r for r in scores}
+    steps = []
+    for i in range(n):
+        s = by_step.get(i, {})
+        t = tsteps[i] if i < len(tsteps) else {}
+        text, cut = _cut(t.get("content"), per_step)
+        steps.append({"a": s.get("agent", t.get("agent")), "k": s.get("kind", t.get("kind")), "t": text, "c": cut,
+                      "sp": t.get("span_id") or s.get("span_id"), "n1": _num(s.get("nll_pass1")),
+                      "n2": _num(s.get("nll_pass2")), "h": _num(s.get("h_score")), "r": s.get("rank"),
+                      "fw": bool(s.get("has_failure_word"))})
+    labels = (trace or {}).get("labels")
+    outcome = trace_outcome(a, labels, [s["a"] for s in steps], [s["sp"] for s in steps]) if labels else {}
+    ok = outcome.get("step_top1", outcome.get("precision@1"))
+    heat = None
+    if n <= limits.heatmap_max_steps and len(scores) == n:
+        heat = _quantise_attention([by_step[i].get("attention_pass1") if i in by_step else None
+                                    for i in range(n)], n)
+    q, qcut = _cut((trace or {}).get("question"), limits.step_chars)
+    return {
+        "id": a["trace_id"], "src": a["source"], "sys": a["system"], "n": n, "pred": a["pred_step"],
+        "agent": a["pred_agent"], "q": q, "qc": qcut, "sym": a["symptoms"] or [],
+        "cands": [[c["step"], _num(c["score"]), c["agent"], c["symptoms"] or []] for c in a["candidates"] or []],
+        "gold": None if not labels else {"step": labels.get("mistake_step"), "agent": labels.get("mistake_agent"),
+                                         "locs": labels.get("error_locations") or []},
+        "ok": None if ok is None else ok[0] >= 1.0, "steps": steps, "attn": heat,
+    }

@@ -1,0 +1,87 @@
+"""Server-rendered SVG charts for the report's overview: no charting library, no script, escaped text.
+
+Colours are presentation attributes (fill=...), never style attributes, so the report's Content Security
+Policy can forbid inline styles. Every label passes through html.escape: labels are data (agent names,
+sources) and may hold markup.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from html import escape
+
+BAR = "#4c78a8"
+BAR2 = "#f58518"
+MUTED = "#9aa5b1"
+
+
+def _fmt(v: float) -> str:
+    if v is None:
+        return "-"
+    if abs(v) >= 1000 or float(v).is_integer():
+        return f"{v:,.0f}"
+    return f"{v:.3g}"
+
+
+def _clip(label: str | None, n: int = 28) -> str:
+    s = "(none)" if label is None else str(label)
+    return s if len(s) <= n else s[: n - 1] + "…"
+
+
+def hbar(items: Sequence[tuple[str | None, float]], title: str, width: int = 420, max_items: int = 12,
+         color: str = BAR) -> str:
+    """Horizontal bars, largest first as given; the full label is in a <title> tooltip."""
+    items = list(items)[:max_items]
+    row, left, top = 20, 170, 26
+    height = top + row * max(1, len(items)) + 8
+    vmax = max((v for _, v in items if v is not None), default=0) or 1
+    out = [f'<svg class="chart" role="img" width="{width}" height="{height}" viewBox="0 0 {width} {height}">',
+           f'<text class="chart-title" x="0" y="16">{escape(title)}</text>']
+    if not items:
+        out.append(f'<text x="0" y="{top + 14}" fill="{MUTED}">no data</text>')
+    for i, (label, v) in enumerate(items):
+        y = top + i * row
+        w = 0 if v is None else max(1.0, (width - left - 60) * v / vmax)
+        out.append(f'<g><title>{escape("(none)" if label is None else str(label))}: {escape(_fmt(v))}</title>'
+                   f'<text x="{left - 6}" y="{y + 14}" text-anchor="end">{escape(_clip(label))}</text>'
+                   f'<rect x="{left}" y="{y + 3}" width="{w:.1f}" height="{row - 6}" fill="{color}"/>'
+                   f'<text x="{left + w + 4:.1f}" y="{y + 14}">{escape(_fmt(v))}</text></g>')
+    out.append("</svg>")
+    return "".join(out)
+
+
+def vbar(items: Sequence[tuple[str, float]], title: str, width: int = 420, height: int = 170,
+         color: str = BAR) -> str:
+    """Vertical bars in the given order (histograms, days)."""
+    items = list(items)
+    top, bottom = 26, 34
+    plot_h = height - top - bottom
+    vmax = max((v for _, v in items), default=0) or 1
+    n = max(1, len(items))
+    bw = (width - 10) / n
+    out = [f'<svg class="chart" role="img" width="{width}" height="{height}" viewBox="0 0 {width} {height}">',
+           f'<text class="chart-title" x="0" y="16">{escape(title)}</text>']
+    if not items:
+        out.append(f'<text x="0" y="{top + 14}" fill="{MUTED}">no data</text>')
+    label_every = max(1, n // 10)
+    for i, (label, v) in enumerate(items):
+        h = plot_h * v / vmax
+        x = 5 + i * bw
+        out.append(f'<g><title>{escape(str(label))}: {escape(_fmt(v))}</title>'
+                   f'<rect x="{x + 1:.1f}" y="{top + plot_h - h:.1f}" width="{max(1.0, bw - 2):.1f}" '
+                   f'height="{h:.1f}" fill="{color}"/></g>')
+        if i % label_every == 0:
+            out.append(f'<text class="tick" x="{x + bw / 2:.1f}" y="{height - bottom + 14}" '
+                       f'text-anchor="middle">{escape(_clip(str(label), 10))}</text>')
+    out.append(f'<text class="tick" x="{width - 5}" y="{top - 2}" text-anchor="end">max {escape(_fmt(vmax))}</text>')
+    out.append("</svg>")
+    return "".join(out)
+
+
+def table(headers: Sequence[str], rows: Sequence[Sequence[object]], cls: str = "data") -> str:
+    """An HTML table with every cell escaped; floats shown to 3 significant digits."""
+    def cell(v: object) -> str:
+        return escape(_fmt(v) if isinstance(v, float) else "-" if v is None else str(v))
+    head = "".join(f"<th>{escape(h)}</th>" for h in headers)
+    body = "".join("<tr>" + "".join(f"<td>{cell(v)}</td>" for v in r) + "</tr>" for r in rows)
+    return f'<table class="{cls}"><thead><tr>{head}</tr></thead><tbody>{body}</tbody></table>'
