@@ -4,7 +4,8 @@ A part is written to a hidden temporary name in the same directory and renamed i
 (DuckDB `read_parquet('DIR/*.parquet')`, `pyarrow.dataset.dataset(DIR)`) never sees a half-written file and a
 killed run leaves no partial part behind (only `.tmp-*` files, which readers ignore and resume deletes).
 
-`ShardStore` adds the exactly-once layer of the batch engines: one input shard's outputs are written as
+`ShardStore` adds the exactly-once layer of the batch engines: one input shard's outputs (traces, attributions,
+step_scores, errors) are written as
 `<table>/shard-<id>.parquet` (deterministic names, so a retried commit overwrites instead of duplicating) and
 then a manifest entry `_manifest/shard-<id>.json` is renamed into place. The entry is the commit point: a shard
 without one is not committed, and `clean()` deletes its parts before a resumed run writes them again.
@@ -144,7 +145,7 @@ def _open_dataset(directory: Path | str):
                       ignore_prefixes=[".", "_"])
 
 
-OUTPUT_TABLES = ("attributions", "step_scores", "errors")
+OUTPUT_TABLES = ("traces", "attributions", "step_scores", "errors")
 MANIFEST_DIR = "_manifest"
 _SHARD_ID = re.compile(r"^[0-9a-z][0-9a-z_-]{0,63}$")
 
@@ -203,7 +204,7 @@ class ShardStore:
         return removed
 
     def commit(self, shard_id: str, tables: dict[str, pa.Table], entry: dict[str, Any]) -> None:
-        """Write all three parts (empty ones too, so 'committed' is checkable), then the manifest entry."""
+        """Write every part (empty ones too, so 'committed' is checkable), then the manifest entry."""
         missing = set(OUTPUT_TABLES) - set(tables)
         if missing:
             raise ValueError(f"commit of shard {shard_id} lacks tables {sorted(missing)}")

@@ -1,1 +1,19 @@
-"""Batch engines (local and Ray Data), installed as `masprism_batch.pipelines`."""
+"""Batch engines (local and Ray Data), installed as `masprism_batch.pipelines`.
+
+`run_local` and `run_ray` take the same inputs, OUTDIR and PipelineConfig and write the same outputs:
+OUTDIR/{traces,attributions,step_scores,errors}/shard-<id>.parquet, OUTDIR/_manifest/ and OUTDIR/run.json.
+See docs/scale-out.md.
+"""
+
+from .driver import RunSummary
+from .local import run_local
+
+
+def run_ray(*args, **kwargs) -> RunSummary:
+    """Lazy wrapper: Ray is imported only when the Ray engine is used."""
+    from .ray_engine import run_ray as _run_ray
+
+    return _run_ray(*args, **kwargs)
+
+
+__all__ = ["RunSummary", "run_local", "run_ray"]

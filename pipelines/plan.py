@@ -1,0 +1,187 @@
+"""Input planning: from command-line inputs to a deterministic list of shards.
+
+Every run works on a canonical traces Parquet dataset. A directory or file of canonical Parquet (hive
+partitions allowed) is used in place; anything else (raw logs) is first streamed through
+`ingest.read_inputs` into `OUTDIR/_staging/` once, with its rejections (the "ingest" shard). A shard is a
+row range [start, stop) of one Parquet file, at most `traces_per_shard` rows; its id hashes the file key and
+range, never the trace content, so a resumed run finds the same shards. Repeated trace ids are found by one
+scan of the `trace_id` column: the first occurrence wins, the others are rejected as `duplicate_trace_id`.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import logging
+import os
+import shutil
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+
+import pyarrow as pa
+import pyarrow.dataset as pads
+import pyarrow.parquet as pq
+
+from masprism_batch import schema
+from masprism_batch.io import DatasetWriter, write_json_atomic
+from masprism_batch.trace import Trace
+
+from .stages import Stages, error_row
+
+log = logging.getLogger(__name__)
+
+INGEST_SHARD = "ingest"
+
+
+@dataclass(frozen=True)
+class Shard:
+    shard_id: str
+    path: str  # Parquet file read by the shard
+    start: int
+    stop: int
+    label: str  # input as the user named it (errors/.input_path); never used to build a path
+    partition: dict[str, str] = field(default_factory=dict)  # hive keys missing from the file's columns
+    skip: tuple[int, ...] = ()  # file-relative rows that repeat an earlier trace_id
+
+    @property
+    def n_rows(self) -> int:
+        return self.stop - self.start - len(self.skip)
+
+    def to_json(self) -> str:
+        return json.dumps(asdict(self), sort_keys=True)
+
+    @classmethod
+    def from_json(cls, text: str) -> Shard:
+        d = json.loads(text)
+        d["skip"] = tuple(d["skip"])
+        return cls(**d)
+
+
+@dataclass
+class InputPlan:
+    shards: list[Shard]
+    staged: bool
+    ingest_errors: pa.Table | None  # rejections of the raw-input staging pass (committed as shard "ingest")
+
+
+def _shard_id(key: str, start: int, stop: int) -> str:
+    return hashlib.sha256(f"{key}\0{start}\0{stop}".encode()).hexdigest()[:20]
+
+
+def is_trace_dataset(path: str) -> bool:
+    p = Path(path)
+    if p.is_file():
+        files = [p] if p.suffix == ".parquet" else []
+    elif p.is_dir():
+        files = [f for f in p.rglob("*") if f.is_file() and not any(x.startswith((".", "_")) for x in f.parts)]
+        if not files or any(f.suffix != ".parquet" for f in files):
+            return False
+    else:
+        return False
+    if not files:
+        return False
+    names = set(pq.read_schema(files[0]).names)
+    return {"trace_id", "steps"} <= names
+
+
+def _fragments(path: str) -> list[tuple[str, dict[str, str]]]:
+    if Path(path).is_file():
+        return [(str(Path(path).resolve()), {})]
+    d = pads.dataset(path, format="parquet", partitioning="hive", ignore_prefixes=[".", "_"])
+    out = []
+    for frag in d.get_fragments():
+        keys = pads.get_partition_keys(frag.partition_expression) or {}
+        out.append((str(Path(frag.path).resolve()), {k: str(v) for k, v in keys.items()}))
+    return sorted(out)
+
+
+def stage_raw(inputs: list[str], staging: Path, fmt: str, stages: Stages, traces_per_shard: int) -> None:
+    """Stream raw inputs through ingest into a canonical dataset, once (a completed staging is reused)."""
+    marker = staging / "_COMPLETE.json"
+    key = {"inputs": [os.path.abspath(p) for p in inputs], "fmt": fmt, "traces_per_shard": traces_per_shard}
+    if marker.exists():
+        done = json.loads(marker.read_text(encoding="utf-8"))
+        if done.get("key") != key:
+            raise ValueError(f"{staging} was staged from other inputs ({done.get('key')}); use a new OUTDIR")
+        return
+    if staging.exists():
+        shutil.rmtree(staging)  # a staging pass that did not finish: nothing was committed from it
+    traces = DatasetWriter(staging / "traces", schema.TRACES, rows_per_part=traces_per_shard, prefix="part")
+    errors = DatasetWriter(staging / "errors", schema.ERRORS, rows_per_part=4096, prefix="part")
+    n = 0
+    for t in stages.read_inputs(list(inputs), fmt, errors.write):
+        traces.write(t.to_row())
+        n += 1
+    traces.close()
+    errors.close()
+    write_json_atomic({"key": key, "traces": n, "errors": errors.rows_written}, marker)
+    log.info("staged %d traces (%d rejected) from %d input(s)", n, errors.rows_written, len(inputs))
+
+
+def plan_inputs(inputs: list[str], outdir: Path, fmt: str, traces_per_shard: int, stages: Stages) -> InputPlan:
+    if traces_per_shard < 1:
+        raise ValueError("traces_per_shard must be >= 1")
+    missing = [p for p in inputs if not os.path.exists(p)]
+    if missing:
+        raise FileNotFoundError(f"input not found: {', '.join(missing)}")
+    staged = not all(is_trace_dataset(p) for p in inputs)
+    files: list[tuple[str, str, str, dict[str, str]]] = []  # (path, shard key, label, partition)
+    ingest_errors = None
+    if staged:
+        staging = outdir / "_staging"
+        stage_raw(inputs, staging, fmt, stages, traces_per_shard)
+        label = ",".join(inputs)
+        for f in sorted((staging / "traces").glob("part-*.parquet")):
+            files.append((str(f.resolve()), f"_staging/{f.name}", label, {}))
+        err_files = sorted((staging / "errors").glob("part-*.parquet"))
+        ingest_errors = (pa.concat_tables([pq.read_table(f, schema=schema.ERRORS) for f in err_files])
+                         if err_files else schema.ERRORS.empty_table())
+    else:
+        for p in inputs:
+            files += [(f, f, p, part) for f, part in _fragments(p)]
+    shards, seen = [], set()
+    for path, key, label, part in files:
+        ids = pq.read_table(path, columns=["trace_id"]).column("trace_id").to_pylist()
+        dup = []
+        for i, tid in enumerate(ids):
+            if tid is not None and tid in seen:
+                dup.append(i)
+            seen.add(tid)
+        for start in range(0, len(ids), traces_per_shard):
+            stop = min(start + traces_per_shard, len(ids))
+            skip = tuple(i for i in dup if start <= i < stop)
+            shards.append(Shard(_shard_id(key, start, stop), path, start, stop, label, part, skip))
+    return InputPlan(shards, staged, ingest_errors)
+
+
+def read_shard(shard: Shard) -> tuple[list[Trace], list[dict]]:
+    """Rows [start, stop) of the shard's file as Traces; unreadable rows and repeated ids become errors."""
+    pf = pq.ParquetFile(shard.path)
+    cols = [c for c in schema.TRACES.names if c in pf.schema_arrow.names]
+    groups, offset = [], 0
+    first_row = None
+    for g in range(pf.metadata.num_row_groups):
+        n = pf.metadata.row_group(g).num_rows
+        if offset < shard.stop and offset + n > shard.start:
+            groups.append(g)
+            first_row = offset if first_row is None else first_row
+        offset += n
+    table = pf.read_row_groups(groups, columns=cols) if groups else schema.TRACES.empty_table()
+    table = table.slice(shard.start - (first_row or 0), shard.stop - shard.start)
+    skip = set(shard.skip)
+    traces, errors = [], []
+    for i, row in enumerate(table.to_pylist(), start=shard.start):
+        for k, v in shard.partition.items():
+            row.setdefault(k, v)
+        tid = row.get("trace_id")
+        if i in skip:
+            errors.append(error_row(shard.label, tid, "ingest", "duplicate_trace_id",
+                                    "an earlier row of the input has the same trace_id"))
+            continue
+        try:
+            if not tid or not row.get("source"):
+                raise ValueError("trace_id and source are required")
+            traces.append(Trace.from_row(row))
+        except Exception as e:  # noqa: BLE001 - a malformed row is rejected, not fatal
+            errors.append(error_row(shard.label, tid or f"row:{i}", "ingest", "invalid_row", f"{e}"[:2000]))
+    return traces, errors

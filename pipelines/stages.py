@@ -1,0 +1,201 @@
+"""The stage functions both engines call, and the per-shard work built from them.
+
+Both engines run exactly this code on a shard: `read_shard` (Parquet range -> Trace), `make_packs` (render
+pass 1 for token lengths, token-budget packing), `process_pack` (both prefill passes through the lead's
+`stages.attribute_traces`, with failure isolation). Only where it runs differs: one process (local) or Ray
+tasks and actors (ray). `Stages` binds the project functions lazily so this module imports even where a
+stage is missing; tests substitute a subclass with fakes.
+"""
+
+from __future__ import annotations
+
+import io
+import logging
+import time
+import traceback
+from collections.abc import Sequence
+from datetime import datetime, timezone
+from typing import Any
+
+import pyarrow as pa
+
+from masprism_batch import schema
+from masprism_batch.config import PipelineConfig
+from masprism_batch.trace import Trace
+
+log = logging.getLogger(__name__)
+
+ATTEMPTS_PER_TRACE = 2  # a trace that raises this many times alone goes to errors/ instead of failing the run
+
+
+class Stages:
+    """The project's stage functions (ingest, model, render, batching, attribution), resolved on first use."""
+
+    def read_inputs(self, paths: list[str], fmt: str, on_error):
+        from masprism_batch.ingest import read_inputs
+
+        return read_inputs(paths, fmt=fmt, on_error=on_error)
+
+    def load_model(self, cfg: PipelineConfig):
+        from masprism_batch.model import load_model
+
+        return load_model(cfg.model, cfg.signals)
+
+    def load_tokenizer(self, cfg: PipelineConfig):
+        # Render workers need only the tokenizer; fall back to the full model where no lighter loader exists.
+        import masprism_batch.model as m
+
+        if hasattr(m, "load_tokenizer"):
+            return m.load_tokenizer(cfg.model)
+        return self.load_model(cfg).tokenizer
+
+    def render_len(self, trace: Trace, tokenizer, cfg: PipelineConfig) -> int:
+        from masprism_batch.render import render_pass1
+
+        return len(render_pass1(trace, tokenizer, cfg.render).input_ids)
+
+    def pack(self, lengths: Sequence[int], token_budget: int) -> list[list[int]]:
+        from masprism_batch.batching import pack
+
+        return pack(lengths, token_budget)
+
+    def attribute_traces(self, traces: list[Trace], model, cfg: PipelineConfig):
+        from masprism_batch.stages import attribute_traces
+
+        return attribute_traces(traces, model, cfg)
+
+
+def now_utc() -> datetime:
+    return datetime.now(timezone.utc)
+
+
+def error_row(input_path: str | None, record_id: str | None, stage: str, reason: str, message: str) -> dict:
+    return {"input_path": input_path, "record_id": record_id, "stage": stage, "reason": reason,
+            "message": message, "time": now_utc()}
+
+
+# Arrow IPC carries traces and results between stages: schema-checked, no pickle of input data.
+def to_ipc(rows: list[dict], table_schema: pa.Schema) -> bytes:
+    table = pa.Table.from_pylist(rows, schema=table_schema)
+    sink = io.BytesIO()
+    with pa.ipc.new_stream(sink, table.schema) as w:
+        w.write_table(table)
+    return sink.getvalue()
+
+
+def from_ipc(blob: bytes) -> pa.Table:
+    return pa.ipc.open_stream(pa.py_buffer(blob)).read_all()
+
+
+def make_packs(traces: list[Trace], tokenizer, cfg: PipelineConfig, stages: Stages, input_path: str):
+    """Token lengths of pass 1, then token-budget packs; a trace that cannot be rendered goes to errors."""
+    lengths, kept, errors = [], [], []
+    for t in traces:
+        try:
+            lengths.append(int(stages.render_len(t, tokenizer, cfg)))
+            kept.append(t)
+        except Exception as e:  # noqa: BLE001 - one bad trace must not sink its shard
+            errors.append(error_row(input_path, t.trace_id, "render", "render_failed", _describe(e)))
+    groups = stages.pack(lengths, cfg.batch.token_budget) if kept else []
+    packs = [([kept[i] for i in g], sum(lengths[i] for i in g)) for g in groups]
+    seen = sorted(i for g in groups for i in g)
+    if seen != list(range(len(kept))):
+        raise RuntimeError(f"pack() returned groups that do not cover each trace once: {groups}")
+    return packs, errors
+
+
+def _describe(e: BaseException) -> str:
+    tb = traceback.extract_tb(e.__traceback__)
+    where = f" at {tb[-1].filename.rsplit('/', 1)[-1]}:{tb[-1].lineno}" if tb else ""
+    return f"{type(e).__name__}: {e}{where}"[:2000]
+
+
+def _run(traces, model, cfg, stages) -> tuple[list[dict], list[dict], list[dict]]:
+    out = stages.attribute_traces(traces, model, cfg)
+    return list(out.attributions), list(out.step_scores), list(out.errors)
+
+
+def process_pack(traces: list[Trace], model, cfg: PipelineConfig, stages: Stages, input_path: str,
+                 one_by_one: bool = False, guard=None) -> dict[str, Any]:
+    """Run both passes on one pack; isolate failures down to single traces.
+
+    Returns attributions/step_scores/errors rows that account for every input trace exactly once. `guard`
+    (`.begin(trace_id) -> reason | None`, `.done(trace_id)`) lets the Ray actor drop traces that already
+    crashed a worker process; with a guard, traces run one by one so a crash is pinned to one trace.
+    """
+    t0 = time.perf_counter()
+    attributions: list[dict] = []
+    step_scores: list[dict] = []
+    errors: list[dict] = []
+    todo = list(traces)
+    if not one_by_one and guard is None and todo:
+        try:
+            a, s, e = _run(todo, model, cfg, stages)
+            attributions, step_scores, errors, todo = a, s, e, []
+        except Exception as exc:  # noqa: BLE001
+            log.warning("pack of %d traces failed (%s); retrying them one by one", len(todo), _describe(exc))
+    for t in todo:
+        reason = guard.begin(t.trace_id) if guard is not None else None
+        if reason is not None:
+            errors.append(error_row(input_path, t.trace_id, "prefill", reason,
+                                    "the worker process died while processing this trace, more than once"))
+            continue
+        last: BaseException | None = None
+        for _ in range(ATTEMPTS_PER_TRACE):
+            try:
+                a, s, e = _run([t], model, cfg, stages)
+                attributions += a
+                step_scores += s
+                errors += e
+                last = None
+                break
+            except Exception as exc:  # noqa: BLE001
+                last = exc
+        if last is not None:
+            errors.append(error_row(input_path, t.trace_id, "attribute", "attribute_failed", _describe(last)))
+        if guard is not None:
+            guard.done(t.trace_id)
+    a, s, e = reconcile([t.trace_id for t in traces], attributions, step_scores, errors, input_path)
+    return {"attributions": a, "step_scores": s, "errors": e, "seconds": time.perf_counter() - t0}
+
+
+def reconcile(ids: list[str], attributions, step_scores, errors, input_path):
+    """Enforce 'each input trace exactly once in attributions + errors' on a stage's output."""
+    wanted = set(ids)
+    done: set[str] = set()
+    a_out = []
+    for r in attributions:
+        tid = r["trace_id"]
+        if tid in wanted and tid not in done:
+            done.add(tid)
+            a_out.append(r)
+        else:
+            log.warning("dropping unexpected or repeated attribution row for %r", tid)
+    e_out = []
+    for r in errors:
+        tid = r.get("record_id")
+        if tid in wanted:
+            if tid in done:
+                continue  # already attributed or already rejected: keep the first outcome only
+            done.add(tid)
+        e_out.append(r)
+    for tid in ids:
+        if tid not in done:
+            done.add(tid)
+            e_out.append(error_row(input_path, tid, "attribute", "no_output",
+                                   "the attribution stage returned no row for this trace"))
+    attributed = {x["trace_id"] for x in a_out}
+    s_out = [r for r in step_scores if r["trace_id"] in attributed]
+    return a_out, s_out, e_out
+
+
+def tokens_of(attributions: list[dict]) -> int:
+    return int(sum((r.get("tokens_pass1") or 0) + (r.get("tokens_pass2") or 0) for r in attributions))
+
+
+def result_tables(result: dict[str, Any]) -> dict[str, pa.Table]:
+    return {
+        "attributions": pa.Table.from_pylist(result["attributions"], schema=schema.ATTRIBUTIONS),
+        "step_scores": pa.Table.from_pylist(result["step_scores"], schema=schema.STEP_SCORES),
+        "errors": pa.Table.from_pylist(result["errors"], schema=schema.ERRORS),
+    }

@@ -1,0 +1,79 @@
+"""The two units of work of a run, shared by both engines.
+
+`prepare_shard` (CPU stage): read one shard, render pass 1 for token lengths, pack into token-budget packs
+(the longest traces alone). `attribute_pack` (model stage): both prefill passes for one pack. They exchange
+plain dicts of scalars and Arrow IPC bytes, which is also what a Ray Data row holds, so the local engine runs
+the very same bytes through the very same functions.
+"""
+
+from __future__ import annotations
+
+import time
+from typing import Any
+
+import pyarrow as pa
+
+from masprism_batch import schema
+from masprism_batch.config import PipelineConfig
+from masprism_batch.io import OUTPUT_TABLES
+from masprism_batch.trace import Trace
+
+from .plan import Shard, read_shard
+from .stages import Stages, from_ipc, make_packs, process_pack, to_ipc, tokens_of
+
+
+def prepare_shard(shard: Shard, tokenizer, cfg: PipelineConfig, stages: Stages) -> list[dict[str, Any]]:
+    """One shard -> its packs. Pack 0 also carries the shard's read/render rejections; an empty shard is
+    one empty pack, so every shard reaches the committer."""
+    t0 = time.perf_counter()
+    traces, errors = read_shard(shard)
+    t1 = time.perf_counter()
+    packs, render_errors = make_packs(traces, tokenizer, cfg, stages, shard.label)
+    t2 = time.perf_counter()
+    errors += render_errors
+    packs = packs or [([], 0)]
+    out = []
+    for i, (pack, n_tokens) in enumerate(packs):
+        out.append({
+            "shard_id": shard.shard_id,
+            "label": shard.label,
+            "pack_index": i,
+            "n_packs": len(packs),
+            "n_traces": len(pack),
+            "n_records": len(pack) + (len(errors) if i == 0 else 0),  # what the progress bar counts
+            "tokens_pass1_est": int(n_tokens),
+            "traces": to_ipc([t.to_row() for t in pack], schema.TRACES),
+            "errors": to_ipc(errors if i == 0 else [], schema.ERRORS),
+            "seconds_read": (t1 - t0) if i == 0 else 0.0,
+            "seconds_render": (t2 - t1) if i == 0 else 0.0,
+        })
+    return out
+
+
+def attribute_pack(task: dict[str, Any], model, cfg: PipelineConfig, stages: Stages,
+                   guard=None) -> dict[str, Any]:
+    """One pack -> result row (IPC tables) with the pack's shard bookkeeping and timings."""
+    traces = [Trace.from_row(r) for r in from_ipc(task["traces"]).to_pylist()]
+    res = process_pack(traces, model, cfg, stages, task["label"], guard=guard)
+    shard_errors = from_ipc(task["errors"]).to_pylist()
+    return {
+        "shard_id": task["shard_id"],
+        "label": task["label"],
+        "pack_index": int(task["pack_index"]),
+        "n_packs": int(task["n_packs"]),
+        "n_traces": int(task["n_traces"]),
+        "n_records": int(task["n_records"]),
+        "tokens": tokens_of(res["attributions"]),
+        "traces": task["traces"],
+        "attributions": to_ipc(res["attributions"], schema.ATTRIBUTIONS),
+        "step_scores": to_ipc(res["step_scores"], schema.STEP_SCORES),
+        "errors": to_ipc(shard_errors + res["errors"], schema.ERRORS),
+        "seconds_read": float(task["seconds_read"]),
+        "seconds_render": float(task["seconds_render"]),
+        "seconds_model": float(res["seconds"]),
+    }
+
+
+def result_to_tables(result: dict[str, Any]) -> dict[str, pa.Table]:
+    return {name: from_ipc(result[name]).cast(schema.TABLES[name])
+            for name in OUTPUT_TABLES}
