@@ -22,6 +22,7 @@ def setup_logging(verbose: bool = False) -> None:
 # (helpers append: from . import <module>  # noqa: E402,F401)
 from . import attribute as _attribute  # noqa: E402,F401
 from . import ingest as _ingest  # noqa: E402,F401
+from . import run as _run  # noqa: E402,F401
 
 
 def main() -> None:
