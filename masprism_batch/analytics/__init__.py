@@ -5,8 +5,9 @@ outputs are OUTDIR/stats/*.parquet (written through masprism_batch.io), one self
 export files for Phoenix / OpenTelemetry / JSONL tools. Nothing here loads a model.
 """
 
+from .export import export
 from .load import AnalyticsInputError
 from .report import build_report
 from .stats import compute_stats, write_stats
 
-__all__ = ["AnalyticsInputError", "build_report", "compute_stats", "write_stats"]
+__all__ = ["AnalyticsInputError", "build_report", "compute_stats", "export", "write_stats"]

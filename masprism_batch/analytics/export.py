@@ -1,0 +1,179 @@
+"""`export`: attributions in the formats of existing tools.
+
+- phoenix: Arize Phoenix span annotations, one row per (trace, candidate rank <= top_k) whose step has a span
+  id: span_id, name, annotator_kind (CODE), label, score, explanation, metadata (a struct, read by pandas as
+  a dict). Parquet when FILE ends in .parquet, else JSON lines; load with pandas and pass the frame to
+  `phoenix.client.Client().spans.log_span_annotations_dataframe(dataframe=df)`.
+- otel: OpenTelemetry `gen_ai.evaluation.result` events as OTLP/JSON log records, one
+  ExportLogsServiceRequest per line (the Collector's otlpjsonfile receiver format), one record per blamed step.
+- jsonl: one JSON object per trace keyed by `custom_id` (= trace_id), read back with `read_jsonl`.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import re
+from collections.abc import Iterator
+from datetime import datetime
+from pathlib import Path
+from typing import Any
+
+import pyarrow as pa
+
+from .. import io
+from . import load
+
+log = logging.getLogger(__name__)
+FORMATS = ("phoenix", "otel", "jsonl")
+ANNOTATION_NAME = "masprism_failure_attribution"
+_HEX32, _HEX16 = re.compile(r"^[0-9a-f]{32}$"), re.compile(r"^[0-9a-f]{16}$")
+_OTLP_BATCH = 1000
+
+PHOENIX_SCHEMA = pa.schema([
+    ("span_id", pa.string()), ("name", pa.string()), ("annotator_kind", pa.string()), ("label", pa.string()),
+    ("score", pa.float64()), ("explanation", pa.large_string()),
+    ("metadata", pa.struct([("trace_id", pa.string()), ("source", pa.string()), ("step", pa.int32()),
+                            ("agent", pa.string()), ("rank", pa.int32()), ("n_candidates", pa.int32()),
+                            ("model_id", pa.string()), ("config_hash", pa.string())])),
+])
+_COLS = ["trace_id", "source", "system", "n_steps", "pred_step", "pred_agent", "pred_span_id", "candidates",
+         "symptoms", "method", "model_id", "config_hash", "attributed_at"]
+
+
+def _label(rank: int) -> str:
+    return "failure_source" if rank == 1 else "candidate"
+
+
+def _explain(a: dict, c: dict, rank: int) -> str:
+    sym = ", ".join(str(s) for s in c.get("symptoms") or []) or "none"
+    return (f"MASPrism rank {rank} of {len(a['candidates'])} (score {c['score']:.4g}): step {c['step']} by agent "
+            f"{c['agent'] or '-'} likely caused the failure; symptom steps pointing to it: {sym}. "
+            f"model {a['model_id']}, config {a['config_hash']}.")
+
+
+def _attributions(outdir: Path) -> Iterator[dict[str, Any]]:
+    for batch in io.iter_batches(Path(outdir) / "attributions", columns=_COLS):
+        yield from batch.to_pylist()
+
+
+def _ranked(a: dict, top_k: int) -> list[tuple[int, dict]]:
+    cands = [c for c in a["candidates"] or [] if c.get("score") is not None]
+    return list(enumerate(cands[:top_k], start=1))
+
+
+def phoenix_rows(outdir: Path, top_k: int = 1) -> tuple[list[dict], int]:
+    """(annotation rows, traces skipped because their candidate steps carry no span id)."""
+    rows, skipped = [], 0
+    for a in _attributions(outdir):
+        got = [(r, c) for r, c in _ranked(a, top_k) if c.get("span_id")]
+        skipped += not got
+        for r, c in got:
+            rows.append({"span_id": c["span_id"], "name": ANNOTATION_NAME, "annotator_kind": "CODE",
+                         "label": _label(r), "score": float(c["score"]), "explanation": _explain(a, c, r),
+                         "metadata": {"trace_id": a["trace_id"], "source": a["source"], "step": c["step"],
+                                      "agent": c["agent"], "rank": r, "n_candidates": len(a["candidates"]),
+                                      "model_id": a["model_id"], "config_hash": a["config_hash"]}})
+    return rows, skipped
+
+
+def _kv(key: str, v: Any) -> dict:
+    # OTLP/JSON AnyValue: int64 travels as a decimal string.
+    if isinstance(v, bool):
+        val = {"boolValue": v}
+    elif isinstance(v, int):
+        val = {"intValue": str(v)}
+    elif isinstance(v, float):
+        val = {"doubleValue": v}
+    else:
+        val = {"stringValue": "" if v is None else str(v)}
+    return {"key": key, "value": val}
+
+
+def otel_records(outdir: Path, top_k: int = 1) -> Iterator[dict[str, Any]]:
+    for a in _attributions(outdir):
+        when = a["attributed_at"]
+        ns = str(int(when.timestamp() * 1e9)) if isinstance(when, datetime) else "0"
+        for r, c in _ranked(a, top_k):
+            rec: dict[str, Any] = {"timeUnixNano": ns, "observedTimeUnixNano": ns, "severityNumber": 9,
+                                   "severityText": "INFO", "eventName": "gen_ai.evaluation.result"}
+            # The event belongs on the evaluated span; ids that are not OTel-shaped hex stay attributes only.
+            if _HEX32.match(a["trace_id"] or ""):
+                rec["traceId"] = a["trace_id"]
+            if _HEX16.match(c.get("span_id") or "") and "traceId" in rec:
+                rec["spanId"] = c["span_id"]
+            rec["attributes"] = [
+                _kv("gen_ai.evaluation.name", ANNOTATION_NAME), _kv("gen_ai.evaluation.score.value",
+                                                                     float(c["score"])),
+                _kv("gen_ai.evaluation.score.label", _label(r)),
+                _kv("gen_ai.evaluation.explanation", _explain(a, c, r)),
+                _kv("masprism.trace_id", a["trace_id"]), _kv("masprism.source", a["source"]),
+                _kv("masprism.step", int(c["step"])), _kv("masprism.agent", c["agent"]),
+                _kv("masprism.span_id", c.get("span_id")), _kv("masprism.rank", r),
+                _kv("masprism.model_id", a["model_id"]), _kv("masprism.config_hash", a["config_hash"])]
+            yield rec
+
+
+def jsonl_records(outdir: Path) -> Iterator[dict[str, Any]]:
+    for a in _attributions(outdir):
+        when = a.pop("attributed_at")
+        yield {"custom_id": a["trace_id"], **a, "attributed_at": when.isoformat() if when else None}
+
+
+def read_jsonl(path: Path | str) -> dict[str, dict[str, Any]]:
+    """A jsonl export back as {custom_id: record}."""
+    out = {}
+    with open(path, encoding="utf-8") as f:
+        for n, line in enumerate(f, 1):
+            if line.strip():
+                rec = json.loads(line)
+                if "custom_id" not in rec:
+                    raise ValueError(f"{path}:{n}: record has no custom_id")
+                out[rec["custom_id"]] = rec
+    return out
+
+
+def export(outdir: Path | str, to: str, out: Path | str, top_k: int = 1) -> int:
+    """Write the export; returns the number of records."""
+    outdir, out = Path(outdir), Path(out)
+    if to not in FORMATS:
+        raise ValueError(f"unknown export format {to!r}; one of {', '.join(FORMATS)}")
+    load.read(outdir, "attributions", columns=["trace_id"])  # clear error when OUTDIR has no attributions
+    if to == "phoenix":
+        rows, skipped = phoenix_rows(outdir, top_k)
+        if skipped:
+            log.warning("%d trace(s) skipped: their candidate steps carry no span id (chat logs)", skipped)
+        if out.suffix == ".parquet":
+            io.write_table_atomic(pa.Table.from_pylist(rows, schema=PHOENIX_SCHEMA), out)
+        else:
+            _write_lines(rows, out)
+        return len(rows)
+    if to == "otel":
+        n = 0
+        with io.atomic_output(out) as f:
+            batch: list[dict] = []
+            for rec in otel_records(outdir, top_k):
+                batch.append(rec)
+                n += 1
+                if len(batch) >= _OTLP_BATCH:
+                    f.write(_otlp_line(batch))
+                    batch = []
+            if batch:
+                f.write(_otlp_line(batch))
+        return n
+    return _write_lines(jsonl_records(outdir), out)
+
+
+def _otlp_line(records: list[dict]) -> str:
+    req = {"resourceLogs": [{"resource": {"attributes": [_kv("service.name", "masprism-batch")]},
+                             "scopeLogs": [{"scope": {"name": "masprism_batch.analytics"}, "logRecords": records}]}]}
+    return json.dumps(req, ensure_ascii=False) + "\n"
+
+
+def _write_lines(rows, out: Path) -> int:
+    n = 0
+    with io.atomic_output(out) as f:
+        for r in rows:
+            f.write(json.dumps(r, ensure_ascii=False, default=str) + "\n")
+            n += 1
+    return n
