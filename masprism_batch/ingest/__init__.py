@@ -51,7 +51,7 @@ def read_inputs(paths: list[str] | str, fmt: str = "auto", on_error: Callable[[d
         try:
             for trace in read_file(path, fmt, ctx):
                 try:
-                    trace = validate(trace)
+                    trace = validate(trace, ctx)
                 except IngestError as e:
                     ctx.reject(e)
                     continue

@@ -43,6 +43,8 @@ def from_obj(obj: Any, record_id: str | None, default_source: str = "jsonl") -> 
         st = kw.get("start_time")
         if st is not None and not hasattr(st, "tzinfo"):
             kw["start_time"] = parse_time(st)
+            if kw["start_time"] is None:
+                raise IngestError("invalid_record", f"steps[{i}].start_time {short(st)} is not a time", tid)
         steps.append(Step(**kw))
     labels = obj.get("labels")
     if labels is not None:

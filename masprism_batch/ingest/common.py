@@ -123,6 +123,9 @@ def decode_utf8(data: bytes, ctx: Context) -> str:
         return data.decode("utf-8", errors="replace")
 
 
+_repairs = threading.local()
+
+
 def _clean_str(s: str) -> str:
     # Lone surrogates (legal in JSON "\ud800" escapes) cannot be encoded to UTF-8 for Arrow.
     if s.isascii():
@@ -131,6 +134,7 @@ def _clean_str(s: str) -> str:
         s.encode("utf-8")
         return s
     except UnicodeEncodeError:
+        _repairs.n = getattr(_repairs, "n", 0) + 1
         return s.encode("utf-8", errors="replace").decode("utf-8")
 
 
@@ -150,9 +154,10 @@ def check_trace_id(tid: Any, record_id: str | None = None) -> str:
     if len(tid) > MAX_TRACE_ID_CHARS:
         raise IngestError("invalid_trace_id", f"trace id of {len(tid)} characters (max {MAX_TRACE_ID_CHARS})",
                           tid[:200])
-    if any(ord(c) < 32 or ord(c) == 127 for c in tid):
-        raise IngestError("invalid_trace_id", f"trace id contains control characters: {short(tid)}", short(tid, 200))
-    return _clean_str(tid)
+    if any(ord(c) < 32 or ord(c) == 127 or 0xD800 <= ord(c) <= 0xDFFF for c in tid):
+        raise IngestError("invalid_trace_id", f"trace id contains control characters or lone surrogates: "
+                          f"{short(tid)}", short(tid, 200)[1:-1])
+    return tid
 
 
 def _utc(t: Any) -> datetime | None:
@@ -171,13 +176,22 @@ def _str_list(v: Any) -> list[str] | None:
     return [text_or_none(x) or "" for x in v]
 
 
-def validate(trace: Trace) -> Trace:
+def validate(trace: Trace, ctx: Context | None = None) -> Trace:
     """Normalise a trace to exactly what `schema.TRACES` accepts, or raise IngestError(invalid_record).
 
     Adapters build traces from untrusted input; checking here (not in the Parquet writer) means one bad
-    trace is rejected alone instead of failing the whole buffered part.
+    trace is rejected alone instead of failing the whole buffered part. Strings with lone surrogates are
+    repaired (U+FFFD) and reported to `ctx` as one `invalid_utf8` warning.
     """
     tid = check_trace_id(trace.trace_id)
+    _repairs.n = 0
+    out = _validate(trace, tid)
+    if _repairs.n and ctx is not None:
+        ctx.warn("invalid_utf8", f"{_repairs.n} strings held lone surrogates; replaced by U+FFFD", tid)
+    return out
+
+
+def _validate(trace: Trace, tid: str) -> Trace:
     try:
         if not trace.steps:
             raise IngestError("empty_trace", "trace has no steps", tid)
