@@ -1,0 +1,129 @@
+"""OTLP GenAI adapter and the canonical JSONL / Parquet round trips."""
+
+from __future__ import annotations
+
+import json
+from datetime import timedelta
+
+import pyarrow.dataset as ds
+from ingest_synth import SEED, T0, rng, text, who_and_when, write_json
+
+from masprism_batch import schema
+from masprism_batch.ingest import ingest, read_inputs
+from masprism_batch.trace import Labels, Step, Trace
+
+
+def _kv(d: dict) -> list[dict]:
+    def val(v):
+        if isinstance(v, bool):
+            return {"boolValue": v}
+        if isinstance(v, int):
+            return {"intValue": str(v)}
+        return {"stringValue": v}
+
+    return [{"key": k, "value": val(v)} for k, v in d.items()]
+
+
+def _otlp(r, trace_id: str) -> tuple[dict, list[tuple]]:
+    spans, expected = [], []
+    t = T0 + timedelta(seconds=r.randint(0, 10**5))
+
+    def span(sid, parent, name, attrs, events=()):
+        spans.append({"traceId": trace_id, "spanId": sid, "parentSpanId": parent, "name": name,
+                      "startTimeUnixNano": str(int(t.timestamp() * 1e9)), "attributes": _kv(attrs),
+                      "events": list(events)})
+
+    span("root", "", "invoke_agent planner", {"gen_ai.operation.name": "invoke_agent", "gen_ai.agent.name": "planner"})
+    for k in range(r.randint(1, 5)):
+        t += timedelta(seconds=1)
+        out = text(r)
+        msgs = json.dumps([{"role": "assistant", "parts": [{"type": "text", "content": out},
+                                                            {"type": "tool_call", "name": "search", "arguments": {"q": k}}]}])
+        span(f"llm{k}", "root", "chat gpt", {"gen_ai.operation.name": "chat", "gen_ai.output.messages": msgs,
+                                             "gen_ai.input.messages": "HISTORY"})
+        expected.append((f"llm{k}", "planner", "llm", out))
+        if r.random() < 0.6:
+            t += timedelta(seconds=1)
+            span(f"sub{k}", "root", "invoke_agent researcher", {"gen_ai.operation.name": "invoke_agent",
+                                                                 "gen_ai.agent.name": "researcher"})
+            t += timedelta(seconds=1)
+            res = text(r)
+            span(f"tool{k}", f"sub{k}", "execute_tool search", {
+                "gen_ai.operation.name": "execute_tool", "gen_ai.tool.name": "search",
+                "gen_ai.tool.call.arguments": '{"q": 1}', "gen_ai.tool.call.result": res},
+                 events=[{"name": "exception", "attributes": _kv({"exception.type": "Timeout",
+                                                                  "exception.message": "slow"})}])
+            expected.append((f"tool{k}", "researcher", "tool", res))
+    r.shuffle(spans)
+    return {"resourceSpans": [{"resource": {"attributes": _kv({"service.name": "my-mas"})},
+                               "scopeSpans": [{"scope": {"name": "x"}, "spans": spans}]}]}, expected
+
+
+def test_otel_genai_export(tmp_path):
+    r = rng("otel")
+    docs = [_otlp(r, f"{r.getrandbits(128):032x}") for _ in range(r.randint(2, 4))]
+    merged = {"resourceSpans": [rs for d, _ in docs for rs in d["resourceSpans"]]}
+    write_json(tmp_path / "export.json", merged)  # one file, several traces
+    with open(tmp_path / "export.jsonl", "w") as f:  # the collector's file exporter: one request per line
+        for d, _ in docs:
+            f.write(json.dumps(d) + "\n")
+    for name in ("export.json", "export.jsonl"):
+        errors: list[dict] = []
+        traces = list(read_inputs([str(tmp_path / name)], on_error=errors.append))
+        assert errors == [] and len(traces) == len(docs), f"seed {SEED}"
+        for t, (_, exp) in zip(traces, docs, strict=True):
+            assert t.source == "otel" and t.system == "my-mas"
+            assert [(s.span_id, s.agent, s.kind) for s in t.steps] == [e[:3] for e in exp]
+            for s, e in zip(t.steps, exp, strict=True):
+                assert e[3] in s.content and "HISTORY" not in s.content
+                if s.kind == "llm":
+                    assert 'Tool call: search({"q"' in s.content
+                else:
+                    assert "Timeout: slow" in s.content
+
+
+def _random_trace(r, i: int) -> Trace:
+    steps = [Step(index=k, agent=r.choice(["a", "b", None]), content=text(r, 0, 300), role=r.choice(["user", None]),
+                  kind=r.choice(["message", "llm", "tool"]), span_id=r.choice([None, f"s{k}"]),
+                  parent_span_id=r.choice([None, "p"]), start_time=r.choice([None, T0 + timedelta(microseconds=k)]))
+             for k in range(r.randint(1, 9))]
+    labels = r.choice([None, Labels(mistake_step=r.randrange(len(steps)), mistake_agent="a"),
+                       Labels(error_locations=["s0"], error_impacts=["LOW"], error_categories=["c"])])
+    return Trace(trace_id=f"t{i}-{r.getrandbits(32)}", source=r.choice(["jsonl", "x/y"]), steps=steps,
+                 system=r.choice([None, "S"]), question=r.choice([None, text(r)]), labels=labels,
+                 metadata={"k": r.randint(0, 9), "u": "é"})
+
+
+def test_canonical_round_trip_jsonl_parquet(tmp_path):
+    r = rng("canon")
+    traces = [_random_trace(r, i) for i in range(r.randint(5, 40))]
+    rows = [t.to_row() for t in traces]
+    for row in rows:  # JSONL carries times as ISO text and metadata as an object
+        row["metadata"] = json.loads(row["metadata"])
+        for s in row["steps"]:
+            s["start_time"] = s["start_time"].isoformat() if s["start_time"] else None
+    (tmp_path / "in.jsonl").write_text("".join(json.dumps(x) + "\n" for x in rows))
+    s1 = ingest([str(tmp_path / "in.jsonl")], tmp_path / "out1", progress=False)
+    assert s1.traces == len(traces) and s1.error_rows == 0, f"seed {SEED}"
+    table = ds.dataset(str(tmp_path / "out1" / "traces")).to_table()
+    assert table.schema.equals(schema.TRACES, check_metadata=False)
+    assert table.schema.metadata[b"masprism.schema_version"] == schema.SCHEMA_VERSION.encode()
+    back = {t.trace_id: t for t in read_inputs([str(tmp_path / "out1" / "traces")])}
+    assert back == {t.trace_id: t for t in traces}
+    # and Parquet -> Parquet is the identity too
+    s2 = ingest([str(tmp_path / "out1" / "traces")], tmp_path / "out2", fmt="parquet", progress=False)
+    assert s2.traces == len(traces)
+    assert ds.dataset(str(tmp_path / "out2" / "traces")).to_table().sort_by("trace_id").equals(
+        table.sort_by("trace_id"))
+
+
+def test_duplicate_ids_across_formats_keep_first(tmp_path):
+    r = rng("dup")
+    doc, _ = who_and_when(r, False)
+    write_json(tmp_path / "a" / "Algorithm-Generated" / "5.json", doc)
+    write_json(tmp_path / "b" / "Algorithm-Generated" / "5.json", {**doc, "question": "other"})
+    errors: list[dict] = []
+    traces = list(read_inputs([str(tmp_path / "a"), str(tmp_path / "b")], on_error=errors.append))
+    assert [t.question for t in traces] == [doc["question"]]
+    assert [(e["reason"], e["record_id"]) for e in errors] == [("duplicate_trace_id", "Algorithm-Generated/5")]
+    assert errors[0]["input_path"].startswith(str(tmp_path / "b"))
