@@ -1,0 +1,84 @@
+"""Shared pieces of scoring: agent-name normalisation, ranked predictions, joining rows to labelled traces.
+
+Exact match only (the original Who&When scorer's substring match counts "1" in "12" as correct).
+A labelled trace without an attribution row (the pipeline failed on it) is scored as a miss by default and
+counted in `n_missing`; rows without a trace and traces without labels are counted, never silently dropped.
+"""
+
+from __future__ import annotations
+
+import re
+from collections import Counter
+from collections.abc import Iterable
+from dataclasses import dataclass, field
+from typing import Any
+
+from ..trace import Trace
+
+_SUFFIX = re.compile(r"\s*\([^()]*\)\s*$")
+
+
+def norm_agent(name: str | None) -> str | None:
+    """'Orchestrator (-> WebSurfer)' -> 'orchestrator'; 'Websurfer' == 'WebSurfer' (case-insensitive)."""
+    if name is None:
+        return None
+    s = name.strip()
+    while True:
+        t = _SUFFIX.sub("", s)
+        if t == s:
+            break
+        s = t
+    s = " ".join(s.split()).casefold()
+    return s or None
+
+
+def ranked_steps(row: dict[str, Any] | None) -> list[int]:
+    """pred_step first, then the ranked candidates' steps, duplicates and nulls removed."""
+    if row is None:
+        return []
+    seq = [row.get("pred_step")] + [c.get("step") for c in (row.get("candidates") or [])]
+    out: list[int] = []
+    for s in seq:
+        if isinstance(s, int) and not isinstance(s, bool) and s not in out:
+            out.append(s)
+    return out
+
+
+def step_agent(trace: Trace, row: dict[str, Any] | None, step: int) -> str | None:
+    """Agent of a predicted step: the trace's own record; the row's pred_agent only if the trace has none."""
+    if 0 <= step < len(trace.steps) and trace.steps[step].agent is not None:
+        return trace.steps[step].agent
+    if row is not None and row.get("pred_step") == step:
+        return row.get("pred_agent")
+    return None
+
+
+def step_span(trace: Trace, row: dict[str, Any] | None, step: int) -> str | None:
+    if 0 <= step < len(trace.steps) and trace.steps[step].span_id is not None:
+        return trace.steps[step].span_id
+    for c in (row or {}).get("candidates") or []:
+        if c.get("step") == step:
+            return c.get("span_id")
+    return None
+
+
+@dataclass
+class Joined:
+    """Labelled traces of one dataset, grouped by subset (the trace's source), each with its row or None."""
+
+    cases: dict[str, list[tuple[Trace, dict | None]]] = field(default_factory=dict)
+    excluded: Counter = field(default_factory=Counter)  # reason -> number of traces
+
+
+def index_rows(rows: Iterable[dict[str, Any]]) -> dict[str, dict[str, Any]]:
+    out: dict[str, dict[str, Any]] = {}
+    for r in rows:
+        tid = r.get("trace_id")
+        if tid in out:
+            raise ValueError(f"two attribution rows for trace {tid!r}: merge or deduplicate the runs first")
+        out[tid] = r
+    return out
+
+
+def mean(xs: list[float]) -> float | None:
+    return sum(xs) / len(xs) if xs else None
