@@ -1,0 +1,187 @@
+"""PrefillModel: one packed varlen prefill forward that yields the MASPrism signals.
+
+Several sequences are concatenated into one token-major batch (cu_seqlens, positions restart at 0 per
+sequence, no padding). Instrumented layers run their attention through masprism_batch.signals.step_attention,
+whose output `o` IS the layer's attention output, so the signal costs no second forward. The final normed
+hidden states go to signals.token_nll with the LM-head weight: logits are only ever formed in chunks.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from dataclasses import dataclass
+
+import numpy as np
+import torch
+import torch.nn.functional as F
+
+from .. import signals as sig
+from .arch import ArchSpec, instrument_layers, rope_inv_freq
+from .attention import causal_attention
+from .layers import Weights, mlp, qkv_proj, rms_norm, rope_cos_sin
+
+log = logging.getLogger(__name__)
+
+
+@dataclass
+class SeqSignals:
+    token_nll: np.ndarray  # float32 [L]; entry t = -log p(x_t | x_<t), entry 0 = nan
+    step_attn: np.ndarray  # float32 [N, N]; A[i -> j], heads and instrumented layers averaged, row i / |T_i|
+    n_tokens: int
+
+
+@dataclass
+class PrefillTiming:
+    sequences: int
+    tokens: int
+    seconds: float
+    with_signals: bool
+
+    @property
+    def tokens_per_s(self) -> float:
+        return self.tokens / self.seconds if self.seconds > 0 else float("inf")
+
+
+@dataclass
+class _Pack:
+    ids: torch.Tensor  # [T] int64
+    positions: torch.Tensor  # [T] int64, restart at 0 per sequence
+    cu_seqlens: torch.Tensor  # [B+1] int32
+    bounds: list[int]
+    max_seqlen: int
+
+
+class PrefillModel:
+    """Prefill-only decoder for the Llama / Qwen2 / Qwen3 families (see arch.py)."""
+
+    def __init__(self, *, model_id: str, arch: ArchSpec, weights: Weights, hf_config, tokenizer,
+                 device: torch.device, dtype: torch.dtype, signals_cfg, fingerprint: str = ""):
+        self.model_id, self.arch, self.weights, self.tokenizer = model_id, arch, weights, tokenizer
+        self.device, self.dtype, self.signals_cfg, self.fingerprint = device, dtype, signals_cfg, fingerprint
+        self.hf_config = hf_config
+        inv_freq, self._rope_scale = rope_inv_freq(hf_config, arch)
+        self._inv_freq = inv_freq.to(device)
+        self.instrument_layers = instrument_layers(arch.num_layers, signals_cfg.layer_fraction)
+        self._instrumented = set(self.instrument_layers)
+        self.last_timing: PrefillTiming | None = None
+
+    @property
+    def num_layers(self) -> int:
+        return self.arch.num_layers
+
+    @property
+    def max_context(self) -> int:
+        return self.arch.max_position_embeddings
+
+    # ---- public entry points -------------------------------------------------------------------------
+    def signals(self, seqs: list[list[int]], step_ids: list[list[int]],
+                n_steps: list[int] | None = None) -> list[SeqSignals]:
+        """ONE packed forward over all `seqs`; per sequence the token NLL and the step attention matrix A.
+
+        step_ids[b][t] is the step of token t (0-based, -1 outside steps). n_steps[b] defaults to
+        max(step_ids[b]) + 1; pass it when trailing steps may have no tokens.
+        """
+        pack = self._pack(seqs)
+        if len(step_ids) != len(seqs):
+            raise ValueError(f"{len(seqs)} sequences but {len(step_ids)} step_ids lists")
+        for b, (s, sid) in enumerate(zip(seqs, step_ids, strict=True)):
+            if len(sid) != len(s):
+                raise ValueError(f"sequence {b}: {len(s)} tokens but {len(sid)} step ids")
+        sid_t = torch.tensor([x for sid in step_ids for x in sid], dtype=torch.int32)
+        if sid_t.numel() and int(sid_t.min()) < -1:
+            raise ValueError("step ids must be >= -1")
+        seen = [max(sid, default=-1) + 1 for sid in step_ids]
+        n_steps = seen if n_steps is None else list(n_steps)
+        if len(n_steps) != len(seqs) or any(n < m for n, m in zip(n_steps, seen, strict=True)):
+            raise ValueError(f"n_steps {n_steps} smaller than the step ids used {seen}")
+        n_steps_t = torch.tensor(n_steps, dtype=torch.int32)
+        t0 = time.perf_counter()
+        with torch.inference_mode():
+            hidden, mass = self._run(pack, sid_t.to(self.device), n_steps_t.to(self.device))
+            nll = self._token_nll(hidden, pack)
+            out = self._split(pack, nll, mass, sid_t, n_steps)
+        self._timed(t0, pack, with_signals=True)
+        return out
+
+    def prefill(self, seqs: list[list[int]]) -> torch.Tensor:
+        """Plain packed forward, no signals (for benchmarks): the final normed hidden states [T, H]."""
+        pack = self._pack(seqs)
+        t0 = time.perf_counter()
+        with torch.inference_mode():
+            hidden, _ = self._run(pack)
+        self._timed(t0, pack, with_signals=False)
+        return hidden
+
+    def forward_logits(self, input_ids: list[int]) -> torch.Tensor:
+        """Full fp32 logits [L, V] of one sequence. Forms L x V: for parity tests only."""
+        hidden = self.prefill([list(input_ids)])
+        return hidden.float() @ self.weights.lm_head.float().T
+
+    # ---- internals -----------------------------------------------------------------------------------
+    def _pack(self, seqs: list[list[int]]) -> _Pack:
+        if not seqs:
+            raise ValueError("no sequences to prefill")
+        lengths = [len(s) for s in seqs]
+        for b, n in enumerate(lengths):
+            if n == 0 or n > self.max_context:
+                raise ValueError(f"sequence {b} has {n} tokens; need 1..{self.max_context} (model context)")
+        ids = torch.tensor([t for s in seqs for t in s], dtype=torch.int64)
+        if int(ids.min()) < 0 or int(ids.max()) >= self.arch.vocab_size:
+            raise ValueError(f"token id out of range [0, {self.arch.vocab_size})")
+        bounds = np.concatenate([[0], np.cumsum(lengths)]).tolist()
+        positions = torch.cat([torch.arange(n) for n in lengths])
+        return _Pack(ids=ids.to(self.device), positions=positions.to(self.device),
+                     cu_seqlens=torch.tensor(bounds, dtype=torch.int32, device=self.device),
+                     bounds=bounds, max_seqlen=max(lengths))
+
+    def _run(self, pack: _Pack, step_ids=None, n_steps=None):
+        """Decoder stack; returns final normed hidden [T, H] and the summed step mass (or None)."""
+        a, w = self.arch, self.weights
+        cos, sin = rope_cos_sin(pack.positions, self._inv_freq, self._rope_scale, self.dtype)
+        h = F.embedding(pack.ids, w.embed)
+        mass_sum = None
+        for i, lw in enumerate(w.layers):
+            x = rms_norm(h, lw.input_norm, a.rms_norm_eps)
+            q, k, v = qkv_proj(x, lw, a, cos, sin)
+            if step_ids is not None and i in self._instrumented:
+                o, _lse, mass = sig.step_attention(q, k, v, pack.cu_seqlens, step_ids, n_steps, a.scale,
+                                                   backend=self.signals_cfg.backend,
+                                                   block=self.signals_cfg.attn_block)
+                mass_sum = mass.float() if mass_sum is None else mass_sum + mass.float()
+            else:
+                o = causal_attention(q, k, v, pack.cu_seqlens, pack.bounds, pack.max_seqlen, a.scale)
+            h = h + F.linear(o.reshape(o.shape[0], -1), lw.o_w, lw.o_b)
+            h = h + mlp(rms_norm(h, lw.post_norm, a.rms_norm_eps), lw)
+        return rms_norm(h, w.final_norm, a.rms_norm_eps), mass_sum
+
+    def _token_nll(self, hidden: torch.Tensor, pack: _Pack) -> torch.Tensor:
+        # position t predicts token t+1 of the same sequence; the last token of each sequence predicts nothing
+        targets = torch.full_like(pack.ids, -100)
+        targets[:-1] = pack.ids[1:]
+        targets[pack.cu_seqlens[1:].long() - 1] = -100
+        return sig.token_nll(hidden, self.weights.lm_head, targets, backend=self.signals_cfg.backend,
+                             chunk=self.signals_cfg.nll_chunk)
+
+    def _split(self, pack, nll, mass, sid_t, n_steps) -> list[SeqSignals]:
+        nll = nll.float().cpu().numpy()
+        mass = mass.cpu() / len(self.instrument_layers) if mass is not None else None
+        out = []
+        for b, (s, e) in enumerate(zip(pack.bounds[:-1], pack.bounds[1:], strict=True)):
+            tok = np.full(e - s, np.nan, dtype=np.float32)
+            tok[1:] = nll[s : e - 1]
+            n = n_steps[b]
+            sid = sid_t[s:e].long()
+            sizes = torch.bincount(sid[sid >= 0], minlength=n).float() if n else torch.zeros(0)
+            A = mass[b, :n, :n] / sizes.clamp_min(1.0)[:, None] if n else torch.zeros(0, 0)
+            out.append(SeqSignals(token_nll=tok, step_attn=A.numpy().astype(np.float32, copy=False),
+                                  n_tokens=e - s))
+        return out
+
+    def _timed(self, t0: float, pack: _Pack, with_signals: bool) -> None:
+        if self.device.type == "cuda":
+            torch.cuda.synchronize(self.device)
+        self.last_timing = PrefillTiming(sequences=len(pack.bounds) - 1, tokens=pack.bounds[-1],
+                                         seconds=time.perf_counter() - t0, with_signals=with_signals)
+        log.debug("prefill %d seqs %d tokens in %.3fs (signals=%s)", self.last_timing.sequences,
+                  self.last_timing.tokens, self.last_timing.seconds, with_signals)

@@ -1,0 +1,156 @@
+"""load_model: ModelConfig -> PrefillModel. The only place that reads weights.
+
+HF folders are read directly (config.json, *.safetensors, tokenizer files). A GGUF file is converted once
+through transformers' GGUF loader (~20 s) into an HF folder under the cache, keyed by the file's name,
+size and mtime; later loads read that folder. Everything is local: offline flags are set and every
+transformers call passes local_files_only=True; remote code is never trusted.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import logging
+import os
+import re
+import shutil
+import tempfile
+from pathlib import Path
+
+import torch
+
+from .arch import arch_from_config
+from .forward import PrefillModel
+from .layers import weights_from_state_dict
+from .registry import ModelSpec, resolve_model
+from .tiny import tiny_config, tiny_state_dict, tiny_tokenizer
+
+log = logging.getLogger(__name__)
+
+# bump when the converted-folder layout changes so stale caches are not reused
+CONVERT_VERSION = 1
+_DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16, "float16": torch.float16}
+
+
+def _offline() -> None:
+    os.environ.setdefault("HF_HUB_OFFLINE", "1")
+    os.environ.setdefault("TRANSFORMERS_OFFLINE", "1")
+    os.environ.setdefault("HF_HUB_DISABLE_TELEMETRY", "1")
+
+
+def resolve_device_dtype(device: str, dtype: str) -> tuple[torch.device, torch.dtype]:
+    dev = torch.device("cuda" if device == "auto" and torch.cuda.is_available() else
+                       "cpu" if device == "auto" else device)
+    if dev.type == "cuda" and not torch.cuda.is_available():
+        raise RuntimeError(f"device {device!r} requested but CUDA is not available")
+    if dtype == "auto":
+        return dev, torch.bfloat16 if dev.type == "cuda" else torch.float32
+    return dev, _DTYPES[dtype]
+
+
+def cache_root(cache_dir: str | None) -> Path:
+    return Path(cache_dir).expanduser() if cache_dir else Path.home() / ".cache" / "masprism-batch"
+
+
+def _file_key(path: Path) -> str:
+    st = path.stat()
+    blob = f"{path.name}:{st.st_size}:{st.st_mtime_ns}:v{CONVERT_VERSION}".encode()
+    return hashlib.sha256(blob).hexdigest()[:12]
+
+
+def converted_dir(gguf: Path, cache_dir: str | None) -> Path:
+    safe_stem = re.sub(r"[^A-Za-z0-9._-]", "_", gguf.stem)[:80]
+    return cache_root(cache_dir) / f"{safe_stem}-{_file_key(gguf)}"
+
+
+def convert_gguf(gguf: Path, cache_dir: str | None) -> Path:
+    """Dequantize a GGUF into an HF folder (fp32 safetensors + config + tokenizer), once; atomic publish."""
+    final = converted_dir(gguf, cache_dir)
+    if (final / "config.json").is_file():
+        return final
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+
+    log.info("converting %s to an HF folder (once; ~20 s) -> %s", gguf.name, final)
+    final.parent.mkdir(parents=True, exist_ok=True)
+    tmp = Path(tempfile.mkdtemp(prefix=".convert-", dir=final.parent))
+    try:
+        model = AutoModelForCausalLM.from_pretrained(gguf.parent, gguf_file=gguf.name, dtype=torch.float32,
+                                                     local_files_only=True, trust_remote_code=False)
+        # save_pretrained refuses GGUF-loaded models, so write the (now fp32) tensors ourselves; a tied
+        # lm_head shares the embedding's storage and is left out, as save_pretrained would
+        from safetensors.torch import save_file
+
+        state = {k: v.detach().contiguous() for k, v in model.state_dict().items()}
+        if getattr(model.config, "tie_word_embeddings", False):
+            state.pop("lm_head.weight", None)
+        save_file(state, str(tmp / "model.safetensors"), metadata={"format": "pt"})
+        if hasattr(model.config, "quantization_config"):
+            del model.config.quantization_config
+        model.config.save_pretrained(tmp)
+        tok = AutoTokenizer.from_pretrained(gguf.parent, gguf_file=gguf.name, local_files_only=True,
+                                            trust_remote_code=False)
+        tok.save_pretrained(tmp)
+        (tmp / "masprism-source.json").write_text(json.dumps(
+            {"source": str(gguf), "size": gguf.stat().st_size, "convert_version": CONVERT_VERSION}))
+        del model
+        try:
+            os.replace(tmp, final)  # atomic: a reader sees no folder or a complete one
+        except OSError:
+            if not (final / "config.json").is_file():  # lost a race only if the winner finished
+                raise
+    finally:
+        shutil.rmtree(tmp, ignore_errors=True)
+    return final
+
+
+def _read_safetensors(folder: Path) -> dict[str, torch.Tensor]:
+    from safetensors.torch import load_file
+
+    index = folder / "model.safetensors.index.json"
+    files = (sorted({folder / f for f in json.loads(index.read_text())["weight_map"].values()})
+             if index.is_file() else sorted(folder.glob("*.safetensors")))
+    if not files:
+        raise FileNotFoundError(f"no *.safetensors in {folder}")
+    state: dict[str, torch.Tensor] = {}
+    for f in files:
+        state.update(load_file(str(f), device="cpu"))
+    return state
+
+
+def _folder_fingerprint(folder: Path) -> str:
+    parts = [f"{p.name}:{p.stat().st_size}" for p in sorted(folder.glob("*.safetensors"))]
+    return hashlib.sha256("|".join(parts).encode()).hexdigest()[:12]
+
+
+def _load_hf_folder(folder: Path):
+    from transformers import AutoConfig, AutoTokenizer
+
+    config = AutoConfig.from_pretrained(folder, local_files_only=True, trust_remote_code=False)
+    tok = AutoTokenizer.from_pretrained(folder, local_files_only=True, trust_remote_code=False)
+    if not getattr(tok, "is_fast", False):
+        raise ValueError(f"{folder}: no fast tokenizer (tokenizer.json) found; token offsets need one")
+    return config, _read_safetensors(folder), tok
+
+
+def load_model(model_cfg, signals_cfg) -> PrefillModel:
+    """Load `model_cfg.name` (see registry) for prefill on model_cfg.device / dtype."""
+    _offline()
+    if model_cfg.threads:
+        torch.set_num_threads(model_cfg.threads)
+    device, dtype = resolve_device_dtype(model_cfg.device, model_cfg.dtype)
+    spec: ModelSpec = resolve_model(model_cfg.name)
+    if spec.kind == "tiny":
+        config, tok, fingerprint = tiny_config(), tiny_tokenizer(), "seed0"
+        state = tiny_state_dict(config)
+    else:
+        folder = convert_gguf(spec.path, model_cfg.cache_dir) if spec.kind == "gguf" else spec.path
+        config, state, tok = _load_hf_folder(folder)
+        fingerprint = _file_key(spec.path) if spec.kind == "gguf" else _folder_fingerprint(folder)
+    arch = arch_from_config(config)
+    weights = weights_from_state_dict(state, arch, dtype, device)
+    model_id = spec.name if spec.path is None or spec.name in ("smollm2-135m", "qwen3-0.6b") else spec.path.name
+    model = PrefillModel(model_id=model_id, arch=arch, weights=weights, hf_config=config, tokenizer=tok,
+                         device=device, dtype=dtype, signals_cfg=signals_cfg, fingerprint=fingerprint)
+    log.info("loaded %s (%s, %d layers, %s on %s; signal layers %s)", model_id, arch.family, arch.num_layers,
+             str(dtype).removeprefix("torch."), device, model.instrument_layers)
+    return model
