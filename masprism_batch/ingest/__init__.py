@@ -11,16 +11,17 @@ the writer's buffer, which is flushed by size.
 from __future__ import annotations
 
 import hashlib
+import json
 import logging
 import resource
 import time
 from collections import Counter
 from collections.abc import Callable, Iterator
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, fields
 from pathlib import Path
 from typing import Any
 
-from ..trace import Trace
+from ..trace import Labels, Step, Trace
 from .common import WARNING_REASONS, Context, IngestError, error_row, short, trace_bytes, validate
 from .detect import FORMATS, read_file
 from .sources import expand, file_size
@@ -70,6 +71,19 @@ def read_inputs(paths: list[str] | str, fmt: str = "auto", on_error: Callable[[d
             sink(error_row(path, None, "internal_error", f"{type(e).__name__}: {short(str(e), 500)}"))
         if on_file is not None:
             on_file(path, file_size(path), ctx.nbytes)
+
+
+_STEP_FIELDS = tuple(f.name for f in fields(Step))
+_LABEL_FIELDS = tuple(f.name for f in fields(Labels))
+
+
+def to_row(t: Trace) -> dict[str, Any]:
+    """`Trace.to_row()` without `dataclasses.asdict`'s deep copy (a third of ingest time on real data)."""
+    labels = t.labels
+    return {"trace_id": t.trace_id, "source": t.source, "system": t.system, "question": t.question,
+            "steps": [{k: getattr(s, k) for k in _STEP_FIELDS} for s in t.steps],
+            "labels": None if labels is None else {k: getattr(labels, k) for k in _LABEL_FIELDS},
+            "metadata": json.dumps(t.metadata, ensure_ascii=False, default=str)}
 
 
 @dataclass
@@ -149,7 +163,7 @@ def ingest(paths: list[str] | str, outdir: str | Path, fmt: str = "auto", *, ove
 
         buffered = 0
         for trace in read_inputs(files, fmt, on_error, on_file=on_file):
-            w_tr.write(trace.to_row())
+            w_tr.write(to_row(trace))
             s.traces += 1
             s.by_source[trace.source] += 1
             buffered += trace_bytes(trace)

@@ -73,21 +73,40 @@ def base_name(path: str) -> str:
     return stem if dot and ("." + ext) in DATA_SUFFIXES else name
 
 
+def _gunzip(data: bytes) -> bytes:
+    # One-shot zlib over the whole member is ~2x faster than GzipFile's chunked reads; members are looped
+    # (concatenated .gz files are legal) and output is capped so a gzip bomb cannot exhaust memory.
+    out: list[bytes] = []
+    size = 0
+    while data:
+        d = zlib.decompressobj(wbits=31)
+        chunk = d.decompress(data, MAX_FILE_BYTES + 1 - size)
+        size += len(chunk)
+        out.append(chunk)
+        if size > MAX_FILE_BYTES:
+            raise IngestError("file_too_large", f"more than {MAX_FILE_BYTES} bytes after decompression")
+        if not d.eof:
+            raise IngestError("invalid_gzip", "corrupt or truncated gzip: the stream ends before its end marker")
+        data = d.unused_data.lstrip(b"\x00")  # padding after a member is tolerated, as gzip(1) does
+    return b"".join(out)
+
+
 def read_bytes(path: str) -> bytes:
     """Whole (decompressed) file; every failure is an IngestError with a stable reason."""
     try:
-        if is_gzip(path):
-            with gzip.open(path, "rb") as f:
-                data = f.read(MAX_FILE_BYTES + 1)
-        else:
-            with open(path, "rb") as f:
-                data = f.read(MAX_FILE_BYTES + 1)
-    except (EOFError, gzip.BadGzipFile, zlib.error) as e:
-        raise IngestError("invalid_gzip", f"corrupt or truncated gzip: {e}") from None
+        with open(path, "rb") as f:
+            data = f.read(MAX_FILE_BYTES + 1)
     except OSError as e:
         raise IngestError("unreadable_file", f"cannot read file: {e.strerror or e}") from None
+    if data[:2] == b"\x1f\x8b":
+        try:
+            return _gunzip(data)
+        except zlib.error as e:
+            raise IngestError("invalid_gzip", f"corrupt gzip: {e}") from None
+    if path.endswith(".gz"):
+        raise IngestError("invalid_gzip", "file name ends in .gz but the data is not gzip")
     if len(data) > MAX_FILE_BYTES:
-        raise IngestError("file_too_large", f"more than {MAX_FILE_BYTES} bytes after decompression")
+        raise IngestError("file_too_large", f"more than {MAX_FILE_BYTES} bytes")
     return data
 
 
