@@ -124,3 +124,55 @@ def demo(
     _print_attributions(outdir)
     console.print(f"sample data: {sample} (licences: NOTICE.md there)")
     raise typer.Exit(_print_summary(summary, outdir))
+
+
+@app.command("eval")
+def eval_(
+    path: list[str] = typer.Argument(..., help="labelled traces (raw files/dirs or a canonical dataset)"),
+    dataset: str = typer.Option(..., "--dataset", "-d", help="who-and-when | trail"),
+    model: str = ModelOpt, config: str = ConfigOpt, max_context: int = ContextOpt,
+    json_out: Path = typer.Option(None, "--json", help="write the scores as JSON here"),
+    out: Path = typer.Option(None, "-o", "--out", help="keep the attribution outputs here (default: temporary)"),
+    limit: int = typer.Option(None, help="score only the first N labelled traces (smoke runs)"),
+    threads: int = typer.Option(None, help="torch CPU threads"),
+    verbose: bool = typer.Option(False, "-v"),
+):
+    """Attribute labelled traces and score them by exact match, trivial baselines beside (method doc)."""
+    from ..eval import dataset_of, format_tables, score_trail, score_who_and_when
+    from ..io import read_dataset
+    from ..trace import Trace
+
+    setup_logging(verbose)
+    if dataset not in ("who-and-when", "trail"):
+        console.print(f"[red]error:[/] --dataset must be who-and-when or trail, not {dataset!r}")
+        raise typer.Exit(EXIT_FATAL)
+    cfg = _config(config, model, max_context, threads)
+    outdir = out or Path(tempfile.mkdtemp(prefix="masprism-eval-"))
+    summary, mdl = _run(path, outdir, cfg, limit, keep=lambda t: dataset_of(t) == dataset)
+    rows = read_dataset(outdir / "attributions").to_pylist()
+    traces = [Trace.from_row(r) for r in read_dataset(outdir / "traces").to_pylist()]
+    scorer = score_who_and_when if dataset == "who-and-when" else score_trail
+    result = scorer(rows, traces)
+    n = max(summary.attributed, 1)
+    result.update({
+        "model": mdl.model_id, "method": cfg.method.name, "config_hash": cfg.config_hash(),
+        "seconds": summary.seconds, "tokens": summary.tokens, "seconds_per_trace": summary.seconds / n,
+        "seconds_pass1": summary.seconds_pass1, "seconds_pass2": summary.seconds_pass2,
+        "rejected": dict(summary.rejected), "hardware": _hardware(),
+    })
+    console.print(format_tables(result))
+    console.print(f"{summary.attributed} traces in {summary.seconds:.0f} s ({result['seconds_per_trace']:.1f} s/trace, "
+                  f"{summary.tokens_per_s:,.0f} tokens/s) with {mdl.model_id}; outputs in {outdir}")
+    if json_out:
+        json_out.write_text(json.dumps(result, indent=2, default=str), encoding="utf-8")
+    raise typer.Exit(EXIT_OK)
+
+
+def _hardware() -> str:
+    import os
+    import platform
+
+    import torch
+
+    dev = torch.cuda.get_device_name(0) if torch.cuda.is_available() else f"CPU x{os.cpu_count()}"
+    return f"{dev}, {platform.machine()}, torch {torch.__version__}, {torch.get_num_threads()} threads"
