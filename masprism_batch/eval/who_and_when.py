@@ -63,6 +63,7 @@ def _method(trace: Trace, row: dict | None, g: int, gold_agent: str | None) -> d
 
 
 def _aggregate(per_case: list[dict[str, float | None]], keys=METRICS) -> dict[str, Any]:
+    # a metric no case defines (step metrics of agent-only baselines) is None, so every dict has every key
     out: dict[str, Any] = {"n": len(per_case)}
     for k in keys:
         vals = [c[k] for c in per_case if c.get(k) is not None]
@@ -107,8 +108,8 @@ def score_who_and_when(rows: Iterable[dict[str, Any]] | dict[str, dict], traces:
             "first_step": _aggregate([_fixed_step(t, g, a, 0) for t, _, g, a in golds]),
             "step_1": _aggregate([_fixed_step(t, g, a, 1) for t, _, g, a in golds]),
             "majority_agent": _aggregate(
-                [{"agent": None if a is None else float(_majority(t) == a)} for t, _, _, a in golds], ("agent",)),
+                [{"agent": None if a is None else float(_majority(t) == a)} for t, _, _, a in golds]),
             "label_majority_agent": _aggregate(
-                [{"agent": None if a is None else float(label_major == a)} for *_, a in golds], ("agent",)),
+                [{"agent": None if a is None else float(label_major == a)} for *_, a in golds]),
         }
     return result
