@@ -59,7 +59,13 @@ def _from_lines(lines: Iterator[tuple[int, str]], fmt: str, ctx: Context) -> Ite
         except IngestError:
             head = None  # a bad first line is rejected alone by the canonical reader below
     if fmt == "otel" or (fmt == "auto" and isinstance(head, dict) and "resourceSpans" in head):
-        docs = [head] + [loads(t, f"line {n}") for n, t in lines if t.strip()]
+        docs = [head] if head is not None else []
+        for n, t in lines:  # spans of one trace may be spread over lines: group the whole file first
+            if t.strip():
+                try:
+                    docs.append(loads(t, f"line {n}"))
+                except IngestError as e:
+                    ctx.reject(e)
         yield from otel_genai.parse(docs, ctx)
         return
 

@@ -124,9 +124,13 @@ def _node(span: dict[str, Any], service: str | None) -> Node:
 def parse(docs: list[Any], ctx: Context) -> Iterator[Trace]:
     """`docs`: the export requests of one file (one object, or one per JSON line)."""
     groups: dict[str, list[Node]] = {}
-    for doc in docs:
+    bad = 0
+    for i, doc in enumerate(docs):
         if not isinstance(doc, dict) or not isinstance(doc.get("resourceSpans"), list):
-            raise IngestError("invalid_record", "OTLP JSON must be an object with a 'resourceSpans' list")
+            ctx.reject(IngestError("invalid_record", "OTLP JSON must be an object with a 'resourceSpans' list",
+                                   f"request {i + 1}"))
+            bad += 1
+            continue
         for rs in doc["resourceSpans"]:
             if not isinstance(rs, dict):
                 continue
@@ -137,7 +141,7 @@ def parse(docs: list[Any], ctx: Context) -> Iterator[Trace]:
                         ctx.warn("invalid_record", f"span without traceId/spanId skipped: {short(span)}")
                         continue
                     groups.setdefault(str(span["traceId"]), []).append(_node(span, service))
-    if not groups:
+    if not groups and not bad:
         raise IngestError("empty_trace", "no spans in the OTLP export")
     for raw_tid, nodes in groups.items():
         try:
