@@ -89,8 +89,14 @@
     t.sym.forEach(function (s) { sym[s] = true; });
     t.cands.forEach(function (c, r) { rank[c[0]] = r + 1; });
     if (t.gold) t.gold.locs.forEach(function (l) { locs[l] = true; });
-    var nmax = 0;
-    t.steps.forEach(function (s) { nmax = Math.max(nmax, s.n1 || 0, s.n2 || 0); });
+    // Bars span the trace's own NLL range (min..max), so small differences between steps stay visible.
+    var lo = Infinity, hi = -Infinity;
+    t.steps.forEach(function (s) {
+      [s.n1, s.n2].forEach(function (v) { if (v !== null) { lo = Math.min(lo, v); hi = Math.max(hi, v); } });
+    });
+    function pct(v) { return v === null || !(hi > lo) ? (v === null ? 0 : 100) : 5 + 95 * (v - lo) / (hi - lo); }
+    box.appendChild(el("p", "nv", "NLL bars: blue pass 1, orange pass 2, scaled from the trace's lowest (" + fmt(lo) +
+      ") to highest (" + fmt(hi) + ") step NLL."));
     var st = el("table", "steps");
     t.steps.forEach(function (s, i) {
       var tr = el("tr");
@@ -102,8 +108,8 @@
       ag.appendChild(el("div", "nv", s.k || ""));
       tr.appendChild(ag);
       var nl = el("td", "nl"), b1 = el("div", "bar"), b2 = el("div", "bar2");
-      b1.style.width = (nmax ? 100 * (s.n1 || 0) / nmax : 0) + "%";
-      b2.style.width = (nmax ? 100 * (s.n2 || 0) / nmax : 0) + "%";
+      b1.style.width = pct(s.n1) + "%";
+      b2.style.width = pct(s.n2) + "%";
       nl.appendChild(b1);
       if (s.n2 !== null) nl.appendChild(b2);
       nl.appendChild(el("div", "nv", "NLL " + fmt(s.n1) + (s.n2 !== null ? " → " + fmt(s.n2) : "") + " · H " + fmt(s.h)));
