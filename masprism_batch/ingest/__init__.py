@@ -30,7 +30,7 @@ log = logging.getLogger(__name__)
 
 __all__ = ["FORMATS", "IngestSummary", "WARNING_REASONS", "ingest", "read_inputs"]
 
-TRACE_PART_BYTES = 64 * 1024**2  # flush a traces part once this much step text is buffered
+TRACE_PART_BYTES = 16 * 1024**2  # flush a traces part once this much step text is buffered
 FileCallback = Callable[[str, int, int], None]  # (path, bytes on disk, decompressed bytes)
 
 
