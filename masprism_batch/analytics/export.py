@@ -47,8 +47,9 @@ def _label(rank: int) -> str:
 
 def _explain(a: dict, c: dict, rank: int) -> str:
     sym = ", ".join(str(s) for s in c.get("symptoms") or []) or "none"
+    verdict = "most likely caused the failure" if rank == 1 else "is a candidate cause of the failure"
     return (f"MASPrism rank {rank} of {len(a['candidates'])} (score {c['score']:.4g}): step {c['step']} by agent "
-            f"{c['agent'] or '-'} likely caused the failure; symptom steps pointing to it: {sym}. "
+            f"{c['agent'] or '-'} {verdict}; symptom steps pointing to it: {sym}. "
             f"model {a['model_id']}, config {a['config_hash']}.")
 
 
