@@ -56,6 +56,11 @@ def read_inputs(paths: list[str] | str, fmt: str = "auto", on_error: Callable[[d
                 except IngestError as e:
                     ctx.reject(e)
                     continue
+                except Exception as e:  # a validation bug costs this record, not the rest of the file
+                    log.exception("%s: unexpected error validating %s", path, short(trace.trace_id))
+                    ctx.reject(IngestError("internal_error", f"{type(e).__name__}: {short(str(e), 500)}",
+                                           short(trace.trace_id, 200)))
+                    continue
                 key = hashlib.blake2b(trace.trace_id.encode("utf-8"), digest_size=16).digest()
                 if key in seen:
                     ctx.reject(IngestError("duplicate_trace_id", "trace id already ingested from an earlier "

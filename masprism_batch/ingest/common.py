@@ -85,10 +85,12 @@ def _loads_deep(text: str) -> Any:
             sys.setrecursionlimit(old)
 
     old_size = threading.stack_size()
-    threading.stack_size(512 * 1024 * 1024)  # virtual reservation; pages are touched only as deep as used
     try:
+        threading.stack_size(512 * 1024 * 1024)  # virtual reservation; pages are touched only as deep as used
         t = threading.Thread(target=run, name="deep-json")
         t.start()
+    except (RuntimeError, ValueError, MemoryError) as e:  # no thread or no such stack here: a clear refusal
+        raise RecursionError(f"cannot parse deep JSON here: {e}") from None
     finally:
         threading.stack_size(old_size)
     t.join()
@@ -219,6 +221,8 @@ def _validate(trace: Trace, tid: str) -> Trace:
                      metadata=meta)
     except (TypeError, ValueError, OverflowError) as e:
         raise IngestError("invalid_record", str(e), tid) from None
+    except RecursionError:
+        raise IngestError("invalid_record", "metadata nested too deeply to serialise", tid) from None
 
 
 def trace_bytes(trace: Trace) -> int:

@@ -26,10 +26,14 @@ def _is_data_file(name: str) -> bool:
     return base.endswith(DATA_SUFFIXES)
 
 
+_SIDECARS = {"annotations", "errors", "attributions", "step_scores"}
+
+
 def _label_sidecar_dir(dirpath: str, name: str) -> bool:
     # TRAIL keeps labels in `annotations/` beside `traces/`: those files are read with their trace
-    # (openinference.py), never as traces of their own.
-    return name == "annotations" and os.path.isdir(os.path.join(dirpath, "traces"))
+    # (openinference.py), never as traces of their own. Likewise an OUTDIR given as input means its
+    # `traces/` dataset, not the errors/attributions/step_scores tables beside it.
+    return name in _SIDECARS and os.path.isdir(os.path.join(dirpath, "traces"))
 
 
 def expand(paths: list[str], on_error: Callable[[dict], None], skipped: list[str] | None = None) -> Iterator[str]:

@@ -111,6 +111,10 @@ def test_canonical_round_trip_jsonl_parquet(tmp_path):
     assert table.schema.metadata[b"masprism.schema_version"] == schema.SCHEMA_VERSION.encode()
     back = {t.trace_id: t for t in read_inputs([str(tmp_path / "out1" / "traces")])}
     assert back == {t.trace_id: t for t in traces}
+    # an OUTDIR given as input means its traces/ (errors/ beside it is not read as traces)
+    errors: list[dict] = []
+    assert len(list(read_inputs([str(tmp_path / "out1")], on_error=errors.append))) == len(traces)
+    assert errors == []
     # and Parquet -> Parquet is the identity too
     s2 = ingest([str(tmp_path / "out1" / "traces")], tmp_path / "out2", fmt="parquet", progress=False)
     assert s2.traces == len(traces)
@@ -128,3 +132,16 @@ def test_duplicate_ids_across_formats_keep_first(tmp_path):
     assert [t.question for t in traces] == [doc["question"]]
     assert [(e["reason"], e["record_id"]) for e in errors] == [("duplicate_trace_id", "Algorithm-Generated/5")]
     assert errors[0]["input_path"].startswith(str(tmp_path / "b"))
+
+
+def test_deep_metadata_line_is_rejected_alone(tmp_path):
+    r = rng("deepmeta")
+    depth = 3000 + r.randint(0, 100)
+    deep = "[" * depth + "]" * depth
+    good = [json.dumps({"trace_id": f"ok{i}", "steps": [{"agent": "a", "content": text(r)}]}) for i in range(2)]
+    bad = '{"trace_id": "deep", "steps": [{"agent": "a", "content": "x"}], "metadata": {"m": ' + deep + "}}"
+    (tmp_path / "in.jsonl").write_text("\n".join([good[0], bad, good[1]]) + "\n")
+    errors: list[dict] = []
+    got = [t.trace_id for t in read_inputs([str(tmp_path / "in.jsonl")], on_error=errors.append)]
+    assert got == ["ok0", "ok1"]
+    assert [(e["reason"], e["record_id"]) for e in errors] == [("invalid_record", "deep")]
