@@ -27,6 +27,7 @@ from .common import Context, IngestError, check_trace_id, decode_utf8, loads, sh
 from .sources import base_name, read_bytes
 from .spantree import Node, build_steps, parse_time
 
+_SMOL_STEP = re.compile(r"Step \d+$")
 _AGENT_NAMED = re.compile(r"agent named '([^'\n]{1,100})'")
 _OUT = re.compile(r"llm\.output_messages\.(\d+)\.message\.(content|role|tool_calls\.(\d+)\.tool_call\.function\."
                   r"(name|arguments))$")
@@ -213,6 +214,8 @@ def parse(doc: Any, ctx: Context) -> Iterator[Trace]:
         # Gold spans that are not steps cannot be predicted; evaluation reads this to stay honest.
         step_ids = {s.span_id for s in steps}
         meta["label_locations_unmapped"] = sum(loc not in step_ids for loc in labels.error_locations or [])
-    system = "smolagents" if any(n.name and n.name.endswith("Agent.run") for n in nodes if n.kind == "AGENT") else None
+    # smolagents names agent spans `<Class>Agent.run` and step spans `Step N`; fragments may lack the former
+    system = "smolagents" if any(n.name and (n.kind == "AGENT" and n.name.endswith("Agent.run") or
+                                             n.kind == "CHAIN" and _SMOL_STEP.match(n.name)) for n in nodes) else None
     yield Trace(trace_id=tid, source=f"trail/{dataset}" if dataset else "openinference", system=system,
                 question=question, steps=steps, labels=labels, metadata=meta)

@@ -121,7 +121,7 @@ def test_real_trail(shared_data):
     unmapped = sum(t.metadata["label_locations_unmapped"] for t in labelled)
     assert unmapped <= 2 and n_gold > 400  # every real gold location is an LLM or TOOL span (one is a dangling id)
     for t in traces:
-        assert t.steps and {s.kind for s in t.steps} <= {"llm", "tool"}
+        assert t.steps and {s.kind for s in t.steps} <= {"llm", "tool"} and t.system == "smolagents"
         assert len({s.span_id for s in t.steps}) == len(t.steps)
         assert all(s.agent for s in t.steps)
         raw = json.loads(gzip.decompress((shared_data / "trail" / t.source.split("/")[1] / "traces" /

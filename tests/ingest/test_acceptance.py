@@ -1,0 +1,30 @@
+"""The issue's acceptance run: `ingest who_and_when trail -o OUT`, read back with DuckDB."""
+
+from __future__ import annotations
+
+import duckdb
+from typer.testing import CliRunner
+
+from masprism_batch.cli import EXIT_REJECTED, app
+
+
+def test_ingest_shared_data_duckdb(shared_data, tmp_path):
+    out = tmp_path / "OUT"
+    res = CliRunner().invoke(app, ["ingest", str(shared_data / "who_and_when"), str(shared_data / "trail"),
+                                   "-o", str(out), "--no-progress"])
+    assert res.exit_code == EXIT_REJECTED, res.output  # the malformed TRAIL annotation is reported
+    rows = duckdb.sql(f"""
+        select split_part(source, '/', 1) as ds, count(*) as n,
+               count(*) filter (where labels is not null) as labelled,
+               count(*) filter (where labels.mistake_step is not null) as with_step,
+               count(*) filter (where len(labels.error_locations) > 0) as with_locations
+        from read_parquet('{out}/traces/*.parquet') group by all order by ds""").fetchall()
+    # two TRAIL annotations list no errors at all (labelled, but with no location)
+    assert rows == [("trail", 87, 86, 0, 84), ("who-and-when", 114, 114, 114, 0)]
+    errs = duckdb.sql(f"select reason, record_id from read_parquet('{out}/errors/*.parquet') order by reason").fetchall()
+    assert errs == [("duplicate_span", "72822db6e120878d916b515c2501246b"),
+                    ("invalid_annotation", "a96c6811716c0473b86a23321db79c34")]
+    # one step per Who&When history message; mistake_step indexes a real step
+    bad = duckdb.sql(f"""select count(*) from read_parquet('{out}/traces/*.parquet')
+                         where labels.mistake_step >= len(steps)""").fetchall()[0][0]
+    assert bad == 0
