@@ -7,7 +7,7 @@ list_models(); SeqSignals.
 
 from .forward import PrefillModel, PrefillTiming, SeqSignals
 from .loader import load_model
-from .registry import ModelNotFoundError, ModelSpec, list_models, resolve_model
+from .registry import ModelNotFoundError, ModelSpec, list_models, require_model, resolve_model
 
 __all__ = ["PrefillModel", "PrefillTiming", "SeqSignals", "load_model", "ModelNotFoundError", "ModelSpec",
-           "list_models", "resolve_model"]
+           "list_models", "require_model", "resolve_model"]

@@ -35,9 +35,10 @@ def causal_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, cu_seqle
     for s, e in zip(bounds[:-1], bounds[1:], strict=True):
         if e == s:
             continue
-        qs = q[s:e].transpose(0, 1)  # [Hq, L, D]
-        # expanded K/V cost L*Hq*D each, far below the L*L a masked/math path would need
-        ks = k[s:e].repeat_interleave(groups, dim=1).transpose(0, 1) if groups > 1 else k[s:e].transpose(0, 1)
-        vs = v[s:e].repeat_interleave(groups, dim=1).transpose(0, 1) if groups > 1 else v[s:e].transpose(0, 1)
-        o[s:e] = F.scaled_dot_product_attention(qs, ks, vs, is_causal=True, scale=scale).transpose(0, 1)
+        # 4-D [1, H, L, D] and no mask: the shape SDPA's blockwise CPU flash kernel accepts (3-D inputs fall
+        # back to the math path, which forms H x L x L scores). Expanded K/V cost L*Hq*D each.
+        qs = q[s:e].transpose(0, 1)[None]
+        ks = (k[s:e].repeat_interleave(groups, dim=1) if groups > 1 else k[s:e]).transpose(0, 1)[None]
+        vs = (v[s:e].repeat_interleave(groups, dim=1) if groups > 1 else v[s:e]).transpose(0, 1)[None]
+        o[s:e] = F.scaled_dot_product_attention(qs, ks, vs, is_causal=True, scale=scale)[0].transpose(0, 1)
     return o

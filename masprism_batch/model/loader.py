@@ -22,7 +22,7 @@ import torch
 from .arch import arch_from_config
 from .forward import PrefillModel
 from .layers import weights_from_state_dict
-from .registry import ModelSpec, resolve_model
+from .registry import ModelSpec, require_model
 from .tiny import tiny_config, tiny_state_dict, tiny_tokenizer
 
 log = logging.getLogger(__name__)
@@ -132,13 +132,22 @@ def _load_hf_folder(folder: Path):
     return config, _read_safetensors(folder), tok
 
 
+def build_model(config, state: dict, tokenizer, signals_cfg, *, model_id: str, device="cpu",
+                dtype: torch.dtype = torch.float32, fingerprint: str = "") -> PrefillModel:
+    """PrefillModel from a transformers config and an HF-named state dict (also used by the parity tests)."""
+    arch = arch_from_config(config)
+    weights = weights_from_state_dict(state, arch, dtype, torch.device(device))
+    return PrefillModel(model_id=model_id, arch=arch, weights=weights, hf_config=config, tokenizer=tokenizer,
+                        device=torch.device(device), dtype=dtype, signals_cfg=signals_cfg, fingerprint=fingerprint)
+
+
 def load_model(model_cfg, signals_cfg) -> PrefillModel:
     """Load `model_cfg.name` (see registry) for prefill on model_cfg.device / dtype."""
     _offline()
     if model_cfg.threads:
         torch.set_num_threads(model_cfg.threads)
     device, dtype = resolve_device_dtype(model_cfg.device, model_cfg.dtype)
-    spec: ModelSpec = resolve_model(model_cfg.name)
+    spec: ModelSpec = require_model(model_cfg.name)
     if spec.kind == "tiny":
         config, tok, fingerprint = tiny_config(), tiny_tokenizer(), "seed0"
         state = tiny_state_dict(config)
@@ -146,11 +155,10 @@ def load_model(model_cfg, signals_cfg) -> PrefillModel:
         folder = convert_gguf(spec.path, model_cfg.cache_dir) if spec.kind == "gguf" else spec.path
         config, state, tok = _load_hf_folder(folder)
         fingerprint = _file_key(spec.path) if spec.kind == "gguf" else _folder_fingerprint(folder)
-    arch = arch_from_config(config)
-    weights = weights_from_state_dict(state, arch, dtype, device)
     model_id = spec.name if spec.path is None or spec.name in ("smollm2-135m", "qwen3-0.6b") else spec.path.name
-    model = PrefillModel(model_id=model_id, arch=arch, weights=weights, hf_config=config, tokenizer=tok,
-                         device=device, dtype=dtype, signals_cfg=signals_cfg, fingerprint=fingerprint)
+    model = build_model(config, state, tok, signals_cfg, model_id=model_id, device=device, dtype=dtype,
+                        fingerprint=fingerprint)
+    arch = model.arch
     log.info("loaded %s (%s, %d layers, %s on %s; signal layers %s)", model_id, arch.family, arch.num_layers,
              str(dtype).removeprefix("torch."), device, model.instrument_layers)
     return model

