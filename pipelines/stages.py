@@ -87,21 +87,23 @@ def from_ipc(blob: bytes) -> pa.Table:
     return pa.ipc.open_stream(pa.py_buffer(blob)).read_all()
 
 
-def make_packs(traces: list[Trace], tokenizer, cfg: PipelineConfig, stages: Stages, input_path: str):
-    """Token lengths of pass 1, then token-budget packs; a trace that cannot be rendered goes to errors."""
-    lengths, kept, errors = [], [], []
+def make_packs(traces: list[Trace], tokenizer, cfg: PipelineConfig, stages: Stages) -> list[tuple[list[Trace], int]]:
+    """Token lengths of pass 1, then token-budget packs of (traces, tokens).
+
+    A trace that cannot be rendered is still passed on, sized as a full context: the attribution stage
+    rejects it with its own reason, so `run` and `attribute` report the same errors.
+    """
+    lengths = []
     for t in traces:
         try:
             lengths.append(int(stages.render_len(t, tokenizer, cfg)))
-            kept.append(t)
-        except Exception as e:  # noqa: BLE001 - one bad trace must not sink its shard
-            errors.append(error_row(input_path, t.trace_id, "render", "render_failed", _describe(e)))
-    groups = stages.pack(lengths, cfg.batch.token_budget) if kept else []
-    packs = [([kept[i] for i in g], sum(lengths[i] for i in g)) for g in groups]
-    seen = sorted(i for g in groups for i in g)
-    if seen != list(range(len(kept))):
+        except Exception as e:  # noqa: BLE001
+            log.debug("render of %r failed in the CPU stage (%s); the model stage will report it", t.trace_id, e)
+            lengths.append(cfg.render.max_context)
+    groups = stages.pack(lengths, cfg.batch.token_budget) if traces else []
+    if sorted(i for g in groups for i in g) != list(range(len(traces))):
         raise RuntimeError(f"pack() returned groups that do not cover each trace once: {groups}")
-    return packs, errors
+    return [([traces[i] for i in g], sum(lengths[i] for i in g)) for g in groups]
 
 
 def _describe(e: BaseException) -> str:

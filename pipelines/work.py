@@ -23,14 +23,13 @@ from .stages import Stages, from_ipc, make_packs, process_pack, to_ipc, tokens_o
 
 
 def prepare_shard(shard: Shard, tokenizer, cfg: PipelineConfig, stages: Stages) -> list[dict[str, Any]]:
-    """One shard -> its packs. Pack 0 also carries the shard's read/render rejections; an empty shard is
-    one empty pack, so every shard reaches the committer."""
+    """One shard -> its packs. Pack 0 also carries the shard's read rejections; an empty shard is one empty
+    pack, so every shard reaches the committer."""
     t0 = time.perf_counter()
     traces, errors = read_shard(shard)
     t1 = time.perf_counter()
-    packs, render_errors = make_packs(traces, tokenizer, cfg, stages, shard.label)
+    packs = make_packs(traces, tokenizer, cfg, stages)
     t2 = time.perf_counter()
-    errors += render_errors
     packs = packs or [([], 0)]
     out = []
     for i, (pack, n_tokens) in enumerate(packs):

@@ -10,11 +10,13 @@ import json
 import os
 import random
 import time
+from collections import Counter
 from pathlib import Path
 from types import SimpleNamespace
 
 from masprism_batch.pipelines.stages import Stages, error_row, now_utc
 
+from masprism_batch.io import read_dataset
 from masprism_batch.trace import Step, Trace
 
 WORDS = "alpha beta gamma delta error search tool answer plan check timeout file result agent".split()
@@ -58,7 +60,7 @@ class FakeStages(Stages):
                 try:
                     row = json.loads(line)
                 except json.JSONDecodeError as e:
-                    on_error(error_row(str(f), f"line {n}", "ingest", "invalid_json", str(e)))
+                    on_error(error_row(str(f), f"{f.name}:{n}", "ingest", "invalid_json", str(e)))
                     continue
                 yield Trace.from_row(row)
 
@@ -103,3 +105,20 @@ class FakeStages(Stages):
             steps += [{"trace_id": t.trace_id, "step": s.index, "agent": s.agent, "nll_pass1": score[s.index],
                        "attention_pass1": score[: s.index + 1]} for s in t.steps]
         return SimpleNamespace(attributions=att, step_scores=steps, errors=[])
+
+
+def outcome(outdir: Path) -> tuple[Counter, dict[str, str]]:
+    """(how often each trace id occurs across attributions + errors, error reason per record id)."""
+    att = read_dataset(outdir / "attributions").column("trace_id").to_pylist()
+    err = read_dataset(outdir / "errors").to_pylist()
+    counts = Counter(att) + Counter(e["record_id"] for e in err)
+    return counts, {e["record_id"]: e["reason"] for e in err}
+
+
+def assert_exactly_once(outdir: Path, ids: list[str]) -> dict[str, str]:
+    counts, reasons = outcome(outdir)
+    repeated = {k: v for k, v in counts.items() if v > 1}
+    assert not repeated, f"ids written more than once: {repeated}"
+    missing = set(ids) - set(counts)
+    assert not missing, f"ids never written: {sorted(missing)[:5]}"
+    return reasons
