@@ -34,19 +34,17 @@ class RenderConfig(_Section):
     truncation_marker: str = "[...]"
     # Prompt texts of the two passes (ours: the paper's wording is not given; docs in masprism_batch/render.py)
     pass1_preamble: str = (  # (ours) method doc: "the trace is truncated, omissions are expected"
-        "Below is the execution log of a multi-agent system that failed at its task. The log is truncated: "
-        "every step is cut to the same length and cuts are marked [...]. Omissions are expected and are not "
-        "errors.\n"
+        "Log of a multi-agent run that failed. It is truncated: every step is cut to the same length at [...]; "
+        "omissions are expected, not errors.\n"
     )
     pass2_preamble: str = (  # (ours) method doc: "the trace was reconstructed; key steps are complete"
-        "Below is the execution log of a multi-agent system that failed at its task, reconstructed for "
-        "diagnosis: the key steps are complete, the other steps are shortened and cuts are marked [...].\n"
+        "Log of a multi-agent run that failed, reconstructed: key steps are complete, the others are cut at "
+        "[...].\n"
     )
     question_template: str = "Task: {question}\n"  # (ours) the task text is not a label, so it may be shown
     question_max_tokens: int = 256  # (ours) longer task texts are cut with the marker
     anomaly_note: str = (  # (ours) inserted just before the earliest symptom in pass 2
-        "[Note] The next step is anomalous. Trace the cause of the failure backward through the earlier "
-        "steps.\n"
+        "[Note] The next step is anomalous: trace the cause backward.\n"
     )
     pass2_key_share: float = 0.5  # (ours) share of content tokens kept for key steps when pass 2 must shrink
 
@@ -59,7 +57,11 @@ class SignalsConfig(_Section):
 
 
 class MethodConfig(_Section):
-    name: Literal["masprism"] = "masprism"
+    # masprism: the faithful method. ranked (ours): MASPrism's passes, then a learned linear ranker over every
+    # step's prefill features and agent-level aggregation (docs/method.md, docs/results.md).
+    name: Literal["masprism", "ranked"] = "masprism"
+    ranker_weights: str | None = None  # (ours) JSON from benchmarks/bench_accuracy.py; None: packaged weights
+    agent_aggregation: bool = True  # (ours, ranked only) agent = argmax of summed step probabilities
     symptom_ratio: float = 0.2  # (paper) Who&When; TRAIL uses symptom_ratio_spans
     symptom_ratio_spans: float = 0.5  # (paper) for span-tree sources (TRAIL/OTel)
     top_k_candidates: int = 5  # (paper) K

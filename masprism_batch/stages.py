@@ -17,6 +17,7 @@ import numpy as np
 from . import batching, render
 from .config import PipelineConfig
 from .method import masprism as mp
+from .method import ranker
 from .trace import Trace
 
 log = logging.getLogger(__name__)
@@ -124,13 +125,25 @@ def attribute_traces(traces: list[Trace], model, cfg: PipelineConfig) -> StageOu
         else:
             ranking = mp.pass2(s2[0].token_nll, r2[i].step_spans, s2[0].step_attn, flags[i],
                                symptom_ratio(t, cfg), p1.candidates, cfg.method)
+        rows = _step_rows(t, p1, ranking, flags[i], r1[i], sig1[i][0])
+        pred_agent = None
+        if cfg.method.name == "ranked":
+            ranking, pred_agent = _learned_ranking(t, rows, ranking, cfg)
         out.attributions.append(_attribution_row(t, ranking, model.model_id, chash, cfg, r1[i], r2.get(i),
-                                                 sig1[i][1], s2[1] if s2 else 0.0, now))
-        out.step_scores.extend(_step_rows(t, p1, ranking, flags[i], r1[i], sig1[i][0]))
+                                                 sig1[i][1], s2[1] if s2 else 0.0, now, pred_agent))
+        out.step_scores.extend(rows)
     return out
 
 
-def _attribution_row(t, ranking, model_id, chash, cfg, r1, r2, sec1, sec2, now) -> dict:
+def _learned_ranking(t: Trace, rows: list[dict], base: mp.Ranking, cfg: PipelineConfig):
+    """Re-rank every step with the learned ranker; step rows keep MASPrism's own score/rank (the features)."""
+    rk = ranker.load_ranker(cfg.method.ranker_weights, ranker.family(t))
+    order, probs, agent = ranker.rerank(t, rows, rk, cfg.method.top_k_candidates, cfg.method.agent_aggregation)
+    support = {k: base.support.get(k, []) for k in order}
+    return mp.Ranking(order, dict(zip(order, probs, strict=True)), support, base.symptoms, base.nll), agent
+
+
+def _attribution_row(t, ranking, model_id, chash, cfg, r1, r2, sec1, sec2, now, pred_agent=None) -> dict:
     steps = t.steps
     cands = [{"step": k, "agent": steps[k].agent, "span_id": steps[k].span_id,
               "score": float(ranking.scores.get(k, 0.0)), "symptoms": ranking.support.get(k, [])}
@@ -139,7 +152,7 @@ def _attribution_row(t, ranking, model_id, chash, cfg, r1, r2, sec1, sec2, now) 
     starts = [s.start_time for s in steps if s.start_time is not None]
     return {
         "trace_id": t.trace_id, "source": t.source, "system": t.system, "n_steps": len(steps),
-        "pred_step": top, "pred_agent": steps[top].agent if top is not None else None,
+        "pred_step": top, "pred_agent": pred_agent or (steps[top].agent if top is not None else None),
         "pred_span_id": steps[top].span_id if top is not None else None,
         "candidates": cands, "symptoms": list(ranking.symptoms), "method": cfg.method.name,
         "model_id": model_id, "config_hash": chash,

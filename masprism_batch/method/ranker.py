@@ -148,3 +148,41 @@ def agent_scores(trace: Trace, probs: np.ndarray) -> dict[str, float]:
         names.setdefault(key, s.agent or "")
         out[key] = out.get(key, 0.0) + float(p)
     return {names[k]: v for k, v in out.items()}
+
+
+def family(trace: Trace) -> str:
+    """'spans' for span-tree logs (TRAIL, OTel: steps carry span ids), else 'chat'. Each has its own weights."""
+    return "spans" if any(s.span_id for s in trace.steps) else "chat"
+
+
+_CACHE: dict[str, Ranker] = {}
+
+
+def load_ranker(path: str | None, fam: str) -> Ranker:
+    """Weights from `path` (a JSON file, or a directory holding ranker-<family>.json), else the packaged ones."""
+    if path is None:
+        from importlib.resources import files
+
+        target = Path(str(files("masprism_batch") / "method" / "weights" / f"ranker-{fam}.json"))
+    else:
+        target = Path(path)
+        if target.is_dir():
+            target = target / f"ranker-{fam}.json"
+    key = str(target)
+    if key not in _CACHE:
+        if not target.is_file():
+            raise FileNotFoundError(f"ranker weights not found: {target} (train them with benchmarks/bench_accuracy.py)")
+        _CACHE[key] = Ranker.load(target)
+    return _CACHE[key]
+
+
+def rerank(trace: Trace, rows: list[dict], ranker: Ranker, k: int, agent_aggregation: bool):
+    """Returns (steps best first (top k), their probabilities, predicted agent)."""
+    probs = ranker.probs(step_features(trace, rows))
+    order = sorted(range(len(probs)), key=lambda i: (-probs[i], i))[:k]
+    if agent_aggregation:
+        ag = agent_scores(trace, probs)
+        agent = min(ag, key=lambda a: (-ag[a], a)) if ag else None
+    else:
+        agent = trace.steps[order[0]].agent if order else None
+    return order, [float(probs[i]) for i in order], agent
