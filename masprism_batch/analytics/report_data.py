@@ -29,7 +29,7 @@ log = logging.getLogger(__name__)
 
 @dataclass(frozen=True)
 class DrillLimits:
-    max_traces: int = 300  # traces in the drill-down
+    max_traces: int = 1000  # traces in the drill-down
     step_chars: int = 800  # characters of one step's text
     trace_chars: int = 16_000  # characters of one trace's text (all steps together)
     heatmap_max_steps: int = 256  # larger traces show no heatmap (256^2/2 bytes ~ 44 kB of base64)

@@ -38,7 +38,7 @@ def stats(outdir: Path = OutdirArg, verbose: bool = typer.Option(False, "--verbo
 @app.command()
 def report(outdir: Path = OutdirArg,
            out: Path = typer.Option(Path("report.html"), "--out", "-o", help="HTML file to write"),
-           max_traces: int = typer.Option(300, "--max-traces", min=0, help="traces in the drill-down sample"),
+           max_traces: int = typer.Option(1000, "--max-traces", min=0, help="traces in the drill-down sample"),
            trace: list[str] = typer.Option(None, "--trace", help="trace id to include in the drill-down (repeat)"),
            verbose: bool = typer.Option(False, "--verbose", "-v")) -> None:
     """One self-contained offline HTML report: overview of all traces + a sampled per-trace drill-down."""

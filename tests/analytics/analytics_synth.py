@@ -89,3 +89,82 @@ def random_specs(rng: random.Random, n: int, spans: bool = False) -> list[dict]:
                       "attributed_at": T0 + timedelta(minutes=rng.randint(0, 150)),
                       "tokens": rng.randint(10, 5000), "seconds": rng.uniform(0.01, 3)})
     return specs
+
+
+def write_large_outdir(outdir: Path, n: int, seed: int, parts: int = 10, chars: int = 160) -> Path:
+    """A scale OUTDIR (e.g. 100,000 traces) built with vectorised Arrow arrays, not row dicts."""
+    import numpy as np
+    import pyarrow as pa
+
+    from masprism_batch.io import write_table_atomic
+
+    g = np.random.default_rng(seed)
+    agents = np.array(AGENTS + [f"Expert_{i}" for i in range(40)], dtype=object)
+    srcs = np.array(["who-and-when/Algorithm-Generated", "who-and-when/Hand-Crafted", "trail/GAIA"], dtype=object)
+    words = np.array(["ok ", "Error: not found ", "Traceback ", "timeout ", "fine ", "cannot "], dtype=object)
+    for p in range(parts):
+        m = n // parts + (p < n % parts)
+        ids = np.array([f"p{p}-t{i}-{g.integers(1 << 30):x}" for i in range(m)], dtype=object)
+        ns = g.integers(3, 31, m)
+        off = np.concatenate([[0], np.cumsum(ns)]).astype(np.int32)
+        total = int(off[-1])
+        src = srcs[g.integers(0, 3, m)]
+        step_idx = (np.arange(total) - np.repeat(off[:-1], ns)).astype(np.int32)
+        step_agent = agents[g.integers(0, len(agents), total)]
+        pred = (g.random(m) * ns).astype(np.int32)
+        pred_agent = step_agent[off[:-1] + pred]
+        k = np.minimum(ns, 5)
+        coff = np.concatenate([[0], np.cumsum(k)]).astype(np.int32)
+        cstep = np.concatenate([np.r_[pr, np.setdiff1d(np.arange(n_), [pr])[: kk - 1]]
+                                for pr, n_, kk in zip(pred, ns, k, strict=True)]).astype(np.int32)
+        csym = pa.ListArray.from_arrays(np.arange(len(cstep) + 1, dtype=np.int32) * 0, pa.array([], pa.int32()))
+        cands = pa.StructArray.from_arrays(
+            [pa.array(cstep), pa.array(step_agent[np.repeat(off[:-1], k) + cstep]), pa.nulls(len(cstep), pa.string()),
+             pa.array(np.sort(g.random(len(cstep)))[::-1] * 10), csym],
+            fields=list(schema.CANDIDATE_TYPE))
+        sym_steps = (ns - 1).astype(np.int32)
+        t0 = pa.scalar(T0)
+        attr = pa.table({
+            "trace_id": ids, "source": src, "system": np.where(src == "trail/GAIA", "smolagents", "CaptainAgent"),
+            "n_steps": ns.astype(np.int32), "pred_step": pred, "pred_agent": pred_agent,
+            "pred_span_id": pa.nulls(m, pa.string()),
+            "candidates": pa.ListArray.from_arrays(coff, cands),
+            "symptoms": pa.ListArray.from_arrays(np.arange(m + 1, dtype=np.int32), pa.array(sym_steps)),
+            "method": ["masprism"] * m, "model_id": ["tiny-random"] * m, "config_hash": ["c0ffee"] * m,
+            "tokens_pass1": g.integers(500, 4000, m), "tokens_pass2": g.integers(200, 2000, m),
+            "seconds_pass1": g.random(m), "seconds_pass2": g.random(m),
+            "trace_start": pa.nulls(m, pa.timestamp("us", tz="UTC")),
+            "attributed_at": pa.array([t0.value + int(x) for x in g.integers(0, 3600e6 * 30, m)],
+                                      pa.timestamp("us", tz="UTC")),
+        }, schema=schema.ATTRIBUTIONS)
+        write_table_atomic(attr, outdir / "attributions" / f"part-{p:03d}.parquet")
+        att_len = step_idx + 1
+        aoff = np.concatenate([[0], np.cumsum(att_len)]).astype(np.int32)
+        rank = np.full(total, -1, np.int32)
+        rank[np.repeat(off[:-1], k) + cstep] = np.concatenate([np.arange(1, kk + 1) for kk in k])
+        scores = pa.table({
+            "trace_id": np.repeat(ids, ns), "step": step_idx, "agent": step_agent, "span_id": pa.nulls(total, pa.string()),
+            "kind": ["message"] * total, "tokens_pass1": g.integers(5, 200, total).astype(np.int32),
+            "nll_pass1": g.uniform(1, 8, total).astype(np.float32), "nll_pass2": g.uniform(1, 8, total).astype(np.float32),
+            "h_score": g.random(total).astype(np.float32),
+            "score": pa.array(np.where(rank > 0, g.random(total), np.nan), pa.float32(), from_pandas=True),
+            "rank": pa.array(np.where(rank > 0, rank, 0), mask=rank < 0),
+            "is_symptom": step_idx == np.repeat(sym_steps, ns), "is_candidate": rank > 0,
+            "has_failure_word": g.random(total) < 0.2,
+            "attention_pass1": pa.ListArray.from_arrays(aoff, pa.array(g.random(int(aoff[-1])).astype(np.float32))),
+        }, schema=schema.STEP_SCORES)
+        write_table_atomic(scores, outdir / "step_scores" / f"part-{p:03d}.parquet")
+        content = ["".join(words[g.integers(0, len(words), 4)]) + "x" * chars for _ in range(total)]
+        steps = pa.StructArray.from_arrays(
+            [pa.array(step_idx), pa.array(step_agent), pa.array(step_agent), pa.array(["message"] * total),
+             pa.array(content, pa.large_string()), pa.nulls(total, pa.string()), pa.nulls(total, pa.string()),
+             pa.nulls(total, pa.timestamp("us", tz="UTC"))], fields=list(schema.STEP_TYPE))
+        gold = (g.random(m) * ns).astype(np.int32)
+        labels = pa.StructArray.from_arrays(
+            [pa.array(gold), pa.array(step_agent[off[:-1] + gold]), pa.nulls(m, pa.list_(pa.string())),
+             pa.nulls(m, pa.list_(pa.string())), pa.nulls(m, pa.list_(pa.string()))], fields=list(schema.LABELS_TYPE))
+        traces = pa.table({"trace_id": ids, "source": src, "system": attr["system"], "question": ["q?"] * m,
+                           "steps": pa.ListArray.from_arrays(off, steps), "labels": labels, "metadata": ["{}"] * m},
+                          schema=schema.TRACES)
+        write_table_atomic(traces, outdir / "traces" / f"part-{p:03d}.parquet")
+    return outdir
