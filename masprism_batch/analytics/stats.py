@@ -10,6 +10,7 @@ from __future__ import annotations
 import json
 import logging
 from collections import Counter, defaultdict
+from datetime import date, datetime, timezone
 from pathlib import Path
 from typing import Any
 
@@ -44,6 +45,7 @@ STATS_SCHEMAS: dict[str, pa.Schema] = {
                        ("traces_per_s", _F), ("tokens_per_s", _F), ("record_json", pa.large_string())]),
 }
 RELATIVE_BINS = 10
+_EPOCH = datetime(1970, 1, 1, tzinfo=timezone.utc)
 _ATTR_COLS = ["trace_id", "source", "system", "n_steps", "pred_step", "pred_agent", "candidates", "symptoms",
               "model_id", "tokens_pass1", "tokens_pass2", "seconds_pass1", "seconds_pass2", "trace_start",
               "attributed_at"]
@@ -97,7 +99,8 @@ def blamed_by_day(attr: pa.Table) -> pa.Table:
                          attr["pred_agent"].to_pylist(), strict=True))
     rows = [{"day": d, "day_basis": b, "source": s, "system": y, "agent": a, "n_traces": n}
             for (d, b, s, y, a), n in counts.items()]
-    rows.sort(key=lambda r: (r["day"] or 0, r["source"] or "", r["system"] or "", r["agent"] or ""))
+    rows.sort(key=lambda r: (r["day"] is None, r["day"] or date.min, r["source"] or "", r["system"] or "",
+                             r["agent"] or ""))
     return _table("blamed_by_day", rows)
 
 
@@ -189,7 +192,8 @@ def throughput(attr: pa.Table) -> pa.Table:
         a[2] += (s1 or 0.0) + (s2 or 0.0)
     rows = [{"hour": h, "model_id": m, "n_traces": n, "tokens": t, "seconds": s,
              "traces_per_s": n / s if s else None, "tokens_per_s": t / s if s else None}
-            for (h, m), (n, t, s) in sorted(acc.items(), key=lambda kv: (kv[0][0], kv[0][1] or ""))]
+            for (h, m), (n, t, s) in sorted(acc.items(), key=lambda kv: (kv[0][0] is None, kv[0][0] or _EPOCH,
+                                                                         kv[0][1] or ""))]
     return _table("throughput", rows)
 
 

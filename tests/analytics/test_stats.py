@@ -151,3 +151,16 @@ def test_missing_inputs(tmp_path):
     s = compute_stats(tmp_path)  # optional inputs absent: those tables are empty, the others still right
     assert s["accuracy"].num_rows == 0 and s["nll_by_agent"].num_rows == 0 and s["runs"].num_rows == 0
     assert s["blamed_agents"].num_rows == 3
+
+
+def test_null_timestamps_do_not_break_grouping(tmp_path, rng):
+    specs = random_specs(rng, rng.randint(6, 15))
+    nulls = rng.sample(range(len(specs)), k=rng.randint(1, len(specs) - 1))
+    for i in nulls:
+        specs[i]["attributed_at"], specs[i]["day_offset"] = None, None
+    write_outdir(tmp_path, specs)
+    s = compute_stats(tmp_path)
+    days = s["blamed_by_day"].to_pylist()
+    assert sum(r["n_traces"] for r in days if r["day"] is None) == len(nulls)
+    assert days[-1]["day"] is None  # unknown days sort last
+    assert sum(r["n_traces"] for r in s["throughput"].to_pylist() if r["hour"] is None) == len(nulls)
