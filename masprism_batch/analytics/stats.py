@@ -17,6 +17,7 @@ from typing import Any
 import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
+import pyarrow.parquet as pq
 
 from .. import io
 from ..config import MethodConfig
@@ -61,11 +62,23 @@ def compute_stats(outdir: Path | str, failure_words: tuple[str, ...] | None = No
     log.info("stats over %d attributed traces in %s", attr.num_rows, outdir)
     out = {"blamed_agents": blamed_agents(attr), "blamed_by_day": blamed_by_day(attr),
            "step_position": step_position(attr), "throughput": throughput(attr),
-           "runs": runs(load.run_records(outdir))}
+           "runs": runs(load.run_records(outdir), _previous_runs(outdir))}
     out["nll_by_agent"] = nll_by_agent(attr, load.read(
         outdir, "step_scores", columns=["trace_id", "agent", "nll_pass1", "nll_pass2", "rank"]))
     out["symptom_words"], out["accuracy"] = _trace_pass(outdir, attr, failure_words or MethodConfig().failure_words)
     return out
+
+
+def _previous_runs(outdir: Path) -> pa.Table | None:
+    p = outdir / "stats" / "runs.parquet"
+    if not p.is_file():
+        return None
+    try:
+        t = pq.read_table(p)
+        return t if t.schema.equals(STATS_SCHEMAS["runs"], check_metadata=False) else None
+    except (OSError, pa.ArrowInvalid) as exc:
+        log.warning("previous %s unreadable (%s): run history restarts", p, exc)
+        return None
 
 
 def write_stats(outdir: Path | str, failure_words: tuple[str, ...] | None = None) -> dict[str, Path]:
@@ -204,8 +217,9 @@ _RUN_FIELDS = {
     "engine": ("engine",), "model_id": ("model_id", "model"),
     "traces": ("traces", "n_traces", "attributed", "traces_out"), "tokens": ("tokens", "n_tokens", "tokens_total"),
     "seconds": ("seconds", "wall_seconds", "wall_s", "elapsed_s"),
-    "traces_per_s": ("traces_per_s",), "tokens_per_s": ("tokens_per_s",),
+    "traces_per_s": ("traces_per_s", "traces_per_second"), "tokens_per_s": ("tokens_per_s", "tokens_per_second"),
 }
+_RUN_PREFER = "this_invocation."  # the engine's per-invocation block wins over cumulative counts
 
 
 def _flat(d: dict, prefix: str = "") -> dict[str, Any]:
@@ -218,11 +232,17 @@ def _flat(d: dict, prefix: str = "") -> dict[str, Any]:
     return out
 
 
-def runs(records: list[dict[str, Any]]) -> pa.Table:
-    rows = []
-    for i, rec in enumerate(records):
-        flat = _flat(rec)
-        row: dict[str, Any] = {"run_index": i, "record_json": json.dumps(rec, default=str, sort_keys=True)}
+def _run_key(row: dict[str, Any]) -> str:
+    return row["started_at"] or row["record_json"]
+
+
+def runs(records: list[dict[str, Any]], previous: pa.Table | None = None) -> pa.Table:
+    """run.json holds only the latest invocation: `previous` (the last stats/runs.parquet) keeps the history."""
+    rows = [] if previous is None else previous.to_pylist()
+    seen = {_run_key(r) for r in rows}
+    for rec in records:
+        flat = dict(sorted(_flat(rec).items(), key=lambda kv: not kv[0].startswith(_RUN_PREFER)))
+        row: dict[str, Any] = {"run_index": len(rows), "record_json": json.dumps(rec, default=str, sort_keys=True)}
         for col, names in _RUN_FIELDS.items():
             hit = next((flat[k] for k in flat if k.rsplit(".", 1)[-1] in names and flat[k] is not None), None)
             typ = STATS_SCHEMAS["runs"].field(col).type
@@ -235,5 +255,7 @@ def runs(records: list[dict[str, Any]]) -> pa.Table:
             row["traces_per_s"] = row["traces"] / row["seconds"]
         if row["tokens_per_s"] is None and row["tokens"] and row["seconds"]:
             row["tokens_per_s"] = row["tokens"] / row["seconds"]
-        rows.append(row)
+        if _run_key(row) not in seen:  # the same invocation seen again (stats run twice): keep one row
+            seen.add(_run_key(row))
+            rows.append(row)
     return _table("runs", rows)

@@ -132,7 +132,7 @@ def test_random_run_matches_duckdb(tmp_path, rng):
 def test_run_json_shapes(tmp_path, shape):
     write_outdir(tmp_path, hand_specs()[:1])
     rec = {"engine": "local", "model": {"model_id": "m"}, "traces": 10, "wall_seconds": 4.0, "tokens": 1000}
-    data = {"object": rec, "list": [rec, rec], "history": {"history": [rec]}}[shape]
+    data = {"object": rec, "list": [rec, {**rec, "traces": 20}], "history": {"history": [rec]}}[shape]
     (tmp_path / "run.json").write_text(json.dumps(data))
     runs = compute_stats(tmp_path)["runs"].to_pylist()
     assert len(runs) == {"object": 1, "list": 2, "history": 1}[shape]
@@ -164,3 +164,24 @@ def test_null_timestamps_do_not_break_grouping(tmp_path, rng):
     assert sum(r["n_traces"] for r in days if r["day"] is None) == len(nulls)
     assert days[-1]["day"] is None  # unknown days sort last
     assert sum(r["n_traces"] for r in s["throughput"].to_pylist() if r["hour"] is None) == len(nulls)
+
+
+def test_engine_run_json_builds_a_history(tmp_path, rng):
+    """run.json (pipelines/driver.py shape) holds only the latest invocation; stats keeps every one seen."""
+    write_outdir(tmp_path, hand_specs()[:2])
+    want = []
+    for i in range(rng.randint(2, 4)):
+        traces, wall = rng.randint(1, 500), rng.uniform(1, 100)
+        rec = {"engine": "local", "model": "tiny-random", "config": {"model": {"name": "tiny-random"}},
+               "counts": {"in": 999, "attributed": 999, "tokens": 10**6},
+               "this_invocation": {"started_at": f"2026-11-22T0{i}:00:00+00:00", "wall_seconds": wall,
+                                   "traces": traces, "tokens": traces * 100,
+                                   "traces_per_second": round(traces / wall, 4), "tokens_per_second": 1.0}}
+        (tmp_path / "run.json").write_text(json.dumps(rec))
+        write_stats(tmp_path)
+        write_stats(tmp_path)  # the same invocation twice: one row
+        want.append((rec["this_invocation"]["started_at"], traces, pytest.approx(wall), traces * 100))
+    got = pq.read_table(tmp_path / "stats" / "runs.parquet").to_pylist()
+    assert [(r["started_at"], r["traces"], r["seconds"], r["tokens"]) for r in got] == want
+    assert [r["run_index"] for r in got] == list(range(len(want)))
+    assert all(r["engine"] == "local" and r["model_id"] == "tiny-random" for r in got)
