@@ -40,7 +40,7 @@ from .trace import Trace
 log = logging.getLogger(__name__)
 
 SEPARATOR = "\n\n"  # after each step
-_CACHE_MAX_CHARS = 64_000_000  # per tokenizer: bounds memory of the content -> ids cache (~a few shards)
+_CACHE_MAX_CHARS = 32_000_000  # per tokenizer: ~one shard of long traces; ids stored as int32 (~1 B/char)
 
 
 class TraceTooLong(ValueError):
@@ -87,7 +87,7 @@ class _Encoder:
         if backend is None and hasattr(tok, "encode_batch") and hasattr(tok, "get_vocab_size"):
             backend = tok  # a bare tokenizers.Tokenizer
         self.backend = backend
-        self.cache: OrderedDict[str, list[int]] = OrderedDict()
+        self.cache: OrderedDict[str, np.ndarray] = OrderedDict()  # int32 ids: a 9x smaller footprint than lists
         self.chars = 0
         self.lock = threading.Lock()
         self.bos = self._bos_ids()
@@ -113,13 +113,14 @@ class _Encoder:
             for t in texts:
                 ids = fresh.get(t)
                 if ids is None:
-                    ids = self.cache.get(t)
-                    if ids is not None:
+                    arr = self.cache.get(t)
+                    if arr is not None:
                         self.cache.move_to_end(t)
+                        ids = arr.tolist()
                 if ids is None:  # evicted between the two locks
                     ids = self._raw([t])[0]
                 if t not in self.cache and len(t) <= _CACHE_MAX_CHARS // 4:
-                    self.cache[t] = ids
+                    self.cache[t] = np.asarray(ids, dtype=np.int32)
                     self.chars += len(t)
                 out.append(ids)
             while self.chars > _CACHE_MAX_CHARS and self.cache:
