@@ -18,6 +18,7 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 import pyarrow.parquet as pq
+from tqdm.auto import tqdm
 
 from .. import io
 from ..config import MethodConfig
@@ -47,7 +48,7 @@ STATS_SCHEMAS: dict[str, pa.Schema] = {
 }
 RELATIVE_BINS = 10
 _EPOCH = datetime(1970, 1, 1, tzinfo=timezone.utc)
-_ATTR_COLS = ["trace_id", "source", "system", "n_steps", "pred_step", "pred_agent", "candidates", "symptoms",
+ATTR_COLS = ["trace_id", "source", "system", "n_steps", "pred_step", "pred_agent", "candidates", "symptoms",
               "model_id", "tokens_pass1", "tokens_pass2", "seconds_pass1", "seconds_pass2", "trace_start",
               "attributed_at"]
 
@@ -58,7 +59,7 @@ def _table(name: str, rows: list[dict[str, Any]]) -> pa.Table:
 
 def compute_stats(outdir: Path | str, failure_words: tuple[str, ...] | None = None) -> dict[str, pa.Table]:
     outdir = Path(outdir)
-    attr = load.read(outdir, "attributions", columns=_ATTR_COLS)
+    attr = load.read(outdir, "attributions", columns=ATTR_COLS)
     log.info("stats over %d attributed traces in %s", attr.num_rows, outdir)
     out = {"blamed_agents": blamed_agents(attr), "blamed_by_day": blamed_by_day(attr),
            "step_position": step_position(attr), "throughput": throughput(attr),
@@ -168,7 +169,9 @@ def _trace_pass(outdir: Path, attr: pa.Table, words: tuple[str, ...]) -> tuple[p
     steps_with: Counter = Counter()
     traces_with: Counter = Counter()
     accuracy = AccuracyAccumulator()
+    bar = tqdm(total=len(by_id), desc="stats: traces", unit="trace", disable=None, leave=False)
     for batch in load.iter_trace_batches(outdir, ["trace_id", "labels", "steps"]):
+        bar.update(batch.num_rows)
         for row in batch.to_pylist():
             a = by_id.get(row["trace_id"])
             if a is None:
@@ -185,6 +188,7 @@ def _trace_pass(outdir: Path, attr: pa.Table, words: tuple[str, ...]) -> tuple[p
                 traces_with[(a["source"], w)] += 1
             accuracy.add(a["source"], trace_outcome(a, row["labels"], [s["agent"] for s in steps],
                                                     [s["span_id"] for s in steps]))
+    bar.close()
     words_rows = [{"source": s, "word": w, "n_symptom_steps": n, "n_traces": traces_with[(s, w)]}
                   for (s, w), n in steps_with.items()]
     words_rows.sort(key=lambda r: (r["source"] or "", -r["n_symptom_steps"], r["word"]))
