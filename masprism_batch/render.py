@@ -183,7 +183,10 @@ class _Pieces:
             raise ValueError("max_context, step_budget_cap and pass2_prefix_tokens must be >= 1")
         self.enc = _encoder(tokenizer)
         self.trace, self.cfg = trace, cfg
-        headers = [cfg.header_template.format(index=s.index, agent=_one_line(s.agent)) + "\n" for s in trace.steps]
+        try:
+            headers = [cfg.header_template.format(index=s.index, agent=_one_line(s.agent)) + "\n" for s in trace.steps]
+        except (KeyError, IndexError, ValueError) as exc:
+            raise ValueError(f"render.header_template {cfg.header_template!r} may only use {{index}} and {{agent}}") from exc
         contents = [s.content or "" for s in trace.steps]
         marker = " " + cfg.truncation_marker
         pre_q, _, post_q = cfg.question_template.partition("{question}")

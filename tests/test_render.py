@@ -172,6 +172,11 @@ def test_pass2_shrinks_keys_fairly_when_too_long():
     assert 700 - len(r.input_ids) < 2 * 10  # the room is used: at most one budget step per key left over
 
 
+def test_bad_header_template_is_a_clear_error():
+    with pytest.raises(ValueError, match="header_template"):
+        render_pass1(make_trace(random.Random(), 2), TOK, RenderConfig(header_template="[{step}] {agent}"))
+
+
 def test_pass2_rejects_bad_indices():
     trace = make_trace(random.Random(), 3)
     with pytest.raises(ValueError):
