@@ -8,9 +8,7 @@ counted in `n_missing`; rows without a trace and traces without labels are count
 from __future__ import annotations
 
 import re
-from collections import Counter
 from collections.abc import Iterable
-from dataclasses import dataclass, field
 from typing import Any
 
 from ..trace import Trace
@@ -60,14 +58,6 @@ def step_span(trace: Trace, row: dict[str, Any] | None, step: int) -> str | None
         if c.get("step") == step:
             return c.get("span_id")
     return None
-
-
-@dataclass
-class Joined:
-    """Labelled traces of one dataset, grouped by subset (the trace's source), each with its row or None."""
-
-    cases: dict[str, list[tuple[Trace, dict | None]]] = field(default_factory=dict)
-    excluded: Counter = field(default_factory=Counter)  # reason -> number of traces
 
 
 def index_rows(rows: Iterable[dict[str, Any]]) -> dict[str, dict[str, Any]]:
