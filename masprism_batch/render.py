@@ -21,6 +21,7 @@ Truncation policies (token counts are content tokens; the marker costs its own t
 - The question (task text, not a label) is cut to `question_max_tokens`.
 BOS: prepended iff the tokenizer adds `bos_token_id` by default (e.g. Llama); Qwen/SmolLM2 add none.
 `text` is for humans (cut contents are decoded from their kept ids); `input_ids` are what the model sees.
+`content_spans` leave out header and separator, for callers that want a content-only step NLL.
 """
 
 from __future__ import annotations
@@ -66,6 +67,7 @@ class Rendered:
     step_content_tokens: list[int] = field(default_factory=list)  # uncut content length of each step
     budget: int | None = None  # pass 1: the equal step budget b; pass 2: the prefix kept of non-key steps
     key_budget: int | None = None  # pass 2: budget of key steps (None: complete)
+    content_spans: list[tuple[int, int]] = field(default_factory=list)  # per step: kept content (+ marker) only
 
     def step_ids(self) -> list[int]:
         """Per token: the step (position in the trace) it belongs to, -1 outside every step."""
@@ -220,9 +222,9 @@ class _Pieces:
         minimum = self.fixed(note) + _cost(self.lengths, 1, len(self.marker))
         return TraceTooLong(self.trace.trace_id, len(self.lengths), minimum, self.cfg.max_context)
 
-    def assemble(self, budgets: list[int | None], note_before: int | None) -> tuple[list[int], list, list, str]:
+    def assemble(self, budgets: list[int | None], note_before: int | None) -> tuple:
         ids, texts = list(self.head_ids), [self.head_text]
-        spans, cut_flags = [], []
+        spans, content_spans, cut_flags = [], [], []
         for i, b in enumerate(budgets):
             if i == note_before:
                 ids += self.note
@@ -232,17 +234,19 @@ class _Pieces:
             cut = b is not None and len(content) > b
             ids += self.headers[i]
             texts.append(self.header_texts[i])
+            body = len(ids)
             if cut:
                 ids += content[:b] + self.marker
                 texts.append(self.enc.decode(content[:b]) + self.marker_text)
             else:
                 ids += content
                 texts.append(self.content_texts[i])
+            content_spans.append((body, len(ids)))
             ids += self.sep
             texts.append(SEPARATOR)
             spans.append((start, len(ids)))
             cut_flags.append(cut)
-        return ids, spans, cut_flags, "".join(texts)
+        return ids, spans, cut_flags, "".join(texts), content_spans
 
 
 def render_pass1(trace: Trace, tokenizer, cfg: RenderConfig) -> Rendered:
@@ -251,9 +255,9 @@ def render_pass1(trace: Trace, tokenizer, cfg: RenderConfig) -> Rendered:
     b = fit_budget(p.lengths, len(p.marker), cfg.max_context - p.fixed(False), cfg.step_budget_cap)
     if b is None:
         raise p.too_long(False)
-    ids, spans, cut, text = p.assemble([b] * len(p.lengths), None)
+    ids, spans, cut, text, cspans = p.assemble([b] * len(p.lengths), None)
     log.debug("pass 1 %s: %d steps, budget %d, %d tokens", trace.trace_id, len(spans), b, len(ids))
-    return Rendered(ids, spans, cut, text, p.lengths.tolist(), b, None)
+    return Rendered(ids, spans, cut, text, p.lengths.tolist(), b, None, cspans)
 
 
 def _pass2_budgets(p: _Pieces, keys: np.ndarray, avail: int) -> tuple[int, int | None]:
@@ -293,6 +297,6 @@ def render_pass2(trace: Trace, tokenizer, cfg: RenderConfig, keep_full: set[int]
     if avail < 0:
         raise p.too_long(anomaly_step is not None)
     bo, bk = _pass2_budgets(p, keys, avail)
-    ids, spans, cut, text = p.assemble([bk if keys[i] else bo for i in range(n)], anomaly_step)
+    ids, spans, cut, text, cspans = p.assemble([bk if keys[i] else bo for i in range(n)], anomaly_step)
     log.debug("pass 2 %s: %d key steps (budget %s), prefix %d, %d tokens", trace.trace_id, int(keys.sum()), bk, bo, len(ids))
-    return Rendered(ids, spans, cut, text, p.lengths.tolist(), bo, bk)
+    return Rendered(ids, spans, cut, text, p.lengths.tolist(), bo, bk, cspans)

@@ -71,6 +71,8 @@ def check_spans(r: Rendered, trace: Trace, tok, cfg: RenderConfig, budgets: list
         assert r.step_truncated[i] == cut
         body = content[:b] + marker if cut else content
         assert r.input_ids[s:e] == header + body + enc(tok, SEPARATOR)
+        cs, ce = r.content_spans[i]
+        assert (cs, ce) == (s + len(header), s + len(header) + len(body))
     sid = r.step_ids()
     assert len(sid) == len(r.input_ids)
     for i, (s, e) in enumerate(r.step_spans):
