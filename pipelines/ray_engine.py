@@ -15,6 +15,7 @@ from __future__ import annotations
 import logging
 import math
 import os
+import sys
 import time
 from collections import Counter
 from pathlib import Path
@@ -79,13 +80,11 @@ class ModelActor:
     """Loads the model once per actor (re-loaded after a restart) and runs both passes per pack."""
 
     def __init__(self, cfg_json: str, stages: Stages, ledger, threads: int | None):
-        if threads:
-            import torch
-
-            torch.set_num_threads(threads)
         self.cfg = PipelineConfig.model_validate_json(cfg_json)
         self.stages, self.ledger = stages, ledger
         self.model = stages.load_model(self.cfg)
+        if threads and "torch" in sys.modules:  # a model without torch (test fakes) needs no thread setting
+            sys.modules["torch"].set_num_threads(threads)
         log.info("actor pid %d loaded %s", os.getpid(), getattr(self.model, "model_id", "?"))
 
     def __call__(self, batch):

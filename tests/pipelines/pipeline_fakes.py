@@ -107,6 +107,19 @@ class FakeStages(Stages):
         return SimpleNamespace(attributions=att, step_scores=steps, errors=[])
 
 
+class RealStages(Stages):
+    """The project's real stage functions; only records each model-loading process for the kill test."""
+
+    def __init__(self, piddir: str | None = None):
+        self.piddir = piddir
+
+    def load_model(self, cfg):
+        model = super().load_model(cfg)
+        if self.piddir:
+            Path(self.piddir, str(os.getpid())).write_text("up")
+        return model
+
+
 def outcome(outdir: Path) -> tuple[Counter, dict[str, str]]:
     """(how often each trace id occurs across attributions + errors, error reason per record id)."""
     att = read_dataset(outdir / "attributions").column("trace_id").to_pylist()

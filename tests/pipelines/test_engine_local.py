@@ -6,12 +6,12 @@ import random
 import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
+from masprism_batch.pipelines import run_local
 from pipeline_fakes import FakeStages, assert_exactly_once, make_corpus
 
 import masprism_batch.io as mio
 from masprism_batch import schema
 from masprism_batch.io import read_dataset
-from masprism_batch.pipelines import run_local
 from masprism_batch.trace import Step, Trace
 
 

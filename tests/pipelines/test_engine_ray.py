@@ -1,0 +1,165 @@
+"""Ray engine on a local 2-CPU cluster: same outputs as local, a killed actor, a poisoned trace that kills
+its worker, and a killed driver followed by a re-run. Fake stages keep each test to seconds."""
+
+import os
+import signal
+import subprocess
+import sys
+import textwrap
+import threading
+import time
+from pathlib import Path
+
+import pytest
+from masprism_batch.pipelines import run_local, run_ray
+from pipeline_fakes import FakeStages, assert_exactly_once, make_corpus
+
+from masprism_batch.io import read_dataset
+
+ray = pytest.importorskip("ray", reason="the Ray engine tests need ray[data] (dev extra)")
+pytestmark = pytest.mark.ray
+
+TIME_COLUMNS = ["attributed_at", "seconds_pass1", "seconds_pass2"]
+
+
+@pytest.fixture(scope="module")
+def cluster():
+    import pipeline_fakes
+    import ray.cloudpickle
+
+    # Ray workers do not have tests/ on sys.path: ship the fakes by value.
+    ray.cloudpickle.register_pickle_by_value(pipeline_fakes)
+    ray.init(num_cpus=2, include_dashboard=False, configure_logging=False)
+    yield ray.get_runtime_context().gcs_address
+    ray.shutdown()
+
+
+def _table(outdir: Path, name: str):
+    t = read_dataset(outdir / name)
+    t = t.drop_columns([c for c in TIME_COLUMNS + ["time"] if c in t.column_names])
+    key = "record_id" if name == "errors" else "trace_id"
+    return sorted(t.to_pylist(), key=lambda r: (str(r[key]), r.get("step", 0), str(r.get("input_path"))))
+
+
+def test_ray_matches_local(tmp_path, small_cfg, cluster):
+    ids = make_corpus(tmp_path / "in", 31, 3, bad_lines=2, marks={7: "RAISE"})
+    cfg = small_cfg(per_shard=7)
+    run_local([str(tmp_path / "in")], tmp_path / "local", cfg, stages=FakeStages(), progress=False)
+    s = run_ray([str(tmp_path / "in")], tmp_path / "ray", cfg, workers=2, stages=FakeStages(), progress=False)
+    assert s.engine == "ray" and s.workers == 2
+    assert_exactly_once(tmp_path / "ray", ids)
+    for name in ("traces", "attributions", "step_scores", "errors"):
+        assert _table(tmp_path / "ray", name) == _table(tmp_path / "local", name), name
+    assert sorted(p.name for p in (tmp_path / "ray" / "attributions").iterdir()) == \
+        sorted(p.name for p in (tmp_path / "local" / "attributions").iterdir())
+
+
+def test_killed_actor_mid_run(tmp_path, small_cfg, cluster):
+    ids = make_corpus(tmp_path / "in", 60, 4)
+    piddir = tmp_path / "pids"
+    piddir.mkdir()
+    out = tmp_path / "out"
+    killed: dict = {}
+
+    def killer():
+        deadline = time.time() + 60
+        while time.time() < deadline:
+            entries = list((out / "_manifest").glob("shard-[0-9a-f]*.json"))
+            pids = sorted(piddir.iterdir())
+            if entries and pids:
+                killed["pid"], killed["committed"] = int(pids[0].name), len(entries)
+                os.kill(killed["pid"], signal.SIGKILL)
+                return
+            time.sleep(0.05)
+
+    th = threading.Thread(target=killer)
+    th.start()
+    s = run_ray([str(tmp_path / "in")], out, small_cfg(per_shard=6, budget=150), workers=2,
+                stages=FakeStages(delay=0.08, piddir=str(piddir)), progress=False)
+    th.join()
+    assert "pid" in killed, "the actor was never killed"
+    assert killed["committed"] < s.shards_run, "the kill came after the run was over"
+    assert len(list(piddir.iterdir())) >= 3  # the killed actor was restarted (its model loaded again)
+    reasons = assert_exactly_once(out, ids)
+    assert not reasons and s.attributed == len(ids)
+
+
+def test_trace_that_kills_its_worker_goes_to_errors(tmp_path, small_cfg, cluster):
+    ids = make_corpus(tmp_path / "in", 9, 1, marks={4: "CRASH"})
+    s = run_ray([str(tmp_path / "in")], tmp_path / "out", small_cfg(per_shard=9, budget=10_000), workers=1,
+                stages=FakeStages(crash=True), progress=False)
+    reasons = assert_exactly_once(tmp_path / "out", ids)
+    assert reasons == {ids[4]: "worker_crashed"} and s.attributed == 8
+
+
+DRIVER = textwrap.dedent("""
+    import sys
+    sys.path.insert(0, {tests!r})
+    import ray, ray.cloudpickle, pipeline_fakes
+    from masprism_batch.config import PipelineConfig
+    from masprism_batch.pipelines import run_ray
+    ray.cloudpickle.register_pickle_by_value(pipeline_fakes)
+    cfg = PipelineConfig.model_validate_json({cfg!r})
+    run_ray([{inp!r}], {out!r}, cfg, workers=2, address={address!r},
+            stages=pipeline_fakes.FakeStages(delay=0.08), progress=False)
+""")
+
+
+def test_killed_driver_then_rerun(tmp_path, small_cfg, cluster):
+    ids = make_corpus(tmp_path / "in", 60, 3)
+    cfg = small_cfg(per_shard=5, budget=150)
+    out = tmp_path / "out"
+    script = tmp_path / "driver.py"
+    script.write_text(DRIVER.format(tests=str(Path(__file__).parent), cfg=cfg.model_dump_json(),
+                                    inp=str(tmp_path / "in"), out=str(out), address=cluster))
+    proc = subprocess.Popen([sys.executable, str(script)], stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    deadline = time.time() + 90
+    while time.time() < deadline and proc.poll() is None:
+        if len(list((out / "_manifest").glob("shard-[0-9a-f]*.json"))) >= 2:
+            break
+        time.sleep(0.05)
+    assert proc.poll() is None, f"driver ended before it could be killed (rc={proc.returncode})"
+    proc.send_signal(signal.SIGKILL)
+    proc.wait()
+    committed = len(list((out / "_manifest").glob("shard-[0-9a-f]*.json")))
+    assert not (out / "run.json").exists() and committed < 12
+    s = run_ray([str(tmp_path / "in")], out, cfg, workers=2, stages=FakeStages(), progress=False)
+    assert s.shards_skipped == committed and s.shards_run == 12 - committed
+    reasons = assert_exactly_once(out, ids)
+    assert not reasons
+
+
+def test_tiny_model_ray_matches_local_with_killed_actor(tmp_path, cluster):
+    """The real stages and the tiny random model: one actor killed mid-run, every trace exactly once, and
+    the same content as the local engine (one torch thread on both sides, so float sums agree)."""
+    pytest.importorskip("masprism_batch.model", reason="needs the model package")
+    from pipeline_fakes import RealStages
+
+    from masprism_batch.config import BatchConfig, ModelConfig, PipelineConfig
+
+    ids = make_corpus(tmp_path / "in", 10, 2)
+    cfg = PipelineConfig(model=ModelConfig(name="tiny-random", threads=1),
+                         batch=BatchConfig(traces_per_shard=2, token_budget=600))
+    run_local([str(tmp_path / "in")], tmp_path / "local", cfg, progress=False)
+    piddir = tmp_path / "pids"
+    piddir.mkdir()
+    out = tmp_path / "ray"
+    killed: dict = {}
+
+    def killer():
+        deadline = time.time() + 120
+        while time.time() < deadline and "pid" not in killed:
+            if list((out / "_manifest").glob("shard-[0-9a-f]*.json")) and list(piddir.iterdir()):
+                killed["pid"] = int(sorted(piddir.iterdir())[0].name)
+                killed["committed"] = len(list((out / "_manifest").glob("shard-[0-9a-f]*.json")))
+                os.kill(killed["pid"], signal.SIGKILL)
+            time.sleep(0.05)
+
+    th = threading.Thread(target=killer)
+    th.start()
+    s = run_ray([str(tmp_path / "in")], out, cfg, workers=2, stages=RealStages(str(piddir)), progress=False)
+    th.join()
+    assert "pid" in killed and killed["committed"] < s.shards_run
+    assert_exactly_once(out, ids)
+    for name in ("traces", "attributions", "step_scores", "errors"):
+        assert _table(out, name) == _table(tmp_path / "local", name), name
