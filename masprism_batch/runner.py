@@ -52,7 +52,7 @@ def _chunks(it: Iterable[Trace], n: int) -> Iterator[list[Trace]]:
 
 def attribute_stream(traces: Iterable[Trace], outdir: Path, cfg: PipelineConfig, model,
                      ingest_errors: list[dict] | None = None, total: int | None = None,
-                     chunk_size: int = 16, progress: bool = True) -> RunSummary:
+                     chunk_size: int = 4, progress: bool = True) -> RunSummary:
     """Attribute every trace of `traces`, writing all four datasets. `ingest_errors` is a list the ingest
     callback appends to; it is drained into errors/ as the stream advances so nothing is lost."""
     outdir = Path(outdir)

@@ -138,7 +138,7 @@ def eval_(
     verbose: bool = typer.Option(False, "-v"),
 ):
     """Attribute labelled traces and score them by exact match, trivial baselines beside (method doc)."""
-    from ..eval import dataset_of, format_tables, score_trail, score_who_and_when
+    from ..eval import dataset_of, score_trail, score_who_and_when, tables
     from ..io import read_dataset
     from ..trace import Trace
 
@@ -160,7 +160,8 @@ def eval_(
         "seconds_pass1": summary.seconds_pass1, "seconds_pass2": summary.seconds_pass2,
         "rejected": dict(summary.rejected), "hardware": _hardware(),
     })
-    console.print(format_tables(result))
+    for table in tables(result):
+        console.print(table)
     console.print(f"{summary.attributed} traces in {summary.seconds:.0f} s ({result['seconds_per_trace']:.1f} s/trace, "
                   f"{summary.tokens_per_s:,.0f} tokens/s) with {mdl.model_id}; outputs in {outdir}")
     if json_out:

@@ -43,11 +43,12 @@ def ranked_steps(row: dict[str, Any] | None) -> list[int]:
 
 
 def step_agent(trace: Trace, row: dict[str, Any] | None, step: int) -> str | None:
-    """Agent of a predicted step: the trace's own record; the row's pred_agent only if the trace has none."""
-    if 0 <= step < len(trace.steps) and trace.steps[step].agent is not None:
-        return trace.steps[step].agent
-    if row is not None and row.get("pred_step") == step:
+    """Predicted agent for a predicted step: the row's pred_agent for its pred_step (a method may rank agents
+    on their own, e.g. by summed step probabilities), else the agent the trace records for that step."""
+    if row is not None and row.get("pred_step") == step and row.get("pred_agent") is not None:
         return row.get("pred_agent")
+    if 0 <= step < len(trace.steps):
+        return trace.steps[step].agent
     return None
 
 
