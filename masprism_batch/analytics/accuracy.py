@@ -1,80 +1,85 @@
-"""Accuracy of attributions against the labels a trace carries, beside the random baseline of each metric.
+"""Accuracy of attributions where traces carry labels, with the random baseline beside each metric.
 
-Who&When-style labels (mistake_step / mistake_agent): step top-1, top-3, within +-1 step, agent of the
-predicted step; exact index match only. TRAIL-style labels (error span ids): location accuracy
-|gold & predicted| / |gold| and precision at k = 1 and k = K (all candidates). Random baselines are exact
-expectations of drawing uniformly among the trace's steps (spans: among steps that carry a span id, of any
-kind -- the method doc's figures draw among LLM spans only, so ours are a little lower).
+The numbers are the `eval` command's (masprism_batch.eval: Who&When step top-1/top-3/within-1 and agent;
+TRAIL location accuracy, precision and locations predicted at k = 1 and 5, random baselines as exact
+expectations). eval scores lists of traces in memory; here the traces are streamed, so each batch is scored
+by eval and its per-source means are folded back into sums -- the result is the same as scoring all at once.
 """
 
 from __future__ import annotations
 
-import re
 from collections import defaultdict
 from typing import Any
 
-_SUFFIX = re.compile(r"\s*\([^)]*\)\s*$")
-METRICS_STEP = ("step_top1", "step_top3", "step_within1", "agent")
-METRICS_SPAN = ("loc_acc@1", "precision@1", "loc_acc@k", "precision@k")
+from ..eval import evaluate
+from ..eval.common import ranked_steps
+from ..trace import Labels, Step, Trace
+
+KS = (1, 5)
 
 
-def norm_agent(a: str | None) -> str | None:
-    """Who&When compares agents suffix-stripped ("Orchestrator (thought)") and case-insensitively."""
-    return None if a is None else _SUFFIX.sub("", a).strip().lower()
+def light_trace(row: dict[str, Any]) -> Trace:
+    """A Trace with labels, agents, kinds and span ids but no text: all scoring needs, a fraction of the memory."""
+    labels = row.get("labels")
+    steps = [Step(index=s["index"], agent=s["agent"], content="", role=s.get("role"), kind=s.get("kind") or "other",
+                  span_id=s.get("span_id")) for s in row.get("steps") or []]
+    return Trace(trace_id=row["trace_id"], source=row.get("source") or "", steps=steps,
+                 labels=Labels(**labels) if labels else None)
 
 
-def trace_outcome(attr: dict[str, Any], labels: dict[str, Any] | None, agents: list[str | None],
-                  span_ids: list[str | None]) -> dict[str, tuple[float, float]]:
-    """{metric: (value, random baseline)} for one attributed trace; {} when it has no usable labels."""
-    out: dict[str, tuple[float, float]] = {}
-    if not labels:
-        return out
-    n = len(agents) or int(attr.get("n_steps") or 0)
-    ranked = [c["step"] for c in (attr.get("candidates") or [])]
-    if not ranked and attr.get("pred_step") is not None:
-        ranked = [attr["pred_step"]]
-    gold = labels.get("mistake_step")
-    if gold is not None and n > 0:
-        top = ranked[0] if ranked else None
-        out["step_top1"] = (float(top == gold), 1.0 / n)
-        out["step_top3"] = (float(gold in ranked[:3]), min(3, n) / n)
-        near = sum(1 for s in range(max(0, gold - 1), min(n, gold + 2)))
-        out["step_within1"] = (float(top is not None and abs(top - gold) <= 1), near / n)
-        gold_agent = norm_agent(labels.get("mistake_agent"))
-        if gold_agent is not None and agents:
-            pred_agent = norm_agent(agents[top]) if top is not None and top < len(agents) else None
-            share = sum(1 for a in agents if norm_agent(a) == gold_agent) / len(agents)
-            out["agent"] = (float(pred_agent == gold_agent), share)
-    locs = set(labels.get("error_locations") or [])
-    spans = [s for s in span_ids if s]
-    if locs and spans:
-        k = max(1, len(ranked))
-        inside = len(locs & set(spans)) / len(spans)  # chance that one random span is a gold one
-        for tag, kk in (("1", 1), ("k", k)):
-            pred = {span_ids[s] for s in ranked[:kk] if s < len(span_ids) and span_ids[s]}
-            hit = len(locs & pred)
-            draws = min(kk, len(spans))
-            out[f"loc_acc@{tag}"] = (hit / len(locs), draws * inside / len(locs))
-            out[f"precision@{tag}"] = (hit / len(pred) if pred else 0.0, inside)
-    return out
+def top1_correct(attr: dict[str, Any], row: dict[str, Any]) -> bool | None:
+    """Is the blamed step the labelled one (Who&When) / a labelled error span (TRAIL)? None: no usable label."""
+    lab = row.get("labels") or {}
+    ranked = ranked_steps(attr)
+    steps = row.get("steps") or []
+    if lab.get("mistake_step") is not None:
+        return bool(ranked) and ranked[0] == lab["mistake_step"]
+    gold = {x for x in lab.get("error_locations") or [] if x}
+    if gold:
+        return bool(ranked) and 0 <= ranked[0] < len(steps) and steps[ranked[0]].get("span_id") in gold
+    return None
 
 
 class AccuracyAccumulator:
-    """Per-source means of every metric and of its baseline, fed one trace at a time."""
+    """Per-source sums of every metric (method and random baseline), fed one batch of traces at a time."""
 
     def __init__(self) -> None:
-        self._sum: dict[tuple[str, str], list[float]] = defaultdict(lambda: [0, 0.0, 0.0])
+        self._acc: dict[tuple[str, str], list[float]] = defaultdict(lambda: [0, 0.0, 0, 0.0])  # n, sum, nb, sumb
+        self._seen: set[str] = set()
 
-    def add(self, source: str | None, outcome: dict[str, tuple[float, float]]) -> None:
-        for metric, (v, b) in outcome.items():
-            acc = self._sum[(source or "", metric)]
-            acc[0] += 1
-            acc[1] += v
-            acc[2] += b
+    def add_batch(self, attrs: dict[str, dict[str, Any]], trace_rows: list[dict[str, Any]]) -> None:
+        traces = []
+        for r in trace_rows:
+            if r["trace_id"] in attrs and r.get("labels") and r["trace_id"] not in self._seen:
+                self._seen.add(r["trace_id"])
+                traces.append(light_trace(r))
+        if not traces:
+            return
+        res = evaluate([attrs[t.trace_id] for t in traces], traces, on_missing="skip", ks=KS)
+        for ds in res["datasets"]:
+            for src, m in ds["subsets"].items():
+                base = ds["baselines"][src]["random"]
+                for metric, v in m.items():
+                    if metric in ("n", "n_missing", "n_agent") or v is None:
+                        continue
+                    n = m["n_agent"] if metric == "agent" else m["n"]
+                    nb = base["n_agent"] if metric == "agent" else base["n"]
+                    a = self._acc[(src, metric)]
+                    a[0] += n
+                    a[1] += v * n
+                    if base.get(metric) is not None:
+                        a[2] += nb
+                        a[3] += base[metric] * nb
 
     def rows(self) -> list[dict[str, Any]]:
-        order = {m: i for i, m in enumerate(METRICS_STEP + METRICS_SPAN)}
-        keys = sorted(self._sum, key=lambda k: (k[0], order.get(k[1], 99)))
-        return [{"source": s, "metric": m, "n_traces": int(self._sum[(s, m)][0]),
-                 "value": self._sum[(s, m)][1] / self._sum[(s, m)][0],
-                 "random_baseline": self._sum[(s, m)][2] / self._sum[(s, m)][0]} for s, m in keys]
+        return [{"source": s, "metric": m, "n_traces": int(a[0]), "value": a[1] / a[0] if a[0] else None,
+                 "random_baseline": a[3] / a[2] if a[2] else None}
+                for (s, m), a in sorted(self._acc.items(), key=lambda kv: (kv[0][0], _order(kv[0][1])))]
+
+
+def _order(metric: str) -> tuple:
+    fixed = ("step_top1", "step_top3", "step_within1", "agent")
+    if metric in fixed:
+        return (0, fixed.index(metric), "")
+    name, _, k = metric.partition("@")
+    return (1, int(k) if k.isdigit() else 99, name)

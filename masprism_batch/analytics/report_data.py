@@ -22,7 +22,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from . import load
-from .accuracy import trace_outcome
+from .accuracy import top1_correct
 
 log = logging.getLogger(__name__)
 
@@ -122,8 +122,7 @@ def _payload(a: dict, scores: list[dict], trace: dict | None, limits: DrillLimit
                       "n2": _num(s.get("nll_pass2")), "h": _num(s.get("h_score")), "r": s.get("rank"),
                       "fw": bool(s.get("has_failure_word"))})
     labels = (trace or {}).get("labels")
-    outcome = trace_outcome(a, labels, [s["a"] for s in steps], [s["sp"] for s in steps]) if labels else {}
-    ok = outcome.get("step_top1", outcome.get("precision@1"))
+    ok = top1_correct(a, trace) if trace else None
     heat = None
     if n <= limits.heatmap_max_steps and len(scores) == n:
         heat = _quantise_attention([by_step[i].get("attention_pass1") if i in by_step else None
@@ -135,5 +134,5 @@ def _payload(a: dict, scores: list[dict], trace: dict | None, limits: DrillLimit
         "cands": [[c["step"], _num(c["score"]), c["agent"], c["symptoms"] or []] for c in a["candidates"] or []],
         "gold": None if not labels else {"step": labels.get("mistake_step"), "agent": labels.get("mistake_agent"),
                                          "locs": labels.get("error_locations") or []},
-        "ok": None if ok is None else ok[0] >= 1.0, "steps": steps, "attn": heat,
+        "ok": ok, "steps": steps, "attn": heat,
     }

@@ -24,7 +24,7 @@ from .. import io
 from ..config import MethodConfig
 from ..method.masprism import failure_word_regex
 from . import load
-from .accuracy import AccuracyAccumulator, trace_outcome
+from .accuracy import AccuracyAccumulator
 
 log = logging.getLogger(__name__)
 _S, _I, _F = pa.string(), pa.int64(), pa.float64()
@@ -163,16 +163,18 @@ def nll_by_agent(attr: pa.Table, scores: pa.Table) -> pa.Table:
 
 def _trace_pass(outdir: Path, attr: pa.Table, words: tuple[str, ...]) -> tuple[pa.Table, pa.Table]:
     """One streaming pass over traces/: failure words in the final symptom steps, and label accuracy."""
-    by_id = {r["trace_id"]: r for r in attr.select(["trace_id", "source", "n_steps", "pred_step", "candidates",
-                                                     "symptoms"]).to_pylist()}
+    by_id = {r["trace_id"]: r for r in attr.select(["trace_id", "source", "n_steps", "pred_step", "pred_agent",
+                                                     "candidates", "symptoms"]).to_pylist()}
     rx = failure_word_regex(words)
     steps_with: Counter = Counter()
     traces_with: Counter = Counter()
     accuracy = AccuracyAccumulator()
     bar = tqdm(total=len(by_id), desc="stats: traces", unit="trace", disable=None, leave=False)
-    for batch in load.iter_trace_batches(outdir, ["trace_id", "labels", "steps"]):
+    for batch in load.iter_trace_batches(outdir, ["trace_id", "source", "labels", "steps"]):
         bar.update(batch.num_rows)
-        for row in batch.to_pylist():
+        rows = batch.to_pylist()
+        accuracy.add_batch(by_id, rows)
+        for row in rows:
             a = by_id.get(row["trace_id"])
             if a is None:
                 continue  # ingested but not attributed (rejected later: see errors/)
@@ -186,8 +188,6 @@ def _trace_pass(outdir: Path, attr: pa.Table, words: tuple[str, ...]) -> tuple[p
                     seen |= found
             for w in seen:
                 traces_with[(a["source"], w)] += 1
-            accuracy.add(a["source"], trace_outcome(a, row["labels"], [s["agent"] for s in steps],
-                                                    [s["span_id"] for s in steps]))
     bar.close()
     words_rows = [{"source": s, "word": w, "n_symptom_steps": n, "n_traces": traces_with[(s, w)]}
                   for (s, w), n in steps_with.items()]

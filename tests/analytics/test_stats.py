@@ -11,7 +11,7 @@ from masprism_batch.analytics.stats import STATS_SCHEMAS
 
 
 def _st(agent, content, span=None):
-    return {"agent": agent, "content": content, "span_id": span}
+    return {"agent": agent, "content": content, "span_id": span, "kind": "llm" if span else "message"}
 
 
 def hand_specs():
@@ -72,10 +72,12 @@ def test_hand_checked_numbers(tmp_path):
     assert acc[("ww", "step_top3")] == (2, 1.0, pytest.approx((3 / 4 + 1) / 2))
     assert acc[("ww", "step_within1")] == (2, 0.5, pytest.approx((3 / 4 + 2 / 3) / 2))
     assert acc[("ww", "agent")] == (2, 0.5, pytest.approx((1 / 4 + 2 / 3) / 2))  # "b" matches "B"
-    assert acc[("tr", "loc_acc@1")] == (1, 0.5, pytest.approx(0.25))
+    # TRAIL: gold {s1, s3}; predicted s1 then s2; random picks among the 4 LLM spans
+    assert acc[("tr", "location_acc@1")] == (1, 0.5, pytest.approx(1 * 2 / (4 * 2)))
     assert acc[("tr", "precision@1")] == (1, 1.0, pytest.approx(0.5))
-    assert acc[("tr", "loc_acc@k")] == (1, 0.5, pytest.approx(0.5))
-    assert acc[("tr", "precision@k")] == (1, 0.5, pytest.approx(0.5))
+    assert acc[("tr", "location_acc@5")] == (1, 0.5, pytest.approx(1.0))
+    assert acc[("tr", "precision@5")] == (1, 0.5, pytest.approx(0.5))
+    assert acc[("tr", "n_pred@5")] == (1, 2.0, pytest.approx(4.0))
 
     (tp,) = s["throughput"].to_pylist()
     assert tp["hour"] == datetime(2026, 11, 20, 22, tzinfo=timezone.utc)
@@ -116,7 +118,8 @@ def test_random_run_matches_duckdb(tmp_path, rng):
     acc = compute_stats(tmp_path)["accuracy"].to_pylist()
     n_labelled = sum(1 for s in specs if s["labels"] and s["labels"].get("mistake_step") is not None)
     for r in acc:
-        assert 0.0 <= r["value"] <= 1.0 and 0.0 <= r["random_baseline"] <= 1.0
+        if not r["metric"].startswith("n_pred"):
+            assert 0.0 <= r["value"] <= 1.0 and 0.0 <= r["random_baseline"] <= 1.0
     assert sum(r["n_traces"] for r in acc if r["metric"] == "step_top3") == n_labelled
     by = {(r["source"], r["metric"]): r["value"] for r in acc}
     for (src, m), v in by.items():
@@ -185,3 +188,32 @@ def test_engine_run_json_builds_a_history(tmp_path, rng):
     assert [(r["started_at"], r["traces"], r["seconds"], r["tokens"]) for r in got] == want
     assert [r["run_index"] for r in got] == list(range(len(want)))
     assert all(r["engine"] == "local" and r["model_id"] == "tiny-random" for r in got)
+
+
+def test_accuracy_equals_eval_over_all_traces_at_once(tmp_path, rng):
+    """Stats score traces batch by batch (parts of 3..9 rows here); the folded means equal one eval call."""
+    from masprism_batch import io
+    from masprism_batch.eval import evaluate
+    from masprism_batch.trace import Trace
+
+    specs = random_specs(rng, rng.randint(20, 50)) + random_specs(rng, rng.randint(10, 20), spans=True)
+    for i, sp in enumerate(specs):
+        sp["trace_id"] += f"-{i}"
+        for s in sp["steps"]:
+            s["kind"] = rng.choice(["llm", "tool"]) if s["span_id"] else "message"
+    write_outdir(tmp_path, specs, rows_per_part=rng.randint(3, 9))
+    got = {(r["source"], r["metric"]): r for r in compute_stats(tmp_path)["accuracy"].to_pylist()}
+    traces = [Trace.from_row(r) for r in io.read_dataset(tmp_path / "traces").to_pylist()]
+    res = evaluate(io.read_dataset(tmp_path / "attributions").to_pylist(), traces, on_missing="skip", ks=(1, 5))
+    n_checked = 0
+    for ds in res["datasets"]:
+        for src, m in ds["subsets"].items():
+            base = ds["baselines"][src]["random"]
+            for metric, v in m.items():
+                if metric in ("n", "n_missing", "n_agent") or v is None:
+                    continue
+                r = got.pop((src, metric))
+                assert r["value"] == pytest.approx(v) and r["random_baseline"] == pytest.approx(base[metric])
+                assert r["n_traces"] == (m["n_agent"] if metric == "agent" else m["n"])
+                n_checked += 1
+    assert got == {} and n_checked >= 4
