@@ -4,7 +4,7 @@
                     -> map_batches(ModelActor)  stateful actors: model loaded once, both passes per pack
                     -> iter_rows (driver)       Committer: per-shard atomic commit + manifest
 
-Fault tolerance: CPU tasks are retried by Ray on a worker crash (Ray's default `max_retries=3`); actors
+Fault tolerance: CPU tasks are retried on a worker crash (Ray Data's default `max_retries=-1`); actors
 restart without limit and their tasks are retried (Ray Data's defaults for actor pools). A ledger actor counts how often each pack and trace was started and finished,
 so a pack whose worker died twice is re-run one trace at a time and a trace that killed a worker on its own
 is written to errors/ (`worker_crashed`) instead of killing workers forever.
