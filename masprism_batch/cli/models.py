@@ -60,7 +60,9 @@ def _describe(name: str, cache_dir: str | None) -> dict:
     m = load_model(ModelConfig(name=name, cache_dir=cache_dir), SignalsConfig())
     a = m.arch
     n_params = m.weights.embed.numel() + m.weights.final_norm.numel()
-    n_params += sum(t.numel() for lw in m.weights.layers for t in vars(lw).values() if t is not None)
+    n_params += sum(t.numel() for lw in m.weights.layers for f, t in vars(lw).items()
+                    if t is not None and f != "qk_norm")
+    n_params += 2 * a.head_dim * a.num_layers if a.qk_norm else 0  # qk_norm holds q_norm/k_norm repeated
     if m.weights.lm_head is not m.weights.embed:
         n_params += m.weights.lm_head.numel()
     return {"model_id": m.model_id, "family": a.family, "layers": a.num_layers,

@@ -13,6 +13,7 @@ import torch
 import torch.nn.functional as F
 
 log = logging.getLogger(__name__)
+_SDPA_GQA = tuple(int(x) for x in torch.__version__.split(".")[:2]) >= (2, 5)  # enable_gqa arrived in 2.5
 
 try:  # optional: only on CUDA machines with the gpu extra installed
     from flash_attn import flash_attn_varlen_func as _flash_varlen
@@ -31,14 +32,20 @@ def causal_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, cu_seqle
         return _flash_varlen(q, k, v, cu_seqlens, cu_seqlens, max_seqlen, max_seqlen,
                              softmax_scale=scale, causal=True)
     groups = q.shape[1] // k.shape[1]
-    o = torch.empty_like(q)
+    # CPU: SDPA's flash kernel takes GQA natively. CUDA without flash-attn: expand K/V, because SDPA's
+    # fused CUDA kernels refuse enable_gqa in some torch versions and the math fallback is quadratic.
+    native_gqa = _SDPA_GQA and q.device.type == "cpu" and groups > 1
+    o = q.new_empty(q.shape)  # contiguous even when q is a strided view (empty_like would keep its strides)
     for s, e in zip(bounds[:-1], bounds[1:], strict=True):
         if e == s:
             continue
         # 4-D [1, H, L, D] and no mask: the shape SDPA's blockwise CPU flash kernel accepts (3-D inputs fall
-        # back to the math path, which forms H x L x L scores). Expanded K/V cost L*Hq*D each.
+        # back to the math path, which forms H x L x L scores).
         qs = q[s:e].transpose(0, 1)[None]
-        ks = (k[s:e].repeat_interleave(groups, dim=1) if groups > 1 else k[s:e]).transpose(0, 1)[None]
-        vs = (v[s:e].repeat_interleave(groups, dim=1) if groups > 1 else v[s:e]).transpose(0, 1)[None]
-        o[s:e] = F.scaled_dot_product_attention(qs, ks, vs, is_causal=True, scale=scale)[0].transpose(0, 1)
+        ks, vs = k[s:e], v[s:e]
+        if groups > 1 and not native_gqa:
+            ks, vs = ks.repeat_interleave(groups, dim=1), vs.repeat_interleave(groups, dim=1)
+        ks, vs = ks.transpose(0, 1)[None], vs.transpose(0, 1)[None]
+        kw = {"enable_gqa": True} if native_gqa else {}
+        o[s:e] = F.scaled_dot_product_attention(qs, ks, vs, is_causal=True, scale=scale, **kw)[0].transpose(0, 1)
     return o

@@ -145,14 +145,16 @@ class PrefillModel:
             x = rms_norm(h, lw.input_norm, a.rms_norm_eps)
             q, k, v = qkv_proj(x, lw, a, cos, sin)
             if step_ids is not None and i in self._instrumented:
+                # contiguous: signal backends may assume it (6 of 30 layers, cheap next to the op itself)
+                q, k, v = q.contiguous(), k.contiguous(), v.contiguous()
                 o, _lse, mass = sig.step_attention(q, k, v, pack.cu_seqlens, step_ids, n_steps, a.scale,
                                                    backend=self.signals_cfg.backend,
                                                    block=self.signals_cfg.attn_block)
                 mass_sum = mass.float() if mass_sum is None else mass_sum + mass.float()
             else:
                 o = causal_attention(q, k, v, pack.cu_seqlens, pack.bounds, pack.max_seqlen, a.scale)
-            h = h + F.linear(o.reshape(o.shape[0], -1), lw.o_w, lw.o_b)
-            h = h + mlp(rms_norm(h, lw.post_norm, a.rms_norm_eps), lw)
+            h.add_(F.linear(o.reshape(o.shape[0], -1), lw.o_w, lw.o_b))  # h is ours: residual in place
+            h.add_(mlp(rms_norm(h, lw.post_norm, a.rms_norm_eps), lw))
         return rms_norm(h, w.final_norm, a.rms_norm_eps), mass_sum
 
     def _token_nll(self, hidden: torch.Tensor, pack: _Pack) -> torch.Tensor:

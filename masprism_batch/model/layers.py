@@ -2,7 +2,9 @@
 
 All ops work on packed token-major tensors [T, ...] so that several sequences share each GEMM.
 q/k/v and gate/up are fused into one matrix each at load time: one GEMM instead of three (two) per layer,
-which is where a CPU prefill spends its time.
+which is where a CPU prefill spends its time. q and k stay side by side ([T, Hq + Hk, D]) so that Qwen3's
+q/k norms and RoPE each run as one op over both. Elementwise ops work in place where the operand is ours:
+at T = thousands every fresh [T, I] tensor is a round of page faults on CPU.
 """
 
 from __future__ import annotations
@@ -23,8 +25,7 @@ class LayerWeights:
     qkv_b: torch.Tensor | None
     o_w: torch.Tensor  # [H, Hq D]
     o_b: torch.Tensor | None
-    q_norm: torch.Tensor | None  # [D] (Qwen3)
-    k_norm: torch.Tensor | None
+    qk_norm: torch.Tensor | None  # [Hq + Hk, D]: Qwen3's q_norm repeated over q heads, then k_norm over k heads
     gate_up_w: torch.Tensor  # [2 I, H]
     gate_up_b: torch.Tensor | None
     down_w: torch.Tensor  # [H, I]
@@ -69,8 +70,9 @@ def weights_from_state_dict(state: dict, arch: ArchSpec, dtype: torch.dtype, dev
             qkv_b=cast(_cat([qb, kb, vb])) if arch.qkv_bias else None,
             o_w=cast(_take(state, a + "o_proj.weight")),
             o_b=cast(_take(state, a + "o_proj.bias", arch.o_bias)) if arch.o_bias else None,
-            q_norm=cast(_take(state, a + "q_norm.weight")) if arch.qk_norm else None,
-            k_norm=cast(_take(state, a + "k_norm.weight")) if arch.qk_norm else None,
+            qk_norm=cast(torch.cat([_take(state, a + "q_norm.weight").expand(arch.num_heads, -1),
+                                    _take(state, a + "k_norm.weight").expand(arch.num_kv_heads, -1)]))
+            if arch.qk_norm else None,
             gate_up_w=cast(torch.cat([_take(state, m + "gate_proj.weight"), _take(state, m + "up_proj.weight")])),
             gate_up_b=cast(_cat([_take(state, m + "gate_proj.bias", arch.mlp_bias),
                                  _take(state, m + "up_proj.bias", arch.mlp_bias)])) if arch.mlp_bias else None,
@@ -88,39 +90,44 @@ def weights_from_state_dict(state: dict, arch: ArchSpec, dtype: torch.dtype, dev
 
 
 def rms_norm(x: torch.Tensor, weight: torch.Tensor, eps: float) -> torch.Tensor:
-    # in fp32 like transformers, then back to the activation dtype before the weight multiply
+    """x * rsqrt(mean(x^2) + eps) * weight over the last dim, in fp32 like transformers, then back to the
+    activation dtype before the weight multiply. Returns a fresh tensor; x is not modified."""
     xf = x.float()
-    xf = xf * torch.rsqrt(xf.pow(2).mean(-1, keepdim=True) + eps)
-    return weight * xf.to(x.dtype)
+    ms = torch.linalg.vector_norm(xf, dim=-1, keepdim=True).square_().div_(x.shape[-1])
+    return (xf * ms.add_(eps).rsqrt_()).to(x.dtype).mul_(weight)
 
 
 def rope_cos_sin(positions: torch.Tensor, inv_freq: torch.Tensor, scaling: float, dtype: torch.dtype):
-    """cos/sin [T, D] for each token's position inside its own sequence."""
+    """cos/sin [T, D/2] for each token's position inside its own sequence (the two halves of the HF
+    rotate-half layout use the same frequencies, so only one half is kept)."""
     freqs = positions[:, None].float() * inv_freq[None, :]
-    emb = torch.cat((freqs, freqs), dim=-1)
-    return (emb.cos() * scaling).to(dtype), (emb.sin() * scaling).to(dtype)
+    return (freqs.cos() * scaling).to(dtype), (freqs.sin() * scaling).to(dtype)
 
 
 def apply_rope(x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor) -> torch.Tensor:
-    """x [T, H, D]; the rotate-half convention of the HF checkpoints."""
+    """x [T, H, D] -> fresh roped tensor, rotate-half convention of the HF checkpoints:
+    out1 = x1 cos - x2 sin, out2 = x2 cos + x1 sin (x1, x2 the two halves of the head dim)."""
     half = x.shape[-1] // 2
-    rotated = torch.cat((-x[..., half:], x[..., :half]), dim=-1)
-    return x * cos[:, None, :] + rotated * sin[:, None, :]
+    x1, x2, c, s = x[..., :half], x[..., half:], cos[:, None, :], sin[:, None, :]
+    out = torch.empty_like(x)
+    o1, o2 = out[..., :half], out[..., half:]
+    torch.mul(x1, c, out=o1).addcmul_(x2, s, value=-1)
+    torch.mul(x2, c, out=o2).addcmul_(x1, s)
+    return out
 
 
 def qkv_proj(x: torch.Tensor, lw: LayerWeights, arch: ArchSpec, cos, sin):
-    """Normed hidden [T, H] -> roped q [T, Hq, D], k/v [T, Hk, D]."""
-    T, D = x.shape[0], arch.head_dim
+    """Normed hidden [T, H] -> roped q [T, Hq, D], k/v [T, Hk, D] (strided views, not contiguous)."""
+    T, D, Hq = x.shape[0], arch.head_dim, arch.num_heads
     qkv = F.linear(x, lw.qkv_w, lw.qkv_b)
-    nq, nk = arch.num_heads * D, arch.num_kv_heads * D
-    q = qkv[:, :nq].view(T, arch.num_heads, D)
-    k = qkv[:, nq : nq + nk].view(T, arch.num_kv_heads, D)
-    v = qkv[:, nq + nk :].reshape(T, arch.num_kv_heads, D)
-    if lw.q_norm is not None:
-        q, k = rms_norm(q, lw.q_norm, arch.rms_norm_eps), rms_norm(k, lw.k_norm, arch.rms_norm_eps)
-    return apply_rope(q, cos, sin), apply_rope(k, cos, sin), v
+    n_qk = (Hq + arch.num_kv_heads) * D
+    qk = qkv[:, :n_qk].view(T, -1, D)
+    if lw.qk_norm is not None:
+        qk = rms_norm(qk, lw.qk_norm, arch.rms_norm_eps)
+    qk = apply_rope(qk, cos, sin)
+    return qk[:, :Hq], qk[:, Hq:], qkv[:, n_qk:].view(T, arch.num_kv_heads, D)
 
 
 def mlp(x: torch.Tensor, lw: LayerWeights) -> torch.Tensor:
     gate, up = F.linear(x, lw.gate_up_w, lw.gate_up_b).chunk(2, dim=-1)
-    return F.linear(F.silu(gate) * up, lw.down_w, lw.down_b)
+    return F.linear(F.silu(gate).mul_(up), lw.down_w, lw.down_b)
