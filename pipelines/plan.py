@@ -31,6 +31,7 @@ from .stages import Stages, error_row
 log = logging.getLogger(__name__)
 
 INGEST_SHARD = "ingest"
+STAGING_PART_CHARS = 64 * 1024**2  # flush a staged part once this much step text is buffered
 
 
 @dataclass(frozen=True)
@@ -108,10 +109,14 @@ def stage_raw(inputs: list[str], staging: Path, fmt: str, stages: Stages, traces
         shutil.rmtree(staging)  # a staging pass that did not finish: nothing was committed from it
     traces = DatasetWriter(staging / "traces", schema.TRACES, rows_per_part=traces_per_shard, prefix="part")
     errors = DatasetWriter(staging / "errors", schema.ERRORS, rows_per_part=4096, prefix="part")
-    n = 0
+    n, buffered = 0, 0
     for t in stages.read_inputs(list(inputs), fmt, errors.write):
         traces.write(t.to_row())
         n += 1
+        buffered += sum(len(s.content or "") for s in t.steps)
+        if buffered > STAGING_PART_CHARS:  # multi-MB traces: bound the buffer by text, not only by rows
+            traces.flush()
+            buffered = 0
     traces.close()
     errors.close()
     write_json_atomic({"key": key, "traces": n, "errors": errors.rows_written}, marker)

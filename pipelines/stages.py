@@ -47,7 +47,21 @@ class Stages:
 
         if hasattr(m, "load_tokenizer"):
             return m.load_tokenizer(cfg.model)
-        return self.load_model(cfg).tokenizer
+        try:  # the tokenizer alone, as the loader builds it (no weights: a render task stays small)
+            spec = m.require_model(cfg.model.name)
+            if spec.kind == "tiny":
+                from masprism_batch.model.tiny import tiny_tokenizer
+
+                return tiny_tokenizer()
+            from transformers import AutoTokenizer
+
+            from masprism_batch.model.loader import convert_gguf
+
+            folder = convert_gguf(spec.path, cfg.model.cache_dir) if spec.kind == "gguf" else spec.path
+            return AutoTokenizer.from_pretrained(folder, local_files_only=True, trust_remote_code=False)
+        except (ImportError, AttributeError) as e:
+            log.warning("no tokenizer-only loader (%s): loading the whole model for rendering", e)
+            return self.load_model(cfg).tokenizer
 
     def render_len(self, trace: Trace, tokenizer, cfg: PipelineConfig) -> int:
         from masprism_batch.render import render_pass1
