@@ -14,6 +14,7 @@ from pathlib import Path
 from typing import Any
 
 import pyarrow as pa
+import pyarrow.compute as pc
 import pyarrow.dataset as ds
 
 from .. import io, schema
@@ -68,3 +69,18 @@ def run_records(outdir: Path) -> list[dict[str, Any]]:
         return [r for r in data if isinstance(r, dict)]
     log.warning("run.json holds a %s, not an object: ignored", type(data).__name__)
     return []
+
+
+def latest_per_trace(attr: pa.Table) -> tuple[pa.Table, set[str]]:
+    """One attribution row per trace id (the latest attributed_at), and the ids that had several: a re-run
+    into the same OUTDIR must not count a trace twice."""
+    if attr.num_rows == len(pc.unique(attr["trace_id"])):
+        return attr, set()
+    order = pc.sort_indices(attr, sort_keys=[("trace_id", "ascending"), ("attributed_at", "descending")])
+    srt = attr.take(order)
+    ids = srt["trace_id"].to_pylist()
+    keep = [i for i in range(len(ids)) if i == 0 or ids[i] != ids[i - 1]]
+    dups = {ids[i] for i in range(1, len(ids)) if ids[i] == ids[i - 1]}
+    log.warning("%d duplicate attribution rows (same trace id): keeping the latest of each",
+                attr.num_rows - len(keep))
+    return srt.take(keep), dups

@@ -48,7 +48,7 @@ def build_report(outdir: Path | str, out: Path | str, limits: DrillLimits | None
     check the escaping on its own."""
     outdir, limits = Path(outdir), limits or DrillLimits()
     stats = compute_stats(outdir)
-    attr = load.read(outdir, "attributions", columns=ATTR_COLS)
+    attr, _ = load.latest_per_trace(load.read(outdir, "attributions", columns=ATTR_COLS))
     errors = load.read(outdir, "errors", columns=["stage", "reason"])
     payloads = build_payloads(outdir, attr, sample_ids(attr, limits, include), limits)
     data = {"traces": payloads, "total": attr.num_rows, "limits": limits.__dict__}

@@ -91,8 +91,11 @@ def build_payloads(outdir: Path, attr: pa.Table, ids: list[str], limits: DrillLi
     arows = {r["trace_id"]: r for r in attr.filter(pc.is_in(attr["trace_id"], pa.array(ids, pa.string())))
              .to_pylist()} if ids else {}
     steps_by: dict[str, list[dict]] = defaultdict(list)
+    seen: set[tuple[str, int]] = set()
     for r in load.read(outdir, "step_scores", trace_ids=want).to_pylist():
-        steps_by[r["trace_id"]].append(r)
+        if (r["trace_id"], r["step"]) not in seen:  # a trace attributed twice: its first step rows
+            seen.add((r["trace_id"], r["step"]))
+            steps_by[r["trace_id"]].append(r)
     traces = {r["trace_id"]: r for r in load.read(outdir, "traces", columns=["trace_id", "question", "steps",
                                                                             "labels"], trace_ids=want).to_pylist()}
     out, used = [], 0

@@ -59,13 +59,13 @@ def _table(name: str, rows: list[dict[str, Any]]) -> pa.Table:
 
 def compute_stats(outdir: Path | str, failure_words: tuple[str, ...] | None = None) -> dict[str, pa.Table]:
     outdir = Path(outdir)
-    attr = load.read(outdir, "attributions", columns=ATTR_COLS)
+    attr, dups = load.latest_per_trace(load.read(outdir, "attributions", columns=ATTR_COLS))
     log.info("stats over %d attributed traces in %s", attr.num_rows, outdir)
     out = {"blamed_agents": blamed_agents(attr), "blamed_by_day": blamed_by_day(attr),
            "step_position": step_position(attr), "throughput": throughput(attr),
            "runs": runs(load.run_records(outdir), _previous_runs(outdir))}
     out["nll_by_agent"] = nll_by_agent(attr, load.read(
-        outdir, "step_scores", columns=["trace_id", "agent", "nll_pass1", "nll_pass2", "rank"]))
+        outdir, "step_scores", columns=["trace_id", "step", "agent", "nll_pass1", "nll_pass2", "rank"]), dups)
     out["symptom_words"], out["accuracy"] = _trace_pass(outdir, attr, failure_words or MethodConfig().failure_words)
     return out
 
@@ -139,13 +139,19 @@ def step_position(attr: pa.Table) -> pa.Table:
     return _table("step_position", rows)
 
 
-def nll_by_agent(attr: pa.Table, scores: pa.Table) -> pa.Table:
+def nll_by_agent(attr: pa.Table, scores: pa.Table, dups: set[str] = frozenset()) -> pa.Table:
+    """`dups`: traces attributed more than once, whose step rows are counted once (the first seen)."""
     src = dict(zip(attr["trace_id"].to_pylist(), attr["source"].to_pylist(), strict=True))
     acc: dict[tuple, list] = defaultdict(lambda: [0, 0.0, 0, 0.0, 0, 0])  # n, sum1, n1, sum2, n2, blamed
-    for tid, agent, n1, n2, rank in zip(*(scores[c].to_pylist() for c in
-                                          ("trace_id", "agent", "nll_pass1", "nll_pass2", "rank")), strict=True):
+    seen: set[tuple[str, int]] = set()
+    for tid, step, agent, n1, n2, rank in zip(*(scores[c].to_pylist() for c in (
+            "trace_id", "step", "agent", "nll_pass1", "nll_pass2", "rank")), strict=True):
         if tid not in src:
             continue  # step rows of a trace whose attribution row is missing (run killed between writes)
+        if tid in dups:
+            if (tid, step) in seen:
+                continue
+            seen.add((tid, step))
         a = acc[(src[tid], agent)]
         a[0] += 1
         if n1 is not None and np.isfinite(n1):
@@ -169,6 +175,7 @@ def _trace_pass(outdir: Path, attr: pa.Table, words: tuple[str, ...]) -> tuple[p
     steps_with: Counter = Counter()
     traces_with: Counter = Counter()
     accuracy = AccuracyAccumulator()
+    done: set[str] = set()
     bar = tqdm(total=len(by_id), desc="stats: traces", unit="trace", disable=None, leave=False)
     for batch in load.iter_trace_batches(outdir, ["trace_id", "source", "labels", "steps"]):
         bar.update(batch.num_rows)
@@ -176,8 +183,9 @@ def _trace_pass(outdir: Path, attr: pa.Table, words: tuple[str, ...]) -> tuple[p
         accuracy.add_batch(by_id, rows)
         for row in rows:
             a = by_id.get(row["trace_id"])
-            if a is None:
-                continue  # ingested but not attributed (rejected later: see errors/)
+            if a is None or row["trace_id"] in done:
+                continue  # ingested but not attributed (rejected later: see errors/), or a duplicate row
+            done.add(row["trace_id"])
             steps = row["steps"] or []
             seen: set[str] = set()
             for s in a["symptoms"] or []:

@@ -90,7 +90,7 @@ def test_quantised_attention_rows(rng):
     off = 0
     for i, r in enumerate(rows):
         seg = q[off: off + i + 1]
-        assert seg.max() == 255 and int(np.argmax(seg)) == int(np.argmax(r))
+        assert seg.max() == 255 and seg[int(np.argmax(r))] == 255  # the row's top target is full scale
         np.testing.assert_allclose(seg / 255, np.array(r) / max(r), atol=1 / 255)
         off += i + 1
     assert _quantise_attention(rows[:-1], n) is None  # a missing row: no heatmap rather than a wrong one

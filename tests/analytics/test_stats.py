@@ -217,3 +217,20 @@ def test_accuracy_equals_eval_over_all_traces_at_once(tmp_path, rng):
                 assert r["n_traces"] == (m["n_agent"] if metric == "agent" else m["n"])
                 n_checked += 1
     assert got == {} and n_checked >= 4
+
+
+def test_a_trace_attributed_twice_counts_once(tmp_path):
+    specs = hand_specs()
+    again = dict(specs[0], ranked=[3, 1], attributed_at=datetime(2026, 11, 21, 9, tzinfo=timezone.utc))
+    write_outdir(tmp_path / "a", specs[:3])
+    write_outdir(tmp_path / "b", [again])
+    import shutil
+    for d in ("attributions", "traces", "step_scores"):
+        for f in (tmp_path / "b" / d).iterdir():
+            shutil.copy(f, tmp_path / "a" / d / f"dup-{f.name}")
+    s = compute_stats(tmp_path / "a")
+    assert sum(r["n_traces"] for r in s["blamed_agents"].to_pylist()) == 3
+    acc = {r["metric"]: r for r in s["accuracy"].to_pylist() if r["source"] == "ww"}
+    assert acc["step_top1"]["n_traces"] == 2 and acc["step_top1"]["value"] == 0.0  # h1's later run blames step 3
+    nll = {r["agent"]: r["n_steps"] for r in s["nll_by_agent"].to_pylist() if r["source"] == "ww"}
+    assert nll == {"A": 4, "B": 2, "C": 3}  # h1's steps once
