@@ -5,8 +5,11 @@ Set MASPRISM_NO_EXT=1 to skip the extension. A failed extension build never fail
 torch reference backend is the fallback.
 """
 import os
+import sys
 
 from setuptools import find_packages, setup
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))  # csrc_build.py (PEP 517 builds omit the cwd)
 
 packages = find_packages(include=["masprism_batch", "masprism_batch.*"])
 packages += ["masprism_batch.kernels"] + ["masprism_batch.kernels." + p for p in find_packages("kernels")]

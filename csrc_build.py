@@ -1,0 +1,44 @@
+"""Build description of the optional C++ CPU extension `masprism_batch._C` (sources in csrc/).
+
+Imported by setup.py unless MASPRISM_NO_EXT=1. Optional by design: if the compiler or the torch headers
+are missing, or compilation fails, the build logs a warning and the install goes on without it (the
+torch reference backend is the fallback). Kept to few translation units and -O3 without -march=native
+(the wheel must run on any x86-64; the hot loops carry per-ISA clones instead).
+"""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+SOURCES = ["csrc/step_attention.cpp", "csrc/nll.cpp"]
+
+
+def extension_and_cmdclass():
+    from torch.utils.cpp_extension import BuildExtension, CppExtension
+
+    root = Path(__file__).resolve().parent
+    ext = CppExtension(
+        name="masprism_batch._C",
+        sources=SOURCES,  # relative: setuptools rejects absolute source paths
+        include_dirs=[str(root / "csrc")],
+        extra_compile_args=["-O3", "-fopenmp-simd", "-fno-math-errno", "-fno-trapping-math", "-Wno-unused-function"],
+    )
+
+    class OptionalBuildExtension(BuildExtension):
+        """Never fail the install because of the extension."""
+
+        def run(self):
+            try:
+                super().run()
+            except Exception as exc:  # noqa: BLE001  compiler missing, headers mismatch, ...
+                self.warn(f"masprism-batch: C++ extension not built ({exc}); the torch backend will be used")
+
+        def build_extension(self, ext_):
+            try:
+                super().build_extension(ext_)
+            except Exception as exc:  # noqa: BLE001
+                self.warn(f"masprism-batch: C++ extension {ext_.name} failed to build ({exc}); torch fallback")
+
+    os.environ.setdefault("MAX_JOBS", "2")  # ninja: both translation units at once on a 2-core machine
+    return [ext], {"build_ext": OptionalBuildExtension.with_options(use_ninja=True)}

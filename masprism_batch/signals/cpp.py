@@ -1,0 +1,41 @@
+"""The C++ CPU backend (csrc/, built by setup.py as masprism_batch._C): thin wrappers over torch.ops.masprism.
+
+Only imported once `signals.cpp_available()` said the extension loaded. The fake (meta) kernels below let
+torch.library.opcheck and torch.compile trace the ops without running them.
+"""
+
+from __future__ import annotations
+
+import torch
+
+from masprism_batch import _C  # noqa: F401  (loads the library: registers torch.ops.masprism.*)
+
+from .reference import compute_dtype
+
+
+@torch.library.register_fake("masprism::step_attention")
+def _step_attention_fake(q, k, v, cu_seqlens, step_ids, n_steps, scale, n_max):
+    cdt = compute_dtype(q.dtype)
+    T, Hq, _ = q.shape
+    return (torch.empty_like(q), q.new_empty((Hq, T), dtype=cdt),
+            q.new_empty((cu_seqlens.shape[0] - 1, n_max, n_max), dtype=cdt))
+
+
+@torch.library.register_fake("masprism::token_nll")
+def _token_nll_fake(hidden, weight, targets, ignore_index, chunk):
+    return hidden.new_empty((hidden.shape[0],), dtype=torch.float32)
+
+
+def step_attention(q, k, v, cu_seqlens, step_ids, n_steps, scale: float, out=None):
+    n_max = int(n_steps.max()) if n_steps.numel() else 0
+    res = torch.ops.masprism.step_attention(q, k, v, cu_seqlens, step_ids, n_steps, float(scale), n_max)
+    if out is None:
+        return res
+    for dst, src in zip(out, res, strict=True):
+        dst.copy_(src)
+    return tuple(out)
+
+
+def token_nll(hidden, weight, targets, ignore_index: int = -100, chunk: int = 256, out=None):
+    res = torch.ops.masprism.token_nll(hidden, weight, targets, int(ignore_index), int(chunk))
+    return res if out is None else out.copy_(res)
