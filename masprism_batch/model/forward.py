@@ -93,7 +93,9 @@ class PrefillModel:
             raise ValueError("step ids must be >= -1")
         seen = [max(sid, default=-1) + 1 for sid in step_ids]
         n_steps = seen if n_steps is None else list(n_steps)
-        if len(n_steps) != len(seqs) or any(n < m for n, m in zip(n_steps, seen, strict=True)):
+        if len(n_steps) != len(seqs):
+            raise ValueError(f"{len(seqs)} sequences but {len(n_steps)} n_steps")
+        if any(n < m for n, m in zip(n_steps, seen, strict=True)):
             raise ValueError(f"n_steps {n_steps} smaller than the step ids used {seen}")
         n_steps_t = torch.tensor(n_steps, dtype=torch.int32)
         t0 = time.perf_counter()
