@@ -65,3 +65,16 @@ def test_same_input_bit_identical(tiny):
         assert np.array_equal(x.step_attn, y.step_attn)
         assert np.array_equal(x.token_nll, z.token_nll, equal_nan=True)
         assert np.array_equal(x.step_attn, z.step_attn)
+
+
+def test_bfloat16_path_runs_close_to_fp32(tiny):
+    # the GPU dtype, exercised on CPU: same code path except flash-attn
+    bf = load_model(ModelConfig(name="tiny-random", dtype="bfloat16"), SignalsConfig(backend="torch"))
+    assert bf.weights.embed.dtype == torch.bfloat16
+    g = torch.Generator().manual_seed(int(torch.randint(0, 2**31, (1,))))
+    seq = torch.randint(0, 256, (150,), generator=g).tolist()
+    sid = [t // 13 for t in range(150)]
+    (a,), (b,) = tiny.signals([seq], [sid]), bf.signals([seq], [sid])
+    assert a.token_nll.dtype == b.token_nll.dtype == np.float32
+    assert np.nanmean(np.abs(a.token_nll - b.token_nll)) < 0.1 * np.nanmean(a.token_nll)
+    assert np.abs(a.step_attn - b.step_attn).max() < 0.05
