@@ -33,6 +33,12 @@ log = logging.getLogger(__name__)
 CPU_STAGE_CPUS = 0.25  # render/tokenize tasks are light; a fraction keeps them schedulable beside the actors
 PACK_CRASHES_BEFORE_ONE_BY_ONE = 2  # one crash may be a killed worker; two point at a trace in the pack
 
+_CTX = {  # Ray Data settings of a run (restored afterwards: the context is process-wide)
+    "enable_progress_bars": False,  # the driver's own bar counts traces and tokens
+    "max_errored_blocks": 0,
+    "actor_task_retry_on_errors": False,  # Python errors are handled per trace inside the actor
+    "target_max_block_size": 1,  # one pack per block, so the packs of one shard spread over all actors
+}
 _TOKENIZERS: dict[str, Any] = {}  # per worker process: the tokenizer is loaded once, not once per shard
 
 
@@ -161,10 +167,10 @@ def _execute(committer: Committer, pending: list[Shard], cfg: PipelineConfig, st
     import ray.data
 
     ctx = ray.data.DataContext.get_current()
-    ctx.enable_progress_bars = False  # the driver's own bar counts traces and tokens
+    saved = {k: getattr(ctx, k) for k in _CTX}
+    for k, v in _CTX.items():
+        setattr(ctx, k, v)
     ctx.execution_options.preserve_order = False
-    ctx.max_errored_blocks = 0
-    ctx.actor_task_retry_on_errors = False  # Python errors are handled per trace inside the actor
     ledger = ray.remote(num_cpus=0, max_restarts=-1)(Ledger).remote()
     cfg_json = cfg.model_dump_json()
     t0 = time.perf_counter()
@@ -181,4 +187,6 @@ def _execute(committer: Committer, pending: list[Shard], cfg: PipelineConfig, st
             committer.add(row)
     finally:
         ray.kill(ledger)
+        for k, v in saved.items():
+            setattr(ctx, k, v)
     log.info("ray execution of %d shards took %.1f s", len(pending), time.perf_counter() - t0)

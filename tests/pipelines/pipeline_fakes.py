@@ -66,7 +66,7 @@ class FakeStages(Stages):
 
     def load_model(self, cfg):
         if self.piddir:
-            Path(self.piddir, str(os.getpid())).write_text("up")
+            Path(self.piddir, f"pid-{os.getpid()}").write_text("up")
         return SimpleNamespace(model_id="fake-model", tokenizer=FakeTokenizer())
 
     def load_tokenizer(self, cfg):
@@ -87,6 +87,9 @@ class FakeStages(Stages):
         return groups + ([cur] if cur else [])
 
     def attribute_traces(self, traces, model, cfg):
+        if self.piddir:  # which process attributed how many traces
+            with open(Path(self.piddir, f"calls-{os.getpid()}"), "a") as f:
+                f.write(f"{len(traces)}\n")
         time.sleep(self.delay * len(traces))
         att, steps = [], []
         for t in traces:
@@ -116,7 +119,7 @@ class RealStages(Stages):
     def load_model(self, cfg):
         model = super().load_model(cfg)
         if self.piddir:
-            Path(self.piddir, str(os.getpid())).write_text("up")
+            Path(self.piddir, f"pid-{os.getpid()}").write_text("up")
         return model
 
 

@@ -42,11 +42,16 @@ def _table(outdir: Path, name: str):
 
 
 def test_ray_matches_local(tmp_path, small_cfg, cluster):
+    """One shard of many packs: both actors must get packs, and the outputs equal the local engine's."""
     ids = make_corpus(tmp_path / "in", 31, 3, bad_lines=2, marks={7: "RAISE"})
-    cfg = small_cfg(per_shard=7)
+    cfg = small_cfg(per_shard=64, budget=120)
     run_local([str(tmp_path / "in")], tmp_path / "local", cfg, stages=FakeStages(), progress=False)
-    s = run_ray([str(tmp_path / "in")], tmp_path / "ray", cfg, workers=2, stages=FakeStages(), progress=False)
-    assert s.engine == "ray" and s.workers == 2
+    piddir = tmp_path / "pids"
+    piddir.mkdir()
+    s = run_ray([str(tmp_path / "in")], tmp_path / "ray", cfg, workers=2,
+                stages=FakeStages(delay=0.02, piddir=str(piddir)), progress=False)
+    assert s.engine == "ray" and s.workers == 2 and s.shards_run == 1
+    assert len(list(piddir.glob("calls-*"))) == 2, "the packs of one shard did not spread over both actors"
     assert_exactly_once(tmp_path / "ray", ids)
     for name in ("traces", "attributions", "step_scores", "errors"):
         assert _table(tmp_path / "ray", name) == _table(tmp_path / "local", name), name
@@ -65,9 +70,9 @@ def test_killed_actor_mid_run(tmp_path, small_cfg, cluster):
         deadline = time.time() + 60
         while time.time() < deadline:
             entries = list((out / "_manifest").glob("shard-[0-9a-f]*.json"))
-            pids = sorted(piddir.iterdir())
+            pids = sorted(piddir.glob("pid-*"))
             if entries and pids:
-                killed["pid"], killed["committed"] = int(pids[0].name), len(entries)
+                killed["pid"], killed["committed"] = int(pids[0].name[4:]), len(entries)
                 os.kill(killed["pid"], signal.SIGKILL)
                 return
             time.sleep(0.05)
@@ -79,7 +84,7 @@ def test_killed_actor_mid_run(tmp_path, small_cfg, cluster):
     th.join()
     assert "pid" in killed, "the actor was never killed"
     assert killed["committed"] < s.shards_run, "the kill came after the run was over"
-    assert len(list(piddir.iterdir())) >= 3  # the killed actor was restarted (its model loaded again)
+    assert len(list(piddir.glob("pid-*"))) >= 3  # the killed actor was restarted (its model loaded again)
     reasons = assert_exactly_once(out, ids)
     assert not reasons and s.attributed == len(ids)
 
@@ -149,8 +154,8 @@ def test_tiny_model_ray_matches_local_with_killed_actor(tmp_path, cluster):
     def killer():
         deadline = time.time() + 120
         while time.time() < deadline and "pid" not in killed:
-            if list((out / "_manifest").glob("shard-[0-9a-f]*.json")) and list(piddir.iterdir()):
-                killed["pid"] = int(sorted(piddir.iterdir())[0].name)
+            if list((out / "_manifest").glob("shard-[0-9a-f]*.json")) and list(piddir.glob("pid-*")):
+                killed["pid"] = int(sorted(piddir.glob("pid-*"))[0].name[4:])
                 killed["committed"] = len(list((out / "_manifest").glob("shard-[0-9a-f]*.json")))
                 os.kill(killed["pid"], signal.SIGKILL)
             time.sleep(0.05)
