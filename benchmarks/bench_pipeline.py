@@ -1,8 +1,8 @@
 """Engine benchmark: one synthetic corpus through `run --engine local`, `ray` with 1 actor and with 2 actors.
 
-Each configuration is the real command in a fresh subprocess (Ray start-up included in `command_s`; the
-engine's own wall time, without start-up, is `engine_s` from run.json). Peak RSS is sampled every 0.2 s:
-`driver_rss_mb` is the command's own process, `tree_rss_mb` the sum over its process tree (Ray workers
+Each configuration is the real command in a fresh subprocess: `command_s` is its whole wall time (Python
+start, staging, Ray start-up, model loads); `engine_s` (run.json) starts after planning/staging and includes
+Ray start-up and model loading. Peak RSS is sampled every 0.2 s: `driver_rss_mb` is the command's own process, `tree_rss_mb` the sum over its process tree (Ray workers
 included; shared object-store pages are counted once per process that maps them, so it overstates).
 
     python benchmarks/bench_pipeline.py --model tiny-random --traces 60 --tokens 2000
@@ -38,7 +38,8 @@ from masprism_batch.pipelines.stages import Stages
 
 WORDS = ("search the web for the answer then check file result error tool agent plan code run test value "
          "table list count step reply user system report final number name date page link query data").split()
-ENGINES = {"local": ["--engine", "local"], "ray1": ["--engine", "ray", "--workers", "1"],
+ENGINES = {"local": ["--engine", "local"], "local-t1": ["--engine", "local", "--threads", "1"],
+           "ray1": ["--engine", "ray", "--workers", "1"],
            "ray2": ["--engine", "ray", "--workers", "2"]}
 RESULTS = Path(__file__).parent / "results" / "pipeline.csv"
 
@@ -116,9 +117,9 @@ def _sample(proc: psutil.Process, peak: dict, stop: threading.Event) -> None:
 
 def run_one(corpus: Path, outdir: Path, engine: str, model: str, extra: list[str], signals: str) -> dict:
     if signals == "synthetic":
-        workers = ENGINES[engine][-1] if engine != "local" else "1"
+        workers = ENGINES[engine][-1] if engine.startswith("ray") else "1"
         cmd = [sys.executable, __file__, "--child", str(corpus), str(outdir),
-               "local" if engine == "local" else "ray", workers, model]
+               "ray" if engine.startswith("ray") else "local", workers, model]
     else:
         cmd = [sys.executable, "-c", "from masprism_batch.cli import main; main()", "run", str(corpus),
                "-o", str(outdir), "--model", model, "--no-progress", *ENGINES[engine], *extra]

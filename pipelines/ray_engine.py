@@ -148,13 +148,16 @@ def run_ray(inputs: list[str], outdir: str | Path, cfg: PipelineConfig, *, worke
     stages = stages or Stages()
     outdir = Path(outdir)
     plan = plan_inputs(list(inputs), outdir, fmt, cfg.batch.traces_per_shard, stages)
+    committer = Committer(outdir, cfg, plan, "ray", workers or 1, progress=progress)
+    extra: dict[str, Any] = {"ray_address": address or "local"}
+    if not committer.pending:  # a re-run of a finished run: no cluster needed
+        return committer.finish(extra)
     started = _init_ray(address, num_cpus)
     try:
         n, resources, threads = actor_resources(workers, cfg)
-        committer = Committer(outdir, cfg, plan, "ray", n, progress=progress)
-        extra = {"ray_address": address or "local", "actor_resources": resources, "actor_threads": threads}
-        if committer.pending:
-            _execute(committer, committer.pending, cfg, stages, n, resources, threads)
+        committer.workers = n
+        extra.update(actor_resources=resources, actor_threads=threads)
+        _execute(committer, committer.pending, cfg, stages, n, resources, threads)
         return committer.finish(extra)
     finally:
         if started:
