@@ -105,7 +105,7 @@
       if (gold) tr.classList.add("gold");
       tr.appendChild(el("td", "i", i));
       var ag = el("td", "ag", s.a || "-");
-      ag.appendChild(el("div", "nv", s.k || ""));
+      ag.appendChild(el("div", "nv", (s.k || "") + (s.sp ? " · span " + s.sp : "")));
       tr.appendChild(ag);
       var nl = el("td", "nl"), b1 = el("div", "bar"), b2 = el("div", "bar2");
       b1.style.width = pct(s.n1) + "%";
@@ -130,7 +130,7 @@
 
   function drawHeat(box, t) {
     if (!t.attn) { box.appendChild(el("p", "nv", "no heatmap for this trace (no step scores, or over the step limit)")); return; }
-    var raw = atob(t.attn), n = t.n, cell = Math.max(2, Math.min(14, Math.floor(480 / n)));
+    var raw = atob(t.attn), n = t.n, cell = Math.max(2, Math.min(28, Math.floor(480 / n)));
     var cv = el("canvas"), ctx;
     cv.width = cv.height = n * cell;
     ctx = cv.getContext("2d");
