@@ -86,6 +86,10 @@ class Committer:
     def _check_header(self) -> None:
         header = {"config_hash": self.cfg.config_hash(), "model": self.cfg.model.name, "staged": self.plan.staged}
         old = self.store.read_header()
+        foreign = [p for t in OUTPUT_TABLES for p in (self.outdir / t).glob("[!.]*.parquet")
+                   if not p.name.startswith("shard-")]
+        if foreign:  # e.g. an `attribute` run: mixing would duplicate traces
+            raise ValueError(f"{self.outdir} holds outputs not written by `run` ({foreign[0]}); use a new OUTDIR")
         if old is None:
             self.store.write_header({**header, "created_at": now_utc().isoformat()})
         elif any(old.get(k) != v for k, v in header.items()):

@@ -132,7 +132,7 @@ def _run(traces, model, cfg, stages) -> tuple[list[dict], list[dict], list[dict]
 
 
 def process_pack(traces: list[Trace], model, cfg: PipelineConfig, stages: Stages, input_path: str,
-                 one_by_one: bool = False, guard=None) -> dict[str, Any]:
+                 guard=None) -> dict[str, Any]:
     """Run both passes on one pack; isolate failures down to single traces.
 
     Returns attributions/step_scores/errors rows that account for every input trace exactly once. `guard`
@@ -144,7 +144,7 @@ def process_pack(traces: list[Trace], model, cfg: PipelineConfig, stages: Stages
     step_scores: list[dict] = []
     errors: list[dict] = []
     todo = list(traces)
-    if not one_by_one and guard is None and todo:
+    if guard is None and todo:
         try:
             a, s, e = _run(todo, model, cfg, stages)
             attributions, step_scores, errors, todo = a, s, e, []

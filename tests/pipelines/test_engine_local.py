@@ -142,3 +142,11 @@ def test_shard_store_rejects_path_like_ids(tmp_path):
     for bad in ["../x", "a/b", "", "A" * 70, ".hidden"]:
         with pytest.raises(ValueError):
             store.part_path("errors", bad)
+
+
+def test_outdir_of_another_command_refused(tmp_path, small_cfg):
+    make_corpus(tmp_path / "in", 4, 1)
+    (tmp_path / "out" / "attributions").mkdir(parents=True)
+    pq.write_table(schema.ATTRIBUTIONS.empty_table(), tmp_path / "out" / "attributions" / "part-1.parquet")
+    with pytest.raises(ValueError, match="not written by `run`"):
+        run_local([str(tmp_path / "in")], tmp_path / "out", small_cfg(), stages=FakeStages(), progress=False)
