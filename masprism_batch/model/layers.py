@@ -9,12 +9,15 @@ at T = thousands every fresh [T, I] tensor is a round of page faults on CPU.
 
 from __future__ import annotations
 
+import logging
 from dataclasses import dataclass
 
 import torch
 import torch.nn.functional as F
 
 from .arch import ArchSpec
+
+log = logging.getLogger(__name__)
 
 
 @dataclass
@@ -80,13 +83,19 @@ def weights_from_state_dict(state: dict, arch: ArchSpec, dtype: torch.dtype, dev
             down_b=cast(_take(state, m + "down_proj.bias", arch.mlp_bias)) if arch.mlp_bias else None,
         ))
     embed = cast(_take(state, "embed_tokens.weight"))
-    lm_head = None if arch.tie_word_embeddings else _take(state, "lm_head.weight", required=False)
-    if lm_head is None and not arch.tie_word_embeddings:
+    final_norm = cast(_take(state, "norm.weight"))
+    lm_head = _take(state, "lm_head.weight", required=False)  # a tied checkpoint may still carry a copy
+    if arch.tie_word_embeddings:
+        lm_head = None
+    elif lm_head is None:
         raise KeyError("untied model without lm_head.weight in the checkpoint")
+    unused = sorted(k for k in state if "rotary_emb" not in k)  # leftovers mean a naming mismatch
+    if unused:
+        log.warning("%d checkpoint tensors unused by the %s forward, e.g. %s", len(unused), arch.family, unused[:3])
     if embed.shape[0] != arch.vocab_size:
         raise ValueError(f"embed_tokens has {embed.shape[0]} rows, config vocab_size is {arch.vocab_size}")
-    return Weights(embed=embed, lm_head=embed if lm_head is None else cast(lm_head),
-                   final_norm=cast(_take(state, "norm.weight")), layers=layers)
+    return Weights(embed=embed, lm_head=embed if lm_head is None else cast(lm_head), final_norm=final_norm,
+                   layers=layers)
 
 
 def rms_norm(x: torch.Tensor, weight: torch.Tensor, eps: float) -> torch.Tensor:

@@ -131,3 +131,19 @@ def test_models_command():
     assert r.exit_code == 0 and '"instrument_layers": [\n    3\n  ]' in r.stdout
     r = CliRunner().invoke(app, ["models", "definitely-not-a-model"])
     assert r.exit_code == 1
+
+
+def test_checkpoint_name_mismatches_are_loud(caplog):
+    from masprism_batch.model.arch import arch_from_config
+    from masprism_batch.model.layers import weights_from_state_dict
+
+    hf = random_hf_model(hf_config("qwen3", tied=True), fresh_seed())
+    state = dict(hf.state_dict())
+    arch = arch_from_config(hf.config)
+    state["model.layers.0.self_attn.extra_proj.weight"] = torch.ones(2)
+    with caplog.at_level("WARNING"):
+        weights_from_state_dict(state, arch, torch.float32, "cpu")
+    assert "extra_proj" in caplog.text
+    del state["model.layers.1.self_attn.k_norm.weight"]
+    with pytest.raises(KeyError, match="k_norm"):
+        weights_from_state_dict(state, arch, torch.float32, "cpu")
