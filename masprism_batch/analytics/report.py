@@ -22,7 +22,7 @@ from pathlib import Path
 from .. import io
 from . import load, svg
 from .report_data import DrillLimits, build_payloads, sample_ids
-from .stats import ATTR_COLS, compute_stats
+from .stats import ATTR_COLS, cached_or_compute
 
 log = logging.getLogger(__name__)
 _JSON_ESCAPES = {"<": "\\u003c", ">": "\\u003e", "&": "\\u0026", "\u2028": "\\u2028", "\u2029": "\\u2029"}
@@ -47,7 +47,7 @@ def build_report(outdir: Path | str, out: Path | str, limits: DrillLimits | None
     """Write the report; returns a summary (traces, drill-down size, bytes). `csp=False` only for tests that
     check the escaping on its own."""
     outdir, limits = Path(outdir), limits or DrillLimits()
-    stats = compute_stats(outdir)
+    stats = cached_or_compute(outdir)
     attr, _ = load.latest_per_trace(load.read(outdir, "attributions", columns=ATTR_COLS))
     errors = load.read(outdir, "errors", columns=["stage", "reason"])
     payloads = build_payloads(outdir, attr, sample_ids(attr, limits, include), limits)

@@ -82,6 +82,33 @@ def _previous_runs(outdir: Path) -> pa.Table | None:
         return None
 
 
+def _newest_input(outdir: Path) -> float:
+    newest = 0.0
+    for name in ("attributions", "step_scores", "traces", "errors"):
+        d = outdir / name
+        if d.is_dir():
+            newest = max([newest] + [f.stat().st_mtime for f in d.iterdir() if f.suffix == ".parquet"])
+    run = outdir / "run.json"
+    return max(newest, run.stat().st_mtime) if run.is_file() else newest
+
+
+def cached_or_compute(outdir: Path | str) -> dict[str, pa.Table]:
+    """The stats tables from OUTDIR/stats/ when they are newer than every input (the `stats` command already
+    ran on this state), else computed afresh -- the report then costs no second pass over step_scores."""
+    outdir = Path(outdir)
+    paths = {n: outdir / "stats" / f"{n}.parquet" for n in STATS_SCHEMAS}
+    try:
+        if all(p.is_file() for p in paths.values()) and min(p.stat().st_mtime for p in paths.values()) > \
+                _newest_input(outdir):
+            tables = {n: pq.read_table(p) for n, p in paths.items()}
+            if all(t.schema.equals(STATS_SCHEMAS[n], check_metadata=False) for n, t in tables.items()):
+                log.info("using the stats tables in %s (newer than the run's outputs)", outdir / "stats")
+                return tables
+    except (OSError, pa.ArrowInvalid) as exc:
+        log.info("stats tables not reusable (%s): recomputing", exc)
+    return compute_stats(outdir)
+
+
 def write_stats(outdir: Path | str, failure_words: tuple[str, ...] | None = None) -> dict[str, Path]:
     tables = compute_stats(outdir, failure_words)
     paths = {}

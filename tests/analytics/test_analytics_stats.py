@@ -234,3 +234,23 @@ def test_a_trace_attributed_twice_counts_once(tmp_path):
     assert acc["step_top1"]["n_traces"] == 2 and acc["step_top1"]["value"] == 0.0  # h1's later run blames step 3
     nll = {r["agent"]: r["n_steps"] for r in s["nll_by_agent"].to_pylist() if r["source"] == "ww"}
     assert nll == {"A": 4, "B": 2, "C": 3}  # h1's steps once
+
+
+def test_report_reuses_fresh_stats_only(tmp_path, rng):
+    import os
+
+    from masprism_batch.analytics.stats import cached_or_compute
+
+    write_outdir(tmp_path, random_specs(rng, rng.randint(5, 15)))
+    write_stats(tmp_path)
+    p = tmp_path / "stats" / "blamed_agents.parquet"
+    poisoned = pq.read_table(p).to_pylist()
+    for r in poisoned:
+        r["n_traces"] += 1000  # a marker only a reused table can carry
+    import pyarrow as pa
+    pq.write_table(pa.Table.from_pylist(poisoned, schema=STATS_SCHEMAS["blamed_agents"]), p)
+    assert cached_or_compute(tmp_path)["blamed_agents"].to_pylist() == poisoned  # fresh: reused
+    newer = max(f.stat().st_mtime for f in (tmp_path / "stats").iterdir()) + 5
+    part = next((tmp_path / "attributions").glob("*.parquet"))
+    os.utime(part, (newer, newer))  # the run wrote again after `stats`
+    assert all(r["n_traces"] < 1000 for r in cached_or_compute(tmp_path)["blamed_agents"].to_pylist())
