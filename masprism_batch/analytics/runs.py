@@ -20,6 +20,7 @@ RUNS_SCHEMA = pa.schema([("run_index", _I), ("started_at", _S), ("finished_at", 
                          ("model_id", _S), ("traces", _I), ("tokens", _I), ("seconds", _F),
                          ("traces_per_s", _F), ("tokens_per_s", _F), ("record_json", pa.large_string())])
 
+
 def previous_runs(outdir: Path) -> pa.Table | None:
     p = outdir / "stats" / "runs.parquet"
     if not p.is_file():
