@@ -121,3 +121,17 @@ def test_detector_fires_on_a_real_injection(browser, tmp_path):
     browser.implicitly_wait(0)
     assert browser.execute_script("return window.__xss") == 2
     browser.get_log("browser")
+
+
+def test_empty_run_page_has_no_errors(browser, tmp_path):
+    import pyarrow as pa
+
+    from masprism_batch import schema
+    from masprism_batch.io import write_table_atomic
+
+    write_table_atomic(pa.Table.from_pylist([], schema=schema.ATTRIBUTIONS), tmp_path / "o" / "attributions" / "p.parquet")
+    build_report(tmp_path / "o", tmp_path / "r.html")
+    browser.get_log("browser")
+    _open(browser, tmp_path / "r.html")
+    assert "0 traces" in browser.find_element("id", "page").text
+    assert _errors(browser) == []
