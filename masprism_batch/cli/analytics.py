@@ -7,6 +7,7 @@ from pathlib import Path
 
 import typer
 from rich.console import Console
+from rich.markup import escape
 
 from . import EXIT_FATAL, EXIT_OK, app, setup_logging
 
@@ -16,7 +17,7 @@ OutdirArg = typer.Argument(..., help="OUTDIR of an `attribute`/`run` command", e
 
 
 def _fail(exc: Exception) -> typer.Exit:
-    console.print(f"[red]error:[/] {exc}")
+    console.print(f"[red]error:[/] {escape(str(exc))}", soft_wrap=True)  # paths must stay copyable: no wrapping
     return typer.Exit(EXIT_FATAL)
 
 
@@ -31,7 +32,7 @@ def stats(outdir: Path = OutdirArg, verbose: bool = typer.Option(False, "--verbo
     except (AnalyticsInputError, OSError) as exc:
         raise _fail(exc) from None
     for name, p in paths.items():
-        console.print(f"{name:15s} -> {p}")
+        console.print(f"{name:15s} -> {escape(str(p))}", soft_wrap=True)
     raise typer.Exit(EXIT_OK)
 
 
@@ -50,7 +51,8 @@ def report(outdir: Path = OutdirArg,
         s = build_report(outdir, out, DrillLimits(max_traces=max_traces), include=trace or [])
     except (AnalyticsInputError, OSError) as exc:
         raise _fail(exc) from None
-    console.print(f"{s['traces']:,} traces, {s['drilldown']:,} in the drill-down, {s['bytes'] / 1e6:.1f} MB -> {out}")
+    console.print(f"{s['traces']:,} traces, {s['drilldown']:,} in the drill-down, {s['bytes'] / 1e6:.1f} MB -> "
+                  f"{escape(str(out))}", soft_wrap=True)
     raise typer.Exit(EXIT_OK)
 
 
@@ -69,5 +71,5 @@ def export(outdir: Path = OutdirArg,
         n = do_export(outdir, to, out, top_k=top_k)
     except (AnalyticsInputError, ValueError, OSError) as exc:
         raise _fail(exc) from None
-    console.print(f"{n:,} {to} records -> {out}")
+    console.print(f"{n:,} {escape(to)} records -> {escape(str(out))}", soft_wrap=True)
     raise typer.Exit(EXIT_OK)

@@ -24,5 +24,5 @@ def test_bad_input_exits_1_with_a_message(tmp_path):
     for args in (["stats", str(tmp_path / "empty")], ["report", str(tmp_path / "empty"), "-o", str(tmp_path / "x")],
                  ["export", str(tmp_path / "empty"), "--to", "otel", "-o", str(tmp_path / "y")]):
         r = CliRunner().invoke(app, args)
-        assert r.exit_code == 1 and "attributions" in r.output, (args, r.output)
+        assert r.exit_code == 1 and "attributions holds no Parquet parts" in r.output.replace("\n", ""), args
     assert not (tmp_path / "x").exists() and not (tmp_path / "y").exists()
