@@ -29,10 +29,14 @@
 
 #include "fast_math.h"
 
+#ifndef MASPRISM_SCORE_BUDGET_LOG2
+#define MASPRISM_SCORE_BUDGET_LOG2 22  // 4M elements = 16 MiB fp32 per scores block
+#endif
+
 namespace masprism {
 namespace {
 
-constexpr int64_t kScoreBudget = int64_t(1) << 24;  // elements of one scores block (bounded memory)
+constexpr int64_t kScoreBudget = int64_t(1) << MASPRISM_SCORE_BUDGET_LOG2;  // elements of one scores block (bounded memory)
 
 struct Run {
   int64_t start, end, step;  // keys [start, end) all in `step` (n = outside every step)
@@ -60,12 +64,16 @@ void attend_one_sequence(const at::Tensor& q, const at::Tensor& k, const at::Ten
   const std::vector<Run> runs = n > 0 ? key_runs(sid, L, n) : std::vector<Run>{};
   const int64_t bq = std::max<int64_t>(16, std::min<int64_t>(256, kScoreBudget / std::max<int64_t>(1, Hq * L)));
   std::vector<double> acc(n * n, 0.0);
+  // one scores buffer for all blocks of the sequence: a fresh multi-MB allocation per block would be
+  // mmapped and page-faulted (zeroed by the kernel) every time
+  at::Tensor s_buf = at::empty({Hq * bq * L}, q.options());
   scalar_t* lse_p = lse.data_ptr<scalar_t>();
   const scalar_t sc = static_cast<scalar_t>(scale);
   for (int64_t a = 0; a < L; a += bq) {
     const int64_t b = std::min(a + bq, L), rows = b - a;
     const at::Tensor qg = q.slice(0, s + a, s + b).view({rows, Hk, G, D}).permute({1, 2, 0, 3}).reshape({Hk, G * rows, D});
-    at::Tensor S = at::bmm(qg, kt.narrow(2, 0, b)).contiguous();  // [Hq, rows, b] as (hk, g*rows + r, u)
+    at::Tensor S = s_buf.narrow(0, 0, Hq * rows * b).view({Hk, G * rows, b});  // (hk, g*rows + r, u)
+    at::bmm_out(S, qg, kt.narrow(2, 0, b));
     scalar_t* Sp = S.data_ptr<scalar_t>();
     at::Tensor inv_l = at::empty({Hq * rows}, S.options());
     scalar_t* inv_lp = inv_l.data_ptr<scalar_t>();
