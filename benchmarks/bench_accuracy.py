@@ -36,25 +36,29 @@ SIGNAL = ["nll1_z", "nll2_z", "h_norm", "attn_in_norm", "is_symptom", "is_candid
 log = logging.getLogger("bench_accuracy")
 
 
-def run_dataset(name: str, inputs: list[str], work: Path, model_name: str, max_context: int | None):
-    from masprism_batch.eval import dataset_of
-    from masprism_batch.ingest import read_inputs
-    from masprism_batch.model import load_model
-    from masprism_batch.runner import attribute_stream
+def run_dataset(name: str, inputs: list[str], work: Path, model_name: str, max_context: int | None,
+                dtype: str | None = None):
+    """Faithful MASPrism over one dataset with the resumable local engine (small shards: a killed run
+    resumes where it stopped). Returns the output folder and the run's figures."""
+    from masprism_batch.pipelines import run_local
 
-    cfg = load_config(None, model__name=model_name, method__name="masprism", render__max_context=max_context)
+    cfg = load_config(None, model__name=model_name, model__dtype=dtype, method__name="masprism",
+                      render__max_context=max_context, batch__traces_per_shard=4)
     out = work / f"{name}-{cfg.config_hash()}"
-    if (out / "done.json").exists():
-        return out, json.loads((out / "done.json").read_text())
-    model = load_model(cfg.model, cfg.signals)
-    errors: list[dict] = []
-    stream = (t for t in read_inputs(inputs, on_error=errors.append) if dataset_of(t) == name)
-    s = attribute_stream(stream, out, cfg, model, ingest_errors=errors)
-    info = {"traces": s.attributed, "seconds": s.seconds, "tokens": s.tokens, "seconds_pass1": s.seconds_pass1,
-            "seconds_pass2": s.seconds_pass2, "model": model.model_id, "config_hash": cfg.config_hash(),
-            "max_context": cfg.render.max_context, "hardware": f"{platform.processor() or platform.machine()}",
-            "date": dt.date.today().isoformat()}
-    (out / "done.json").write_text(json.dumps(info))
+    if not (out / "done.json").exists():
+        run_local(inputs, out, cfg)
+        run = json.loads((out / "run.json").read_text())
+        info = {"run": run, "model": model_name, "config_hash": cfg.config_hash(), "dtype": cfg.model.dtype,
+                "max_context": cfg.render.max_context, "hardware": platform.machine(),
+                "date": dt.date.today().isoformat()}
+        (out / "done.json").write_text(json.dumps(info, default=str))
+    info = json.loads((out / "done.json").read_text())
+    attrs = read_dataset(out / "attributions").to_pylist()
+    n = max(len(attrs), 1)
+    info.update(traces=len(attrs), tokens=sum(a["tokens_pass1"] + a["tokens_pass2"] for a in attrs),
+                seconds_pass1=sum(a["seconds_pass1"] for a in attrs), seconds_pass2=sum(a["seconds_pass2"] for a in attrs))
+    info["seconds"] = info["seconds_pass1"] + info["seconds_pass2"]
+    info["per_trace"] = info["seconds"] / n
     return out, info
 
 
@@ -157,6 +161,8 @@ def main() -> None:
     ap.add_argument("--work", default="/tmp/masprism-accuracy")
     ap.add_argument("--model", default="smollm2-135m")
     ap.add_argument("--max-context", type=int, default=None)
+    ap.add_argument("--dtype", default=None, help="model dtype (default: the config's, fp32 on CPU)")
+    ap.add_argument("--datasets", default="who-and-when,trail")
     ap.add_argument("--l2", type=float, default=1.0, help="ranker L2 (fixed a priori, not tuned on eval cases)")
     ap.add_argument("--train-weights", action="store_true")
     ap.add_argument("--csv", default=str(ROOT / "benchmarks" / "results" / "accuracy.csv"))
@@ -171,9 +177,9 @@ def main() -> None:
     struct_cols = [c for c in all_cols if c not in sig_cols]
     rows_out: list[dict] = []
     runs, loaded = {}, {}
-    for ds in ("who-and-when", "trail"):
+    for ds in args.datasets.split(","):
         t0 = time.perf_counter()
-        out, info = run_dataset(ds, inputs[ds], work, args.model, args.max_context)
+        out, info = run_dataset(ds, inputs[ds], work, args.model, args.max_context, args.dtype)
         runs[ds] = info
         loaded[ds] = load_run(out)
         log.info("%s: %d traces (%.0f s run, loaded in %.1f s)", ds, len(loaded[ds][0]), info["seconds"],
@@ -208,6 +214,8 @@ def main() -> None:
                 emit(ds, "ranked", f"trained on {a} only", score(ds, ranked_rows(m, te, steps, all_cols), te)[0])
     # leave one family out: weights from the other dataset family
     for ds, other in (("who-and-when", "trail"), ("trail", "who-and-when")):
+        if ds not in loaded or other not in loaded:
+            continue
         m = fit_on(loaded[other][0], loaded[other][2], all_cols, args.l2)
         traces, _, steps = loaded[ds]
         emit(ds, "ranked", f"trained on {other} only", score(ds, ranked_rows(m, traces, steps, all_cols), traces)[0])
@@ -233,11 +241,11 @@ def write_markdown(path: Path, rows: list[dict], runs: dict, args) -> None:
              "scored by weights that never saw it (protocol column).", ""]
     for ds, info in runs.items():
         n = max(info["traces"], 1)
-        lines.append(f"- {ds}: {info['traces']} traces, model {info['model']}, max context "
+        lines.append(f"- {ds}: {info['traces']} traces, model {info['model']} ({info['dtype']}), max context "
                      f"{info['max_context']}, {info['seconds'] / n:.1f} s/trace ({info['seconds_pass1'] / n:.1f} s pass 1, "
                      f"{info['seconds_pass2'] / n:.1f} s pass 2), {info['tokens'] / n:,.0f} tokens/trace, "
                      f"{info['tokens'] / max(info['seconds'], 1e-9):,.0f} tokens/s")
-    for ds in ("who-and-when", "trail"):
+    for ds in runs:
         metrics = KEY_METRICS[ds]
         subs = sorted({r["subset"] for r in rows if r["dataset"] == ds})
         for sub in subs:

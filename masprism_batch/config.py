@@ -11,7 +11,9 @@ import hashlib
 import json
 from typing import Literal
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import BaseModel, ConfigDict, Field, model_validator
+
+TINY_CONTEXT = 8192  # byte-level tokens of the built-in tiny-random model
 
 
 class _Section(BaseModel):
@@ -27,7 +29,9 @@ class ModelConfig(_Section):
 
 
 class RenderConfig(_Section):
-    max_context: int = 2048  # (ours) tokens per pass-1/pass-2 prompt; SmolLM2 trained at 8k, 2k keeps CPU fast
+    # (ours) tokens per pass-1/pass-2 prompt: 2048 keeps CPU runs fast (SmolLM2 was trained at 8k); the built-in
+    # tiny-random model reads bytes, ~4x more tokens per text, so it defaults to 8192 (see PipelineConfig).
+    max_context: int = 2048
     step_budget_cap: int = 512  # (ours, method doc) cap on the equal per-step budget of pass 1
     pass2_prefix_tokens: int = 128  # (ours, method doc) prefix kept of non-key steps in pass 2
     header_template: str = "[Step {index}] {agent}:"  # (ours) one header line per step
@@ -87,6 +91,16 @@ class PipelineConfig(BaseModel):
     signals: SignalsConfig = Field(default_factory=SignalsConfig)
     method: MethodConfig = Field(default_factory=MethodConfig)
     batch: BatchConfig = Field(default_factory=BatchConfig)
+
+    @model_validator(mode="before")
+    @classmethod
+    def _byte_model_context(cls, data):
+        if isinstance(data, dict):
+            model, render = data.get("model") or {}, data.get("render") or {}
+            name = model.get("name") if isinstance(model, dict) else getattr(model, "name", None)
+            if name == "tiny-random" and isinstance(render, dict) and render.get("max_context") is None:
+                data = {**data, "render": {**render, "max_context": TINY_CONTEXT}}
+        return data
 
     def config_hash(self) -> str:
         """Hash of everything that can change a result (not device/threads/cache paths)."""

@@ -12,7 +12,7 @@ import typer
 from rich.console import Console
 from rich.table import Table
 
-from . import EXIT_FATAL, EXIT_OK, EXIT_REJECTED, app, setup_logging
+from . import EXIT_FATAL, EXIT_OK, app, setup_logging
 
 log = logging.getLogger("masprism_batch.cli")
 console = Console(stderr=True)
@@ -28,33 +28,35 @@ def _config(config, model, max_context, threads=None):
     return load_config(config, model__name=model, render__max_context=max_context, model__threads=threads)
 
 
-def _run(inputs: list[str], outdir: Path, cfg, limit: int | None = None, keep=None):
-    """ingest -> attribute -> write; returns (summary, traces list when keep is set)."""
+def _run(inputs: list[str], outdir: Path, cfg):
+    """ingest -> attribute -> write, on the local engine (resumable: re-running skips committed shards)."""
+    from ..pipelines import run_local
+
+    return run_local(list(inputs), outdir, cfg, progress=True)
+
+
+def _stage_subset(inputs: list[str], outdir: Path, keep, limit: int | None) -> list[str]:
+    """Write the selected traces as canonical JSON lines (for --limit / dataset filtering); returns its path."""
     from ..ingest import read_inputs
-    from ..model import load_model
-    from ..runner import attribute_stream
 
-    t0 = time.perf_counter()
-    model = load_model(cfg.model, cfg.signals)
-    log.info("model %s loaded in %.1f s (%d layers, instrumented %s)", model.model_id,
-             time.perf_counter() - t0, model.num_layers, model.instrument_layers)
-    errors: list[dict] = []
-    stream = read_inputs(inputs, on_error=errors.append)
-    if keep is not None:
-        stream = (t for t in stream if keep(t))
-    if limit:
-        import itertools
-
-        stream = itertools.islice(stream, limit)
-    return attribute_stream(stream, outdir, cfg, model, ingest_errors=errors), model
+    outdir.mkdir(parents=True, exist_ok=True)
+    path = outdir / "_selected.jsonl"
+    n = 0
+    with open(path, "w", encoding="utf-8") as f:
+        for t in read_inputs(inputs, on_error=lambda e: None):
+            if keep(t):
+                f.write(json.dumps(t.to_row(), ensure_ascii=False, default=str) + "\n")
+                n += 1
+                if limit and n >= limit:
+                    break
+    return [str(path)]
 
 
 def _print_summary(summary, outdir: Path) -> int:
-    rej = sum(summary.rejected.values())
-    console.print(f"[bold]{summary.attributed}[/] attributed, {rej} rejected "
-                  f"({dict(summary.rejected) if rej else 'none'}) in {summary.seconds:.1f} s, "
-                  f"{summary.tokens_per_s:,.0f} tokens/s -> {outdir}")
-    return EXIT_REJECTED if rej else EXIT_OK
+    console.print(f"[bold]{summary.attributed}[/] attributed, {summary.rejected} rejected "
+                  f"({summary.rejected_by_reason or 'none'}) in {summary.wall_seconds:.1f} s, "
+                  f"{summary.tokens_per_second:,.0f} tokens/s -> {outdir}")
+    return summary.exit_code
 
 
 @app.command()
@@ -70,7 +72,9 @@ def attribute(
     setup_logging(verbose)
     cfg = _config(config, model, max_context, threads)
     try:
-        summary, _ = _run(inputs, out, cfg, limit)
+        if limit:
+            inputs = _stage_subset(inputs, out / "_input", lambda t: True, limit)
+        summary = _run(inputs, out, cfg)
     except (FileNotFoundError, ValueError) as exc:
         console.print(f"[red]error:[/] {exc}")
         raise typer.Exit(EXIT_FATAL) from None
@@ -120,7 +124,7 @@ def demo(
     cfg = _config(None, model, None)
     outdir = out or Path(tempfile.mkdtemp(prefix="masprism-demo-"))
     sample = _sample_dir()
-    summary, _ = _run([str(sample / "who_and_when"), str(sample / "trail")], outdir, cfg)
+    summary = _run([str(sample / "who_and_when"), str(sample / "trail")], outdir, cfg)
     _print_attributions(outdir)
     console.print(f"sample data: {sample} (licences: NOTICE.md there)")
     raise typer.Exit(_print_summary(summary, outdir))
@@ -148,22 +152,26 @@ def eval_(
         raise typer.Exit(EXIT_FATAL)
     cfg = _config(config, model, max_context, threads)
     outdir = out or Path(tempfile.mkdtemp(prefix="masprism-eval-"))
-    summary, mdl = _run(path, outdir, cfg, limit, keep=lambda t: dataset_of(t) == dataset)
+    inputs = _stage_subset(path, outdir / "_input", lambda t: dataset_of(t) == dataset, limit)
+    summary = _run(inputs, outdir, cfg)
     rows = read_dataset(outdir / "attributions").to_pylist()
     traces = [Trace.from_row(r) for r in read_dataset(outdir / "traces").to_pylist()]
     scorer = score_who_and_when if dataset == "who-and-when" else score_trail
     result = scorer(rows, traces)
     n = max(summary.attributed, 1)
+    sec1, sec2 = sum(r["seconds_pass1"] for r in rows), sum(r["seconds_pass2"] for r in rows)
     result.update({
-        "model": mdl.model_id, "method": cfg.method.name, "config_hash": cfg.config_hash(),
-        "seconds": summary.seconds, "tokens": summary.tokens, "seconds_per_trace": summary.seconds / n,
-        "seconds_pass1": summary.seconds_pass1, "seconds_pass2": summary.seconds_pass2,
-        "rejected": dict(summary.rejected), "hardware": _hardware(),
+        "model": cfg.model.name, "model_id": rows[0]["model_id"] if rows else None, "method": cfg.method.name,
+        "config_hash": cfg.config_hash(), "seconds": summary.wall_seconds, "seconds_per_trace": summary.wall_seconds / n,
+        "tokens": sum(r["tokens_pass1"] + r["tokens_pass2"] for r in rows),
+        "tokens_pass1": sum(r["tokens_pass1"] for r in rows), "tokens_pass2": sum(r["tokens_pass2"] for r in rows),
+        "seconds_pass1": sec1, "seconds_pass2": sec2, "rejected": summary.rejected_by_reason,
+        "hardware": _hardware(), "date": time.strftime("%Y-%m-%d"),
     })
     for table in tables(result):
         console.print(table)
-    console.print(f"{summary.attributed} traces in {summary.seconds:.0f} s ({result['seconds_per_trace']:.1f} s/trace, "
-                  f"{summary.tokens_per_s:,.0f} tokens/s) with {mdl.model_id}; outputs in {outdir}")
+    console.print(f"{summary.attributed} traces in {summary.wall_seconds:.0f} s ({result['seconds_per_trace']:.1f} s/trace, "
+                  f"{summary.tokens_per_second:,.0f} tokens/s) with {result['model_id']}; outputs in {outdir}")
     if json_out:
         json_out.write_text(json.dumps(result, indent=2, default=str), encoding="utf-8")
     raise typer.Exit(EXIT_OK)
