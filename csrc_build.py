@@ -8,10 +8,11 @@ torch reference backend is the fallback). Kept to few translation units and -O3 
 
 from __future__ import annotations
 
-import os
 from pathlib import Path
 
-SOURCES = ["csrc/step_attention.cpp", "csrc/nll.cpp"]
+# One translation unit. csrc/nll.cpp (fused LM head + online LSE) was removed: it did not beat the torch
+# reference on this CPU (GEMM-bound; see README "Benchmarks" and benchmarks/results/nll.csv).
+SOURCES = ["csrc/step_attention.cpp"]
 
 
 def extension_and_cmdclass():
@@ -40,5 +41,4 @@ def extension_and_cmdclass():
             except Exception as exc:  # noqa: BLE001
                 self.warn(f"masprism-batch: C++ extension {ext_.name} failed to build ({exc}); torch fallback")
 
-    os.environ.setdefault("MAX_JOBS", "2")  # ninja: both translation units at once on a 2-core machine
     return [ext], {"build_ext": OptionalBuildExtension.with_options(use_ninja=True)}

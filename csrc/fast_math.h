@@ -31,26 +31,12 @@ static inline float fast_expf(float x) {
 static inline double fast_exp(double x) { return std::exp(x); }  // fp64 path: exact libm
 static inline float fast_exp(float x) { return fast_expf(x); }
 
-// Vectorized "sum_i exp(a * x[i] - b)" over a contiguous run; one clone per ISA, chosen at load time.
+// One clone per ISA of each hot loop below, chosen at load time (no -march=native in the build).
 #if defined(__x86_64__) && defined(__GNUC__) && !defined(__clang__)
 #define MASPRISM_CLONES __attribute__((target_clones("avx512f", "avx2", "default")))
 #else
 #define MASPRISM_CLONES
 #endif
-
-MASPRISM_CLONES
-static float sum_exp_affine(const float* x, int64_t n, float a, float b) {
-  float acc = 0.0f;
-#pragma omp simd reduction(+ : acc)
-  for (int64_t i = 0; i < n; ++i) acc += fast_expf(a * x[i] - b);
-  return acc;
-}
-
-static inline double sum_exp_affine(const double* x, int64_t n, double a, double b) {
-  double acc = 0.0;
-  for (int64_t i = 0; i < n; ++i) acc += std::exp(a * x[i] - b);
-  return acc;
-}
 
 // In place x[i] <- exp(a * x[i] - b); returns the sum of the new values.
 MASPRISM_CLONES

@@ -146,7 +146,6 @@ std::tuple<at::Tensor, at::Tensor, at::Tensor> step_attention_cpu(const at::Tens
 TORCH_LIBRARY(masprism, m) {
   m.def("step_attention(Tensor q, Tensor k, Tensor v, Tensor cu_seqlens, Tensor step_ids, Tensor n_steps, "
         "float scale, int n_max) -> (Tensor, Tensor, Tensor)");
-  m.def("token_nll(Tensor hidden, Tensor weight, Tensor targets, int ignore_index, int chunk) -> Tensor");
 }
 
 TORCH_LIBRARY_IMPL(masprism, CPU, m) { m.impl("step_attention", &step_attention_cpu); }

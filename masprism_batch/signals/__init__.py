@@ -124,5 +124,5 @@ def token_nll(hidden, weight, targets, backend="auto", chunk=1024, ignore_index=
     if chosen == "cpp":
         from . import cpp
 
-        return cpp.token_nll(hidden, weight, targets, ignore_index, out=out)
+        return cpp.token_nll(hidden, weight, targets, ignore_index, chunk, out=out)
     return reference.token_nll(hidden, weight, targets, chunk, ignore_index, out=out)

@@ -62,30 +62,15 @@ def test_cpp_mass_independent_of_thread_count():
     assert torch.equal(one, many), "row-owned buffers summed in row order must be bit-identical"
 
 
-@pytest.mark.parametrize("dtype", [torch.float32, torch.float64])
-@pytest.mark.parametrize("T,d,V,chunk", [(47, 64, 1237, 16), (123, 96, 20011, 256)])
-def test_cpp_token_nll_matches_dense_oracle(T, d, V, chunk, dtype):
-    if not hasattr(torch.ops.masprism, "token_nll") or not torch._C._dispatch_has_kernel_for_dispatch_key(
-            "masprism::token_nll", "CPU"):
-        pytest.skip("the C++ token_nll kernel is not part of this build (see README Benchmarks)")
-    seed = new_seed()
-    hidden, weight, targets = make_nll_case(T, d, V, dtype, seed)
-    out = torch.full((T,), float("nan"))
-    got = signals.token_nll(hidden, weight, targets, backend="cpp", chunk=chunk, out=out)
-    assert got is out
-    torch.testing.assert_close(got.double(), dense_nll(hidden, weight, targets), rtol=0,
-                               atol=max(TOL[dtype]["nll"], 4e-6), equal_nan=True, msg=lambda m: f"{m} seed={seed}")
+def test_cpp_backend_token_nll_is_the_reference():
+    """No C++ NLL kernel is kept (it did not beat the reference); the cpp backend must still be correct."""
+    hidden, weight, targets = make_nll_case(47, 64, 1237, torch.float32, new_seed())
+    got = signals.token_nll(hidden, weight, targets, backend="cpp", chunk=16)
+    torch.testing.assert_close(got.double(), dense_nll(hidden, weight, targets), rtol=0, atol=TOL[torch.float32]["nll"],
+                               equal_nan=True)
 
 
 def test_opcheck_step_attention():
     c = make_attn_case([47, 9], 4, 2, 64, torch.float32, new_seed(), "ragged")
     args = (c.q, c.k, c.v, c.cu_seqlens, c.step_ids, c.n_steps, c.scale, int(c.n_steps.max()))
     torch.library.opcheck(torch.ops.masprism.step_attention.default, args)
-
-
-def test_opcheck_token_nll():
-    if not torch._C._dispatch_has_kernel_for_dispatch_key("masprism::token_nll", "CPU"):
-        pytest.skip("the C++ token_nll kernel is not part of this build (see README Benchmarks)")
-    hidden, weight, targets = make_nll_case(23, 32, 301, torch.float32, new_seed())
-    targets = targets.clamp_min(0)  # opcheck compares outputs without equal_nan: no ignored positions here
-    torch.library.opcheck(torch.ops.masprism.token_nll.default, (hidden, weight, targets, -100, 8))
