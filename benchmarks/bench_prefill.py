@@ -136,9 +136,11 @@ def cpu_cases(threads: int, grid: list[tuple[str, list[int], list[str]]]) -> lis
 # What the shared 2-core CPU can afford (a full Qwen3-0.6B fp32 forward at 8k is ~15 TFLOP: minutes
 # per run); the @4L rows give the memory slope up to 32k.
 DEFAULT_GRID = [
-    ("smollm2-135m", [1024, 2048, 4096, 8192], ["signals_cpp", "signals_torch", "sdpa", "sdpa_logits", "eager"]),
-    ("qwen3-0.6b", [1024, 2048], ["signals_cpp", "signals_torch", "sdpa", "eager"]),
-    ("smollm2-135m@4L", [1024, 2048, 4096, 8192, 16384, 32768], ["signals_cpp", "sdpa"]),
+    ("smollm2-135m", [1024, 2048], ["signals_cpp", "signals_torch", "sdpa", "sdpa_logits", "eager"]),
+    ("smollm2-135m", [4096, 8192], ["signals_cpp", "sdpa", "sdpa_logits", "eager"]),
+    ("qwen3-0.6b", [1024], ["signals_cpp", "sdpa", "sdpa_logits", "eager"]),
+    ("qwen3-0.6b", [2048], ["signals_cpp", "sdpa"]),
+    ("smollm2-135m@4L", [1024, 2048, 4096, 8192, 16384, 32768], ["signals_cpp"]),
 ]
 
 
@@ -195,6 +197,7 @@ def main() -> None:
     ap.add_argument("--peak-tflops", type=float, default=None)
     ap.add_argument("--threads", type=int, default=1)  # see bench_step_attention.py
     ap.add_argument("--only", nargs="*", default=None, help="model names of DEFAULT_GRID to run")
+    ap.add_argument("--T", nargs="*", type=int, default=None, help="only these T of the grid")
     ap.add_argument("--out", type=Path, default=RESULTS / "prefill.csv")
     args = ap.parse_args()
     if args.worker:
@@ -204,6 +207,8 @@ def main() -> None:
         gpu_main(args.peak_tflops)
         return
     grid = [g for g in DEFAULT_GRID if args.only is None or g[0] in args.only]
+    if args.T:
+        grid = [(m, [t for t in Ts if t in args.T], impls) for m, Ts, impls in grid]
     rows = run_cases(__file__, cpu_cases(args.threads, grid), args.out, timeout=3600)
     print_table(rows)
 

@@ -1,0 +1,82 @@
+"""Plots of the kernel benchmarks: CPU time and peak memory vs T per impl (log-log), one PNG per CSV,
+plus the memory slope of the signal path (least squares on the @4L prefill rows).
+
+    pip install -e '.[bench]'
+    python benchmarks/plot_kernels.py            # reads benchmarks/results/{step_attention,nll,prefill}.csv
+"""
+
+from __future__ import annotations
+
+import argparse
+import csv
+from collections import defaultdict
+from pathlib import Path
+
+RESULTS = Path(__file__).resolve().parent / "results"
+
+
+def load(path: Path) -> list[dict]:
+    with path.open() as f:
+        return [r for r in csv.DictReader(f) if r["status"] == "ok"]
+
+
+def memory_slope(rows: list[dict], model: str, impl: str) -> tuple[float, float] | None:
+    """Least-squares line peak_bytes = a + b * T; returns (b in bytes/token, a in bytes)."""
+    pts = [(int(r["T"]), int(r["peak_mem_bytes"])) for r in rows if r["model"] == model and r["impl"] == impl]
+    if len(pts) < 2:
+        return None
+    n = len(pts)
+    mx, my = sum(t for t, _ in pts) / n, sum(m for _, m in pts) / n
+    b = sum((t - mx) * (m - my) for t, m in pts) / sum((t - mx) ** 2 for t, _ in pts)
+    return b, my - b * mx
+
+
+def plot(path: Path, out: Path) -> None:
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    rows = load(path)
+    series = defaultdict(list)
+    for r in rows:
+        series[(r["model"], r["impl"])].append((int(r["T"]), float(r["cpu_s"]), int(r["peak_mem_bytes"]) / 2**20))
+    fig, (ax_t, ax_m) = plt.subplots(1, 2, figsize=(12, 4.5))
+    for (model, impl), pts in sorted(series.items()):
+        pts.sort()
+        T = [p[0] for p in pts]
+        ax_t.plot(T, [p[1] for p in pts], marker="o", label=f"{model} {impl}")
+        ax_m.plot(T, [p[2] for p in pts], marker="o", label=f"{model} {impl}")
+    for ax, ylabel in ((ax_t, "CPU time per call (s)"), (ax_m, "peak RSS increase (MiB)")):
+        ax.set_xscale("log", base=2)
+        ax.set_yscale("log")
+        ax.set_xlabel("tokens T")
+        ax.set_ylabel(ylabel)
+        ax.grid(True, which="both", alpha=0.3)
+    ax_m.legend(fontsize=7)
+    meta = rows[0] if rows else {}
+    fig.suptitle(f"{path.stem}: {meta.get('hardware', '?')}, 1 thread, torch {meta.get('torch', '?')}, "
+                 f"{meta.get('date', '?')}", fontsize=9)
+    fig.tight_layout()
+    fig.savefig(out, dpi=120)
+    print(f"wrote {out}")
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--results", type=Path, default=RESULTS)
+    args = ap.parse_args()
+    for name in ("step_attention", "nll", "prefill"):
+        path = args.results / f"{name}.csv"
+        if path.exists():
+            plot(path, args.results / f"{name}.png")
+    prefill = args.results / "prefill.csv"
+    if prefill.exists():
+        fit = memory_slope(load(prefill), "smollm2-135m@4L", "signals_cpp")
+        if fit:
+            print(f"signal path peak memory ~ {fit[1] / 2**20:.1f} MiB + {fit[0] / 1024:.2f} KiB/token "
+                  "(smollm2-135m@4L, signals_cpp, least squares over T)")
+
+
+if __name__ == "__main__":
+    main()
