@@ -143,6 +143,9 @@ def run_one(corpus: Path, outdir: Path, engine: str, model: str, extra: list[str
             "traces_per_s": inv["traces_per_second"], "tokens_per_s": inv["tokens_per_second"],
             "driver_rss_mb": round(peak.get("driver", 0) / 2**20), "tree_rss_mb": round(peak.get("tree", 0) / 2**20),
             "model_s": round(run["stage_seconds_total"].get("seconds_model", 0.0), 2),
+            "max_context": run["config"]["render"]["max_context"], "config_hash": run["config_hash"],
+            "ray_worker_niceness": os.environ.get("RAY_worker_niceness", "15 (Ray default)")
+            if engine.startswith("ray") else "",
             "cmd": "masprism-batch run CORPUS -o OUT --model " + model + " " + " ".join(ENGINES[engine] + extra)}
 
 
