@@ -37,7 +37,7 @@ log = logging.getLogger("bench_accuracy")
 
 
 def run_dataset(name: str, inputs: list[str], work: Path, model_name: str, max_context: int | None,
-                dtype: str | None = None):
+                dtype: str | None = None, partial: bool = False):
     """Faithful MASPrism over one dataset with the resumable local engine (small shards: a killed run
     resumes where it stopped). Returns the output folder and the run's figures."""
     from masprism_batch.pipelines import run_local
@@ -45,14 +45,14 @@ def run_dataset(name: str, inputs: list[str], work: Path, model_name: str, max_c
     cfg = load_config(None, model__name=model_name, model__dtype=dtype, method__name="masprism",
                       render__max_context=max_context, batch__traces_per_shard=4)
     out = work / f"{name}-{cfg.config_hash()}"
-    if not (out / "done.json").exists():
+    done = out / "done.json"
+    base = {"model": model_name, "config_hash": cfg.config_hash(), "dtype": cfg.model.dtype,
+            "max_context": cfg.render.max_context, "hardware": platform.machine(), "date": dt.date.today().isoformat()}
+    if not done.exists() and not partial:
         run_local(inputs, out, cfg)
-        run = json.loads((out / "run.json").read_text())
-        info = {"run": run, "model": model_name, "config_hash": cfg.config_hash(), "dtype": cfg.model.dtype,
-                "max_context": cfg.render.max_context, "hardware": platform.machine(),
-                "date": dt.date.today().isoformat()}
-        (out / "done.json").write_text(json.dumps(info, default=str))
-    info = json.loads((out / "done.json").read_text())
+        done.write_text(json.dumps({**base, "run": json.loads((out / "run.json").read_text())}, default=str))
+    # partial: score what is committed so far of a run still going (reported as such)
+    info = json.loads(done.read_text()) if done.exists() else {**base, "partial": True}
     attrs = read_dataset(out / "attributions").to_pylist()
     n = max(len(attrs), 1)
     info.update(traces=len(attrs), tokens=sum(a["tokens_pass1"] + a["tokens_pass2"] for a in attrs),
@@ -163,6 +163,7 @@ def main() -> None:
     ap.add_argument("--max-context", type=int, default=None)
     ap.add_argument("--dtype", default=None, help="model dtype (default: the config's, fp32 on CPU)")
     ap.add_argument("--datasets", default="who-and-when,trail")
+    ap.add_argument("--partial", action="store_true", help="score the committed part of unfinished runs")
     ap.add_argument("--l2", type=float, default=1.0, help="ranker L2 (fixed a priori, not tuned on eval cases)")
     ap.add_argument("--train-weights", action="store_true")
     ap.add_argument("--csv", default=str(ROOT / "benchmarks" / "results" / "accuracy.csv"))
@@ -179,7 +180,8 @@ def main() -> None:
     runs, loaded = {}, {}
     for ds in args.datasets.split(","):
         t0 = time.perf_counter()
-        out, info = run_dataset(ds, inputs[ds], work, args.model, args.max_context, args.dtype)
+        out, info = run_dataset(ds, inputs[ds], work, args.model, args.max_context, args.dtype,
+                                args.partial)
         runs[ds] = info
         loaded[ds] = load_run(out)
         log.info("%s: %d traces (%.0f s run, loaded in %.1f s)", ds, len(loaded[ds][0]), info["seconds"],
@@ -210,6 +212,8 @@ def main() -> None:
             for a, b in (("Algorithm-Generated", "Hand-Crafted"), ("Hand-Crafted", "Algorithm-Generated")):
                 tr = [t for t in traces if t.source.endswith(a)]
                 te = [t for t in traces if t.source.endswith(b)]
+                if not tr or not te:
+                    continue
                 m = fit_on(tr, steps, all_cols, args.l2)
                 emit(ds, "ranked", f"trained on {a} only", score(ds, ranked_rows(m, te, steps, all_cols), te)[0])
     # leave one family out: weights from the other dataset family
