@@ -31,6 +31,24 @@ def memory_slope(rows: list[dict], model: str, impl: str) -> tuple[float, float]
     return b, my - b * mx
 
 
+def markdown(path: Path) -> str:
+    """One markdown table per CSV: rows (model, T), columns impl = 'CPU s / peak MiB' (or the skip reason)."""
+    with path.open() as f:
+        rows = list(csv.DictReader(f))
+    impls = list(dict.fromkeys(r["impl"] for r in rows))
+    cells: dict[tuple[str, int], dict[str, str]] = defaultdict(dict)
+    for r in rows:
+        if r["status"] == "ok":
+            cell = f"{float(r['cpu_s']):.3g} s / {int(r['peak_mem_bytes']) / 2**20:.0f} MiB"
+        else:
+            cell = "not run" if r["status"].startswith("skipped") else "failed"
+        cells[(r["model"], int(r["T"]))][r["impl"]] = cell
+    out = ["| model | T | " + " | ".join(impls) + " |", "|---|---:|" + "---|" * len(impls)]
+    for (model, T), c in sorted(cells.items()):
+        out.append(f"| {model} | {T} | " + " | ".join(c.get(i, "") for i in impls) + " |")
+    return "\n".join(out)
+
+
 def plot(path: Path, out: Path) -> None:
     import matplotlib
 
@@ -65,7 +83,13 @@ def plot(path: Path, out: Path) -> None:
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--results", type=Path, default=RESULTS)
+    ap.add_argument("--markdown", action="store_true", help="print the README tables instead of plotting")
     args = ap.parse_args()
+    if args.markdown:
+        for name in ("step_attention", "nll", "prefill"):
+            if (args.results / f"{name}.csv").exists():
+                print(f"\n{name}\n\n{markdown(args.results / f'{name}.csv')}")
+        return
     for name in ("step_attention", "nll", "prefill"):
         path = args.results / f"{name}.csv"
         if path.exists():
