@@ -64,6 +64,7 @@ class Committer:
         self.t0 = time.perf_counter()
         self.started_at = now_utc()
         self._open: dict[str, list[dict[str, Any]]] = {}
+        self._done: set[str] = set()
         self.shards_run = 0
         self.traces_done = 0
         self.tokens_done = 0
@@ -106,7 +107,11 @@ class Committer:
 
     def add(self, result: dict[str, Any]) -> None:
         sid = result["shard_id"]
-        parts = self._open.setdefault(sid, [])
+        parts = self._open.setdefault(sid, []) if sid not in self._done else None
+        if parts is None or any(p["pack_index"] == result["pack_index"] for p in parts):
+            # never expected from Ray Data, but a duplicated result must not become a duplicated row
+            log.warning("ignoring a repeated result for shard %s pack %s", sid, result["pack_index"])
+            return
         parts.append(result)
         self.traces_done += int(result["n_traces"])
         self.tokens_done += int(result["tokens"])
@@ -117,7 +122,7 @@ class Committer:
             self._last_log = time.perf_counter()
             log.info("progress: %d traces, %.2f traces/s, %.0f tokens/s", self.traces_done,
                      self.traces_done / elapsed, self.tokens_done / elapsed)
-        if len({p["pack_index"] for p in parts}) == int(result["n_packs"]):
+        if len(parts) == int(result["n_packs"]):
             self._commit(sid, self._open.pop(sid))
 
     def _commit(self, sid: str, parts: list[dict[str, Any]]) -> None:
@@ -129,6 +134,7 @@ class Committer:
         stats["tokens"] = int(sum(p["tokens"] for p in parts))
         stats["seconds_commit"] = time.perf_counter() - t0
         self.store.commit(sid, tables, self._entry(sid, tables, stats, parts[0]["label"]))
+        self._done.add(sid)
         self.shards_run += 1
 
     def finish(self, extra: dict[str, Any] | None = None) -> RunSummary:

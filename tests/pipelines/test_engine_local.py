@@ -150,3 +150,16 @@ def test_outdir_of_another_command_refused(tmp_path, small_cfg):
     pq.write_table(schema.ATTRIBUTIONS.empty_table(), tmp_path / "out" / "attributions" / "part-1.parquet")
     with pytest.raises(ValueError, match="not written by `run`"):
         run_local([str(tmp_path / "in")], tmp_path / "out", small_cfg(), stages=FakeStages(), progress=False)
+
+
+def test_repeated_pack_result_is_not_written_twice(tmp_path, small_cfg, monkeypatch):
+    """Belt and braces for at-least-once delivery: a pack result delivered twice is committed once."""
+    from masprism_batch.pipelines import driver
+
+    ids = make_corpus(tmp_path / "in", 17, 2)
+    real_add = driver.Committer.add
+    monkeypatch.setattr(driver.Committer, "add", lambda self, r: (real_add(self, r), real_add(self, r))[0])
+    s = run_local([str(tmp_path / "in")], tmp_path / "out", small_cfg(per_shard=4), stages=FakeStages(),
+                  progress=False)
+    assert_exactly_once(tmp_path / "out", ids)
+    assert s.attributed == 17
