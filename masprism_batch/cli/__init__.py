@@ -19,7 +19,6 @@ def setup_logging(verbose: bool = False) -> None:
 
 
 # Command modules register themselves on import (one module per command group).
-# (helpers append: from . import <module>  # noqa: E402,F401)
 from . import analytics as _analytics  # noqa: E402,F401
 from . import attribute as _attribute  # noqa: E402,F401
 from . import ingest as _ingest  # noqa: E402,F401
