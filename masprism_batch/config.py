@@ -63,7 +63,7 @@ class SignalsConfig(_Section):
 class MethodConfig(_Section):
     # masprism: the faithful method. ranked (ours): MASPrism's passes, then a learned linear ranker over every
     # step's prefill features and agent-level aggregation (docs/method.md, docs/results.md).
-    name: Literal["masprism", "ranked"] = "masprism"
+    name: Literal["masprism", "ranked"] = "ranked"  # (ours) held-out results in docs/results.md
     ranker_weights: str | None = None  # (ours) JSON from benchmarks/bench_accuracy.py; None: packaged weights
     agent_aggregation: bool = True  # (ours, ranked only) agent = argmax of summed step probabilities
     symptom_ratio: float = 0.2  # (paper) Who&When; TRAIL uses symptom_ratio_spans

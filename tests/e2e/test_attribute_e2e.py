@@ -46,7 +46,8 @@ def test_stage_rows_are_complete_consistent_and_deterministic(tiny):
     assert [e["reason"] for e in out.errors] == ["empty_trace"]
     for a in out.attributions:
         t = next(x for x in traces if x.trace_id == a["trace_id"])
-        assert 0 <= a["pred_step"] < len(t.steps) and a["pred_agent"] == t.steps[a["pred_step"]].agent
+        assert 0 <= a["pred_step"] < len(t.steps) and a["pred_agent"] in {s.agent for s in t.steps}
+        assert a["method"] == cfg.method.name
         assert a["candidates"][0]["step"] == a["pred_step"]
         assert all(c["step"] < len(t.steps) for c in a["candidates"])
     assert len(out.step_scores) == sum(len(t.steps) for t in traces)
@@ -58,6 +59,15 @@ def test_stage_rows_are_complete_consistent_and_deterministic(tiny):
     pa.Table.from_pylist(out.step_scores, schema=schema.STEP_SCORES)
     again = attribute_traces(traces, model, cfg)
     assert [a["candidates"] for a in again.attributions] == [a["candidates"] for a in out.attributions]
+
+
+def test_faithful_method_blames_the_agent_of_its_top_step(tiny):
+    cfg, model = tiny
+    cfg = cfg.model_copy(update={"method": cfg.method.model_copy(update={"name": "masprism"})})
+    traces = _synthetic(4, random.Random())
+    for a in attribute_traces(traces, model, cfg).attributions:
+        t = next(x for x in traces if x.trace_id == a["trace_id"])
+        assert a["pred_agent"] == t.steps[a["pred_step"]].agent and a["method"] == "masprism"
 
 
 def test_attribute_cli_writes_datasets(tmp_path, tiny):
