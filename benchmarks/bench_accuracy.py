@@ -229,6 +229,8 @@ def main() -> None:
         for ds, (traces, _, steps) in loaded.items():
             m = fit_on(traces, steps, all_cols, args.l2)
             (wdir / f"ranker-{family[ds]}.json").write_text(m.to_json() + "\n")
+            emit(ds, "ranked (packaged weights)", "in-sample: trained on these cases (optimistic)",
+                 score(ds, ranked_rows(m, traces, steps, all_cols), traces)[0])
             log.info("wrote %s", wdir / f"ranker-{family[ds]}.json")
     Path(args.csv).parent.mkdir(parents=True, exist_ok=True)
     with open(args.csv, "w", newline="") as f:
