@@ -20,12 +20,18 @@ console = Console(stderr=True)
 ModelOpt = typer.Option(None, "--model", "-m", help="smollm2-135m (default) | tiny-random | PATH (HF folder or .gguf)")
 ConfigOpt = typer.Option(None, "--config", help="JSON or TOML file with PipelineConfig sections")
 ContextOpt = typer.Option(None, "--max-context", help="tokens per prompt (default from config)")
+MethodOpt = typer.Option(None, "--method", help="ranked (default) | masprism (the faithful paper method)")
 
 
-def _config(config, model, max_context, threads=None):
+def _config(config, model, max_context, threads=None, method=None):
     from ..config import load_config
 
-    return load_config(config, model__name=model, render__max_context=max_context, model__threads=threads)
+    try:
+        return load_config(config, model__name=model, render__max_context=max_context, model__threads=threads,
+                           method__name=method)
+    except (OSError, ValueError) as exc:  # pydantic's ValidationError is a ValueError
+        console.print(f"[red]error:[/] bad configuration: {exc}")
+        raise typer.Exit(EXIT_FATAL) from None
 
 
 def _run(inputs: list[str], outdir: Path, cfg):
@@ -63,14 +69,14 @@ def _print_summary(summary, outdir: Path) -> int:
 def attribute(
     inputs: list[str] = typer.Argument(..., help="raw trace files/dirs (auto-ingested) or a canonical traces dataset"),
     out: Path = typer.Option(..., "-o", "--out", help="output directory"),
-    model: str = ModelOpt, config: str = ConfigOpt, max_context: int = ContextOpt,
+    model: str = ModelOpt, config: str = ConfigOpt, max_context: int = ContextOpt, method: str = MethodOpt,
     limit: int = typer.Option(None, help="attribute at most N traces"),
     threads: int = typer.Option(None, help="torch CPU threads"),
     verbose: bool = typer.Option(False, "-v"),
 ):
     """Attribute failures: writes OUT/attributions, OUT/step_scores, OUT/traces and OUT/errors (Parquet)."""
     setup_logging(verbose)
-    cfg = _config(config, model, max_context, threads)
+    cfg = _config(config, model, max_context, threads, method)
     try:
         if limit:
             inputs = _stage_subset(inputs, out / "_input", lambda t: True, limit)
@@ -134,7 +140,7 @@ def demo(
 def eval_(
     path: list[str] = typer.Argument(..., help="labelled traces (raw files/dirs or a canonical dataset)"),
     dataset: str = typer.Option(..., "--dataset", "-d", help="who-and-when | trail"),
-    model: str = ModelOpt, config: str = ConfigOpt, max_context: int = ContextOpt,
+    model: str = ModelOpt, config: str = ConfigOpt, max_context: int = ContextOpt, method: str = MethodOpt,
     json_out: Path = typer.Option(None, "--json", help="write the scores as JSON here"),
     out: Path = typer.Option(None, "-o", "--out", help="keep the attribution outputs here (default: temporary)"),
     limit: int = typer.Option(None, help="score only the first N labelled traces (smoke runs)"),
@@ -150,7 +156,7 @@ def eval_(
     if dataset not in ("who-and-when", "trail"):
         console.print(f"[red]error:[/] --dataset must be who-and-when or trail, not {dataset!r}")
         raise typer.Exit(EXIT_FATAL)
-    cfg = _config(config, model, max_context, threads)
+    cfg = _config(config, model, max_context, threads, method)
     outdir = out or Path(tempfile.mkdtemp(prefix="masprism-eval-"))
     inputs = _stage_subset(path, outdir / "_input", lambda t: dataset_of(t) == dataset, limit)
     summary = _run(inputs, outdir, cfg)

@@ -31,6 +31,7 @@ def run(
     model: str = typer.Option(None, "--model", "-m", help="smollm2-135m (default) | tiny-random | PATH"),
     config: str = typer.Option(None, "--config", help="JSON or TOML file with PipelineConfig sections"),
     max_context: int = typer.Option(None, "--max-context", help="tokens per prompt (default from config)"),
+    method: str = typer.Option(None, "--method", help="ranked (default) | masprism (the faithful paper method)"),
     token_budget: int = typer.Option(None, help="max tokens per packed prefill batch"),
     traces_per_shard: int = typer.Option(None, help="traces per committed output shard"),
     threads: int = typer.Option(None, help="torch CPU threads per model (default: CPUs / workers)"),
@@ -46,6 +47,7 @@ def run(
     setup_logging(verbose)
     try:
         cfg = load_config(config, model__name=model, render__max_context=max_context, model__threads=threads,
+                          method__name=method,
                           batch__token_budget=token_budget, batch__traces_per_shard=traces_per_shard)
         if engine is Engine.local:
             if workers not in (None, 1) or address:

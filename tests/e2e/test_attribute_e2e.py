@@ -83,6 +83,18 @@ def test_attribute_cli_writes_datasets(tmp_path, tiny):
     assert ds.dataset(str(out / "traces")).count_rows() == len(traces)
 
 
+def test_method_option_selects_the_faithful_method_and_rejects_unknown(tmp_path):
+    traces = _synthetic(2, random.Random())
+    src = tmp_path / "in.jsonl"
+    src.write_text("\n".join(json.dumps(t.to_row(), default=str) for t in traces) + "\n", encoding="utf-8")
+    res = runner.invoke(app, ["attribute", str(src), "-o", str(tmp_path / "o"), "--model", "tiny-random",
+                              "--method", "masprism"])
+    assert res.exit_code == EXIT_OK, res.output
+    assert set(ds.dataset(str(tmp_path / "o" / "attributions")).to_table()["method"].to_pylist()) == {"masprism"}
+    res = runner.invoke(app, ["attribute", str(src), "-o", str(tmp_path / "o2"), "--method", "bogus"])
+    assert res.exit_code == 1 and "bad configuration" in res.output
+
+
 def test_attribute_cli_reports_rejections_with_exit_code(tmp_path):
     src = tmp_path / "bad.jsonl"
     src.write_text('{"trace_id": "a", "source": "jsonl", "steps": [{"index": 0, "agent": "x", "content": "hi"}]}\n'
