@@ -85,7 +85,8 @@ def main() -> None:
     rows = []
     with tempfile.TemporaryDirectory(prefix="bench-ingest-") as tmp:
         tmp = Path(tmp)
-        cases = [("shared-data", [str(data)], f"masprism-batch ingest {data} -o OUT")]
+        # the recorded command names the data by its name, not by this machine's absolute path
+        cases = [("shared-data", [str(data)], f"masprism-batch ingest <{data.name}> -o OUT")]
         for name, inputs, cmd in cases:
             for r in range(args.repeats):
                 rows.append(_row(common, name, r, inputs, tmp / "out", cmd))
