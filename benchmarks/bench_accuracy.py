@@ -97,14 +97,11 @@ def pass1_rows(traces, attrs, steps):
     return out
 
 
-def ranked_rows(model: rk.Ranker, traces, steps, cols, agg=True):
+def ranked_rows(model: rk.Ranker, traces, steps, agg=True):
+    """Attribution-like rows from the same re-ranking the `ranked` method runs (ranker.rerank)."""
     out = {}
     for t in traces:
-        X = rk.step_features(t, steps[t.trace_id])[:, cols]
-        p = model.probs(X)
-        order = sorted(range(len(p)), key=lambda i: (-p[i], i))[:5]
-        ag = rk.agent_scores(t, p)
-        agent = min(ag, key=lambda a: (-ag[a], a)) if agg else t.steps[order[0]].agent
+        order, _, agent = rk.rerank(t, steps[t.trace_id], model, 5, agg)
         out[t.trace_id] = {"trace_id": t.trace_id, "pred_step": order[0], "pred_agent": agent,
                            "candidates": [{"step": i, "span_id": t.steps[i].span_id} for i in order]}
     return out
@@ -144,7 +141,7 @@ def cv_rows(dataset, traces, steps, cols, l2, folds=5, seeds=(0, 1, 2), agg=True
         for f in range(folds):
             train = [t for t in traces if fold_of[t.trace_id] != f]
             test = [t for t in traces if fold_of[t.trace_id] == f]
-            rows.update(ranked_rows(fit_on(train, steps, cols, l2), test, steps, cols, agg))
+            rows.update(ranked_rows(fit_on(train, steps, cols, l2), test, steps, agg))
         flat, _ = score(dataset, rows, traces)
         for k, v in flat.items():
             per_seed.setdefault(k, []).append(v)
@@ -215,14 +212,14 @@ def main() -> None:
                 if not tr or not te:
                     continue
                 m = fit_on(tr, steps, all_cols, args.l2)
-                emit(ds, "ranked", f"trained on {a} only", score(ds, ranked_rows(m, te, steps, all_cols), te)[0])
+                emit(ds, "ranked", f"trained on {a} only", score(ds, ranked_rows(m, te, steps), te)[0])
     # leave one family out: weights from the other dataset family
     for ds, other in (("who-and-when", "trail"), ("trail", "who-and-when")):
         if ds not in loaded or other not in loaded:
             continue
         m = fit_on(loaded[other][0], loaded[other][2], all_cols, args.l2)
         traces, _, steps = loaded[ds]
-        emit(ds, "ranked", f"trained on {other} only", score(ds, ranked_rows(m, traces, steps, all_cols), traces)[0])
+        emit(ds, "ranked", f"trained on {other} only", score(ds, ranked_rows(m, traces, steps), traces)[0])
     if args.train_weights:
         wdir = ROOT / "masprism_batch" / "method" / "weights"
         wdir.mkdir(parents=True, exist_ok=True)
@@ -230,7 +227,7 @@ def main() -> None:
             m = fit_on(traces, steps, all_cols, args.l2)
             (wdir / f"ranker-{family[ds]}.json").write_text(m.to_json() + "\n")
             emit(ds, "ranked (packaged weights)", "in-sample: trained on these cases (optimistic)",
-                 score(ds, ranked_rows(m, traces, steps, all_cols), traces)[0])
+                 score(ds, ranked_rows(m, traces, steps), traces)[0])
             log.info("wrote %s", wdir / f"ranker-{family[ds]}.json")
     Path(args.csv).parent.mkdir(parents=True, exist_ok=True)
     with open(args.csv, "w", newline="") as f:

@@ -178,7 +178,10 @@ def load_ranker(path: str | None, fam: str) -> Ranker:
 
 def rerank(trace: Trace, rows: list[dict], ranker: Ranker, k: int, agent_aggregation: bool):
     """Returns (steps best first (top k), their probabilities, predicted agent)."""
-    probs = ranker.probs(step_features(trace, rows))
+    X = step_features(trace, rows)
+    if ranker.features != FEATURES:  # ablation rankers use a subset of the columns
+        X = X[:, [FEATURES.index(f) for f in ranker.features]]
+    probs = ranker.probs(X)
     order = sorted(range(len(probs)), key=lambda i: (-probs[i], i))[:k]
     if agent_aggregation:
         ag = agent_scores(trace, probs)
