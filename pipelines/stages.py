@@ -42,26 +42,10 @@ class Stages:
         return load_model(cfg.model, cfg.signals)
 
     def load_tokenizer(self, cfg: PipelineConfig):
-        # Render workers need only the tokenizer; fall back to the full model where no lighter loader exists.
-        import masprism_batch.model as m
+        # render workers need only the tokenizer: no weights, so a render task stays small
+        from masprism_batch.model import load_tokenizer
 
-        if hasattr(m, "load_tokenizer"):
-            return m.load_tokenizer(cfg.model)
-        try:  # the tokenizer alone, as the loader builds it (no weights: a render task stays small)
-            spec = m.require_model(cfg.model.name)
-            if spec.kind == "tiny":
-                from masprism_batch.model.tiny import tiny_tokenizer
-
-                return tiny_tokenizer()
-            from transformers import AutoTokenizer
-
-            from masprism_batch.model.loader import convert_gguf
-
-            folder = convert_gguf(spec.path, cfg.model.cache_dir) if spec.kind == "gguf" else spec.path
-            return AutoTokenizer.from_pretrained(folder, local_files_only=True, trust_remote_code=False)
-        except (ImportError, AttributeError) as e:
-            log.warning("no tokenizer-only loader (%s): loading the whole model for rendering", e)
-            return self.load_model(cfg).tokenizer
+        return load_tokenizer(cfg.model)
 
     def render_len(self, trace: Trace, tokenizer, cfg: PipelineConfig) -> int:
         from masprism_batch.render import render_pass1

@@ -122,14 +122,29 @@ def _folder_fingerprint(folder: Path) -> str:
     return hashlib.sha256("|".join(parts).encode()).hexdigest()[:12]
 
 
-def _load_hf_folder(folder: Path):
-    from transformers import AutoConfig, AutoTokenizer
+def _folder_tokenizer(folder: Path):
+    from transformers import AutoTokenizer
 
-    config = AutoConfig.from_pretrained(folder, local_files_only=True, trust_remote_code=False)
     tok = AutoTokenizer.from_pretrained(folder, local_files_only=True, trust_remote_code=False)
     if not getattr(tok, "is_fast", False):
         raise ValueError(f"{folder}: no fast tokenizer (tokenizer.json) found; token offsets need one")
-    return config, _read_safetensors(folder), tok
+    return tok
+
+
+def _load_hf_folder(folder: Path):
+    from transformers import AutoConfig
+
+    config = AutoConfig.from_pretrained(folder, local_files_only=True, trust_remote_code=False)
+    return config, _read_safetensors(folder), _folder_tokenizer(folder)
+
+
+def load_tokenizer(model_cfg):
+    """The tokenizer of `model_cfg.name` without its weights (render workers need nothing else)."""
+    _offline()
+    spec: ModelSpec = require_model(model_cfg.name)
+    if spec.kind == "tiny":
+        return tiny_tokenizer()
+    return _folder_tokenizer(convert_gguf(spec.path, model_cfg.cache_dir) if spec.kind == "gguf" else spec.path)
 
 
 def build_model(config, state: dict, tokenizer, signals_cfg, *, model_id: str, device="cpu",

@@ -11,7 +11,7 @@ from model_helpers import fresh_seed, hf_config, random_hf_model, rel_err
 from typer.testing import CliRunner
 
 from masprism_batch.config import ModelConfig, SignalsConfig
-from masprism_batch.model import ModelNotFoundError, load_model, registry, resolve_model
+from masprism_batch.model import ModelNotFoundError, load_model, load_tokenizer, registry, resolve_model
 from masprism_batch.model.arch import instrument_layers
 from masprism_batch.model.loader import converted_dir, resolve_device_dtype
 from masprism_batch.model.tiny import tiny_tokenizer
@@ -89,6 +89,22 @@ def test_hf_folder_loads_and_matches(tmp_path):
     with torch.no_grad():
         ref = hf(ids[None]).logits[0]
     assert rel_err(m.forward_logits(ids.tolist()), ref) <= 1e-4
+
+
+def test_load_tokenizer_reads_no_weights(tmp_path, monkeypatch):
+    hf, folder = save_hf_folder(tmp_path)
+    from masprism_batch.model import loader
+
+    def boom(*a, **k):
+        raise AssertionError("weights read although only the tokenizer was asked for")
+
+    monkeypatch.setattr(loader, "_read_safetensors", boom)
+    tok = load_tokenizer(ModelConfig(name=str(folder)))
+    text = "step 3: the agent " + os.urandom(6).hex()
+    assert tok.is_fast and tok.decode(tok(text)["input_ids"]) == text
+    assert load_tokenizer(ModelConfig(name="tiny-random")).decode(tiny_tokenizer()(text)["input_ids"]) == text
+    with pytest.raises(ModelNotFoundError):
+        load_tokenizer(ModelConfig(name=str(tmp_path / "absent")))
 
 
 def test_gguf_cache_is_reused_without_converting(tmp_path, monkeypatch):
