@@ -38,7 +38,14 @@ def hardware() -> str:
                 break
     except OSError:
         pass
-    return f"{name} ({os.cpu_count()} vCPU, {platform.machine()})"
+    # the vector ISA torch dispatches to decides GEMM speed (AVX2 vs AVX512 hosts share a model name)
+    try:
+        import torch
+
+        isa = ", " + torch.backends.cpu.get_cpu_capability()
+    except Exception:  # noqa: BLE001 - old torch or no torch: the label just lacks the ISA
+        isa = ""
+    return f"{name} ({os.cpu_count()} vCPU, {platform.machine()}{isa})"
 
 
 def rss_kib(field: str) -> int:

@@ -32,21 +32,33 @@ def memory_slope(rows: list[dict], model: str, impl: str) -> tuple[float, float]
 
 
 def markdown(path: Path) -> str:
-    """One markdown table per CSV: rows (model, T), columns impl = 'CPU s / peak MiB' (or the skip reason)."""
+    """Markdown tables of one CSV, one per hardware: rows (model, T), columns impl = 'CPU s / peak MiB' (or
+    'not run' / 'failed'). Rows of hosts with different vector ISAs are never mixed in one table."""
     with path.open() as f:
         rows = list(csv.DictReader(f))
-    impls = list(dict.fromkeys(r["impl"] for r in rows))
-    cells: dict[tuple[str, int], dict[str, str]] = defaultdict(dict)
-    for r in rows:
-        if r["status"] == "ok":
-            cell = f"{float(r['cpu_s']):.3g} s / {int(r['peak_mem_bytes']) / 2**20:.0f} MiB"
-        else:
-            cell = "not run" if r["status"].startswith("skipped") else "failed"
-        cells[(r["model"], int(r["T"]))][r["impl"]] = cell
-    out = ["| model | T | " + " | ".join(impls) + " |", "|---|---:|" + "---|" * len(impls)]
-    for (model, T), c in sorted(cells.items()):
-        out.append(f"| {model} | {T} | " + " | ".join(c.get(i, "") for i in impls) + " |")
+    out = []
+    for hw in dict.fromkeys(r["hardware"] for r in rows):
+        sub = [r for r in rows if r["hardware"] == hw]
+        impls = list(dict.fromkeys(r["impl"] for r in sub))
+        cells: dict[tuple[str, int], dict[str, str]] = defaultdict(dict)
+        for r in sub:  # a later row of the same (model, T, impl) replaces an earlier one
+            if r["status"] == "ok":
+                cell = f"{float(r['cpu_s']):.3g} s / {int(r['peak_mem_bytes']) / 2**20:.0f} MiB"
+            else:
+                cell = "not run" if r["status"].startswith("skipped") else "failed"
+            cells[(r["model"], int(r["T"]))][r["impl"]] = cell
+        dates = sorted({r["date"] for r in sub})
+        out += [f"{hw}, {' .. '.join(dict.fromkeys([dates[0], dates[-1]]))}:", "",
+                "| model | T | " + " | ".join(impls) + " |", "|---|---:|" + "---|" * len(impls)]
+        for (model, T), c in sorted(cells.items()):
+            out.append(f"| {model} | {T} | " + " | ".join(c.get(i, "") for i in impls) + " |")
+        out.append("")
     return "\n".join(out)
+
+
+def _isa(hardware: str) -> str:
+    tail = hardware.rstrip(")").rsplit(", ", 1)[-1]
+    return f" [{tail}]" if tail.startswith("AVX") else ""
 
 
 def plot(path: Path, out: Path) -> None:
@@ -58,7 +70,7 @@ def plot(path: Path, out: Path) -> None:
     rows = load(path)
     series = defaultdict(list)
     for r in rows:
-        series[(r["model"], r["impl"])].append((int(r["T"]), float(r["cpu_s"]), int(r["peak_mem_bytes"]) / 2**20))
+        series[(r["model"], r["impl"] + _isa(r["hardware"]))].append((int(r["T"]), float(r["cpu_s"]), int(r["peak_mem_bytes"]) / 2**20))
     fig, (ax_t, ax_m) = plt.subplots(1, 2, figsize=(12, 4.5))
     for (model, impl), pts in sorted(series.items()):
         pts.sort()
