@@ -139,10 +139,29 @@ def iter_batches(directory: Path | str, columns: list[str] | None = None, filter
 
 
 def _open_dataset(directory: Path | str):
+    """The dataset under `directory`; inside a ShardStore OUTDIR only the parts of committed shards, so a
+    reader of a run that is still going, or was killed, never counts a shard its resume will rewrite."""
     import pyarrow.dataset as ds
 
-    return ds.dataset(str(directory), format="parquet", exclude_invalid_files=True,
-                      ignore_prefixes=[".", "_"])
+    directory = Path(directory)
+    if not (directory.parent / MANIFEST_DIR).is_dir():
+        return ds.dataset(str(directory), format="parquet", exclude_invalid_files=True, ignore_prefixes=[".", "_"])
+    keep = ShardStore(directory.parent).committed()
+    files, dropped = [], 0
+    for p in sorted(directory.glob("*.parquet")):
+        if p.name.startswith((".", "_")):
+            continue
+        if p.name.startswith("shard-") and p.stem[len("shard-"):] not in keep:
+            dropped += 1
+            continue
+        files.append(str(p))
+    if dropped:
+        log.info("%s: %d part(s) of uncommitted shards ignored", directory, dropped)
+    if not files:
+        from .schema import TABLES  # an empty dataset still has its table's columns
+
+        return ds.dataset([], schema=TABLES.get(directory.name, pa.schema([])), format="parquet")
+    return ds.dataset(files, format="parquet")
 
 
 OUTPUT_TABLES = ("traces", "attributions", "step_scores", "errors")

@@ -90,7 +90,13 @@ def test_crash_between_parts_and_manifest(tmp_path, small_cfg, monkeypatch):
         run_local([str(tmp_path / "in")], tmp_path / "out", cfg, stages=FakeStages(), progress=False)
     monkeypatch.setattr(mio, "write_json_atomic", real)
     # ingest + 2 committed + the parts of the shard whose entry was never written
-    assert len(list((tmp_path / "out" / "attributions").glob("shard-*"))) == 4
+    parts = sorted((tmp_path / "out" / "attributions").glob("shard-*"))
+    assert len(parts) == 4
+    # readers (analytics, eval) see the committed shards only: the resume rewrites the other one
+    committed = mio.ShardStore(tmp_path / "out").committed()
+    want = {t for p in parts if p.stem[len("shard-"):] in committed for t in pq.read_table(p)["trace_id"].to_pylist()}
+    assert len(committed) == 3 and want
+    assert set(read_dataset(tmp_path / "out" / "attributions")["trace_id"].to_pylist()) == want
     s = run_local([str(tmp_path / "in")], tmp_path / "out", cfg, stages=FakeStages(), progress=False)
     assert s.shards_skipped == 2
     assert_exactly_once(tmp_path / "out", ids)
