@@ -234,8 +234,8 @@ def test_pass1_is_deterministic_and_cache_reuses_ids():
     cfg = RenderConfig(max_context=600)
     a, b = render_pass1(trace, TOK, cfg), render_pass1(trace, TOK, cfg)
     assert a == b
-    from masprism_batch.render import _encoder
-    cache = _encoder(TOK).cache
+    from masprism_batch.encoding import encoder_for
+    cache = encoder_for(TOK).cache
     assert all(s.content in cache for s in trace.steps)
 
 
