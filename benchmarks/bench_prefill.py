@@ -126,11 +126,24 @@ def eager_stream_signals(hf, ids, sid, layers):
     return nll, mass / len(layers)
 
 
+def gemm_worker(case: dict) -> None:
+    """The CPU's fp32 GEMM rate at one thread (n x n x n): the ceiling any exact fp32 prefill runs under."""
+    import torch
+
+    torch.set_num_threads(case["threads"])
+    n = case["T"]
+    a, b = torch.randn(n, n), torch.randn(n, n)
+    worker_main(case, {"gemm": lambda: torch.mm(a, b)})
+
+
 def worker(case: dict) -> None:
     import torch
 
     from masprism_batch.config import SignalsConfig
 
+    if case["op"] == "gemm_peak":
+        gemm_worker(case)
+        return
     torch.set_num_threads(case["threads"])
     cfg, state, model = build(case["model"], "cpp")
     T = case["T"]
@@ -157,13 +170,13 @@ def worker(case: dict) -> None:
         worker_main(case, fns)
 
 
-def cpu_cases(threads: int, grid: list[tuple[str, list[int], list[str]]]) -> list[dict]:
+def cpu_cases(threads: int, grid: list[tuple[str, list[int], list[str]]], repeats: int = 1) -> list[dict]:
     cases = []
     for model, Ts, impls in grid:
         cfg = hf_config(model)
         for T in Ts:
             c = dict(bench="prefill", op="prefill", impls=list(impls), model=model, T=T, threads=threads,
-                     repeats=1, warmup=T <= 1024, skips={})
+                     repeats=repeats, warmup=T <= 1024, skips={})
             need = cfg.num_hidden_layers * cfg.num_attention_heads * T * T * 4 + 2 * T * cfg.vocab_size * 4
             if "eager" in impls and need > EAGER_LIMIT:
                 c["skips"]["eager"] = (f"needs >= {need / 2**30:.0f} GiB (all layers' [H,T,T] attentions + logits) "
@@ -177,7 +190,7 @@ def cpu_cases(threads: int, grid: list[tuple[str, list[int], list[str]]]) -> lis
 DEFAULT_GRID = [
     ("smollm2-135m", [1024, 2048], ["signals_cpp", "signals_torch", "sdpa", "sdpa_logits", "eager", "eager_stream"]),
     ("smollm2-135m", [4096, 8192], ["signals_cpp", "sdpa", "sdpa_logits", "eager", "eager_stream"]),
-    ("qwen3-0.6b", [1024, 2048], ["signals_cpp", "sdpa", "sdpa_logits", "eager", "eager_stream"]),
+    ("qwen3-0.6b", [1024, 2048, 4096], ["signals_cpp", "sdpa", "sdpa_logits", "eager", "eager_stream"]),
     ("smollm2-135m@4L", [1024, 2048, 4096, 8192, 16384, 32768], ["signals_cpp"]),
 ]
 
@@ -211,9 +224,12 @@ def _gpu_model_rows(mname: str, peak: float) -> None:
         sid = _steps(T)
         runs = {"signals_triton": lambda ids=ids, sid=sid: model.signals([ids], [sid]),
                 "sdpa": lambda ids=ids: model.prefill([ids])}
+        t_ids = torch.tensor(ids, device="cuda")
         if T <= 4096:  # eager keeps every layer's [H, T, T] attention: ~14 GB for Qwen3-0.6B at 4k in bf16
-            t_ids = torch.tensor(ids, device="cuda")
             runs["eager"] = lambda t_ids=t_ids, sid=sid: eager_signals(hf, t_ids, sid, model.instrument_layers)
+        if T <= 8192:  # one layer's [H, T, T] in bf16 plus its fp32 softmax: ~6 GB for Qwen3-0.6B at 8k
+            runs["eager_stream"] = lambda t_ids=t_ids, sid=sid: eager_stream_signals(hf, t_ids, sid,
+                                                                                     model.instrument_layers)
         for impl, fn in runs.items():
             with torch.inference_mode():
                 fn()
@@ -236,6 +252,10 @@ def main() -> None:
     ap.add_argument("--threads", type=int, default=1)  # see bench_step_attention.py
     ap.add_argument("--only", nargs="*", default=None, help="model names of DEFAULT_GRID to run")
     ap.add_argument("--T", nargs="*", type=int, default=None, help="only these T of the grid")
+    ap.add_argument("--impls", nargs="*", default=None, help="only these impls of the grid")
+    ap.add_argument("--repeats", type=int, default=1, help="calls per impl; rows keep the median")
+    ap.add_argument("--gemm-peak", action="store_true",
+                    help="also measure the fp32 GEMM rate (op gemm_peak, T = n of an n x n x n mm; GFLOP/s = 2 T^3 / cpu_s)")
     ap.add_argument("--out", type=Path, default=RESULTS / "prefill.csv")
     args = ap.parse_args()
     if args.worker:
@@ -247,7 +267,13 @@ def main() -> None:
     grid = [g for g in DEFAULT_GRID if args.only is None or g[0] in args.only]
     if args.T:
         grid = [(m, [t for t in Ts if t in args.T], impls) for m, Ts, impls in grid]
-    rows = run_cases(__file__, cpu_cases(args.threads, grid), args.out, timeout=3600)
+    if args.impls:
+        grid = [(m, Ts, [i for i in impls if i in args.impls]) for m, Ts, impls in grid]
+    cases = cpu_cases(args.threads, grid, args.repeats)
+    if args.gemm_peak:
+        cases += [dict(bench="prefill", op="gemm_peak", impls=["gemm"], model="fp32-square", T=n, threads=args.threads,
+                       repeats=5, warmup=True, skips={}) for n in (1024, 2048, 4096)]
+    rows = run_cases(__file__, cases, args.out, timeout=3600)
     print_table(rows)
 
 

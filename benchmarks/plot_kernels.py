@@ -31,12 +31,24 @@ def memory_slope(rows: list[dict], model: str, impl: str) -> tuple[float, float]
     return b, my - b * mx
 
 
+def gemm_rates(path: Path) -> dict[str, float]:
+    """Best fp32 GEMM rate (GFLOP/s) per hardware from the gemm_peak rows of a CSV."""
+    best: dict[str, float] = {}
+    for r in load(path):
+        if r["op"] == "gemm_peak":
+            rate = 2 * int(r["T"]) ** 3 / float(r["cpu_s"]) / 1e9
+            best[r["hardware"]] = max(rate, best.get(r["hardware"], 0.0))
+    return best
+
+
 def markdown(path: Path) -> str:
     """Markdown tables of one CSV, one per hardware: rows (model, T), columns impl = 'CPU s / peak MiB' (or
     'not run' / 'failed'). Rows of hosts with different vector ISAs are never mixed in one table."""
     with path.open() as f:
-        rows = list(csv.DictReader(f))
+        rows = [r for r in csv.DictReader(f) if r["op"] != "gemm_peak"]
     out = []
+    for hw, rate in gemm_rates(path).items():
+        out.append(f"{hw}: fp32 GEMM peak {rate:.1f} GFLOP/s (1 thread, best n x n x n mm of bench_prefill --gemm-peak)")
     for hw in dict.fromkeys(r["hardware"] for r in rows):
         sub = [r for r in rows if r["hardware"] == hw]
         impls = list(dict.fromkeys(r["impl"] for r in sub))
@@ -67,7 +79,7 @@ def plot(path: Path, out: Path) -> None:
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
-    rows = load(path)
+    rows = [r for r in load(path) if r["op"] != "gemm_peak"]
     series = defaultdict(list)
     for r in rows:
         series[(r["model"], r["impl"] + _isa(r["hardware"]))].append((int(r["T"]), float(r["cpu_s"]), int(r["peak_mem_bytes"]) / 2**20))
