@@ -80,9 +80,11 @@ def plot(path: Path, out: Path) -> None:
     import matplotlib.pyplot as plt
 
     rows = [r for r in load(path) if r["op"] != "gemm_peak"]
-    series = defaultdict(list)
-    for r in rows:
-        series[(r["model"], r["impl"] + _isa(r["hardware"]))].append((int(r["T"]), float(r["cpu_s"]), int(r["peak_mem_bytes"]) / 2**20))
+    points: dict[tuple[str, str], dict[int, tuple]] = defaultdict(dict)
+    for r in rows:  # a later row of the same (model, impl, T) replaces an earlier one, as in markdown()
+        points[(r["model"], r["impl"] + _isa(r["hardware"]))][int(r["T"])] = (
+            int(r["T"]), float(r["cpu_s"]), int(r["peak_mem_bytes"]) / 2**20)
+    series = {k: list(v.values()) for k, v in points.items()}
     fig, (ax_t, ax_m) = plt.subplots(1, 2, figsize=(12, 4.5))
     for (model, impl), pts in sorted(series.items()):
         pts.sort()
