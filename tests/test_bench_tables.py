@@ -51,6 +51,9 @@ def test_markdown_splits_hosts_later_rows_win_and_gemm_rate(tmp_path):
     assert f"| m | 1024 | {new:.3g} s / {mem / 2**20:.0f} MiB | not run |" in host_a
     assert md.count("| model | T |") == 2  # one table per host: ISAs never share a table
     assert "gemm" not in host_a
+    rate = 2 * n**3 / gemm_s / 1e9
+    assert f"{a}, " in md.split(f"GEMM peak {rate:.1f} GFLOP/s")[0].rsplit("\n", 2)[-2]  # under its own host
+    assert md.count("GEMM peak") == 1  # host b has no gemm rows, so no ceiling line
     assert plot_kernels.gemm_rates(tmp_path / "p.csv") == {a: pytest.approx(2 * n**3 / gemm_s / 1e9)}
 
 
