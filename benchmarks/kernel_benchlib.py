@@ -30,14 +30,21 @@ MODELS = {
 
 
 def hardware() -> str:
-    name = "unknown CPU"
+    # Hosts of one pool can share a bare "AMD EPYC" model name yet differ 2.5x in single-thread speed
+    # (measured: the same SmolLM2 prefill on two "AVX2" hosts), so the CPU family/model is part of the label.
+    name, ident = "unknown CPU", {}
     try:
         for line in Path("/proc/cpuinfo").read_text().splitlines():
-            if line.startswith("model name"):
-                name = line.split(":", 1)[1].strip()
+            key, _, val = line.partition(":")
+            key = key.strip()
+            if key in ("model name", "cpu family", "model") and key not in ident:
+                ident[key] = val.strip()
+            if len(ident) == 3:
                 break
     except OSError:
         pass
+    name = ident.get("model name", name)
+    fam = f"family {ident['cpu family']} model {ident['model']}, " if "cpu family" in ident and "model" in ident else ""
     # the vector ISA torch dispatches to decides GEMM speed (AVX2 vs AVX512 hosts share a model name)
     try:
         import torch
@@ -45,7 +52,7 @@ def hardware() -> str:
         isa = ", " + torch.backends.cpu.get_cpu_capability()
     except Exception:  # noqa: BLE001 - old torch or no torch: the label just lacks the ISA
         isa = ""
-    return f"{name} ({os.cpu_count()} vCPU, {platform.machine()}{isa})"
+    return f"{name} ({fam}{os.cpu_count()} vCPU, {platform.machine()}{isa})"
 
 
 def rss_kib(field: str) -> int:

@@ -69,9 +69,13 @@ def markdown(path: Path) -> str:
     return "\n".join(out)
 
 
-def _isa(hardware: str) -> str:
-    tail = hardware.rstrip(")").rsplit(", ", 1)[-1]
-    return f" [{tail}]" if tail.startswith("AVX") else ""
+def _host_tag(hardware: str) -> str:
+    """' [f25m1 AVX2]' from 'AMD EPYC (family 25 model 1, 2 vCPU, x86_64, AVX2)': plotted series of
+    different hosts never join into one line."""
+    inner = hardware.rstrip(")").partition("(")[2].split(", ")
+    tag = [f"f{p.split()[1]}m{p.split()[3]}" for p in inner if p.startswith("family ")]
+    tag += [p for p in inner if p.startswith("AVX")]
+    return f" [{' '.join(tag)}]" if tag else ""
 
 
 def plot(path: Path, out: Path) -> None:
@@ -83,7 +87,7 @@ def plot(path: Path, out: Path) -> None:
     rows = [r for r in load(path) if r["op"] != "gemm_peak"]
     points: dict[tuple[str, str], dict[int, tuple]] = defaultdict(dict)
     for r in rows:  # a later row of the same (model, impl, T) replaces an earlier one, as in markdown()
-        points[(r["model"], r["impl"] + _isa(r["hardware"]))][int(r["T"])] = (
+        points[(r["model"], r["impl"] + _host_tag(r["hardware"]))][int(r["T"])] = (
             int(r["T"]), float(r["cpu_s"]), int(r["peak_mem_bytes"]) / 2**20)
     series = {k: list(v.values()) for k, v in points.items()}
     fig, (ax_t, ax_m) = plt.subplots(1, 2, figsize=(12, 4.5))

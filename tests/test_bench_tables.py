@@ -66,3 +66,16 @@ def test_memory_slope_recovers_a_line(tmp_path):
     b, a = plot_kernels.memory_slope(rows, "m", "signals_cpp")
     assert b == pytest.approx(slope, rel=1e-6) and a == pytest.approx(base, rel=1e-4)
     assert plot_kernels.memory_slope(rows, "other", "signals_cpp") is None  # one point gives no line
+
+
+def test_host_tag_separates_hosts_that_share_a_model_name():
+    rng = random.Random()
+    fam, mod = rng.randrange(15, 30), rng.randrange(0, 200)
+    new = f"AMD EPYC (family {fam} model {mod}, 2 vCPU, x86_64, AVX2)"
+    assert plot_kernels._host_tag(new) == f" [f{fam}m{mod} AVX2]"
+    assert plot_kernels._host_tag("AMD EPYC (2 vCPU, x86_64, AVX2)") == " [AVX2]"  # rows from before the family
+    assert plot_kernels._host_tag("Some CPU (2 vCPU, aarch64)") == ""
+    label = kernel_benchlib.hardware()  # this machine's own label parses back to the same shape
+    assert label.endswith(")") and "vCPU" in label
+    if "family " in label:
+        assert plot_kernels._host_tag(label).startswith(" [f")
