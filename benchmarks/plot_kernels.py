@@ -69,25 +69,24 @@ def markdown(path: Path) -> str:
     return "\n".join(out)
 
 
-def _host_tag(hardware: str) -> str:
-    """' [f25m1 AVX2]' from 'AMD EPYC (family 25 model 1, 2 vCPU, x86_64, AVX2)': plotted series of
-    different hosts never join into one line."""
-    inner = hardware.rstrip(")").partition("(")[2].split(", ")
-    tag = [f"f{p.split()[1]}m{p.split()[3]}" for p in inner if p.startswith("family ")]
-    tag += [p for p in inner if p.startswith("AVX")]
-    return f" [{' '.join(tag)}]" if tag else ""
-
-
-def plot(path: Path, out: Path) -> None:
+def plot(path: Path, out: Path, host: str | None = None) -> None:
+    """One figure per CSV for ONE host (times of different hosts are not comparable): the host whose
+    `hardware` label contains `host`, else the host of the CSV's last row (the latest run)."""
     import matplotlib
 
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
-    rows = [r for r in load(path) if r["op"] != "gemm_peak"]
+    rows = [r for r in load(path) if r["op"] != "gemm_peak" and r["status"] == "ok"]
+    if not rows:
+        return
+    hw = next((r["hardware"] for r in reversed(rows) if host is None or host in r["hardware"]), None)
+    if hw is None:
+        raise SystemExit(f"{path.name}: no rows whose hardware contains {host!r}")
+    rows = [r for r in rows if r["hardware"] == hw]
     points: dict[tuple[str, str], dict[int, tuple]] = defaultdict(dict)
     for r in rows:  # a later row of the same (model, impl, T) replaces an earlier one, as in markdown()
-        points[(r["model"], r["impl"] + _host_tag(r["hardware"]))][int(r["T"])] = (
+        points[(r["model"], r["impl"])][int(r["T"])] = (
             int(r["T"]), float(r["cpu_s"]), int(r["peak_mem_bytes"]) / 2**20)
     series = {k: list(v.values()) for k, v in points.items()}
     fig, (ax_t, ax_m) = plt.subplots(1, 2, figsize=(12, 4.5))
@@ -103,9 +102,9 @@ def plot(path: Path, out: Path) -> None:
         ax.set_ylabel(ylabel)
         ax.grid(True, which="both", alpha=0.3)
     ax_m.legend(fontsize=7)
-    meta = rows[0] if rows else {}
-    fig.suptitle(f"{path.stem}: {meta.get('hardware', '?')}, 1 thread, torch {meta.get('torch', '?')}, "
-                 f"{meta.get('date', '?')}", fontsize=9)
+    dates = sorted({r["date"] for r in rows})
+    fig.suptitle(f"{path.stem}: {hw}, 1 thread, torch {rows[-1]['torch']}, "
+                 f"{' .. '.join(dict.fromkeys([dates[0], dates[-1]]))}", fontsize=9)
     fig.tight_layout()
     fig.savefig(out, dpi=120)
     print(f"wrote {out}")
@@ -115,6 +114,8 @@ def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--results", type=Path, default=RESULTS)
     ap.add_argument("--markdown", action="store_true", help="print the README tables instead of plotting")
+    ap.add_argument("--host", help="plot the rows of the host whose hardware label contains this (default: "
+                    "the host of each CSV's last row)")
     args = ap.parse_args()
     if args.markdown:
         for name in ("step_attention", "nll", "prefill"):
@@ -124,7 +125,7 @@ def main() -> None:
     for name in ("step_attention", "nll", "prefill"):
         path = args.results / f"{name}.csv"
         if path.exists():
-            plot(path, args.results / f"{name}.png")
+            plot(path, args.results / f"{name}.png", args.host)
     prefill = args.results / "prefill.csv"
     if prefill.exists():
         fit = memory_slope(load(prefill), "smollm2-135m@4L", "signals_cpp")

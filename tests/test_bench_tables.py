@@ -68,14 +68,15 @@ def test_memory_slope_recovers_a_line(tmp_path):
     assert plot_kernels.memory_slope(rows, "other", "signals_cpp") is None  # one point gives no line
 
 
-def test_host_tag_separates_hosts_that_share_a_model_name():
-    rng = random.Random()
-    fam, mod = rng.randrange(15, 30), rng.randrange(0, 200)
-    new = f"AMD EPYC (family {fam} model {mod}, 2 vCPU, x86_64, AVX2)"
-    assert plot_kernels._host_tag(new) == f" [f{fam}m{mod} AVX2]"
-    assert plot_kernels._host_tag("AMD EPYC (2 vCPU, x86_64, AVX2)") == " [AVX2]"  # rows from before the family
-    assert plot_kernels._host_tag("Some CPU (2 vCPU, aarch64)") == ""
-    label = kernel_benchlib.hardware()  # this machine's own label parses back to the same shape
+def test_hardware_label_names_the_cpu_family_where_cpuinfo_has_it():
+    # two hosts both called "AMD EPYC ... AVX2" differed 2.8x in GEMM rate: only family/model told them apart
+    label = kernel_benchlib.hardware()
     assert label.endswith(")") and "vCPU" in label
-    if "family " in label:
-        assert plot_kernels._host_tag(label).startswith(" [f")
+    try:
+        info = Path("/proc/cpuinfo").read_text()
+    except OSError:
+        pytest.skip("no /proc/cpuinfo on this OS: the label cannot carry a CPU family")
+    fam = next((ln.split(":", 1)[1].strip() for ln in info.splitlines() if ln.startswith("cpu family")), None)
+    if fam is None:
+        pytest.skip("this CPU's /proc/cpuinfo has no 'cpu family' line (non-x86)")
+    assert f"(family {fam} model " in label
