@@ -189,8 +189,8 @@ def cpu_cases(threads: int, grid: list[tuple[str, list[int], list[str]]], repeat
 # per run); the @4L rows give the memory slope up to 32k.
 DEFAULT_GRID = [
     ("smollm2-135m", [1024, 2048], ["signals_cpp", "signals_torch", "sdpa", "sdpa_logits", "eager", "eager_stream"]),
-    ("smollm2-135m", [4096, 8192], ["signals_cpp", "sdpa", "sdpa_logits", "eager", "eager_stream"]),
-    ("qwen3-0.6b", [1024, 2048, 4096], ["signals_cpp", "sdpa", "sdpa_logits", "eager", "eager_stream"]),
+    ("smollm2-135m", [4096, 8192], ["signals_cpp", "signals_torch", "sdpa", "sdpa_logits", "eager", "eager_stream"]),
+    ("qwen3-0.6b", [1024, 2048, 4096], ["signals_cpp", "signals_torch", "sdpa", "sdpa_logits", "eager", "eager_stream"]),
     ("smollm2-135m@4L", [1024, 2048, 4096, 8192, 16384, 32768], ["signals_cpp"]),
 ]
 
