@@ -2,7 +2,7 @@
 
 CPU (default): impl = torch (reference backend: token chunks x vocabulary tiles, online LSE), eager (what HF does: full [T, V] fp32 logits, then
 cross-entropy). SmolLM2-135M (d 576, V 49,152) and Qwen3-0.6B (d 1024, V 151,936) shapes, random
-weights. The rows with impl=cpp in results/nll.csv were measured with the C++ kernel (csrc/nll.cpp,
+weights. The rows with impl=cpp_removed in results/nll.csv were measured with the C++ kernel (csrc/nll.cpp,
 commit 879fa94) before it was removed for not beating the reference; the cpp backend now runs the
 reference, so a new run measures only torch and eager.
 
