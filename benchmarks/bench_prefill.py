@@ -193,7 +193,7 @@ DEFAULT_GRID = [
     ("qwen3-0.6b", [1024, 2048, 4096], ["signals_cpp", "signals_torch", "sdpa", "sdpa_logits", "eager", "eager_stream"]),
     ("smollm2-135m@4L", [1024, 2048, 4096, 8192, 16384, 32768], ["signals_cpp"]),
 ]
-# --long: the production model at 8k and SmolLM2 at 16k (~40 CPU-minutes on a Zen 3 core; eager itself
+# --long: the production model at 8k and SmolLM2 at 16k (36 CPU-minutes on a Zen 3 core, measured; eager itself
 # cannot fit at either, eager_stream gives its lower bound where it fits in RAM)
 LONG_GRID = [
     ("qwen3-0.6b", [8192], ["signals_cpp", "sdpa", "sdpa_logits", "eager", "eager_stream"]),
@@ -256,7 +256,7 @@ def main() -> None:
     ap.add_argument("--gpu", action="store_true")
     ap.add_argument("--peak-tflops", type=float, default=None)
     ap.add_argument("--threads", type=int, default=1)  # see bench_step_attention.py
-    ap.add_argument("--only", nargs="*", default=None, help="model names of DEFAULT_GRID to run")
+    ap.add_argument("--only", nargs="*", default=None, help="model names of the grid to run")
     ap.add_argument("--T", nargs="*", type=int, default=None, help="only these T of the grid")
     ap.add_argument("--impls", nargs="*", default=None, help="only these impls of the grid")
     ap.add_argument("--repeats", type=int, default=1, help="calls per impl; rows keep the median")

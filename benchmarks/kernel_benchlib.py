@@ -30,9 +30,9 @@ MODELS = {
 
 
 def hardware() -> str:
-    # Hosts of one pool can share a bare "AMD EPYC" model name yet differ 2.5x in single-thread speed
-    # (measured: the same SmolLM2 prefill on two "AVX2" hosts), so the CPU family/model is part of the label.
-    name, ident = "unknown CPU", {}
+    # Hosts of one pool can share a bare "AMD EPYC" model name yet differ 2.8x in fp32 GEMM rate
+    # (measured on two "AVX2" hosts), so the CPU family/model is part of the label.
+    ident: dict[str, str] = {}
     try:
         for line in Path("/proc/cpuinfo").read_text().splitlines():
             key, _, val = line.partition(":")
@@ -43,7 +43,7 @@ def hardware() -> str:
                 break
     except OSError:
         pass
-    name = ident.get("model name", name)
+    name = ident.get("model name", "unknown CPU")
     fam = f"family {ident['cpu family']} model {ident['model']}, " if "cpu family" in ident and "model" in ident else ""
     # the vector ISA torch dispatches to decides GEMM speed (AVX2 vs AVX512 hosts share a model name)
     try:

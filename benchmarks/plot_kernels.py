@@ -41,9 +41,14 @@ def gemm_rates(path: Path) -> dict[str, float]:
     return best
 
 
+def _date_span(rows: list[dict]) -> str:
+    dates = sorted({r["date"] for r in rows})
+    return " .. ".join(dict.fromkeys([dates[0], dates[-1]]))
+
+
 def markdown(path: Path) -> str:
     """Markdown tables of one CSV, one per hardware: rows (model, T), columns impl = 'CPU s / peak MiB' (or
-    'not run' / 'failed'). Rows of hosts with different vector ISAs are never mixed in one table."""
+    'not run' / 'failed'). Rows of different hardware labels are never mixed in one table."""
     with path.open() as f:
         rows = [r for r in csv.DictReader(f) if r["op"] != "gemm_peak"]
     out, rates = [], gemm_rates(path)
@@ -57,8 +62,7 @@ def markdown(path: Path) -> str:
             else:
                 cell = "not run" if r["status"].startswith("skipped") else "failed"
             cells[(r["model"], int(r["T"]))][r["impl"]] = cell
-        dates = sorted({r["date"] for r in sub})
-        out.append(f"{hw}, {' .. '.join(dict.fromkeys([dates[0], dates[-1]]))}:")
+        out.append(f"{hw}, {_date_span(sub)}:")
         if hw in rates:  # the ceiling every time in the table is to be read against
             out.append(f"fp32 GEMM peak {rates[hw]:.1f} GFLOP/s (1 thread, best n x n x n mm of bench_prefill --gemm-peak)")
         out += ["",
@@ -102,9 +106,7 @@ def plot(path: Path, out: Path, host: str | None = None) -> None:
         ax.set_ylabel(ylabel)
         ax.grid(True, which="both", alpha=0.3)
     ax_m.legend(fontsize=7)
-    dates = sorted({r["date"] for r in rows})
-    fig.suptitle(f"{path.stem}: {hw}, 1 thread, torch {rows[-1]['torch']}, "
-                 f"{' .. '.join(dict.fromkeys([dates[0], dates[-1]]))}", fontsize=9)
+    fig.suptitle(f"{path.stem}: {hw}, 1 thread, torch {rows[-1]['torch']}, {_date_span(rows)}", fontsize=9)
     fig.tight_layout()
     fig.savefig(out, dpi=120)
     print(f"wrote {out}")
