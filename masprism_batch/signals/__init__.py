@@ -89,13 +89,24 @@ def _check_attention(q, k, v, cu_seqlens, step_ids, n_steps):
             raise ValueError("a step id is >= its sequence's n_steps")
 
 
-def step_attention(q, k, v, cu_seqlens, step_ids, n_steps, scale, backend="auto", block=256, out=None):
+def step_attention(q, k, v, cu_seqlens, step_ids, n_steps, scale, backend="auto", block=256, out=None,
+                   per_head=False):
     """Causal varlen GQA attention + row LSE + head-averaged step mass; see reference.py for semantics.
 
     out: optional preallocated (o, lse, mass) with the documented shapes/dtypes, all overwritten.
+    per_head: mass per query head [B, Hq, N, N] (the input of learned head weights). Backends without a
+    per-head kernel (the C++ op) use the torch reference for it: same semantics, measured in bench_accuracy.
     """
     _check_attention(q, k, v, cu_seqlens, step_ids, n_steps)
     chosen = resolve_backend(backend, q.device)
+    if per_head:
+        if chosen == "triton":
+            from masprism_batch.kernels import step_attention as tk
+
+            if "per_head" in getattr(tk.step_attention, "__code__", tk.step_attention).co_varnames:
+                return tk.step_attention(q, k, v, cu_seqlens, step_ids, n_steps, scale, out=out, per_head=True)
+        return reference.step_attention(q, k, v, cu_seqlens, step_ids, n_steps, scale, block, out=out,
+                                        per_head=True)
     if chosen == "triton":
         from masprism_batch.kernels.step_attention import step_attention as triton_step_attention
 

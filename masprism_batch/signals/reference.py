@@ -5,7 +5,9 @@ Shapes (packed variable-length batch of B sequences, T tokens in all):
   step_ids [T] int32: the step (0-based, local to its sequence) each token belongs to, -1 for none.
   n_steps [B] int32.
 Outputs: o [T, Hq, D] (dtype of q); lse [Hq, T] (natural log); mass [B, Nmax, Nmax] where
-  mass[b, i, j] = sum_{t in step i} sum_{u in step j} mean_h softmax_h(t, u)   (causal, u <= t).
+  mass[b, i, j] = sum_{t in step i} sum_{u in step j} mean_h softmax_h(t, u)   (causal, u <= t),
+  or with per_head=True mass [B, Hq, Nmax, Nmax] with the same sum for each head h (no mean): the input of
+  the learned head weights (method/heads.py); its mean over heads is the default mass.
 lse and mass are fp32, or fp64 when q is fp64 (the compute dtype: fp64 stays fp64, everything else is
 accumulated in fp32). token_nll returns fp32 per-token NLL.
 
@@ -91,7 +93,8 @@ def _onehot(ids: torch.Tensor, n: int, dtype) -> torch.Tensor:
     return out
 
 
-def step_mass(q, k, lse, cu_seqlens, step_ids, n_steps, scale: float, block: int = 256, out=None):
+def step_mass(q, k, lse, cu_seqlens, step_ids, n_steps, scale: float, block: int = 256, out=None,
+              per_head: bool = False):
     """One pass: recompute QK^T per query block, p = exp(s - lse) (LSE known), sum per (step, step).
 
     GQA without copying K: the query heads of one KV group are stacked along rows, so each block is one
@@ -104,7 +107,8 @@ def step_mass(q, k, lse, cu_seqlens, step_ids, n_steps, scale: float, block: int
     cdt = compute_dtype(q.dtype)
     B = len(cu_seqlens) - 1
     n_max = int(n_steps.max().item()) if B > 0 else 0
-    mass = torch.zeros(B, n_max, n_max, dtype=cdt, device=q.device) if out is None else out.zero_()
+    shape = (B, Hq, n_max, n_max) if per_head else (B, n_max, n_max)
+    mass = torch.zeros(shape, dtype=cdt, device=q.device) if out is None else out.zero_()
     bounds = cu_seqlens.tolist()
     n_list = n_steps.tolist()
     for bi in range(B):
@@ -115,7 +119,7 @@ def step_mass(q, k, lse, cu_seqlens, step_ids, n_steps, scale: float, block: int
         sid = step_ids[s:e].long()
         kt = k[s:e].transpose(0, 1).to(cdt).transpose(1, 2)  # [Hk, D, L]
         key_onehot = _onehot(sid, n, cdt)  # [L, n+1]
-        acc = torch.zeros(n + 1, n + 1, dtype=cdt, device=q.device)
+        acc = torch.zeros((Hq, n + 1, n + 1) if per_head else (n + 1, n + 1), dtype=cdt, device=q.device)
         # rows per block: bounded by the scores budget at the sequence's full length
         bq = max(16, min(block, SCORE_BUDGET // max(1, Hq * L)))
         # one buffer for every block: a fresh multi-MB allocation per block is mmapped and page-faulted
@@ -132,18 +136,25 @@ def step_mass(q, k, lse, cu_seqlens, step_ids, n_steps, scale: float, block: int
             torch.baddbmm(neg_lse, qg, kt[:, :, :b], alpha=scale, out=scores)
             scores = scores.view(Hq, b - a, b)
             scores[:, :, a:b].masked_fill_(_future_mask(b - a, q.device), float("-inf"))
+            if per_head:  # [Hq, bq, keys] @ [keys, n+1] -> per head [Hq, n+1, n+1]
+                acc += _onehot(qsid, n, cdt).T @ (scores.exp_() @ key_onehot[:b])
+                continue
             p = scores.exp_().sum(dim=0)  # head sum [bq, keys]; divided by Hq once at the end
             per_key_step = p @ key_onehot[:b]  # [bq, n+1]
             acc += _onehot(qsid, n, cdt).T @ per_key_step
-        mass[bi, :n, :n] = acc[:n, :n] / Hq
+        if per_head:
+            mass[bi, :, :n, :n] = acc[:, :n, :n]
+        else:
+            mass[bi, :n, :n] = acc[:n, :n] / Hq
     return mass
 
 
-def step_attention(q, k, v, cu_seqlens, step_ids, n_steps, scale: float, block: int = 256, out=None):
+def step_attention(q, k, v, cu_seqlens, step_ids, n_steps, scale: float, block: int = 256, out=None,
+                   per_head: bool = False):
     """out: optional preallocated (o, lse, mass), every element of which is overwritten."""
     o, lse = attention_lse(q, k, v, cu_seqlens, scale, block, None if out is None else out[:2])
     return o, lse, step_mass(q, k, lse, cu_seqlens, step_ids, n_steps, scale, block,
-                             None if out is None else out[2])
+                             None if out is None else out[2], per_head=per_head)
 
 
 def token_nll(hidden, weight, targets, chunk: int = 1024, ignore_index: int = -100, out=None):

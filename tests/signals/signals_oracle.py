@@ -157,3 +157,27 @@ def check_attention(c: AttnCase, got, tol):
     # the mass of step row i sums up to |T_i|; scale the tolerance by the row's token count
     rows = mass.sum(-1, keepdim=True).clamp_min(1.0)
     assert_close("mass", got[2] / rows, mass / rows, tol["mass"], c.desc)
+
+
+def dense_step_mass_per_head(c: AttnCase):
+    """fp64 oracle of the per-head mass [B, Hq, Nmax, Nmax]: per head h, sum over (t in i, u in j) of p_h(t, u)."""
+    q, k = c.q.cpu().double(), c.k.cpu().double()
+    hq = q.shape[1]
+    k = k.repeat_interleave(hq // k.shape[1], 1)
+    n_steps = c.n_steps.tolist()
+    n_max = max(n_steps, default=0)
+    mass = torch.zeros(len(n_steps), hq, n_max, n_max, dtype=torch.float64)
+    bounds = c.cu_seqlens.tolist()
+    for b, (s, e) in enumerate(zip(bounds[:-1], bounds[1:], strict=True)):
+        n = n_steps[b]
+        if e == s or n == 0:
+            continue
+        scores = torch.einsum("thd,uhd->htu", q[s:e], k[s:e]) * c.scale
+        scores.masked_fill_(torch.ones(e - s, e - s, dtype=torch.bool).triu(1), float("-inf"))
+        p = torch.softmax(scores, -1)
+        sid = c.step_ids[s:e].cpu().long()
+        onehot = torch.zeros(e - s, n, dtype=torch.float64)
+        keep = sid >= 0
+        onehot[keep.nonzero()[:, 0], sid[keep]] = 1.0
+        mass[b, :, :n, :n] = onehot.T @ p @ onehot
+    return mass

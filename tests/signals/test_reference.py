@@ -105,3 +105,24 @@ def test_backend_resolution(monkeypatch):
     monkeypatch.delenv("TRITON_INTERPRET", raising=False)
     with pytest.raises(RuntimeError, match="triton"):  # explicit backend never silently falls back
         signals.resolve_backend("triton", "cpu")
+
+
+@pytest.mark.parametrize("lengths,hq,hk,d,pattern", SHAPES[:2] + [([47, 123, 5, 1], 8, 2, 64, "ragged")])
+@pytest.mark.parametrize("backend", ["torch", "auto"])
+def test_step_attention_per_head_matches_oracle(lengths, hq, hk, d, pattern, backend):
+    """per_head=True: mass per query head (GQA, ragged packs); its head mean is the default mass."""
+    from signals_oracle import dense_step_mass_per_head
+
+    c = make_attn_case(lengths, hq, hk, d, torch.float32, new_seed(), pattern)
+    n_max = int(c.n_steps.max())
+    out = poisoned_attn_out(c)
+    out = (out[0], out[1], torch.full((len(lengths), hq, n_max, n_max), float("nan")))
+    got = signals.step_attention(c.q, c.k, c.v, c.cu_seqlens, c.step_ids, c.n_steps, c.scale,
+                                 backend=backend, block=32, out=out, per_head=True)
+    want = dense_step_mass_per_head(c)
+    rows = want.sum(-1, keepdim=True).clamp_min(1.0)
+    assert got[2].shape == want.shape
+    assert not torch.isnan(got[2]).any(), f"unwritten per-head mass ({c.desc})"
+    torch.testing.assert_close(got[2].double() / rows, want / rows, rtol=0, atol=TOL[torch.float32]["mass"])
+    mean = signals.step_attention(c.q, c.k, c.v, c.cu_seqlens, c.step_ids, c.n_steps, c.scale, backend="torch")[2]
+    torch.testing.assert_close(got[2].mean(1), mean, rtol=0, atol=1e-5 * float(rows.max()))
