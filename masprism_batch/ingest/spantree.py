@@ -55,8 +55,12 @@ def parse_time(v: Any) -> datetime | None:
     return None
 
 
-def build_steps(nodes: list[Node], trace_id: str) -> tuple[list[Step], dict[str, Any]]:
-    """Ordered steps of one trace plus facts for its metadata (orphan spans, span count)."""
+def build_steps(nodes: list[Node], trace_id: str,
+                step_kinds: dict[str, str] | None = None) -> tuple[list[Step], dict[str, Any]]:
+    """Ordered steps of one trace plus facts for its metadata (orphan spans, span count).
+
+    `step_kinds`: node kind -> Step.kind of the nodes that become steps (default `STEP_KINDS`)."""
+    step_kinds = STEP_KINDS if step_kinds is None else step_kinds
     by_id: dict[str, Node] = {}
     unique: list[Node] = []
     for n in nodes:
@@ -93,10 +97,10 @@ def build_steps(nodes: list[Node], trace_id: str) -> tuple[list[Step], dict[str,
         raise IngestError("span_cycle", f"{len(nodes) - len(order)} spans are in a parent-id cycle "
                           f"(e.g. span {short(stuck)}), so they are unreachable from any root", trace_id)
 
-    picked = [(n, agent, pos) for n, agent, pos in order if n.kind in STEP_KINDS]
+    picked = [(n, agent, pos) for n, agent, pos in order if n.kind in step_kinds]
     far = datetime.max.replace(tzinfo=timezone.utc)
     picked.sort(key=lambda x: (x[0].start is None, x[0].start or far, x[2]))
-    steps = [Step(index=i, agent=n.agent_name or agent, content=n.content, role=n.role, kind=STEP_KINDS[n.kind], span_id=n.id,
+    steps = [Step(index=i, agent=n.agent_name or agent, content=n.content, role=n.role, kind=step_kinds[n.kind], span_id=n.id,
                   parent_span_id=n.parent, start_time=n.start)
              for i, (n, agent, _) in enumerate(picked)]
     return steps, {"n_spans": len(nodes), "n_orphan_spans": orphans, "n_duplicate_spans_dropped": dropped}

@@ -1,0 +1,130 @@
+"""AG2 / AutoGen conversations: one file (or one JSON line) is one trace.
+
+Accepted shapes (`--format ag2`, alias `autogen`):
+- AG2 / AutoGen 0.2 `ChatResult.chat_history`: a bare list of messages `{"content", "role", "name"}`
+  (`tool_calls` on assistant messages, `tool_responses` on `role: "tool"` messages), or an object holding
+  it as `chat_history` (a dumped `ChatResult`: `chat_id`, `summary`, `cost`, `human_input` beside it), or
+  as `history`/`messages` without Who&When's label fields.
+- AutoGen 0.4+ AgentChat `TaskResult`: `{"messages": [{"source", "type", "content", "models_usage", ...}],
+  "stop_reason"}`; `type` is `TextMessage`, `ToolCallRequestEvent` (content: `[{"id", "name",
+  "arguments"}]`), `ToolCallExecutionEvent` (content: `[{"call_id", "name", "content", "is_error"}]`),
+  `ToolCallSummaryMessage`, `HandoffMessage`, `ThoughtEvent`, `StopMessage`, `MultiModalMessage`, ...
+  Streaming chunks (`ModelClientStreamingChunkEvent`) repeat the final message and are skipped.
+
+Steps: one per message, in list order. agent = `name` (AG2) / `source` (AutoGen 0.4), else the role; kind
+`tool` for tool results, `message` otherwise. source `ag2` (system `ag2`) or `autogen` (system
+`autogen-agentchat`); trace id = the object's `trace_id`/`id` when it is a string, else `ag2/<file stem>`
+(`#<line>` added for JSON lines).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from typing import Any
+
+from ..trace import Step, Trace
+from .common import Context, IngestError
+from .messages import content_text, dumps, join, opt_str, question_of, require_list, require_obj, tool_calls_text
+from .sources import base_name
+
+_SKIP_TYPES = {"ModelClientStreamingChunkEvent", "CodeGenerationEvent", "UserInputRequestedEvent"}
+_META_KEYS = ("chat_id", "summary", "cost", "stop_reason", "human_input")
+
+
+def is_autogen_message(m: Any) -> bool:
+    return isinstance(m, dict) and "source" in m and "type" in m
+
+
+def _trace_id(doc: Any, ctx: Context, line: int | None, prefix: str) -> str:
+    if isinstance(doc, dict):
+        for k in ("trace_id", "id"):  # a ChatResult's numeric chat_id is not unique across files: metadata
+            if isinstance(doc.get(k), str) and doc[k]:
+                return doc[k]
+    return f"{prefix}/{base_name(ctx.input_path)}" + (f"#{line}" if line is not None else "")
+
+
+def _ag2_steps(msgs: list, tid: str) -> list[Step]:
+    steps = []
+    for i, m in enumerate(msgs):
+        m = require_obj(m, f"message {i}", tid)
+        role = opt_str(m.get("role"), f"message {i}.role", tid)
+        name = opt_str(m.get("name"), f"message {i}.name", tid)
+        content = m.get("content")
+        if content is not None and not isinstance(content, (str, list, dict, int, float)):
+            raise IngestError("invalid_record", f"message {i}.content has type {type(content).__name__}", tid)
+        if content is None and not m.get("tool_calls") and not m.get("function_call") and not m.get("tool_responses"):
+            raise IngestError("invalid_record", f"message {i} has no content, tool calls or tool responses", tid)
+        responses = m.get("tool_responses")
+        text = join(content_text(content), tool_calls_text(m.get("tool_calls") or m.get("function_call")))
+        if responses and not content:
+            text = join(text, *(content_text(r.get("content")) if isinstance(r, dict) else dumps(r)
+                                for r in (responses if isinstance(responses, list) else [responses])))
+        tool = role in ("tool", "function") or bool(responses)
+        steps.append(Step(index=i, agent=name or role, content=text, role=role, kind="tool" if tool else "message"))
+    return steps
+
+
+def _autogen_steps(msgs: list, tid: str) -> list[Step]:
+    steps = []
+    for i, m in enumerate(msgs):
+        m = require_obj(m, f"messages[{i}]", tid)
+        typ, src = m.get("type"), m.get("source")
+        if not isinstance(typ, str) or not isinstance(src, str):
+            raise IngestError("invalid_record", f"messages[{i}] needs string 'source' and 'type' "
+                              "(AutoGen 0.4 message)", tid)
+        if typ in _SKIP_TYPES:
+            continue
+        content = m.get("content")
+        kind, role = "message", "user" if src == "user" else "assistant"
+        if typ == "ToolCallRequestEvent":
+            text = tool_calls_text(content)
+        elif typ == "ToolCallExecutionEvent":
+            kind, role = "tool", "tool"
+            lines = []
+            for r in content if isinstance(content, list) else [content]:
+                if isinstance(r, dict):
+                    err = " (error)" if r.get("is_error") else ""
+                    lines.append(f"Tool result {r.get('name') or r.get('call_id') or '?'}{err}: "
+                                 f"{content_text(r.get('content'))}")
+                else:
+                    lines.append(content_text(r))
+            text = "\n".join(lines)
+        elif typ == "HandoffMessage":
+            text = join(content_text(content), f"Handoff to: {m['target']}" if isinstance(m.get("target"), str) else "")
+        elif typ == "ThoughtEvent":
+            text = f"Thought: {content_text(content)}"
+        else:
+            text = content_text(content)
+        steps.append(Step(index=len(steps), agent=src, content=text, role=role, kind=kind))
+    return steps
+
+
+def parse(doc: Any, ctx: Context, line: int | None = None) -> Iterator[Trace]:
+    autogen = False
+    if isinstance(doc, list):
+        msgs, outer = doc, {}
+    elif isinstance(doc, dict):
+        outer = doc
+        key = next((k for k in ("chat_history", "messages", "history") if k in doc), None)
+        if key is None:
+            raise IngestError("invalid_record", "AG2/AutoGen record needs 'chat_history', 'messages' or 'history' "
+                              f"(or a bare list of messages); top level: {sorted(doc)[:8]}",
+                              f"line {line}" if line else None)
+        msgs = doc[key]
+    else:
+        raise IngestError("invalid_record", f"AG2/AutoGen record must be a list or object, got {type(doc).__name__}")
+    autogen = isinstance(msgs, list) and any(is_autogen_message(m) for m in msgs)
+    tid = _trace_id(outer, ctx, line, "autogen" if autogen else "ag2")
+    require_list(msgs, "the message list", tid)
+    steps = _autogen_steps(msgs, tid) if autogen else _ag2_steps(msgs, tid)
+    meta: dict[str, Any] = {"format": "autogen-0.4" if autogen else "ag2"}
+    for k in _META_KEYS:
+        if outer.get(k) is not None:
+            meta[k] = outer[k] if isinstance(outer[k], (str, int, float)) else dumps(outer[k])
+    first = next((m for m in msgs if isinstance(m, dict)), {})
+    question = question_of([{"role": "user", "content": first.get("content")}]) if isinstance(
+        first.get("content"), str) else None
+    yield Trace(trace_id=tid, source="autogen" if autogen else "ag2",
+                system=outer.get("system") if isinstance(outer.get("system"), str)
+                else ("autogen-agentchat" if autogen else "ag2"),
+                question=question, steps=steps, labels=None, metadata=meta)

@@ -1,0 +1,192 @@
+"""LangSmith / LangChain run trees, which is also what LangGraph applications export (`--format langsmith`,
+alias `langgraph`).
+
+A run (LangSmith "run data format"): `id`, `name`, `run_type` (`llm` | `chain` | `tool` | `retriever` |
+`prompt` | `parser` | `embedding`), `start_time`, `end_time`, `inputs`, `outputs`, `error`, `extra`
+(`extra.metadata.langgraph_node` on LangGraph runs), `parent_run_id`, `trace_id`, `dotted_order`, and, when
+read with its children, `child_runs`. Accepted shapes: one root run with nested `child_runs`; a list of
+runs (flat with `parent_run_id`, nested, or both); `{"runs": [...]}` (the runs query API); JSON lines with
+one run per line. Runs are grouped into traces by `trace_id` (else the root's `id`).
+
+Steps: `llm` runs (kind `llm`: the generated message, its tool calls, the error if any) and `tool` /
+`retriever` runs (kind `tool`: name, input, output, error), ordered by `start_time`, ties by tree position.
+agent = the run's `langgraph_node`, else the nearest enclosing LangGraph node (a chain run named as its own
+`langgraph_node`), else the root run's name. source `langsmith`, system = the root run's name.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from typing import Any
+
+from ..trace import Trace
+from .common import Context, IngestError, check_trace_id, short
+from .messages import content_text, dumps, join, question_of, tool_calls_text
+from .spantree import Node, build_steps, parse_time
+
+RUN_TYPES = {"llm", "chain", "tool", "retriever", "prompt", "parser", "embedding"}
+MAX_TEXT = 200_000  # characters kept of one dumped input/output object
+
+
+def is_run(d: Any) -> bool:
+    return isinstance(d, dict) and d.get("run_type") in RUN_TYPES and "id" in d
+
+
+def _meta(run: dict) -> dict:
+    extra = run.get("extra") if isinstance(run.get("extra"), dict) else {}
+    meta = extra.get("metadata") if isinstance(extra.get("metadata"), dict) else {}
+    return meta or (run.get("metadata") if isinstance(run.get("metadata"), dict) else {})
+
+
+def _message_text(msg: Any) -> str:
+    """A LangChain message (serialised `{"lc": 1, "kwargs": {...}}`, `{"type", "data"}`) or an OpenAI message."""
+    if not isinstance(msg, dict):
+        return content_text(msg)
+    kw = msg.get("kwargs") if isinstance(msg.get("kwargs"), dict) else msg.get("data") if isinstance(
+        msg.get("data"), dict) else msg
+    extra = kw.get("additional_kwargs") if isinstance(kw.get("additional_kwargs"), dict) else {}
+    return join(content_text(kw.get("content")), tool_calls_text(kw.get("tool_calls") or extra.get("tool_calls")))
+
+
+def _bounded(v: Any) -> str:
+    s = v if isinstance(v, str) else dumps(v)
+    return s if len(s) <= MAX_TEXT else s[:MAX_TEXT] + "…"
+
+
+def _llm_text(outputs: Any) -> str:
+    if not isinstance(outputs, dict):
+        return content_text(outputs)
+    gens = outputs.get("generations")
+    if isinstance(gens, list):
+        texts = []
+        for g in (gens[0] if gens and isinstance(gens[0], list) else gens):
+            if isinstance(g, dict):
+                texts.append(_message_text(g["message"]) if isinstance(g.get("message"), dict)
+                             else content_text(g.get("text")))
+        return "\n".join(t for t in texts if t)
+    choices = outputs.get("choices")  # runs traced with wrap_openai / @traceable keep the API response
+    if isinstance(choices, list) and choices and isinstance(choices[0], dict):
+        return _message_text(choices[0].get("message") or {"content": choices[0].get("text")})
+    for k in ("output", "message", "messages"):
+        if k in outputs:
+            v = outputs[k]
+            if isinstance(v, list) and v:
+                v = v[-1]
+            return _message_text(v) if isinstance(v, dict) else content_text(v)
+    return _bounded(outputs)
+
+
+def _tool_text(run: dict) -> str:
+    parts = [f"Tool: {run.get('name') or '?'}"]
+    inp, out = run.get("inputs"), run.get("outputs")
+    if inp is not None:
+        v = inp.get("input", inp) if isinstance(inp, dict) and len(inp) == 1 else inp
+        parts.append(f"Input: {_bounded(v)}")
+    if out is not None:
+        v = out.get("output", out) if isinstance(out, dict) and "output" in out else out
+        parts.append(f"Output: {_message_text(v) if isinstance(v, dict) and ('kwargs' in v or 'content' in v) else _bounded(v)}")
+    return "\n".join(parts)
+
+
+def _flatten(roots: list, record: str | None) -> list[tuple[dict, str | None]]:
+    """(run, parent id) of every run, nested `child_runs` included, without recursion."""
+    out: list[tuple[dict, str | None]] = []
+    stack = [(r, None, f"runs[{i}]") for i, r in enumerate(roots)][::-1]
+    while stack:
+        run, parent, where = stack.pop()
+        if not isinstance(run, dict):
+            raise IngestError("invalid_record", f"{where} must be a run object, got {type(run).__name__}", record)
+        if run.get("id") in (None, "") or not isinstance(run.get("run_type"), str):
+            raise IngestError("invalid_record", f"{where} is not a LangSmith run (needs 'id' and 'run_type'); "
+                              f"keys: {sorted(run)[:8]}", record)
+        pid = run.get("parent_run_id") or parent
+        out.append((run, str(pid) if pid is not None else None))
+        kids = run.get("child_runs") or []
+        if not isinstance(kids, list):
+            raise IngestError("invalid_record", f"{where}.child_runs must be a list", record)
+        stack.extend((k, str(run["id"]), f"{where}.child_runs[{j}]") for j, k in reversed(list(enumerate(kids))))
+    return out
+
+
+def _node(run: dict, parent: str | None) -> Node:
+    rt = run["run_type"]
+    meta = _meta(run)
+    lg = meta.get("langgraph_node") if isinstance(meta.get("langgraph_node"), str) else None
+    name = run.get("name") if isinstance(run.get("name"), str) else None
+    err = f"Error: {run['error']}" if isinstance(run.get("error"), str) and run["error"] else ""
+    n = Node(id=str(run["id"]), parent=parent, name=name, start=parse_time(run.get("start_time")))
+    if rt == "llm":
+        n.kind, n.role, n.content = "LLM", "assistant", join(_llm_text(run.get("outputs")), err)
+        n.agent_name = lg
+    elif rt in ("tool", "retriever"):
+        n.kind, n.role, n.content = "TOOL", "tool", join(_tool_text(run), err)
+        n.agent_name = lg
+    elif lg is not None and lg == name and not name.startswith("__"):
+        n.kind, n.agent_name = "AGENT", name
+    elif parent is None:
+        n.kind, n.agent_name = "AGENT", name
+    else:
+        n.kind = rt.upper()
+    return n
+
+
+def parse_runs(runs: list, ctx: Context, record: str | None = None) -> Iterator[Trace]:
+    """Every run of one input (file or JSON lines), grouped into traces."""
+    flat = _flatten(runs, record)
+    if not flat:
+        raise IngestError("empty_trace", "no runs in the LangSmith export", record)
+    by_id = {str(r["id"]): r for r, _ in flat}
+    parent_of = {str(r["id"]): p for r, p in flat}
+    groups: dict[str, list[tuple[dict, str | None]]] = {}
+    for run, pid in flat:
+        tid = run.get("trace_id")
+        if tid is None:  # climb to the root (bounded: a cycle is cut at the number of runs)
+            cur, hops = str(run["id"]), 0
+            while hops <= len(flat) and parent_of.get(cur) in by_id:
+                cur, hops = parent_of[cur], hops + 1
+            tid = by_id[cur].get("trace_id") or cur
+        groups.setdefault(str(tid), []).append((run, pid))
+    for raw_tid, members in groups.items():
+        try:
+            tid = check_trace_id(raw_tid)
+            nodes = [_node(r, p) for r, p in members]
+            roots = [r for r, p in members if p is None or p not in by_id]
+            root = roots[0] if roots else members[0][0]
+            steps, facts = build_steps(nodes, tid)
+            if not steps:
+                raise IngestError("empty_trace", f"no llm or tool runs among {len(nodes)} runs", tid)
+            if facts["n_duplicate_spans_dropped"]:
+                ctx.warn("duplicate_span", f"{facts['n_duplicate_spans_dropped']} exact copies of runs dropped", tid)
+            system = root.get("name") if isinstance(root.get("name"), str) else None
+            facts["format"] = "langsmith"
+            yield Trace(trace_id=tid, source="langsmith", system=system, question=question_of(root.get("inputs")),
+                        steps=steps, labels=None, metadata=facts)
+        except IngestError as e:
+            e.record_id = e.record_id or short(raw_tid, 200)
+            ctx.reject(e)
+
+
+def parse_lines(docs: list, ctx: Context) -> Iterator[Trace]:
+    """JSON lines: one run (or `{"runs": [...]}`) per line; a line that is neither is rejected alone."""
+    runs: list = []
+    for i, d in enumerate(docs):
+        if isinstance(d, dict) and isinstance(d.get("runs"), list):
+            runs.extend(d["runs"])
+        elif is_run(d):
+            runs.append(d)
+        else:
+            ctx.reject(IngestError("invalid_record", f"not a LangSmith run (needs 'id' and 'run_type'): "
+                                   f"{short(d, 120)}", f"record {i + 1}"))
+    if runs:
+        yield from parse_runs(runs, ctx)
+
+
+def parse(doc: Any, ctx: Context) -> Iterator[Trace]:
+    if isinstance(doc, dict) and isinstance(doc.get("runs"), list):
+        doc = doc["runs"]
+    if isinstance(doc, dict):
+        doc = [doc]
+    if not isinstance(doc, list):
+        raise IngestError("invalid_record", f"a LangSmith export is a run, a list of runs or {{'runs': [...]}}, "
+                          f"got {type(doc).__name__}")
+    yield from parse_runs(doc, ctx)

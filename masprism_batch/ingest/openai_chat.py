@@ -1,0 +1,149 @@
+"""OpenAI message lists: Chat Completions `messages` and Responses API items. One object = one trace.
+
+Accepted shapes (`--format openai`):
+- Chat Completions: `{"messages": [...]}` (a request body, or a fine-tuning / eval JSON line), or a bare list
+  of messages without AG2's per-message `name`. Messages: `{"role": "system"|"developer"|"user"|"assistant"|
+  "tool", "content": str | [parts] | null, "name"?, "tool_calls"?: [{"id", "type": "function", "function":
+  {"name", "arguments"}}], "tool_call_id"?}`; content parts `{"type": "text", "text"}`, `image_url`,
+  `input_audio`, `file`, `refusal`. A `choices[0].message` beside `messages` (request + response) is the
+  last step.
+- Responses API: `{"input": [...], "output": [...]}` or a response object (`"object": "response"`, `output`),
+  or a bare list of items: `{"type": "message", "role", "content": [{"type": "input_text"|"output_text",
+  "text"}]}`, `function_call` (`call_id`, `name`, `arguments`), `function_call_output` (`call_id`, `output`),
+  `reasoning` (`summary: [{"type": "summary_text", "text"}]`); other item types become `other` steps.
+
+Steps in list order; agent = `name`, else the role (`assistant`, `user`, ...); a tool result's agent is the
+tool's function name (looked up by `tool_call_id`), kind `tool`. source `openai`, system `openai-chat` or
+`openai-responses`; trace id = a string `id` / `metadata.trace_id`, else `openai/<file stem>` (`#<line>`
+for JSON lines).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from typing import Any
+
+from ..trace import Step, Trace
+from .common import Context, IngestError
+from .messages import content_text, dumps, join, opt_str, question_of, require_list, require_obj, tool_calls_text
+from .sources import base_name
+
+ROLES = {"system", "developer", "user", "assistant", "tool", "function"}
+RESPONSE_ITEM_TYPES = {"message", "function_call", "function_call_output", "reasoning", "web_search_call",
+                       "file_search_call", "computer_call", "computer_call_output", "custom_tool_call",
+                       "custom_tool_call_output", "mcp_call", "image_generation_call", "code_interpreter_call",
+                       "local_shell_call", "local_shell_call_output", "item_reference"}
+
+
+def is_response_item(m: Any) -> bool:
+    return isinstance(m, dict) and m.get("type") in RESPONSE_ITEM_TYPES
+
+
+def _trace_id(doc: dict, ctx: Context, line: int | None) -> str:
+    meta = doc.get("metadata") if isinstance(doc.get("metadata"), dict) else {}
+    for v in (doc.get("id"), meta.get("trace_id"), doc.get("trace_id")):
+        if isinstance(v, str) and v:
+            return v
+    return f"openai/{base_name(ctx.input_path)}" + (f"#{line}" if line is not None else "")
+
+
+def _chat_steps(msgs: list, tid: str) -> list[Step]:
+    steps: list[Step] = []
+    call_names: dict[str, str] = {}
+    for i, m in enumerate(msgs):
+        m = require_obj(m, f"messages[{i}]", tid)
+        role = m.get("role")
+        if role not in ROLES:
+            raise IngestError("invalid_record", f"messages[{i}].role must be one of {sorted(ROLES)}, got "
+                              f"{dumps(role)[:40]}", tid)
+        name = opt_str(m.get("name"), f"messages[{i}].name", tid)
+        calls = m.get("tool_calls")
+        if calls is not None and not isinstance(calls, list):
+            raise IngestError("invalid_record", f"messages[{i}].tool_calls must be a list", tid)
+        for c in calls or []:
+            if isinstance(c, dict) and isinstance(c.get("id"), str) and isinstance(c.get("function"), dict):
+                call_names[c["id"]] = str(c["function"].get("name") or "tool")
+        content = m.get("content")
+        if content is not None and not isinstance(content, (str, list)):
+            raise IngestError("invalid_record", f"messages[{i}].content must be a string, a list of parts or "
+                              f"null, got {type(content).__name__}", tid)
+        text = join(content_text(content), tool_calls_text(calls or m.get("function_call")))
+        if role in ("tool", "function"):
+            fn = name or call_names.get(m.get("tool_call_id")) or "tool"
+            steps.append(Step(index=i, agent=fn, content=text, role=role, kind="tool"))
+        else:
+            steps.append(Step(index=i, agent=name or role, content=text, role=role, kind="message"))
+    return steps
+
+
+def _response_steps(items: list, tid: str) -> list[Step]:
+    steps: list[Step] = []
+    call_names: dict[str, str] = {}
+    for i, it in enumerate(items):
+        it = require_obj(it, f"items[{i}]", tid)
+        typ = it.get("type", "message" if "role" in it else None)
+        if typ == "message":
+            role = it.get("role")
+            if role not in ROLES:
+                raise IngestError("invalid_record", f"items[{i}].role must be one of {sorted(ROLES)}", tid)
+            steps.append(Step(index=len(steps), agent=role, content=content_text(it.get("content")), role=role,
+                              kind="message"))
+        elif typ in ("function_call", "custom_tool_call"):
+            if isinstance(it.get("call_id"), str):
+                call_names[it["call_id"]] = str(it.get("name") or "tool")
+            args = it.get("arguments", it.get("input"))
+            steps.append(Step(index=len(steps), agent="assistant", role="assistant", kind="message",
+                              content=f"Tool call: {it.get('name') or '?'}({args if isinstance(args, str) else dumps(args)})"))
+        elif typ in ("function_call_output", "custom_tool_call_output", "computer_call_output",
+                     "local_shell_call_output"):
+            out = it.get("output")
+            steps.append(Step(index=len(steps), agent=call_names.get(it.get("call_id"), "tool"), role="tool",
+                              kind="tool", content=out if isinstance(out, str) else content_text(out)))
+        elif typ == "reasoning":
+            text = content_text(it.get("summary")) or content_text(it.get("content"))
+            steps.append(Step(index=len(steps), agent="assistant", role="assistant", kind="message",
+                              content=f"Reasoning: {text}"))
+        elif isinstance(typ, str):
+            body = {k: v for k, v in it.items() if k not in ("id", "status")}
+            steps.append(Step(index=len(steps), agent="assistant", role="assistant", kind="other",
+                              content=f"{typ}: {dumps(body)}"))
+        else:
+            raise IngestError("invalid_record", f"items[{i}] has neither 'type' nor 'role'", tid)
+    return steps
+
+
+def parse(doc: Any, ctx: Context, line: int | None = None) -> Iterator[Trace]:
+    rid = f"line {line}" if line is not None else None
+    if isinstance(doc, list):
+        doc = {"input": doc} if any(is_response_item(m) for m in doc) else {"messages": doc}
+    doc = require_obj(doc, "an OpenAI record", rid)
+    tid = _trace_id(doc, ctx, line)
+    if "messages" in doc:
+        msgs = list(require_list(doc["messages"], "'messages'", tid))
+        choices = doc.get("choices")
+        if isinstance(choices, list) and choices and isinstance(choices[0], dict) and isinstance(
+                choices[0].get("message"), dict):
+            msgs.append(choices[0]["message"])
+        steps, system, question = _chat_steps(msgs, tid), "openai-chat", question_of(msgs)
+    elif "input" in doc or "output" in doc:
+        inp = doc.get("input")
+        items = ([{"role": "user", "content": inp}] if isinstance(inp, str) else list(inp or []))
+        if isinstance(doc.get("instructions"), str):
+            items.insert(0, {"role": "developer", "content": doc["instructions"]})
+        out = doc.get("output")
+        if out is not None and not isinstance(out, list):
+            raise IngestError("invalid_record", f"'output' must be a list of items, got {type(out).__name__}", tid)
+        items += out or []
+        steps, system = _response_steps(require_list(items, "'input' + 'output'", tid), tid), "openai-responses"
+        question = inp if isinstance(inp, str) else question_of(
+            [{"role": it.get("role"), "content": it.get("content")} for it in items if isinstance(it, dict)])
+    else:
+        raise IngestError("invalid_record", "OpenAI record needs 'messages' (Chat Completions) or 'input'/'output' "
+                          f"(Responses); top level: {sorted(doc)[:8]}", tid)
+    if not steps:
+        raise IngestError("empty_trace", "no messages to make steps of", tid)
+    meta: dict[str, Any] = {"format": system}
+    if isinstance(doc.get("model"), str):
+        meta["model"] = doc["model"]
+    yield Trace(trace_id=tid, source="openai", system=system, question=question, steps=steps, labels=None,
+                metadata=meta)
