@@ -44,13 +44,29 @@ def _interpreting() -> bool:
     return os.environ.get("TRITON_INTERPRET", "0") == "1"
 
 
-def resolve_backend(backend: str, device) -> str:
+def triton_supports(head_dim: int | None = None, dtype: torch.dtype | None = None) -> str | None:
+    """None when the Triton kernels take this head dim / dtype (None = not asked), else why not."""
+    if dtype is not None and dtype not in (torch.float32, torch.float16, torch.bfloat16):
+        return f"triton kernels run fp32/fp16/bf16, got {dtype}"
+    if head_dim is not None:
+        from masprism_batch.kernels.step_attention import supports
+
+        return supports(head_dim, dtype or torch.float32)
+    return None
+
+
+def resolve_backend(backend: str, device, head_dim: int | None = None, dtype: torch.dtype | None = None) -> str:
+    """head_dim/dtype: of the op's inputs; `auto` on CUDA falls back to torch where the Triton kernels do
+    not take them (e.g. tiny-random's head_dim 16: step_attention's kernels take 64 and 128)."""
     device = torch.device(device)
     if backend not in BACKENDS:
         raise ValueError(f"unknown signals backend {backend!r}; expected one of {BACKENDS}")
     if backend == "auto":
         if device.type == "cuda" and triton_available() is None:
-            return "triton"
+            if (why := triton_supports(head_dim, dtype)) is None:
+                return "triton"
+            log.debug("signals backend auto -> torch on %s: %s", device, why)
+            return "torch"
         if device.type == "cpu" and cpp_available() is None:
             return "cpp"
         return "torch"
@@ -60,6 +76,8 @@ def resolve_backend(backend: str, device) -> str:
         if device.type != "cuda" and not (device.type == "cpu" and _interpreting()):
             raise RuntimeError(f"signals backend 'triton' needs CUDA tensors (got {device}; "
                                "CPU only under TRITON_INTERPRET=1, for tests)")
+        if (why := triton_supports(head_dim, dtype)) is not None:
+            raise RuntimeError(f"signals backend 'triton' cannot run these inputs: {why} (use auto or torch)")
     if backend == "cpp":
         if device.type != "cpu":
             raise RuntimeError(f"signals backend 'cpp' runs on CPU tensors only (got {device})")
@@ -98,7 +116,7 @@ def step_attention(q, k, v, cu_seqlens, step_ids, n_steps, scale, backend="auto"
     per-head kernel (the C++ op) use the torch reference for it: same semantics, measured in bench_accuracy.
     """
     _check_attention(q, k, v, cu_seqlens, step_ids, n_steps)
-    chosen = resolve_backend(backend, q.device)
+    chosen = resolve_backend(backend, q.device, head_dim=q.shape[2], dtype=q.dtype)
     if per_head:
         if chosen == "triton":
             from masprism_batch.kernels import step_attention as tk
@@ -127,7 +145,7 @@ def token_nll(hidden, weight, targets, backend="auto", chunk=1024, ignore_index=
     bad = (targets != ignore_index) & ((targets < 0) | (targets >= weight.shape[0]))
     if bool(bad.any()):
         raise ValueError(f"target ids outside [0, {weight.shape[0]}) at positions {bad.nonzero()[:5, 0].tolist()}")
-    chosen = resolve_backend(backend, hidden.device)
+    chosen = resolve_backend(backend, hidden.device, dtype=hidden.dtype)
     if chosen == "triton":
         from masprism_batch.kernels.nll import token_nll as triton_token_nll
 
