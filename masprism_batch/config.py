@@ -83,6 +83,18 @@ class BatchConfig(_Section):
     traces_per_shard: int = 256  # (ours) output rows committed together
 
 
+class IngestConfig(_Section):
+    """Caps applied when traces enter (ingest, `run`/`attribute` staging, canonical Parquet read in place), so no
+    step reaches the tokenizer whole beyond a bounded size (docs/scale-out.md, "Bounded memory per trace").
+    Sizes are UTF-8 bytes. Left at their defaults they do not enter the config hash (older hashes stay valid)."""
+
+    max_step_bytes: int = Field(256 * 1024, ge=1024)  # longer step content: head + marker + tail kept, warning
+    max_steps: int = Field(4096, ge=1)  # more steps: the trace is rejected (`too_many_steps`)
+    max_trace_bytes: int = Field(16 * 1024**2, ge=1024)  # more step text after step caps: rejected (`trace_too_large`)
+    max_record_bytes: int = Field(64 * 1024**2, ge=1024)  # one JSON line (decompressed): longer -> file error
+    max_file_bytes: int = Field(512 * 1024**2, ge=1024)  # one whole JSON document, decompressed; counted as read
+
+
 class PipelineConfig(BaseModel):
     model_config = ConfigDict(extra="forbid", frozen=True)
 
@@ -91,6 +103,7 @@ class PipelineConfig(BaseModel):
     signals: SignalsConfig = Field(default_factory=SignalsConfig)
     method: MethodConfig = Field(default_factory=MethodConfig)
     batch: BatchConfig = Field(default_factory=BatchConfig)
+    ingest: IngestConfig = Field(default_factory=IngestConfig)
 
     @model_validator(mode="before")
     @classmethod
@@ -108,6 +121,8 @@ class PipelineConfig(BaseModel):
         for k in ("device", "cache_dir", "threads"):
             data["model"].pop(k, None)
         data["batch"].pop("traces_per_shard", None)
+        if data.get("ingest") == IngestConfig().model_dump(mode="json"):
+            data.pop("ingest")  # default caps: same hash as before the section existed
         blob = json.dumps(data, sort_keys=True).encode()
         return hashlib.sha256(blob).hexdigest()[:16]
 

@@ -20,7 +20,8 @@ from tqdm import tqdm
 
 from masprism_batch import __version__, schema
 from masprism_batch.config import PipelineConfig
-from masprism_batch.io import OUTPUT_TABLES, ShardStore, write_json_atomic
+from masprism_batch.ingest.common import WARNING_REASONS
+from masprism_batch.io import OUTPUT_TABLES, OutdirLock, ShardStore, read_dataset, write_json_atomic
 
 from .plan import INGEST_SHARD, InputPlan, Shard
 from .stages import now_utc
@@ -47,18 +48,43 @@ class RunSummary:
     tokens_per_second: float
     run_json: str
     extra: dict[str, Any] = field(default_factory=dict)
+    warnings: int = 0  # rows of errors/ for traces that were kept (repaired/truncated): not rejections
+    warnings_by_reason: dict[str, int] = field(default_factory=dict)
 
     @property
     def exit_code(self) -> int:
-        return 3 if self.rejected else 0
+        return 3 if self.rejected else 0  # warnings alone do not make a run "with rejections"
+
+
+def split_reasons(reasons: dict[str, int]) -> tuple[dict[str, int], dict[str, int]]:
+    """(rejections, warnings) by reason: a warning row's trace was kept (`ingest.WARNING_REASONS`)."""
+    rej = {k: v for k, v in sorted(reasons.items()) if k not in WARNING_REASONS}
+    return rej, {k: v for k, v in sorted(reasons.items()) if k in WARNING_REASONS}
+
+
+def resume_config(outdir: Path, cfg: PipelineConfig) -> PipelineConfig:
+    """Shard identity must not change on resume: a different `traces_per_shard` would plan other row ranges
+    and write committed traces a second time. The value recorded when OUTDIR was first planned (HEADER, or
+    the staging marker of an older OUTDIR) wins over the option, with a warning."""
+    import json
+
+    old = (ShardStore(outdir).read_header() or {}).get("traces_per_shard")
+    marker = Path(outdir) / "_staging" / "_COMPLETE.json"
+    if old is None and marker.is_file():
+        old = json.loads(marker.read_text(encoding="utf-8")).get("key", {}).get("traces_per_shard")
+    if old is None or int(old) == cfg.batch.traces_per_shard:
+        return cfg
+    log.warning("%s was planned with traces_per_shard=%d; resuming with it (shard identity), not %d",
+                outdir, int(old), cfg.batch.traces_per_shard)
+    return cfg.model_copy(update={"batch": cfg.batch.model_copy(update={"traces_per_shard": int(old)})})
 
 
 class Committer:
     """Collects pack results per shard and commits a shard when its last pack arrives."""
 
     def __init__(self, outdir: Path, cfg: PipelineConfig, plan: InputPlan, engine: str, workers: int,
-                 progress: bool = True):
-        self.outdir, self.cfg, self.plan = Path(outdir), cfg, plan
+                 progress: bool = True, lock: OutdirLock | None = None):
+        self.outdir, self.cfg, self.plan, self.lock = Path(outdir), cfg, plan, lock
         self.engine, self.workers = engine, workers
         self.store = ShardStore(self.outdir)
         self.t0 = time.perf_counter()
@@ -85,7 +111,8 @@ class Committer:
             log.info("resuming: %d of %d shards already committed", self.skipped, len(plan.shards))
 
     def _check_header(self) -> None:
-        header = {"config_hash": self.cfg.config_hash(), "model": self.cfg.model.name, "staged": self.plan.staged}
+        header = {"config_hash": self.cfg.config_hash(), "model": self.cfg.model.name, "staged": self.plan.staged,
+                  "traces_per_shard": self.cfg.batch.traces_per_shard}
         old = self.store.read_header()
         foreign = [p for t in OUTPUT_TABLES for p in (self.outdir / t).glob("[!.]*.parquet")
                    if not p.name.startswith("shard-")]
@@ -93,15 +120,17 @@ class Committer:
             raise ValueError(f"{self.outdir} holds outputs not written by `run` ({foreign[0]}); use a new OUTDIR")
         if old is None:
             self.store.write_header({**header, "created_at": now_utc().isoformat()})
-        elif any(old.get(k) != v for k, v in header.items()):
+        elif any(old.get(k, v) != v if k == "traces_per_shard" else old.get(k) != v for k, v in header.items()):
             raise ValueError(f"{self.outdir} holds results of another configuration ({old}); "
                              f"this run is {header}: use a new OUTDIR")
 
     def _entry(self, sid: str, tables: dict[str, pa.Table], stats: dict[str, float], label: str) -> dict:
         errs = tables["errors"]
         reasons = Counter(errs.column("reason").to_pylist()) if errs.num_rows else Counter()
-        return {"label": label, "attributed": tables["attributions"].num_rows, "rejected": errs.num_rows,
-                "rejected_by_reason": dict(reasons), "tokens": stats.get("tokens", 0),
+        rej, warn = split_reasons(reasons)
+        return {"label": label, "attributed": tables["attributions"].num_rows, "rejected": sum(rej.values()),
+                "rejected_by_reason": rej, "warnings": sum(warn.values()), "warnings_by_reason": warn,
+                "tokens": stats.get("tokens", 0),
                 "stage_seconds": {k: stats.get(k, 0.0) for k in STAGE_KEYS}, "engine": self.engine,
                 "committed_at": now_utc().isoformat()}
 
@@ -134,6 +163,8 @@ class Committer:
         stats["tokens"] = int(sum(p["tokens"] for p in parts))
         stats["seconds_commit"] = time.perf_counter() - t0
         self.store.commit(sid, tables, self._entry(sid, tables, stats, parts[0]["label"]))
+        if self.lock is not None:
+            self.lock.touch()
         self._done.add(sid)
         self.shards_run += 1
 
@@ -148,16 +179,22 @@ class Committer:
         wall = time.perf_counter() - self.t0
         reasons: Counter = Counter()
         stage: Counter = Counter()
-        for e in committed.values():
+        for e in committed.values():  # older entries held warnings under rejected_by_reason: split again
             reasons.update(e["rejected_by_reason"])
+            reasons.update(e.get("warnings_by_reason", {}))
             stage.update(e["stage_seconds"])
+        rej_by, warn_by = split_reasons(dict(reasons))
         attributed = sum(e["attributed"] for e in committed.values())
-        rejected = sum(e["rejected"] for e in committed.values())
+        rejected, warnings = sum(rej_by.values()), sum(warn_by.values())
+        distinct = self._distinct_inputs()
+        if distinct != attributed + rejected:
+            log.error("run.json: %d distinct input records, but %d attributed + %d rejected rows: some input "
+                      "was written twice", distinct, attributed, rejected)
         record = {
             "engine": self.engine, "workers": self.workers, "model": self.cfg.model.name,
             "config_hash": self.cfg.config_hash(), "config": self.cfg.model_dump(mode="json"),
-            "counts": {"in": attributed + rejected, "attributed": attributed, "rejected": rejected,
-                       "rejected_by_reason": dict(sorted(reasons.items())),
+            "counts": {"in": distinct, "attributed": attributed, "rejected": rejected,
+                       "rejected_by_reason": rej_by, "warnings": warnings, "warnings_by_reason": warn_by,
                        "tokens": sum(e["tokens"] for e in committed.values())},
             "shards": {"total": len(committed), "run": self.shards_run, "skipped": self.skipped},
             "stage_seconds_total": {k: round(v, 3) for k, v in stage.items()},
@@ -173,9 +210,27 @@ class Committer:
         write_json_atomic(record, path)
         inv = record["this_invocation"]
         return RunSummary(str(self.outdir), self.engine, self.workers, record["counts"]["in"], attributed,
-                          rejected, record["counts"]["rejected_by_reason"], len(committed), self.shards_run,
+                          rejected, rej_by, len(committed), self.shards_run,
                           self.skipped, wall, inv["traces_per_second"], inv["tokens_per_second"], str(path),
-                          extra or {})
+                          extra or {}, warnings, warn_by)
+
+    def _distinct_inputs(self) -> int:
+        """Distinct input records over committed shards: attributed trace ids, plus rejection rows distinct by
+        (input path, record id, reason) (file-level rows without a record id count one each). Warning rows are
+        about kept traces and are not inputs of their own."""
+        ids = set(read_dataset(self.outdir / "attributions", columns=["trace_id"]).column("trace_id").to_pylist())
+        n = len(ids)
+        seen = set()
+        errs = read_dataset(self.outdir / "errors", columns=["input_path", "record_id", "reason"]).to_pylist()
+        for e in errs:
+            if e["reason"] in WARNING_REASONS:
+                continue
+            if e["record_id"] is None:
+                n += 1
+            elif (k := (e["input_path"], e["record_id"], e["reason"])) not in seen:
+                seen.add(k)
+                n += 1
+        return n
 
 
 def summary_dict(s: RunSummary) -> dict[str, Any]:

@@ -2,6 +2,11 @@
 
 It runs the same stage functions as the Ray engine (`work.prepare_shard`, `work.attribute_pack`) in the
 same order, so both engines write the same shards with the same content.
+
+The OUTDIR lock is held for the whole run. A crash of the process itself (segfault, OOM kill) cannot be caught
+here, so the rule of the Ray engine is applied across resumes through `OUTDIR/_ledger.json` (`FileLedger`):
+a shard's CPU stage or a pack that crashed the process twice is re-run one trace at a time, and a trace that
+crashed it on its own is written to errors/ (`worker_crashed`) instead of crashing every resume.
 """
 
 from __future__ import annotations
@@ -11,33 +16,52 @@ import time
 from pathlib import Path
 
 from masprism_batch.config import PipelineConfig
+from masprism_batch.io import OutdirLock
 
-from .driver import Committer, RunSummary
+from .driver import Committer, RunSummary, resume_config
 from .plan import plan_inputs
-from .stages import Stages
+from .stages import PACK_CRASHES_BEFORE_ONE_BY_ONE, CrashGuard, FileLedger, Stages
 from .work import attribute_pack, prepare_shard
 
 log = logging.getLogger(__name__)
+LEDGER_NAME = "_ledger.json"
+
+
+def _guard(ledger: FileLedger, key: str) -> CrashGuard | None:
+    crashes = ledger.begin(key)
+    if crashes < PACK_CRASHES_BEFORE_ONE_BY_ONE:
+        return None
+    log.warning("%s crashed this process %d times before: running its traces one by one", key, crashes)
+    return CrashGuard(ledger.begin, ledger.done, key + "/")
 
 
 def run_local(inputs: list[str], outdir: str | Path, cfg: PipelineConfig, *, fmt: str = "auto",
               stages: Stages | None = None, model=None, progress: bool = True) -> RunSummary:
     """Attribute every trace of `inputs` into OUTDIR (resumable; see docs/scale-out.md).
 
-    `model` lets a caller that already holds a loaded PrefillModel reuse it.
+    `model` lets a caller that already holds a loaded PrefillModel reuse it. Raises `io.OutdirLocked` (a
+    ValueError) when another live run holds OUTDIR.
     """
     stages = stages or Stages()
     outdir = Path(outdir)
-    plan = plan_inputs(list(inputs), outdir, fmt, cfg.batch.traces_per_shard, stages)
-    committer = Committer(outdir, cfg, plan, "local", 1, progress=progress)
-    extra: dict = {"seconds_model_load": 0.0}
-    if committer.pending:
-        if model is None:
-            t0 = time.perf_counter()
-            model = stages.load_model(cfg)
-            extra["seconds_model_load"] = round(time.perf_counter() - t0, 3)
-        extra["model_id"] = getattr(model, "model_id", None)
-        for shard in committer.pending:
-            for task in prepare_shard(shard, model.tokenizer, cfg, stages):
-                committer.add(attribute_pack(task, model, cfg, stages))
-    return committer.finish(extra)
+    with OutdirLock(outdir, "run --engine local") as lock:
+        cfg = resume_config(outdir, cfg)
+        plan = plan_inputs(list(inputs), outdir, fmt, cfg.batch.traces_per_shard, stages, cfg.ingest)
+        committer = Committer(outdir, cfg, plan, "local", 1, progress=progress, lock=lock)
+        extra: dict = {"seconds_model_load": 0.0}
+        if committer.pending:
+            if model is None:
+                t0 = time.perf_counter()
+                model = stages.load_model(cfg)
+                extra["seconds_model_load"] = round(time.perf_counter() - t0, 3)
+            extra["model_id"] = getattr(model, "model_id", None)
+            ledger = FileLedger(outdir / LEDGER_NAME)
+            for shard in committer.pending:
+                key = f"{shard.shard_id}/prepare"
+                tasks = prepare_shard(shard, model.tokenizer, cfg, stages, guard=_guard(ledger, key))
+                ledger.done(key)
+                for task in tasks:
+                    pkey = f"{task['shard_id']}/{task['pack_index']}"
+                    committer.add(attribute_pack(task, model, cfg, stages, guard=_guard(ledger, pkey)))
+                    ledger.done(pkey)
+        return committer.finish(extra)

@@ -23,6 +23,8 @@ import pyarrow.dataset as pads
 import pyarrow.parquet as pq
 
 from masprism_batch import schema
+from masprism_batch.config import IngestConfig
+from masprism_batch.ingest.common import IngestError, apply_caps
 from masprism_batch.io import DatasetWriter, write_json_atomic
 from masprism_batch.trace import Trace
 
@@ -70,11 +72,16 @@ def _shard_id(key: str, start: int, stop: int) -> str:
 
 
 def is_trace_dataset(path: str) -> bool:
+    """A canonical traces Parquet file or folder, read in place. Anything else (raw logs, and any folder with a
+    link, FIFO, socket or device in it) goes through ingest, whose input policy turns those into error rows."""
     p = Path(path)
     if p.is_file():
         files = [p] if p.suffix == ".parquet" else []
     elif p.is_dir():
-        files = [f for f in p.rglob("*") if f.is_file() and not any(x.startswith((".", "_")) for x in f.parts)]
+        entries = [f for f in p.rglob("*") if not any(x.startswith((".", "_")) for x in f.relative_to(p).parts)]
+        if any(f.is_symlink() or not (f.is_file() or f.is_dir()) for f in entries):
+            return False
+        files = [f for f in entries if f.is_file()]
         if not files or any(f.suffix != ".parquet" for f in files):
             return False
     else:
@@ -96,21 +103,38 @@ def _fragments(path: str) -> list[tuple[str, dict[str, str]]]:
     return sorted(out)
 
 
-def stage_raw(inputs: list[str], staging: Path, fmt: str, stages: Stages, traces_per_shard: int) -> None:
-    """Stream raw inputs through ingest into a canonical dataset, once (a completed staging is reused)."""
+def _staged_rows(staging: Path) -> dict[str, int]:
+    return {f"{d}/{f.name}": pq.ParquetFile(f).metadata.num_rows
+            for d in ("traces", "errors") for f in sorted((staging / d).glob("part-*.parquet"))}
+
+
+def stage_raw(inputs: list[str], staging: Path, fmt: str, stages: Stages, traces_per_shard: int,
+              limits: IngestConfig | None = None) -> None:
+    """Stream raw inputs through ingest into a canonical dataset, once (a completed staging is reused).
+
+    Atomic: everything is written under `_staging.partial/`, the marker `_COMPLETE.json` (with the row count of
+    every part) last, then the folder is renamed to `_staging/`. A reused staging is checked against its marker
+    (part names and row counts), so a damaged staging is refused instead of planned as the whole input. The
+    caller holds the OUTDIR lock, so no other run writes here meanwhile."""
     marker = staging / "_COMPLETE.json"
     key = {"inputs": [os.path.abspath(p) for p in inputs], "fmt": fmt, "traces_per_shard": traces_per_shard}
     if marker.exists():
         done = json.loads(marker.read_text(encoding="utf-8"))
         if done.get("key") != key:
             raise ValueError(f"{staging} was staged from other inputs ({done.get('key')}); use a new OUTDIR")
+        if "parts" in done and _staged_rows(staging) != done["parts"]:
+            raise ValueError(f"{staging} does not match its completion marker (parts or row counts differ): "
+                             f"it was changed after staging; use a new OUTDIR")
         return
     if staging.exists():
-        shutil.rmtree(staging)  # a staging pass that did not finish: nothing was committed from it
-    traces = DatasetWriter(staging / "traces", schema.TRACES, rows_per_part=traces_per_shard, prefix="part")
-    errors = DatasetWriter(staging / "errors", schema.ERRORS, rows_per_part=4096, prefix="part")
+        shutil.rmtree(staging)  # a staging pass of an older version that did not finish: nothing was committed
+    partial = staging.parent / (staging.name + ".partial")
+    if partial.exists():
+        shutil.rmtree(partial)  # a staging pass that did not finish (we hold the lock: no one else writes it)
+    traces = DatasetWriter(partial / "traces", schema.TRACES, rows_per_part=traces_per_shard, prefix="part")
+    errors = DatasetWriter(partial / "errors", schema.ERRORS, rows_per_part=4096, prefix="part")
     n, buffered = 0, 0
-    for t in stages.read_inputs(list(inputs), fmt, errors.write):
+    for t in stages.read_inputs(list(inputs), fmt, errors.write, limits=limits):
         traces.write(t.to_row())
         n += 1
         buffered += sum(len(s.content or "") for s in t.steps)
@@ -119,22 +143,32 @@ def stage_raw(inputs: list[str], staging: Path, fmt: str, stages: Stages, traces
             buffered = 0
     traces.close()
     errors.close()
-    write_json_atomic({"key": key, "traces": n, "errors": errors.rows_written}, marker)
+    write_json_atomic({"key": key, "traces": n, "errors": errors.rows_written, "parts": _staged_rows(partial)},
+                      partial / "_COMPLETE.json")
+    os.replace(partial, staging)
     log.info("staged %d traces (%d rejected) from %d input(s)", n, errors.rows_written, len(inputs))
 
 
-def plan_inputs(inputs: list[str], outdir: Path, fmt: str, traces_per_shard: int, stages: Stages) -> InputPlan:
+def plan_inputs(inputs: list[str], outdir: Path, fmt: str, traces_per_shard: int, stages: Stages,
+                limits: IngestConfig | None = None) -> InputPlan:
+    from masprism_batch.ingest import ingest_state
+
     if traces_per_shard < 1:
         raise ValueError("traces_per_shard must be >= 1")
-    missing = [p for p in inputs if not os.path.exists(p)]
+    missing = [p for p in inputs if not os.path.lexists(p)]
     if missing:
         raise FileNotFoundError(f"input not found: {', '.join(missing)}")
     staged = not all(is_trace_dataset(p) for p in inputs)
+    for p in inputs:
+        state = ingest_state(p) if os.path.isdir(p) else None
+        if state is not None and not state.get("complete"):
+            raise ValueError(f"{p} is the output of an `ingest` that did not finish (no completion in "
+                             f"_INGEST.json): it would be planned as the whole input; re-run `ingest`")
     files: list[tuple[str, str, str, dict[str, str]]] = []  # (path, shard key, label, partition)
     ingest_errors = None
     if staged:
         staging = outdir / "_staging"
-        stage_raw(inputs, staging, fmt, stages, traces_per_shard)
+        stage_raw(inputs, staging, fmt, stages, traces_per_shard, limits)
         label = ",".join(inputs)
         for f in sorted((staging / "traces").glob("part-*.parquet")):
             files.append((str(f.resolve()), f"_staging/{f.name}", label, {}))
@@ -159,8 +193,10 @@ def plan_inputs(inputs: list[str], outdir: Path, fmt: str, traces_per_shard: int
     return InputPlan(shards, staged, ingest_errors)
 
 
-def read_shard(shard: Shard) -> tuple[list[Trace], list[dict]]:
-    """Rows [start, stop) of the shard's file as Traces; unreadable rows and repeated ids become errors."""
+def read_shard(shard: Shard, limits: IngestConfig | None = None) -> tuple[list[Trace], list[dict]]:
+    """Rows [start, stop) of the shard's file as Traces; unreadable rows and repeated ids become errors. The
+    ingest caps (`limits`) apply here too, so canonical Parquet read in place is bounded like raw input
+    (a no-op on staged input, already capped)."""
     pf = pq.ParquetFile(shard.path)
     cols = [c for c in schema.TRACES.names if c in pf.schema_arrow.names]
     groups, offset = [], 0
@@ -186,7 +222,12 @@ def read_shard(shard: Shard) -> tuple[list[Trace], list[dict]]:
         try:
             if not tid or not row.get("source"):
                 raise ValueError("trace_id and source are required")
-            traces.append(Trace.from_row(row))
+            trace = Trace.from_row(row)
+            del row
+            traces.append(apply_caps(trace, limits, lambda reason, msg, rid=None, **_: errors.append(
+                error_row(shard.label, rid, "ingest", reason, msg))))
+        except IngestError as e:
+            errors.append(error_row(shard.label, e.record_id or tid, "ingest", e.reason, e.message))
         except Exception as e:  # noqa: BLE001 - a malformed row is rejected, not fatal
             errors.append(error_row(shard.label, tid or f"row:{i}", "ingest", "invalid_row", f"{e}"[:2000]))
     return traces, errors

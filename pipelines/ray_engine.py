@@ -5,16 +5,23 @@
                     -> iter_rows (driver)       Committer: per-shard atomic commit + manifest
 
 Fault tolerance: CPU tasks are retried on a worker crash (Ray Data's default `max_retries=-1`); actors
-restart without limit and their tasks are retried (Ray Data's defaults for actor pools). A ledger actor counts how often each pack and trace was started and finished,
-so a pack whose worker died twice is re-run one trace at a time and a trace that killed a worker on its own
-is written to errors/ (`worker_crashed`) instead of killing workers forever.
+restart without limit and their tasks are retried (Ray Data's defaults for actor pools). A ledger actor counts
+how often each shard's CPU stage, each pack and each trace was started and finished, so a unit whose worker
+died twice is re-run one trace at a time and a trace that killed a worker on its own is written to errors/
+(`worker_crashed`, stage `render` or `prefill`) instead of killing workers forever: the same rule in both
+stages, and in the local engine (across resumes, `local.FileLedger`).
+
+A cluster started here (no `--address`) is private: every Ray process binds 127.0.0.1 only, with Ray's token
+authentication where the installed Ray has it, and it is shut down when the run ends (also on SIGTERM/SIGINT).
 """
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import math
 import os
+import signal
 import sys
 import time
 from collections import Counter
@@ -22,16 +29,17 @@ from pathlib import Path
 from typing import Any
 
 from masprism_batch.config import PipelineConfig
+from masprism_batch.io import OutdirLock
 
-from .driver import Committer, RunSummary
+from .driver import Committer, RunSummary, resume_config
 from .plan import Shard, plan_inputs
-from .stages import Stages
+from .stages import PACK_CRASHES_BEFORE_ONE_BY_ONE, CrashGuard, Stages
 from .work import attribute_pack, prepare_shard
 
 log = logging.getLogger(__name__)
 
 CPU_STAGE_CPUS = 0.25  # render/tokenize tasks are light; a fraction keeps them schedulable beside the actors
-PACK_CRASHES_BEFORE_ONE_BY_ONE = 2  # one crash may be a killed worker; two point at a trace in the pack
+LOOPBACK = "127.0.0.1"
 
 _CTX = {  # Ray Data settings of a run (restored afterwards: the context is process-wide)
     "enable_progress_bars": False,  # the driver's own bar counts traces and tokens
@@ -42,12 +50,31 @@ _CTX = {  # Ray Data settings of a run (restored afterwards: the context is proc
 _TOKENIZERS: dict[str, Any] = {}  # per worker process: the tokenizer is loaded once, not once per shard
 
 
-def _prepare(row: dict[str, Any], cfg_json: str, stages: Stages) -> list[dict[str, Any]]:
+def _ledger_guard(ledger, key: str) -> CrashGuard | None:
+    """begin(key) on the ledger actor; past the crash rule, a guard that pins crashes to single traces."""
+    import ray
+
+    crashes = ray.get(ledger.begin.remote(key))
+    if crashes < PACK_CRASHES_BEFORE_ONE_BY_ONE:
+        return None
+    log.warning("%s crashed a worker %d times: running its traces one by one", key, crashes)
+    return CrashGuard(lambda k: ray.get(ledger.begin.remote(k)), lambda k: ray.get(ledger.done.remote(k)), key + "/")
+
+
+def _prepare(row: dict[str, Any], cfg_json: str, stages: Stages, ledger=None) -> list[dict[str, Any]]:
+    import ray
+
     cfg = PipelineConfig.model_validate_json(cfg_json)
     key = cfg.model.model_dump_json()
     if key not in _TOKENIZERS:
         _TOKENIZERS[key] = stages.load_tokenizer(cfg)
-    return prepare_shard(Shard.from_json(row["shard"]), _TOKENIZERS[key], cfg, stages)
+    shard = Shard.from_json(row["shard"])
+    if ledger is None:
+        return prepare_shard(shard, _TOKENIZERS[key], cfg, stages)
+    lkey = f"{shard.shard_id}/prepare"  # Ray retries a task whose worker died: the ledger bounds it
+    out = prepare_shard(shard, _TOKENIZERS[key], cfg, stages, guard=_ledger_guard(ledger, lkey))
+    ray.get(ledger.done.remote(lkey))
+    return out
 
 
 class Ledger:
@@ -64,22 +91,6 @@ class Ledger:
 
     def done(self, key: str) -> None:
         self.finished[key] += 1
-
-
-class _TraceGuard:
-    def __init__(self, ledger, prefix: str):
-        self.ledger, self.prefix = ledger, prefix
-
-    def begin(self, trace_id: str) -> str | None:
-        import ray
-
-        crashes = ray.get(self.ledger.begin.remote(self.prefix + trace_id))
-        return "worker_crashed" if crashes >= 1 else None
-
-    def done(self, trace_id: str) -> None:
-        import ray
-
-        ray.get(self.ledger.done.remote(self.prefix + trace_id))
 
 
 class ModelActor:
@@ -100,27 +111,112 @@ class ModelActor:
         out = []
         for task in batch.to_pylist():
             key = f"{task['shard_id']}/{task['pack_index']}"
-            crashes = ray.get(self.ledger.begin.remote(key))
-            guard = _TraceGuard(self.ledger, key + "/") if crashes >= PACK_CRASHES_BEFORE_ONE_BY_ONE else None
-            if guard is not None:
-                log.warning("pack %s crashed a worker %d times: running its traces one by one", key, crashes)
+            guard = _ledger_guard(self.ledger, key)
             out.append(attribute_pack(task, self.model, self.cfg, self.stages, guard=guard))
             ray.get(self.ledger.done.remote(key))
         return pa.Table.from_pylist(out)
 
 
-def _init_ray(address: str | None, num_cpus: int | None) -> bool:
-    """Join `address` or start a local cluster; returns True when this call started Ray."""
+def private_cluster_env() -> dict[str, str]:
+    """Environment of a private local cluster: Ray's token authentication with a fresh random token held only
+    in this process's environment (inherited by the Ray processes it starts; nothing is written to
+    ~/.ray), where the installed Ray supports it (2.52+). An explicit RAY_AUTH_MODE of the user is kept."""
+    import secrets
+
+    try:
+        import ray._private.authentication.authentication_token_setup  # noqa: F401 - present since Ray 2.52
+    except ImportError:
+        return {}
+    if "RAY_AUTH_MODE" in os.environ:
+        return {}
+    return {"RAY_AUTH_MODE": "token", "RAY_AUTH_TOKEN": secrets.token_hex(32)}
+
+
+def _init_ray(address: str | None, num_cpus: int | None) -> dict[str, str | None] | None:
+    """Join `address` or start a private local cluster bound to 127.0.0.1. Returns None when Ray was already
+    initialised or `address` was joined (nothing to stop), else the environment variables this call set
+    (with their previous values, restored by `_stop_ray`)."""
     import ray
 
     if ray.is_initialized():
-        return False
+        return None
     kwargs: dict[str, Any] = {"include_dashboard": False, "log_to_driver": True, "configure_logging": False}
     if address:
         ray.init(address=address, **kwargs)
-    else:
-        ray.init(num_cpus=num_cpus or os.cpu_count(), **kwargs)
-    return True
+        return None
+    from ray._private import ray_constants
+
+    # Loopback only: Ray maps a node address of 127.0.0.1 to the host's external IP unless its single-machine
+    # mode is on (the default on macOS/Windows, RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER=0): then the node address
+    # is 127.0.0.1 and GCS, raylet, object manager, agents and workers bind to it (tests/pipelines).
+    env = {**private_cluster_env(), "RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER": "0"}
+    saved = {k: os.environ.get(k) for k in env}
+    os.environ.update(env)
+    _refresh_ray_config("RAY_AUTH_MODE" in env)
+    cluster_mode = ray_constants.ENABLE_RAY_CLUSTER
+    ray_constants.ENABLE_RAY_CLUSTER = False  # read at import time; this process imported Ray already
+    try:
+        ray.init(num_cpus=num_cpus or os.cpu_count(), _node_ip_address=LOOPBACK, **kwargs)
+    except BaseException:
+        ray_constants.ENABLE_RAY_CLUSTER = cluster_mode
+        _restore_env(saved)
+        raise
+    saved["__cluster_mode__"] = cluster_mode
+    return saved
+
+
+def _refresh_ray_config(changed: bool) -> None:
+    """Ray caches its config (auth mode) per process: re-read it after the environment changed."""
+    if not changed:
+        return
+    with contextlib.suppress(Exception):
+        from ray._private.authentication.authentication_token_setup import Config
+
+        Config.initialize("")
+    with contextlib.suppress(Exception):
+        from ray._private.authentication.authentication_token_setup import AuthenticationTokenLoader
+
+        loader = AuthenticationTokenLoader.instance()
+        for name in ("reset_cache", "ResetCache", "reset"):
+            if hasattr(loader, name):
+                getattr(loader, name)()
+                break
+
+
+def _restore_env(saved: dict[str, Any]) -> None:
+    if "__cluster_mode__" in saved:
+        from ray._private import ray_constants
+
+        saved = dict(saved)
+        ray_constants.ENABLE_RAY_CLUSTER = saved.pop("__cluster_mode__")
+    for k, v in saved.items():
+        if v is None:
+            os.environ.pop(k, None)
+        else:
+            os.environ[k] = v
+    _refresh_ray_config("RAY_AUTH_MODE" in saved)
+
+
+@contextlib.contextmanager
+def _stop_on_signals():
+    """SIGTERM/SIGHUP end the run through the normal path (finally: ray.shutdown()), so a terminated driver
+    does not leave its private cluster behind. (SIGKILL cannot be caught: Ray's own processes then notice the
+    dead driver and exit by themselves, within about a minute.)"""
+    import threading
+
+    if threading.current_thread() is not threading.main_thread():
+        yield
+        return
+
+    def stop(signum, frame):
+        raise KeyboardInterrupt(f"signal {signum}")
+
+    old = {sig: signal.signal(sig, stop) for sig in (signal.SIGTERM, signal.SIGHUP)}
+    try:
+        yield
+    finally:
+        for sig, h in old.items():
+            signal.signal(sig, h)
 
 
 def actor_resources(workers: int | None, cfg: PipelineConfig) -> tuple[int, dict[str, float], int | None]:
@@ -147,21 +243,26 @@ def run_ray(inputs: list[str], outdir: str | Path, cfg: PipelineConfig, *, worke
 
     stages = stages or Stages()
     outdir = Path(outdir)
-    plan = plan_inputs(list(inputs), outdir, fmt, cfg.batch.traces_per_shard, stages)
-    committer = Committer(outdir, cfg, plan, "ray", workers or 1, progress=progress)
-    extra: dict[str, Any] = {"ray_address": address or "local"}
-    if not committer.pending:  # a re-run of a finished run: no cluster needed
-        return committer.finish(extra)
-    started = _init_ray(address, num_cpus)
-    try:
-        n, resources, threads = actor_resources(workers, cfg)
-        committer.workers = n
-        extra.update(actor_resources=resources, actor_threads=threads)
-        _execute(committer, committer.pending, cfg, stages, n, resources, threads)
-        return committer.finish(extra)
-    finally:
-        if started:
-            ray.shutdown()
+    with OutdirLock(outdir, "run --engine ray") as lock, _stop_on_signals():
+        cfg = resume_config(outdir, cfg)
+        plan = plan_inputs(list(inputs), outdir, fmt, cfg.batch.traces_per_shard, stages, cfg.ingest)
+        committer = Committer(outdir, cfg, plan, "ray", workers or 1, progress=progress, lock=lock)
+        extra: dict[str, Any] = {"ray_address": address or "local"}
+        if not committer.pending:  # a re-run of a finished run: no cluster needed
+            return committer.finish(extra)
+        started = _init_ray(address, num_cpus)
+        if started is not None:
+            extra["ray_private_cluster"] = {"bind": LOOPBACK, "token_auth": "RAY_AUTH_MODE" in started}
+        try:
+            n, resources, threads = actor_resources(workers, cfg)
+            committer.workers = n
+            extra.update(actor_resources=resources, actor_threads=threads)
+            _execute(committer, committer.pending, cfg, stages, n, resources, threads)
+            return committer.finish(extra)
+        finally:
+            if started is not None:
+                ray.shutdown()
+                _restore_env(started)
 
 
 def _execute(committer: Committer, pending: list[Shard], cfg: PipelineConfig, stages: Stages, n: int,
@@ -179,7 +280,8 @@ def _execute(committer: Committer, pending: list[Shard], cfg: PipelineConfig, st
     t0 = time.perf_counter()
     try:
         ds = ray.data.from_items([{"shard": s.to_json()} for s in pending], override_num_blocks=len(pending))
-        ds = ds.flat_map(_prepare, fn_kwargs={"cfg_json": cfg_json, "stages": stages}, num_cpus=CPU_STAGE_CPUS)
+        ds = ds.flat_map(_prepare, fn_kwargs={"cfg_json": cfg_json, "stages": stages, "ledger": ledger},
+                         num_cpus=CPU_STAGE_CPUS)
         # Ray Data's actor defaults are the fault tolerance wanted here: max_restarts=-1 and
         # max_task_retries=-1 (a killed actor comes back and its pack is retried; the ledger bounds loops).
         ds = ds.map_batches(ModelActor, batch_size=1, batch_format="pyarrow",

@@ -31,10 +31,10 @@ ATTEMPTS_PER_TRACE = 2  # a trace that raises this many times alone goes to erro
 class Stages:
     """The project's stage functions (ingest, model, render, batching, attribution), resolved on first use."""
 
-    def read_inputs(self, paths: list[str], fmt: str, on_error):
+    def read_inputs(self, paths: list[str], fmt: str, on_error, limits=None):
         from masprism_batch.ingest import read_inputs
 
-        return read_inputs(paths, fmt=fmt, on_error=on_error)
+        return read_inputs(paths, fmt=fmt, on_error=on_error, limits=limits)
 
     def load_model(self, cfg: PipelineConfig):
         from masprism_batch.model import load_model
@@ -85,19 +85,87 @@ def from_ipc(blob: bytes) -> pa.Table:
     return pa.ipc.open_stream(pa.py_buffer(blob)).read_all()
 
 
-def make_packs(traces: list[Trace], tokenizer, cfg: PipelineConfig, stages: Stages) -> list[tuple[list[Trace], int]]:
+class CrashGuard:
+    """Pins crashes of a worker *process* (segfault, OOM kill, SIGKILL) to single traces, for either stage.
+
+    `begin_fn(key) -> crashes so far` / `done_fn(key)` are a ledger's (Ray: an actor; local: `FileLedger`, a
+    file in OUTDIR that survives the process). A start without a finish is a crash. `begin(trace_id)` returns
+    the error reason when this trace already crashed a worker once: the caller then rejects it."""
+
+    def __init__(self, begin_fn, done_fn, prefix: str):
+        self.begin_fn, self.done_fn, self.prefix = begin_fn, done_fn, prefix
+
+    def begin(self, trace_id: str) -> str | None:
+        if self.begin_fn(self.prefix + trace_id) < 1:
+            return None
+        self.done_fn(self.prefix + trace_id)  # settled: the trace is rejected, not run again
+        return "worker_crashed"
+
+    def done(self, trace_id: str) -> None:
+        self.done_fn(self.prefix + trace_id)
+
+
+PACK_CRASHES_BEFORE_ONE_BY_ONE = 2  # one crash may be a killed worker; two point at a trace in the unit
+
+
+class FileLedger:
+    """Start/finish counts per key in one JSON file (OUTDIR/_ledger.json) that outlives the process: the local
+    engine's memory of crashes across resumes (Ray's is an actor). Keys are deterministic (shard id, pack
+    index, trace id), so a resumed run finds them; a key whose starts and finishes match is dropped."""
+
+    def __init__(self, path):
+        import json
+        from pathlib import Path
+
+        self.path = Path(path)
+        try:
+            self.started: dict[str, int] = json.loads(self.path.read_text(encoding="utf-8")) if self.path.exists() else {}
+        except ValueError:
+            self.started = {}
+
+    def _save(self) -> None:
+        from masprism_batch.io import write_json_atomic
+
+        write_json_atomic(self.started, self.path, durable=False)  # a process crash keeps the page cache
+
+    def begin(self, key: str) -> int:
+        crashes = self.started.get(key, 0)
+        self.started[key] = crashes + 1
+        self._save()
+        return crashes
+
+    def done(self, key: str) -> None:
+        if self.started.pop(key, None) is not None:
+            self._save()
+
+
+def make_packs(traces: list[Trace], tokenizer, cfg: PipelineConfig, stages: Stages,
+               guard: CrashGuard | None = None, input_path: str | None = None,
+               rejected: list[dict] | None = None) -> list[tuple[list[Trace], int]]:
     """Token lengths of pass 1, then token-budget packs of (traces, tokens).
 
     A trace that cannot be rendered is still passed on, sized as a full context: the attribution stage
-    rejects it with its own reason, so `run` and `attribute` report the same errors.
+    rejects it with its own reason, so `run` and `attribute` report the same errors. With a `guard` (the
+    shard's CPU stage crashed its worker before), each trace is rendered under it and a trace that already
+    crashed a worker is left out, with an error row appended to `rejected`.
     """
     lengths = []
+    kept = []
     for t in traces:
+        if guard is not None and guard.begin(t.trace_id) is not None:
+            if rejected is not None:
+                rejected.append(error_row(input_path, t.trace_id, "render", "worker_crashed",
+                                          "the worker process died while rendering this trace"))
+            continue
+        kept.append(t)
         try:
             lengths.append(int(stages.render_len(t, tokenizer, cfg)))
         except Exception as e:  # noqa: BLE001
             log.debug("render of %r failed in the CPU stage (%s); the model stage will report it", t.trace_id, e)
             lengths.append(cfg.render.max_context)
+        if guard is not None:
+            guard.done(t.trace_id)
+    traces = kept
     groups = stages.pack(lengths, cfg.batch.token_budget) if traces else []
     if sorted(i for g in groups for i in g) != list(range(len(traces))):
         raise RuntimeError(f"pack() returned groups that do not cover each trace once: {groups}")

@@ -19,16 +19,17 @@ from masprism_batch.io import OUTPUT_TABLES
 from masprism_batch.trace import Trace
 
 from .plan import Shard, read_shard
-from .stages import Stages, from_ipc, make_packs, process_pack, to_ipc, tokens_of
+from .stages import CrashGuard, Stages, from_ipc, make_packs, process_pack, to_ipc, tokens_of
 
 
-def prepare_shard(shard: Shard, tokenizer, cfg: PipelineConfig, stages: Stages) -> list[dict[str, Any]]:
-    """One shard -> its packs. Pack 0 also carries the shard's read rejections; an empty shard is one empty
-    pack, so every shard reaches the committer."""
+def prepare_shard(shard: Shard, tokenizer, cfg: PipelineConfig, stages: Stages,
+                  guard: CrashGuard | None = None) -> list[dict[str, Any]]:
+    """One shard -> its packs. Pack 0 also carries the shard's read rejections (and caps warnings); an empty
+    shard is one empty pack, so every shard reaches the committer. `guard`: see `make_packs`."""
     t0 = time.perf_counter()
-    traces, errors = read_shard(shard)
+    traces, errors = read_shard(shard, cfg.ingest)
     t1 = time.perf_counter()
-    packs = make_packs(traces, tokenizer, cfg, stages)
+    packs = make_packs(traces, tokenizer, cfg, stages, guard, shard.label, errors)
     t2 = time.perf_counter()
     packs = packs or [([], 0)]
     out = []

@@ -10,6 +10,7 @@ the writer's buffer, which is flushed by size.
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import json
 import logging
@@ -21,10 +22,11 @@ from dataclasses import dataclass, field, fields
 from pathlib import Path
 from typing import Any
 
+from ..config import IngestConfig
 from ..trace import Labels, Step, Trace
 from .common import WARNING_REASONS, Context, IngestError, error_row, short, trace_bytes, validate
 from .detect import FORMATS, read_file
-from .sources import expand, file_size
+from .sources import LIMITS, expand, file_size
 
 log = logging.getLogger(__name__)
 
@@ -35,7 +37,7 @@ FileCallback = Callable[[str, int, int], None]  # (path, bytes on disk, decompre
 
 
 def read_inputs(paths: list[str] | str, fmt: str = "auto", on_error: Callable[[dict], None] | None = None,
-                *, on_file: FileCallback | None = None) -> Iterator[Trace]:
+                *, on_file: FileCallback | None = None, limits: IngestConfig | None = None) -> Iterator[Trace]:
     """Stream validated canonical traces from files, directories (recursive), .gz and Parquet datasets.
 
     Bad input never raises: each rejected file/record (and each repaired trace) is passed to `on_error`
@@ -47,12 +49,14 @@ def read_inputs(paths: list[str] | str, fmt: str = "auto", on_error: Callable[[d
         paths = [str(paths)]
     sink = on_error or (lambda row: None)
     seen: set[bytes] = set()  # 16-byte digests, so hostile 1 kB ids cost no more than short ones
+    limits = limits or IngestConfig()  # caps (config section `ingest`): sources.py and common.apply_caps
     for path in expand([str(p) for p in paths], sink):
+        token = LIMITS.set(limits)
         ctx = Context(path, sink)
         try:
             for trace in read_file(path, fmt, ctx):
                 try:
-                    trace = validate(trace, ctx)
+                    trace = validate(trace, ctx, limits)
                 except IngestError as e:
                     ctx.reject(e)
                     continue
@@ -74,6 +78,9 @@ def read_inputs(paths: list[str] | str, fmt: str = "auto", on_error: Callable[[d
         except Exception as e:  # a bug in an adapter must not end the run; the file is reported
             log.exception("%s: unexpected error", path)
             sink(error_row(path, None, "internal_error", f"{type(e).__name__}: {short(str(e), 500)}"))
+        finally:
+            with contextlib.suppress(ValueError):
+                LIMITS.reset(token)
         if on_file is not None:
             on_file(path, file_size(path), ctx.nbytes)
 
@@ -108,6 +115,14 @@ class IngestSummary:
         return sum(self.rejected.values()) + sum(self.warnings.values())
 
     @property
+    def rejected_rows(self) -> int:  # inputs NOT ingested (exit code 3); warnings are kept traces
+        return sum(self.rejected.values())
+
+    @property
+    def warning_rows(self) -> int:
+        return sum(self.warnings.values())
+
+    @property
     def mb_per_s(self) -> float:
         return self.bytes_raw / 1e6 / self.seconds if self.seconds else 0.0
 
@@ -134,16 +149,41 @@ def prepare_outdir(outdir: Path, overwrite: bool) -> None:
             p.unlink()
 
 
+INGEST_MARKER = "_INGEST.json"  # {"complete": false} while ingest writes, {"complete": true, ...} last
+
+
+def ingest_state(directory: str | Path) -> dict[str, Any] | None:
+    """The ingest marker of an ingest OUTDIR (or of its `traces/` folder's parent), None when there is none
+    (not an ingest output, or one written before markers existed)."""
+    d = Path(directory)
+    for cand in (d / INGEST_MARKER, d.parent / INGEST_MARKER):
+        if cand.is_file():
+            try:
+                return json.loads(cand.read_text(encoding="utf-8"))
+            except (OSError, ValueError):
+                return {"complete": False}
+    return None
+
+
 def ingest(paths: list[str] | str, outdir: str | Path, fmt: str = "auto", *, overwrite: bool = False,
-           progress: bool = True) -> IngestSummary:
-    """Write OUTDIR/traces and OUTDIR/errors (Parquet datasets in `schema.TRACES` / `schema.ERRORS`)."""
+           progress: bool = True, limits: IngestConfig | None = None) -> IngestSummary:
+    """Write OUTDIR/traces and OUTDIR/errors (Parquet datasets in `schema.TRACES` / `schema.ERRORS`), holding
+    the OUTDIR lock; OUTDIR/_INGEST.json says `complete: true` only once everything is written (last)."""
+    from ..io import OutdirLock
+
+    with OutdirLock(outdir, "ingest"):
+        return _ingest(paths, Path(outdir), fmt, overwrite, progress, limits)
+
+
+def _ingest(paths, outdir: Path, fmt: str, overwrite: bool, progress: bool, limits) -> IngestSummary:
     from tqdm import tqdm
 
     from .. import schema
-    from ..io import DatasetWriter
+    from ..io import DatasetWriter, write_json_atomic
 
-    outdir = Path(outdir)
     prepare_outdir(outdir, overwrite)
+    write_json_atomic({"complete": False, "started_at": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())},
+                      outdir / INGEST_MARKER)
     paths = [str(paths)] if isinstance(paths, (str, Path)) else [str(p) for p in paths]
     s = IngestSummary()
     t0 = time.perf_counter()
@@ -167,7 +207,7 @@ def ingest(paths: list[str] | str, outdir: str | Path, fmt: str = "auto", *, ove
                                 f"{s.error_rows} errors", refresh=False)
 
         buffered = 0
-        for trace in read_inputs(files, fmt, on_error, on_file=on_file):
+        for trace in read_inputs(files, fmt, on_error, on_file=on_file, limits=limits):
             w_tr.write(to_row(trace))
             s.traces += 1
             s.by_source[trace.source] += 1
@@ -178,6 +218,7 @@ def ingest(paths: list[str] | str, outdir: str | Path, fmt: str = "auto", *, ove
         bar.close()
     s.seconds = time.perf_counter() - t0
     s.peak_rss_mb = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
+    write_json_atomic({"complete": True, **s.as_dict()}, outdir / INGEST_MARKER)  # the completion point
     log.info("ingest: %d traces from %d files (%.1f MB raw) in %.2f s = %.1f MB/s, %.1f traces/s; %d error rows",
              s.traces, s.files, s.bytes_raw / 1e6, s.seconds, s.mb_per_s, s.traces_per_s, s.error_rows)
     return s

@@ -8,6 +8,7 @@ Reason codes are stable strings (documented in docs/schema.md). Two kinds exist:
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import logging
 import sys
@@ -16,12 +17,13 @@ from collections.abc import Callable
 from datetime import datetime, timezone
 from typing import Any
 
+from ..config import IngestConfig
 from ..trace import Labels, Step, Trace
 
 log = logging.getLogger(__name__)
 
 WARNING_REASONS = frozenset({"invalid_annotation", "invalid_utf8", "invalid_label", "annotation_mismatch",
-                             "duplicate_span"})
+                             "duplicate_span", "step_truncated", "non_finite_metadata"})
 MAX_TRACE_ID_CHARS = 1024  # longer ids are hostile or broken exports; ids are never used in paths anyway
 MAX_JSON_DEPTH = 200_000  # nesting levels accepted by the deep-JSON fallback (a 5,000-deep span tree is ~10k)
 _INT32 = 2**31 - 1
@@ -178,19 +180,97 @@ def _str_list(v: Any) -> list[str] | None:
     return [text_or_none(x) or "" for x in v]
 
 
-def validate(trace: Trace, ctx: Context | None = None) -> Trace:
+def validate(trace: Trace, ctx: Context | None = None, limits: IngestConfig | None = None) -> Trace:
     """Normalise a trace to exactly what `schema.TRACES` accepts, or raise IngestError(invalid_record).
 
     Adapters build traces from untrusted input; checking here (not in the Parquet writer) means one bad
     trace is rejected alone instead of failing the whole buffered part. Strings with lone surrogates are
-    repaired (U+FFFD) and reported to `ctx` as one `invalid_utf8` warning.
+    repaired (U+FFFD) and reported to `ctx` as one `invalid_utf8` warning. Then the size caps of `limits`
+    (default `IngestConfig()`) and JSON-safe metadata are applied (`apply_caps`).
     """
     tid = check_trace_id(trace.trace_id)
     _repairs.n = 0
     out = _validate(trace, tid)
     if _repairs.n and ctx is not None:
         ctx.warn("invalid_utf8", f"{_repairs.n} strings held lone surrogates; replaced by U+FFFD", tid)
-    return out
+    return apply_caps(out, limits, ctx.warn if ctx is not None else None)
+
+
+TRUNCATION_NOTE = "\n[... {n} bytes cut at ingest (max_step_bytes) ...]\n"
+
+
+def _utf8_cut(b: bytes, n: int, tail: bool = False) -> str:
+    """At most n bytes of b (its head, or its tail) decoded without splitting a character."""
+    part = b[len(b) - n:] if tail else b[:n]
+    return part.decode("utf-8", errors="ignore")
+
+
+def cap_text(s: str, cap: int) -> tuple[str, int]:
+    """(text of at most `cap` UTF-8 bytes, bytes removed): 3/4 head, a marker, 1/4 tail (errors often end a
+    step: the traceback's last line). Idempotent: a capped text is returned unchanged."""
+    if len(s) * 4 <= cap:  # cheap: cannot exceed the cap
+        return s, 0
+    b = s.encode("utf-8")
+    if len(b) <= cap:
+        return s, 0
+    note_len = len(TRUNCATION_NOTE.format(n=len(b)).encode())
+    keep = max(0, cap - note_len)
+    head, tail = keep * 3 // 4, keep - keep * 3 // 4
+    h, t = _utf8_cut(b, head), _utf8_cut(b, tail, tail=True)
+    removed = len(b) - len(h.encode()) - len(t.encode())
+    return h + TRUNCATION_NOTE.format(n=removed) + t, removed
+
+
+def json_safe(v: Any) -> tuple[Any, int]:
+    """(value with NaN/Infinity floats replaced by None, how many were replaced): metadata must be standard
+    JSON (JavaScript's JSON.parse, DuckDB and jq reject NaN)."""
+    if isinstance(v, float):
+        return (v, 0) if v == v and v not in (float("inf"), float("-inf")) else (None, 1)
+    if isinstance(v, dict):
+        out, n = {}, 0
+        for k, x in v.items():
+            out[k], m = json_safe(x)
+            n += m
+        return out, n
+    if isinstance(v, (list, tuple)):
+        items = [json_safe(x) for x in v]
+        return [x for x, _ in items], sum(m for _, m in items)
+    return v, 0
+
+
+def apply_caps(trace: Trace, limits: IngestConfig | None = None,
+               warn: Callable[..., None] | None = None) -> Trace:
+    """The per-trace memory bound (IngestConfig): too many steps or too much text -> IngestError (the trace is
+    rejected); a step longer than max_step_bytes is cut (head + marker + tail) with one `step_truncated`
+    warning; NaN/Infinity in metadata become null with one `non_finite_metadata` warning. Idempotent."""
+    lim = limits or _DEFAULT_LIMITS
+    tid = trace.trace_id
+    if len(trace.steps) > lim.max_steps:
+        raise IngestError("too_many_steps", f"{len(trace.steps)} steps (max_steps {lim.max_steps})", tid)
+    question, removed = cap_text(trace.question, lim.max_step_bytes) if trace.question else (trace.question, 0)
+    cut, total = int(removed > 0), len((question or "").encode("utf-8", errors="replace"))
+    steps = list(trace.steps)
+    for i, st in enumerate(steps):
+        content, r = cap_text(st.content, lim.max_step_bytes)
+        if r:
+            steps[i] = dataclasses.replace(st, content=content)
+            cut, removed = cut + 1, removed + r
+        total += len(content) if content.isascii() else len(content.encode("utf-8", errors="replace"))
+        if total > lim.max_trace_bytes:
+            raise IngestError("trace_too_large", f"more than {lim.max_trace_bytes} bytes of step text after the "
+                              f"step cap (max_trace_bytes)", tid)
+    meta, bad = json_safe(trace.metadata) if trace.metadata else (trace.metadata, 0)
+    if not cut and not bad:
+        return trace
+    if cut and warn is not None:
+        warn("step_truncated", f"{cut} step(s) (or the question) longer than max_step_bytes={lim.max_step_bytes} cut "
+             f"({removed} bytes removed; head and tail kept)", tid)
+    if bad and warn is not None:
+        warn("non_finite_metadata", f"{bad} NaN/Infinity value(s) in metadata stored as null", tid)
+    return dataclasses.replace(trace, steps=steps, question=question, metadata=meta)
+
+
+_DEFAULT_LIMITS = IngestConfig()
 
 
 def _validate(trace: Trace, tid: str) -> Trace:

@@ -1,24 +1,42 @@
-"""Finding input files and reading their bytes: directories are walked, `.gz` is decompressed.
+"""Finding input files and reading their bytes: directories are walked, `.gz` is decompressed as a stream.
 
 Nothing here interprets content; `detect.py` decides the format. Input paths are only ever *read*.
+
+Input policy (every command reads inputs through here: `ingest`, `run`/`attribute` staging, `eval`):
+- Only regular files are read. A FIFO, socket or device (named directly or found in a folder, or reached
+  through a link) becomes an error row `not_a_regular_file`; nothing is opened that could block.
+- Symbolic links: a path named on the command line is followed (the user chose it). Inside a walked folder a
+  link is followed only if its target, fully resolved, lies inside that input folder; a link pointing
+  outside it (a file or a folder) is an error row `symlink_outside_input`. Links to folders are never
+  descended (no loops); a folder link that stays inside is skipped silently, its target is walked under its
+  own name.
+- Reading allocates what the file holds, never a fixed reservation: a regular file is read by its size, and
+  gzip is decompressed in chunks with the decompressed bytes counted as they are produced, so a bomb stops at
+  `max_file_bytes` (one JSON document) or `max_record_bytes` (one JSON line), with peak memory about the cap.
 """
 
 from __future__ import annotations
 
+import contextlib
+import contextvars
 import gzip
 import logging
 import os
+import stat
 import zlib
 from collections.abc import Callable, Iterator
 from pathlib import Path
+from typing import BinaryIO
 
+from ..config import IngestConfig
 from .common import IngestError, error_row
 
 log = logging.getLogger(__name__)
 
 # Files picked up when walking a directory (explicitly named files are always tried).
 DATA_SUFFIXES = (".json", ".jsonl", ".ndjson", ".parquet")
-MAX_FILE_BYTES = 4 * 1024**3  # decompressed; a guard against gzip bombs, far above any real single trace
+LIMITS: contextvars.ContextVar[IngestConfig] = contextvars.ContextVar("ingest_limits", default=IngestConfig())
+GZIP_CHUNK = 8 * 1024**2  # decompressed bytes produced per step
 
 
 def _is_data_file(name: str) -> bool:
@@ -36,35 +54,99 @@ def _label_sidecar_dir(dirpath: str, name: str) -> bool:
     return name in _SIDECARS and os.path.isdir(os.path.join(dirpath, "traces"))
 
 
+def _not_regular(path: str) -> str | None:
+    """Why `path` (links followed) is not a readable regular file, or None. stat() never blocks on a FIFO."""
+    try:
+        st = os.stat(path)
+    except OSError as e:
+        return f"cannot stat: {e.strerror or e}"
+    if stat.S_ISREG(st.st_mode):
+        return None
+    kind = ("a FIFO" if stat.S_ISFIFO(st.st_mode) else "a socket" if stat.S_ISSOCK(st.st_mode)
+            else "a device" if stat.S_ISCHR(st.st_mode) or stat.S_ISBLK(st.st_mode)
+            else "a directory" if stat.S_ISDIR(st.st_mode) else "not a regular file")
+    return f"{kind}, not a regular file: not read"
+
+
+def _inside(path: str, root: str) -> bool:
+    real = os.path.realpath(path)
+    return real == root or real.startswith(root.rstrip(os.sep) + os.sep)
+
+
 def expand(paths: list[str], on_error: Callable[[dict], None], skipped: list[str] | None = None) -> Iterator[str]:
-    """Yield the data files under `paths` in a stable (sorted) order; missing paths become error rows."""
+    """Yield the regular data files under `paths` in a stable (sorted) order; missing paths, special files and
+    links leaving an input folder become error rows (module docstring: input policy)."""
     for p in paths:
         p = str(p)
-        if os.path.isfile(p):
-            yield p
-        elif os.path.isdir(p):
+        if os.path.isdir(p):
+            root = os.path.realpath(p)
             for dirpath, dirnames, filenames in os.walk(p):  # does not follow symlinked dirs: no loops
-                dirnames[:] = sorted(d for d in dirnames
-                                     if not d.startswith((".", "_")) and not _label_sidecar_dir(dirpath, d))
+                keep = []
+                for d in sorted(dirnames):
+                    if d.startswith((".", "_")) or _label_sidecar_dir(dirpath, d):
+                        continue
+                    full = os.path.join(dirpath, d)
+                    if os.path.islink(full):
+                        if not _inside(full, root):
+                            on_error(error_row(full, None, "symlink_outside_input",
+                                               "link to a folder outside the input folder: not followed"))
+                        continue
+                    keep.append(d)
+                dirnames[:] = keep
                 for name in sorted(filenames):
                     full = os.path.join(dirpath, name)
                     if name.startswith((".", "_")) or not _is_data_file(name):
                         if skipped is not None:
                             skipped.append(full)
                         continue
+                    if os.path.islink(full) and not _inside(full, root):
+                        on_error(error_row(full, None, "symlink_outside_input",
+                                           "link to a file outside the input folder: not followed"))
+                        continue
+                    why = _not_regular(full)
+                    if why is not None:
+                        on_error(error_row(full, None, "not_a_regular_file", why))
+                        continue
                     yield full
+        elif os.path.lexists(p):
+            why = _not_regular(p)
+            if why is not None:
+                log.error("input %s: %s", p, why)
+                on_error(error_row(p, None, "not_a_regular_file", why))
+                continue
+            yield p
         else:
             log.error("input not found: %s", p)
             on_error(error_row(p, None, "not_found", "no such file or directory"))
+
+
+@contextlib.contextmanager
+def open_regular(path: str) -> Iterator[BinaryIO]:
+    """Open `path` for reading only if it is a regular file: O_NONBLOCK so a FIFO swapped in after the walk
+    cannot block, then fstat on the open descriptor (no check-then-open race)."""
+    try:
+        fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK | os.O_CLOEXEC)
+    except OSError as e:
+        raise IngestError("unreadable_file", f"cannot read file: {e.strerror or e}") from None
+    try:
+        if not stat.S_ISREG(os.fstat(fd).st_mode):
+            raise IngestError("not_a_regular_file", "not a regular file: not read")
+        os.set_blocking(fd, True)
+        f = os.fdopen(fd, "rb")
+    except BaseException:
+        os.close(fd)
+        raise
+    with f:
+        yield f
 
 
 def is_gzip(path: str) -> bool:
     if path.endswith(".gz"):
         return True
     try:
-        with open(path, "rb") as f:
+        with open_regular(path) as f:
             return f.read(2) == b"\x1f\x8b"
-    except OSError:
+    except (OSError, IngestError):
         return False
 
 
@@ -77,53 +159,74 @@ def base_name(path: str) -> str:
     return stem if dot and ("." + ext) in DATA_SUFFIXES else name
 
 
-def _gunzip(data: bytes) -> bytes:
-    # One-shot zlib over the whole member is ~2x faster than GzipFile's chunked reads; members are looped
-    # (concatenated .gz files are legal) and output is capped so a gzip bomb cannot exhaust memory.
-    out: list[bytes] = []
-    size = 0
-    while data:
-        d = zlib.decompressobj(wbits=31)
-        chunk = d.decompress(data, MAX_FILE_BYTES + 1 - size)
-        size += len(chunk)
-        out.append(chunk)
-        if size > MAX_FILE_BYTES:
-            raise IngestError("file_too_large", f"more than {MAX_FILE_BYTES} bytes after decompression")
-        if not d.eof:
-            raise IngestError("invalid_gzip", "corrupt or truncated gzip: the stream ends before its end marker")
-        data = d.unused_data.lstrip(b"\x00")  # padding after a member is tolerated, as gzip(1) does
-    return b"".join(out)
+def _gunzip(f: BinaryIO, cap: int) -> bytearray:
+    """Decompress a gzip stream (concatenated members allowed) chunk by chunk into one buffer, counting the
+    decompressed bytes as they come: past `cap` it stops (peak about cap + one chunk, never twice the output).
+    """
+    out = bytearray()
+    d = zlib.decompressobj(wbits=31)
+    pending = b""
+    while True:
+        if d.eof:  # a member ended: padding is tolerated (as gzip(1) does), another member may follow
+            rest = d.unused_data.lstrip(b"\x00")
+            if not rest:
+                rest = f.read(1 << 20).lstrip(b"\x00")
+                if not rest:
+                    return out
+            d, pending = zlib.decompressobj(wbits=31), rest
+        if not pending:
+            pending = d.unconsumed_tail or f.read(1 << 20)
+            if not pending:
+                raise IngestError("invalid_gzip", "corrupt or truncated gzip: the stream ends before its end marker")
+        chunk = d.decompress(pending, min(GZIP_CHUNK, cap + 1 - len(out)))
+        pending = d.unconsumed_tail
+        out += chunk
+        if len(out) > cap:
+            raise IngestError("file_too_large", f"more than {cap} bytes after decompression (max_file_bytes)")
 
 
-def read_bytes(path: str) -> bytes:
-    """Whole (decompressed) file; every failure is an IngestError with a stable reason."""
+def read_bytes(path: str) -> bytes | bytearray:
+    """Whole (decompressed) file; every failure is an IngestError with a stable reason. Allocates what the
+    file holds (never a fixed reservation); decompressed size is capped by `max_file_bytes` as it is read."""
+    cap = LIMITS.get().max_file_bytes
     try:
-        with open(path, "rb") as f:
-            data = f.read(MAX_FILE_BYTES + 1)
+        with open_regular(path) as f:
+            magic = f.read(2)
+            if magic == b"\x1f\x8b":
+                f.seek(0)
+                try:
+                    return _gunzip(f, cap)
+                except zlib.error as e:
+                    raise IngestError("invalid_gzip", f"corrupt gzip: {e}") from None
+            if path.endswith(".gz"):
+                raise IngestError("invalid_gzip", "file name ends in .gz but the data is not gzip")
+            size = os.fstat(f.fileno()).st_size
+            if size > cap:
+                raise IngestError("file_too_large", f"{size} bytes, more than {cap} (max_file_bytes)")
+            f.seek(0)
+            return f.read(size)  # what stat said at open: a file growing meanwhile is read as it was
     except OSError as e:
         raise IngestError("unreadable_file", f"cannot read file: {e.strerror or e}") from None
-    if data[:2] == b"\x1f\x8b":
-        try:
-            return _gunzip(data)
-        except zlib.error as e:
-            raise IngestError("invalid_gzip", f"corrupt gzip: {e}") from None
-    if path.endswith(".gz"):
-        raise IngestError("invalid_gzip", "file name ends in .gz but the data is not gzip")
-    if len(data) > MAX_FILE_BYTES:
-        raise IngestError("file_too_large", f"more than {MAX_FILE_BYTES} bytes")
-    return data
 
 
 def iter_lines(path: str) -> Iterator[tuple[int, bytes]]:
-    """(1-based line number, raw line) of a possibly gzipped text file, streamed (memory: one line)."""
-    try:
-        f = gzip.open(path, "rb") if is_gzip(path) else open(path, "rb")
-    except OSError as e:
-        raise IngestError("unreadable_file", f"cannot read file: {e.strerror or e}") from None
-    with f:
+    """(1-based line number, raw line) of a possibly gzipped text file, streamed (memory: one line). A line
+    longer than `max_record_bytes` (decompressed, counted as read) ends the file with `record_too_large`."""
+    cap = LIMITS.get().max_record_bytes
+    with open_regular(path) as raw:
+        gz = raw.read(2) == b"\x1f\x8b" or path.endswith(".gz")
+        raw.seek(0)
+        f = gzip.GzipFile(fileobj=raw, mode="rb") if gz else raw
         n = 0
         try:
-            for n, line in enumerate(f, 1):  # noqa: B007 - n is read after the loop on failure
+            while True:
+                line = f.readline(cap + 1)
+                if not line:
+                    break
+                n += 1
+                if len(line) > cap:
+                    raise IngestError("record_too_large", f"line {n} is longer than {cap} bytes (max_record_bytes); "
+                                      f"it and the rest of the file were not read", f"line {n}")
                 yield n, line
         except (EOFError, gzip.BadGzipFile, zlib.error) as e:
             raise IngestError("invalid_gzip", f"corrupt or truncated gzip after line {n}: {e}") from None

@@ -15,8 +15,9 @@ from ingest_synth import SEED, rng, text, who_and_when, write_json
 from typer.testing import CliRunner
 
 from masprism_batch.cli import EXIT_FATAL, EXIT_REJECTED, app
+from masprism_batch.config import IngestConfig
 from masprism_batch.ingest import ingest
-from masprism_batch.io import read_dataset
+from masprism_batch.io import OutdirLock, read_dataset
 
 HOSTILE = Path(__file__).resolve().parents[1] / "data" / "hostile"
 
@@ -80,10 +81,19 @@ def test_giant_step_and_utf8_survive(tmp_path):
     k = r.randrange(len(doc["history"]))
     doc["history"][k]["content"] = big
     write_json(tmp_path / "in" / "Hand-Crafted" / "big.json", doc, gz=True)
-    s = ingest([str(tmp_path / "in")], tmp_path / "OUT", progress=False)
+    s = ingest([str(tmp_path / "in")], tmp_path / "OUT", progress=False,
+               limits=IngestConfig(max_step_bytes=2_000_000))
     assert s.traces == 1 and s.error_rows == 0, f"seed {SEED}"
     [row] = read_dataset(tmp_path / "OUT" / "traces").to_pylist()
     assert len(big.encode()) > 1_000_000 and row["steps"][k]["content"] == big
+    # default caps: the step is cut (head + marker + tail, within max_step_bytes), a warning, the trace kept
+    s = ingest([str(tmp_path / "in")], tmp_path / "OUT2", progress=False)
+    assert s.traces == 1 and s.rejected_rows == 0 and dict(s.warnings) == {"step_truncated": 1}
+    [row] = read_dataset(tmp_path / "OUT2" / "traces").to_pylist()
+    cut = row["steps"][k]["content"]
+    cap = IngestConfig().max_step_bytes
+    assert cap - 64 < len(cut.encode()) <= cap and "cut at ingest" in cut
+    assert big.startswith(cut[:1000]) and big.endswith(cut[-1000:])
 
 
 def test_cli_exit_codes_and_refusal(tmp_path):
@@ -98,13 +108,21 @@ def test_cli_exit_codes_and_refusal(tmp_path):
     res = runner.invoke(app, ["ingest", str(good), "-o", str(tmp_path / "O1"), "--no-progress", "--overwrite"])
     assert res.exit_code == 0 and len(list((tmp_path / "O1" / "traces").glob("*.parquet"))) == 1
     (tmp_path / "bad.json.gz").write_bytes(gzip.compress(b'{"history": [')[:-5])
-    res = runner.invoke(app, ["ingest", str(good), str(tmp_path / "bad.json.gz"), str(tmp_path / "missing"),
+    res = runner.invoke(app, ["ingest", str(good), str(tmp_path / "missing"), "-o", str(tmp_path / "O4"),
+                              "--no-progress"])
+    assert res.exit_code == EXIT_FATAL  # a missing input is fatal before anything is written
+    res = runner.invoke(app, ["ingest", str(good), str(tmp_path / "bad.json.gz"),
                               "-o", str(tmp_path / "O2"), "--no-progress"])
     assert res.exit_code == EXIT_REJECTED
     reasons = sorted(e["reason"] for e in read_dataset(tmp_path / "O2" / "errors").to_pylist())
-    assert reasons == ["invalid_gzip", "not_found"]
+    assert reasons == ["invalid_gzip"]
+    # another live command holds OUTDIR: one clear error line, exit 1, nothing written
+    with OutdirLock(tmp_path / "O5", "run"):
+        res = runner.invoke(app, ["ingest", str(good), "-o", str(tmp_path / "O5"), "--no-progress"])
+    assert res.exit_code == EXIT_FATAL and "in use by another run" in res.output
+    assert not (tmp_path / "O5" / "traces").exists()
     res = runner.invoke(app, ["ingest", str(good), "-o", str(tmp_path / "O3"), "--format", "xml"])
-    assert res.exit_code == EXIT_FATAL
+    assert res.exit_code in (EXIT_FATAL, 2)  # a usage error (2 where the CLI has EXIT_USAGE)
 
 
 @pytest.mark.parametrize("fmt", ["who-and-when", "trail", "otel", "jsonl"])

@@ -53,7 +53,7 @@ class FakeStages(Stages):
     def __init__(self, delay: float = 0.0, piddir: str | None = None, crash: bool = False):
         self.delay, self.piddir, self.crash = delay, piddir, crash
 
-    def read_inputs(self, paths, fmt, on_error):
+    def read_inputs(self, paths, fmt, on_error, limits=None):
         files = sorted(f for p in paths for f in ([Path(p)] if Path(p).is_file() else Path(p).rglob("*.jsonl")))
         for f in files:
             for n, line in enumerate(f.read_text(encoding="utf-8").splitlines(), 1):

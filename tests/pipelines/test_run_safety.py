@@ -1,0 +1,269 @@
+"""Issue 17: nothing lost, nothing doubled, nothing unbounded (local engine, fake stages: seconds each).
+
+OUTDIR lock (a second run refuses, exit 1; stale locks are taken over), atomic staging, crash quarantine across
+resumes, shard identity on resume with another traces_per_shard, incomplete ingest outputs, warnings vs
+rejections, caps on canonical Parquet read in place."""
+
+import errno
+import json
+import os
+import subprocess
+import sys
+import textwrap
+import threading
+import time
+from pathlib import Path
+
+import pyarrow as pa
+import pyarrow.parquet as pq
+import pytest
+from masprism_batch.pipelines import run_local
+from pipeline_fakes import FakeStages, assert_exactly_once, make_corpus, outcome
+from typer.testing import CliRunner
+
+import masprism_batch.io as mio
+from masprism_batch import schema
+from masprism_batch.cli import EXIT_FATAL, app
+from masprism_batch.config import BatchConfig, IngestConfig, PipelineConfig
+from masprism_batch.io import OutdirLock, OutdirLocked, read_dataset
+from masprism_batch.trace import Step, Trace
+
+HERE = Path(__file__).resolve().parent
+
+
+class Killed(BaseException):
+    """Stands for SIGKILL / a segfault: not an Exception, so nothing in the engine may catch it."""
+
+
+class Held(FakeStages):
+    """Signals `started` at its first pack, then waits for `release`: the run is live meanwhile."""
+
+    def __init__(self, started: threading.Event, release: threading.Event):
+        super().__init__()
+        self.started, self.release = started, release
+
+    def attribute_traces(self, traces, model, cfg):
+        self.started.set()
+        assert self.release.wait(60)
+        return super().attribute_traces(traces, model, cfg)
+
+
+def test_second_run_refused_while_first_runs_then_exactly_once(tmp_path, small_cfg):
+    ids = make_corpus(tmp_path / "in", 24, 2)
+    out, cfg = tmp_path / "out", small_cfg(per_shard=4, budget=60)
+    started, release, result = threading.Event(), threading.Event(), {}
+
+    def first():
+        try:
+            result["s"] = run_local([str(tmp_path / "in")], out, cfg, stages=Held(started, release), progress=False)
+        except BaseException as e:  # noqa: BLE001
+            result["e"] = e
+
+    t = threading.Thread(target=first)
+    t.start()
+    assert started.wait(30)
+    (out / "attributions").mkdir(exist_ok=True)
+    (out / "attributions" / ".tmp-live-part.parquet").write_bytes(b"being written by the live run")
+    before = {p: p.stat().st_mtime_ns for p in out.rglob("*") if p.name != mio.LOCK_NAME}
+    with pytest.raises(OutdirLocked, match=f"pid {os.getpid()}"):
+        run_local([str(tmp_path / "in")], out, cfg, stages=FakeStages(), progress=False)
+    # the refused run's CLI path: exit 1 with the owner in the message
+    res = CliRunner().invoke(app, ["run", str(tmp_path / "in"), "-o", str(out), "--model", "tiny-random",
+                                   "--no-progress"])
+    assert res.exit_code == EXIT_FATAL and "in use by another run" in res.output
+    # start-up cleanup of the refused runs touched nothing of the live run (its temporary file included)
+    assert {p: p.stat().st_mtime_ns for p in out.rglob("*") if p.name != mio.LOCK_NAME} == before
+    release.set()
+    t.join(60)
+    assert "e" not in result, result.get("e")
+    assert_exactly_once(out, ids)
+    assert result["s"].attributed == len(ids)
+    assert (out / mio.LOCK_NAME).read_text() == ""  # released
+
+
+def test_two_processes_on_one_outdir(tmp_path):
+    """Two `run`s started together on one OUTDIR: one refuses (exit 1), the other writes every trace once."""
+    ids = make_corpus(tmp_path / "in", 40, 3)
+    script = textwrap.dedent(f"""
+        import sys
+        sys.path.insert(0, {str(HERE)!r})
+        from pipeline_fakes import FakeStages
+        from masprism_batch.config import BatchConfig, PipelineConfig
+        from masprism_batch.io import OutdirLocked
+        from masprism_batch.pipelines import run_local
+        cfg = PipelineConfig(batch=BatchConfig(traces_per_shard=5, token_budget=80))
+        try:
+            run_local([{str(tmp_path / 'in')!r}], {str(tmp_path / 'out')!r}, cfg, stages=FakeStages(delay=0.03),
+                      progress=False)
+        except OutdirLocked as e:
+            print("LOCKED", e)
+            sys.exit(1)
+    """)
+    procs = [subprocess.Popen([sys.executable, "-c", script], stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                              text=True) for _ in range(2)]
+    outs = [p.communicate(timeout=120) for p in procs]
+    codes = sorted(p.returncode for p in procs)
+    assert codes == [0, 1], outs
+    assert sum("LOCKED" in o for o, _ in outs) == 1
+    assert_exactly_once(tmp_path / "out", ids)
+    run = json.loads((tmp_path / "out" / "run.json").read_text())
+    assert run["counts"]["in"] == run["counts"]["attributed"] == len(ids)
+
+
+def test_stale_lock_taken_over_and_no_flock_fallback(tmp_path, monkeypatch, caplog):
+    out = tmp_path / "out"
+    out.mkdir()
+    dead = subprocess.Popen([sys.executable, "-c", "pass"])
+    dead.wait()
+    owner = {"pid": dead.pid, "host": os.uname().nodename, "command": "run", "started_at": "2020-01-01T00:00:00Z"}
+    (out / mio.LOCK_NAME).write_text(json.dumps(owner))
+    with OutdirLock(out):  # the kernel flock of the dead run is gone: taken over, with a warning
+        assert json.loads((out / mio.LOCK_NAME).read_text())["pid"] == os.getpid()
+    assert "stale lock" in caplog.text
+    # a filesystem without flock: the owner record is the lock (live pid on this host -> refused)
+
+    def no_flock(fd, op):
+        raise OSError(errno.ENOLCK, "no locks available")
+
+    monkeypatch.setattr(mio.fcntl, "flock", no_flock)
+    (out / mio.LOCK_NAME).write_text(json.dumps({**owner, "pid": os.getpid()}))
+    with pytest.raises(OutdirLocked):
+        OutdirLock(out).acquire()
+    (out / mio.LOCK_NAME).write_text(json.dumps(owner))  # dead pid: stale
+    OutdirLock(out).acquire().release()
+    (out / mio.LOCK_NAME).write_text(json.dumps({**owner, "host": "elsewhere", "pid": 1}))
+    with pytest.raises(OutdirLocked):  # another host, recently touched: not stale
+        OutdirLock(out).acquire()
+    old = time.time() - mio.LOCK_STALE_SECONDS - 60
+    os.utime(out / mio.LOCK_NAME, (old, old))
+    OutdirLock(out).acquire().release()
+
+
+class DiesInStaging(FakeStages):
+    def read_inputs(self, paths, fmt, on_error, limits=None):
+        for i, t in enumerate(super().read_inputs(paths, fmt, on_error, limits)):
+            if i == 7:
+                raise Killed()
+            yield t
+
+
+def test_staging_is_atomic_and_checked(tmp_path, small_cfg):
+    ids = make_corpus(tmp_path / "in", 20, 2)
+    out, cfg = tmp_path / "out", small_cfg(per_shard=3)
+    with pytest.raises(Killed):
+        run_local([str(tmp_path / "in")], out, cfg, stages=DiesInStaging(), progress=False)
+    assert not (out / "_staging").exists() and (out / "_staging.partial").exists()
+    run_local([str(tmp_path / "in")], out, cfg, stages=FakeStages(), progress=False)
+    assert_exactly_once(out, ids)
+    assert not (out / "_staging.partial").exists()
+    marker = json.loads((out / "_staging" / "_COMPLETE.json").read_text())
+    assert sum(v for k, v in marker["parts"].items() if k.startswith("traces/")) == len(ids)
+    # a staging changed after the fact is refused, not planned as the whole input
+    next((out / "_staging" / "traces").glob("part-*.parquet")).unlink()
+    with pytest.raises(ValueError, match="completion marker"):
+        run_local([str(tmp_path / "in")], out, cfg, stages=FakeStages(), progress=False)
+
+
+class CrashesOn(FakeStages):
+    """A trace whose processing kills the process (a segfault or OOM kill, in-process: a BaseException)."""
+
+    def __init__(self, where: str):
+        super().__init__()
+        self.where = where
+
+    def render_len(self, trace, tokenizer, cfg):
+        if self.where == "render" and trace.question == "CRASH":
+            raise Killed()
+        return super().render_len(trace, tokenizer, cfg)
+
+    def attribute_traces(self, traces, model, cfg):
+        if self.where == "model" and any(t.question == "CRASH" for t in traces):
+            raise Killed()
+        return super().attribute_traces(traces, model, cfg)
+
+
+@pytest.mark.parametrize("where", ["model", "render"])
+def test_local_engine_quarantines_a_trace_that_crashes_the_process(tmp_path, small_cfg, where):
+    ids = make_corpus(tmp_path / "in", 18, 2, marks={5: "CRASH"})
+    out, cfg = tmp_path / "out", small_cfg(per_shard=6, budget=100)
+    attempts = 0
+    while True:
+        attempts += 1
+        assert attempts <= 4, "a crashing trace must cost at most 4 attempts (2 whole, 1 alone, then rejected)"
+        try:
+            s = run_local([str(tmp_path / "in")], out, cfg, stages=CrashesOn(where), progress=False)
+            break
+        except Killed:
+            continue
+    assert attempts == 4
+    reasons = assert_exactly_once(out, ids)
+    assert reasons == {ids[5]: "worker_crashed"}
+    assert s.rejected == 1 and s.attributed == len(ids) - 1 and s.exit_code == 3
+    assert json.loads((out / "_ledger.json").read_text()) == {}
+
+
+def test_resume_with_other_traces_per_shard_is_exactly_once(tmp_path, caplog):
+    """Canonical Parquet input (read in place): a resume with another --traces-per-shard keeps the planned
+    shards (it would otherwise re-shard and write committed traces twice)."""
+    rows = [Trace(trace_id=f"t{i}", source="s", steps=[Step(index=0, agent="a", content=f"x {i}")]).to_row()
+            for i in range(30)]
+    (tmp_path / "ds").mkdir()
+    pq.write_table(pa.Table.from_pylist(rows, schema=schema.TRACES), tmp_path / "ds" / "part-0.parquet")
+    out = tmp_path / "out"
+
+    def cfg(n):
+        return PipelineConfig(batch=BatchConfig(traces_per_shard=n, token_budget=100))
+
+    class DiesAfter(FakeStages):
+        calls = 0
+
+        def attribute_traces(self, traces, model, c):
+            DiesAfter.calls += 1
+            if DiesAfter.calls > 3:
+                raise Killed()
+            return super().attribute_traces(traces, model, c)
+
+    with pytest.raises(Killed):
+        run_local([str(tmp_path / "ds")], out, cfg(7), stages=DiesAfter(), progress=False)
+    s = run_local([str(tmp_path / "ds")], out, cfg(4), stages=FakeStages(), progress=False)
+    assert "traces_per_shard=7" in caplog.text
+    counts, _ = outcome(out)
+    assert set(counts) == {f"t{i}" for i in range(30)} and set(counts.values()) == {1}
+    run = json.loads((out / "run.json").read_text())
+    assert run["counts"]["in"] == run["counts"]["attributed"] == s.attributed == 30
+
+
+def test_incomplete_ingest_output_refused(tmp_path, small_cfg):
+    from masprism_batch.ingest import ingest
+
+    src = tmp_path / "raw"
+    make_corpus(src, 6, 1)
+    ingest([str(src)], tmp_path / "ing", progress=False)
+    state = json.loads((tmp_path / "ing" / "_INGEST.json").read_text())
+    assert state["complete"] is True and state["traces"] == 6
+    s = run_local([str(tmp_path / "ing" / "traces")], tmp_path / "out1", small_cfg(), stages=FakeStages(),
+                  progress=False)
+    assert s.attributed == 6
+    (tmp_path / "ing" / "_INGEST.json").write_text(json.dumps({"complete": False}))  # as after a kill -9
+    with pytest.raises(ValueError, match="did not finish"):
+        run_local([str(tmp_path / "ing" / "traces")], tmp_path / "out2", small_cfg(), stages=FakeStages(),
+                  progress=False)
+
+
+def test_caps_on_parquet_read_in_place_and_warnings_are_not_rejections(tmp_path):
+    big = "word " * 100_000  # 500 kB step: cut, a warning; the trace is attributed
+    rows = [Trace(trace_id="big", source="s", steps=[Step(index=0, agent="a", content=big)],
+                  metadata={"score": float("nan")}).to_row(),
+            Trace(trace_id="many", source="s", steps=[Step(index=i, agent="a", content="x") for i in range(50)]).to_row(),
+            Trace(trace_id="ok", source="s", steps=[Step(index=0, agent="a", content="fine")]).to_row()]
+    (tmp_path / "ds").mkdir()
+    pq.write_table(pa.Table.from_pylist(rows, schema=schema.TRACES), tmp_path / "ds" / "p.parquet")
+    cfg = PipelineConfig(batch=BatchConfig(traces_per_shard=8), ingest=IngestConfig(max_steps=40))
+    s = run_local([str(tmp_path / "ds")], tmp_path / "out", cfg, stages=FakeStages(), progress=False)
+    assert (s.attributed, s.rejected, s.rejected_by_reason) == (2, 1, {"too_many_steps": 1})
+    assert s.warnings_by_reason == {"step_truncated": 1, "non_finite_metadata": 1} and s.exit_code == 3
+    run = json.loads((tmp_path / "out" / "run.json").read_text())["counts"]
+    assert (run["in"], run["rejected"], run["warnings"]) == (3, 1, 2)
+    [t] = [r for r in read_dataset(tmp_path / "out" / "traces").to_pylist() if r["trace_id"] == "big"]
+    assert len(t["steps"][0]["content"].encode()) <= IngestConfig().max_step_bytes
+    assert json.loads(t["metadata"]) == {"score": None}
