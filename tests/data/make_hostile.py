@@ -75,3 +75,9 @@ w(f"trail_trailing_comma/GAIA/traces/{tid}.json.gz", gzip.compress(json.dumps(tr
 w(f"trail_trailing_comma/GAIA/annotations/{tid}.json",
   '{"trace_id": "TID", "errors": [{"category": "Formatting Errors", "location": "l0", "evidence": "e", '
   '"description": "d", "impact": "HIGH"},\n  ],\n "scores": []}'.replace("TID", tid))
+
+# A gzip bomb as JSON lines: one line that never ends, ~70 MB decompressed from ~70 kB (concatenated gzip
+# members are legal). It must stop at max_record_bytes (64 MiB by default) with `record_too_large`, never
+# be read whole. (FIFOs, sockets, device links and multi-GB bombs are made by tests/ingest/test_hostile.py.)
+member = gzip.compress(b"a" * (4 * 1024**2), compresslevel=9, mtime=0)
+w("bomb.jsonl.gz", gzip.compress(b'{"trace_id": "bomb", "steps": [{"agent": "a", "content": "', mtime=0) + member * 17)

@@ -28,7 +28,7 @@ EXPECTED = {
     "wrong_types_root.json": "unknown_format", "non_utf8.json": "invalid_utf8", "empty_file.json": "empty_file",
     "unknown_format.json": "unknown_format", "bad_label.json": "invalid_label", "span_cycle.json": "span_cycle",
     "span_self_parent.json": "span_cycle", "span_conflicting_ids.json": "duplicate_span_id",
-    "0123456789abcdef0123456789abcdef.json": "invalid_annotation",
+    "0123456789abcdef0123456789abcdef.json": "invalid_annotation", "bomb.jsonl.gz": "record_too_large",
 }
 JSONL_REJECTS = {"nul\\x00id": "invalid_trace_id", "dup-id": "duplicate_trace_id", "line 8": "invalid_trace_id",
                  "surrogate\\ud800id": "invalid_trace_id", "line 10": "invalid_json", "no-steps": "invalid_record",
@@ -132,3 +132,67 @@ def test_forced_format_on_wrong_input_is_an_error_row(tmp_path, fmt):
     write_json(tmp_path / "x.json", src)
     s = ingest([str(tmp_path / "x.json")], tmp_path / "OUT", fmt=fmt, progress=False)
     assert s.traces == 0 and sum(s.rejected.values()) == 1
+
+
+def _peak_rss_mb() -> float:
+    import resource
+
+    return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
+
+
+def _bomb(path: Path, prefix: bytes, mib: int) -> None:
+    """`prefix` then `mib` MiB of 'a' with no newline, as concatenated gzip members (~1 kB per MiB)."""
+    member = gzip.compress(b"a" * 1024**2, compresslevel=9, mtime=0)
+    path.write_bytes(gzip.compress(prefix, mtime=0) + member * mib)
+
+
+def test_special_files_links_and_bombs_are_error_rows(tmp_path):
+    """Issue 17: a FIFO, a socket, a /dev/zero link, a link leaving the folder and gzip bombs: one error row each,
+    nothing blocks, decompression stops at the caps (counted as read), the other files are ingested."""
+    import socket
+
+    d = tmp_path / "in"
+    (d / "sub").mkdir(parents=True)
+    good = who_and_when(rng("special"), False)[0]
+    write_json(d / "good.json", good)
+    write_json(tmp_path / "outside.json", dict(good, question="outside"))
+    os.mkfifo(d / "pipe.json")  # open() would block forever
+    sock = socket.socket(socket.AF_UNIX)
+    sock.bind(str(d / "sock.json"))
+    os.symlink("/dev/zero", d / "zero.json")  # read whole: an endless file
+    os.symlink(tmp_path / "outside.json", d / "escape.json")  # a file outside the input folder
+    os.symlink(tmp_path, d / "sub" / "up")  # a folder outside it (and a loop)
+    os.symlink(d / "good.json", d / "sub" / "again.json")  # inside: followed
+    _bomb(d / "bomb.json.gz", b'{"history": [{"content": "', 40)  # one document: max_file_bytes
+    _bomb(d / "bomb.jsonl.gz", b'{"trace_id": "b", "steps": [{"content": "', 40)  # one line: max_record_bytes
+    limits = IngestConfig(max_file_bytes=8 * 1024**2, max_record_bytes=8 * 1024**2)
+    rss0 = _peak_rss_mb()
+    s = ingest([str(d), "/dev/null"], tmp_path / "OUT", progress=False, limits=limits)
+    sock.close()
+    rows = {os.path.relpath(e["input_path"], d) if e["input_path"].startswith(str(d)) else e["input_path"]:
+            e["reason"] for e in read_dataset(tmp_path / "OUT" / "errors").to_pylist()}
+    assert rows == {"pipe.json": "not_a_regular_file", "sock.json": "not_a_regular_file",
+                    "zero.json": "symlink_outside_input", "escape.json": "symlink_outside_input",
+                    "sub/up": "symlink_outside_input", "bomb.json.gz": "file_too_large",
+                    "bomb.jsonl.gz": "record_too_large", "/dev/null": "not_a_regular_file"}
+    assert s.traces == 2 and s.rejected_rows == len(rows)  # good.json, and sub/again.json: a link inside, followed
+    assert _peak_rss_mb() - rss0 < 200  # 40 MiB bombs stopped at 8 MiB; nothing read whole
+    # `/dev/zero` named on the command line is refused the same way (it is not a regular file)
+    s = ingest(["/dev/zero"], tmp_path / "OUT2", progress=False)
+    assert dict(s.rejected) == {"not_a_regular_file": 1}
+
+
+def test_reading_reserves_nothing_up_front(tmp_path):
+    """Under a 2.5 GB address-space limit ingest still reads: no `read(4 GiB + 1)`-style reservation."""
+    import subprocess
+    import sys
+
+    write_json(tmp_path / "in" / "a.json", who_and_when(rng("ulimit"), False)[0])
+    write_json(tmp_path / "in" / "b.json.gz", who_and_when(rng("ulimit2"), False)[0], gz=True)
+    code = (f"import resource; resource.setrlimit(resource.RLIMIT_AS, (2_500_000_000, 2_500_000_000)); "
+            f"from masprism_batch.ingest import ingest; "
+            f"s = ingest([{str(tmp_path / 'in')!r}], {str(tmp_path / 'OUT')!r}, progress=False); "
+            f"print(s.traces, dict(s.rejected))")
+    res = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
+    assert res.returncode == 0, res.stderr[-2000:]
+    assert res.stdout.split()[:2] == ["2", "{}"], res.stdout

@@ -127,7 +127,7 @@ def outcome(outdir: Path) -> tuple[Counter, dict[str, str]]:
     """(how often each trace id occurs across attributions + errors, error reason per record id)."""
     att = read_dataset(outdir / "attributions").column("trace_id").to_pylist()
     err = read_dataset(outdir / "errors").to_pylist()
-    counts = Counter(att) + Counter(e["record_id"] for e in err)
+    counts = Counter(att) + Counter(e["record_id"] for e in err if e["record_id"] is not None)  # None: a file
     return counts, {e["record_id"]: e["reason"] for e in err}
 
 

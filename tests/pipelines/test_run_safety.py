@@ -267,3 +267,35 @@ def test_caps_on_parquet_read_in_place_and_warnings_are_not_rejections(tmp_path)
     [t] = [r for r in read_dataset(tmp_path / "out" / "traces").to_pylist() if r["trace_id"] == "big"]
     assert len(t["steps"][0]["content"].encode()) <= IngestConfig().max_step_bytes
     assert json.loads(t["metadata"]) == {"score": None}
+
+
+class RealIngest(FakeStages):
+    """The project's ingest (input policy, caps), fake model stages."""
+
+    def read_inputs(self, paths, fmt, on_error, limits=None):
+        from masprism_batch.pipelines.stages import Stages
+
+        return Stages.read_inputs(self, paths, fmt, on_error, limits)
+
+
+def test_run_input_walk_special_files_and_bomb(tmp_path, small_cfg):
+    """`run` on a folder with a FIFO, a /dev/zero link and a JSON-lines gzip bomb: an error row each, within
+    seconds, and the run finishes with the good traces (it used to block forever on the FIFO)."""
+    import gzip
+
+    ids = make_corpus(tmp_path / "in", 9, 1)
+    os.mkfifo(tmp_path / "in" / "pipe.jsonl")
+    os.symlink("/dev/zero", tmp_path / "in" / "zero.jsonl")
+    member = gzip.compress(b"a" * 1024**2, mtime=0)
+    (tmp_path / "in" / "bomb.jsonl.gz").write_bytes(gzip.compress(b'{"trace_id": "x", "steps": "', mtime=0)
+                                                    + member * 20)
+    cfg = PipelineConfig(batch=BatchConfig(traces_per_shard=4, token_budget=100),
+                         ingest=IngestConfig(max_record_bytes=4 * 1024**2))
+    t0 = time.perf_counter()
+    s = run_local([str(tmp_path / "in")], tmp_path / "out", cfg, stages=RealIngest(), progress=False)
+    assert time.perf_counter() - t0 < 30
+    reasons = assert_exactly_once(tmp_path / "out", ids)
+    by_file = {Path(e["input_path"]).name: e["reason"] for e in read_dataset(tmp_path / "out" / "errors").to_pylist()}
+    assert by_file == {"pipe.jsonl": "not_a_regular_file", "zero.jsonl": "symlink_outside_input",
+                       "bomb.jsonl.gz": "record_too_large"}
+    assert s.attributed == 9 and s.rejected == 3 and not reasons.keys() & set(ids)
