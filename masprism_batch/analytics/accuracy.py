@@ -14,6 +14,7 @@ from typing import Any
 from ..eval import evaluate
 from ..eval.common import ranked_steps
 from ..trace import Labels, Step, Trace
+from .insample import RANKED, InSample
 
 KS = (1, 5)
 
@@ -43,9 +44,11 @@ def top1_correct(attr: dict[str, Any], row: dict[str, Any]) -> bool | None:
 class AccuracyAccumulator:
     """Per-source sums of every metric (method and random baseline), fed one batch of traces at a time."""
 
-    def __init__(self) -> None:
+    def __init__(self, in_sample: InSample | None = None) -> None:
         self._acc: dict[tuple[str, str], list[float]] = defaultdict(lambda: [0, 0.0, 0, 0.0])  # n, sum, nb, sumb
         self._seen: set[str] = set()
+        self._in_sample = in_sample or InSample()
+        self._sample: dict[str, list[int]] = defaultdict(lambda: [0, 0, 0])  # source: scored, ranked, in-sample
 
     def add_batch(self, attrs: dict[str, dict[str, Any]], trace_rows: list[dict[str, Any]]) -> None:
         traces = []
@@ -53,6 +56,11 @@ class AccuracyAccumulator:
             if r["trace_id"] in attrs and r.get("labels") and r["trace_id"] not in self._seen:
                 self._seen.add(r["trace_id"])
                 traces.append(light_trace(r))
+                c = self._sample[r.get("source") or ""]
+                c[0] += 1
+                if attrs[r["trace_id"]].get("method", RANKED) == RANKED:
+                    c[1] += 1
+                    c[2] += bool(self._in_sample(r["trace_id"]))
         if not traces:
             return
         res = evaluate([attrs[t.trace_id] for t in traces], traces, on_missing="skip", ks=KS)
@@ -71,10 +79,22 @@ class AccuracyAccumulator:
                         a[2] += nb
                         a[3] += base[metric] * nb
 
+    def sample(self, source: str) -> tuple[int | None, str]:
+        """(traces of `source` the packaged ranker weights were fitted on, or None if unknown; a short label)."""
+        scored, ranked, ins = self._sample.get(source, [0, 0, 0])
+        if not ranked:
+            return None, "n/a: faithful method"
+        if not self._in_sample.known:
+            return None, "unknown"
+        return ins, "held out" if ins == 0 else "in-sample" if ins >= ranked else "partly in-sample"
+
     def rows(self) -> list[dict[str, Any]]:
-        return [{"source": s, "metric": m, "n_traces": int(a[0]), "value": a[1] / a[0] if a[0] else None,
-                 "random_baseline": a[3] / a[2] if a[2] else None}
-                for (s, m), a in sorted(self._acc.items(), key=lambda kv: (kv[0][0], _order(kv[0][1])))]
+        out = []
+        for (s, m), a in sorted(self._acc.items(), key=lambda kv: (kv[0][0], _order(kv[0][1]))):
+            ins, label = self.sample(s)
+            out.append({"source": s, "metric": m, "n_traces": int(a[0]), "value": a[1] / a[0] if a[0] else None,
+                        "random_baseline": a[3] / a[2] if a[2] else None, "n_in_sample": ins, "sample": label})
+        return out
 
 
 def _order(metric: str) -> tuple:

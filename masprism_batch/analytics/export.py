@@ -3,7 +3,10 @@
 - phoenix: Arize Phoenix span annotations, one row per (trace, candidate rank <= top_k) whose step has a span
   id: span_id, name, annotator_kind (CODE), label, score, explanation, metadata (a struct, read by pandas as
   a dict). Parquet when FILE ends in .parquet, else JSON lines; load with pandas and pass the frame to
-  `phoenix.client.Client().spans.log_span_annotations_dataframe(dataframe=df)`.
+  `phoenix.client.Client().spans.log_span_annotations_dataframe(dataframe=df)`. Traces whose candidate steps
+  carry no span id (chat logs: AG2, OpenAI, Who&When) get one Phoenix *trace* annotation each instead, in a
+  second file beside FILE (`<stem>.trace_annotations<suffix>`): trace_id, name, annotator_kind, label, score,
+  explanation (the top-k steps and agents), metadata.
 - otel: OpenTelemetry `gen_ai.evaluation.result` events as OTLP/JSON log records, one
   ExportLogsServiceRequest per line (the Collector's otlpjsonfile receiver format), one record per blamed step.
 - jsonl: one JSON object per trace keyed by `custom_id` (= trace_id), read back with `read_jsonl`.
@@ -37,6 +40,19 @@ PHOENIX_SCHEMA = pa.schema([
                             ("agent", pa.string()), ("rank", pa.int32()), ("n_candidates", pa.int32()),
                             ("model_id", pa.string()), ("config_hash", pa.string())])),
 ])
+TRACE_SCHEMA = pa.schema([
+    ("trace_id", pa.string()), ("name", pa.string()), ("annotator_kind", pa.string()), ("label", pa.string()),
+    ("score", pa.float64()), ("explanation", pa.large_string()),
+    ("metadata", pa.struct([("trace_id", pa.string()), ("source", pa.string()), ("step", pa.int32()),
+                            ("agent", pa.string()), ("rank", pa.int32()), ("n_candidates", pa.int32()),
+                            ("model_id", pa.string()), ("config_hash", pa.string())])),
+])
+
+
+class NothingToExport(load.AnalyticsInputError):
+    """Zero records would be written: nothing is written, and the command says why (exit 1)."""
+
+
 _COLS = ["trace_id", "source", "system", "n_steps", "pred_step", "pred_agent", "pred_span_id", "candidates",
          "symptoms", "method", "model_id", "config_hash", "attributed_at"]
 
@@ -63,8 +79,35 @@ def _ranked(a: dict, top_k: int) -> list[tuple[int, dict]]:
     return list(enumerate(cands[:top_k], start=1))
 
 
+def _trace_row(a: dict, ranked: list[tuple[int, dict]]) -> dict:
+    r, c = ranked[0]
+    others = "; ".join(f"#{k} step {x['step']} ({x['agent'] or '-'}, score {x['score']:.4g})" for k, x in ranked[1:])
+    return {"trace_id": a["trace_id"], "name": ANNOTATION_NAME, "annotator_kind": "CODE", "label": _label(r),
+            "score": float(c["score"]), "explanation": _explain(a, c, r) + (f" Next candidates: {others}." if others
+                                                                             else ""),
+            "metadata": {"trace_id": a["trace_id"], "source": a["source"], "step": c["step"], "agent": c["agent"],
+                         "rank": r, "n_candidates": len(a["candidates"]), "model_id": a["model_id"],
+                         "config_hash": a["config_hash"]}}
+
+
+def phoenix_trace_rows(outdir: Path, top_k: int = 1) -> list[dict]:
+    """Trace annotations for the traces `phoenix_rows` skips (no span id on any top-k candidate)."""
+    rows = []
+    for a in _attributions(outdir):
+        ranked = _ranked(a, top_k)
+        if ranked and not any(c.get("span_id") for _, c in ranked):
+            rows.append(_trace_row(a, ranked))
+    return rows
+
+
+def trace_annotations_path(out: Path | str) -> Path:
+    out = Path(out)
+    return out.with_name(f"{out.stem}.trace_annotations{out.suffix}")
+
+
 def phoenix_rows(outdir: Path, top_k: int = 1) -> tuple[list[dict], int]:
-    """(annotation rows, traces skipped because their candidate steps carry no span id)."""
+    """(span annotation rows, traces skipped because their candidate steps carry no span id: those get a
+    trace annotation, `phoenix_trace_rows`)."""
     rows, skipped = [], 0
     for a in _attributions(outdir):
         got = [(r, c) for r, c in _ranked(a, top_k) if c.get("span_id")]
@@ -135,22 +178,43 @@ def read_jsonl(path: Path | str) -> dict[str, dict[str, Any]]:
 
 
 def export(outdir: Path | str, to: str, out: Path | str, top_k: int = 1) -> int:
-    """Write the export; returns the number of records."""
+    """Write the export; returns the number of records (all files together)."""
+    return sum(export_files(outdir, to, out, top_k).values())
+
+
+def export_files(outdir: Path | str, to: str, out: Path | str, top_k: int = 1) -> dict[Path, int]:
+    """Write the export; returns {file: records}. Raises NothingToExport (and writes nothing) when there would
+    be no record at all. The output's folder must exist: it is never created here."""
     outdir, out = Path(outdir), Path(out)
     if to not in FORMATS:
         raise ValueError(f"unknown export format {to!r}; one of {', '.join(FORMATS)}")
-    load.read(outdir, "attributions", columns=["trace_id"])  # clear error when OUTDIR has no attributions
+    attr = load.read(outdir, "attributions", columns=["trace_id"])  # clear error when OUTDIR has no attributions
+    if not out.parent.is_dir():
+        raise FileNotFoundError(f"output folder {out.parent} does not exist (it is not created for you)")
     if to == "phoenix":
         rows, skipped = phoenix_rows(outdir, top_k)
-        if skipped:
-            log.warning("%d trace(s) skipped: their candidate steps carry no span id (chat logs)", skipped)
-        if out.suffix == ".parquet":
-            io.write_table_atomic(pa.Table.from_pylist(rows, schema=PHOENIX_SCHEMA), out)
-        else:
-            _write_lines(rows, out)
-        return len(rows)
+        trace_rows = phoenix_trace_rows(outdir, top_k) if skipped else []
+        if not rows and not trace_rows:
+            raise NothingToExport(f"nothing to export: {attr.num_rows} attributed trace(s), none with a ranked "
+                                  f"candidate; no file written")
+        written: dict[Path, int] = {}
+        for path, recs, sch in ((out, rows, PHOENIX_SCHEMA), (trace_annotations_path(out), trace_rows, TRACE_SCHEMA)):
+            if not recs:
+                continue
+            if path.suffix == ".parquet":
+                io.write_table_atomic(pa.Table.from_pylist(recs, schema=sch), path)
+            else:
+                _write_lines(recs, path)
+            written[path] = len(recs)
+        if trace_rows:
+            log.info("%d trace(s) without span ids (chat logs) -> Phoenix trace annotations in %s", len(trace_rows),
+                     trace_annotations_path(out))
+        return written
     if to == "otel":
         n = 0
+        if not any(True for _ in otel_records(outdir, top_k)):
+            raise NothingToExport(f"nothing to export: {attr.num_rows} attributed trace(s), none with a ranked "
+                                  f"candidate; no file written")
         with io.atomic_output(out) as f:
             batch: list[dict] = []
             for rec in otel_records(outdir, top_k):
@@ -161,8 +225,10 @@ def export(outdir: Path | str, to: str, out: Path | str, top_k: int = 1) -> int:
                     batch = []
             if batch:
                 f.write(_otlp_line(batch))
-        return n
-    return _write_lines(jsonl_records(outdir), out)
+        return {out: n}
+    if attr.num_rows == 0:
+        raise NothingToExport("nothing to export: attributions/ holds no rows; no file written")
+    return {out: _write_lines(jsonl_records(outdir), out)}
 
 
 def _otlp_line(records: list[dict]) -> str:

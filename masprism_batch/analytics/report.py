@@ -43,13 +43,25 @@ def _sha(s: str) -> str:
 
 
 def build_report(outdir: Path | str, out: Path | str, limits: DrillLimits | None = None,
-                 include: list[str] | None = None, csp: bool = True) -> dict:
+                 include: list[str] | None = None, csp: bool = True, strict_include: bool = False) -> dict:
     """Write the report; returns a summary (traces, drill-down size, bytes). `csp=False` only for tests that
-    check the escaping on its own."""
+    check the escaping on its own. `strict_include`: a trace id in `include` that is not in attributions/ is an
+    error (AnalyticsInputError) instead of a warning."""
     outdir, limits = Path(outdir), limits or DrillLimits()
-    stats = cached_or_compute(outdir)
+    if not Path(out).parent.is_dir():
+        raise FileNotFoundError(f"output folder {Path(out).parent} does not exist (it is not created for you)")
     attr, _ = load.latest_per_trace(load.read(outdir, "attributions", columns=ATTR_COLS))
-    errors = load.read(outdir, "errors", columns=["stage", "reason"])
+    if strict_include and include:
+        known = set(attr["trace_id"].to_pylist())
+        missing = [t for t in dict.fromkeys(include) if t not in known]
+        if missing:
+            raise load.AnalyticsInputError(
+                f"--trace: {len(missing)} trace id(s) not in {outdir / 'attributions'}: "
+                + ", ".join(repr(t) for t in missing[:5]) + (" …" if len(missing) > 5 else "")
+                + " (ids are as in attributions/, e.g. " + repr(attr["trace_id"][0].as_py() if attr.num_rows else "")
+                + ")")
+    stats = cached_or_compute(outdir)
+    errors = load.read(outdir, "errors", columns=["stage", "reason", "input_path", "record_id", "message"])
     payloads = build_payloads(outdir, attr, sample_ids(attr, limits, include), limits)
     data = {"traces": payloads, "total": attr.num_rows, "limits": limits.__dict__}
     html = render_html(outdir, stats, attr, errors, data, csp)
@@ -86,6 +98,7 @@ def _overview(stats, attr, errors) -> str:
         for k, v in kpis) + "</div>")
     pos = _by_source(stats["step_position"].to_pylist())
     ag = _by_source(stats["blamed_agents"].to_pylist())
+    parts.append(_rollup(stats, pos, ag))
     words = _by_source(stats["symptom_words"].to_pylist())
     nll = _by_source(stats["nll_by_agent"].to_pylist())
     for src in sorted(set(ag) | set(pos)):
@@ -110,9 +123,10 @@ def _overview(stats, attr, errors) -> str:
                      f'<div class="charts">{"".join(charts)}</div></section>')
     acc = stats["accuracy"].to_pylist()
     if acc:
-        parts.append("<h3>Accuracy where labels exist</h3>" + svg.table(
-            ["source", "metric", "traces", "value", "random baseline"],
-            [[r["source"], r["metric"], r["n_traces"], r["value"], r["random_baseline"]] for r in acc]))
+        parts.append("<h3>Accuracy where labels exist</h3>" + _accuracy_notes(acc) + svg.table(
+            ["source", "metric", "traces", "value", "random baseline", "in-sample for the packaged weights?"],
+            [[r["source"], r["metric"], r["n_traces"], r["value"], r["random_baseline"], r.get("sample") or "-"]
+             for r in acc]))
     days = Counter()
     for r in stats["blamed_by_day"].to_pylist():
         days[str(r["day"])] += r["n_traces"]
@@ -132,10 +146,83 @@ def _overview(stats, attr, errors) -> str:
             [[r["run_index"], r["started_at"], r["engine"], r["model_id"], r["traces"], r["tokens"], r["seconds"],
               r["traces_per_s"], r["tokens_per_s"]] for r in runs[-20:]]))
     if errors.num_rows:
-        c = Counter(zip(errors["stage"].to_pylist(), errors["reason"].to_pylist(), strict=True))
-        parts.append("<h3>Rejected inputs and failed traces (errors/)</h3>" + svg.table(
-            ["stage", "reason", "rows"], [[s, r, k] for (s, r), k in c.most_common(30)]))
+        parts.append(_errors_panel(errors))
     return "".join(parts)
+
+
+ERROR_ROWS_SHOWN = 200
+
+
+def _errors_panel(errors) -> str:
+    """Counts by (stage, reason), then which files and records, with the reason and message of each."""
+    from ..ingest.common import WARNING_REASONS
+
+    rows = errors.to_pylist()
+    c = Counter((r["stage"], r["reason"]) for r in rows)
+    head = "<h3>Rejected inputs and failed traces (errors/)</h3>" + svg.table(
+        ["stage", "reason", "kind", "rows"],
+        [[s, r, "warning: trace kept" if r in WARNING_REASONS else "rejected", k] for (s, r), k in c.most_common(30)])
+    rows.sort(key=lambda r: (r["reason"] in WARNING_REASONS, r["reason"] or "", r["input_path"] or "",
+                             str(r["record_id"] or "")))
+    shown = rows[:ERROR_ROWS_SHOWN]
+    more = (f"<p class=\"limits\">{len(rows) - len(shown):,} more rows: <code>duckdb -c \"SELECT * FROM "
+            f"'OUTDIR/errors/*.parquet'\"</code></p>" if len(rows) > len(shown) else "")
+    detail = svg.table(["reason", "stage", "file", "record", "message"],
+                       [[r["reason"], r["stage"], r["input_path"] or "-", r["record_id"] or "-",
+                         (r["message"] or "")[:500]] for r in shown], cls="data errors")
+    return head + f"<h4>Files and records ({len(shown):,} of {len(rows):,})</h4>" + detail + more
+
+
+def _accuracy_notes(acc: list[dict]) -> str:
+    from .insample import note
+
+    notes: dict[str, str] = {}
+    for r in acc:
+        if r["source"] not in notes or r["metric"] in ("step_top1", "precision@1"):
+            notes[r["source"]] = note(r["n_traces"], r.get("n_in_sample"), r.get("sample") != "n/a: faithful method")
+    return '<ul class="acc-notes">' + "".join(f"<li><b>{escape(s)}</b>: {escape(n)}</li>"
+                                              for s, n in sorted(notes.items())) + "</ul>"
+
+
+def _rollup(stats, pos: dict, ag: dict) -> str:
+    """One row per source, and the total across sources: traces, systems, the most-blamed agent, where the
+    blamed step sits, top-1 accuracy where labels exist."""
+    top1 = {r["source"]: r for r in stats["accuracy"].to_pylist() if r["metric"] in ("step_top1", "precision@1")}
+    rows, tot_n, tot_agents, tot_rel = [], 0, Counter(), Counter()
+    for src in sorted(set(ag) | set(pos)):
+        agents = Counter()
+        systems = set()
+        for r in ag.get(src, []):
+            agents[r["agent"]] += r["n_traces"]
+            systems.add(r["system"] or "-")
+        rel = Counter({r["bin"]: r["n_traces"] for r in pos.get(src, []) if r["measure"] == "relative"})
+        n = sum(agents.values())
+        tot_n += n
+        tot_agents.update({(src, a): k for a, k in agents.items()})
+        tot_rel.update(rel)
+        a, k = agents.most_common(1)[0] if agents else (None, 0)
+        acc = top1.get(src)
+        rows.append([src or "(none)", n, ", ".join(sorted(systems)), f"{a or '-'} ({k / n:.0%})" if n else "-",
+                     _median_bin(rel), f"{acc['metric']} {acc['value']:.3f} ({acc.get('sample') or '-'})"
+                     if acc and acc["value"] is not None else "-"])
+    (s_a, a), k = tot_agents.most_common(1)[0] if tot_agents else ((None, None), 0)
+    rows.append(["all sources", tot_n, "", f"{a or '-'} in {s_a or '-'} ({k / tot_n:.0%})" if tot_n else "-",
+                 _median_bin(tot_rel), "per source only (metrics differ)"])
+    return "<h3>Roll-up across sources</h3>" + svg.table(
+        ["source", "traces", "systems", "most-blamed agent (share)", "median blamed position (0 first, 1 last)",
+         "top-1 accuracy"], rows)
+
+
+def _median_bin(rel: Counter) -> str:
+    n = sum(rel.values())
+    if not n:
+        return "-"
+    acc = 0
+    for b in sorted(rel):
+        acc += rel[b]
+        if acc * 2 >= n:
+            return f"{b / 10:.1f}–{(b + 1) / 10:.1f}"
+    return "-"
 
 
 def render_html(outdir: Path, stats, attr, errors, data: dict, csp: bool = True) -> str:

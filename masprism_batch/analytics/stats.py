@@ -39,7 +39,7 @@ STATS_SCHEMAS: dict[str, pa.Schema] = {
     "nll_by_agent": pa.schema([("source", _S), ("agent", _S), ("n_steps", _I), ("mean_nll_pass1", _F),
                                ("mean_nll_pass2", _F), ("n_blamed", _I)]),
     "accuracy": pa.schema([("source", _S), ("metric", _S), ("n_traces", _I), ("value", _F),
-                           ("random_baseline", _F)]),
+                           ("random_baseline", _F), ("n_in_sample", _I), ("sample", _S)]),
     "throughput": pa.schema([("hour", pa.timestamp("us", tz="UTC")), ("model_id", _S), ("n_traces", _I),
                              ("tokens", _I), ("seconds", _F), ("traces_per_s", _F), ("tokens_per_s", _F)]),
     "runs": RUNS_SCHEMA,
@@ -48,7 +48,7 @@ RELATIVE_BINS = 10
 _EPOCH = datetime(1970, 1, 1, tzinfo=timezone.utc)
 ATTR_COLS = ["trace_id", "source", "system", "n_steps", "pred_step", "pred_agent", "candidates", "symptoms",
               "model_id", "tokens_pass1", "tokens_pass2", "seconds_pass1", "seconds_pass2", "trace_start",
-              "attributed_at"]
+              "attributed_at", "method"]
 
 
 def _table(name: str, rows: list[dict[str, Any]]) -> pa.Table:
@@ -185,7 +185,7 @@ def nll_by_agent(attr: pa.Table, scores: pa.Table, dups: set[str] = frozenset())
 def _trace_pass(outdir: Path, attr: pa.Table, words: tuple[str, ...]) -> tuple[pa.Table, pa.Table]:
     """One streaming pass over traces/: failure words in the final symptom steps, and label accuracy."""
     by_id = {r["trace_id"]: r for r in attr.select(["trace_id", "source", "n_steps", "pred_step", "pred_agent",
-                                                     "candidates", "symptoms"]).to_pylist()}
+                                                     "candidates", "symptoms", "method"]).to_pylist()}
     rx = failure_word_regex(words)
     steps_with: Counter = Counter()
     traces_with: Counter = Counter()
@@ -235,3 +235,60 @@ def throughput(attr: pa.Table) -> pa.Table:
             for (h, m), (n, t, s) in sorted(acc.items(), key=lambda kv: (kv[0][0] is None, kv[0][0] or _EPOCH,
                                                                          kv[0][1] or ""))]
     return _table("throughput", rows)
+
+
+def stats_tables_for_terminal(outdir: Path | str, top: int = 10) -> list:
+    """The main tables as rich Tables for the terminal: blamed agents, where failures sit, and accuracy where
+    labels exist (with whether it is in-sample for the packaged ranker weights). Reads OUTDIR/stats/."""
+    from rich.table import Table
+
+    from .insample import note
+
+    d = Path(outdir) / "stats"
+    read = {n: pq.read_table(d / f"{n}.parquet").to_pylist() for n in ("blamed_agents", "step_position", "accuracy")
+            if (d / f"{n}.parquet").is_file()}
+    out = []
+    t = Table(title=f"Most-blamed agents (top {top} per source and system)", title_justify="left")
+    for c, j in (("source", "left"), ("system", "left"), ("agent", "left"), ("traces", "right"), ("share", "right")):
+        t.add_column(c, justify=j, overflow="fold")
+    shown: Counter = Counter()
+    for r in read.get("blamed_agents", []):
+        key = (r["source"], r["system"])
+        if shown[key] < top:
+            shown[key] += 1
+            t.add_row(r["source"] or "-", r["system"] or "-", r["agent"] or "-", f"{r['n_traces']:,}",
+                      f"{r['share']:.0%}")
+    out.append(t)
+    t = Table(title="Where the blamed step sits (relative position: 0 = first step, 1 = last)", title_justify="left")
+    t.add_column("source", overflow="fold")
+    for b in range(RELATIVE_BINS):
+        t.add_column(f"{b / RELATIVE_BINS:.1f}", justify="right")
+    t.add_column("traces", justify="right")
+    rel: dict[str, dict[int, int]] = defaultdict(dict)
+    for r in read.get("step_position", []):
+        if r["measure"] == "relative":
+            rel[r["source"] or "-"][r["bin"]] = r["n_traces"]
+    for src, bins in sorted(rel.items()):
+        n = sum(bins.values())
+        t.add_row(src, *[f"{bins.get(b, 0) / n:.0%}" if n else "-" for b in range(RELATIVE_BINS)], f"{n:,}")
+    out.append(t)
+    acc = read.get("accuracy", [])
+    if acc:
+        t = Table(title="Accuracy where labels exist (random baseline beside)", title_justify="left")
+        for c, j in (("source", "left"), ("metric", "left"), ("traces", "right"), ("value", "right"),
+                     ("random", "right"), ("sample", "left")):
+            t.add_column(c, justify=j, overflow="fold")
+        notes: dict[str, str] = {}
+
+        def fmt(v: float | None) -> str:
+            return "-" if v is None else f"{v:.3f}"
+
+        for r in acc:
+            t.add_row(r["source"], r["metric"], f"{r['n_traces']:,}", fmt(r["value"]), fmt(r["random_baseline"]),
+                      r.get("sample") or "-")
+            if r["metric"] in ("step_top1", "precision@1", "location_acc@1") or r["source"] not in notes:
+                notes[r["source"]] = note(r["n_traces"], r.get("n_in_sample"), r.get("sample") != "n/a: faithful method")
+        t.caption = "\n".join(f"{s}: {n}" for s, n in sorted(notes.items()))
+        t.caption_justify = "left"
+        out.append(t)
+    return out

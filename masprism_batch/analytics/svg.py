@@ -28,24 +28,41 @@ def _clip(label: str | None, n: int = 28) -> str:
     return s if len(s) <= n else s[: n - 1] + "…"
 
 
+def _wrap(label: str, n: int = 26) -> list[str]:
+    """Whole label over lines of at most n characters (breaking at spaces/punctuation when possible): a long
+    agent or tool name is shown in full, never cut."""
+    lines, rest = [], label
+    while len(rest) > n:
+        cut = max(rest.rfind(c, 0, n + 1) for c in " _-./:")
+        cut = cut + 1 if cut >= n // 2 else n
+        lines.append(rest[:cut].rstrip())
+        rest = rest[cut:].lstrip()
+    return lines + [rest]
+
+
 def hbar(items: Sequence[tuple[str | None, float]], title: str, width: int = 420, max_items: int = 12,
          color: str = BAR) -> str:
-    """Horizontal bars, largest first as given; the full label is in a <title> tooltip."""
+    """Horizontal bars, largest first as given; long labels wrap onto more lines (full label also in a tooltip)."""
     items = list(items)[:max_items]
-    row, left, top = 20, 170, 26
-    height = top + row * max(1, len(items)) + 8
+    line, left, top = 13, 170, 26
+    wrapped = [_wrap("(none)" if label is None else str(label)) for label, _ in items]
+    rows = [max(20, 7 + line * len(w)) for w in wrapped]
+    height = top + (sum(rows) if rows else 20) + 8
     vmax = max((v for _, v in items if v is not None), default=0) or 1
     out = [f'<svg class="chart" role="img" width="{width}" height="{height}" viewBox="0 0 {width} {height}">',
            f'<text class="chart-title" x="0" y="16">{escape(title)}</text>']
     if not items:
         out.append(f'<text x="0" y="{top + 14}" fill="{MUTED}">no data</text>')
-    for i, (label, v) in enumerate(items):
-        y = top + i * row
+    y = top
+    for (label, v), lines, row in zip(items, wrapped, rows, strict=True):
         w = 0 if v is None else max(1.0, (width - left - 60) * v / vmax)
+        spans = "".join(f'<tspan x="{left - 6}" dy="{0 if k == 0 else line}">{escape(t)}</tspan>'
+                        for k, t in enumerate(lines))
         out.append(f'<g><title>{escape("(none)" if label is None else str(label))}: {escape(_fmt(v))}</title>'
-                   f'<text x="{left - 6}" y="{y + 14}" text-anchor="end">{escape(_clip(label))}</text>'
-                   f'<rect x="{left}" y="{y + 3}" width="{w:.1f}" height="{row - 6}" fill="{color}"/>'
+                   f'<text x="{left - 6}" y="{y + 14}" text-anchor="end">{spans}</text>'
+                   f'<rect x="{left}" y="{y + 3}" width="{w:.1f}" height="14" fill="{color}"/>'
                    f'<text x="{left + w + 4:.1f}" y="{y + 14}">{escape(_fmt(v))}</text></g>')
+        y += row
     out.append("</svg>")
     return "".join(out)
 

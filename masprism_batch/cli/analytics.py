@@ -10,10 +10,11 @@ from rich.console import Console
 from rich.markup import escape
 
 from . import EXIT_FATAL, EXIT_OK, app, setup_logging
+from .common import check_out_file, fail, usage
 
 log = logging.getLogger("masprism_batch.cli")
 console = Console(stderr=True)
-OutdirArg = typer.Argument(..., help="OUTDIR of an `attribute`/`run` command", exists=True, file_okay=False)
+OutdirArg = typer.Argument(..., help="OUTDIR of an `attribute`/`run` command")
 
 
 def _fail(exc: Exception) -> typer.Exit:
@@ -21,16 +22,28 @@ def _fail(exc: Exception) -> typer.Exit:
     return typer.Exit(EXIT_FATAL)
 
 
+def _check_run_dir(outdir: Path) -> None:
+    if not outdir.exists():
+        raise fail(f"input not found: {outdir}")
+    if not outdir.is_dir():
+        raise fail(f"{outdir} is not a directory: give the OUTDIR of an `attribute`/`run` command")
+
+
 @app.command()
 def stats(outdir: Path = OutdirArg, verbose: bool = typer.Option(False, "--verbose", "-v")) -> None:
     """Write dashboard tables to OUTDIR/stats/*.parquet (blamed agents, positions, words, NLL, accuracy, throughput)."""
     from ..analytics import AnalyticsInputError, write_stats
+    from ..analytics.stats import stats_tables_for_terminal
 
     setup_logging(verbose)
+    _check_run_dir(outdir)
     try:
         paths = write_stats(outdir)
     except (AnalyticsInputError, OSError) as exc:
         raise _fail(exc) from None
+    out = Console(width=max(Console().width, 100))  # stdout: the tables are the command's result
+    for table in stats_tables_for_terminal(outdir):
+        out.print(table)
     for name, p in paths.items():
         console.print(f"{name:15s} -> {escape(str(p))}", soft_wrap=True)
     raise typer.Exit(EXIT_OK)
@@ -47,8 +60,10 @@ def report(outdir: Path = OutdirArg,
     from ..analytics.report_data import DrillLimits
 
     setup_logging(verbose)
+    _check_run_dir(outdir)
+    check_out_file(out)
     try:
-        s = build_report(outdir, out, DrillLimits(max_traces=max_traces), include=trace or [])
+        s = build_report(outdir, out, DrillLimits(max_traces=max_traces), include=trace or [], strict_include=True)
     except (AnalyticsInputError, OSError) as exc:
         raise _fail(exc) from None
     console.print(f"{s['traces']:,} traces, {s['drilldown']:,} in the drill-down, {s['bytes'] / 1e6:.1f} MB -> "
@@ -62,14 +77,24 @@ def export(outdir: Path = OutdirArg,
            out: Path = typer.Option(..., "--out", "-o", help="file to write (phoenix: .parquet or JSON lines)"),
            top_k: int = typer.Option(1, "--top-k", min=1, help="candidates per trace (phoenix, otel)"),
            verbose: bool = typer.Option(False, "--verbose", "-v")) -> None:
-    """Export attributions for Phoenix (span annotations), OpenTelemetry (gen_ai.evaluation.result) or JSONL."""
+    """Export attributions for Phoenix (span annotations; chat logs without span ids: trace annotations in
+    FILE's sibling <stem>.trace_annotations<suffix>), OpenTelemetry (gen_ai.evaluation.result) or JSONL. Writes
+    nothing and exits 1 when there is no record to export; FILE's folder must exist."""
     from ..analytics import AnalyticsInputError
-    from ..analytics.export import export as do_export
+    from ..analytics.export import FORMATS, NothingToExport, export_files
 
     setup_logging(verbose)
+    if to not in FORMATS:
+        raise usage(f"unknown --to {to!r}; choose one of {', '.join(FORMATS)}")
+    _check_run_dir(outdir)
+    check_out_file(out)
     try:
-        n = do_export(outdir, to, out, top_k=top_k)
+        written = export_files(outdir, to, out, top_k=top_k)
+    except NothingToExport as exc:  # nothing written: an empty file would look like a successful export
+        raise _fail(exc) from None
     except (AnalyticsInputError, ValueError, OSError) as exc:
         raise _fail(exc) from None
-    console.print(f"{n:,} {escape(to)} records -> {escape(str(out))}", soft_wrap=True)
+    for path, n in written.items():
+        kind = "trace annotation" if path != out else f"{to}"
+        console.print(f"{n:,} {escape(kind)} records -> {escape(str(path))}", soft_wrap=True)
     raise typer.Exit(EXIT_OK)

@@ -13,6 +13,8 @@ from rich.console import Console
 from rich.table import Table
 
 from . import EXIT_FATAL, EXIT_OK, app, setup_logging
+from .common import EXIT_CODES_HELP, check_inputs, check_outdir, fail, no_traces_message, usage
+from .progress import DEFAULT_INTERVAL, heartbeat
 
 log = logging.getLogger("masprism_batch.cli")
 console = Console(stderr=True)
@@ -21,6 +23,8 @@ ModelOpt = typer.Option(None, "--model", "-m", help="smollm2-135m (default) | ti
 ConfigOpt = typer.Option(None, "--config", help="JSON or TOML file with PipelineConfig sections")
 ContextOpt = typer.Option(None, "--max-context", help="tokens per prompt (default from config)")
 MethodOpt = typer.Option(None, "--method", help="ranked (default) | masprism (the faithful paper method)")
+IntervalOpt = typer.Option(DEFAULT_INTERVAL, "--progress-interval", min=0,
+                           help="seconds between progress lines when stderr is not a terminal (0: none)")
 
 
 def _config(config, model, max_context, threads=None, method=None):
@@ -34,11 +38,23 @@ def _config(config, model, max_context, threads=None, method=None):
         raise typer.Exit(EXIT_FATAL) from None
 
 
-def _run(inputs: list[str], outdir: Path, cfg):
+def load_model_or_fail(cfg):
+    """Load the model before OUTDIR is touched: a model that cannot be loaded leaves nothing behind that would
+    refuse a retry with another --model (the run header records the model)."""
+    from ..pipelines.stages import Stages
+
+    try:
+        return Stages().load_model(cfg)
+    except (OSError, ValueError, RuntimeError, KeyError) as exc:  # ModelNotFoundError is a FileNotFoundError
+        raise fail(f"cannot load model {cfg.model.name!r}: {exc}") from None
+
+
+def _run(inputs: list[str], outdir: Path, cfg, model=None, interval: float = DEFAULT_INTERVAL):
     """ingest -> attribute -> write, on the local engine (resumable: re-running skips committed shards)."""
     from ..pipelines import run_local
 
-    return run_local(list(inputs), outdir, cfg, progress=True)
+    with heartbeat(interval):
+        return run_local(list(inputs), outdir, cfg, progress=True, model=model)
 
 
 def _stage_subset(inputs: list[str], outdir: Path, keep, limit: int | None) -> list[str]:
@@ -58,33 +74,41 @@ def _stage_subset(inputs: list[str], outdir: Path, keep, limit: int | None) -> l
     return [str(path)]
 
 
-def _print_summary(summary, outdir: Path) -> int:
+def _print_summary(summary, outdir: Path, inputs: list[str] | None = None) -> int:
     console.print(f"[bold]{summary.attributed}[/] attributed, {summary.rejected} rejected "
                   f"({summary.rejected_by_reason or 'none'}) in {summary.wall_seconds:.1f} s, "
                   f"{summary.tokens_per_second:,.0f} tokens/s -> {outdir}")
+    if inputs is not None and summary.attributed == 0:
+        raise fail(no_traces_message(inputs, summary.rejected_by_reason))
     return summary.exit_code
 
 
-@app.command()
+@app.command(help="Attribute failures: writes OUT/attributions, OUT/step_scores, OUT/traces and OUT/errors "
+                  "(Parquet); re-run the same command to resume. " + EXIT_CODES_HELP)
 def attribute(
     inputs: list[str] = typer.Argument(..., help="raw trace files/dirs (auto-ingested) or a canonical traces dataset"),
     out: Path = typer.Option(..., "-o", "--out", help="output directory"),
     model: str = ModelOpt, config: str = ConfigOpt, max_context: int = ContextOpt, method: str = MethodOpt,
     limit: int = typer.Option(None, help="attribute at most N traces"),
     threads: int = typer.Option(None, help="torch CPU threads"),
+    progress_interval: float = IntervalOpt,
     verbose: bool = typer.Option(False, "-v"),
 ):
-    """Attribute failures: writes OUT/attributions, OUT/step_scores, OUT/traces and OUT/errors (Parquet)."""
     setup_logging(verbose)
+    check_inputs(inputs)
+    check_outdir(out)
     cfg = _config(config, model, max_context, threads, method)
+    loaded = load_model_or_fail(cfg)
+    given = list(inputs)
     try:
         if limit:
             inputs = _stage_subset(inputs, out / "_input", lambda t: True, limit)
-        summary = _run(inputs, out, cfg)
+        summary = _run(inputs, out, cfg, loaded, progress_interval)
     except (FileNotFoundError, ValueError) as exc:
-        console.print(f"[red]error:[/] {exc}")
-        raise typer.Exit(EXIT_FATAL) from None
-    raise typer.Exit(_print_summary(summary, out))
+        raise fail(str(exc)) from None
+    except OSError as exc:
+        raise fail(f"cannot write {out}: {exc}") from None
+    raise typer.Exit(_print_summary(summary, out, given))
 
 
 def _sample_dir() -> Path:
@@ -127,10 +151,16 @@ def demo(
 ):
     """Attribute the bundled sample (4 Who&When + 2 TRAIL real traces) with the offline default model."""
     setup_logging(verbose)
+    if out is not None:
+        check_outdir(out)
     cfg = _config(None, model, None)
+    loaded = load_model_or_fail(cfg)
     outdir = out or Path(tempfile.mkdtemp(prefix="masprism-demo-"))
     sample = _sample_dir()
-    summary = _run([str(sample / "who_and_when"), str(sample / "trail")], outdir, cfg)
+    try:
+        summary = _run([str(sample / "who_and_when"), str(sample / "trail")], outdir, cfg, loaded)
+    except (FileNotFoundError, ValueError) as exc:
+        raise fail(str(exc)) from None
     _print_attributions(outdir)
     console.print(f"sample data: {sample} (licences: NOTICE.md there)")
     raise typer.Exit(_print_summary(summary, outdir))
@@ -154,12 +184,24 @@ def eval_(
 
     setup_logging(verbose)
     if dataset not in ("who-and-when", "trail"):
-        console.print(f"[red]error:[/] --dataset must be who-and-when or trail, not {dataset!r}")
-        raise typer.Exit(EXIT_FATAL)
+        raise usage(f"--dataset must be who-and-when or trail, not {dataset!r}")
+    check_inputs(path)
+    if out is not None:
+        check_outdir(out)
+    if json_out is not None:
+        from .common import check_out_file
+        check_out_file(json_out)
     cfg = _config(config, model, max_context, threads, method)
+    loaded = load_model_or_fail(cfg)
     outdir = out or Path(tempfile.mkdtemp(prefix="masprism-eval-"))
     inputs = _stage_subset(path, outdir / "_input", lambda t: dataset_of(t) == dataset, limit)
-    summary = _run(inputs, outdir, cfg)
+    try:
+        summary = _run(inputs, outdir, cfg, loaded)
+    except (FileNotFoundError, ValueError) as exc:
+        raise fail(str(exc)) from None
+    if summary.attributed == 0:
+        raise fail(f"no {dataset} traces with labels found in {', '.join(path)}: "
+                   + no_traces_message(list(path)).split(": ", 1)[1])
     rows = read_dataset(outdir / "attributions").to_pylist()
     traces = [Trace.from_row(r) for r in read_dataset(outdir / "traces").to_pylist()]
     scorer = score_who_and_when if dataset == "who-and-when" else score_trail

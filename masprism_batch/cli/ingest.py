@@ -10,7 +10,8 @@ import typer
 from rich.console import Console
 from rich.table import Table
 
-from . import EXIT_FATAL, EXIT_OK, EXIT_REJECTED, app, setup_logging
+from . import EXIT_OK, EXIT_REJECTED, app, setup_logging
+from .common import EXIT_CODES_HELP, check_inputs, check_outdir, fail, no_traces_message, usage
 
 log = logging.getLogger("masprism_batch.cli")
 console = Console(stderr=True)
@@ -32,35 +33,41 @@ def _summary_table(s) -> Table:
     return t
 
 
-@app.command()
+FORMATS_HELP = ("auto (per file) | who-and-when | trail | otel | ag2 (alias autogen) | openai | langsmith "
+                "(alias langgraph) | langfuse | jsonl (canonical) | parquet (canonical); README: Ingest")
+
+
+@app.command(help="Convert traces to the canonical schema: OUTDIR/traces/ and OUTDIR/errors/ (one row per rejected "
+                  "or repaired file/record). " + EXIT_CODES_HELP)
 def ingest(
     inputs: list[str] = typer.Argument(..., help="files or directories (recursive); .gz is decompressed"),
     out: Path = typer.Option(..., "--out", "-o", help="OUTDIR: writes OUTDIR/traces/ and OUTDIR/errors/"),
-    fmt: str = typer.Option("auto", "--format", "-f",
-                            help="auto | who-and-when | trail | otel | jsonl | parquet (auto: per file)"),
+    fmt: str = typer.Option("auto", "--format", "-f", help=FORMATS_HELP),
     overwrite: bool = typer.Option(False, "--overwrite", help="replace Parquet parts of an earlier ingest in OUTDIR"),
     progress: bool = typer.Option(True, "--progress/--no-progress", help="progress bar on stderr"),
     summary_json: bool = typer.Option(False, "--json", help="print the summary as JSON on stdout"),
     verbose: bool = typer.Option(False, "--verbose", "-v"),
 ) -> None:
-    """Convert traces to the canonical schema. Exit 0: all ingested; 3: some files/records were rejected or
-    repaired (one row each in OUTDIR/errors/); 1: usage or fatal error."""
     from ..ingest import FORMATS
     from ..ingest import ingest as run_ingest
 
     setup_logging(verbose)
     if fmt not in FORMATS:
-        console.print(f"[red]unknown --format {fmt!r}[/]; choose one of {', '.join(FORMATS)}")
-        raise typer.Exit(EXIT_FATAL)
+        raise usage(f"unknown --format {fmt!r}; choose one of {', '.join(FORMATS)}")
+    check_inputs(inputs)
+    check_outdir(out)
     try:
         s = run_ingest(inputs, out, fmt, overwrite=overwrite, progress=progress)
     except FileExistsError as e:
-        console.print(f"[red]{e}[/]")
-        raise typer.Exit(EXIT_FATAL) from None
+        raise fail(str(e)) from None
+    except OSError as e:  # the output side: disk full, permissions changed under us
+        raise fail(f"cannot write {out}: {e.strerror or e}") from None
     console.print(_summary_table(s))
     if summary_json:
         typer.echo(json.dumps(s.as_dict()))
     if s.error_rows:
         console.print(f"[yellow]{s.error_rows} error rows[/] -> {out / 'errors'} "
                       f"(duckdb: select reason, input_path, message from read_parquet('{out}/errors/*.parquet'))")
-    raise typer.Exit(EXIT_REJECTED if s.error_rows else EXIT_OK)
+    if s.traces == 0:
+        raise fail(no_traces_message(inputs, dict(s.rejected)))
+    raise typer.Exit(EXIT_REJECTED if s.rejected else EXIT_OK)  # warnings alone (repaired traces) exit 0

@@ -9,7 +9,9 @@ from pathlib import Path
 import typer
 from rich.console import Console
 
-from . import EXIT_FATAL, app, setup_logging
+from . import app, setup_logging
+from .common import check_inputs, check_outdir, fail, no_traces_message, usage
+from .progress import DEFAULT_INTERVAL, heartbeat
 
 log = logging.getLogger("masprism_batch.cli")
 console = Console(stderr=True)
@@ -37,31 +39,55 @@ def run(
     threads: int = typer.Option(None, help="torch CPU threads per model (default: CPUs / workers)"),
     fmt: str = typer.Option("auto", "--format", help="input format for raw inputs (see `ingest`)"),
     progress: bool = typer.Option(True, help="live progress bar (traces/s, tokens/s, ETA)"),
+    progress_interval: float = typer.Option(DEFAULT_INTERVAL, "--progress-interval", min=0,
+                                            help="seconds between progress lines when stderr is not a terminal"),
     verbose: bool = typer.Option(False, "-v"),
 ):
     """Attribute failures with exactly-once, per-shard committed outputs: OUT/{traces,attributions,
     step_scores,errors}/ (Parquet), OUT/_manifest/, OUT/run.json. Exit 3 when some inputs were rejected."""
     from ..config import load_config
+    from ..ingest import FORMATS
+    from ..model import ModelNotFoundError, require_model
     from ..pipelines import run_local, run_ray
+    from .attribute import load_model_or_fail
 
     setup_logging(verbose)
+    if engine is Engine.local and (workers not in (None, 1) or address):
+        raise usage("--workers/--address apply to --engine ray; the local engine runs one model")
+    if fmt not in FORMATS:
+        raise usage(f"unknown --format {fmt!r}; choose one of {', '.join(FORMATS)}")
+    check_inputs(inputs)
+    check_outdir(out)
     try:
         cfg = load_config(config, model__name=model, render__max_context=max_context, model__threads=threads,
                           method__name=method,
                           batch__token_budget=token_budget, batch__traces_per_shard=traces_per_shard)
-        if engine is Engine.local:
-            if workers not in (None, 1) or address:
-                raise ValueError("--workers/--address apply to --engine ray; the local engine runs one model")
-            summary = run_local(inputs, out, cfg, fmt=fmt, progress=progress)
-        else:
-            summary = run_ray(inputs, out, cfg, workers=workers, address=address, num_cpus=num_cpus, fmt=fmt,
-                              progress=progress)
+    except (OSError, ValueError) as exc:  # pydantic's ValidationError is a ValueError
+        raise fail(f"bad configuration: {exc}") from None
+    # The model is checked before OUTDIR is touched, so a bad --model leaves nothing that refuses a retry.
+    if engine is Engine.local:
+        loaded = load_model_or_fail(cfg)
+    else:
+        try:
+            require_model(cfg.model.name)  # the actors load it; here only that it exists
+        except ModelNotFoundError as exc:
+            raise fail(f"cannot load model {cfg.model.name!r}: {exc}") from None
+    try:
+        with heartbeat(progress_interval if progress else 0):
+            if engine is Engine.local:
+                summary = run_local(inputs, out, cfg, fmt=fmt, progress=progress, model=loaded)
+            else:
+                summary = run_ray(inputs, out, cfg, workers=workers, address=address, num_cpus=num_cpus, fmt=fmt,
+                                  progress=progress)
     except (FileNotFoundError, ValueError) as exc:
-        console.print(f"[red]error:[/] {exc}")
-        raise typer.Exit(EXIT_FATAL) from None
+        raise fail(str(exc)) from None
+    except OSError as exc:
+        raise fail(f"cannot write {out}: {exc}") from None
     rej = f"{summary.rejected} rejected {summary.rejected_by_reason}" if summary.rejected else "0 rejected"
     console.print(
         f"[bold]{summary.attributed}[/] attributed, {rej}; {summary.shards_run} shards run, "
         f"{summary.shards_skipped} already committed; {summary.traces_per_second:.2f} traces/s, "
         f"{summary.tokens_per_second:,.0f} tokens/s ({summary.engine}, {summary.workers} worker(s)) -> {out}")
+    if summary.attributed == 0:
+        raise fail(no_traces_message(list(inputs), summary.rejected_by_reason))
     raise typer.Exit(summary.exit_code)

@@ -24,7 +24,16 @@ from typing import Any
 
 from ..trace import Step, Trace
 from .common import Context, IngestError
-from .messages import content_text, dumps, join, opt_str, question_of, require_list, require_obj, tool_calls_text
+from .messages import (
+    content_text,
+    dumps,
+    join,
+    opt_str,
+    question_of,
+    require_list,
+    require_obj,
+    tool_calls_text,
+)
 from .sources import base_name
 
 _SKIP_TYPES = {"ModelClientStreamingChunkEvent", "CodeGenerationEvent", "UserInputRequestedEvent"}

@@ -6,7 +6,13 @@ from analytics_synth import random_specs, write_outdir
 
 from masprism_batch import io
 from masprism_batch.analytics import AnalyticsInputError
-from masprism_batch.analytics.export import ANNOTATION_NAME, export, read_jsonl
+from masprism_batch.analytics.export import (
+    ANNOTATION_NAME,
+    NothingToExport,
+    export,
+    read_jsonl,
+    trace_annotations_path,
+)
 
 PHOENIX_COLUMNS = ["span_id", "name", "annotator_kind", "label", "score", "explanation", "metadata"]
 
@@ -29,8 +35,18 @@ def test_phoenix_annotations_load_into_pandas(mixed_run, tmp_path, suffix, top_k
     df = pd.read_parquet(out) if suffix == ".parquet" else pd.read_json(out, lines=True)
     assert list(df.columns) == PHOENIX_COLUMNS
     want = {(sp["trace_id"], k) for sp in specs if sp["steps"][0]["span_id"] for k in sp["ranked"][:top_k]}
-    assert n == len(df) == len(want)
+    chats = {sp["trace_id"] for sp in specs if not sp["steps"][0]["span_id"] and sp["ranked"]}
+    assert n == len(df) + len(chats) and len(df) == len(want)
     assert {(m["trace_id"], m["step"]) for m in df["metadata"]} == want
+    # chat logs (no span ids): one Phoenix trace annotation each, in the sibling file
+    tp = trace_annotations_path(out)
+    if chats:
+        tdf = pd.read_parquet(tp) if suffix == ".parquet" else pd.read_json(tp, lines=True)
+        assert set(tdf["trace_id"]) == chats and len(tdf) == len(chats)
+        assert list(tdf.columns) == ["trace_id"] + PHOENIX_COLUMNS[1:]
+        assert (tdf["label"] == "failure_source").all() and (tdf["annotator_kind"] == "CODE").all()
+    else:
+        assert not tp.exists()
     assert (df["annotator_kind"] == "CODE").all() and (df["name"] == ANNOTATION_NAME).all()
     assert df["span_id"].map(lambda s: isinstance(s, str) and len(s) == 16).all()
     assert set(df["label"]) <= {"failure_source", "candidate"}
@@ -109,3 +125,33 @@ def test_export_errors(tmp_path):
     with pytest.raises(ValueError, match="unknown export format"):
         export(tmp_path, "csv", tmp_path / "x.csv")
     assert not (tmp_path / "x.jsonl").exists()
+
+
+def test_phoenix_trace_annotations_pass_phoenix_client_validation(mixed_run, tmp_path):
+    try:
+        from phoenix.client.utils.annotation_helpers import _validate_trace_annotations_dataframe
+    except ImportError as exc:
+        pytest.skip(f"arize-phoenix-client not installed or its helpers moved ({exc})")
+    outdir, specs = mixed_run
+    export(outdir, "phoenix", tmp_path / "a.parquet", top_k=3)
+    tdf = pd.read_parquet(trace_annotations_path(tmp_path / "a.parquet"))
+    _validate_trace_annotations_dataframe(dataframe=tdf, annotation_name_required=True,
+                                          annotator_kind_required=True)
+
+
+def test_export_with_nothing_to_export_writes_nothing(tmp_path, rng):
+    specs = random_specs(rng, 3)
+    for sp in specs:
+        sp["ranked"], sp["scores"] = [], []
+    outdir = write_outdir(tmp_path / "out", specs)
+    for to in ("phoenix", "otel"):
+        with pytest.raises(NothingToExport, match="nothing to export"):
+            export(outdir, to, tmp_path / f"x.{to}")
+        assert not (tmp_path / f"x.{to}").exists()
+
+
+def test_export_never_creates_the_output_folder(mixed_run, tmp_path):
+    outdir, _ = mixed_run
+    with pytest.raises(FileNotFoundError, match="does not exist"):
+        export(outdir, "jsonl", tmp_path / "nope" / "dir" / "x.jsonl")
+    assert not (tmp_path / "nope").exists()

@@ -130,9 +130,13 @@
 
   function drawHeat(box, t) {
     if (!t.attn) { box.appendChild(el("p", "nv", "no heatmap for this trace (no step scores, or over the step limit)")); return; }
+    // Axes: rows = attending step i (left, top to bottom), columns = attended step j (top, left to right);
+    // step numbers on both axes (every k-th when cells are small), axis titles in the margins.
     var raw = atob(t.attn), n = t.n, cell = Math.max(2, Math.min(28, Math.floor(480 / n)));
+    var L = 44, T = 34, every = Math.max(1, Math.ceil(14 / cell));
     var cv = el("canvas"), ctx;
-    cv.width = cv.height = n * cell;
+    cv.width = L + n * cell + 4;
+    cv.height = T + n * cell + 4;
     ctx = cv.getContext("2d");
     ctx.fillStyle = "#ffffff";
     ctx.fillRect(0, 0, cv.width, cv.height);
@@ -141,17 +145,36 @@
       for (j = 0; j <= i; j++) {
         v = raw.charCodeAt(off + j) / 255;
         ctx.fillStyle = "rgb(" + Math.round(255 - 220 * v) + "," + Math.round(255 - 180 * v) + "," + Math.round(255 - 90 * v) + ")";
-        ctx.fillRect(j * cell, i * cell, cell, cell);
+        ctx.fillRect(L + j * cell, T + i * cell, cell, cell);
       }
       off += i + 1;
     }
+    ctx.fillStyle = "#334e68";
+    ctx.font = "10px sans-serif";
+    ctx.textAlign = "right";
+    ctx.textBaseline = "middle";
+    for (i = 0; i < n; i += every) { ctx.fillText(String(i), L - 4, T + i * cell + cell / 2); }
+    ctx.textAlign = "center";
+    ctx.textBaseline = "bottom";
+    for (j = 0; j < n; j += every) { ctx.fillText(String(j), L + j * cell + cell / 2, T - 3); }
+    ctx.font = "11px sans-serif";
+    ctx.textAlign = "left";
+    ctx.textBaseline = "top";
+    ctx.fillText("attended step j →", L, 2);
+    ctx.save();
+    ctx.translate(2, T + n * cell);
+    ctx.rotate(-Math.PI / 2);
+    ctx.fillText("attending step i →", 0, 0);
+    ctx.restore();
+    cv.setAttribute("aria-label", "step by step attention: rows attending step i, columns attended step j");
     var info = el("div");
     info.id = "heat-info";
     info.textContent = "row i = attending step, column j = attended step";
     cv.addEventListener("mousemove", function (ev) {
-      var r = cv.getBoundingClientRect(), x = Math.floor((ev.clientX - r.left) / cell), y = Math.floor((ev.clientY - r.top) / cell);
+      var r = cv.getBoundingClientRect(), x = Math.floor((ev.clientX - r.left - L) / cell), y = Math.floor((ev.clientY - r.top - T) / cell);
       if (x < 0 || y < 0 || y >= n || x > y) return;
-      info.textContent = "A[" + y + " → " + x + "] = " + (raw.charCodeAt(y * (y + 1) / 2 + x) / 255).toFixed(3) + " of row max";
+      info.textContent = "A[" + y + " → " + x + "] = " + (raw.charCodeAt(y * (y + 1) / 2 + x) / 255).toFixed(3) + " of row max" +
+        " (step " + y + " " + (t.steps[y] && t.steps[y].a || "-") + " → step " + x + " " + (t.steps[x] && t.steps[x].a || "-") + ")";
     });
     box.appendChild(cv);
     box.appendChild(info);

@@ -1,0 +1,93 @@
+"""What every command shares: exit codes, checks of input and output paths made before any work, the
+"no traces found" explanation, and user-facing error printing (never a traceback for a user error).
+
+Exit codes, the same for every command:
+  0  finished; everything was processed (warnings, e.g. a repaired trace, allowed)
+  1  fatal: nothing or not all was done — missing input, unusable output path, no traces found,
+     model not found, OUTDIR of another run, an internal error
+  2  usage: unknown option, bad option value (printed by the argument parser or by the command)
+  3  finished, but some inputs were rejected (one row each in OUTDIR/errors/)
+"""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+import typer
+from rich.console import Console
+from rich.markup import escape
+
+EXIT_OK, EXIT_FATAL, EXIT_USAGE, EXIT_REJECTED = 0, 1, 2, 3
+EXIT_CODES_HELP = ("Exit codes: 0 done (warnings allowed); 1 fatal (missing input, unusable output path, no traces "
+                   "found, model not found); 2 usage error; 3 done but some inputs were rejected (OUTDIR/errors/).")
+
+console = Console(stderr=True)
+
+
+def fail(message: str, code: int = EXIT_FATAL) -> typer.Exit:
+    """Print one `error:` line (paths stay copyable: no wrapping) and return the Exit to raise."""
+    console.print(f"[red]error:[/] {escape(message)}", soft_wrap=True)
+    return typer.Exit(code)
+
+
+def usage(message: str) -> typer.Exit:
+    return fail(message, EXIT_USAGE)
+
+
+def check_inputs(inputs: list[str]) -> None:
+    """Every input path must exist (a missing input is fatal, before anything is written)."""
+    missing = [p for p in inputs if not os.path.lexists(p)]
+    if missing:
+        raise fail(f"input not found: {', '.join(missing)}")
+
+
+def check_outdir(out: Path) -> None:
+    """OUTDIR may exist (as a folder) or not (it is created, parents too); a file or an unwritable place is fatal."""
+    if out.exists() and not out.is_dir():
+        raise fail(f"output directory {out} exists and is not a directory")
+    anc = out
+    while not anc.exists():
+        anc = anc.parent
+    if not anc.is_dir():
+        raise fail(f"cannot create output directory {out}: {anc} is not a directory")
+    if not os.access(anc, os.W_OK | os.X_OK):
+        raise fail(f"cannot write to {anc} (permission denied), so {out} cannot be written")
+
+
+def check_out_file(out: Path) -> None:
+    """An output FILE: its folder must already exist (never created silently) and it must not be a folder."""
+    if out.is_dir():
+        raise fail(f"output {out} is a directory; give a file name")
+    parent = out.parent if str(out.parent) else Path(".")
+    if not parent.is_dir():
+        raise fail(f"output folder {parent} does not exist (it is not created for you): create it or choose "
+                   f"another path")
+    if not os.access(parent, os.W_OK | os.X_OK):
+        raise fail(f"cannot write to {parent} (permission denied)")
+
+
+def _listing(paths: list[str], n: int = 5) -> str:
+    shown = ", ".join(paths[:n])
+    return shown + (f", … ({len(paths) - n} more)" if len(paths) > n else "")
+
+
+def no_traces_message(inputs: list[str], rejected: dict[str, int] | None = None) -> str:
+    """What was looked at, skipped and rejected, for 'no traces found' (exit 1)."""
+    from ..ingest.sources import expand
+
+    skipped: list[str] = []
+    errors: list[dict] = []
+    files = list(expand(list(inputs), errors.append, skipped))
+    parts = [f"no usable traces in {', '.join(inputs)}: looked at {len(files)} data file(s)"
+             + (f" ({_listing(files)})" if files else "")]
+    if skipped:
+        parts.append(f"skipped {len(skipped)} file(s) whose names do not end in .json/.jsonl/.ndjson/.parquet "
+                     f"(optionally .gz): {_listing(skipped)}")
+    if rejected:
+        parts.append("rejected: " + ", ".join(f"{k} x{v}" for k, v in sorted(rejected.items()))
+                     + " (see OUTDIR/errors/)")
+    if files and not rejected:
+        parts.append("every file was read but held no traces")
+    parts.append("supported formats: `masprism-batch ingest --help`")
+    return "; ".join(parts)

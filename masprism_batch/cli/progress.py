@@ -1,0 +1,102 @@
+"""Progress of `attribute` / `run` / `eval` / `demo` when stderr is not a terminal (a log file, CI, nohup).
+
+On a terminal the driver's tqdm bar is shown as before. Without one, tqdm draws nothing, and finished packs
+can be minutes apart, so a timer logs one line every `interval` seconds instead:
+
+    progress: 120/2,000 traces (6.0%), 0.41 traces/s, 1,850 tokens/s, elapsed 4m53s, ETA 1h16m
+
+`heartbeat(interval)` swaps the bar class the run driver (`masprism_batch.pipelines.driver`) creates for the
+duration of one command; the driver itself is unchanged (it calls `tqdm(total=..., disable=...)`, `update(n)`,
+`set_postfix_str("<n> tok/s")` and `close()`).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import logging
+import re
+import sys
+import threading
+import time
+from collections.abc import Iterator
+
+from tqdm import tqdm
+
+log = logging.getLogger("masprism_batch.progress")
+DEFAULT_INTERVAL = 30.0
+_TOKS = re.compile(r"([\d,]+(?:\.\d+)?) tok/s")
+
+
+def _dur(s: float) -> str:
+    s = int(round(s))
+    h, m, sec = s // 3600, s % 3600 // 60, s % 60
+    return f"{h}h{m:02d}m" if h else f"{m}m{sec:02d}s" if m else f"{sec}s"
+
+
+def progress_line(done: int, total: int | None, elapsed: float, tokens_per_s: float | None) -> str:
+    rate = done / elapsed if elapsed > 0 else 0.0
+    parts = [f"{done:,}/{total:,} traces ({100 * done / total:.1f}%)" if total else f"{done:,} traces",
+             f"{rate:.2f} traces/s"]
+    if tokens_per_s is not None:
+        parts.append(f"{tokens_per_s:,.0f} tokens/s")
+    parts.append(f"elapsed {_dur(elapsed)}")
+    if total:
+        parts.append(f"ETA {_dur((total - done) / rate)}" if rate > 0 and done < total else
+                     "ETA -" if done < total else "done")
+    return "progress: " + ", ".join(parts)
+
+
+class HeartbeatBar(tqdm):
+    """tqdm that, when stderr is not a terminal, logs `progress_line` every `interval` seconds from a timer."""
+
+    interval = DEFAULT_INTERVAL
+
+    def __init__(self, *args, **kwargs):
+        self._hb_done, self._hb_toks = 0, None
+        self._hb_total = kwargs.get("total")
+        want = kwargs.get("disable")
+        tty = bool(getattr(sys.stderr, "isatty", lambda: False)())
+        self._hb_on = want is None and not tty and self.interval > 0  # None: "auto" = a bar only on a terminal
+        self._hb_t0 = time.perf_counter()
+        self._hb_stop = threading.Event()
+        super().__init__(*args, **kwargs)
+        if self._hb_on:
+            log.info("%s", progress_line(0, self._hb_total, 0.0, None))
+            self._hb_thread = threading.Thread(target=self._beat, name="progress-heartbeat", daemon=True)
+            self._hb_thread.start()
+
+    def _beat(self) -> None:
+        while not self._hb_stop.wait(self.interval):
+            log.info("%s", progress_line(self._hb_done, self._hb_total, time.perf_counter() - self._hb_t0,
+                                         self._hb_toks))
+
+    def update(self, n=1):
+        self._hb_done += n or 0
+        return super().update(n)
+
+    def set_postfix_str(self, s="", refresh=True):
+        m = _TOKS.search(s or "")
+        if m:
+            self._hb_toks = float(m.group(1).replace(",", ""))
+        return super().set_postfix_str(s, refresh)
+
+    def close(self):
+        if getattr(self, "_hb_on", False) and not self._hb_stop.is_set():
+            self._hb_stop.set()
+            log.info("%s", progress_line(self._hb_done, self._hb_total, time.perf_counter() - self._hb_t0,
+                                         self._hb_toks))
+        return super().close()
+
+
+@contextlib.contextmanager
+def heartbeat(interval: float = DEFAULT_INTERVAL) -> Iterator[None]:
+    """Within the block, run drivers report progress every `interval` s when stderr is not a terminal."""
+    from masprism_batch.pipelines import driver
+
+    bar = type("HeartbeatBar", (HeartbeatBar,), {"interval": float(interval)})
+    old = driver.tqdm
+    driver.tqdm = bar
+    try:
+        yield
+    finally:
+        driver.tqdm = old
