@@ -1,0 +1,63 @@
+"""Progress without a terminal: a line every --progress-interval seconds with done/total, tokens/s and ETA."""
+
+from __future__ import annotations
+
+import logging
+import time
+from pathlib import Path
+
+from typer.testing import CliRunner
+
+from masprism_batch.cli import EXIT_OK, app
+from masprism_batch.cli.progress import heartbeat, progress_line
+
+FORMATS = Path(__file__).resolve().parents[1] / "data" / "formats"
+
+
+def test_progress_line():
+    assert progress_line(120, 2000, 293.0, 1850.4) == (
+        "progress: 120/2,000 traces (6.0%), 0.41 traces/s, 1,850 tokens/s, elapsed 4m53s, ETA 1h16m")
+    assert progress_line(0, 10, 0.0, None) == "progress: 0/10 traces (0.0%), 0.00 traces/s, elapsed 0s, ETA -"
+    assert progress_line(10, 10, 5.0, 3.0).endswith("elapsed 5s, done")
+
+
+def test_heartbeat_logs_on_a_timer_without_a_terminal(caplog):
+    from masprism_batch.pipelines import driver
+
+    caplog.set_level(logging.INFO, logger="masprism_batch.progress")
+    original = driver.tqdm
+    with heartbeat(0.05):
+        bar = driver.tqdm(total=10, unit="trace", disable=None)  # what the run driver creates
+        bar.update(3)
+        bar.set_postfix_str("1,234 tok/s", refresh=False)
+        time.sleep(0.3)  # no update for a while: lines keep coming
+        bar.close()
+    assert driver.tqdm is original
+    lines = [r.getMessage() for r in caplog.records if r.name == "masprism_batch.progress"]
+    assert len(lines) >= 3 and lines[0].startswith("progress: 0/10 traces")
+    assert any("3/10 traces (30.0%)" in x and "1,234 tokens/s" in x and "ETA" in x for x in lines)
+
+
+def test_heartbeat_is_silent_when_progress_is_off(caplog):
+    from masprism_batch.pipelines import driver
+
+    caplog.set_level(logging.INFO, logger="masprism_batch.progress")
+    with heartbeat(0.01):
+        bar = driver.tqdm(total=5, disable=True)
+        bar.update(5)
+        time.sleep(0.05)
+        bar.close()
+    with heartbeat(0):
+        bar = driver.tqdm(total=5, disable=None)
+        bar.close()
+    assert not [r for r in caplog.records if r.name == "masprism_batch.progress"]
+
+
+def test_attribute_logs_progress_lines(tmp_path, caplog):
+    caplog.set_level(logging.INFO, logger="masprism_batch.progress")
+    res = CliRunner().invoke(app, ["attribute", str(FORMATS), "-o", str(tmp_path / "A"), "--model", "tiny-random",
+                                   "--progress-interval", "0.2"])
+    assert res.exit_code == EXIT_OK, res.output
+    lines = [r.getMessage() for r in caplog.records if r.name == "masprism_batch.progress"]
+    assert lines[0] == "progress: 0/10 traces (0.0%), 0.00 traces/s, elapsed 0s, ETA -"
+    assert "10/10 traces (100.0%)" in lines[-1] and "tokens/s" in lines[-1] and lines[-1].endswith("done")
