@@ -84,3 +84,15 @@ def latest_per_trace(attr: pa.Table) -> tuple[pa.Table, set[str]]:
     log.warning("%d duplicate attribution rows (same trace id): keeping the latest of each",
                 attr.num_rows - len(keep))
     return srt.take(keep), dups
+
+
+def committed_shards(outdir: Path) -> dict[str, dict[str, Any]]:
+    """Manifest entries of a `run`/`attribute` OUTDIR (empty for other layouts): what each committed shard
+    holds and when it was committed, for the work of invocations that never wrote run.json."""
+    if not (Path(outdir) / io.MANIFEST_DIR).is_dir():
+        return {}
+    try:
+        return io.ShardStore(outdir).committed()
+    except (OSError, ValueError) as exc:
+        log.warning("manifest of %s unreadable (%s): killed invocations not counted", outdir, exc)
+        return {}

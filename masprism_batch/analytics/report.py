@@ -141,9 +141,10 @@ def _overview(stats, attr, errors) -> str:
               r["tokens_per_s"]] for r in tp[-48:]]))
     runs = stats["runs"].to_pylist()
     if runs:
-        parts.append("<h3>Runs (run.json)</h3>" + svg.table(
-            ["#", "started", "engine", "model", "traces", "tokens", "seconds", "traces/s", "tokens/s"],
-            [[r["run_index"], r["started_at"], r["engine"], r["model_id"], r["traces"], r["tokens"], r["seconds"],
+        parts.append("<h3>Runs (run.json; killed invocations from the committed shards)</h3>" + svg.table(
+            ["#", "started (UTC)", "status", "engine", "model", "traces", "tokens", "seconds", "traces/s", "tokens/s"],
+            [[r["run_index"], r["started_at"].strftime("%Y-%m-%d %H:%M:%S") if r["started_at"] else None,
+              r.get("status"), r["engine"], r["model_id"], r["traces"], r["tokens"], r["seconds"],
               r["traces_per_s"], r["tokens_per_s"]] for r in runs[-20:]]))
     if errors.num_rows:
         parts.append(_errors_panel(errors))

@@ -61,7 +61,7 @@ def compute_stats(outdir: Path | str, failure_words: tuple[str, ...] | None = No
     log.info("stats over %d attributed traces in %s", attr.num_rows, outdir)
     out = {"blamed_agents": blamed_agents(attr), "blamed_by_day": blamed_by_day(attr),
            "step_position": step_position(attr), "throughput": throughput(attr),
-           "runs": runs(load.run_records(outdir), previous_runs(outdir))}
+           "runs": runs(load.run_records(outdir), previous_runs(outdir), load.committed_shards(outdir))}
     out["nll_by_agent"] = nll_by_agent(attr, load.read(
         outdir, "step_scores", columns=["trace_id", "step", "agent", "nll_pass1", "nll_pass2", "rank"]), dups)
     out["symptom_words"], out["accuracy"] = _trace_pass(outdir, attr, failure_words or MethodConfig().failure_words)

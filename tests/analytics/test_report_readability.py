@@ -12,8 +12,7 @@ import pyarrow.parquet as pq
 import pytest
 from analytics_synth import random_specs, write_outdir
 
-from masprism_batch.analytics import AnalyticsInputError, build_report, compute_stats
-from masprism_batch.analytics import insample
+from masprism_batch.analytics import AnalyticsInputError, build_report, compute_stats, insample
 from masprism_batch.analytics.insample import InSample, fitted_prefixes
 
 
