@@ -7,7 +7,7 @@ commit 879fa94) before it was removed for not beating the reference; the cpp bac
 reference, so a new run measures only torch and eager.
 
     python benchmarks/bench_nll.py                 # CPU grid -> results/nll.csv
-    python benchmarks/bench_nll.py --gpu           # CUDA: triton kernel vs eager, do_bench
+    python benchmarks/bench_nll.py --gpu [--dtypes bf16 fp32]   # CUDA: triton vs eager, do_bench -> results/nll_gpu.csv
 """
 
 from __future__ import annotations
@@ -72,23 +72,38 @@ def cpu_cases(threads: int, models, Ts, impls) -> list[dict]:
     return cases
 
 
-def _gpu_rows(model: str, T: int) -> None:
+def _gpu_rows(model: str, T: int, dtype_name: str) -> list[dict]:
     import torch
     import triton
+    from gpu_benchlib import gpu_row
     from masprism_batch.kernels import nll as tk
 
-    h, w, t = inputs(model, T, "cuda", torch.bfloat16)
+    dtype = {"bf16": torch.bfloat16, "fp16": torch.float16, "fp32": torch.float32}[dtype_name]
+    h, w, t = inputs(model, T, "cuda", dtype)
     flops = 2 * T * MODELS[model]["vocab"] * MODELS[model]["hidden"]
-    for name, fn in {"triton": lambda: tk.token_nll(h, w, t), "eager": lambda: eager_nll(h, w, t)}.items():
+    rows = []
+    fns = {"triton": lambda: tk.token_nll(h, w, t)}
+    if 2 * T * MODELS[model]["vocab"] * 4 <= EAGER_LIMIT:
+        fns["eager"] = lambda: eager_nll(h, w, t)
+    for name, fn in fns.items():
         ms = triton.testing.do_bench(fn)
-        print(f"{model:<14}{T:>7} {name:<10}{ms:9.3f}{flops / ms / 1e9:9.1f}")
+        rows.append(gpu_row("nll", "token_nll", name, model, T, dtype_name, ms, flops))
+        r = rows[-1]
+        print(f"{model:<14}{T:>7} {dtype_name:<5} {name:<10}{ms:9.3f}{r['tflops']:9.1f}{r['mfu'] or float('nan'):7.1%}")
+    return rows
 
 
-def gpu_main() -> None:
-    print(f"{'model':<14}{'T':>7} {'impl':<10}{'ms':>9}{'TFLOP/s':>9}")
-    for model in MODELS:
-        for T in (1024, 4096, 16384, 32768):
-            _gpu_rows(model, T)
+def gpu_main(models, Ts, dtypes, out: Path) -> None:
+    import torch
+    from gpu_benchlib import append_rows
+
+    print(f"# {torch.cuda.get_device_name()}")
+    print(f"{'model':<14}{'T':>7} {'dtype':<5} {'impl':<10}{'ms':>9}{'TFLOP/s':>9}{'MFU':>7}")
+    for dtype_name in dtypes:
+        for model in models:
+            for T in Ts:
+                append_rows(out, _gpu_rows(model, T, dtype_name))
+                torch.cuda.empty_cache()
 
 
 def main() -> None:
@@ -99,14 +114,16 @@ def main() -> None:
     ap.add_argument("--models", nargs="+", default=list(MODELS))
     ap.add_argument("--T", nargs="+", type=int, default=[1024, 2048, 4096, 8192])
     ap.add_argument("--impls", nargs="+", default=["torch", "eager"])
-    ap.add_argument("--out", type=Path, default=RESULTS / "nll.csv")
+    ap.add_argument("--dtypes", nargs="+", default=["bf16"], choices=["bf16", "fp16", "fp32"], help="--gpu only")
+    ap.add_argument("--out", type=Path, default=None, help="CSV (default results/nll.csv, with --gpu results/nll_gpu.csv)")
     args = ap.parse_args()
     if args.worker:
         worker(json.loads(args.worker))
         return
     if args.gpu:
-        gpu_main()
+        gpu_main(args.models, args.T, args.dtypes, args.out or RESULTS / "nll_gpu.csv")
         return
+    args.out = args.out or RESULTS / "nll.csv"
     rows = run_cases(__file__, cpu_cases(args.threads, args.models, args.T, args.impls), args.out)
     print_table(rows)
 

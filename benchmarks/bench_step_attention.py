@@ -7,7 +7,8 @@ signals). Shapes of SmolLM2-135M and Qwen3-0.6B attention, random inputs, one se
 steps of ~80 tokens.
 
     python benchmarks/bench_step_attention.py                       # CPU grid -> results/step_attention.csv
-    python benchmarks/bench_step_attention.py --gpu                 # CUDA: triton vs sdpa/eager, do_bench
+    python benchmarks/bench_step_attention.py --gpu [--dtypes bf16 fp32] [--T 1024 8192]
+        # CUDA: triton fwd / mass / both vs sdpa (and eager where it fits), do_bench; rows -> results/step_attention_gpu.csv
 """
 
 from __future__ import annotations
@@ -99,12 +100,14 @@ def cpu_cases(threads: int, models, Ts, impls) -> list[dict]:
     return cases
 
 
-def _gpu_rows(model: str, T: int) -> None:
+def _gpu_rows(model: str, T: int, dtype_name: str) -> list[dict]:
     import torch
     import triton
+    from gpu_benchlib import gpu_row
     from masprism_batch.kernels import step_attention as tk
 
-    q, k, v, cu, sid, n, scale = inputs(model, T, "cuda", torch.bfloat16)
+    dtype = {"bf16": torch.bfloat16, "fp16": torch.float16, "fp32": torch.float32}[dtype_name]
+    q, k, v, cu, sid, n, scale = inputs(model, T, "cuda", dtype)
     m = MODELS[model]
     fwd_flops = 4 * m["hq"] * m["d"] * T * T / 2  # causal QK^T + PV
     _, lse = tk.attention_lse(q, k, v, cu, scale)
@@ -114,17 +117,29 @@ def _gpu_rows(model: str, T: int) -> None:
         "triton_both": (lambda: tk.step_attention(q, k, v, cu, sid, n, scale), 1.5 * fwd_flops),
         "sdpa": (lambda: sdpa(q, k, v, scale), fwd_flops),
     }
+    if 2 * m["hq"] * T * T * 4 <= EAGER_LIMIT:  # what HF eager + output_attentions costs
+        benches["eager"] = (lambda: eager_step_attention(q, k, v, cu, sid, n, scale), 1.5 * fwd_flops)
+    rows = []
     for name, (fn, flops) in benches.items():
         ms = triton.testing.do_bench(fn)
-        print(f"{model:<14}{T:>7} {name:<14}{ms:9.3f}{flops / ms / 1e9:9.1f}")
+        rows.append(gpu_row("step_attention", "step_attention", name, model, T, dtype_name, ms, flops))
+        r = rows[-1]
+        print(f"{model:<14}{T:>7} {dtype_name:<5} {name:<14}{ms:9.3f}{r['tflops']:9.1f}{r['mfu'] or float('nan'):7.1%}")
+    return rows
 
 
-def gpu_main() -> None:
-    """CUDA: each kernel alone with triton.testing.do_bench, bf16 inputs; prints one table."""
-    print(f"{'model':<14}{'T':>7} {'impl':<14}{'ms':>9}{'TFLOP/s':>9}")
-    for model in MODELS:
-        for T in (1024, 2048, 4096, 8192, 16384, 32768):
-            _gpu_rows(model, T)
+def gpu_main(models, Ts, dtypes, out: Path) -> None:
+    """CUDA: each kernel alone with triton.testing.do_bench; prints one table, appends tidy rows to `out`."""
+    import torch
+    from gpu_benchlib import append_rows
+
+    print(f"# {torch.cuda.get_device_name()}")
+    print(f"{'model':<14}{'T':>7} {'dtype':<5} {'impl':<14}{'ms':>9}{'TFLOP/s':>9}{'MFU':>7}")
+    for dtype_name in dtypes:
+        for model in models:
+            for T in Ts:
+                append_rows(out, _gpu_rows(model, T, dtype_name))
+                torch.cuda.empty_cache()
 
 
 def main() -> None:
@@ -138,14 +153,17 @@ def main() -> None:
     ap.add_argument("--T", nargs="+", type=int, default=[1024, 2048, 4096, 8192, 16384, 32768])
     ap.add_argument("--max-T-qwen", type=int, default=16384, help="CPU time budget: Qwen3 shapes up to this T")
     ap.add_argument("--impls", nargs="+", default=["cpp", "torch", "eager", "sdpa"])
-    ap.add_argument("--out", type=Path, default=RESULTS / "step_attention.csv")
+    ap.add_argument("--dtypes", nargs="+", default=["bf16"], choices=["bf16", "fp16", "fp32"], help="--gpu only")
+    ap.add_argument("--out", type=Path, default=None,
+                    help="CSV (default results/step_attention.csv, with --gpu results/step_attention_gpu.csv)")
     args = ap.parse_args()
     if args.worker:
         worker(json.loads(args.worker))
         return
     if args.gpu:
-        gpu_main()
+        gpu_main(args.models, args.T, args.dtypes, args.out or RESULTS / "step_attention_gpu.csv")
         return
+    args.out = args.out or RESULTS / "step_attention.csv"
     cases = [c for c in cpu_cases(args.threads, args.models, args.T, args.impls)
              if not (c["model"] == "qwen3-0.6b" and c["T"] > args.max_T_qwen)]
     rows = run_cases(__file__, cases, args.out)

@@ -115,7 +115,7 @@ def test_triton_per_head_mass_matches_oracle(kernels, lengths, hq, hk, d):
     torch.testing.assert_close(got[2].mean(1), mean, rtol=1e-5, atol=1e-5)
 
 
-# ---- fp16 at Qwen3-0.6B shapes ---------------------------------------------------------------------------
+# ---- fp16 (bf16 on a GPU) at Qwen3-0.6B shapes ---------------------------------------------------------------------------
 # Tolerance rule (flash-attention's): the kernel's error against the fp64 oracle (computed on the same
 # fp16-rounded inputs) must be at most 2x the error of a plain PyTorch implementation run in fp16 on those
 # inputs, plus a floor of one fp16 rounding of the output (2^-11 relative) for the cases where plain fp16
@@ -123,27 +123,29 @@ def test_triton_per_head_mass_matches_oracle(kernels, lengths, hq, hk, d):
 # scale or accumulation dtype does not. bf16 is NOT checked numerically here: the interpreter's bf16 dot is
 # wrong (triton-lang/triton#11584); bf16 is covered by the AOT compile test only, and by gpu_smoke.sh on a GPU.
 QWEN3 = dict(hq=16, hk=8, d=128, hidden=1024, vocab=151_936)
-FP16_EPS = 2.0 ** -11
+# unit roundoff of the output dtype: the floor of the bound. bf16 runs only on a GPU (gpu_smoke.sh).
+EPS = {torch.float16: 2.0 ** -11, torch.bfloat16: 2.0 ** -8}
+LOW_DTYPES = [torch.float16] + ([torch.bfloat16] if DEVICE == "cuda" else [])
 
 
-def _plain_fp16_attention(c):
-    """Eager attention in fp16 on the fp16 inputs: scores, softmax, P@V, LSE and mass all in fp16."""
+def _plain_lowp_attention(c):
+    """Eager attention in the inputs' 16-bit dtype: scores, softmax, P@V, LSE and mass all in that dtype."""
     q, k, v = c.q.cpu(), c.k.cpu(), c.v.cpu()
     groups = q.shape[1] // k.shape[1]
     k, v = k.repeat_interleave(groups, 1), v.repeat_interleave(groups, 1)
     bounds, n_steps = c.cu_seqlens.tolist(), c.n_steps.tolist()
     o = torch.zeros_like(q)
-    lse = torch.zeros(q.shape[1], q.shape[0], dtype=torch.float16)
-    mass = torch.zeros(len(n_steps), max(n_steps), max(n_steps), dtype=torch.float16)
+    lse = torch.zeros(q.shape[1], q.shape[0], dtype=q.dtype)
+    mass = torch.zeros(len(n_steps), max(n_steps), max(n_steps), dtype=q.dtype)
     for b, (s, e) in enumerate(zip(bounds[:-1], bounds[1:], strict=True)):
-        scores = torch.einsum("thd,uhd->htu", q[s:e], k[s:e]) * torch.tensor(c.scale, dtype=torch.float16)
+        scores = torch.einsum("thd,uhd->htu", q[s:e], k[s:e]) * torch.tensor(c.scale, dtype=q.dtype)
         scores.masked_fill_(torch.ones(e - s, e - s, dtype=torch.bool).triu(1), float("-inf"))
         lse[:, s:e] = torch.logsumexp(scores, -1)
         p = torch.softmax(scores, -1)
         o[s:e] = torch.einsum("htu,uhd->thd", p, v[s:e])
         n = n_steps[b]
         sid = c.step_ids[s:e].cpu().long()
-        onehot = torch.zeros(e - s, n, dtype=torch.float16)
+        onehot = torch.zeros(e - s, n, dtype=q.dtype)
         keep = sid >= 0
         onehot[keep.nonzero()[:, 0], sid[keep]] = 1.0
         mass[b, :n, :n] = onehot.T @ p.mean(0) @ onehot
@@ -157,28 +159,30 @@ def _err(got, want, rows=None):
     return float((got - want).abs().max())
 
 
-def test_triton_fp16_qwen3_shapes_within_2x_plain_fp16(kernels):
+@pytest.mark.parametrize("dtype", LOW_DTYPES)
+def test_triton_16bit_qwen3_shapes_within_2x_plain(kernels, dtype):
     from signals_oracle import dense_step_attention
 
     # 200 tokens = two 128-row query blocks, the second with unmasked key tiles; ragged pack with a 1-token sequence
-    c = make_attn_case([200, 47, 1], QWEN3["hq"], QWEN3["hk"], QWEN3["d"], torch.float16, new_seed(),
+    c = make_attn_case([200, 47, 1], QWEN3["hq"], QWEN3["hk"], QWEN3["d"], dtype, new_seed(),
                        "ragged", device=DEVICE)
     out = poisoned_attn_out(c)
     got = signals.step_attention(c.q, c.k, c.v, c.cu_seqlens, c.step_ids, c.n_steps, c.scale, backend="triton",
                                  out=out)
     o64, lse64, mass64 = dense_step_attention(c)
-    plain = _plain_fp16_attention(c)
+    plain = _plain_lowp_attention(c)
     rows = mass64.sum(-1, keepdim=True).clamp_min(1.0)
     for name, g, p, want, r, scale in (("o", got[0], plain[0], o64, None, float(o64.abs().max())),
                                        ("lse", got[1], plain[1], lse64, None, float(lse64.abs().max())),
                                        ("mass", got[2], plain[2], mass64, rows, 1.0)):
         assert not bool(torch.isnan(g).any()), f"{name}: nan left in the output ({c.desc})"
         e_kernel, e_plain = _err(g, want, r), _err(p, want, r)
-        bound = 2 * e_plain + FP16_EPS * scale
-        assert e_kernel <= bound, f"{name}: err {e_kernel:.3e} > 2 x plain fp16 {e_plain:.3e} + floor ({c.desc})"
+        bound = 2 * e_plain + EPS[dtype] * scale
+        assert e_kernel <= bound, f"{name}: err {e_kernel:.3e} > 2 x plain {dtype} {e_plain:.3e} + floor ({c.desc})"
 
 
-def test_triton_fp16_nll_qwen3_vocab(kernels):
+@pytest.mark.parametrize("dtype", LOW_DTYPES)
+def test_triton_16bit_nll_qwen3_vocab(kernels, dtype):
     """Qwen3-0.6B's vocabulary V = 151,936 (1,187 online-LSE rescales per token at BLOCK_V = 128) at a reduced
     T = 37 and a reduced hidden size d = 200 (odd against every BLOCK_D: the masked tail). The interpreter
     gathers every loaded element with numpy: Qwen3's d = 1,024 costs ~100 s here, d = 200 a few seconds; the
@@ -187,19 +191,19 @@ def test_triton_fp16_nll_qwen3_vocab(kernels):
     sizes themselves are compile-checked by tests/kernels/test_aot_compile.py."""
     seed = new_seed()
     T, d = 37, 200 if DEVICE == "cpu" else QWEN3["hidden"]
-    hidden, weight, targets = make_nll_case(T, d, QWEN3["vocab"], torch.float16, seed, device=DEVICE)
+    hidden, weight, targets = make_nll_case(T, d, QWEN3["vocab"], dtype, seed, device=DEVICE)
     weight = weight / 4  # logits of O(5), as an LM head gives; the oracle sees the same fp16 values
     out = torch.full((T,), float("nan"), device=DEVICE)
     cfg = dict(BLOCK_T=64, BLOCK_V=1024, BLOCK_D=256) if DEVICE == "cpu" else None
     got = kernels[1].token_nll(hidden, weight, targets, out=out, config=cfg)
     assert got is out
     want = dense_nll(hidden, weight, targets)
-    logits16 = hidden.cpu() @ weight.cpu().T  # plain fp16: logits, logsumexp and the pick in fp16
+    logits16 = hidden.cpu() @ weight.cpu().T  # plain 16-bit: logits, logsumexp and the pick in that dtype
     t = targets.cpu().long()
     plain = torch.logsumexp(logits16, -1) - logits16.gather(1, t.clamp_min(0)[:, None])[:, 0]
     plain = torch.where(t == -100, torch.full_like(plain, float("nan")), plain)
     ok = ~torch.isnan(want)
     assert torch.equal(torch.isnan(got.cpu()), ~ok), f"nan pattern differs (seed={seed})"
     e_kernel, e_plain = _err(got[ok], want[ok]), _err(plain[ok], want[ok])
-    bound = 2 * e_plain + FP16_EPS * float(want[ok].abs().max())
-    assert e_kernel <= bound, f"nll: err {e_kernel:.3e} > 2 x plain fp16 {e_plain:.3e} + floor (seed={seed})"
+    bound = 2 * e_plain + EPS[dtype] * float(want[ok].abs().max())
+    assert e_kernel <= bound, f"nll: err {e_kernel:.3e} > 2 x plain {dtype} {e_plain:.3e} + floor (seed={seed})"

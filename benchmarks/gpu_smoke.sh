@@ -1,0 +1,163 @@
+#!/usr/bin/env bash
+# GPU runbook: the first run of this project on a CUDA machine, in one command.
+#
+#   bash benchmarks/gpu_smoke.sh [--dry-run] [--quick] [--out DIR] [--wheelhouse DIR] [--peak-tflops N]
+#
+# What it runs (each step logged to OUT/<step>.log, rc in OUT/steps.tsv; a failed step does not stop the rest):
+#   env      nvidia-smi, torch / triton / CUDA versions, compute capability          -> OUT/env.txt
+#   aot      pytest tests/kernels: AOT compile for sm_80/sm_90 (smem, spills) + dispatch on CUDA
+#   triton   pytest tests/signals/test_triton.py on the GPU: the kernels compiled for this device vs the
+#            fp64 oracle in fp32, fp16 AND bf16 (bf16 numerics are checked nowhere else: the CPU interpreter's
+#            bf16 dot is wrong), Qwen3-0.6B shapes, ragged packs, per-head mass
+#   kernels  bench_step_attention.py --gpu and bench_nll.py --gpu in bf16 and fp32 (triton vs SDPA / eager,
+#            do_bench; ms, TFLOP/s, MFU)                                             -> OUT/{step_attention,nll}_gpu.csv
+#   prefill  bench_prefill.py --gpu: whole two-pass prefill, tokens/s, TFLOP/s, MFU vs SDPA and eager on
+#            SmolLM2-135M and Qwen3-0.6B shapes with random weights (needs transformers) -> OUT/prefill_gpu.txt
+#
+# Offline machines (torch + triton present, nothing installable from the network):
+#   - aot, triton and kernels need only torch, triton and pytest. If masprism_batch is not pip-installed, the
+#     script imports it from a shadow tree of symlinks (OUT/pyroot: masprism_batch/ plus kernels/ and
+#     pipelines/ mapped as subpackages, like pyproject's package-dir), so nothing is written into the repo.
+#   - prefill also needs the runtime's hard dependencies (transformers, pydantic, ...). Bring them as wheels:
+#       on a connected machine with the same Python and platform:
+#         pip download -d wheelhouse --only-binary=:all: transformers tokenizers safetensors gguf accelerate \
+#             pyarrow numpy pydantic typer rich tqdm psutil pytest
+#       then here: bash benchmarks/gpu_smoke.sh --wheelhouse wheelhouse
+#     (installed with pip --no-index --find-links: never the network). Without them the step is skipped,
+#     with the missing module named.
+# --dry-run works on any machine (CPU included): it checks the environment and the scripts, and prints every
+# command it would run on a GPU, running none of them. No GPU timing exists for this project yet; the first
+# run of this script produces it.
+set -uo pipefail
+cd "$(dirname "$0")/.."
+ROOT=$(pwd)
+PY=${PYTHON:-python}
+DRY=0
+QUICK=0
+OUT=""
+WHEELHOUSE=${MASPRISM_WHEELHOUSE:-}
+PEAK=""
+while [ $# -gt 0 ]; do
+  case "$1" in
+    --dry-run) DRY=1 ;;
+    --quick) QUICK=1 ;;
+    --out) OUT=$2; shift ;;
+    --wheelhouse) WHEELHOUSE=$2; shift ;;
+    --peak-tflops) PEAK=$2; shift ;;
+    -h|--help) sed -n '2,36p' "$0"; exit 0 ;;
+    *) echo "unknown argument: $1" >&2; exit 2 ;;
+  esac
+  shift
+done
+OUT=${OUT:-benchmarks/results/gpu_smoke_$(date -u +%Y%m%dT%H%M%SZ)}
+mkdir -p "$OUT"
+OUT=$(cd "$OUT" && pwd)
+: > "$OUT/steps.tsv"
+FAILED=0
+
+say() { echo "[gpu_smoke] $*"; }
+
+if ! "$PY" -c "import torch, triton" 2>/dev/null; then
+  say "torch and triton must be importable with $PY"; exit 2
+fi
+HAS_CUDA=$("$PY" -c "import torch; print(int(torch.cuda.is_available()))")
+if [ "$HAS_CUDA" != 1 ] && [ "$DRY" = 0 ]; then
+  say "no CUDA device visible to torch: nothing to run here (use --dry-run to see the plan)"; exit 2
+fi
+
+# ---- how masprism_batch is imported ----------------------------------------------------------------------
+if "$PY" -c "import masprism_batch.kernels.step_attention" 2>/dev/null; then
+  IMPORT_MODE="installed"
+else
+  IMPORT_MODE="shadow tree $OUT/pyroot (not pip-installed)"
+  mkdir -p "$OUT/pyroot/masprism_batch"
+  for f in "$ROOT"/masprism_batch/*; do ln -sfn "$f" "$OUT/pyroot/masprism_batch/$(basename "$f")"; done
+  ln -sfn "$ROOT/kernels" "$OUT/pyroot/masprism_batch/kernels"
+  ln -sfn "$ROOT/pipelines" "$OUT/pyroot/masprism_batch/pipelines"
+  export PYTHONPATH="$OUT/pyroot${PYTHONPATH:+:$PYTHONPATH}"
+  if ! "$PY" -c "import masprism_batch.kernels.step_attention" 2>"$OUT/import.err"; then
+    say "cannot import masprism_batch.kernels even from the shadow tree:"; cat "$OUT/import.err"; exit 2
+  fi
+fi
+say "masprism_batch: $IMPORT_MODE"
+
+RUNTIME_DEPS="transformers tokenizers safetensors gguf accelerate pyarrow numpy pydantic typer rich tqdm psutil"
+missing_runtime() {
+  "$PY" - <<EOF
+import importlib.util
+mods = "$RUNTIME_DEPS pytest".split()
+print(" ".join(m for m in mods if importlib.util.find_spec(m) is None))
+EOF
+}
+MISSING=$(missing_runtime)
+if [ -n "$MISSING" ] && [ -n "$WHEELHOUSE" ]; then
+  if [ "$DRY" = 1 ]; then
+    say "would install offline from $WHEELHOUSE: $MISSING"
+  else
+    say "installing offline from $WHEELHOUSE: $MISSING"
+    "$PY" -m pip install -q --no-index --find-links "$WHEELHOUSE" $MISSING >"$OUT/wheelhouse.log" 2>&1 \
+      || say "offline install failed (see $OUT/wheelhouse.log)"
+    MISSING=$(missing_runtime)
+  fi
+fi
+HAS_PYTEST=1
+case " $MISSING " in *" pytest "*) HAS_PYTEST=0 ;; esac
+PREFILL_MISSING=$(echo "$MISSING" | tr ' ' '\n' | grep -v '^pytest$' | tr '\n' ' ' | sed 's/ *$//')
+
+# ---- the plan ---------------------------------------------------------------------------------------------
+if [ "$QUICK" = 1 ]; then
+  T_ATT="1024 4096"; T_NLL="1024 4096"
+else
+  T_ATT="1024 2048 4096 8192 16384"; T_NLL="1024 4096 8192"
+fi
+PEAK_ARG=${PEAK:+--peak-tflops $PEAK}
+STEPS=(env aot triton kernels_bf16 kernels_fp32 prefill)
+declare -A CMD SKIP
+CMD[env]="nvidia-smi; $PY -c 'import torch, triton; print(torch.__version__, torch.version.cuda, triton.__version__, torch.cuda.get_device_name(), torch.cuda.get_device_capability())'"
+CMD[aot]="$PY -m pytest -q -p no:cacheprovider tests/kernels"
+CMD[triton]="$PY -m pytest -q -p no:cacheprovider tests/signals/test_triton.py"
+CMD[kernels_bf16]="$PY benchmarks/bench_step_attention.py --gpu --dtypes bf16 --T $T_ATT --out $OUT/step_attention_gpu.csv && $PY benchmarks/bench_nll.py --gpu --dtypes bf16 --T $T_NLL --out $OUT/nll_gpu.csv"
+CMD[kernels_fp32]="$PY benchmarks/bench_step_attention.py --gpu --dtypes fp32 --T 1024 4096 --out $OUT/step_attention_gpu.csv && $PY benchmarks/bench_nll.py --gpu --dtypes fp32 --T 1024 4096 --out $OUT/nll_gpu.csv"
+CMD[prefill]="$PY benchmarks/bench_prefill.py --gpu $PEAK_ARG"
+if [ "$HAS_PYTEST" = 0 ]; then
+  SKIP[aot]="pytest not importable (bring it in the wheelhouse)"; SKIP[triton]=${SKIP[aot]}
+fi
+[ -n "$PREFILL_MISSING" ] && SKIP[prefill]="missing runtime modules: $PREFILL_MISSING (see --wheelhouse)"
+
+# ---- checks that run everywhere, dry run included --------------------------------------------------------
+for f in tests/kernels/test_aot_compile.py tests/signals/test_triton.py benchmarks/bench_step_attention.py \
+         benchmarks/bench_nll.py benchmarks/bench_prefill.py; do
+  [ -f "$f" ] || { say "missing $f"; exit 2; }
+done
+for b in bench_step_attention bench_nll; do
+  "$PY" "benchmarks/$b.py" --help >/dev/null || { say "benchmarks/$b.py --help failed"; exit 2; }
+done
+"$PY" -m py_compile benchmarks/bench_prefill.py || exit 2
+
+run_step() {
+  local name=$1
+  if [ -n "${SKIP[$name]:-}" ]; then
+    say "SKIP $name: ${SKIP[$name]}"; printf '%s\tskipped\t%s\n' "$name" "${SKIP[$name]}" >> "$OUT/steps.tsv"; return
+  fi
+  if [ "$DRY" = 1 ]; then
+    say "[dry-run] $name: ${CMD[$name]}"; printf '%s\tdry-run\t%s\n' "$name" "${CMD[$name]}" >> "$OUT/steps.tsv"; return
+  fi
+  say "RUN $name: ${CMD[$name]}"
+  local t0=$SECONDS
+  bash -c "${CMD[$name]}" > "$OUT/$name.log" 2>&1
+  local rc=$?
+  tail -n 25 "$OUT/$name.log"
+  printf '%s\t%s\t%ss\n' "$name" "$rc" "$((SECONDS - t0))" >> "$OUT/steps.tsv"
+  [ "$rc" = 0 ] || { FAILED=1; say "FAILED $name (rc=$rc), log: $OUT/$name.log"; }
+  if [ "$name" = env ]; then cp "$OUT/env.log" "$OUT/env.txt"; fi
+  if [ "$name" = prefill ]; then cp "$OUT/prefill.log" "$OUT/prefill_gpu.txt"; fi
+}
+
+say "cuda available: $HAS_CUDA; dry run: $DRY; out: $OUT"
+for s in "${STEPS[@]}"; do run_step "$s"; done
+say "steps: $OUT/steps.tsv"
+cat "$OUT/steps.tsv"
+if [ "$DRY" = 1 ]; then
+  say "dry run only: nothing above was executed on a GPU"
+fi
+exit $FAILED
