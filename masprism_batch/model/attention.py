@@ -1,8 +1,14 @@
 """Plain causal attention over a packed varlen batch, for the layers that produce no signal.
 
-GPU: flash-attn's varlen kernel when it is importable (one launch for the whole pack, GQA native).
-Otherwise torch SDPA once per sequence with is_causal: its CPU flash kernel works in blocks, so no
-T x T score matrix is formed either way. (Instrumented layers go through masprism_batch.signals instead.)
+- GPU with flash-attn importable: its varlen kernel, one launch for the whole pack, GQA native.
+- GPU without flash-attn: ONE SDPA call over the pack laid out as [B, H, Lmax, D] (each sequence left-aligned,
+  zero padding after it; is_causal, so a real query never sees a padded key: padding sits after every real
+  key of its row). The scatter/gather indices are built on the device from cu_seqlens (no host sync, no
+  per-sequence Python loop). When padding would more than double the work (one long sequence packed with
+  short ones) it runs SDPA per sequence instead, which is then the cheaper of the two.
+- CPU: torch SDPA once per sequence with is_causal and native GQA: its CPU flash kernel works in blocks, so
+  no T x T score matrix is formed (measured: the fastest CPU path here).
+(Instrumented layers go through masprism_batch.signals instead.)
 """
 
 from __future__ import annotations
@@ -14,6 +20,7 @@ import torch.nn.functional as F
 
 log = logging.getLogger(__name__)
 _SDPA_GQA = tuple(int(x) for x in torch.__version__.split(".")[:2]) >= (2, 5)  # enable_gqa arrived in 2.5
+PAD_WASTE_LIMIT = 2.0  # padded path only while B * Lmax <= this x T
 
 try:  # optional: only on CUDA machines with the gpu extra installed
     from flash_attn import flash_attn_varlen_func as _flash_varlen
@@ -31,9 +38,43 @@ def causal_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, cu_seqle
     if flash_available(q.device) and q.dtype in (torch.float16, torch.bfloat16):
         return _flash_varlen(q, k, v, cu_seqlens, cu_seqlens, max_seqlen, max_seqlen,
                              softmax_scale=scale, causal=True)
+    B = len(bounds) - 1
+    if q.device.type != "cpu" and B > 1 and B * max_seqlen <= PAD_WASTE_LIMIT * q.shape[0]:
+        return sdpa_padded(q, k, v, cu_seqlens, B, max_seqlen, scale)
+    return sdpa_per_sequence(q, k, v, bounds, scale)
+
+
+def _expand_kv(k: torch.Tensor, groups: int, native_gqa: bool, dim: int) -> torch.Tensor:
+    return k if groups == 1 or native_gqa else k.repeat_interleave(groups, dim=dim)
+
+
+def sdpa_padded(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, cu_seqlens: torch.Tensor, B: int,
+                max_seqlen: int, scale: float) -> torch.Tensor:
+    """One SDPA call over the pack padded to [B, H, Lmax, D] (see the module docstring); any device."""
+    T, Hq, D = q.shape
+    Hk = k.shape[1]
+    groups = Hq // Hk
+    cu = cu_seqlens.to(device=q.device, dtype=torch.long)
+    seq = torch.repeat_interleave(torch.arange(B, device=q.device), cu[1:] - cu[:-1], output_size=T)
+    pos = torch.arange(T, device=q.device) - cu[seq]
+
+    def pad(x):
+        out = x.new_zeros(B, max_seqlen, x.shape[1], D)
+        out[seq, pos] = x
+        return out.transpose(1, 2)  # [B, H, Lmax, D]
+
+    # CUDA: expand K/V, because SDPA's fused CUDA kernels refuse enable_gqa in some torch versions and the
+    # math fallback is quadratic; CPU (tests) takes GQA natively.
+    native_gqa = _SDPA_GQA and q.device.type == "cpu" and groups > 1
+    kp, vp = (_expand_kv(pad(x), groups, native_gqa, dim=1) for x in (k, v))
+    kw = {"enable_gqa": True} if native_gqa else {}
+    o = F.scaled_dot_product_attention(pad(q), kp, vp, is_causal=True, scale=scale, **kw)
+    return o.transpose(1, 2)[seq, pos]  # [T, Hq, D], contiguous
+
+
+def sdpa_per_sequence(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, bounds: list[int],
+                      scale: float) -> torch.Tensor:
     groups = q.shape[1] // k.shape[1]
-    # CPU: SDPA's flash kernel takes GQA natively. CUDA without flash-attn: expand K/V, because SDPA's
-    # fused CUDA kernels refuse enable_gqa in some torch versions and the math fallback is quadratic.
     native_gqa = _SDPA_GQA and q.device.type == "cpu" and groups > 1
     o = q.new_empty(q.shape)  # contiguous even when q is a strided view (empty_like would keep its strides)
     for s, e in zip(bounds[:-1], bounds[1:], strict=True):
@@ -42,10 +83,7 @@ def causal_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, cu_seqle
         # 4-D [1, H, L, D] and no mask: the shape SDPA's blockwise CPU flash kernel accepts (3-D inputs fall
         # back to the math path, which forms H x L x L scores).
         qs = q[s:e].transpose(0, 1)[None]
-        ks, vs = k[s:e], v[s:e]
-        if groups > 1 and not native_gqa:
-            ks, vs = ks.repeat_interleave(groups, dim=1), vs.repeat_interleave(groups, dim=1)
-        ks, vs = ks.transpose(0, 1)[None], vs.transpose(0, 1)[None]
+        ks, vs = (_expand_kv(x[s:e], groups, native_gqa, dim=1).transpose(0, 1)[None] for x in (k, v))
         kw = {"enable_gqa": True} if native_gqa else {}
         o[s:e] = F.scaled_dot_product_attention(qs, ks, vs, is_causal=True, scale=scale, **kw)[0].transpose(0, 1)
     return o
