@@ -57,12 +57,39 @@ def _run(inputs: list[str], outdir: Path, cfg, model=None, interval: float = DEF
         return run_local(list(inputs), outdir, cfg, progress=True, model=model)
 
 
-def _stage_subset(inputs: list[str], outdir: Path, keep, limit: int | None) -> list[str]:
-    """Write the selected traces as canonical JSON lines (for --limit / dataset filtering); returns its path."""
+def _stage_subset(inputs: list[str], outdir: Path, keep, limit: int | None, sample: int | None = None,
+                  seed: int = 0) -> list[str]:
+    """Write the selected traces as canonical JSON lines (for --limit / --sample / dataset filtering); returns its
+    path. --limit keeps the first N in input order; --sample N keeps a deterministic sample of N (the smallest
+    hashes of seed + trace id, round-robin over sources so each is represented; memory: N traces per source)."""
+    import hashlib
+    import heapq
+
     from ..ingest import read_inputs
 
     outdir.mkdir(parents=True, exist_ok=True)
     path = outdir / "_selected.jsonl"
+    if sample:
+        heaps: dict[str, list] = {}
+        for t in read_inputs(inputs, on_error=lambda e: None):
+            if not keep(t):
+                continue
+            h = int.from_bytes(hashlib.blake2b(f"{seed}\0{t.trace_id}".encode(), digest_size=8).digest(), "big")
+            heap = heaps.setdefault(t.source or "", [])
+            item = (-h, t.trace_id, json.dumps(t.to_row(), ensure_ascii=False, default=str))
+            if len(heap) < sample:
+                heapq.heappush(heap, item)
+            elif item > heap[0]:
+                heapq.heapreplace(heap, item)
+        queues = [sorted(v, reverse=True) for _, v in sorted(heaps.items())]
+        chosen: list[str] = []
+        while len(chosen) < sample and any(queues):
+            for q in queues:
+                if q and len(chosen) < sample:
+                    chosen.append(q.pop(0)[2])
+        with open(path, "w", encoding="utf-8") as f:
+            f.writelines(line + "\n" for line in chosen)
+        return [str(path)]
     n = 0
     with open(path, "w", encoding="utf-8") as f:
         for t in read_inputs(inputs, on_error=lambda e: None):
@@ -89,20 +116,25 @@ def attribute(
     inputs: list[str] = typer.Argument(..., help="raw trace files/dirs (auto-ingested) or a canonical traces dataset"),
     out: Path = typer.Option(..., "-o", "--out", help="output directory"),
     model: str = ModelOpt, config: str = ConfigOpt, max_context: int = ContextOpt, method: str = MethodOpt,
-    limit: int = typer.Option(None, help="attribute at most N traces"),
+    limit: int = typer.Option(None, min=1, help="attribute the first N traces (input order)"),
+    sample: int = typer.Option(None, "--sample", min=1, help="attribute a deterministic sample of N traces, every "
+                               "source represented (see --seed)"),
+    seed: int = typer.Option(0, "--seed", help="seed of --sample"),
     threads: int = typer.Option(None, help="torch CPU threads"),
     progress_interval: float = IntervalOpt,
     verbose: bool = typer.Option(False, "-v"),
 ):
     setup_logging(verbose)
+    if limit and sample:
+        raise usage("--limit and --sample exclude each other")
     check_inputs(inputs)
     check_outdir(out)
     cfg = _config(config, model, max_context, threads, method)
     loaded = load_model_or_fail(cfg)
     given = list(inputs)
     try:
-        if limit:
-            inputs = _stage_subset(inputs, out / "_input", lambda t: True, limit)
+        if limit or sample:
+            inputs = _stage_subset(inputs, out / "_input", lambda t: True, limit, sample, seed)
         summary = _run(inputs, out, cfg, loaded, progress_interval)
     except (FileNotFoundError, ValueError) as exc:
         raise fail(str(exc)) from None
@@ -173,7 +205,10 @@ def eval_(
     model: str = ModelOpt, config: str = ConfigOpt, max_context: int = ContextOpt, method: str = MethodOpt,
     json_out: Path = typer.Option(None, "--json", help="write the scores as JSON here"),
     out: Path = typer.Option(None, "-o", "--out", help="keep the attribution outputs here (default: temporary)"),
-    limit: int = typer.Option(None, help="score only the first N labelled traces (smoke runs)"),
+    limit: int = typer.Option(None, min=1, help="score only the first N labelled traces (smoke runs)"),
+    sample: int = typer.Option(None, "--sample", min=1, help="score a deterministic sample of N labelled traces, "
+                               "every subset represented (see --seed)"),
+    seed: int = typer.Option(0, "--seed", help="seed of --sample"),
     threads: int = typer.Option(None, help="torch CPU threads"),
     verbose: bool = typer.Option(False, "-v"),
 ):
@@ -185,6 +220,8 @@ def eval_(
     setup_logging(verbose)
     if dataset not in ("who-and-when", "trail"):
         raise usage(f"--dataset must be who-and-when or trail, not {dataset!r}")
+    if limit and sample:
+        raise usage("--limit and --sample exclude each other")
     check_inputs(path)
     if out is not None:
         check_outdir(out)
@@ -194,7 +231,7 @@ def eval_(
     cfg = _config(config, model, max_context, threads, method)
     loaded = load_model_or_fail(cfg)
     outdir = out or Path(tempfile.mkdtemp(prefix="masprism-eval-"))
-    inputs = _stage_subset(path, outdir / "_input", lambda t: dataset_of(t) == dataset, limit)
+    inputs = _stage_subset(path, outdir / "_input", lambda t: dataset_of(t) == dataset, limit, sample, seed)
     try:
         summary = _run(inputs, outdir, cfg, loaded)
     except (FileNotFoundError, ValueError) as exc:
