@@ -19,8 +19,13 @@ MAX_DEPTH = 32  # nested content deeper than this is dumped as JSON, which bound
 def dumps(v: Any) -> str:
     try:
         return json.dumps(v, ensure_ascii=False, default=str)
-    except (TypeError, ValueError, RecursionError):
-        return str(v)
+    except RecursionError:
+        return f"[{type(v).__name__} nested too deeply to show]"
+    except (TypeError, ValueError):
+        try:
+            return str(v)
+        except RecursionError:
+            return f"[{type(v).__name__} nested too deeply to show]"
 
 
 def _part_text(p: Any, depth: int) -> str:
@@ -113,9 +118,9 @@ def question_of(inputs: Any) -> str | None:
                 return inputs[k]
         inputs = inputs.get("messages")
     if isinstance(inputs, list):
+        if inputs and isinstance(inputs[0], list):  # LangChain batches: [[message, ...]] (one level only)
+            inputs = inputs[0]
         for m in inputs:
-            if isinstance(m, list):  # LangChain batches: [[message, ...]]
-                return question_of(m)
             if isinstance(m, dict):
                 kw = m.get("kwargs") if isinstance(m.get("kwargs"), dict) else m
                 role = kw.get("role") or kw.get("type") or m.get("type")

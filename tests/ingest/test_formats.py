@@ -197,3 +197,17 @@ def test_formats_listed_and_whole_folder_ingests(tmp_path):
     rows = read_dataset(tmp_path / "OUT" / "traces").to_pylist()
     assert not any(r["source"].startswith("who-and-when") or r["system"] in ("CaptainAgent", "Magentic-One")
                    for r in rows)
+
+
+@pytest.mark.parametrize("doc", [
+    '[{"name": "a", "role": "user", "content": %s}]' % ("[" * 5000 + '"x"' + "]" * 5000),
+    '{"messages": [{"role": "user", "content": [%s]}]}' % ('{"content": ' * 3000 + '"x"' + "}" * 3000),
+    '{"id": "r", "run_type": "chain", "name": "x", "child_runs": [{"id": "l", "run_type": "tool", "inputs": %s}]}'
+    % ("[" * 3000 + '"x"' + "]" * 3000),
+    '{"id": "t", "observations": [{"id": "o", "type": "GENERATION", "output": %s}]}'
+    % ('{"content": ' * 3000 + '"x"' + "}" * 3000),
+], ids=["ag2", "openai", "langsmith", "langfuse"])
+def test_deeply_nested_content_is_ingested_not_an_internal_error(tmp_path, doc):
+    (tmp_path / "deep.json").write_text(doc)
+    traces, errors = _read(tmp_path / "deep.json")
+    assert errors == [] and len(traces) == 1 and traces[0].steps
