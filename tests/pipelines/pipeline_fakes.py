@@ -73,6 +73,8 @@ class FakeStages(Stages):
         return FakeTokenizer()
 
     def render_len(self, trace, tokenizer, cfg):
+        if trace.question == "CRASH_RENDER" and self.crash:
+            os._exit(13)  # the tokenizer process dies (segfault, OOM kill)
         n = sum(len(tokenizer.encode(f"[Step {s.index}] {s.agent}: {s.content}")) for s in trace.steps)
         return min(n, cfg.render.max_context)
 

@@ -97,6 +97,16 @@ def test_trace_that_kills_its_worker_goes_to_errors(tmp_path, small_cfg, cluster
     assert reasons == {ids[4]: "worker_crashed"} and s.attributed == 8
 
 
+def test_trace_that_kills_its_cpu_stage_worker_goes_to_errors(tmp_path, small_cfg, cluster):
+    """Issue 17: Ray retries a CPU-stage task whose worker died without limit; the ledger bounds it by the same
+    rule as the model stage (twice whole, then trace by trace, a trace that crashed alone -> errors)."""
+    ids = make_corpus(tmp_path / "in", 8, 1, marks={3: "CRASH_RENDER"})
+    s = run_ray([str(tmp_path / "in")], tmp_path / "out", small_cfg(per_shard=8, budget=10_000), workers=1,
+                stages=FakeStages(crash=True), progress=False)
+    reasons = assert_exactly_once(tmp_path / "out", ids)
+    assert reasons == {ids[3]: "worker_crashed"} and s.attributed == 7
+
+
 DRIVER = textwrap.dedent("""
     import sys
     sys.path.insert(0, {tests!r})

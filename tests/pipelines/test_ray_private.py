@@ -1,0 +1,84 @@
+"""Issue 17: the local Ray cluster that `run --engine ray` starts (no --address) is private and stopped.
+
+During the run no process of the driver's tree listens on a non-loopback address; Ray's token authentication
+is on (Ray >= 2.52); after the driver ends none of the Ray processes it started is left."""
+
+import importlib.util
+import ipaddress
+import subprocess
+import sys
+import textwrap
+import time
+from pathlib import Path
+
+import pytest
+from pipeline_fakes import make_corpus
+
+pytest.importorskip("ray", reason="the Ray engine tests need ray[data] (dev extra)")
+psutil = pytest.importorskip("psutil")
+pytestmark = pytest.mark.ray
+
+DRIVER = textwrap.dedent("""
+    import json, os, sys
+    sys.path.insert(0, {tests!r})
+    import ray.cloudpickle, pipeline_fakes
+    from masprism_batch.config import BatchConfig, PipelineConfig
+    from masprism_batch.pipelines import run_ray
+    ray.cloudpickle.register_pickle_by_value(pipeline_fakes)
+    cfg = PipelineConfig(batch=BatchConfig(traces_per_shard=4, token_budget=100))
+    s = run_ray([{inp!r}], {out!r}, cfg, workers=1, num_cpus=2, stages=pipeline_fakes.FakeStages(delay=0.3),
+                progress=False)
+    print("AUTH", os.environ.get("RAY_AUTH_MODE"), json.dumps(s.extra.get("ray_private_cluster")))
+""")
+
+
+def _loopback(ip: str) -> bool:
+    ip = ip.split("%")[0]
+    addr = ipaddress.ip_address(ip)
+    if isinstance(addr, ipaddress.IPv6Address) and addr.ipv4_mapped is not None:
+        addr = addr.ipv4_mapped
+    return addr.is_loopback
+
+
+def test_private_cluster_binds_loopback_and_is_stopped(tmp_path):
+    make_corpus(tmp_path / "in", 16, 2)
+    script = tmp_path / "driver.py"
+    script.write_text(DRIVER.format(tests=str(Path(__file__).parent), inp=str(tmp_path / "in"),
+                                    out=str(tmp_path / "out")))
+    proc = subprocess.Popen([sys.executable, str(script)], stdout=subprocess.PIPE, stderr=subprocess.DEVNULL,
+                            text=True)
+    driver = psutil.Process(proc.pid)
+    seen: dict[int, str] = {}
+    listening: list[tuple[str, str]] = []
+    while proc.poll() is None:
+        try:
+            tree = [driver, *driver.children(recursive=True)]
+        except psutil.NoSuchProcess:
+            break
+        for p in tree:
+            try:
+                seen.setdefault(p.pid, p.name())
+                for c in p.net_connections(kind="inet"):
+                    if c.status == psutil.CONN_LISTEN:
+                        listening.append((p.name(), c.laddr.ip))
+            except (psutil.NoSuchProcess, psutil.AccessDenied, psutil.ZombieProcess):
+                continue
+        time.sleep(0.2)
+    out, _ = proc.communicate(timeout=120)
+    assert proc.returncode == 0, out
+    assert any("gcs" in n for n in seen.values()), f"no Ray cluster seen: {seen}"
+    assert listening, "no listening socket seen during the run"
+    exposed = [(n, ip) for n, ip in listening if not _loopback(ip)]
+    assert not exposed, f"Ray processes listening beyond loopback: {exposed}"
+    assert "AUTH None" in out and '"bind": "127.0.0.1"' in out  # the driver's environment was restored
+    if importlib.util.find_spec("ray._private.authentication") is not None:  # Ray >= 2.52
+        assert '"token_auth": true' in out
+    deadline = time.time() + 30
+    alive = []
+    while time.time() < deadline:
+        alive = [f"{pid} {name}" for pid, name in seen.items()
+                 if pid != proc.pid and psutil.pid_exists(pid) and psutil.Process(pid).status() != "zombie"]
+        if not alive:
+            break
+        time.sleep(0.5)
+    assert not alive, f"Ray processes left after the run: {alive}"
