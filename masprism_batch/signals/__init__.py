@@ -86,25 +86,52 @@ def resolve_backend(backend: str, device, head_dim: int | None = None, dtype: to
     return backend
 
 
+_PACK_OK: tuple | None = None  # (tensors, version counters, T) of the last pack whose data passed the checks
+
+
+def _version(t: torch.Tensor):
+    try:
+        return t._version
+    except RuntimeError:  # inference tensors have no version counter
+        return None
+
+
 def _check_attention(q, k, v, cu_seqlens, step_ids, n_steps):
+    """Shape checks every call; the data checks (host syncs) once per pack: a forward passes the same
+    cu_seqlens / step_ids / n_steps tensors to every instrumented layer, so the layers after the first skip
+    them (same tensor objects, unchanged version counters where the tensors have one)."""
+    global _PACK_OK
     if q.dim() != 3 or k.dim() != 3 or v.shape != k.shape:
         raise ValueError(f"expected q [T,Hq,D], k/v [T,Hk,D]; got {tuple(q.shape)}, {tuple(k.shape)}, {tuple(v.shape)}")
     T, Hq, D = q.shape
     if k.shape[0] != T or k.shape[2] != D or Hq % k.shape[1] != 0:
         raise ValueError(f"k {tuple(k.shape)} does not match q {tuple(q.shape)} (need same T, D and Hq % Hk == 0)")
-    if cu_seqlens.dim() != 1 or cu_seqlens.numel() < 1 or int(cu_seqlens[0]) != 0 or int(cu_seqlens[-1]) != T:
+    if cu_seqlens.dim() != 1 or cu_seqlens.numel() < 1:
         raise ValueError(f"cu_seqlens must be prefix sums from 0 to T={T}; got {cu_seqlens.tolist()[:8]}...")
-    if bool((cu_seqlens[1:] < cu_seqlens[:-1]).any()):
-        raise ValueError("cu_seqlens must be non-decreasing")
     if step_ids.shape != (T,) or n_steps.shape != (cu_seqlens.numel() - 1,):
         raise ValueError(f"step_ids must be [T]={T} and n_steps [B]; got {tuple(step_ids.shape)}, {tuple(n_steps.shape)}")
-    if T and bool((step_ids < -1).any()):
-        raise ValueError("step_ids must be >= -1 (-1 = token outside every step)")
+    pack = (cu_seqlens, step_ids, n_steps)
+    versions = tuple(_version(t) for t in pack)
+    last = _PACK_OK
+    if last is not None and last[2] == T and last[1] == versions and all(a is b for a, b in zip(last[0], pack)):
+        return
+    _PACK_OK = None
+    first_ok, last_ok, monotone = (bool(x) for x in torch.stack(
+        [cu_seqlens[0] == 0, cu_seqlens[-1] == T, (cu_seqlens[1:] >= cu_seqlens[:-1]).all()]).tolist())
+    if not (first_ok and last_ok):
+        raise ValueError(f"cu_seqlens must be prefix sums from 0 to T={T}; got {cu_seqlens.tolist()[:8]}...")
+    if not monotone:
+        raise ValueError("cu_seqlens must be non-decreasing")
     if T:
         seq_of_tok = torch.repeat_interleave(torch.arange(n_steps.numel(), device=step_ids.device),
-                                             (cu_seqlens[1:] - cu_seqlens[:-1]).long())
-        if bool((step_ids.long() >= n_steps.long()[seq_of_tok]).any()):
+                                             (cu_seqlens[1:] - cu_seqlens[:-1]).long(), output_size=T)
+        below, above = torch.stack([(step_ids < -1).any(),
+                                    (step_ids.long() >= n_steps.long()[seq_of_tok]).any()]).tolist()
+        if below:
+            raise ValueError("step_ids must be >= -1 (-1 = token outside every step)")
+        if above:
             raise ValueError("a step id is >= its sequence's n_steps")
+    _PACK_OK = (pack, versions, T)
 
 
 def step_attention(q, k, v, cu_seqlens, step_ids, n_steps, scale, backend="auto", block=256, out=None,

@@ -58,3 +58,21 @@ def test_dispatcher_passes_the_inputs_head_dim_and_dtype(monkeypatch):
     signals.step_attention(q, k, k, cu, sid, torch.tensor([2, 2], dtype=torch.int32), d ** -0.5, backend="torch")
     signals.token_nll(torch.randn(T, 8), torch.randn(11, 8), torch.randint(0, 11, (T,)), backend="torch")
     assert seen == [(16, torch.float32), (None, torch.float32)]
+
+
+def test_pack_data_checks_run_once_per_pack_and_again_after_a_change():
+    """The data checks (host syncs on CUDA) are skipped for the layers after the first of a forward (same
+    tensors), and run again when a tensor is new or was changed in place."""
+    T, d = 23, 16
+    q, k = torch.randn(T, 4, d), torch.randn(T, 2, d)
+    cu = torch.tensor([0, 17, 23], dtype=torch.int32)
+    sid = torch.tensor([-1] + [0] * 8 + [1] * 8 + [0] * 3 + [1] * 3, dtype=torch.int32)
+    ns = torch.tensor([2, 2], dtype=torch.int32)
+    signals.step_attention(q, k, k, cu, sid, ns, d ** -0.5, backend="torch")
+    assert signals._PACK_OK is not None and signals._PACK_OK[0][1] is sid
+    sid[3] = 5  # in place: >= n_steps
+    with pytest.raises(ValueError, match="n_steps"):
+        signals.step_attention(q, k, k, cu, sid, ns, d ** -0.5, backend="torch")
+    with pytest.raises(ValueError, match="prefix sums"):
+        signals.step_attention(q, k, k, torch.tensor([0, 17, 22], dtype=torch.int32), sid, ns, d ** -0.5,
+                               backend="torch")
