@@ -113,7 +113,7 @@ def _check_attention(q, k, v, cu_seqlens, step_ids, n_steps):
     pack = (cu_seqlens, step_ids, n_steps)
     versions = tuple(_version(t) for t in pack)
     last = _PACK_OK
-    if last is not None and last[2] == T and last[1] == versions and all(a is b for a, b in zip(last[0], pack)):
+    if last is not None and last[2] == T and last[1] == versions and all(a is b for a, b in zip(last[0], pack, strict=True)):
         return
     _PACK_OK = None
     first_ok, last_ok, monotone = (bool(x) for x in torch.stack(
