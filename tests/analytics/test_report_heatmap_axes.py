@@ -1,0 +1,63 @@
+"""The drill-down heatmap has axis titles and step numbers: report.js run under Node with a minimal DOM stub
+(skipped without `node`; the Chromium tests in test_analytics_report_browser.py cover the real page)."""
+
+from __future__ import annotations
+
+import json
+import re
+import shutil
+import subprocess
+
+import pytest
+from analytics_synth import random_specs, write_outdir
+
+from masprism_batch.analytics import build_report
+
+STUB = r"""
+const fs = require('fs');
+const [data, js] = [fs.readFileSync(process.argv[2], 'utf8'), fs.readFileSync(process.argv[3], 'utf8')];
+const drawn = [];
+function mk(tag) {
+  return {tag, children: [], style: {}, attrs: {}, classList: {add() {}, remove() {}, toggle() {}},
+    appendChild(c) { this.children.push(c); return c; }, replaceChildren() { this.children = []; },
+    setAttribute(k, v) { this.attrs[k] = v; }, addEventListener() {}, removeAttribute() {},
+    getBoundingClientRect() { return {left: 0, top: 0}; }, querySelectorAll() { return []; },
+    querySelector() { return mk('x'); }, scrollIntoView() {},
+    set textContent(v) { this._t = v; }, get textContent() { return this._t || (tag === 'script' ? data : ''); },
+    getContext() { return new Proxy({}, {get(t, k) { return k === 'fillText' ? (s) => drawn.push(String(s))
+      : (k in t ? t[k] : () => {}); }, set(t, k, v) { t[k] = v; return true; }}); }};
+}
+const els = {};
+global.document = {createElement: mk, createTextNode: (t) => ({text: t}), querySelectorAll() { return []; },
+  getElementById(id) { return els[id] || (els[id] = mk(id === 'report-data' ? 'script' : 'div')); },
+  querySelector(s) { return els[s] || (els[s] = mk('tbody')); }, body: mk('body')};
+global.location = {hash: ''};
+global.history = {replaceState() {}};
+global.atob = (s) => Buffer.from(s, 'base64').toString('latin1');
+eval(js);
+console.log(JSON.stringify(drawn));
+"""
+
+
+@pytest.mark.skipif(shutil.which("node") is None, reason="node not installed")
+def test_heatmap_draws_axis_titles_and_step_numbers(tmp_path, rng):
+    specs = random_specs(rng, 3)
+    for sp in specs:  # 12 steps each, so the first trace shown has a heatmap with numbered axes
+        sp["steps"] = (sp["steps"] * 13)[:12]
+        sp["nll"] = (sp["nll"] * 13)[:12]
+        sp["nll2"] = None
+        sp["symptoms"] = [s for s in sp["symptoms"] if s < 12]
+        sp["ranked"], sp["scores"] = [0], [1.0]
+    write_outdir(tmp_path / "o", specs)
+    build_report(tmp_path / "o", tmp_path / "r.html")
+    html = (tmp_path / "r.html").read_text()
+    (tmp_path / "data.json").write_text(
+        re.search(r'<script type="application/json" id="report-data">(.*?)</script>', html, re.S).group(1))
+    (tmp_path / "report.js").write_text(re.findall(r"<script>(.*?)</script>", html, re.S)[-1])
+    (tmp_path / "stub.js").write_text(STUB)
+    out = subprocess.run(["node", str(tmp_path / "stub.js"), str(tmp_path / "data.json"), str(tmp_path / "report.js")],
+                         capture_output=True, text=True, timeout=60)
+    assert out.returncode == 0, out.stderr
+    drawn = json.loads(out.stdout.strip().splitlines()[-1])
+    assert "attended step j →" in drawn and "attending step i →" in drawn
+    assert {str(i) for i in range(12)} <= set(drawn)  # every step numbered on the axes (cells are large here)
