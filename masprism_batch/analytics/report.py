@@ -168,8 +168,10 @@ def _errors_panel(errors) -> str:
     shown = rows[:ERROR_ROWS_SHOWN]
     more = (f"<p class=\"limits\">{len(rows) - len(shown):,} more rows: <code>duckdb -c \"SELECT * FROM "
             f"'OUTDIR/errors/*.parquet'\"</code></p>" if len(rows) > len(shown) else "")
+    from .report_data import mark_bidi  # ids and paths: bidi controls shown escaped
+
     detail = svg.table(["reason", "stage", "file", "record", "message"],
-                       [[r["reason"], r["stage"], r["input_path"] or "-", r["record_id"] or "-",
+                       [[r["reason"], r["stage"], mark_bidi(r["input_path"] or "-"), mark_bidi(r["record_id"] or "-"),
                          (r["message"] or "")[:500]] for r in shown], cls="data errors")
     return head + f"<h4>Files and records ({len(shown):,} of {len(rows):,})</h4>" + detail + more
 

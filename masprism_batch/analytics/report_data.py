@@ -62,6 +62,19 @@ def sample_ids(attr: pa.Table, limits: DrillLimits, include: list[str] | None = 
     return chosen
 
 
+# Bidirectional controls (U+202E RIGHT-TO-LEFT OVERRIDE and kin) reorder what follows them on screen: a trace id
+# "report\u202Efdp.exe" shows as "reportexe.pdf". Where the report shows ids, names and paths they are replaced by
+# a visible \uXXXX escape (the stored data is unchanged; ingest accepts them as ordinary characters).
+BIDI_CONTROLS = frozenset("\u061c\u200e\u200f\u202a\u202b\u202c\u202d\u202e\u2066\u2067\u2068\u2069")
+
+
+def mark_bidi(text: Any) -> Any:
+    """`text` with every bidirectional control shown as a visible `\\uXXXX` escape (non-strings unchanged)."""
+    if not isinstance(text, str) or not any(c in BIDI_CONTROLS for c in text):
+        return text
+    return "".join(f"\\u{ord(c):04X}" if c in BIDI_CONTROLS else c for c in text)
+
+
 def _cut(text: str | None, n: int) -> tuple[str, bool]:
     text = text or ""
     return (text, False) if len(text) <= n else (text[:n], True)
@@ -132,8 +145,8 @@ def _payload(a: dict, scores: list[dict], trace: dict | None, limits: DrillLimit
                                     for i in range(n)], n)
     q, qcut = _cut((trace or {}).get("question"), limits.step_chars)
     return {
-        "id": a["trace_id"], "src": a["source"], "sys": a["system"], "n": n, "pred": a["pred_step"],
-        "agent": a["pred_agent"], "q": q, "qc": qcut, "sym": a["symptoms"] or [],
+        "id": mark_bidi(a["trace_id"]), "src": mark_bidi(a["source"]), "sys": mark_bidi(a["system"]), "n": n,
+        "pred": a["pred_step"], "agent": mark_bidi(a["pred_agent"]), "q": q, "qc": qcut, "sym": a["symptoms"] or [],
         "cands": [[c["step"], _num(c["score"]), c["agent"], c["symptoms"] or []] for c in a["candidates"] or []],
         "gold": None if not labels else {"step": labels.get("mistake_step"), "agent": labels.get("mistake_agent"),
                                          "locs": labels.get("error_locations") or []},

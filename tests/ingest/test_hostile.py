@@ -196,3 +196,27 @@ def test_reading_reserves_nothing_up_front(tmp_path):
     res = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
     assert res.returncode == 0, res.stderr[-2000:]
     assert res.stdout.split()[:2] == ["2", "{}"], res.stdout
+
+
+def test_metadata_json_safe_and_bidi_ids_marked_in_report(tmp_path):
+    """NaN/Infinity in metadata are stored as null (standard JSON, one warning); a U+202E trace id is kept as
+    data but shown escaped by the report."""
+    from masprism_batch.analytics.report_data import mark_bidi
+
+    rows = [{"trace_id": "nan-meta", "source": "jsonl", "steps": [{"agent": "a", "content": "x"}],
+             "metadata": {"score": float("nan"), "nested": [float("inf"), 1.5, {"m": float("-inf")}]}},
+            {"trace_id": "invoice\u202efdp.exe", "source": "jsonl", "steps": [{"agent": "a", "content": "y"}]}]
+    (tmp_path / "in").mkdir()
+    (tmp_path / "in" / "t.jsonl").write_text("\n".join(json.dumps(r) for r in rows) + "\n")  # NaN as Python writes it
+    s = ingest([str(tmp_path / "in")], tmp_path / "OUT", progress=False)
+    assert s.traces == 2 and dict(s.warnings) == {"non_finite_metadata": 1} and not s.rejected
+
+    def strict(c):
+        raise ValueError(f"non-standard JSON constant {c}")
+
+    by_id = {t["trace_id"]: t for t in read_dataset(tmp_path / "OUT" / "traces").to_pylist()}
+    assert json.loads(by_id["nan-meta"]["metadata"], parse_constant=strict) == \
+        {"score": None, "nested": [None, 1.5, {"m": None}]}
+    assert "invoice\u202efdp.exe" in by_id  # stored as given
+    assert mark_bidi("invoice\u202efdp.exe") == "invoice\\u202Efdp.exe"
+    assert mark_bidi("plain-id") == "plain-id" and mark_bidi(None) is None
