@@ -1,5 +1,6 @@
-"""Ingest: raw trace files (Who&When, TRAIL/OpenInference, OTLP GenAI, canonical JSONL/Parquet) -> canonical
-`Trace` objects (`read_inputs`) -> the Parquet datasets OUTDIR/traces and OUTDIR/errors (`ingest`).
+"""Ingest: raw trace files (Who&When, TRAIL/OpenInference, OTLP GenAI, AG2/AutoGen, OpenAI messages and
+Responses items, LangSmith/LangGraph run trees, Langfuse traces, canonical JSONL/Parquet; one module each,
+chosen by `detect.py`) -> canonical `Trace` objects (`read_inputs`) -> the Parquet datasets OUTDIR/traces and OUTDIR/errors (`ingest`).
 
 Flow for each input file: sources.expand (walk dirs) -> detect.read_file (format, adapter) ->
 common.validate (schema types) -> de-duplication by trace id -> caller. Every rejected file or record and
