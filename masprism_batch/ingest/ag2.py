@@ -29,7 +29,6 @@ from .messages import (
     dumps,
     join,
     opt_str,
-    question_of,
     require_list,
     require_obj,
     tool_calls_text,
@@ -109,7 +108,6 @@ def _autogen_steps(msgs: list, tid: str) -> list[Step]:
 
 
 def parse(doc: Any, ctx: Context, line: int | None = None) -> Iterator[Trace]:
-    autogen = False
     if isinstance(doc, list):
         msgs, outer = doc, {}
     elif isinstance(doc, dict):
@@ -130,9 +128,8 @@ def parse(doc: Any, ctx: Context, line: int | None = None) -> Iterator[Trace]:
     for k in _META_KEYS:
         if outer.get(k) is not None:
             meta[k] = outer[k] if isinstance(outer[k], (str, int, float)) else dumps(outer[k])
-    first = next((m for m in msgs if isinstance(m, dict)), {})
-    question = question_of([{"role": "user", "content": first.get("content")}]) if isinstance(
-        first.get("content"), str) else None
+    first = next((m for m in msgs if isinstance(m, dict)), {})  # the task that starts the chat
+    question = first.get("content") if isinstance(first.get("content"), str) and first["content"] else None
     yield Trace(trace_id=tid, source="autogen" if autogen else "ag2",
                 system=outer.get("system") if isinstance(outer.get("system"), str)
                 else ("autogen-agentchat" if autogen else "ag2"),
