@@ -35,7 +35,8 @@ log = logging.getLogger(__name__)
 
 # Files picked up when walking a directory (explicitly named files are always tried).
 DATA_SUFFIXES = (".json", ".jsonl", ".ndjson", ".parquet")
-LIMITS: contextvars.ContextVar[IngestConfig] = contextvars.ContextVar("ingest_limits", default=IngestConfig())
+LIMITS: contextvars.ContextVar[IngestConfig] = contextvars.ContextVar(
+    "ingest_limits", default=IngestConfig())  # noqa: B039 - a frozen model; read_inputs sets the run's caps
 GZIP_CHUNK = 8 * 1024**2  # decompressed bytes produced per step
 
 
