@@ -211,3 +211,10 @@ def test_deeply_nested_content_is_ingested_not_an_internal_error(tmp_path, doc):
     (tmp_path / "deep.json").write_text(doc)
     traces, errors = _read(tmp_path / "deep.json")
     assert errors == [] and len(traces) == 1 and traces[0].steps
+
+
+def test_unknown_json_lines_file_is_one_unknown_format_row(tmp_path):
+    (tmp_path / "x.jsonl").write_text('{"event": "start"}\n{"event": "stop"}\n')
+    traces, errors = _read(tmp_path / "x.jsonl")
+    assert traces == [] and [e["reason"] for e in errors] == ["unknown_format"]
+    assert "canonical" in errors[0]["message"] and '{"trace_id"' in errors[0]["message"]
