@@ -148,6 +148,15 @@ def _open_dataset(directory: Path | str):
     import pyarrow.dataset as ds
 
     directory = Path(directory)
+    marker = directory.parent / "_INGEST.json"  # an `ingest` OUTDIR: complete only once the marker says so
+    if marker.is_file():
+        try:
+            complete = json.loads(marker.read_text(encoding="utf-8")).get("complete") is True
+        except (OSError, ValueError):
+            complete = False
+        if not complete:
+            log.warning("%s: the ingest that wrote it did not finish (%s): reading a partial output",
+                        directory, marker)
     if not (directory.parent / MANIFEST_DIR).is_dir():
         return ds.dataset(str(directory), format="parquet", exclude_invalid_files=True, ignore_prefixes=[".", "_"])
     keep = ShardStore(directory.parent).committed()

@@ -233,7 +233,7 @@ def test_resume_with_other_traces_per_shard_is_exactly_once(tmp_path, caplog):
     assert run["counts"]["in"] == run["counts"]["attributed"] == s.attributed == 30
 
 
-def test_incomplete_ingest_output_refused(tmp_path, small_cfg):
+def test_incomplete_ingest_output_refused(tmp_path, small_cfg, caplog):
     from masprism_batch.ingest import ingest
 
     src = tmp_path / "raw"
@@ -248,6 +248,9 @@ def test_incomplete_ingest_output_refused(tmp_path, small_cfg):
     with pytest.raises(ValueError, match="did not finish"):
         run_local([str(tmp_path / "ing" / "traces")], tmp_path / "out2", small_cfg(), stages=FakeStages(),
                   progress=False)
+    with caplog.at_level("WARNING"):  # the library's readers warn
+        assert read_dataset(tmp_path / "ing" / "traces").num_rows == 6
+    assert "did not finish" in caplog.text
 
 
 def test_caps_on_parquet_read_in_place_and_warnings_are_not_rejections(tmp_path):
