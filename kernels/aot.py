@@ -37,7 +37,11 @@ MODELS = {
 }
 KERNELS = {"_attn_fwd": "masprism_batch.kernels.step_attention",
            "_step_mass": "masprism_batch.kernels.step_attention",
-           "_nll_partial": "masprism_batch.kernels.nll"}
+           "_nll_partial": "masprism_batch.kernels.nll",
+           "_rms_norm": "masprism_batch.kernels.elementwise",
+           "_qk_norm_rope": "masprism_batch.kernels.elementwise"}
+# Qwen3 has q/k norms (fused into the RoPE kernel); SmolLM2 (Llama) has none
+QK_NORM = {"qwen3-0.6b": True, "smollm2-135m": False}
 
 
 def unavailable() -> str | None:
@@ -136,7 +140,7 @@ def _attn_inputs(model: str, dtype, lengths=(700, 300, 23)):
 
 def collect(capability: int, dtypes=tuple(DTYPES), models=tuple(MODELS)) -> list[Launch]:
     """Every distinct kernel specialisation the launchers request on a GPU of this capability."""
-    from masprism_batch.kernels import nll, step_attention
+    from masprism_batch.kernels import elementwise, nll, step_attention
 
     out: dict = {}
     for dname in dtypes:
@@ -156,6 +160,16 @@ def collect(capability: int, dtypes=tuple(DTYPES), models=tuple(MODELS)) -> list
                 T = 1023
                 nll.token_nll(torch.empty(T, m["hidden"], dtype=dtype), torch.empty(m["vocab"], m["hidden"], dtype=dtype),
                               torch.zeros(T, dtype=torch.int64))
+                variants += [(c, model) for c in calls]
+            with intercept(capability) as calls:
+                m = MODELS[model]
+                T = 1023
+                elementwise.rms_norm(torch.empty(T, m["hidden"], dtype=dtype), torch.empty(m["hidden"], dtype=dtype), 1e-6)
+                hn, d = m["hq"] + m["hk"], m["d"]
+                qkv = torch.empty(T, (hn + m["hk"]) * d, dtype=dtype)
+                cos = torch.empty(T, d // 2, dtype=dtype)
+                elementwise.qk_norm_rope(qkv[:, : hn * d].view(T, hn, d),
+                                         torch.empty(hn, d, dtype=dtype) if QK_NORM[model] else None, 1e-6, cos, cos)
                 variants += [(c, model) for c in calls]
             for (fn, grid, args, kwargs), label in variants:
                 sig, constexprs, attrs, options = _specialise(fn, args, kwargs, capability)

@@ -5,11 +5,15 @@ q/k/v and gate/up are fused into one matrix each at load time: one GEMM instead 
 which is where a CPU prefill spends its time. q and k stay side by side ([T, Hq + Hk, D]) so that Qwen3's
 q/k norms and RoPE each run as one op over both. Elementwise ops work in place where the operand is ours:
 at T = thousands every fresh [T, I] tensor is a round of page faults on CPU.
+On CUDA (Triton importable, MASPRISM_NO_FUSED unset) RMSNorm and Qwen3's q/k norm + RoPE run as fused Triton
+kernels (kernels/elementwise.py): one pass each instead of a chain of torch elementwise ops.
 """
 
 from __future__ import annotations
 
+import functools
 import logging
+import os
 from dataclasses import dataclass
 
 import torch
@@ -98,9 +102,31 @@ def weights_from_state_dict(state: dict, arch: ArchSpec, dtype: torch.dtype, dev
                    layers=layers)
 
 
+@functools.cache
+def _elementwise_kernels():
+    """The fused Triton module, or None (not importable, or MASPRISM_NO_FUSED=1)."""
+    if os.environ.get("MASPRISM_NO_FUSED", "0") == "1":
+        return None
+    try:
+        from masprism_batch.kernels import elementwise
+    except Exception as exc:  # noqa: BLE001 - no triton / broken install: the torch ops below
+        log.info("fused elementwise kernels unavailable (%s); using torch ops", exc)
+        return None
+    return elementwise
+
+
+def _fused(x: torch.Tensor, head_dim: int | None = None):
+    if x.device.type != "cuda":
+        return None
+    ew = _elementwise_kernels()
+    return ew if ew is not None and ew.supports(x, head_dim) else None
+
+
 def rms_norm(x: torch.Tensor, weight: torch.Tensor, eps: float) -> torch.Tensor:
     """x * rsqrt(mean(x^2) + eps) * weight over the last dim, in fp32 like transformers, then back to the
     activation dtype before the weight multiply. Returns a fresh tensor; x is not modified."""
+    if weight.dim() == 1 and (ew := _fused(x)) is not None:
+        return ew.rms_norm(x, weight, eps)
     xf = x.float()
     ms = torch.linalg.vector_norm(xf, dim=-1, keepdim=True).square_().div_(x.shape[-1])
     return (xf * ms.add_(eps).rsqrt_()).to(x.dtype).mul_(weight)
@@ -131,6 +157,9 @@ def qkv_proj(x: torch.Tensor, lw: LayerWeights, arch: ArchSpec, cos, sin):
     qkv = F.linear(x, lw.qkv_w, lw.qkv_b)
     n_qk = (Hq + arch.num_kv_heads) * D
     qk = qkv[:, :n_qk].view(T, -1, D)
+    if (ew := _fused(qk, D)) is not None:
+        qk = ew.qk_norm_rope(qk, lw.qk_norm, arch.rms_norm_eps, cos, sin)
+        return qk[:, :Hq], qk[:, Hq:], qkv[:, n_qk:].view(T, arch.num_kv_heads, D)
     if lw.qk_norm is not None:
         qk = rms_norm(qk, lw.qk_norm, arch.rms_norm_eps)
     qk = apply_rope(qk, cos, sin)
