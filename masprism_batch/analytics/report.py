@@ -183,8 +183,11 @@ def _accuracy_notes(acc: list[dict]) -> str:
     for r in acc:
         if r["source"] not in notes or r["metric"] in ("step_top1", "precision@1"):
             notes[r["source"]] = note(r["n_traces"], r.get("n_in_sample"), r.get("sample") != "n/a: faithful method")
-    return '<ul class="acc-notes">' + "".join(f"<li><b>{escape(s)}</b>: {escape(n)}</li>"
-                                              for s, n in sorted(notes.items())) + "</ul>"
+    by_note: dict[str, list[str]] = defaultdict(list)
+    for src, n in sorted(notes.items()):
+        by_note[n].append(src)
+    return '<ul class="acc-notes">' + "".join(f"<li><b>{escape(', '.join(srcs))}</b>: {escape(n)}</li>"
+                                              for n, srcs in by_note.items()) + "</ul>"
 
 
 def _rollup(stats, pos: dict, ag: dict) -> str:

@@ -288,7 +288,10 @@ def stats_tables_for_terminal(outdir: Path | str, top: int = 10) -> list:
                       r.get("sample") or "-")
             if r["metric"] in ("step_top1", "precision@1", "location_acc@1") or r["source"] not in notes:
                 notes[r["source"]] = note(r["n_traces"], r.get("n_in_sample"), r.get("sample") != "n/a: faithful method")
-        t.caption = "\n".join(f"{s}: {n}" for s, n in sorted(notes.items()))
+        by_note: dict[str, list[str]] = defaultdict(list)
+        for src, n in sorted(notes.items()):
+            by_note[n].append(src)
+        t.caption = "\n".join(f"{', '.join(srcs)}: {n}" for n, srcs in by_note.items())
         t.caption_justify = "left"
         out.append(t)
     return out
