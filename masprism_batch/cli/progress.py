@@ -96,7 +96,18 @@ def heartbeat(interval: float = DEFAULT_INTERVAL) -> Iterator[None]:
     bar = type("HeartbeatBar", (HeartbeatBar,), {"interval": float(interval)})
     old = driver.tqdm
     driver.tqdm = bar
+    # the driver's own per-pack line (no total, no ETA) would repeat ours: dropped while the timer runs
+    quiet = _DropDriverProgress() if interval > 0 else None
+    if quiet is not None:
+        driver.log.addFilter(quiet)
     try:
         yield
     finally:
         driver.tqdm = old
+        if quiet is not None:
+            driver.log.removeFilter(quiet)
+
+
+class _DropDriverProgress(logging.Filter):
+    def filter(self, record: logging.LogRecord) -> bool:
+        return not str(record.msg).startswith("progress:")

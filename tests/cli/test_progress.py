@@ -61,3 +61,15 @@ def test_attribute_logs_progress_lines(tmp_path, caplog):
     lines = [r.getMessage() for r in caplog.records if r.name == "masprism_batch.progress"]
     assert lines[0] == "progress: 0/10 traces (0.0%), 0.00 traces/s, elapsed 0s, ETA -"
     assert "10/10 traces (100.0%)" in lines[-1] and "tokens/s" in lines[-1] and lines[-1].endswith("done")
+
+
+def test_driver_per_pack_line_is_dropped_while_the_timer_runs(caplog):
+    from masprism_batch.pipelines import driver
+
+    caplog.set_level(logging.INFO)
+    with heartbeat(30):
+        driver.log.info("progress: %d traces, %.2f traces/s, %.0f tokens/s", 3, 0.1, 10.0)
+        driver.log.info("resuming: 1 of 2 shards already committed")
+    driver.log.info("progress: %d traces, %.2f traces/s, %.0f tokens/s", 4, 0.1, 10.0)
+    msgs = [r.getMessage() for r in caplog.records if r.name == driver.log.name]
+    assert msgs == ["resuming: 1 of 2 shards already committed", "progress: 4 traces, 0.10 traces/s, 10 tokens/s"]
