@@ -2,8 +2,9 @@
 
 The `ranked` method scores candidates with weights shipped in `masprism_batch/method/weights/`. Accuracy
 measured on traces those weights were fitted on is optimistic (README "Accuracy": in-sample vs held-out).
-Each weights JSON may carry `fitted_on`: a list of hex prefixes of sha256(trace_id as UTF-8) (any prefix
-length; ids are not shipped, only hashes). A separate `fitted_on*.json` / `fitted_on*.txt` in the same folder
+Each ranker weights JSON (`ranker.json`, or per-family `ranker-<family>.json`) may carry `fitted_on`: a list
+of hex prefixes of sha256(trace_id as UTF-8) (any prefix length; ids are not shipped, only hashes), as
+`benchmarks/bench_accuracy.py --train-weights` writes it. A separate `fitted_on*.json` / `fitted_on*.txt` in the same folder
 (a JSON list, or one prefix per line) is read too. Without any list the answer is "unknown".
 """
 
@@ -42,7 +43,7 @@ def fitted_prefixes(folder: str | None = None) -> frozenset[str] | None:
         return None
     for p in sorted(d.iterdir()):
         try:
-            if p.suffix == ".json" and p.name.startswith("ranker-"):
+            if p.suffix == ".json" and (p.name == "ranker.json" or p.name.startswith("ranker-")):
                 doc = json.loads(p.read_text(encoding="utf-8"))
                 if isinstance(doc, dict) and "fitted_on" in doc:
                     listed = True

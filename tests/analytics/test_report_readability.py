@@ -33,7 +33,7 @@ def test_fitted_on_loader(tmp_path):
     (w / "ranker-chat.json").write_text(json.dumps({"features": [], "weights": []}))
     fitted_prefixes.cache_clear()
     assert InSample(str(w)).known is False and InSample(str(w))("a") is None
-    (w / "ranker-chat.json").write_text(json.dumps({"features": [], "fitted_on": [_sha("a"), _sha("b", 8)]}))
+    (w / "ranker.json").write_text(json.dumps({"features": [], "fitted_on": [_sha("a"), _sha("b", 8)]}))
     (w / "ranker-spans.json").write_text(json.dumps({"fitted_on": {"trail": [_sha("c", 64)]}}))
     fitted_prefixes.cache_clear()
     f = InSample(str(w))
