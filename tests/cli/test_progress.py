@@ -59,8 +59,8 @@ def test_attribute_logs_progress_lines(tmp_path, caplog):
                                    "--progress-interval", "0.2"])
     assert res.exit_code == EXIT_OK, res.output
     lines = [r.getMessage() for r in caplog.records if r.name == "masprism_batch.progress"]
-    assert lines[0] == "progress: 0/10 traces (0.0%), 0.00 traces/s, elapsed 0s, ETA -"
-    assert "10/10 traces (100.0%)" in lines[-1] and "tokens/s" in lines[-1] and lines[-1].endswith("done")
+    assert lines[0] == "progress: 0/12 traces (0.0%), 0.00 traces/s, elapsed 0s, ETA -"
+    assert "12/12 traces (100.0%)" in lines[-1] and "tokens/s" in lines[-1] and lines[-1].endswith("done")
 
 
 def test_driver_per_pack_line_is_dropped_while_the_timer_runs(caplog):

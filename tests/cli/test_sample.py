@@ -19,11 +19,12 @@ def _ids(out: Path) -> list[tuple[str, str]]:
 
 
 def test_sample_is_deterministic_and_covers_every_source(tmp_path):
-    args = ["attribute", str(FORMATS), "--model", "tiny-random", "--sample", "5"]
+    args = ["attribute", str(FORMATS), "--model", "tiny-random", "--sample", "7"]
     res = runner.invoke(app, [*args, "-o", str(tmp_path / "A")])
     assert res.exit_code == EXIT_OK, res.output
     a = _ids(tmp_path / "A")
-    assert len(a) == 5 and {s for s, _ in a} == {"ag2", "autogen", "langfuse", "langsmith", "openai"}
+    assert len(a) == 7 and {s for s, _ in a} == {"ag2", "autogen", "langfuse", "langsmith", "openai", "otel",
+                                                 "my-app"}  # 12 traces, 7 sources: one of each
     res = runner.invoke(app, [*args, "-o", str(tmp_path / "B")])
     assert res.exit_code == EXIT_OK and _ids(tmp_path / "B") == a
     res = runner.invoke(app, [*args, "--limit", "3", "-o", str(tmp_path / "C")])

@@ -192,8 +192,9 @@ def test_formats_listed_and_whole_folder_ingests(tmp_path):
     for f in ("ag2", "autogen", "openai", "langsmith", "langgraph", "langfuse"):
         assert f in FORMATS
     s = ingest([str(FIX)], tmp_path / "OUT", progress=False)
-    assert s.error_rows == 0 and s.traces == 10
-    assert dict(s.by_source) == {"ag2": 2, "autogen": 1, "openai": 4, "langsmith": 2, "langfuse": 1}
+    assert s.error_rows == 0 and s.traces == 12
+    assert dict(s.by_source) == {"ag2": 2, "autogen": 1, "openai": 4, "langsmith": 2, "langfuse": 1, "otel": 1,
+                                 "my-app": 1}
     rows = read_dataset(tmp_path / "OUT" / "traces").to_pylist()
     assert not any(r["source"].startswith("who-and-when") or r["system"] in ("CaptainAgent", "Magentic-One")
                    for r in rows)
@@ -218,3 +219,13 @@ def test_unknown_json_lines_file_is_one_unknown_format_row(tmp_path):
     traces, errors = _read(tmp_path / "x.jsonl")
     assert traces == [] and [e["reason"] for e in errors] == ["unknown_format"]
     assert "canonical" in errors[0]["message"] and '{"trace_id"' in errors[0]["message"]
+
+
+def test_otel_and_canonical_examples():
+    t = _one("otel_genai.json", "otel")
+    assert (t.source, t.system) == ("otel", "travel-planner")
+    assert _cols(t) == [("planner", "assistant", "llm"), ("planner", "tool", "tool"), ("planner", "assistant", "llm")]
+    assert "Tool call: get_weather" in t.steps[0].content and "rainy, 57F" in t.steps[1].content
+    c = _one("canonical.jsonl", "jsonl")
+    assert (c.trace_id, c.source) == ("my-app/run-0001", "my-app") and [s.agent for s in c.steps] == [
+        "router", "billing", "billing"]
