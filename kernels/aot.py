@@ -9,7 +9,8 @@ integer/pointer divisibility attributes the JIT computes at a real launch) and c
 wheel. Shared memory comes from the compiled kernel's metadata; registers and stack (spill) bytes from
 `cuobjdump -res-usage` on the cubin (the kernels use no local arrays, so stack bytes are spill slots).
 
-    python -m masprism_batch.kernels.aot            # markdown table: kernel x target x dtype -> smem, regs, spills
+    python -m masprism_batch.kernels.aot [--compact] [--json rows.json]
+        # markdown table: kernel x target x dtype -> shared memory, registers, spill bytes; exit 1 on a problem
 """
 
 from __future__ import annotations
@@ -174,7 +175,11 @@ def collect(capability: int, dtypes=tuple(DTYPES), models=tuple(MODELS)) -> list
             for (fn, grid, args, kwargs), label in variants:
                 sig, constexprs, attrs, options = _specialise(fn, args, kwargs, capability)
                 launch = Launch(fn.__name__, label, dname, capability, grid, sig, constexprs, attrs, options)
-                out.setdefault(launch.key, launch)
+                if launch.key in out:  # the same specialisation serves several shapes: name them all
+                    if label not in out[launch.key].label.split(" & "):
+                        out[launch.key].label += f" & {label}"
+                else:
+                    out[launch.key] = launch
     return list(out.values())
 
 
@@ -261,13 +266,50 @@ def markdown(rows: list[dict]) -> str:
     return "\n".join(lines)
 
 
+def compact_markdown(rows: list[dict]) -> str:
+    """One line per kernel variant: shared memory (B) / registers / spill (B) per target x {bf16, fp32}
+    (fp16 is reported where it differs from bf16)."""
+    by = {(r["kernel"], r["label"], r["target"], r["dtype"]): r for r in rows if "error" not in r}
+    cols = [("sm_80", "bf16"), ("sm_90", "bf16"), ("sm_80", "fp32"), ("sm_90", "fp32")]
+    order = list(KERNELS)
+    keys = sorted({(k, lab) for k, lab, _, _ in by}, key=lambda x: (order.index(x[0]), x[1]))
+    lines = ["| kernel | shapes | bf16 tiles (constexpr), warps/stages sm_80 · sm_90 | sm_80 bf16 | sm_90 bf16 | "
+             "sm_80 fp32 | sm_90 fp32 |", "|---|---|---|---:|---:|---:|---:|"]
+    diff16 = []
+    for k, lab in keys:
+        cells = []
+        for t, d in cols:
+            r = by.get((k, lab, t, d))
+            cells.append(f"{r['shared']:,} / {r['regs']} / {r['spill']}" if r else "")
+            h = by.get((k, lab, t, "fp16"))
+            if d == "bf16" and r and h and (h["shared"], h["regs"], h["spill"]) != (r["shared"], r["regs"], r["spill"]):
+                diff16.append(f"{k} {lab} {t} fp16: {h['shared']:,} / {h['regs']} / {h['spill']}")
+        b80, b90 = by.get((k, lab, "sm_80", "bf16")), by.get((k, lab, "sm_90", "bf16"))
+        cfg = (f"{','.join(str(v) for v in b80['blocks'].values())}; {b80['num_warps']}/{b80['num_stages']} · "
+               f"{b90['num_warps']}/{b90['num_stages']}") if b80 and b90 else ""
+        lines.append(f"| `{k}` | {lab} | {cfg} | " + " | ".join(cells) + " |")
+    lines.append("")
+    lines.append("fp16: " + ("; ".join(diff16) if diff16 else "identical to bf16 in every row."))
+    return "\n".join(lines)
+
+
 def main(argv=None) -> int:
+    import argparse
+    import json
+
+    ap = argparse.ArgumentParser(description="AOT-compile every Triton kernel launch for sm_80 and sm_90")
+    ap.add_argument("--compact", action="store_true", help="one line per kernel variant (README table)")
+    ap.add_argument("--json", default=None, help="also write every compiled row to this JSON file")
+    args = ap.parse_args(argv)
     if (why := unavailable()) is not None:
         print(f"AOT compile unavailable: {why}", file=sys.stderr)
         return 2
     launches = [x for cap in TARGETS for x in collect(cap)]
     rows = compile_all(launches)
-    print(markdown(rows))
+    if args.json:
+        with open(args.json, "w") as f:
+            json.dump(rows, f, indent=1, default=str)
+    print(compact_markdown(rows) if args.compact else markdown(rows))
     bad = [(r, p) for r in rows for p in problems(r)]
     for r, p in bad:
         print(f"FAIL {r['kernel']} {r['label']} {r['target']} {r['dtype']}: {p}", file=sys.stderr)
