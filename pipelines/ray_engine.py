@@ -197,11 +197,84 @@ def _restore_env(saved: dict[str, Any]) -> None:
     _refresh_ray_config("RAY_AUTH_MODE" in saved)
 
 
+_REAPER = r"""
+import json, os, select, sys, psutil
+known = {}  # pid -> Process: the recorded roots and every descendant seen so far (children can be reparented
+            # when their parent dies first, so the tree is remembered while the driver lives)
+for pid, created in json.loads(sys.argv[1]):
+    try:
+        p = psutil.Process(pid)
+        if abs(p.create_time() - created) < 0.5:  # the very process recorded, not a reused pid
+            known[pid] = p
+    except psutil.Error:
+        pass
+def refresh():
+    for p in list(known.values()):
+        try:
+            for c in p.children(recursive=True):
+                known.setdefault(c.pid, c)
+        except psutil.Error:
+            pass
+while True:  # EOF on stdin: the driver closed the pipe (normal end) or died (kill -9)
+    refresh()
+    if select.select([0], [], [], 1.0)[0] and not os.read(0, 4096):
+        break
+refresh()
+procs = [p for p in known.values() if p.is_running()]
+for p in procs:
+    try:
+        p.terminate()
+    except psutil.Error:
+        pass
+_, alive = psutil.wait_procs(procs, timeout=5)
+for p in alive:
+    try:
+        p.kill()
+    except psutil.Error:
+        pass
+"""
+
+
+def _child_pids() -> set[tuple[int, float]]:
+    try:
+        import psutil
+
+        return {(c.pid, c.create_time()) for c in psutil.Process().children()}
+    except Exception:  # noqa: BLE001 - no psutil: no reaper
+        return set()
+
+
+def _start_reaper(roots: set[tuple[int, float]]):
+    """A watchdog for the private cluster's processes (the driver's children that `ray.init` started, and their
+    descendants): it waits for EOF on a pipe from the driver, then stops them. A driver killed with SIGKILL
+    closes the pipe too, so its Ray processes go at once instead of lingering until they notice."""
+    import json
+    import subprocess
+
+    if not roots:
+        return None
+    try:
+        return subprocess.Popen([sys.executable, "-c", _REAPER, json.dumps(sorted(roots))], stdin=subprocess.PIPE,
+                                stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, start_new_session=True)
+    except OSError as e:
+        log.warning("no watchdog for the local Ray cluster (%s)", e)
+        return None
+
+
+def _stop_reaper(reaper) -> None:
+    if reaper is None:
+        return
+    with contextlib.suppress(OSError):
+        reaper.stdin.close()  # after ray.shutdown(): it stops whatever is left, then exits
+    with contextlib.suppress(Exception):
+        reaper.wait(timeout=15)
+
+
 @contextlib.contextmanager
 def _stop_on_signals():
     """SIGTERM/SIGHUP end the run through the normal path (finally: ray.shutdown()), so a terminated driver
-    does not leave its private cluster behind. (SIGKILL cannot be caught: Ray's own processes then notice the
-    dead driver and exit by themselves, within about a minute.)"""
+    does not leave its private cluster behind. (SIGKILL cannot be caught: the watchdog `_start_reaper` then
+    stops the cluster's processes.)"""
     import threading
 
     if threading.current_thread() is not threading.main_thread():
@@ -250,9 +323,12 @@ def run_ray(inputs: list[str], outdir: str | Path, cfg: PipelineConfig, *, worke
         extra: dict[str, Any] = {"ray_address": address or "local"}
         if not committer.pending:  # a re-run of a finished run: no cluster needed
             return committer.finish(extra)
+        before = _child_pids()
         started = _init_ray(address, num_cpus)
+        reaper = _start_reaper(_child_pids() - before) if started is not None else None
         if started is not None:
-            extra["ray_private_cluster"] = {"bind": LOOPBACK, "token_auth": "RAY_AUTH_MODE" in started}
+            extra["ray_private_cluster"] = {"bind": LOOPBACK,
+                                            "token_auth": os.environ.get("RAY_AUTH_MODE", "").lower() == "token"}
         try:
             n, resources, threads = actor_resources(workers, cfg)
             committer.workers = n
@@ -263,6 +339,7 @@ def run_ray(inputs: list[str], outdir: str | Path, cfg: PipelineConfig, *, worke
             if started is not None:
                 ray.shutdown()
                 _restore_env(started)
+                _stop_reaper(reaper)
 
 
 def _execute(committer: Committer, pending: list[Shard], cfg: PipelineConfig, stages: Stages, n: int,

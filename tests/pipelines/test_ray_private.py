@@ -5,6 +5,7 @@ is on (Ray >= 2.52); after the driver ends none of the Ray processes it started 
 
 import importlib.util
 import ipaddress
+import os
 import subprocess
 import sys
 import textwrap
@@ -32,6 +33,11 @@ DRIVER = textwrap.dedent("""
 """)
 
 
+# A Ray cluster started earlier in this pytest process (tests/pipelines/test_engine_ray.py) sets RAY_AUTH_MODE
+# in os.environ; the driver under test must start as a user's shell would.
+CLEAN_ENV = {k: v for k, v in os.environ.items() if not k.startswith("RAY_AUTH")}
+
+
 def _loopback(ip: str) -> bool:
     ip = ip.split("%")[0]
     addr = ipaddress.ip_address(ip)
@@ -46,7 +52,7 @@ def test_private_cluster_binds_loopback_and_is_stopped(tmp_path):
     script.write_text(DRIVER.format(tests=str(Path(__file__).parent), inp=str(tmp_path / "in"),
                                     out=str(tmp_path / "out")))
     proc = subprocess.Popen([sys.executable, str(script)], stdout=subprocess.PIPE, stderr=subprocess.DEVNULL,
-                            text=True)
+                            text=True, env=CLEAN_ENV)
     driver = psutil.Process(proc.pid)
     seen: dict[int, str] = {}
     listening: list[tuple[str, str]] = []
@@ -82,3 +88,47 @@ def test_private_cluster_binds_loopback_and_is_stopped(tmp_path):
             break
         time.sleep(0.5)
     assert not alive, f"Ray processes left after the run: {alive}"
+
+
+def test_killed_driver_leaves_no_ray_process(tmp_path):
+    """kill -9 of the driver: its watchdog stops the private cluster's processes within seconds (without it,
+    Ray's agents lingered about a minute)."""
+    make_corpus(tmp_path / "in", 40, 2)
+    script = tmp_path / "driver.py"
+    script.write_text(DRIVER.format(tests=str(Path(__file__).parent), inp=str(tmp_path / "in"),
+                                    out=str(tmp_path / "out")))
+    proc = subprocess.Popen([sys.executable, str(script)], stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
+                            env=CLEAN_ENV)
+    driver = psutil.Process(proc.pid)
+    seen: dict[int, float] = {}
+    deadline = time.time() + 120
+    while time.time() < deadline and proc.poll() is None:
+        try:
+            for p in driver.children(recursive=True):
+                seen.setdefault(p.pid, p.create_time())
+        except psutil.Error:
+            pass
+        if list((tmp_path / "out" / "_manifest").glob("shard-[0-9a-f]*.json")):
+            break
+        time.sleep(0.2)
+    assert proc.poll() is None, "the driver ended before it could be killed"
+    for p in driver.children(recursive=True):
+        seen.setdefault(p.pid, p.create_time())
+    proc.kill()
+    proc.wait()
+
+    def alive():
+        out = []
+        for pid, created in seen.items():
+            try:
+                p = psutil.Process(pid)
+                if abs(p.create_time() - created) < 0.5 and p.status() != psutil.STATUS_ZOMBIE:
+                    out.append(f"{pid} {p.name()}")
+            except psutil.Error:
+                pass
+        return out
+
+    t0 = time.time()
+    while alive() and time.time() - t0 < 20:
+        time.sleep(0.5)
+    assert len(seen) >= 3 and not alive(), f"left after 20 s: {alive()}"
