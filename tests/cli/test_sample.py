@@ -2,30 +2,39 @@
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
 
 import pyarrow.dataset as ds
 from typer.testing import CliRunner
 
 from masprism_batch.cli import EXIT_OK, EXIT_USAGE, app
+from masprism_batch.cli.attribute import _stage_subset
 
 FORMATS = Path(__file__).resolve().parents[1] / "data" / "formats"
+SOURCES = {"ag2", "autogen", "langfuse", "langsmith", "openai", "otel", "my-app"}  # 12 traces, 7 sources
 runner = CliRunner()
 
 
-def _ids(out: Path) -> list[tuple[str, str]]:
-    t = ds.dataset(str(out / "attributions")).to_table(columns=["trace_id", "source"]).to_pylist()
-    return sorted((r["source"], r["trace_id"]) for r in t)
+def _staged(tmp_path: Path, n: int, seed: int = 0) -> list[tuple[str, str]]:
+    (path,) = _stage_subset([str(FORMATS)], tmp_path / f"s{n}-{seed}", lambda t: True, None, n, seed)
+    return [(r["source"], r["trace_id"]) for r in map(json.loads, Path(path).read_text().splitlines())]
 
 
 def test_sample_is_deterministic_and_covers_every_source(tmp_path):
+    a = _staged(tmp_path, 7)
+    assert len(a) == 7 and {s for s, _ in a} == SOURCES
+    assert _staged(tmp_path / "again", 7) == a
+    assert len(_staged(tmp_path, 3)) == 3 and len(_staged(tmp_path, 50)) == 12
+    seeds = {tuple(sorted(_staged(tmp_path, 9, seed))) for seed in range(6)}
+    assert len(seeds) > 1  # the seed changes which traces of the larger sources are taken
+
+
+def test_attribute_sample_end_to_end_and_exclusive_with_limit(tmp_path):
     args = ["attribute", str(FORMATS), "--model", "tiny-random", "--sample", "7"]
     res = runner.invoke(app, [*args, "-o", str(tmp_path / "A")])
     assert res.exit_code == EXIT_OK, res.output
-    a = _ids(tmp_path / "A")
-    assert len(a) == 7 and {s for s, _ in a} == {"ag2", "autogen", "langfuse", "langsmith", "openai", "otel",
-                                                 "my-app"}  # 12 traces, 7 sources: one of each
-    res = runner.invoke(app, [*args, "-o", str(tmp_path / "B")])
-    assert res.exit_code == EXIT_OK and _ids(tmp_path / "B") == a
+    t = ds.dataset(str(tmp_path / "A" / "attributions")).to_table(columns=["source"]).to_pylist()
+    assert len(t) == 7 and {r["source"] for r in t} == SOURCES
     res = runner.invoke(app, [*args, "--limit", "3", "-o", str(tmp_path / "C")])
     assert res.exit_code == EXIT_USAGE and not (tmp_path / "C").exists()
