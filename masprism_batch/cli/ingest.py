@@ -46,6 +46,7 @@ def ingest(
     overwrite: bool = typer.Option(False, "--overwrite", help="replace Parquet parts of an earlier ingest in OUTDIR"),
     progress: bool = typer.Option(True, "--progress/--no-progress", help="progress bar on stderr"),
     summary_json: bool = typer.Option(False, "--json", help="print the summary as JSON on stdout"),
+    config: str = typer.Option(None, "--config", help="JSON or TOML config; its `ingest` section sets the size caps"),
     verbose: bool = typer.Option(False, "--verbose", "-v"),
 ) -> None:
     from ..ingest import FORMATS
@@ -56,8 +57,16 @@ def ingest(
         raise usage(f"unknown --format {fmt!r}; choose one of {', '.join(FORMATS)}")
     check_inputs(inputs)
     check_outdir(out)
+    limits = None
+    if config:
+        from ..config import load_config
+
+        try:
+            limits = load_config(config).ingest
+        except (OSError, ValueError) as exc:  # pydantic's ValidationError is a ValueError
+            raise fail(f"bad configuration: {exc}") from None
     try:
-        s = run_ingest(inputs, out, fmt, overwrite=overwrite, progress=progress)
+        s = run_ingest(inputs, out, fmt, overwrite=overwrite, progress=progress, limits=limits)
     except FileExistsError as e:
         raise fail(str(e)) from None
     except OSError as e:  # the output side: disk full, permissions changed under us

@@ -220,3 +220,19 @@ def test_metadata_json_safe_and_bidi_ids_marked_in_report(tmp_path):
     assert "invoice\u202efdp.exe" in by_id  # stored as given
     assert mark_bidi("invoice\u202efdp.exe") == "invoice\\u202Efdp.exe"
     assert mark_bidi("plain-id") == "plain-id" and mark_bidi(None) is None
+
+
+def test_ingest_cli_config_sets_the_caps(tmp_path):
+    rows = [{"trace_id": "one", "source": "jsonl", "steps": [{"agent": "a", "content": "x"}]},
+            {"trace_id": "two", "source": "jsonl", "steps": [{"agent": "a", "content": "x"}] * 2}]
+    (tmp_path / "t.jsonl").write_text("\n".join(json.dumps(r) for r in rows) + "\n")
+    (tmp_path / "c.json").write_text(json.dumps({"ingest": {"max_steps": 1}}))
+    res = CliRunner().invoke(app, ["ingest", str(tmp_path / "t.jsonl"), "-o", str(tmp_path / "O"), "--no-progress",
+                                   "--config", str(tmp_path / "c.json")])
+    assert res.exit_code == EXIT_REJECTED, res.output
+    [e] = read_dataset(tmp_path / "O" / "errors").to_pylist()
+    assert (e["record_id"], e["reason"]) == ("two", "too_many_steps")
+    (tmp_path / "bad.json").write_text(json.dumps({"ingest": {"max_steps": 0}}))
+    res = CliRunner().invoke(app, ["ingest", str(tmp_path / "t.jsonl"), "-o", str(tmp_path / "O2"), "--no-progress",
+                                   "--config", str(tmp_path / "bad.json")])
+    assert res.exit_code == EXIT_FATAL and "bad configuration" in res.output
