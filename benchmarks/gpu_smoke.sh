@@ -12,7 +12,8 @@
 #   kernels  bench_step_attention.py --gpu and bench_nll.py --gpu in bf16 and fp32 (triton vs SDPA / eager,
 #            do_bench; ms, TFLOP/s, MFU)                                             -> OUT/{step_attention,nll}_gpu.csv
 #   prefill  bench_prefill.py --gpu: whole two-pass prefill, tokens/s, TFLOP/s, MFU vs SDPA and eager on
-#            SmolLM2-135M and Qwen3-0.6B shapes with random weights (needs transformers) -> OUT/prefill_gpu.txt
+#            SmolLM2-135M and Qwen3-0.6B shapes with random weights (needs transformers)
+#                                                                    -> OUT/prefill_gpu.txt, OUT/prefill_gpu.csv
 #
 # Offline machines (torch + triton present, nothing installable from the network):
 #   - aot, triton and kernels need only torch, triton and pytest. If masprism_batch is not pip-installed, the
@@ -150,7 +151,14 @@ run_step() {
   printf '%s\t%s\t%ss\n' "$name" "$rc" "$((SECONDS - t0))" >> "$OUT/steps.tsv"
   [ "$rc" = 0 ] || { FAILED=1; say "FAILED $name (rc=$rc), log: $OUT/$name.log"; }
   if [ "$name" = env ]; then cp "$OUT/env.log" "$OUT/env.txt"; fi
-  if [ "$name" = prefill ]; then cp "$OUT/prefill.log" "$OUT/prefill_gpu.txt"; fi
+  if [ "$name" = prefill ]; then
+    cp "$OUT/prefill.log" "$OUT/prefill_gpu.txt"
+    # tidy rows from bench_prefill's table: model T impl tokens/s TFLOP/s MFU
+    { echo "bench,model,T,impl,tokens_per_s,tflops,mfu,device"
+      dev=$(sed -n 's/^# \([^;]*\);.*/\1/p' "$OUT/prefill.log" | head -n 1)
+      awk -v dev="$dev" 'NF == 6 && $2 ~ /^[0-9]+$/ { gsub("%", "", $6); printf "prefill,%s,%s,%s,%s,%s,%s,%s\n", $1, $2, $3, $4, $5, $6 / 100, dev }' \
+        "$OUT/prefill.log"; } > "$OUT/prefill_gpu.csv"
+  fi
 }
 
 say "cuda available: $HAS_CUDA; dry run: $DRY; out: $OUT"
