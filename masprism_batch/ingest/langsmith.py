@@ -10,7 +10,8 @@ one run per line. Runs are grouped into traces by `trace_id` (else the root's `i
 
 Steps: `llm` runs (kind `llm`: the generated message, its tool calls, the error if any) and `tool` /
 `retriever` runs (kind `tool`: name, input, output, error), ordered by `start_time`, ties by tree position.
-agent = the run's `langgraph_node`, else the nearest enclosing LangGraph node (a chain run named as its own
+agent = the run's LangGraph node (`langgraph_node`; in a graph of subgraphs the top-level node, from
+`langgraph_checkpoint_ns`), else the nearest enclosing LangGraph node (a chain run named as its own
 `langgraph_node`), else the root run's name. source `langsmith`, system = the root run's name.
 """
 
@@ -108,10 +109,22 @@ def _flatten(roots: list, record: str | None) -> list[tuple[dict, str | None]]:
     return out
 
 
+def _graph_agent(meta: dict) -> str | None:
+    """The LangGraph node a run belongs to. In a graph of subgraphs (supervisor / multi-agent) the top-level
+    node is the agent: `langgraph_checkpoint_ns` is `outer:<id>|inner:<id>`, its first name wins."""
+    ns = meta.get("langgraph_checkpoint_ns")
+    if isinstance(ns, str) and "|" in ns:
+        top = ns.split("|", 1)[0].split(":", 1)[0]
+        if top and not top.startswith("__"):
+            return top
+    node = meta.get("langgraph_node")
+    return node if isinstance(node, str) else None
+
+
 def _node(run: dict, parent: str | None) -> Node:
     rt = run["run_type"]
     meta = _meta(run)
-    lg = meta.get("langgraph_node") if isinstance(meta.get("langgraph_node"), str) else None
+    lg = _graph_agent(meta)
     name = run.get("name") if isinstance(run.get("name"), str) else None
     err = f"Error: {run['error']}" if isinstance(run.get("error"), str) and run["error"] else ""
     n = Node(id=str(run["id"]), parent=parent, name=name, start=parse_time(run.get("start_time")))
@@ -121,7 +134,7 @@ def _node(run: dict, parent: str | None) -> Node:
     elif rt in ("tool", "retriever"):
         n.kind, n.role, n.content = "TOOL", "tool", join(_tool_text(run), err)
         n.agent_name = lg
-    elif lg is not None and lg == name and not name.startswith("__"):
+    elif meta.get("langgraph_node") == name and name is not None and not name.startswith("__"):
         n.kind, n.agent_name = "AGENT", name
     elif parent is None:
         n.kind, n.agent_name = "AGENT", name

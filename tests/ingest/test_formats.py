@@ -229,3 +229,18 @@ def test_otel_and_canonical_examples():
     c = _one("canonical.jsonl", "jsonl")
     assert (c.trace_id, c.source) == ("my-app/run-0001", "my-app") and [s.agent for s in c.steps] == [
         "router", "billing", "billing"]
+
+
+def test_langgraph_subgraph_runs_belong_to_the_top_level_node(tmp_path):
+    meta = {"langgraph_node": "agent", "langgraph_checkpoint_ns": "research_expert:1f0a|agent:2b3c"}
+    runs = [{"id": "root", "run_type": "chain", "name": "supervisor-graph"},
+            {"id": "l1", "parent_run_id": "root", "run_type": "llm", "name": "ChatOpenAI",
+             "start_time": "2025-01-01T00:00:01", "extra": {"metadata": meta},
+             "outputs": {"generations": [[{"text": "searching"}]]}},
+            {"id": "l2", "parent_run_id": "root", "run_type": "llm", "name": "ChatOpenAI",
+             "start_time": "2025-01-01T00:00:02",
+             "extra": {"metadata": {"langgraph_node": "supervisor", "langgraph_checkpoint_ns": "supervisor:9"}},
+             "outputs": {"generations": [[{"text": "done"}]]}}]
+    (tmp_path / "runs.json").write_text(json.dumps(runs))
+    (t,), errors = _read(tmp_path / "runs.json")
+    assert errors == [] and [s.agent for s in t.steps] == ["research_expert", "supervisor"]
