@@ -33,14 +33,15 @@ TARGETS = (80, 90)
 DTYPES = {"bf16": torch.bfloat16, "fp16": torch.float16, "fp32": torch.float32}
 # Attention and LM-head shapes of the two models the project runs (head dims 128 and 64, GQA 2 and 3).
 MODELS = {
-    "qwen3-0.6b": dict(hq=16, hk=8, d=128, hidden=1024, vocab=151_936),
-    "smollm2-135m": dict(hq=9, hk=3, d=64, hidden=576, vocab=49_152),
+    "qwen3-0.6b": dict(hq=16, hk=8, d=128, hidden=1024, vocab=151_936, inter=3072),
+    "smollm2-135m": dict(hq=9, hk=3, d=64, hidden=576, vocab=49_152, inter=1536),
 }
 KERNELS = {"_attn_fwd": "masprism_batch.kernels.step_attention",
            "_step_mass": "masprism_batch.kernels.step_attention",
            "_nll_partial": "masprism_batch.kernels.nll",
            "_rms_norm": "masprism_batch.kernels.elementwise",
-           "_qk_norm_rope": "masprism_batch.kernels.elementwise"}
+           "_qk_norm_rope": "masprism_batch.kernels.elementwise",
+           "_silu_mul": "masprism_batch.kernels.elementwise"}
 # Qwen3 has q/k norms (fused into the RoPE kernel); SmolLM2 (Llama) has none
 QK_NORM = {"qwen3-0.6b": True, "smollm2-135m": False}
 
@@ -171,6 +172,7 @@ def collect(capability: int, dtypes=tuple(DTYPES), models=tuple(MODELS)) -> list
                 cos = torch.empty(T, d // 2, dtype=dtype)
                 elementwise.qk_norm_rope(qkv[:, : hn * d].view(T, hn, d),
                                          torch.empty(hn, d, dtype=dtype) if QK_NORM[model] else None, 1e-6, cos, cos)
+                elementwise.silu_mul(torch.empty(T, 2 * m["inter"], dtype=dtype))
                 variants += [(c, model) for c in calls]
             for (fn, grid, args, kwargs), label in variants:
                 sig, constexprs, attrs, options = _specialise(fn, args, kwargs, capability)

@@ -8,7 +8,9 @@
   writing one fresh [T, Hq + Hk, D] tensor (torch: norm copy, rope copy and 4 elementwise passes).
   The rotation is computed in fp32 from the (normed, rounded) inputs and rounded once; torch's version rounds
   after each of its two ops, so results can differ by one unit in the last place of bf16/fp16.
-Liger-Kernel's RMSNorm and RoPE kernels are the anchors for both (same row-per-program layout).
+- `silu_mul`: the MLP's silu(gate) * up from the fused gate_up GEMM output in one pass (torch: silu writes
+  [T, I], the multiply reads it back), rounded like torch: silu in fp32, to the dtype, then the product.
+Liger-Kernel's RMSNorm, RoPE and SwiGLU kernels are the anchors for both (same row-per-program layout).
 Correctness under the interpreter (tests/kernels/test_elementwise.py), compile/resources for sm_80/sm_90
 (tests/kernels/test_aot_compile.py).
 """
@@ -90,4 +92,30 @@ def qk_norm_rope(qk: torch.Tensor, norm_weight: torch.Tensor | None, eps: float,
         _qk_norm_rope[(T,)](qk, w, cos, sin, y, HN, qk.stride(0), qk.stride(1), y.stride(0), y.stride(1),
                             cos.stride(0), eps, HALF=D // 2, BLOCK_H=triton.next_power_of_2(HN),
                             NORM=norm_weight is not None, num_warps=4)
+    return y
+
+
+@triton.jit
+def _silu_mul(GU, Y, INTER, sg, sy, BLOCK: tl.constexpr):
+    t = tl.program_id(0).to(tl.int64)
+    offs = tl.program_id(1) * BLOCK + tl.arange(0, BLOCK)
+    m = offs < INTER
+    g = tl.load(GU + t * sg + offs, mask=m, other=0.0)
+    u = tl.load(GU + t * sg + INTER + offs, mask=m, other=0.0)
+    gf = g.to(tl.float32)
+    s = (gf / (1.0 + tl.exp(-gf))).to(g.dtype)
+    tl.store(Y + t * sy + offs, (s * u).to(Y.dtype.element_ty), mask=m)
+
+
+def silu_mul(gate_up: torch.Tensor) -> torch.Tensor:
+    """gate_up [T, 2I] (gate then up, last dim contiguous) -> silu(gate) * up [T, I]."""
+    T, two_i = gate_up.shape
+    inter = two_i // 2
+    if gate_up.stride(1) != 1:
+        gate_up = gate_up.contiguous()
+    y = torch.empty(T, inter, dtype=gate_up.dtype, device=gate_up.device)
+    if T:
+        block = min(1024, triton.next_power_of_2(inter))
+        _silu_mul[(T, triton.cdiv(inter, block))](gate_up, y, inter, gate_up.stride(0), y.stride(0), BLOCK=block,
+                                                  num_warps=4)
     return y

@@ -5,8 +5,9 @@ q/k/v and gate/up are fused into one matrix each at load time: one GEMM instead 
 which is where a CPU prefill spends its time. q and k stay side by side ([T, Hq + Hk, D]) so that Qwen3's
 q/k norms and RoPE each run as one op over both. Elementwise ops work in place where the operand is ours:
 at T = thousands every fresh [T, I] tensor is a round of page faults on CPU.
-On CUDA (Triton importable, MASPRISM_NO_FUSED unset) RMSNorm and Qwen3's q/k norm + RoPE run as fused Triton
-kernels (kernels/elementwise.py): one pass each instead of a chain of torch elementwise ops.
+On CUDA (Triton importable, MASPRISM_NO_FUSED unset) RMSNorm, Qwen3's q/k norm + RoPE and the MLP's
+silu(gate) * up run as fused Triton kernels (kernels/elementwise.py): one pass each instead of a chain of
+torch elementwise ops.
 """
 
 from __future__ import annotations
@@ -167,5 +168,8 @@ def qkv_proj(x: torch.Tensor, lw: LayerWeights, arch: ArchSpec, cos, sin):
 
 
 def mlp(x: torch.Tensor, lw: LayerWeights) -> torch.Tensor:
-    gate, up = F.linear(x, lw.gate_up_w, lw.gate_up_b).chunk(2, dim=-1)
+    gate_up = F.linear(x, lw.gate_up_w, lw.gate_up_b)
+    if (ew := _fused(gate_up)) is not None:
+        return F.linear(ew.silu_mul(gate_up), lw.down_w, lw.down_b)
+    gate, up = gate_up.chunk(2, dim=-1)
     return F.linear(F.silu(gate).mul_(up), lw.down_w, lw.down_b)

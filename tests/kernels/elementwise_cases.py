@@ -96,10 +96,26 @@ def test_qk_norm_rope(ew, dtype, T, hq, hk, d, norm):
     _close(got, want, ref, dtype, f"qk_norm_rope seed={seed} {dtype} T={T} heads={hn} d={d} norm={norm}")
 
 
+@pytest.mark.parametrize("dtype", DTYPES)
+@pytest.mark.parametrize("T,inter", [(47, 3072), (123, 1536), (1, 37)])
+def test_silu_mul(ew, dtype, T, inter):
+    seed = _seed()
+    g = torch.Generator().manual_seed(seed)
+    gu = (torch.randn(T, 2 * inter, generator=g, dtype=torch.float64) * 3).to(dtype).to(DEVICE)
+    got = ew.silu_mul(gu)
+    g64, u64 = gu.cpu().double().chunk(2, dim=-1)
+    want = torch.nn.functional.silu(g64) * u64
+    gate, up = gu.cpu().chunk(2, dim=-1)
+    ref = torch.nn.functional.silu(gate).mul_(up)  # the torch path of layers.mlp
+    assert got.shape == (T, inter)
+    _close(got, want, ref, dtype, f"silu_mul seed={seed} {dtype} T={T} I={inter}")
+
+
 @pytest.mark.parametrize("family", ["qwen3", "llama"])
 def test_forward_with_fused_chain_matches_torch_chain(ew, family, monkeypatch):
     """The wiring in layers.py: a whole packed prefill (q/k norms + RoPE for Qwen3, biases for Llama) with the
-    fused kernels forced on equals the torch-op forward (fp32, so to fp32 rounding)."""
+    fused kernels (RMSNorm, q/k norm + RoPE, SiLU * up) forced on equals the torch-op forward (fp32, so to fp32
+    rounding)."""
     import sys
     from pathlib import Path
 
