@@ -179,6 +179,7 @@ def _print_attributions(outdir: Path, top: int = 3) -> None:
 def demo(
     model: str = ModelOpt,
     out: Path = typer.Option(None, "-o", "--out", help="output directory (default: a temporary one)"),
+    progress_interval: float = IntervalOpt,
     verbose: bool = typer.Option(False, "-v"),
 ):
     """Attribute the bundled sample (4 Who&When + 2 TRAIL real traces) with the offline default model."""
@@ -190,7 +191,7 @@ def demo(
     outdir = out or Path(tempfile.mkdtemp(prefix="masprism-demo-"))
     sample = _sample_dir()
     try:
-        summary = _run([str(sample / "who_and_when"), str(sample / "trail")], outdir, cfg, loaded)
+        summary = _run([str(sample / "who_and_when"), str(sample / "trail")], outdir, cfg, loaded, progress_interval)
     except (FileNotFoundError, ValueError) as exc:
         raise fail(str(exc)) from None
     _print_attributions(outdir)
@@ -210,6 +211,7 @@ def eval_(
                                "every subset represented (see --seed)"),
     seed: int = typer.Option(0, "--seed", help="seed of --sample"),
     threads: int = typer.Option(None, help="torch CPU threads"),
+    progress_interval: float = IntervalOpt,
     verbose: bool = typer.Option(False, "-v"),
 ):
     """Attribute labelled traces and score them by exact match, trivial baselines beside (method doc)."""
@@ -233,7 +235,7 @@ def eval_(
     outdir = out or Path(tempfile.mkdtemp(prefix="masprism-eval-"))
     inputs = _stage_subset(path, outdir / "_input", lambda t: dataset_of(t) == dataset, limit, sample, seed)
     try:
-        summary = _run(inputs, outdir, cfg, loaded)
+        summary = _run(inputs, outdir, cfg, loaded, progress_interval)
     except (FileNotFoundError, ValueError) as exc:
         raise fail(str(exc)) from None
     if summary.attributed == 0:
