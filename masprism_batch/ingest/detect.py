@@ -142,9 +142,9 @@ def _from_lines(lines: Iterator[tuple[int, str]], fmt: str, ctx: Context) -> Ite
         except IngestError:
             head = None  # a bad first line is rejected alone by the reader below
     kind = ALIASES.get(fmt, fmt) if fmt != "auto" else (classify(head) if head is not None else None) or "jsonl"
-    if fmt == "auto" and kind == "jsonl" and head is not None and not (
-            isinstance(head, dict) and ("trace_id" in head or "steps" in head)):
-        raise unknown_format(head)  # the first record is no known format and not canonical: name them all
+    if fmt == "auto" and kind == "jsonl" and isinstance(head, dict) and head and not (
+            "trace_id" in head or "steps" in head):
+        raise unknown_format(head)  # the first record is an object of no known format, not canonical: name them
 
     def again() -> Iterator[tuple[int, str]]:
         yield first
