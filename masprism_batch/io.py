@@ -21,6 +21,7 @@ import logging
 import os
 import re
 import socket
+import threading
 import time
 import uuid
 from collections.abc import Iterable, Iterator
@@ -274,6 +275,9 @@ def _pid_alive(pid: int) -> bool:
     return True
 
 
+_HELD: dict[tuple[str, int], int] = {}  # (lock path, thread id) -> nesting depth, for the holding thread only
+
+
 class OutdirLock:
     """Exclusive lock of an OUTDIR for a whole command (`run`, `attribute`, `ingest`).
 
@@ -283,7 +287,8 @@ class OutdirLock:
     owner). Where the filesystem has no flock (ENOLCK/ENOTSUP, e.g. some NFS setups), the owner record is
     the lock: it is stale when its pid is dead on this host, or, from another host, untouched for
     LOCK_STALE_SECONDS (`touch()` refreshes it at every commit). The file is never deleted (no unlink race):
-    a released lock is an empty file. Readers ignore it (leading underscore).
+    a released lock is an empty file. Readers ignore it (leading underscore). Re-entrant within one thread (a
+    command that locks OUTDIR and then calls an engine that locks it again); another thread or process is refused.
     """
 
     def __init__(self, outdir: Path | str, command: str = "run"):
@@ -292,6 +297,8 @@ class OutdirLock:
         self.command = command
         self._fd: int | None = None
         self._flock = True
+        self._nested: tuple[str, int] | None = None
+        self._key: tuple[str, int] | None = None
 
     def _owner(self) -> dict[str, Any]:
         try:
@@ -318,6 +325,11 @@ class OutdirLock:
 
     def acquire(self) -> OutdirLock:
         self.outdir.mkdir(parents=True, exist_ok=True)
+        key = (os.path.realpath(self.path), threading.get_ident())
+        if key in _HELD:  # this thread holds it already: nest
+            _HELD[key] += 1
+            self._nested = key
+            return self
         fd = os.open(self.path, os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o644)
         try:
             fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
@@ -344,6 +356,8 @@ class OutdirLock:
         os.pwrite(fd, json.dumps(me).encode(), 0)
         os.fsync(fd)
         self._fd = fd
+        self._key = key
+        _HELD[key] = 1
         return self
 
     def touch(self) -> None:
@@ -353,8 +367,13 @@ class OutdirLock:
                 os.utime(self.path)
 
     def release(self) -> None:
+        if self._nested is not None:
+            _HELD[self._nested] -= 1
+            self._nested = None
+            return
         if self._fd is None:
             return
+        _HELD.pop(self._key, None)
         with contextlib.suppress(OSError):
             os.ftruncate(self._fd, 0)
         with contextlib.suppress(OSError):

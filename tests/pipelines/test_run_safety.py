@@ -302,3 +302,29 @@ def test_run_input_walk_special_files_and_bomb(tmp_path, small_cfg):
     assert by_file == {"pipe.jsonl": "not_a_regular_file", "zero.jsonl": "symlink_outside_input",
                        "bomb.jsonl.gz": "record_too_large"}
     assert s.attributed == 9 and s.rejected == 3 and not reasons.keys() & set(ids)
+
+
+def test_lock_is_reentrant_in_one_thread_only(tmp_path, small_cfg):
+    """A command may hold OUTDIR (e.g. while it writes a subset file) and then call the engine, which locks
+    it again in the same thread; another thread is refused, and the lock is free once the outer one ends."""
+    ids = make_corpus(tmp_path / "in", 5, 1)
+    out = tmp_path / "out"
+    with OutdirLock(out, "attribute"):
+        s = run_local([str(tmp_path / "in")], out, small_cfg(), stages=FakeStages(), progress=False)
+        assert s.attributed == 5 and (out / mio.LOCK_NAME).read_text()  # still held by the outer lock
+        seen = []
+
+        def other_thread():
+            try:
+                OutdirLock(out).acquire().release()
+                seen.append("acquired")
+            except OutdirLocked:
+                seen.append("refused")
+
+        th = threading.Thread(target=other_thread)
+        th.start()
+        th.join()
+        assert seen == ["refused"]
+    assert (out / mio.LOCK_NAME).read_text() == ""
+    OutdirLock(out).acquire().release()
+    assert_exactly_once(out, ids)
