@@ -255,13 +255,25 @@ def eval_(
         "seconds_pass1": sec1, "seconds_pass2": sec2, "rejected": summary.rejected_by_reason,
         "hardware": _hardware(), "date": time.strftime("%Y-%m-%d"),
     })
+    result["in_sample"] = _in_sample_note(cfg, [t.trace_id for t in traces if t.trace_id in {r["trace_id"] for r in rows}])
     for table in tables(result):
         console.print(table)
+    console.print(f"[yellow]note:[/] {result['in_sample']}", soft_wrap=True)
     console.print(f"{summary.attributed} traces in {summary.wall_seconds:.0f} s ({result['seconds_per_trace']:.1f} s/trace, "
                   f"{summary.tokens_per_second:,.0f} tokens/s) with {result['model_id']}; outputs in {outdir}")
     if json_out:
         json_out.write_text(json.dumps(result, indent=2, default=str), encoding="utf-8")
     raise typer.Exit(EXIT_OK)
+
+
+def _in_sample_note(cfg, trace_ids: list[str]) -> str:
+    """Whether these scores are in-sample for the packaged ranker weights (README: Accuracy)."""
+    from ..analytics.insample import InSample, note
+
+    if cfg.method.name != "ranked":
+        return note(len(trace_ids), 0, False)
+    f = InSample()
+    return note(len(trace_ids), sum(bool(f(t)) for t in trace_ids) if f.known else None, True)
 
 
 def _hardware() -> str:

@@ -38,3 +38,23 @@ def test_attribute_sample_end_to_end_and_exclusive_with_limit(tmp_path):
     assert len(t) == 7 and {r["source"] for r in t} == SOURCES
     res = runner.invoke(app, [*args, "--limit", "3", "-o", str(tmp_path / "C")])
     assert res.exit_code == EXIT_USAGE and not (tmp_path / "C").exists()
+
+
+def test_eval_says_whether_its_scores_are_in_sample(tmp_path, monkeypatch):
+    import hashlib
+
+    from masprism_batch.analytics import insample
+    from masprism_batch.cli.attribute import _in_sample_note
+    from masprism_batch.config import load_config
+
+    monkeypatch.setattr(insample, "weights_dir", lambda: tmp_path)
+    insample.fitted_prefixes.cache_clear()
+    ranked, faithful = load_config(None), load_config(None, method__name="masprism")
+    assert "no learned weights" in _in_sample_note(faithful, ["a"])
+    assert _in_sample_note(ranked, ["a"]).startswith("unknown whether in-sample")
+    (tmp_path / "ranker.json").write_text(json.dumps({"fitted_on": [hashlib.sha256(b"a").hexdigest()[:16]]}))
+    insample.fitted_prefixes.cache_clear()
+    assert _in_sample_note(ranked, ["a"]).startswith("in-sample: all 1")
+    assert _in_sample_note(ranked, ["a", "b"]).startswith("partly in-sample: 1 of 2")
+    assert _in_sample_note(ranked, ["b"]).startswith("held out")
+    insample.fitted_prefixes.cache_clear()
