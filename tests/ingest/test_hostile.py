@@ -117,8 +117,21 @@ def test_cli_exit_codes_and_refusal(tmp_path):
     reasons = sorted(e["reason"] for e in read_dataset(tmp_path / "O2" / "errors").to_pylist())
     assert reasons == ["invalid_gzip"]
     # another live command holds OUTDIR: one clear error line, exit 1, nothing written
-    with OutdirLock(tmp_path / "O5", "run"):
-        res = runner.invoke(app, ["ingest", str(good), "-o", str(tmp_path / "O5"), "--no-progress"])
+    import threading
+
+    held, done = threading.Event(), threading.Event()
+
+    def other_command():  # another thread (the lock is re-entrant within one thread only)
+        with OutdirLock(tmp_path / "O5", "run"):
+            held.set()
+            done.wait(60)
+
+    th = threading.Thread(target=other_command)
+    th.start()
+    assert held.wait(30)
+    res = runner.invoke(app, ["ingest", str(good), "-o", str(tmp_path / "O5"), "--no-progress"])
+    done.set()
+    th.join()
     assert res.exit_code == EXIT_FATAL and "in use by another run" in res.output
     assert not (tmp_path / "O5" / "traces").exists()
     res = runner.invoke(app, ["ingest", str(good), "-o", str(tmp_path / "O3"), "--format", "xml"])
