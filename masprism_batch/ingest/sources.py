@@ -177,9 +177,10 @@ def _gunzip(f: BinaryIO, cap: int) -> bytearray:
             d, pending = zlib.decompressobj(wbits=31), rest
         if not pending:
             pending = d.unconsumed_tail or f.read(1 << 20)
-            if not pending:
-                raise IngestError("invalid_gzip", "corrupt or truncated gzip: the stream ends before its end marker")
+        # with no input left, zlib may still hold output of what it consumed: drain it before calling it truncated
         chunk = d.decompress(pending, min(GZIP_CHUNK, cap + 1 - len(out)))
+        if not pending and not chunk and not d.eof:
+            raise IngestError("invalid_gzip", "corrupt or truncated gzip: the stream ends before its end marker")
         pending = d.unconsumed_tail
         out += chunk
         if len(out) > cap:

@@ -249,3 +249,25 @@ def test_ingest_cli_config_sets_the_caps(tmp_path):
     res = CliRunner().invoke(app, ["ingest", str(tmp_path / "t.jsonl"), "-o", str(tmp_path / "O2"), "--no-progress",
                                    "--config", str(tmp_path / "bad.json")])
     assert res.exit_code == EXIT_FATAL and "bad configuration" in res.output
+
+
+def test_streaming_gunzip_matches_gzip(tmp_path):
+    """The capped chunked decompressor returns exactly what gzip does: members, padding, highly compressible
+    data whose output outlasts its input; truncation is an error, not a short read."""
+    import io
+    import random as _random
+
+    from masprism_batch.ingest.common import IngestError
+    from masprism_batch.ingest.sources import _gunzip
+
+    r = _random.Random(3)
+    for data in [b"", b"x", b"\0" * (8 * 1024**2 + 1), b"a" * (20 * 1024**2 + 7),
+                 bytes(r.randrange(256) for _ in range(300_001))]:
+        blob = gzip.compress(data, compresslevel=9) + gzip.compress(data[:999]) + b"\0\0"
+        assert bytes(_gunzip(io.BytesIO(blob), 1 << 30)) == data + data[:999]
+    for bad in (gzip.compress(b"a" * 10**6)[:-9], gzip.compress(b"hello")[:-1]):
+        with pytest.raises(IngestError, match="truncated|corrupt"):
+            _gunzip(io.BytesIO(bad), 1 << 30)
+    with pytest.raises(IngestError) as e:
+        _gunzip(io.BytesIO(gzip.compress(b"a" * 10**6)), 1000)
+    assert e.value.reason == "file_too_large"
