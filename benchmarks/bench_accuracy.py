@@ -1,15 +1,17 @@
-"""Accuracy of MASPrism and its learned re-ranker on the labelled dev data, with the generalisation guard.
+"""Accuracy on the labelled dev data, judged the way a new system would judge it: leave one system out.
 
-    python benchmarks/bench_accuracy.py --data ../shared/data --work /tmp/acc [--model smollm2-135m] [--train-weights]
+    python benchmarks/accuracy_extract.py --work /tmp/masprism-accuracy      # prefills, once (resumable)
+    python benchmarks/bench_accuracy.py --work /tmp/masprism-accuracy [--train-weights]
 
-1. Runs the faithful method (`--method masprism`) once per dataset with the chosen model (cached in --work;
-   the step_scores of this run are the ranker's features).
-2. Scores, on the same cases: faithful MASPrism, pass 1 alone, and the learned ranker under the guard —
-   k-fold cross-validation within each log family (repeated over seeds; mean and spread), train on one
-   Who&When subset and test on the other, and leave-one-family-out (train on chats, test on span trees and
-   the reverse) — plus ablations (signal features only / structure features only / no agent aggregation).
-3. Writes tidy rows to benchmarks/results/accuracy.csv and the tables to docs/results.md; with
-   --train-weights, fits the final weights on all dev data and writes masprism_batch/method/weights/.
+The four dev systems (Who&When Algorithm-Generated, Who&When Hand-Crafted, TRAIL GAIA, TRAIL SWE-Bench) are
+the units of generalisation. Every learned piece is refitted without the system it is scored on:
+- head weights (method/heads.py): fitted label-free on the counterfactual effects of the other systems' logs;
+- rankers (method/ranker.py): fitted on the other three systems' labels (leave-one-system-out, "LOSO"),
+  beside 5-fold cross-validation within a system (x3 seeds), which is optimistic for a new system;
+- the agent rule (author of the blamed step vs summed step probabilities), chosen by LOSO.
+Zero-training methods (the faithful MASPrism, pass 1 alone, trivial baselines) need no protocol.
+Writes tidy rows to benchmarks/results/accuracy.csv and the tables to docs/results.md; --train-weights fits
+the shipped head weights and ranker on all dev data (weights list the trace-id hashes they saw).
 """
 
 from __future__ import annotations
@@ -17,139 +19,202 @@ from __future__ import annotations
 import argparse
 import csv
 import datetime as dt
+import hashlib
 import json
 import logging
 import platform
-import time
 from pathlib import Path
 
 import numpy as np
+from accuracy_extract import SYSTEMS, extract_config, load_systems, trace_key
 
-from masprism_batch.config import load_config
 from masprism_batch.eval import score_trail, score_who_and_when
-from masprism_batch.io import read_dataset
+from masprism_batch.method import heads as hd
+from masprism_batch.method import masprism as mp
 from masprism_batch.method import ranker as rk
-from masprism_batch.trace import Trace
 
 ROOT = Path(__file__).resolve().parents[1]
-SIGNAL = ["nll1_z", "nll2_z", "h_norm", "attn_in_norm", "is_symptom", "is_candidate", "score_norm", "recip_rank"]
 log = logging.getLogger("bench_accuracy")
+METRIC = {"who-and-when": ["step_top1", "step_top3", "agent"], "trail": ["precision@1", "location_acc@1", "precision@5"]}
+SIGNAL = ["nll1_z", "nll2_z", "h_norm", "attn_in_norm", "is_symptom", "is_candidate", "score_norm", "recip_rank",
+          "cf_z", "has_cf", "attn_learned_norm"]
+VARIANTS = {  # name -> feature list
+    "ranked, portable features": rk.PORTABLE,
+    "ranked, portable, no counterfactual": [f for f in rk.PORTABLE if f not in ("cf_z", "has_cf")],
+    "ranked, portable, no learned heads": [f for f in rk.PORTABLE if f != "attn_learned_norm"],
+    "ranked, portable signal features only": [f for f in rk.PORTABLE if f in SIGNAL],
+    "ranked, portable structure features only": [f for f in rk.PORTABLE if f not in SIGNAL],
+    "ranked, all features (incl. turn-taking)": rk.FEATURES,
+}
 
 
-def run_dataset(name: str, inputs: list[str], work: Path, model_name: str, max_context: int | None,
-                dtype: str | None = None, partial: bool = False):
-    """Faithful MASPrism over one dataset with the resumable local engine (small shards: a killed run
-    resumes where it stopped). Returns the output folder and the run's figures."""
-    from masprism_batch.pipelines import run_local
+class Case:
+    def __init__(self, system, trace, meta, arr):
+        self.system, self.trace, self.meta, self.arr = system, trace, meta, arr
+        self.rows = [dict(r) for r in meta["rows"]]
 
-    cfg = load_config(None, model__name=model_name, model__dtype=dtype, method__name="masprism",
-                      render__max_context=max_context, batch__traces_per_shard=4)
-    out = work / f"{name}-{cfg.config_hash()}"
-    done = out / "done.json"
-    base = {"model": model_name, "config_hash": cfg.config_hash(), "dtype": cfg.model.dtype,
-            "max_context": cfg.render.max_context, "hardware": platform.machine(), "date": dt.date.today().isoformat()}
-    if not done.exists() and not partial:
-        run_local(inputs, out, cfg)
-        done.write_text(json.dumps({**base, "run": json.loads((out / "run.json").read_text())}, default=str))
-    # partial: score what is committed so far of a run still going (reported as such)
-    info = json.loads(done.read_text()) if done.exists() else {**base, "partial": True}
-    attrs = read_dataset(out / "attributions").to_pylist()
-    n = max(len(attrs), 1)
-    info.update(traces=len(attrs), tokens=sum(a["tokens_pass1"] + a["tokens_pass2"] for a in attrs),
-                seconds_pass1=sum(a["seconds_pass1"] for a in attrs), seconds_pass2=sum(a["seconds_pass2"] for a in attrs))
-    info["seconds"] = info["seconds_pass1"] + info["seconds_pass2"]
-    info["per_trace"] = info["seconds"] / n
-    return out, info
+    @property
+    def dataset(self) -> str:
+        return self.system.split("/")[0]
 
 
-def load_run(out: Path):
-    attrs = {r["trace_id"]: r for r in read_dataset(out / "attributions").to_pylist()}
-    traces = [Trace.from_row(r) for r in read_dataset(out / "traces").to_pylist()]
-    steps: dict[str, list[dict]] = {}
-    for r in read_dataset(out / "step_scores").to_pylist():
-        steps.setdefault(r["trace_id"], []).append(r)
-    for v in steps.values():
-        v.sort(key=lambda r: r["step"])
-    traces = [t for t in traces if t.trace_id in attrs and t.trace_id in steps]
-    return traces, attrs, steps
+def load_cases(data: Path, cache: Path) -> list[Case]:
+    cases = []
+    for system, traces in load_systems(data).items():
+        for t in traces:
+            p = cache / trace_key(t)
+            if not p.with_suffix(".json").exists():
+                continue
+            meta = json.loads(p.with_suffix(".json").read_text())
+            if "attribution" not in meta:
+                continue
+            with np.load(p.with_suffix(".npz")) as z:
+                arr = {k: z[k] for k in z.files}
+            cases.append(Case(system, t, meta, arr))
+    return cases
 
 
-def gold_of(t: Trace) -> list[int]:
+def gold_of(t) -> list[int]:
     lab = t.labels
     if lab is None:
         return []
     if lab.mistake_step is not None:
-        return [lab.mistake_step]
+        return [lab.mistake_step] if 0 <= lab.mistake_step < len(t.steps) else []
     locs = set(lab.error_locations or [])
     return [i for i, s in enumerate(t.steps) if s.span_id in locs]
 
 
-def pass1_rows(traces, attrs, steps):
+# ---- head weights --------------------------------------------------------------------------------------------
+def fit_heads(cases: list[Case], model_id: str) -> hd.HeadWeights | None:
+    samples = [hd.pairs(c.arr["A2h"].astype(np.float64), c.arr["D"]) for c in cases if "D" in c.arr and "A2h" in c.arr]
+    samples = [s for s in samples if s[1].size]
+    if not samples:
+        return None
+    shape = next(c.arr["A2h"].shape[:2] for c in cases if "A2h" in c.arr)
+    return hd.fit(samples, shape, model_id)
+
+
+def head_correlation(cases: list[Case], hw: hd.HeadWeights | None) -> tuple[float, float, int]:
+    """Mean within-trace Spearman of (learned | head-mean) attention A[k->c] with the ablation effect D[k, c]."""
+    def spear(a, b):
+        ra, rb = np.argsort(np.argsort(a)), np.argsort(np.argsort(b))
+        return float(np.corrcoef(ra, rb)[0, 1]) if np.std(ra) > 0 and np.std(rb) > 0 else np.nan
+
+    learned, mean = [], []
+    for c in cases:
+        if "D" not in c.arr or "A2h" not in c.arr:
+            continue
+        ks, cs = np.nonzero(np.isfinite(c.arr["D"]))
+        if ks.size < 3:
+            continue
+        d = c.arr["D"][ks, cs]
+        mean.append(spear(c.arr["A2"][ks, cs], d))
+        if hw is not None:
+            learned.append(spear(hw.apply(c.arr["A2h"].astype(np.float64))[ks, cs], d))
+    return float(np.nanmean(learned)) if learned else np.nan, float(np.nanmean(mean)) if mean else np.nan, len(mean)
+
+
+def with_learned(cases: list[Case], hw: hd.HeadWeights | None) -> None:
+    """Fill each case's `attn_in_learned` step feature from the given head weights (None: empty)."""
+    for c in cases:
+        vals = np.full(len(c.rows), np.nan)
+        if hw is not None and "A1h" in c.arr:
+            vals = mp.inflow(hw.apply(c.arr["A1h"].astype(np.float64)), [int(x) for x in c.arr["symptoms"]])
+        for r, v in zip(c.rows, vals, strict=True):
+            r["attn_in_learned"] = None if not np.isfinite(v) else float(v)
+
+
+# ---- rankers -------------------------------------------------------------------------------------------------
+def fit_ranker(cases: list[Case], feats: list[str], l2: float) -> rk.Ranker:
+    cols = [rk.FEATURES.index(f) for f in feats]
+    samples = [(rk.step_features(c.trace, c.rows)[:, cols], gold_of(c.trace)) for c in cases if gold_of(c.trace)]
+    return rk.fit(samples, l2=l2, features=feats)
+
+
+def predict(model: rk.Ranker, cases: list[Case], agent_rule: str) -> dict[str, dict]:
     out = {}
-    for t in traces:
-        rows = steps[t.trace_id]
-        cands = sorted((r for r in rows if r["is_candidate"]), key=lambda r: (-(r["h_score"] or 0), r["step"]))
-        a = dict(attrs[t.trace_id])
-        a["candidates"] = [{"step": r["step"], "span_id": r["span_id"]} for r in cands]
-        a["pred_step"] = cands[0]["step"] if cands else a["pred_step"]
-        a["pred_agent"] = t.steps[a["pred_step"]].agent
-        out[t.trace_id] = a
+    for c in cases:
+        order, _, agent = rk.rerank(c.trace, c.rows, model, 5, agent_rule == "aggregate")
+        out[c.trace.trace_id] = {"trace_id": c.trace.trace_id, "pred_step": order[0], "pred_agent": agent,
+                                 "candidates": [{"step": i, "span_id": c.trace.steps[i].span_id} for i in order]}
     return out
 
 
-def ranked_rows(model: rk.Ranker, traces, steps, agg=True):
-    """Attribution-like rows from the same re-ranking the `ranked` method runs (ranker.rerank)."""
+def faithful_rows(cases: list[Case]) -> dict[str, dict]:
+    return {c.trace.trace_id: c.meta["attribution"] for c in cases}
+
+
+def pass1_rows(cases: list[Case]) -> dict[str, dict]:
     out = {}
-    for t in traces:
-        order, _, agent = rk.rerank(t, steps[t.trace_id], model, 5, agg)
-        out[t.trace_id] = {"trace_id": t.trace_id, "pred_step": order[0], "pred_agent": agent,
-                           "candidates": [{"step": i, "span_id": t.steps[i].span_id} for i in order]}
+    for c in cases:
+        cands = [int(x) for x in c.arr["candidates"]]
+        h = {r["step"]: r["h_score"] or 0.0 for r in c.rows}
+        order = sorted(cands, key=lambda k: (-h[k], k)) or [c.meta["attribution"]["pred_step"]]
+        out[c.trace.trace_id] = {"trace_id": c.trace.trace_id, "pred_step": order[0],
+                                 "pred_agent": c.trace.steps[order[0]].agent,
+                                 "candidates": [{"step": i, "span_id": c.trace.steps[i].span_id} for i in order]}
     return out
 
 
-def fit_on(traces, steps, cols, l2):
-    samples = [(rk.step_features(t, steps[t.trace_id])[:, cols], gold_of(t)) for t in traces if gold_of(t)]
-    m = rk.fit(samples, l2=l2)
-    m.features = [rk.FEATURES[c] for c in cols]
-    return m
-
-
-def score(dataset, rows, traces):
-    res = (score_who_and_when if dataset == "who-and-when" else score_trail)(rows, traces)
-    flat = {}
-    for sub, m in res["subsets"].items():
-        for k, v in m.items():
-            if isinstance(v, (int, float)) and v is not None:
-                flat[(sub, k)] = v
-    base = {}
-    for sub, b in res["baselines"].items():
-        for bname, m in b.items():
-            for k, v in m.items():
-                if isinstance(v, (int, float)) and v is not None:
-                    base[(sub, bname, k)] = v
+def score(cases: list[Case], rows: dict[str, dict]) -> tuple[dict, dict]:
+    """{(system, metric): value} and {(system, baseline, metric): value}."""
+    flat, base = {}, {}
+    for ds, fn in (("who-and-when", score_who_and_when), ("trail", score_trail)):
+        sub = [c for c in cases if c.dataset == ds]
+        if not sub:
+            continue
+        res = fn({c.trace.trace_id: rows[c.trace.trace_id] for c in sub if c.trace.trace_id in rows},
+                 [c.trace for c in sub])
+        for s, m in res["subsets"].items():
+            flat.update({(s, k): v for k, v in m.items() if isinstance(v, (int, float))})
+        for s, b in res["baselines"].items():
+            for bn, m in b.items():
+                base.update({(s, bn, k): v for k, v in m.items() if isinstance(v, (int, float))})
     return flat, base
 
 
-def cv_rows(dataset, traces, steps, cols, l2, folds=5, seeds=(0, 1, 2), agg=True):
-    """k-fold CV repeated over seeds; returns {(subset, metric): [value per seed]}."""
-    per_seed: dict = {}
+def loso(cases: list[Case], feats: list[str], l2: float, agent_rule: str, model_id: str) -> dict:
+    """Each system scored by head weights and a ranker fitted on the other systems only."""
+    rows = {}
+    for held in sorted({c.system for c in cases}):
+        train = [c for c in cases if c.system != held]
+        test = [c for c in cases if c.system == held]
+        hw = fit_heads(train, model_id)
+        with_learned(train + test, hw)
+        rows.update(predict(fit_ranker(train, feats, l2), test, agent_rule))
+    return score(cases, rows)[0]
+
+
+def kfold(cases: list[Case], feats: list[str], l2: float, agent_rule: str, model_id: str, folds=5, seeds=(0, 1, 2)):
+    """5-fold CV within each system (x seeds): mean and spread per (system, metric)."""
+    per: dict = {}
     for seed in seeds:
-        rng = np.random.default_rng(seed)
-        ids = np.array([t.trace_id for t in traces])
-        fold_of = dict(zip(ids, rng.permutation(len(ids)) % folds, strict=True))
         rows = {}
-        for f in range(folds):
-            train = [t for t in traces if fold_of[t.trace_id] != f]
-            test = [t for t in traces if fold_of[t.trace_id] == f]
-            rows.update(ranked_rows(fit_on(train, steps, cols, l2), test, steps, agg))
-        flat, _ = score(dataset, rows, traces)
-        for k, v in flat.items():
-            per_seed.setdefault(k, []).append(v)
-    return per_seed
+        for system in sorted({c.system for c in cases}):
+            sub = [c for c in cases if c.system == system]
+            fold = np.random.default_rng(seed).permutation(len(sub)) % folds
+            for f in range(folds):
+                train = [c for c, k in zip(sub, fold, strict=True) if k != f]
+                test = [c for c, k in zip(sub, fold, strict=True) if k == f]
+                if not test or not train:
+                    continue
+                with_learned(train + test, fit_heads(train, model_id))
+                rows.update(predict(fit_ranker(train, feats, l2), test, agent_rule))
+        for k, v in score(cases, rows)[0].items():
+            per.setdefault(k, []).append(v)
+    return {k: float(np.mean(v)) for k, v in per.items()}, {k: float(np.std(v)) for k, v in per.items()}
 
 
-KEY_METRICS = {"who-and-when": ["step_top1", "step_top3", "step_within1", "agent"],
-               "trail": ["precision@1", "location_acc@1", "precision@5", "location_acc@5"]}
+# ---- output --------------------------------------------------------------------------------------------------
+def metric_ok(system: str, metric: str) -> bool:
+    return metric in METRIC["trail" if system.startswith("trail") else "who-and-when"] or metric == "n"
+
+
+def emit(out: list, method: str, protocol: str, flat: dict, spread: dict | None = None) -> None:
+    for (system, metric), v in sorted(flat.items()):
+        if metric_ok(system, metric) and v is not None:
+            out.append({"system": system, "method": method, "protocol": protocol, "metric": metric,
+                        "value": round(float(v), 4), "spread": "" if spread is None else round(spread.get((system, metric), 0.0), 4)})
 
 
 def main() -> None:
@@ -157,120 +222,70 @@ def main() -> None:
     ap.add_argument("--data", default=str(ROOT.parent / "shared" / "data"))
     ap.add_argument("--work", default="/tmp/masprism-accuracy")
     ap.add_argument("--model", default="smollm2-135m")
-    ap.add_argument("--max-context", type=int, default=None)
-    ap.add_argument("--dtype", default=None, help="model dtype (default: the config's, fp32 on CPU)")
-    ap.add_argument("--datasets", default="who-and-when,trail")
-    ap.add_argument("--partial", action="store_true", help="score the committed part of unfinished runs")
     ap.add_argument("--l2", type=float, default=1.0, help="ranker L2 (fixed a priori, not tuned on eval cases)")
     ap.add_argument("--train-weights", action="store_true")
     ap.add_argument("--csv", default=str(ROOT / "benchmarks" / "results" / "accuracy.csv"))
     ap.add_argument("--md", default=str(ROOT / "docs" / "results.md"))
     args = ap.parse_args()
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(message)s")
-    data, work = Path(args.data), Path(args.work)
-    inputs = {"who-and-when": [str(data / "who_and_when")], "trail": [str(data / "trail")]}
-    family = {"who-and-when": "chat", "trail": "spans"}
-    all_cols = list(range(len(rk.FEATURES)))
-    sig_cols = [rk.FEATURES.index(f) for f in SIGNAL]
-    struct_cols = [c for c in all_cols if c not in sig_cols]
-    rows_out: list[dict] = []
-    runs, loaded = {}, {}
-    for ds in args.datasets.split(","):
-        t0 = time.perf_counter()
-        out, info = run_dataset(ds, inputs[ds], work, args.model, args.max_context, args.dtype,
-                                args.partial)
-        runs[ds] = info
-        loaded[ds] = load_run(out)
-        log.info("%s: %d traces (%.0f s run, loaded in %.1f s)", ds, len(loaded[ds][0]), info["seconds"],
-                 time.perf_counter() - t0)
-
-    def emit(ds, method, protocol, flat, spread=None):
-        for (sub, metric), v in flat.items():
-            if metric in KEY_METRICS[ds] or metric == "n":
-                rows_out.append({"dataset": ds, "subset": sub, "method": method, "protocol": protocol,
-                                 "metric": metric, "value": round(float(v), 4),
-                                 "spread": "" if spread is None else round(float(spread.get((sub, metric), 0)), 4)})
-
-    for ds, (traces, attrs, steps) in loaded.items():
-        flat, base = score(ds, attrs, traces)
-        emit(ds, "masprism (faithful)", "no training", flat)
-        emit(ds, "pass 1 alone", "no training", score(ds, pass1_rows(traces, attrs, steps), traces)[0])
-        for (sub, bname, metric), v in base.items():
-            if metric in KEY_METRICS[ds]:
-                rows_out.append({"dataset": ds, "subset": sub, "method": f"baseline: {bname}",
-                                 "protocol": "no training", "metric": metric, "value": round(v, 4), "spread": ""})
-        for name, cols, agg in (("ranked", all_cols, True), ("ranked, no agent aggregation", all_cols, False),
-                                ("ranked, signal features only", sig_cols, True),
-                                ("ranked, structure features only", struct_cols, True)):
-            cv = cv_rows(ds, traces, steps, cols, args.l2, agg=agg)
-            emit(ds, name, "5-fold CV x3 seeds", {k: np.mean(v) for k, v in cv.items()},
-                 {k: np.std(v) for k, v in cv.items()})
-        if ds == "who-and-when":  # tune on one subset, report the other
-            for a, b in (("Algorithm-Generated", "Hand-Crafted"), ("Hand-Crafted", "Algorithm-Generated")):
-                tr = [t for t in traces if t.source.endswith(a)]
-                te = [t for t in traces if t.source.endswith(b)]
-                if not tr or not te:
-                    continue
-                m = fit_on(tr, steps, all_cols, args.l2)
-                emit(ds, "ranked", f"trained on {a} only", score(ds, ranked_rows(m, te, steps), te)[0])
-    # leave one family out: weights from the other dataset family
-    for ds, other in (("who-and-when", "trail"), ("trail", "who-and-when")):
-        if ds not in loaded or other not in loaded:
-            continue
-        m = fit_on(loaded[other][0], loaded[other][2], all_cols, args.l2)
-        traces, _, steps = loaded[ds]
-        emit(ds, "ranked", f"trained on {other} only", score(ds, ranked_rows(m, traces, steps), traces)[0])
+    cfg = extract_config(args.model)
+    cache = Path(args.work) / f"cache-{cfg.config_hash()}"
+    cases = load_cases(Path(args.data), cache)
+    model_id = next((c.meta["attribution"]["model_id"] for c in cases), args.model)
+    log.info("%d cached traces: %s", len(cases), {s: sum(c.system == s for c in cases) for s in SYSTEMS})
+    out: list[dict] = []
+    flat, base = score(cases, faithful_rows(cases))
+    emit(out, "masprism (faithful, windows pass 1)", "no training", flat)
+    emit(out, "pass 1 alone (windows)", "no training", score(cases, pass1_rows(cases))[0])
+    for (system, bname, metric), v in sorted(base.items()):
+        if metric_ok(system, metric) and metric != "n":
+            out.append({"system": system, "method": f"baseline: {bname}", "protocol": "no training",
+                        "metric": metric, "value": round(v, 4), "spread": ""})
+    chosen = {}
+    for rule in ("aggregate", "author"):  # the agent rule, by LOSO (agent labels: Who&When only)
+        flat = loso(cases, rk.PORTABLE, args.l2, rule, model_id)
+        chosen[rule] = np.mean([v for (s, m), v in flat.items() if m == "agent"] or [0.0])
+        emit(out, f"ranked, portable features, agent = {rule}", "leave-one-system-out", flat)
+    agent_rule = max(chosen, key=lambda r: (chosen[r], r == "author"))
+    log.info("agent rule by LOSO: %s (%s)", agent_rule, chosen)
+    for name, feats in VARIANTS.items():
+        emit(out, name, "leave-one-system-out", loso(cases, feats, args.l2, agent_rule, model_id))
+    m, sd = kfold(cases, rk.PORTABLE, args.l2, agent_rule, model_id)
+    emit(out, "ranked, portable features", "5-fold CV within system x3 seeds", m, sd)
+    m, sd = kfold(cases, rk.FEATURES, args.l2, agent_rule, model_id)
+    emit(out, "ranked, all features (incl. turn-taking)", "5-fold CV within system x3 seeds", m, sd)
+    heads_rows = []
+    for held in sorted({c.system for c in cases}):
+        hw = fit_heads([c for c in cases if c.system != held], model_id)
+        lr, mr, n = head_correlation([c for c in cases if c.system == held], hw)
+        heads_rows.append((held, lr, mr, n))
     if args.train_weights:
-        wdir = ROOT / "masprism_batch" / "method" / "weights"
-        wdir.mkdir(parents=True, exist_ok=True)
-        for ds, (traces, _, steps) in loaded.items():
-            m = fit_on(traces, steps, all_cols, args.l2)
-            (wdir / f"ranker-{family[ds]}.json").write_text(m.to_json() + "\n")
-            emit(ds, "ranked (packaged weights)", "in-sample: trained on these cases (optimistic)",
-                 score(ds, ranked_rows(m, traces, steps), traces)[0])
-            log.info("wrote %s", wdir / f"ranker-{family[ds]}.json")
+        train_weights(cases, args, agent_rule, model_id, out)
     Path(args.csv).parent.mkdir(parents=True, exist_ok=True)
     with open(args.csv, "w", newline="") as f:
-        w = csv.DictWriter(f, fieldnames=list(rows_out[0]))
+        w = csv.DictWriter(f, fieldnames=list(out[0]))
         w.writeheader()
-        w.writerows(rows_out)
-    write_markdown(Path(args.md), rows_out, runs, args)
+        w.writerows(out)
+    from accuracy_report import write_markdown
+
+    write_markdown(Path(args.md), out, cases, heads_rows, agent_rule, chosen, cfg, args)
 
 
-def write_markdown(path: Path, rows: list[dict], runs: dict, args) -> None:
-    lines = ["# Results", "", f"Generated by `python benchmarks/bench_accuracy.py --model {args.model}` on "
-             f"{dt.date.today().isoformat()} ({platform.machine()} CPU, 2 cores; tidy rows in "
-             "`benchmarks/results/accuracy.csv`). Exact match only. Ranker figures are held-out: each trace is "
-             "scored by weights that never saw it (protocol column).", ""]
-    for ds, info in runs.items():
-        n = max(info["traces"], 1)
-        lines.append(f"- {ds}: {info['traces']} traces, model {info['model']} ({info['dtype']}), max context "
-                     f"{info['max_context']}, {info['seconds'] / n:.1f} s/trace ({info['seconds_pass1'] / n:.1f} s pass 1, "
-                     f"{info['seconds_pass2'] / n:.1f} s pass 2), {info['tokens'] / n:,.0f} tokens/trace, "
-                     f"{info['tokens'] / max(info['seconds'], 1e-9):,.0f} tokens/s")
-    for ds in runs:
-        metrics = KEY_METRICS[ds]
-        subs = sorted({r["subset"] for r in rows if r["dataset"] == ds})
-        for sub in subs:
-            lines += ["", f"## {sub}", "", "| method | protocol | n | " + " | ".join(metrics) + " |",
-                      "|---|---|---|" + "---|" * len(metrics)]
-            keyset = []
-            for r in rows:
-                if r["dataset"] == ds and r["subset"] == sub and (r["method"], r["protocol"]) not in keyset:
-                    keyset.append((r["method"], r["protocol"]))
-            for meth, prot in keyset:
-                vals = {r["metric"]: r for r in rows if r["dataset"] == ds and r["subset"] == sub
-                        and r["method"] == meth and r["protocol"] == prot}
-                n = vals.get("n", {}).get("value", "")
-                cells = []
-                for m in metrics:
-                    if m not in vals:
-                        cells.append("")
-                        continue
-                    v, s = vals[m]["value"], vals[m]["spread"]
-                    cells.append(f"{v:.3f}" + (f" ± {s:.3f}" if s != "" else ""))
-                lines.append(f"| {meth} | {prot} | {int(n) if n != '' else ''} | " + " | ".join(cells) + " |")
-    path.write_text("\n".join(lines) + "\n", encoding="utf-8")
+def train_weights(cases, args, agent_rule, model_id, out) -> None:
+    wdir = ROOT / "masprism_batch" / "method" / "weights"
+    hw = fit_heads(cases, model_id)
+    if hw is not None:
+        hd.packaged_path(model_id).write_text(hw.to_json() + "\n")
+    with_learned(cases, hw)
+    model = fit_ranker(cases, rk.PORTABLE, args.l2)
+    fitted = sorted(hashlib.sha256(c.trace.trace_id.encode()).hexdigest()[:16] for c in cases if gold_of(c.trace))
+    for old in wdir.glob("ranker-*.json"):
+        old.unlink()  # one ranker for every family now (chosen by LOSO); per-family files would shadow it
+    (wdir / "ranker.json").write_text(model.to_json(agent_rule=agent_rule, model_id=model_id, fitted_on=fitted,
+                                                    date=dt.date.today().isoformat()) + "\n")
+    emit(out, "ranked (packaged weights)", "in-sample: trained on these cases (optimistic)",
+         score(cases, predict(model, cases, agent_rule))[0])
+    log.info("wrote %s and %s", wdir / "ranker.json", hd.packaged_path(model_id))
 
 
 if __name__ == "__main__":

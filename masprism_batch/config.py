@@ -51,6 +51,13 @@ class RenderConfig(_Section):
         "[Note] The next step is anomalous: trace the cause backward.\n"
     )
     pass2_key_share: float = 0.5  # (ours) share of content tokens kept for key steps when pass 2 must shrink
+    # (ours, issue 13) pass 1 reads the whole log in windows of max_context (masprism_batch/windows.py);
+    # "truncate" is the paper's single prompt with one equal step budget.
+    pass1: Literal["windows", "truncate"] = "windows"
+    window_step_cap: int | None = 128  # content tokens kept per step in the windows; None = every token (thorough)
+    window_context: int = 256  # tokens of recent past re-read (not re-scored) before a window's own tokens
+    window_digest_share: float = 0.25  # at most this share of a window holds the digest of older steps
+    window_digest_step_tokens: int = 16  # content tokens of each older step in the digest
 
 
 class SignalsConfig(_Section):
@@ -65,7 +72,9 @@ class MethodConfig(_Section):
     # step's prefill features and agent-level aggregation (docs/method.md, docs/results.md).
     name: Literal["masprism", "ranked"] = "ranked"  # (ours) held-out results in docs/results.md
     ranker_weights: str | None = None  # (ours) JSON from benchmarks/bench_accuracy.py; None: packaged weights
-    agent_aggregation: bool = True  # (ours, ranked only) agent = argmax of summed step probabilities
+    # (ours, ranked only) True: agent = argmax of summed step probabilities; False: the blamed step's author;
+    # None: the rule shipped with the ranker weights (chosen by leave-one-system-out, docs/results.md)
+    agent_aggregation: bool | None = None
     symptom_ratio: float = 0.2  # (paper) Who&When; TRAIL uses symptom_ratio_spans
     symptom_ratio_spans: float = 0.5  # (paper) for span-tree sources (TRAIL/OTel)
     top_k_candidates: int = 5  # (paper) K
@@ -76,6 +85,13 @@ class MethodConfig(_Section):
         "cannot", "can't", "unable", "invalid", "incorrect", "wrong", "mistake", "denied", "refused",
     )
     run_pass2: bool = True
+    # (ours, issue 13) counterfactuals by prefill: the first K pass-1 candidates are removed from the pass-2
+    # prompt one at a time and the symptoms re-scored from the cached prefix (method/counterfactual.py)
+    counterfactual_k: int = 2
+    # (ours, issue 13) per-(layer, head) attention weighted by head weights fitted without labels
+    # (method/heads.py); None: the packaged weights of the model if any
+    learned_heads: bool = True
+    head_weights: str | None = None
 
 
 class BatchConfig(_Section):

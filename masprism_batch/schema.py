@@ -110,6 +110,9 @@ STEP_SCORES = pa.schema(
         pa.field("is_candidate", pa.bool_()),
         pa.field("has_failure_word", pa.bool_()),
         pa.field("attention_pass1", pa.list_(pa.float32())),  # row i of A (pass 1): A[i->j] for j <= i
+        # mean rise of the symptoms' NLL when this step's content is removed (counterfactual; null if not run)
+        pa.field("cf_effect", pa.float32()),
+        pa.field("attn_in_learned", pa.float32()),  # attention inflow from symptoms, learned head weights
     ],
     metadata=_META,
 )

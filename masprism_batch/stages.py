@@ -14,10 +14,10 @@ from datetime import datetime, timezone
 
 import numpy as np
 
-from . import batching, render
+from . import batching, render, windows
 from .config import PipelineConfig
+from .method import counterfactual, heads, ranker
 from .method import masprism as mp
-from .method import ranker
 from .trace import Trace
 
 log = logging.getLogger(__name__)
@@ -41,10 +41,11 @@ def symptom_ratio(trace: Trace, cfg: PipelineConfig) -> float:
     return cfg.method.symptom_ratio_spans if spans else cfg.method.symptom_ratio
 
 
-def _prefill(model, rendered: dict[int, render.Rendered], cfg: PipelineConfig, stage: str) -> dict[int, tuple]:
-    """Run packed prefills: {i: (SeqSignals or the exception, seconds attributed to i)}.
+def _prefill(model, rendered: dict, cfg: PipelineConfig, stage: str, **kw) -> dict:
+    """Run packed prefills: {key: (SeqSignals or the exception, seconds attributed to key)}.
 
-    A pack that fails (e.g. out of memory) is retried trace by trace, so one bad trace fails alone.
+    `rendered` values have `input_ids` and `step_ids()` (and `n_steps` for windows); kw go to model.signals.
+    A pack that fails (e.g. out of memory) is retried item by item, so one bad trace fails alone.
     """
     keys = sorted(rendered)
     lengths = [len(rendered[k].input_ids) for k in keys]
@@ -53,7 +54,9 @@ def _prefill(model, rendered: dict[int, render.Rendered], cfg: PipelineConfig, s
     def run(idx: list[int]) -> bool:
         t0 = time.perf_counter()
         try:
-            sigs = model.signals([rendered[i].input_ids for i in idx], [rendered[i].step_ids() for i in idx])
+            n_steps = [getattr(rendered[i], "n_steps", None) for i in idx]
+            sigs = model.signals([rendered[i].input_ids for i in idx], [rendered[i].step_ids() for i in idx],
+                                 None if None in n_steps else n_steps, **kw)
         except Exception as exc:  # noqa: BLE001 - one bad pack must not sink the batch
             log.warning("%s prefill of %d trace(s) failed: %s", stage, len(idx), exc)
             if len(idx) == 1:
@@ -78,21 +81,29 @@ def _failure_flags(trace: Trace, cfg: PipelineConfig) -> np.ndarray:
     return np.array([bool(rx.search(s.content or "")) for s in trace.steps], dtype=bool)
 
 
-def attribute_traces(traces: list[Trace], model, cfg: PipelineConfig) -> StageOutput:
+def attribute_traces(traces: list[Trace], model, cfg: PipelineConfig, raw_sink=None) -> StageOutput:
+    """raw_sink: optional callable(trace, dict of raw signals) -- benchmarks cache them to refit rankers."""
     out = StageOutput()
     rcfg = cfg.render.model_copy(update={"max_context": min(cfg.render.max_context, model.max_context)})
     tok = model.tokenizer
     chash = cfg.config_hash()
     r1: dict[int, render.Rendered] = {}
+    wins: dict[int, windows.Windowed] = {}
     for i, t in enumerate(traces):
         if not t.steps:
             out.errors.append(error_row(t.trace_id, "render", "empty_trace", "trace has no steps"))
             continue
         try:
-            r1[i] = render.render_pass1(t, tok, rcfg)
-        except render.TraceTooLong as exc:
-            out.errors.append(error_row(t.trace_id, "render", "trace_too_long", str(exc)))
-    sig1 = _prefill(model, r1, cfg, "pass1")
+            if rcfg.pass1 == "windows":
+                wins[i] = windows.render_windows(t, tok, rcfg)
+                r1[i] = wins[i].full
+            else:
+                r1[i] = render.render_pass1(t, tok, rcfg)
+        except (render.TraceTooLong, ValueError) as exc:
+            out.errors.append(error_row(t.trace_id, "render", getattr(exc, "reason", "trace_too_long"), str(exc)))
+    per_head = heads.wanted(cfg, model)
+    sig1 = _pass1_signals(model, r1, wins, cfg, per_head)
+    hw = heads.load_for(cfg, model) if per_head else None
 
     p1s: dict[int, mp.Pass1Result] = {}
     flags: dict[int, np.ndarray] = {}
@@ -109,7 +120,20 @@ def attribute_traces(traces: list[Trace], model, cfg: PipelineConfig) -> StageOu
                 r2[i] = render.render_pass2(t, tok, rcfg, p1s[i].keep_full, p1s[i].anomaly_step)
             except render.TraceTooLong as exc:
                 log.info("trace %r: pass 2 does not fit (%s); using pass-1 ranking", t.trace_id, exc)
-    sig2 = _prefill(model, r2, cfg, "pass2")
+    cf_k = cfg.method.counterfactual_k
+    sig2 = _prefill(model, r2, cfg, "pass2", per_head=per_head, keep_kv=cf_k > 0)
+    cf: dict[int, np.ndarray] = {}
+    for i, (s2, _) in sig2.items():
+        if isinstance(s2, Exception) or not cf_k:
+            continue
+        t0 = time.perf_counter()
+        try:
+            cf[i] = counterfactual.effects(model, r2[i], s2, p1s[i].candidates[:cf_k], max(p1s[i].symptoms),
+                                           _placeholder_ids(tok))
+        except Exception as exc:  # noqa: BLE001 - a failed counterfactual only loses a feature
+            log.warning("trace %r: counterfactuals failed: %s", traces[i].trace_id, exc)
+        sig2[i] = (s2, sig2[i][1] + time.perf_counter() - t0)
+        s2.kv = None  # the cache is large: drop it as soon as the trace's counterfactuals are done
 
     now = datetime.now(timezone.utc)
     for i in sorted(p1s):
@@ -125,11 +149,15 @@ def attribute_traces(traces: list[Trace], model, cfg: PipelineConfig) -> StageOu
         else:
             ranking = mp.pass2(s2[0].token_nll, r2[i].step_spans, s2[0].step_attn, flags[i],
                                symptom_ratio(t, cfg), p1.candidates, cfg.method)
-        rows = _step_rows(t, p1, ranking, flags[i], r1[i], sig1[i][0])
+        extra = _extra_features(p1, sig1[i][0], s2[0] if s2 else None, cf.get(i), hw)
+        rows = _step_rows(t, p1, ranking, flags[i], r1[i], sig1[i][0], extra)
+        if raw_sink is not None:
+            raw_sink(t, {"p1": p1, "sig1": sig1[i][0], "sig2": s2[0] if s2 else None, "r2": r2.get(i),
+                         "cf": cf.get(i), "rows": rows, "ranking": ranking, "flags": flags[i]})
         pred_agent = None
         if cfg.method.name == "ranked":
             ranking, pred_agent = _learned_ranking(t, rows, ranking, cfg)
-        out.attributions.append(_attribution_row(t, ranking, model.model_id, chash, cfg, r1[i], r2.get(i),
+        out.attributions.append(_attribution_row(t, ranking, model.model_id, chash, cfg, wins.get(i, r1[i]), r2.get(i),
                                                  sig1[i][1], s2[1] if s2 else 0.0, now, pred_agent))
         out.step_scores.extend(rows)
     return out
@@ -162,7 +190,46 @@ def _attribution_row(t, ranking, model_id, chash, cfg, r1, r2, sec1, sec2, now, 
     }
 
 
-def _step_rows(t, p1, ranking, flags, r1, s1) -> list[dict]:
+def _pass1_signals(model, r1: dict, wins: dict, cfg: PipelineConfig, per_head: bool) -> dict:
+    """Pass 1 prefills: one per trace (truncate) or one per window, recombined per trace (windows.py)."""
+    if not wins:
+        return _prefill(model, r1, cfg, "pass1", per_head=per_head)
+    items = {(i, w): win for i, wd in wins.items() for w, win in enumerate(wd.windows)}
+    got = _prefill(model, items, cfg, "pass1", per_head=per_head)
+    out = {}
+    for i, wd in wins.items():
+        parts = [got[(i, w)] for w in range(len(wd.windows))]
+        bad = next((p[0] for p in parts if isinstance(p[0], Exception)), None)
+        secs = sum(p[1] for p in parts)
+        out[i] = (bad, secs) if bad is not None else (windows.combine(wd, [p[0] for p in parts],
+                                                                      len(wd.full.step_spans)), secs)
+    return out
+
+
+_PH: dict[int, list[int]] = {}
+
+
+def _placeholder_ids(tok) -> list[int]:
+    key = id(tok)
+    if key not in _PH:
+        from .encoding import encoder_for
+
+        (_PH[key],) = encoder_for(tok).encode([counterfactual.PLACEHOLDER])
+    return _PH[key]
+
+
+def _extra_features(p1, s1, s2, D, hw) -> dict[str, np.ndarray]:
+    """Issue-13 features per step: counterfactual effect on the symptoms, learned-head attention inflow."""
+    n = len(p1.nll)
+    out = {"cf_effect": np.full(n, np.nan), "attn_in_learned": np.full(n, np.nan)}
+    if D is not None:
+        out["cf_effect"] = counterfactual.symptom_effect(D, p1.symptoms)
+    if hw is not None and s1.step_attn_heads is not None:
+        out["attn_in_learned"] = mp.inflow(hw.apply(s1.step_attn_heads), p1.symptoms)
+    return out
+
+
+def _step_rows(t, p1, ranking, flags, r1, s1, extra=None) -> list[dict]:
     rank = {k: r + 1 for r, k in enumerate(ranking.ranked)}
     A = s1.step_attn
     rows = []
@@ -175,6 +242,7 @@ def _step_rows(t, p1, ranking, flags, r1, s1) -> list[dict]:
             "h_score": _f(p1.h_score[i]), "score": _f(ranking.scores[i]) if i in ranking.scores else None,
             "rank": rank.get(i), "is_symptom": i in p1.symptoms, "is_candidate": i in p1.candidates,
             "has_failure_word": bool(flags[i]), "attention_pass1": [float(x) for x in A[i, : i + 1]],
+            **{k: _f(v[i]) for k, v in (extra or {}).items()},
         })
     return rows
 

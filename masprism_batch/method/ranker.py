@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import json
 import re
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 
 import numpy as np
@@ -24,6 +24,15 @@ FEATURES = [
     "rel_pos", "log_index", "is_first", "is_last", "nll1_z", "nll2_z", "h_norm", "attn_in_norm",
     "is_symptom", "is_candidate", "score_norm", "recip_rank", "has_failure_word", "failure_follows",
     "log_chars", "agent_share", "agent_first", "agent_turn_log", "input_role", "is_tool", "has_code",
+    "cf_z", "has_cf", "attn_learned_norm",
+]
+# What any log has (issue 13): prefill signals, relative position, role/tool/code/failure-word marks. Left out:
+# absolute step index and the turn-taking pattern of agents (agent_share, agent_first, agent_turn_log), which
+# describe one system's choreography and did not carry across systems (docs/results.md).
+PORTABLE = [
+    "rel_pos", "is_first", "is_last", "nll1_z", "nll2_z", "h_norm", "attn_in_norm", "is_symptom",
+    "is_candidate", "score_norm", "recip_rank", "has_failure_word", "failure_follows", "log_chars",
+    "input_role", "is_tool", "has_code", "cf_z", "has_cf", "attn_learned_norm",
 ]
 _CODE = re.compile(r"```|\bdef |\bimport |exitcode", re.IGNORECASE)
 _INPUT_ROLES = {"user", "human", "tool", "system"}
@@ -60,6 +69,7 @@ def step_features(trace: Trace, rows: list[dict]) -> np.ndarray:
     fw = _col(rows, "has_failure_word", 0.0)
     follows = np.array([fw[i + 1 : i + 3].any() for i in range(n)], dtype=np.float64)
     rank = _col(rows, "rank", 0.0)
+    cf = _col(rows, "cf_effect")  # counterfactual effect on the symptoms: measured for a few candidates only
     agents = [(s.agent or "").lower() for s in trace.steps]
     counts: dict[str, int] = {}
     turn = np.zeros(n)
@@ -79,6 +89,8 @@ def step_features(trace: Trace, rows: list[dict]) -> np.ndarray:
         "input_role": np.array([(s.role or "").lower() in _INPUT_ROLES for s in trace.steps], dtype=np.float64),
         "is_tool": np.array([s.kind == "tool" for s in trace.steps], dtype=np.float64),
         "has_code": np.array([bool(_CODE.search(s.content or "")) for s in trace.steps], dtype=np.float64),
+        "cf_z": _z(cf), "has_cf": np.isfinite(cf) * 1.0,
+        "attn_learned_norm": _norm(np.nan_to_num(_col(rows, "attn_in_learned", 0.0))),
     }
     return np.stack([np.asarray(cols[f], dtype=np.float64) for f in FEATURES], axis=1)
 
@@ -89,6 +101,8 @@ class Ranker:
     mean: np.ndarray
     std: np.ndarray
     features: list[str]
+    agent_rule: str = "aggregate"  # "aggregate": argmax of summed step probabilities; "author": top step's author
+    fitted_on: list[str] = field(default_factory=list)
 
     def scores(self, X: np.ndarray) -> np.ndarray:
         return ((X - self.mean) / self.std) @ self.weights
@@ -98,23 +112,30 @@ class Ranker:
         e = np.exp(s - s.max())
         return e / e.sum()
 
-    def to_json(self) -> str:
+    def to_json(self, **meta) -> str:
+        """meta: provenance kept beside the weights, e.g. fitted_on (sha256 prefixes of the trace ids the
+        weights saw: the report marks accuracy on those traces as in-sample) and the agent rule."""
         return json.dumps({"features": self.features, "weights": self.weights.tolist(),
-                           "mean": self.mean.tolist(), "std": self.std.tolist()}, indent=1)
+                           "mean": self.mean.tolist(), "std": self.std.tolist(), **meta}, indent=1)
 
     @classmethod
     def from_json(cls, text: str) -> Ranker:
         d = json.loads(text)
-        if d["features"] != FEATURES:
-            raise ValueError("ranker weights were trained on a different feature set")
-        return cls(np.array(d["weights"]), np.array(d["mean"]), np.array(d["std"]), d["features"])
+        unknown = [f for f in d["features"] if f not in FEATURES]
+        if unknown:
+            raise ValueError(f"ranker weights use features this version does not compute: {unknown}")
+        r = cls(np.array(d["weights"]), np.array(d["mean"]), np.array(d["std"]), d["features"])
+        r.agent_rule = d.get("agent_rule", "aggregate")
+        r.fitted_on = d.get("fitted_on", [])
+        return r
 
     @classmethod
     def load(cls, path: Path) -> Ranker:
         return cls.from_json(Path(path).read_text(encoding="utf-8"))
 
 
-def fit(samples: list[tuple[np.ndarray, list[int]]], l2: float = 1.0, iters: int = 400, lr: float = 0.05) -> Ranker:
+def fit(samples: list[tuple[np.ndarray, list[int]]], l2: float = 1.0, iters: int = 400, lr: float = 0.05,
+        features: list[str] | None = None) -> Ranker:
     """Conditional logit: maximise sum over traces of log sum_{gold i} softmax(X w)_i, with L2 (Adam)."""
     allx = np.concatenate([x for x, _ in samples])
     mean, std = allx.mean(0), allx.std(0)
@@ -136,7 +157,7 @@ def fit(samples: list[tuple[np.ndarray, list[int]]], l2: float = 1.0, iters: int
         m = 0.9 * m + 0.1 * grad
         v = 0.999 * v + 0.001 * grad**2
         w -= lr * (m / (1 - 0.9**t)) / (np.sqrt(v / (1 - 0.999**t)) + 1e-8)
-    return Ranker(w, mean, std, list(FEATURES))
+    return Ranker(w, mean, std, list(features or FEATURES))
 
 
 def agent_scores(trace: Trace, probs: np.ndarray) -> dict[str, float]:
@@ -159,15 +180,19 @@ _CACHE: dict[str, Ranker] = {}
 
 
 def load_ranker(path: str | None, fam: str) -> Ranker:
-    """Weights from `path` (a JSON file, or a directory holding ranker-<family>.json), else the packaged ones."""
+    """Weights from `path` (a JSON file, or a directory holding ranker-<family>.json or one ranker.json for
+    every family), else the packaged ones (one ranker for all logs: chosen by leave-one-system-out)."""
     if path is None:
         from importlib.resources import files
 
-        target = Path(str(files("masprism_batch") / "method" / "weights" / f"ranker-{fam}.json"))
+        folder = Path(str(files("masprism_batch") / "method" / "weights"))
     else:
-        target = Path(path)
-        if target.is_dir():
-            target = target / f"ranker-{fam}.json"
+        folder = Path(path)
+    target = folder
+    if folder.is_dir():
+        target = folder / f"ranker-{fam}.json"
+        if not target.is_file():
+            target = folder / "ranker.json"
     key = str(target)
     if key not in _CACHE:
         if not target.is_file():
@@ -176,8 +201,12 @@ def load_ranker(path: str | None, fam: str) -> Ranker:
     return _CACHE[key]
 
 
-def rerank(trace: Trace, rows: list[dict], ranker: Ranker, k: int, agent_aggregation: bool):
-    """Returns (steps best first (top k), their probabilities, predicted agent)."""
+def rerank(trace: Trace, rows: list[dict], ranker: Ranker, k: int, agent_aggregation: bool | None = None):
+    """Returns (steps best first (top k), their probabilities, predicted agent).
+
+    agent_aggregation None: the ranker's own agent rule (chosen with it by leave-one-system-out)."""
+    if agent_aggregation is None:
+        agent_aggregation = ranker.agent_rule == "aggregate"
     X = step_features(trace, rows)
     if ranker.features != FEATURES:  # ablation rankers use a subset of the columns
         X = X[:, [FEATURES.index(f) for f in ranker.features]]

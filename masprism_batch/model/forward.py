@@ -22,12 +22,24 @@ from .attention import causal_attention
 from .layers import Weights, mlp, qkv_proj, rms_norm, rope_cos_sin
 
 log = logging.getLogger(__name__)
+SUFFIX_SCORE_BUDGET = 1 << 22  # score elements per query block of suffix_nll (16 MiB in fp32)
 
 
 @dataclass
 class SeqSignals:
     token_nll: np.ndarray  # float32 [L]; entry t = -log p(x_t | x_<t), entry 0 = nan
     step_attn: np.ndarray  # float32 [N, N]; A[i -> j], heads and instrumented layers averaged, row i / |T_i|
+    n_tokens: int
+    # float32 [L_instr, Hq, N, N] per (instrumented layer, head), row i / |T_i|; only with per_head=True
+    step_attn_heads: np.ndarray | None = None
+    kv: KVCache | None = None  # only with keep_kv=True: this sequence's K/V of every layer (counterfactuals)
+
+
+@dataclass
+class KVCache:
+    """K (roped) and V of every layer for one sequence: the shared prefix of counterfactual re-scoring."""
+    k: list[torch.Tensor]  # per layer [L, Hk, D]
+    v: list[torch.Tensor]
     n_tokens: int
 
 
@@ -76,11 +88,14 @@ class PrefillModel:
 
     # ---- public entry points -------------------------------------------------------------------------
     def signals(self, seqs: list[list[int]], step_ids: list[list[int]],
-                n_steps: list[int] | None = None) -> list[SeqSignals]:
+                n_steps: list[int] | None = None, *, per_head: bool = False,
+                keep_kv: bool = False) -> list[SeqSignals]:
         """ONE packed forward over all `seqs`; per sequence the token NLL and the step attention matrix A.
 
         step_ids[b][t] is the step of token t (0-based, -1 outside steps). n_steps[b] defaults to
         max(step_ids[b]) + 1; pass it when trailing steps may have no tokens.
+        per_head: also A per (instrumented layer, head). keep_kv: keep every layer's K/V per sequence, the
+        prefix cache of `suffix_nll` (memory: 2 x layers x tokens x kv heads x head dim).
         """
         pack = self._pack(seqs)
         if len(step_ids) != len(seqs):
@@ -99,11 +114,64 @@ class PrefillModel:
             raise ValueError(f"n_steps {n_steps} smaller than the step ids used {seen}")
         n_steps_t = torch.tensor(n_steps, dtype=torch.int32)
         t0 = time.perf_counter()
+        kv = ([], []) if keep_kv else None
         with torch.inference_mode():
-            hidden, mass = self._run(pack, sid_t.to(self.device), n_steps_t.to(self.device))
+            hidden, mass = self._run(pack, sid_t.to(self.device), n_steps_t.to(self.device), per_head, kv)
             nll = self._token_nll(hidden, pack)
-            out = self._split(pack, nll, mass, sid_t, n_steps)
+            out = self._split(pack, nll, mass, sid_t, n_steps, per_head)
+        if kv is not None:
+            for b, (s, e) in enumerate(zip(pack.bounds[:-1], pack.bounds[1:], strict=True)):
+                out[b].kv = KVCache([k[s:e] for k in kv[0]], [v[s:e] for v in kv[1]], e - s)
         self._timed(t0, pack, with_signals=True)
+        return out
+
+    def suffix_nll(self, cache: KVCache, prefix_len: int, suffix: list[int]) -> np.ndarray:
+        """Token NLL of `suffix` read after the first `prefix_len` tokens of a cached sequence.
+
+        The prefix is never recomputed: its K/V come from `cache` (a `signals(..., keep_kv=True)` pass), so a
+        counterfactual (a step replaced by a placeholder) costs only the tokens from that step on.
+        Returns float32 [len(suffix)]: entry t = -log p(suffix[t] | prefix, suffix[:t]); entry 0 is nan (the
+        hidden state that predicts it is the prefix's last, not cached: start the suffix one token early to
+        score it).
+        """
+        if not 0 <= prefix_len <= cache.n_tokens:
+            raise ValueError(f"prefix_len {prefix_len} outside the cached 0..{cache.n_tokens} tokens")
+        if not suffix or prefix_len + len(suffix) > self.max_context:
+            raise ValueError(f"suffix of {len(suffix)} tokens after {prefix_len}: need 1..{self.max_context} in all")
+        a, w = self.arch, self.weights
+        ids = torch.tensor(suffix, dtype=torch.int64, device=self.device)
+        pos = torch.arange(prefix_len, prefix_len + len(suffix), device=self.device)
+        with torch.inference_mode():
+            cos, sin = rope_cos_sin(pos, self._inv_freq, self._rope_scale, self.dtype)
+            h = F.embedding(ids, w.embed)
+            n = len(suffix)
+            groups = a.num_heads // a.num_kv_heads
+            # queries in blocks: the masked SDPA forms [H, block, keys] scores, so memory stays linear in length
+            qb = max(16, min(n, SUFFIX_SCORE_BUDGET // max(1, a.num_heads * (prefix_len + n))))
+            for i, lw in enumerate(w.layers):
+                x = rms_norm(h, lw.input_norm, a.rms_norm_eps)
+                q, k, v = qkv_proj(x, lw, a, cos, sin)
+                kk = torch.cat([cache.k[i][:prefix_len], k]).repeat_interleave(groups, 1).transpose(0, 1)
+                vv = torch.cat([cache.v[i][:prefix_len], v]).repeat_interleave(groups, 1).transpose(0, 1)
+                qt = q.transpose(0, 1)
+                o = torch.empty_like(qt)
+                for s0 in range(0, n, qb):
+                    s1 = min(n, s0 + qb)
+                    # query t (absolute prefix_len + t) sees every prefix key and suffix keys <= t
+                    keys = prefix_len + s1
+                    mask = torch.ones(s1 - s0, keys, dtype=torch.bool, device=self.device)
+                    mask[:, prefix_len + s0:] = torch.ones(s1 - s0, s1 - s0, dtype=torch.bool, device=self.device).tril_()
+                    o[:, s0:s1] = F.scaled_dot_product_attention(qt[:, s0:s1], kk[:, :keys], vv[:, :keys],
+                                                                 attn_mask=mask, scale=a.scale)
+                h.add_(F.linear(o.transpose(0, 1).reshape(n, -1), lw.o_w, lw.o_b))
+                h.add_(mlp(rms_norm(h, lw.post_norm, a.rms_norm_eps), lw))
+            hidden = rms_norm(h, w.final_norm, a.rms_norm_eps)
+            targets = torch.full_like(ids, -100)
+            targets[:-1] = ids[1:]
+            nll = sig.token_nll(hidden, self.weights.lm_head, targets, backend=self.signals_cfg.backend,
+                                chunk=self.signals_cfg.nll_chunk).float().cpu().numpy()
+        out = np.full(n, np.nan, dtype=np.float32)
+        out[1:] = nll[:-1]
         return out
 
     def prefill(self, seqs: list[list[int]]) -> torch.Tensor:
@@ -137,8 +205,10 @@ class PrefillModel:
                      cu_seqlens=torch.tensor(bounds, dtype=torch.int32, device=self.device),
                      bounds=bounds, max_seqlen=max(lengths))
 
-    def _run(self, pack: _Pack, step_ids=None, n_steps=None):
-        """Decoder stack; returns final normed hidden [T, H] and the summed step mass (or None)."""
+    def _run(self, pack: _Pack, step_ids=None, n_steps=None, per_head: bool = False, kv=None):
+        """Decoder stack; returns final normed hidden [T, H] and the step mass (or None): summed over
+        instrumented layers, or with per_head a list of per-layer [B, Hq, N, N]. kv: ([], []) to fill with
+        every layer's K/V."""
         a, w = self.arch, self.weights
         cos, sin = rope_cos_sin(pack.positions, self._inv_freq, self._rope_scale, self.dtype)
         h = F.embedding(pack.ids, w.embed)
@@ -146,13 +216,19 @@ class PrefillModel:
         for i, lw in enumerate(w.layers):
             x = rms_norm(h, lw.input_norm, a.rms_norm_eps)
             q, k, v = qkv_proj(x, lw, a, cos, sin)
+            if kv is not None:
+                kv[0].append(k.contiguous())
+                kv[1].append(v.contiguous())
             if step_ids is not None and i in self._instrumented:
                 # contiguous: signal backends may assume it (6 of 30 layers, cheap next to the op itself)
                 q, k, v = q.contiguous(), k.contiguous(), v.contiguous()
                 o, _lse, mass = sig.step_attention(q, k, v, pack.cu_seqlens, step_ids, n_steps, a.scale,
                                                    backend=self.signals_cfg.backend,
-                                                   block=self.signals_cfg.attn_block)
-                mass_sum = mass.float() if mass_sum is None else mass_sum + mass.float()
+                                                   block=self.signals_cfg.attn_block, per_head=per_head)
+                if per_head:
+                    mass_sum = (mass_sum or []) + [mass.float()]
+                else:
+                    mass_sum = mass.float() if mass_sum is None else mass_sum + mass.float()
             else:
                 o = causal_attention(q, k, v, pack.cu_seqlens, pack.bounds, pack.max_seqlen, a.scale)
             h.add_(F.linear(o.reshape(o.shape[0], -1), lw.o_w, lw.o_b))  # h is ours: residual in place
@@ -167,8 +243,12 @@ class PrefillModel:
         return sig.token_nll(hidden, self.weights.lm_head, targets, backend=self.signals_cfg.backend,
                              chunk=self.signals_cfg.nll_chunk)
 
-    def _split(self, pack, nll, mass, sid_t, n_steps) -> list[SeqSignals]:
+    def _split(self, pack, nll, mass, sid_t, n_steps, per_head: bool = False) -> list[SeqSignals]:
         nll = nll.float().cpu().numpy()
+        heads = None
+        if per_head and mass is not None:
+            heads = torch.stack([m.cpu() for m in mass], dim=1)  # [B, L_instr, Hq, N, N]
+            mass = heads.mean(dim=2).sum(dim=1)
         mass = mass.cpu() / len(self.instrument_layers) if mass is not None else None
         out = []
         for b, (s, e) in enumerate(zip(pack.bounds[:-1], pack.bounds[1:], strict=True)):
@@ -178,8 +258,11 @@ class PrefillModel:
             sid = sid_t[s:e].long()
             sizes = torch.bincount(sid[sid >= 0], minlength=n).float() if n else torch.zeros(0)
             A = mass[b, :n, :n] / sizes.clamp_min(1.0)[:, None] if n else torch.zeros(0, 0)
+            Ah = None
+            if heads is not None:
+                Ah = (heads[b, :, :, :n, :n] / sizes.clamp_min(1.0)[:, None]).numpy().astype(np.float32, copy=False)
             out.append(SeqSignals(token_nll=tok, step_attn=A.numpy().astype(np.float32, copy=False),
-                                  n_tokens=e - s))
+                                  n_tokens=e - s, step_attn_heads=Ah))
         return out
 
     def _timed(self, t0: float, pack: _Pack, with_signals: bool) -> None:

@@ -1,0 +1,57 @@
+"""Command `fit-heads`: refit the label-free head weights of a model on a folder of (unlabelled) logs."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import typer
+from rich.console import Console
+
+from . import EXIT_OK, app, setup_logging
+from .common import check_inputs, check_out_file, fail
+
+console = Console(stderr=True)
+
+
+@app.command("fit-heads")
+def fit_heads(
+    inputs: list[str] = typer.Argument(..., help="log files or folders (any supported format; labels not needed)"),
+    out: Path = typer.Option(..., "-o", "--out", help="head weights JSON to write (use with method.head_weights)"),
+    model: str = typer.Option(None, "--model", help="model name or path (default: the config's)"),
+    config: str = typer.Option(None, "--config", help="JSON/TOML config file"),
+    max_traces: int = typer.Option(200, "--max-traces", min=1, help="use at most this many traces (in input order)"),
+    verbose: bool = typer.Option(False, "--verbose", "-v"),
+) -> None:
+    """Fit which attention heads carry blame, without labels: head weights that predict how much later steps'
+    surprise rises when a step is removed (counterfactuals by prefill). Writes OUT; point
+    `method.head_weights` at it (the packaged weights of the model are used otherwise)."""
+    from tqdm import tqdm
+
+    from ..ingest import read_inputs
+    from ..method.fit_heads import fit_model_heads
+    from .attribute import _config, load_model_or_fail
+
+    setup_logging(verbose)
+    check_inputs(inputs)
+    check_out_file(out)
+    cfg = _config(config, model, None)
+    traces = []
+    for t in read_inputs(list(inputs)):
+        if len(t.steps) >= 3:
+            traces.append(t)
+        if len(traces) >= max_traces:
+            break
+    if not traces:
+        raise fail(f"no trace with 3 or more steps in {', '.join(inputs)}")
+    m = load_model_or_fail(cfg)
+    bar = tqdm(total=len(traces), desc="fit-heads", unit="trace")
+    try:
+        hw = fit_model_heads(traces, m, cfg, progress=lambda _t: bar.update(1))
+    except ValueError as exc:
+        raise fail(str(exc)) from None
+    finally:
+        bar.close()
+    out.write_text(hw.to_json() + "\n", encoding="utf-8")
+    console.print(f"wrote {out}: {hw.weights.shape[0]} layers x {hw.weights.shape[1]} heads from {hw.n_pairs} "
+                  f"pairs of {hw.n_traces} traces")
+    raise typer.Exit(EXIT_OK)

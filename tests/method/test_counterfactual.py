@@ -1,0 +1,79 @@
+"""Counterfactuals by prefill: the cached-prefix re-read equals a full prefill of the edited prompt."""
+
+from __future__ import annotations
+
+import random
+
+import numpy as np
+import pytest
+
+from masprism_batch import render
+from masprism_batch.config import load_config
+from masprism_batch.method import counterfactual as cf
+from masprism_batch.model import load_model
+from masprism_batch.trace import Step, Trace
+
+WORDS = ["search", "result", "error", "file", "answer", "plan", "code", "value"]
+
+
+@pytest.fixture(scope="module")
+def tiny():
+    cfg = load_config(None, model__name="tiny-random", render__max_context=600)
+    return cfg, load_model(cfg.model, cfg.signals)
+
+
+def _trace(rng):
+    n = rng.randint(5, 9)
+    return Trace(trace_id="cf", source="jsonl", steps=[
+        Step(index=i, agent=rng.choice(["A", "B"]), content=" ".join(rng.choice(WORDS) for _ in range(rng.randint(2, 9))))
+        for i in range(n)])
+
+
+def test_suffix_nll_equals_full_prefill(tiny):
+    cfg, model = tiny
+    rng = np.random.default_rng()
+    ids = rng.integers(3, 250, 123).tolist()
+    base = model.signals([ids], [[0] * len(ids)], keep_kv=True)[0]
+    cut = int(rng.integers(1, 100))
+    new = ids[:cut] + rng.integers(3, 250, 17).tolist() + ids[cut + 9:]
+    full = model.signals([new], [[0] * len(new)])[0].token_nll
+    got = model.suffix_nll(base.kv, cut, new[cut:])
+    assert np.isnan(got[0])
+    # fp32, same weights and math, different kernels (SDPA with a mask vs the signal op): ~1e-6 apart
+    np.testing.assert_allclose(got[1:], full[cut + 1:], rtol=0, atol=2e-4)
+
+
+def test_effects_match_brute_force(tiny):
+    cfg, model = tiny
+    rng = random.Random()
+    t = _trace(rng)
+    n = len(t.steps)
+    r = render.render_pass2(t, model.tokenizer, cfg.render, set(range(n)), None)
+    base = model.signals([r.input_ids], [r.step_ids()], keep_kv=True)[0]
+    (ph,) = __import__("masprism_batch.encoding", fromlist=["x"]).encoder_for(model.tokenizer).encode([cf.PLACEHOLDER])
+    cands, last = [0, n // 2], n - 1
+    D = cf.effects(model, r, base, cands, last, ph)
+    for c in cands:
+        cs, ce = r.content_spans[c]
+        ids = r.input_ids[:cs] + ph + r.input_ids[ce:]
+        nll = model.signals([ids], [[0] * len(ids)])[0].token_nll
+        shift = len(ph) - (ce - cs)
+        for k in range(n):
+            if not c < k <= last:
+                assert np.isnan(D[k, c])
+                continue
+            ks, ke = r.content_spans[k]
+            want = np.nanmean(nll[ks + shift:ke + shift]) - np.nanmean(base.token_nll[ks:ke])
+            assert abs(D[k, c] - want) < 2e-4, (k, c, D[k, c], want)
+    assert np.isnan(D[:, [j for j in range(n) if j not in cands]]).all()
+    eff = cf.symptom_effect(D, [last])
+    assert np.isfinite(eff[cands]).all() and np.isnan(eff[last])
+
+
+def test_effects_need_the_cache(tiny):
+    cfg, model = tiny
+    t = _trace(random.Random())
+    r = render.render_pass2(t, model.tokenizer, cfg.render, {0}, None)
+    base = model.signals([r.input_ids], [r.step_ids()])[0]
+    with pytest.raises(ValueError, match="K/V cache"):
+        cf.effects(model, r, base, [0], 1, [5])
