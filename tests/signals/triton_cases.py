@@ -110,6 +110,11 @@ def test_triton_per_head_mass_matches_oracle(kernels, lengths, hq, hk, d):
     want = dense_step_mass_per_head(c)
     rows = want.sum(-1, keepdim=True).clamp_min(1.0)
     assert_close("mass per head", got[2] / rows, want / rows, TOL[torch.float32]["mass"], c.desc)
+    # the torch reference backend's per_head mass (the one the other backends route to)
+    ref = signals.step_attention(c.q, c.k, c.v, c.cu_seqlens, c.step_ids, c.n_steps, c.scale, backend="torch",
+                                 per_head=True)[2]
+    assert_close("mass per head vs torch reference", got[2] / rows, ref.cpu().double() / rows,
+                 2 * TOL[torch.float32]["mass"], c.desc)
     # its head mean is the default mass
     mean = kernels[0].step_attention(c.q, c.k, c.v, c.cu_seqlens, c.step_ids, c.n_steps, c.scale)[2]
     torch.testing.assert_close(got[2].mean(1), mean, rtol=1e-5, atol=1e-5)
