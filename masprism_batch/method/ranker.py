@@ -103,6 +103,9 @@ class Ranker:
     features: list[str]
     agent_rule: str = "aggregate"  # "aggregate": argmax of summed step probabilities; "author": top step's author
     fitted_on: list[str] = field(default_factory=list)
+    # "all": every step competes; "candidates": only MASPrism's pass-1 candidates and symptoms (the signals
+    # choose where to look, the ranker orders them)
+    scope: str = "all"
 
     def scores(self, X: np.ndarray) -> np.ndarray:
         return ((X - self.mean) / self.std) @ self.weights
@@ -116,7 +119,8 @@ class Ranker:
         """meta: provenance kept beside the weights, e.g. fitted_on (sha256 prefixes of the trace ids the
         weights saw: the report marks accuracy on those traces as in-sample) and the agent rule."""
         return json.dumps({"features": self.features, "weights": self.weights.tolist(),
-                           "mean": self.mean.tolist(), "std": self.std.tolist(), **meta}, indent=1)
+                           "mean": self.mean.tolist(), "std": self.std.tolist(), "agent_rule": self.agent_rule,
+                           "scope": self.scope, **meta}, indent=1)
 
     @classmethod
     def from_json(cls, text: str) -> Ranker:
@@ -127,6 +131,7 @@ class Ranker:
         r = cls(np.array(d["weights"]), np.array(d["mean"]), np.array(d["std"]), d["features"])
         r.agent_rule = d.get("agent_rule", "aggregate")
         r.fitted_on = d.get("fitted_on", [])
+        r.scope = d.get("scope", "all")
         return r
 
     @classmethod
@@ -201,6 +206,41 @@ def load_ranker(path: str | None, fam: str) -> Ranker:
     return _CACHE[key]
 
 
+def system_slug(source: str) -> str:
+    return "".join(ch if ch.isalnum() or ch in "-_." else "_" for ch in (source or "unknown"))[:120]
+
+
+def ranker_for(path: str | None, trace: Trace) -> Ranker | None:
+    """The ranker that applies to `trace`, or None (then the zero-training MASPrism verdict is used).
+
+    `path` (default: the packaged weights folder) is a JSON file (one ranker for every trace) or a folder with
+    `ranker-<system>.json` per system the rankers were fitted on (matched on `trace.source`) and optionally a
+    generic `ranker.json` for systems none was fitted on. Which of these exist is decided by
+    benchmarks/bench_accuracy.py from leave-one-system-out results (docs/results.md).
+    """
+    if path is None:
+        from importlib.resources import files
+
+        folder = Path(str(files("masprism_batch") / "method" / "weights"))
+    else:
+        folder = Path(path)
+        if folder.is_file():
+            return _cached(folder)
+        if not folder.is_dir():
+            raise FileNotFoundError(f"ranker weights not found: {folder}")
+    for target in (folder / f"ranker-{system_slug(trace.source)}.json", folder / "ranker.json"):
+        if target.is_file():
+            return _cached(target)
+    return None
+
+
+def _cached(target: Path) -> Ranker:
+    key = str(target)
+    if key not in _CACHE:
+        _CACHE[key] = Ranker.load(target)
+    return _CACHE[key]
+
+
 def rerank(trace: Trace, rows: list[dict], ranker: Ranker, k: int, agent_aggregation: bool | None = None):
     """Returns (steps best first (top k), their probabilities, predicted agent).
 
@@ -210,7 +250,17 @@ def rerank(trace: Trace, rows: list[dict], ranker: Ranker, k: int, agent_aggrega
     X = step_features(trace, rows)
     if ranker.features != FEATURES:  # ablation rankers use a subset of the columns
         X = X[:, [FEATURES.index(f) for f in ranker.features]]
-    probs = ranker.probs(X)
+    if ranker.scope == "candidates":
+        allowed = np.array([bool(r.get("is_candidate") or r.get("is_symptom")) for r in rows])
+        if allowed.any():
+            s = ranker.scores(X)
+            s = np.where(allowed, s, -np.inf)
+            probs = np.exp(s - s.max())
+            probs /= probs.sum()
+        else:
+            probs = ranker.probs(X)
+    else:
+        probs = ranker.probs(X)
     order = sorted(range(len(probs)), key=lambda i: (-probs[i], i))[:k]
     if agent_aggregation:
         ag = agent_scores(trace, probs)
