@@ -69,6 +69,8 @@ CANDIDATE_TYPE = pa.struct(
     ]
 )
 
+AGENT_SCORE_TYPE = pa.struct([pa.field("agent", pa.string()), pa.field("score", pa.float64())])
+
 ATTRIBUTIONS = pa.schema(
     [
         pa.field("trace_id", pa.string(), nullable=False),
@@ -89,6 +91,10 @@ ATTRIBUTIONS = pa.schema(
         pa.field("seconds_pass2", pa.float64()),
         pa.field("trace_start", pa.timestamp("us", tz="UTC")),  # earliest step start_time, if logged
         pa.field("attributed_at", pa.timestamp("us", tz="UTC")),
+        # The verdict, spelled out (pred_step / pred_agent above are what every output names):
+        pa.field("pred_step_agent", pa.string()),  # author of pred_step
+        pa.field("pred_agent_rule", pa.string()),  # how pred_agent was chosen: "author" | "aggregate"
+        pa.field("agent_ranking", pa.list_(pa.field("item", AGENT_SCORE_TYPE, nullable=False))),  # best first
     ],
     metadata=_META,
 )
@@ -104,8 +110,8 @@ STEP_SCORES = pa.schema(
         pa.field("nll_pass1", pa.float32()),  # N_i: mean token NLL of the step in pass 1
         pa.field("nll_pass2", pa.float32()),  # N'_i (null when pass 2 did not run)
         pa.field("h_score", pa.float32()),  # H_k: attention inflow from pass-1 symptoms
-        pa.field("score", pa.float32()),  # final Score(k) for candidates, null otherwise
-        pa.field("rank", pa.int32()),  # 1-based rank among candidates, null otherwise
+        pa.field("score", pa.float32()),  # MASPrism's Score(k) for candidates, null otherwise
+        pa.field("rank", pa.int32()),  # = masprism_rank (kept for readers of older outputs)
         pa.field("is_symptom", pa.bool_()),
         pa.field("is_candidate", pa.bool_()),
         pa.field("has_failure_word", pa.bool_()),
@@ -113,6 +119,9 @@ STEP_SCORES = pa.schema(
         # mean rise of the symptoms' NLL when this step's content is removed (counterfactual; null if not run)
         pa.field("cf_effect", pa.float32()),
         pa.field("attn_in_learned", pa.float32()),  # attention inflow from symptoms, learned head weights
+        pa.field("masprism_rank", pa.int32()),  # the paper method's internal 1-based rank among its candidates
+        pa.field("final_prob", pa.float32()),  # the final method's step probability (ranked); null under masprism
+        pa.field("final_rank", pa.int32()),  # 1-based rank in the final method's order (1 = pred_step)
     ],
     metadata=_META,
 )

@@ -154,39 +154,91 @@ def attribute_traces(traces: list[Trace], model, cfg: PipelineConfig, raw_sink=N
         if raw_sink is not None:
             raw_sink(t, {"p1": p1, "sig1": sig1[i][0], "sig2": s2[0] if s2 else None, "r2": r2.get(i),
                          "cf": cf.get(i), "rows": rows, "ranking": ranking, "flags": flags[i]})
-        pred_agent = None
         if cfg.method.name == "ranked":
-            ranking, pred_agent = _learned_ranking(t, rows, ranking, cfg)
+            ranking, verdict = _learned_ranking(t, rows, ranking, cfg)
+        else:
+            verdict = _masprism_verdict(t, ranking)
+        _final_columns(rows, verdict)
         out.attributions.append(_attribution_row(t, ranking, model.model_id, chash, cfg, wins.get(i, r1[i]), r2.get(i),
-                                                 sig1[i][1], s2[1] if s2 else 0.0, now, pred_agent))
+                                                 sig1[i][1], s2[1] if s2 else 0.0, now, verdict))
         out.step_scores.extend(rows)
     return out
 
 
+@dataclass
+class Verdict:
+    """The final method's answer for one trace; every output (attributions, step_scores' final columns,
+    exports, stats, report, demo) names this step and this agent.
+
+    order: every ranked step, best first (order[0] = pred_step); probs: step -> probability (ranked method
+    only); agent: pred_agent, chosen by `rule` ("author": the author of order[0]; "aggregate": the top of
+    agent_ranking, summed step probabilities); agent_ranking: [{agent, score}], best first."""
+
+    order: list[int]
+    probs: dict[int, float] | None
+    agent: str | None
+    rule: str
+    agent_ranking: list[dict]
+
+
 def _learned_ranking(t: Trace, rows: list[dict], base: mp.Ranking, cfg: PipelineConfig):
-    """Re-rank every step with the learned ranker; step rows keep MASPrism's own score/rank (the features)."""
-    rk = ranker.load_ranker(cfg.method.ranker_weights, ranker.family(t))
-    order, probs, agent = ranker.rerank(t, rows, rk, cfg.method.top_k_candidates, cfg.method.agent_aggregation)
-    support = {k: base.support.get(k, []) for k in order}
-    return mp.Ranking(order, dict(zip(order, probs, strict=True)), support, base.symptoms, base.nll), agent
+    """Re-rank every step with the learned ranker; step rows keep MASPrism's own score/rank (the features).
+    The agent rule is the one shipped with the ranker weights unless `method.agent_aggregation` overrides it."""
+    rk = ranker.ranker_for(cfg.method.ranker_weights, t)
+    if rk is None:  # no ranker fitted on this system (nor a generic one): the zero-training method holds up
+        return base, _masprism_verdict(t, base)  # better on unseen systems (docs/results.md, LOSO)
+    agg = cfg.method.agent_aggregation
+    if agg is None:
+        agg = rk.agent_rule == "aggregate"
+    order, probs, agent = ranker.rerank(t, rows, rk, len(t.steps), agg)
+    p = dict(zip(order, probs, strict=True))
+    top = order[: cfg.method.top_k_candidates]
+    support = {k: base.support.get(k, []) for k in top}
+    ag = ranker.agent_scores(t, np.array([p.get(i, 0.0) for i in range(len(t.steps))]))
+    agent_ranking = [{"agent": a, "score": float(v)} for a, v in sorted(ag.items(), key=lambda kv: (-kv[1], kv[0]))]
+    verdict = Verdict(order, p, agent, "aggregate" if agg else "author", agent_ranking)
+    return mp.Ranking(top, {k: p[k] for k in top}, support, base.symptoms, base.nll), verdict
 
 
-def _attribution_row(t, ranking, model_id, chash, cfg, r1, r2, sec1, sec2, now, pred_agent=None) -> dict:
+def _masprism_verdict(t: Trace, ranking: mp.Ranking) -> Verdict:
+    """The paper method: the agent is the author of the top step; agents ranked by their best step's Score."""
+    best: dict[str, float] = {}
+    for k in ranking.ranked:
+        a = t.steps[k].agent or ""
+        best.setdefault(a, float(ranking.scores.get(k, 0.0)))
+    top = ranking.ranked[0] if ranking.ranked else None
+    return Verdict(list(ranking.ranked), None, t.steps[top].agent if top is not None else None, "author",
+                   [{"agent": a, "score": v} for a, v in best.items()])
+
+
+def _final_columns(rows: list[dict], v: Verdict) -> None:
+    """step_scores: the paper's internal rank under its own name, and the final method's probability and rank."""
+    final = {k: r + 1 for r, k in enumerate(v.order)}
+    for row in rows:
+        row["masprism_rank"] = row.get("rank")
+        row["final_rank"] = final.get(row["step"])
+        row["final_prob"] = _f(v.probs.get(row["step"])) if v.probs is not None else None
+
+
+def _attribution_row(t, ranking, model_id, chash, cfg, r1, r2, sec1, sec2, now, verdict: Verdict) -> dict:
     steps = t.steps
     cands = [{"step": k, "agent": steps[k].agent, "span_id": steps[k].span_id,
               "score": float(ranking.scores.get(k, 0.0)), "symptoms": ranking.support.get(k, [])}
              for k in ranking.ranked]
     top = ranking.ranked[0] if ranking.ranked else None
+    assert top == (verdict.order[0] if verdict.order else None)
     starts = [s.start_time for s in steps if s.start_time is not None]
     return {
         "trace_id": t.trace_id, "source": t.source, "system": t.system, "n_steps": len(steps),
-        "pred_step": top, "pred_agent": pred_agent or (steps[top].agent if top is not None else None),
+        "pred_step": top, "pred_agent": verdict.agent,
         "pred_span_id": steps[top].span_id if top is not None else None,
         "candidates": cands, "symptoms": list(ranking.symptoms), "method": cfg.method.name,
         "model_id": model_id, "config_hash": chash,
         "tokens_pass1": len(r1.input_ids), "tokens_pass2": len(r2.input_ids) if r2 else 0,
         "seconds_pass1": sec1, "seconds_pass2": sec2,
         "trace_start": min(starts) if starts else None, "attributed_at": now,
+        "pred_step_agent": steps[top].agent if top is not None else None,
+        "pred_agent_rule": verdict.rule, "agent_ranking": verdict.agent_ranking,
     }
 
 

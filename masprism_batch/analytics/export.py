@@ -1,5 +1,9 @@
 """`export`: attributions in the formats of existing tools.
 
+Every format names the run's verdict as `attributions` holds it: rank 1 is `pred_step` and the blamed agent is
+`pred_agent` (chosen by `pred_agent_rule`; it may differ from the step's author under the "aggregate" rule);
+nothing here re-derives either.
+
 - phoenix: Arize Phoenix span annotations, one row per (trace, candidate rank <= top_k) whose step has a span
   id: span_id, name, annotator_kind (CODE), label, score, explanation, metadata (a struct, read by pandas as
   a dict). Parquet when FILE ends in .parquet, else JSON lines; load with pandas and pass the frame to
@@ -33,19 +37,21 @@ ANNOTATION_NAME = "masprism_failure_attribution"
 _HEX32, _HEX16 = re.compile(r"^[0-9a-f]{32}$"), re.compile(r"^[0-9a-f]{16}$")
 _OTLP_BATCH = 1000
 
+# step/step_agent: the annotated step and its author; blamed_step/blamed_agent: the trace's verdict
+# (attributions.pred_step / pred_agent), agent_rule: how the agent was chosen (attributions.pred_agent_rule).
+_META_TYPE = pa.struct([("trace_id", pa.string()), ("source", pa.string()), ("step", pa.int32()),
+                        ("step_agent", pa.string()), ("rank", pa.int32()), ("n_candidates", pa.int32()),
+                        ("blamed_step", pa.int32()), ("blamed_agent", pa.string()), ("agent_rule", pa.string()),
+                        ("model_id", pa.string()), ("config_hash", pa.string())])
 PHOENIX_SCHEMA = pa.schema([
     ("span_id", pa.string()), ("name", pa.string()), ("annotator_kind", pa.string()), ("label", pa.string()),
     ("score", pa.float64()), ("explanation", pa.large_string()),
-    ("metadata", pa.struct([("trace_id", pa.string()), ("source", pa.string()), ("step", pa.int32()),
-                            ("agent", pa.string()), ("rank", pa.int32()), ("n_candidates", pa.int32()),
-                            ("model_id", pa.string()), ("config_hash", pa.string())])),
+    ("metadata", _META_TYPE),
 ])
 TRACE_SCHEMA = pa.schema([
     ("trace_id", pa.string()), ("name", pa.string()), ("annotator_kind", pa.string()), ("label", pa.string()),
     ("score", pa.float64()), ("explanation", pa.large_string()),
-    ("metadata", pa.struct([("trace_id", pa.string()), ("source", pa.string()), ("step", pa.int32()),
-                            ("agent", pa.string()), ("rank", pa.int32()), ("n_candidates", pa.int32()),
-                            ("model_id", pa.string()), ("config_hash", pa.string())])),
+    ("metadata", _META_TYPE),
 ])
 
 
@@ -54,40 +60,73 @@ class NothingToExport(load.AnalyticsInputError):
 
 
 _COLS = ["trace_id", "source", "system", "n_steps", "pred_step", "pred_agent", "pred_span_id", "candidates",
-         "symptoms", "method", "model_id", "config_hash", "attributed_at"]
+         "symptoms", "method", "model_id", "config_hash", "attributed_at", "pred_step_agent", "pred_agent_rule",
+         "agent_ranking"]
 
 
 def _label(rank: int) -> str:
     return "failure_source" if rank == 1 else "candidate"
 
 
+def _rule(a: dict) -> str:
+    return a.get("pred_agent_rule") or "author"
+
+
+def _author(a: dict, step) -> str | None:
+    return next((c.get("agent") for c in a.get("candidates") or [] if c.get("step") == step), None)
+
+
+def _verdict(a: dict) -> str:
+    """The trace's verdict in words, from attributions' columns only."""
+    author = a.get("pred_step_agent") or _author(a, a["pred_step"])
+    how = "the step's author" if _rule(a) == "author" else "summed step probabilities per agent"
+    return (f"Blamed: step {a['pred_step']} (written by {author or '-'}); blamed agent {a['pred_agent'] or '-'} "
+            f"({how}).")
+
+
+def _score(c: dict) -> float:
+    return float(c["score"]) if c.get("score") is not None else float("nan")
+
+
 def _explain(a: dict, c: dict, rank: int) -> str:
     sym = ", ".join(str(s) for s in c.get("symptoms") or []) or "none"
     verdict = "most likely caused the failure" if rank == 1 else "is a candidate cause of the failure"
-    return (f"MASPrism rank {rank} of {len(a['candidates'])} (score {c['score']:.4g}): step {c['step']} by agent "
-            f"{c['agent'] or '-'} {verdict}; symptom steps pointing to it: {sym}. "
+    return (f"MASPrism rank {rank} of {len(a['candidates'] or [])} (score {_score(c):.4g}): step {c['step']} by "
+            f"agent {c['agent'] or '-'} {verdict}; symptom steps pointing to it: {sym}. {_verdict(a)} "
             f"model {a['model_id']}, config {a['config_hash']}.")
 
 
+def _meta(a: dict, c: dict, r: int) -> dict:
+    return {"trace_id": a["trace_id"], "source": a["source"], "step": c["step"], "step_agent": c["agent"],
+            "rank": r, "n_candidates": len(a["candidates"] or []), "blamed_step": a["pred_step"],
+            "blamed_agent": a["pred_agent"], "agent_rule": _rule(a), "model_id": a["model_id"],
+            "config_hash": a["config_hash"]}
+
+
 def _attributions(outdir: Path) -> Iterator[dict[str, Any]]:
-    for batch in io.iter_batches(Path(outdir) / "attributions", columns=_COLS):
+    for batch in load.iter_batches(Path(outdir), "attributions", _COLS):
         yield from batch.to_pylist()
 
 
 def _ranked(a: dict, top_k: int) -> list[tuple[int, dict]]:
-    cands = [c for c in a["candidates"] or [] if c.get("score") is not None]
-    return list(enumerate(cands[:top_k], start=1))
+    """Rank 1 = the attributions row's pred_step (never re-derived), then the other candidates in order."""
+    if a["pred_step"] is None:
+        return []
+    cands = a["candidates"] or []
+    first = next((c for c in cands if c["step"] == a["pred_step"]), None) or {
+        "step": a["pred_step"], "agent": a.get("pred_step_agent"), "span_id": a.get("pred_span_id"), "score": None,
+        "symptoms": []}
+    rest = [c for c in cands if c["step"] != a["pred_step"] and c.get("score") is not None]
+    return list(enumerate([first, *rest][:top_k], start=1))
 
 
 def _trace_row(a: dict, ranked: list[tuple[int, dict]]) -> dict:
     r, c = ranked[0]
-    others = "; ".join(f"#{k} step {x['step']} ({x['agent'] or '-'}, score {x['score']:.4g})" for k, x in ranked[1:])
+    others = "; ".join(f"#{k} step {x['step']} ({x['agent'] or '-'}, score {_score(x):.4g})" for k, x in ranked[1:])
     return {"trace_id": a["trace_id"], "name": ANNOTATION_NAME, "annotator_kind": "CODE", "label": _label(r),
-            "score": float(c["score"]), "explanation": _explain(a, c, r) + (f" Next candidates: {others}." if others
-                                                                             else ""),
-            "metadata": {"trace_id": a["trace_id"], "source": a["source"], "step": c["step"], "agent": c["agent"],
-                         "rank": r, "n_candidates": len(a["candidates"]), "model_id": a["model_id"],
-                         "config_hash": a["config_hash"]}}
+            "score": _score(c), "explanation": _explain(a, c, r) + (f" Next candidates: {others}." if others
+                                                                     else ""),
+            "metadata": _meta(a, c, r)}
 
 
 def phoenix_trace_rows(outdir: Path, top_k: int = 1) -> list[dict]:
@@ -114,10 +153,8 @@ def phoenix_rows(outdir: Path, top_k: int = 1) -> tuple[list[dict], int]:
         skipped += not got
         for r, c in got:
             rows.append({"span_id": c["span_id"], "name": ANNOTATION_NAME, "annotator_kind": "CODE",
-                         "label": _label(r), "score": float(c["score"]), "explanation": _explain(a, c, r),
-                         "metadata": {"trace_id": a["trace_id"], "source": a["source"], "step": c["step"],
-                                      "agent": c["agent"], "rank": r, "n_candidates": len(a["candidates"]),
-                                      "model_id": a["model_id"], "config_hash": a["config_hash"]}})
+                         "label": _label(r), "score": _score(c), "explanation": _explain(a, c, r),
+                         "metadata": _meta(a, c, r)})
     return rows, skipped
 
 
@@ -147,13 +184,14 @@ def otel_records(outdir: Path, top_k: int = 1) -> Iterator[dict[str, Any]]:
             if _HEX16.match(c.get("span_id") or "") and "traceId" in rec:
                 rec["spanId"] = c["span_id"]
             rec["attributes"] = [
-                _kv("gen_ai.evaluation.name", ANNOTATION_NAME), _kv("gen_ai.evaluation.score.value",
-                                                                     float(c["score"])),
+                _kv("gen_ai.evaluation.name", ANNOTATION_NAME), _kv("gen_ai.evaluation.score.value", _score(c)),
                 _kv("gen_ai.evaluation.score.label", _label(r)),
                 _kv("gen_ai.evaluation.explanation", _explain(a, c, r)),
                 _kv("masprism.trace_id", a["trace_id"]), _kv("masprism.source", a["source"]),
-                _kv("masprism.step", int(c["step"])), _kv("masprism.agent", c["agent"]),
+                _kv("masprism.step", int(c["step"])), _kv("masprism.step_agent", c["agent"]),
                 _kv("masprism.span_id", c.get("span_id")), _kv("masprism.rank", r),
+                _kv("masprism.blamed_step", int(a["pred_step"])), _kv("masprism.blamed_agent", a["pred_agent"]),
+                _kv("masprism.agent_rule", _rule(a)),
                 _kv("masprism.model_id", a["model_id"]), _kv("masprism.config_hash", a["config_hash"])]
             yield rec
 

@@ -41,7 +41,37 @@ def read(outdir: Path, name: str, columns: list[str] | None = None, trace_ids: s
         cols = columns or sch.names
         return pa.Table.from_pylist([], schema=pa.schema([sch.field(c) for c in cols]))
     flt = ds.field("trace_id").isin(sorted(trace_ids)) if trace_ids is not None else None
-    return io.read_dataset(Path(outdir) / name, columns=columns, filter=flt)
+    have = set(_schema(Path(outdir) / name).names) if columns else set()
+    missing = [c for c in columns or [] if c not in have]
+    table = io.read_dataset(Path(outdir) / name, columns=[c for c in columns if c in have] if columns else None,
+                            filter=flt)
+    return with_columns(table, name, columns, missing)
+
+
+def _schema(directory: Path) -> pa.Schema:
+    return io._open_dataset(directory).schema  # noqa: SLF001 - the same view of the parts as the reads
+
+
+def with_columns(table: pa.Table, name: str, columns: list[str] | None, missing: list[str]) -> pa.Table:
+    """Columns added to a schema after an OUTDIR was written read as nulls (older runs stay readable)."""
+    if not missing:
+        return table
+    sch = schema.TABLES[name]
+    for c in missing:
+        table = table.append_column(sch.field(c), pa.nulls(table.num_rows, sch.field(c).type))
+    return table.select(columns)
+
+
+def iter_batches(outdir: Path, name: str, columns: list[str]) -> Iterator[pa.RecordBatch]:
+    """Stream columns of one dataset; columns the OUTDIR's parts predate read as nulls."""
+    have = set(_schema(Path(outdir) / name).names)
+    missing = [c for c in columns if c not in have]
+    for b in io.iter_batches(Path(outdir) / name, columns=[c for c in columns if c in have]):
+        if missing:
+            t = with_columns(pa.Table.from_batches([b]), name, columns, missing)
+            yield from t.to_batches()
+        else:
+            yield b
 
 
 def iter_trace_batches(outdir: Path, columns: list[str], batch_size: int = 256) -> Iterator[pa.RecordBatch]:

@@ -123,6 +123,15 @@ def build_payloads(outdir: Path, attr: pa.Table, ids: list[str], limits: DrillLi
     return out
 
 
+def _author(tsteps: list[dict], scores: list[dict], step: int | None) -> str | None:
+    """Author of the blamed step for outputs written before attributions carried pred_step_agent."""
+    if step is None:
+        return None
+    if step < len(tsteps):
+        return tsteps[step].get("agent")
+    return next((r.get("agent") for r in scores if r["step"] == step), None)
+
+
 def _payload(a: dict, scores: list[dict], trace: dict | None, limits: DrillLimits) -> dict[str, Any]:
     n = a["n_steps"] or len(scores)
     tsteps = (trace or {}).get("steps") or []
@@ -135,7 +144,8 @@ def _payload(a: dict, scores: list[dict], trace: dict | None, limits: DrillLimit
         text, cut = _cut(t.get("content"), per_step)
         steps.append({"a": s.get("agent", t.get("agent")), "k": s.get("kind", t.get("kind")), "t": text, "c": cut,
                       "sp": t.get("span_id") or s.get("span_id"), "n1": _num(s.get("nll_pass1")),
-                      "n2": _num(s.get("nll_pass2")), "h": _num(s.get("h_score")), "r": s.get("rank"),
+                      "n2": _num(s.get("nll_pass2")), "h": _num(s.get("h_score")),
+                      "r": s.get("final_rank") if "final_rank" in s else s.get("rank"),
                       "fw": bool(s.get("has_failure_word"))})
     labels = (trace or {}).get("labels")
     ok = top1_correct(a, trace) if trace else None
@@ -146,7 +156,8 @@ def _payload(a: dict, scores: list[dict], trace: dict | None, limits: DrillLimit
     q, qcut = _cut((trace or {}).get("question"), limits.step_chars)
     return {
         "id": mark_bidi(a["trace_id"]), "src": mark_bidi(a["source"]), "sys": mark_bidi(a["system"]), "n": n,
-        "pred": a["pred_step"], "agent": mark_bidi(a["pred_agent"]), "q": q, "qc": qcut, "sym": a["symptoms"] or [],
+        "pred": a["pred_step"], "agent": mark_bidi(a["pred_agent"]), "rule": a.get("pred_agent_rule") or "author",
+        "pa": mark_bidi(a.get("pred_step_agent") or _author(tsteps, scores, a["pred_step"])), "q": q, "qc": qcut, "sym": a["symptoms"] or [],
         "cands": [[c["step"], _num(c["score"]), c["agent"], c["symptoms"] or []] for c in a["candidates"] or []],
         "gold": None if not labels else {"step": labels.get("mistake_step"), "agent": labels.get("mistake_agent"),
                                          "locs": labels.get("error_locations") or []},

@@ -48,7 +48,7 @@ RELATIVE_BINS = 10
 _EPOCH = datetime(1970, 1, 1, tzinfo=timezone.utc)
 ATTR_COLS = ["trace_id", "source", "system", "n_steps", "pred_step", "pred_agent", "candidates", "symptoms",
               "model_id", "tokens_pass1", "tokens_pass2", "seconds_pass1", "seconds_pass2", "trace_start",
-              "attributed_at", "method"]
+              "attributed_at", "method", "pred_step_agent", "pred_agent_rule"]
 
 
 def _table(name: str, rows: list[dict[str, Any]]) -> pa.Table:
@@ -63,7 +63,7 @@ def compute_stats(outdir: Path | str, failure_words: tuple[str, ...] | None = No
            "step_position": step_position(attr), "throughput": throughput(attr),
            "runs": runs(load.run_records(outdir), previous_runs(outdir), load.committed_shards(outdir))}
     out["nll_by_agent"] = nll_by_agent(attr, load.read(
-        outdir, "step_scores", columns=["trace_id", "step", "agent", "nll_pass1", "nll_pass2", "rank"]), dups)
+        outdir, "step_scores", columns=["trace_id", "step", "agent", "nll_pass1", "nll_pass2"]), dups)
     out["symptom_words"], out["accuracy"] = _trace_pass(outdir, attr, failure_words or MethodConfig().failure_words)
     return out
 
@@ -155,12 +155,14 @@ def step_position(attr: pa.Table) -> pa.Table:
 
 
 def nll_by_agent(attr: pa.Table, scores: pa.Table, dups: set[str] = frozenset()) -> pa.Table:
-    """`dups`: traces attributed more than once, whose step rows are counted once (the first seen)."""
+    """`dups`: traces attributed more than once, whose step rows are counted once (the first seen).
+    n_blamed: steps of the agent that are their trace's blamed step (attributions.pred_step)."""
     src = dict(zip(attr["trace_id"].to_pylist(), attr["source"].to_pylist(), strict=True))
+    blamed = dict(zip(attr["trace_id"].to_pylist(), attr["pred_step"].to_pylist(), strict=True))
     acc: dict[tuple, list] = defaultdict(lambda: [0, 0.0, 0, 0.0, 0, 0])  # n, sum1, n1, sum2, n2, blamed
     seen: set[tuple[str, int]] = set()
-    for tid, step, agent, n1, n2, rank in zip(*(scores[c].to_pylist() for c in (
-            "trace_id", "step", "agent", "nll_pass1", "nll_pass2", "rank")), strict=True):
+    for tid, step, agent, n1, n2 in zip(*(scores[c].to_pylist() for c in (
+            "trace_id", "step", "agent", "nll_pass1", "nll_pass2")), strict=True):
         if tid not in src:
             continue  # step rows of a trace whose attribution row is missing (run killed between writes)
         if tid in dups:
@@ -175,7 +177,7 @@ def nll_by_agent(attr: pa.Table, scores: pa.Table, dups: set[str] = frozenset())
         if n2 is not None and np.isfinite(n2):
             a[3] += n2
             a[4] += 1
-        a[5] += rank == 1
+        a[5] += step == blamed[tid]
     rows = [{"source": s, "agent": g, "n_steps": a[0], "mean_nll_pass1": a[1] / a[2] if a[2] else None,
              "mean_nll_pass2": a[3] / a[4] if a[4] else None, "n_blamed": a[5]} for (s, g), a in acc.items()]
     rows.sort(key=lambda r: (r["source"] or "", -r["n_steps"], r["agent"] or ""))

@@ -149,6 +149,17 @@ def _sample_dir() -> Path:
     return Path(str(files("masprism_batch") / "data" / "sample"))
 
 
+def verdict_line(a: dict, t=None) -> str:
+    """The run's verdict as attributions hold it: the blamed step (with its author) and the blamed agent."""
+    author = a.get("pred_step_agent")
+    if author is None and t is not None and a["pred_step"] is not None:
+        author = t.steps[a["pred_step"]].agent  # outputs written before attributions carried the author
+    line = f"predicted: step {a['pred_step']} (written by {author}); blamed agent: {a['pred_agent']}"
+    if a.get("pred_agent_rule") == "aggregate":
+        line += " (step probabilities summed per agent)"
+    return line
+
+
 def _print_attributions(outdir: Path, top: int = 3) -> None:
     from ..io import read_dataset
     from ..trace import Trace
@@ -166,7 +177,7 @@ def _print_attributions(outdir: Path, top: int = 3) -> None:
             table.add_row(str(r), str(c["step"]), str(c["agent"]), f"{c['score']:.3g}",
                           ", ".join(map(str, c["symptoms"])) or "-", snippet)
         console.print(table)
-        verdict = f"predicted: step {a['pred_step']} by {a['pred_agent']}"
+        verdict = verdict_line(a, t)
         if t and t.labels and t.labels.mistake_step is not None:
             verdict += f"   (label: step {t.labels.mistake_step} by {t.labels.mistake_agent})"
         elif t and t.labels and t.labels.error_locations:

@@ -104,7 +104,7 @@ def test_random_run_matches_duckdb(tmp_path, rng):
                       ).fetchall()
     assert sorted(got, key=str) == sorted(want, key=str)
     want = con.execute(f"""
-        SELECT a.source, s.agent, count(*), avg(s.nll_pass1), avg(s.nll_pass2), count_if(s.rank = 1)
+        SELECT a.source, s.agent, count(*), avg(s.nll_pass1), avg(s.nll_pass2), count_if(s.step = a.pred_step)
         FROM read_parquet('{d}/step_scores/*.parquet') s JOIN read_parquet('{d}/attributions/*.parquet') a
         USING (trace_id) GROUP BY ALL""").fetchall()
     got = con.execute(f"""SELECT source, agent, n_steps, mean_nll_pass1, mean_nll_pass2, n_blamed

@@ -59,7 +59,8 @@
     box.appendChild(el("h3", null, t.id));
     var info = el("p");
     info.appendChild(document.createTextNode("source " + t.src + " · system " + (t.sys || "-") + " · " + t.n +
-      " steps · blamed step " + t.pred + " (" + (t.agent || "-") + ")"));
+      " steps · blamed step " + t.pred + " (written by " + (t.pa || "-") + ") · blamed agent " + (t.agent || "-") +
+      (t.rule === "aggregate" ? " (step probabilities summed per agent)" : "")));
     if (t.gold) {
       var g = t.gold.step !== null && t.gold.step !== undefined ? "step " + t.gold.step + " (" + (t.gold.agent || "-") + ")"
         : t.gold.locs.length + " labelled error span(s)";
