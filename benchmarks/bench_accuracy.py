@@ -243,13 +243,14 @@ def main() -> None:
     ap.add_argument("--work", default="/tmp/masprism-accuracy")
     ap.add_argument("--model", default="smollm2-135m")
     ap.add_argument("--l2", type=float, default=1.0, help="ranker L2 (fixed a priori, not tuned on eval cases)")
+    ap.add_argument("--cache", default=None, help="signal cache folder (default: WORK/cache-<config hash>)")
     ap.add_argument("--train-weights", action="store_true")
     ap.add_argument("--csv", default=str(ROOT / "benchmarks" / "results" / "accuracy.csv"))
     ap.add_argument("--md", default=str(ROOT / "docs" / "results.md"))
     args = ap.parse_args()
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(message)s")
     cfg = extract_config(args.model)
-    cache = Path(args.work) / f"cache-{cfg.config_hash()}"
+    cache = Path(args.cache) if args.cache else Path(args.work) / f"cache-{cfg.config_hash()}"
     cases = load_cases(Path(args.data), cache)
     model_id = next((c.meta["attribution"]["model_id"] for c in cases), args.model)
     log.info("%d cached traces: %s", len(cases), {s: sum(c.system == s for c in cases) for s in SYSTEMS})

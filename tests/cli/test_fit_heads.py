@@ -1,0 +1,44 @@
+"""`masprism-batch fit-heads`: label-free head weights from a folder of logs, usable by the stage."""
+
+from __future__ import annotations
+
+import json
+
+import numpy as np
+from typer.testing import CliRunner
+
+from masprism_batch.cli import EXIT_FATAL, EXIT_OK, app
+from masprism_batch.cli.attribute import _sample_dir
+from masprism_batch.method.heads import HeadWeights
+
+runner = CliRunner()
+
+
+def test_fit_heads_writes_weights_the_pipeline_loads(tmp_path):
+    cfg = tmp_path / "c.json"
+    cfg.write_text(json.dumps({"model": {"name": "tiny-random"},
+                               "render": {"max_context": 768, "window_step_cap": 48}}))
+    out = tmp_path / "heads.json"
+    res = runner.invoke(app, ["fit-heads", str(_sample_dir()), "-o", str(out), "--config", str(cfg), "--max-traces", "4"])
+    assert res.exit_code == EXIT_OK, res.output
+    hw = HeadWeights.load(out)
+    assert hw.model_id == "tiny-random" and hw.n_traces >= 1 and hw.n_pairs >= hw.weights.size
+    assert np.isfinite(hw.weights).all() and abs(np.abs(hw.weights).sum() - 1) < 1e-6
+    # the stage uses them: the learned-attention feature is filled
+    from masprism_batch.config import load_config
+    from masprism_batch.ingest import read_inputs
+    from masprism_batch.model import load_model
+    from masprism_batch.stages import attribute_traces
+
+    c = load_config(str(cfg), method__head_weights=str(out), method__name="masprism")
+    model = load_model(c.model, c.signals)
+    t = next(iter(read_inputs([str(_sample_dir())])))
+    rows = attribute_traces([t], model, c).step_scores
+    assert any(r["attn_in_learned"] is not None for r in rows)
+
+
+def test_fit_heads_missing_input_and_bad_output(tmp_path):
+    res = runner.invoke(app, ["fit-heads", str(tmp_path / "nope"), "-o", str(tmp_path / "h.json")])
+    assert res.exit_code == EXIT_FATAL and "not found" in res.output
+    res = runner.invoke(app, ["fit-heads", str(_sample_dir()), "-o", str(tmp_path)])  # a folder, not a file
+    assert res.exit_code == EXIT_FATAL
