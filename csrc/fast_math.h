@@ -28,9 +28,6 @@ static inline float fast_expf(float x) {
   return p * __builtin_bit_cast(float, (ki + 127) << 23);
 }
 
-static inline double fast_exp(double x) { return std::exp(x); }  // fp64 path: exact libm
-static inline float fast_exp(float x) { return fast_expf(x); }
-
 // One clone per ISA of each hot loop below, chosen at load time (no -march=native in the build).
 #if defined(__x86_64__) && defined(__GNUC__) && !defined(__clang__)
 #define MASPRISM_CLONES __attribute__((target_clones("avx512f", "avx2", "default")))

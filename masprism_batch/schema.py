@@ -126,4 +126,13 @@ STEP_SCORES = pa.schema(
     metadata=_META,
 )
 
+def error_row(*, stage: str, reason: str, message: str, input_path: str | None = None,
+              record_id: str | None = None) -> dict:
+    """One row of ERRORS (every stage writes its rejections with this; keyword-only so the fields never swap)."""
+    from datetime import datetime, timezone
+
+    return {"input_path": input_path, "record_id": record_id, "stage": stage, "reason": reason,
+            "message": message, "time": datetime.now(timezone.utc)}
+
+
 TABLES = {"traces": TRACES, "errors": ERRORS, "attributions": ATTRIBUTIONS, "step_scores": STEP_SCORES}

@@ -18,6 +18,7 @@ from . import batching, render, windows
 from .config import PipelineConfig
 from .method import counterfactual, heads, ranker
 from .method import masprism as mp
+from .schema import error_row
 from .trace import Trace
 
 log = logging.getLogger(__name__)
@@ -28,11 +29,6 @@ class StageOutput:
     attributions: list[dict] = field(default_factory=list)
     step_scores: list[dict] = field(default_factory=list)
     errors: list[dict] = field(default_factory=list)
-
-
-def error_row(trace_id: str | None, stage: str, reason: str, message: str, input_path: str | None = None) -> dict:
-    return {"input_path": input_path, "record_id": trace_id, "stage": stage, "reason": reason,
-            "message": message, "time": datetime.now(timezone.utc)}
 
 
 def symptom_ratio(trace: Trace, cfg: PipelineConfig) -> float:
@@ -91,7 +87,8 @@ def attribute_traces(traces: list[Trace], model, cfg: PipelineConfig, raw_sink=N
     wins: dict[int, windows.Windowed] = {}
     for i, t in enumerate(traces):
         if not t.steps:
-            out.errors.append(error_row(t.trace_id, "render", "empty_trace", "trace has no steps"))
+            out.errors.append(error_row(record_id=t.trace_id, stage="render", reason="empty_trace",
+                                        message="trace has no steps"))
             continue
         try:
             if rcfg.pass1 == "windows":
@@ -100,7 +97,8 @@ def attribute_traces(traces: list[Trace], model, cfg: PipelineConfig, raw_sink=N
             else:
                 r1[i] = render.render_pass1(t, tok, rcfg)
         except (render.TraceTooLong, ValueError) as exc:
-            out.errors.append(error_row(t.trace_id, "render", getattr(exc, "reason", "trace_too_long"), str(exc)))
+            out.errors.append(error_row(record_id=t.trace_id, stage="render",
+                                        reason=getattr(exc, "reason", "trace_too_long"), message=str(exc)))
     per_head = heads.wanted(cfg, model)
     sig1 = _pass1_signals(model, r1, wins, cfg, per_head)
     hw = heads.load_for(cfg, model) if per_head else None
@@ -111,7 +109,8 @@ def attribute_traces(traces: list[Trace], model, cfg: PipelineConfig, raw_sink=N
     for i, (s, _) in sig1.items():
         t = traces[i]
         if isinstance(s, Exception):
-            out.errors.append(error_row(t.trace_id, "prefill", "prefill_failed", f"pass 1: {s}"))
+            out.errors.append(error_row(record_id=t.trace_id, stage="prefill", reason="prefill_failed",
+                                        message=f"pass 1: {s}"))
             continue
         flags[i] = _failure_flags(t, cfg)
         p1s[i] = mp.pass1(s.token_nll, r1[i].step_spans, s.step_attn, flags[i], symptom_ratio(t, cfg), cfg.method)
@@ -140,7 +139,8 @@ def attribute_traces(traces: list[Trace], model, cfg: PipelineConfig, raw_sink=N
         t, p1 = traces[i], p1s[i]
         s2 = sig2.get(i)
         if s2 is not None and isinstance(s2[0], Exception):
-            out.errors.append(error_row(t.trace_id, "prefill", "prefill_failed", f"pass 2: {s2[0]}"))
+            out.errors.append(error_row(record_id=t.trace_id, stage="prefill", reason="prefill_failed",
+                                        message=f"pass 2: {s2[0]}"))
             continue
         if not p1.candidates:
             ranking = mp.fallback_ranking(p1)

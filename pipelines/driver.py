@@ -11,7 +11,7 @@ import platform
 import sys
 import time
 from collections import Counter
-from dataclasses import asdict, dataclass, field
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -231,7 +231,3 @@ class Committer:
                 seen.add(k)
                 n += 1
         return n
-
-
-def summary_dict(s: RunSummary) -> dict[str, Any]:
-    return asdict(s)

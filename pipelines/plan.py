@@ -26,9 +26,10 @@ from masprism_batch import schema
 from masprism_batch.config import IngestConfig
 from masprism_batch.ingest.common import IngestError, apply_caps
 from masprism_batch.io import DatasetWriter, write_json_atomic
+from masprism_batch.schema import error_row
 from masprism_batch.trace import Trace
 
-from .stages import Stages, error_row
+from .stages import Stages
 
 log = logging.getLogger(__name__)
 
@@ -45,10 +46,6 @@ class Shard:
     label: str  # input as the user named it (errors/.input_path); never used to build a path
     partition: dict[str, str] = field(default_factory=dict)  # hive keys missing from the file's columns
     skip: tuple[int, ...] = ()  # file-relative rows that repeat an earlier trace_id
-
-    @property
-    def n_rows(self) -> int:
-        return self.stop - self.start - len(self.skip)
 
     def to_json(self) -> str:
         return json.dumps(asdict(self), sort_keys=True)
@@ -216,8 +213,8 @@ def read_shard(shard: Shard, limits: IngestConfig | None = None) -> tuple[list[T
             row.setdefault(k, v)
         tid = row.get("trace_id")
         if i in skip:
-            errors.append(error_row(shard.label, tid, "ingest", "duplicate_trace_id",
-                                    "an earlier row of the input has the same trace_id"))
+            errors.append(error_row(input_path=shard.label, record_id=tid, stage="ingest", reason="duplicate_trace_id",
+                                    message="an earlier row of the input has the same trace_id"))
             continue
         try:
             if not tid or not row.get("source"):
@@ -225,9 +222,11 @@ def read_shard(shard: Shard, limits: IngestConfig | None = None) -> tuple[list[T
             trace = Trace.from_row(row)
             del row
             traces.append(apply_caps(trace, limits, lambda reason, msg, rid=None, **_: errors.append(
-                error_row(shard.label, rid, "ingest", reason, msg))))
+                error_row(input_path=shard.label, record_id=rid, stage="ingest", reason=reason, message=msg))))
         except IngestError as e:
-            errors.append(error_row(shard.label, e.record_id or tid, "ingest", e.reason, e.message))
+            errors.append(error_row(input_path=shard.label, record_id=e.record_id or tid, stage="ingest", reason=e.reason,
+                                    message=e.message))
         except Exception as e:  # noqa: BLE001 - a malformed row is rejected, not fatal
-            errors.append(error_row(shard.label, tid or f"row:{i}", "ingest", "invalid_row", f"{e}"[:2000]))
+            errors.append(error_row(input_path=shard.label, record_id=tid or f"row:{i}", stage="ingest",
+                                    reason="invalid_row", message=f"{e}"[:2000]))
     return traces, errors

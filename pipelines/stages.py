@@ -21,6 +21,7 @@ import pyarrow as pa
 
 from masprism_batch import schema
 from masprism_batch.config import PipelineConfig
+from masprism_batch.schema import error_row
 from masprism_batch.trace import Trace
 
 log = logging.getLogger(__name__)
@@ -65,11 +66,6 @@ class Stages:
 
 def now_utc() -> datetime:
     return datetime.now(timezone.utc)
-
-
-def error_row(input_path: str | None, record_id: str | None, stage: str, reason: str, message: str) -> dict:
-    return {"input_path": input_path, "record_id": record_id, "stage": stage, "reason": reason,
-            "message": message, "time": now_utc()}
 
 
 # Arrow IPC carries traces and results between stages: schema-checked, no pickle of input data.
@@ -154,8 +150,9 @@ def make_packs(traces: list[Trace], tokenizer, cfg: PipelineConfig, stages: Stag
     for t in traces:
         if guard is not None and guard.begin(t.trace_id) is not None:
             if rejected is not None:
-                rejected.append(error_row(input_path, t.trace_id, "render", "worker_crashed",
-                                          "the worker process died while rendering this trace"))
+                rejected.append(error_row(input_path=input_path, record_id=t.trace_id, stage="render",
+                                          reason="worker_crashed",
+                                          message="the worker process died while rendering this trace"))
             continue
         kept.append(t)
         try:
@@ -205,8 +202,8 @@ def process_pack(traces: list[Trace], model, cfg: PipelineConfig, stages: Stages
     for t in todo:
         reason = guard.begin(t.trace_id) if guard is not None else None
         if reason is not None:
-            errors.append(error_row(input_path, t.trace_id, "prefill", reason,
-                                    "the worker process died while processing this trace, more than once"))
+            errors.append(error_row(input_path=input_path, record_id=t.trace_id, stage="prefill", reason=reason,
+                                    message="the worker process died while processing this trace, more than once"))
             continue
         last: BaseException | None = None
         for _ in range(ATTEMPTS_PER_TRACE):
@@ -220,7 +217,8 @@ def process_pack(traces: list[Trace], model, cfg: PipelineConfig, stages: Stages
             except Exception as exc:  # noqa: BLE001
                 last = exc
         if last is not None:
-            errors.append(error_row(input_path, t.trace_id, "attribute", "attribute_failed", _describe(last)))
+            errors.append(error_row(input_path=input_path, record_id=t.trace_id, stage="attribute",
+                                    reason="attribute_failed", message=_describe(last)))
         if guard is not None:
             guard.done(t.trace_id)
     a, s, e = reconcile([t.trace_id for t in traces], attributions, step_scores, errors, input_path)
@@ -250,8 +248,8 @@ def reconcile(ids: list[str], attributions, step_scores, errors, input_path):
     for tid in ids:
         if tid not in done:
             done.add(tid)
-            e_out.append(error_row(input_path, tid, "attribute", "no_output",
-                                   "the attribution stage returned no row for this trace"))
+            e_out.append(error_row(input_path=input_path, record_id=tid, stage="attribute", reason="no_output",
+                                   message="the attribution stage returned no row for this trace"))
     attributed = {x["trace_id"] for x in a_out}
     s_out = [r for r in step_scores if r["trace_id"] in attributed]
     return a_out, s_out, e_out

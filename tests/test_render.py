@@ -257,7 +257,8 @@ def test_smollm2_tokenizer_real_data(shared_data):
     if not spec.available:
         pytest.skip(f"SmolLM2 GGUF not installed: {spec.how_to_get}")
     tok = AutoTokenizer.from_pretrained(str(spec.path.parent), gguf_file=spec.path.name)
-    ingest = pytest.importorskip("masprism_batch.ingest", reason="ingest package not available yet")
+    from masprism_batch import ingest
+
     paths = [str(shared_data / "who_and_when" / "Hand-Crafted")]
     traces = list(ingest.read_inputs(paths, on_error=lambda row: None))
     assert traces

@@ -24,8 +24,9 @@ from pathlib import Path
 from typing import Any
 
 from ..config import IngestConfig
+from ..schema import error_row
 from ..trace import Labels, Step, Trace
-from .common import WARNING_REASONS, Context, IngestError, error_row, short, trace_bytes, validate
+from .common import WARNING_REASONS, Context, IngestError, short, trace_bytes, validate
 from .detect import FORMATS, read_file
 from .sources import LIMITS, expand, file_size
 
@@ -75,10 +76,11 @@ def read_inputs(paths: list[str] | str, fmt: str = "auto", on_error: Callable[[d
                 yield trace
         except IngestError as e:
             log.warning("%s: rejected: %s (%s)", path, e.message, e.reason)
-            sink(error_row(path, e.record_id, e.reason, e.message))
+            sink(error_row(input_path=path, record_id=e.record_id, stage="ingest", reason=e.reason, message=e.message))
         except Exception as e:  # a bug in an adapter must not end the run; the file is reported
             log.exception("%s: unexpected error", path)
-            sink(error_row(path, None, "internal_error", f"{type(e).__name__}: {short(str(e), 500)}"))
+            sink(error_row(input_path=path, stage="ingest", reason="internal_error",
+                           message=f"{type(e).__name__}: {short(str(e), 500)}"))
         finally:
             with contextlib.suppress(ValueError):
                 LIMITS.reset(token)

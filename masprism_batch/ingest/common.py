@@ -18,6 +18,7 @@ from datetime import datetime, timezone
 from typing import Any
 
 from ..config import IngestConfig
+from ..schema import error_row
 from ..trace import Labels, Step, Trace
 
 log = logging.getLogger(__name__)
@@ -39,12 +40,6 @@ class IngestError(Exception):
         self.record_id = record_id
 
 
-def error_row(input_path: str | None, record_id: str | None, reason: str, message: str,
-              stage: str = "ingest") -> dict[str, Any]:
-    return {"input_path": input_path, "record_id": record_id, "stage": stage, "reason": reason,
-            "message": message, "time": datetime.now(timezone.utc)}
-
-
 def short(text: Any, n: int = 80) -> str:
     """Printable, bounded rendering of an untrusted value for log lines and messages."""
     r = repr(text)
@@ -62,12 +57,14 @@ class Context:
     def warn(self, reason: str, message: str, record_id: str | None = None, input_path: str | None = None) -> None:
         """A trace is kept but something was repaired or dropped (`input_path`: a sidecar file, if that)."""
         log.warning("%s: %s (%s)", input_path or self.input_path, message, reason)
-        self.on_error(error_row(input_path or self.input_path, record_id, reason, message))
+        self.on_error(error_row(input_path=input_path or self.input_path, record_id=record_id, stage="ingest",
+                                reason=reason, message=message))
 
     def reject(self, e: IngestError) -> None:
         """One record of a multi-record file is rejected; the rest of the file goes on."""
         log.warning("%s: rejected %s: %s (%s)", self.input_path, short(e.record_id), e.message, e.reason)
-        self.on_error(error_row(self.input_path, e.record_id, e.reason, e.message))
+        self.on_error(error_row(input_path=self.input_path, record_id=e.record_id, stage="ingest", reason=e.reason,
+                                message=e.message))
 
 
 def _loads_deep(text: str) -> Any:

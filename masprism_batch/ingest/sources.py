@@ -29,7 +29,8 @@ from pathlib import Path
 from typing import BinaryIO
 
 from ..config import IngestConfig
-from .common import IngestError, error_row
+from ..schema import error_row
+from .common import IngestError
 
 log = logging.getLogger(__name__)
 
@@ -89,8 +90,8 @@ def expand(paths: list[str], on_error: Callable[[dict], None], skipped: list[str
                     full = os.path.join(dirpath, d)
                     if os.path.islink(full):
                         if not _inside(full, root):
-                            on_error(error_row(full, None, "symlink_outside_input",
-                                               "link to a folder outside the input folder: not followed"))
+                            on_error(error_row(input_path=full, stage="ingest", reason="symlink_outside_input",
+                                               message="link to a folder outside the input folder: not followed"))
                         continue
                     keep.append(d)
                 dirnames[:] = keep
@@ -101,24 +102,24 @@ def expand(paths: list[str], on_error: Callable[[dict], None], skipped: list[str
                             skipped.append(full)
                         continue
                     if os.path.islink(full) and not _inside(full, root):
-                        on_error(error_row(full, None, "symlink_outside_input",
-                                           "link to a file outside the input folder: not followed"))
+                        on_error(error_row(input_path=full, stage="ingest", reason="symlink_outside_input",
+                                           message="link to a file outside the input folder: not followed"))
                         continue
                     why = _not_regular(full)
                     if why is not None:
-                        on_error(error_row(full, None, "not_a_regular_file", why))
+                        on_error(error_row(input_path=full, stage="ingest", reason="not_a_regular_file", message=why))
                         continue
                     yield full
         elif os.path.lexists(p):
             why = _not_regular(p)
             if why is not None:
                 log.error("input %s: %s", p, why)
-                on_error(error_row(p, None, "not_a_regular_file", why))
+                on_error(error_row(input_path=p, stage="ingest", reason="not_a_regular_file", message=why))
                 continue
             yield p
         else:
             log.error("input not found: %s", p)
-            on_error(error_row(p, None, "not_found", "no such file or directory"))
+            on_error(error_row(input_path=p, stage="ingest", reason="not_found", message="no such file or directory"))
 
 
 @contextlib.contextmanager

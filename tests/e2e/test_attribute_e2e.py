@@ -3,6 +3,7 @@
 import json
 import random
 
+import pyarrow as pa
 import pyarrow.dataset as ds
 import pytest
 from typer.testing import CliRunner
@@ -51,12 +52,11 @@ def test_stage_rows_are_complete_consistent_and_deterministic(tiny):
         assert a["candidates"][0]["step"] == a["pred_step"]
         assert all(c["step"] < len(t.steps) for c in a["candidates"])
     assert len(out.step_scores) == sum(len(t.steps) for t in traces)
-    # schemas accept the rows
-    schema.ATTRIBUTIONS.empty_table()
-    import pyarrow as pa
-
-    pa.Table.from_pylist(out.attributions, schema=schema.ATTRIBUTIONS)
-    pa.Table.from_pylist(out.step_scores, schema=schema.STEP_SCORES)
+    # the rows carry exactly the schemas' fields, and the schemas accept them
+    assert all(set(r) == set(schema.ATTRIBUTIONS.names) for r in out.attributions)
+    assert all(set(r) == set(schema.STEP_SCORES.names) for r in out.step_scores)
+    assert pa.Table.from_pylist(out.attributions, schema=schema.ATTRIBUTIONS).num_rows == len(out.attributions)
+    assert pa.Table.from_pylist(out.step_scores, schema=schema.STEP_SCORES).num_rows == len(out.step_scores)
     again = attribute_traces(traces, model, cfg)
     assert [a["candidates"] for a in again.attributions] == [a["candidates"] for a in out.attributions]
 

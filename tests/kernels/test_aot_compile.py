@@ -21,8 +21,7 @@ from __future__ import annotations
 
 import pytest
 import torch
-
-aot = pytest.importorskip("masprism_batch.kernels.aot")
+from masprism_batch.kernels import aot
 
 
 @pytest.fixture(scope="module")

@@ -14,9 +14,10 @@ from collections import Counter
 from pathlib import Path
 from types import SimpleNamespace
 
-from masprism_batch.pipelines.stages import Stages, error_row, now_utc
+from masprism_batch.pipelines.stages import Stages, now_utc
 
 from masprism_batch.io import read_dataset
+from masprism_batch.schema import error_row
 from masprism_batch.trace import Step, Trace
 
 WORDS = "alpha beta gamma delta error search tool answer plan check timeout file result agent".split()
@@ -60,7 +61,8 @@ class FakeStages(Stages):
                 try:
                     row = json.loads(line)
                 except json.JSONDecodeError as e:
-                    on_error(error_row(str(f), f"{f.name}:{n}", "ingest", "invalid_json", str(e)))
+                    on_error(error_row(input_path=str(f), record_id=f"{f.name}:{n}", stage="ingest", reason="invalid_json",
+                                       message=str(e)))
                     continue
                 yield Trace.from_row(row)
 

@@ -147,7 +147,6 @@ def test_killed_driver_then_rerun(tmp_path, small_cfg, cluster):
 def test_tiny_model_ray_matches_local_with_killed_actor(tmp_path, cluster):
     """The real stages and the tiny random model: one actor killed mid-run, every trace exactly once, and
     the same content as the local engine (one torch thread on both sides, so float sums agree)."""
-    pytest.importorskip("masprism_batch.model", reason="needs the model package")
     from pipeline_fakes import RealStages
 
     from masprism_batch.config import BatchConfig, ModelConfig, PipelineConfig

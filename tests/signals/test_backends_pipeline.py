@@ -16,7 +16,8 @@ BACKENDS = ["torch"] + (["cpp"] if signals.cpp_available() is None else [])
 
 
 def _real_traces(shared_data, n: int):
-    ingest = pytest.importorskip("masprism_batch.ingest", reason="ingest package not available")
+    from masprism_batch import ingest
+
     traces = list(ingest.read_inputs([str(shared_data / "who_and_when" / "Algorithm-Generated")],
                                      on_error=lambda row: None))
     assert traces, "no Who&When traces ingested"
