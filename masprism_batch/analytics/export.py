@@ -109,13 +109,12 @@ def _attributions(outdir: Path) -> Iterator[dict[str, Any]]:
 
 
 def _ranked(a: dict, top_k: int) -> list[tuple[int, dict]]:
-    """Rank 1 = the attributions row's pred_step (never re-derived), then the other candidates in order."""
-    if a["pred_step"] is None:
-        return []
+    """Rank 1 = the attributions row's pred_step (never re-derived), then the other candidates in order. A row
+    whose candidates do not hold its pred_step gives no record (another step must never be the failure source)."""
     cands = a["candidates"] or []
-    first = next((c for c in cands if c["step"] == a["pred_step"]), None) or {
-        "step": a["pred_step"], "agent": a.get("pred_step_agent"), "span_id": a.get("pred_span_id"), "score": None,
-        "symptoms": []}
+    first = next((c for c in cands if c["step"] == a["pred_step"]), None)
+    if a["pred_step"] is None or first is None:
+        return []
     rest = [c for c in cands if c["step"] != a["pred_step"] and c.get("score") is not None]
     return list(enumerate([first, *rest][:top_k], start=1))
 
