@@ -1,4 +1,4 @@
-"""Build description of the optional C++ CPU extension `masprism_batch._C` (sources in csrc/).
+"""Build description of the optional C++ CPU extension `masprism_batch._C` (sources in csrc/<op>/).
 
 Imported by setup.py unless MASPRISM_NO_EXT=1. Optional by design: if the compiler or the torch headers
 are missing, or compilation fails, the build logs a warning and the install goes on without it (the
@@ -10,9 +10,11 @@ from __future__ import annotations
 
 from pathlib import Path
 
-# One translation unit. csrc/nll.cpp (fused LM head + online LSE) was removed: it did not beat the torch
-# reference on this CPU (GEMM-bound; see README "Benchmarks" and benchmarks/results/nll.csv).
-SOURCES = ["csrc/step_attention.cpp"]
+# One folder per op (csrc/<op>/, named like its Triton kernel kernels/<op>.py and its reference); one
+# translation unit today. The C++ token_nll (fused LM head + online LSE) was removed: it did not beat the
+# torch reference on this CPU (GEMM-bound; see README "Benchmarks" and benchmarks/results/token_nll.csv).
+OPS = ["step_attention"]
+SOURCES = [f"csrc/{op}/{op}.cpp" for op in OPS]
 
 
 def extension_and_cmdclass():
@@ -22,7 +24,7 @@ def extension_and_cmdclass():
     ext = CppExtension(
         name="masprism_batch._C",
         sources=SOURCES,  # relative: setuptools rejects absolute source paths
-        include_dirs=[str(root / "csrc")],
+        include_dirs=[str(root / "csrc" / op) for op in OPS],
         extra_compile_args=["-O3", "-fopenmp-simd", "-fno-math-errno", "-fno-trapping-math", "-Wno-unused-function"],
     )
 

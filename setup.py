@@ -1,5 +1,5 @@
 """Only what must be computed at build time: the package list (top-level kernels/ and pipelines/ are
-mapped under masprism_batch) and the optional C++ CPU extension from csrc/.
+mapped under masprism_batch) and the optional C++ CPU extension from csrc/<op>/ (see csrc_build.py).
 
 Set MASPRISM_NO_EXT=1 to skip the extension. A failed extension build never fails the install: the
 torch reference backend is the fallback.

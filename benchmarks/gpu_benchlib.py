@@ -1,4 +1,4 @@
-"""Tidy CSV rows for the CUDA benchmarks (bench_step_attention.py --gpu, bench_nll.py --gpu, gpu_smoke.sh).
+"""Tidy CSV rows for the CUDA benchmarks (bench_step_attention.py --gpu, bench_token_nll.py --gpu, gpu_smoke.sh).
 
 One row per (op, impl, model, T, dtype): median ms from triton.testing.do_bench, the op's useful FLOPs,
 TFLOP/s and MFU against the device's dense peak for that dtype (datasheet numbers, no sparsity).

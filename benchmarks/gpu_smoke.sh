@@ -6,11 +6,11 @@
 # What it runs (each step logged to OUT/<step>.log, rc in OUT/steps.tsv; a failed step does not stop the rest):
 #   env      nvidia-smi, torch / triton / CUDA versions, compute capability          -> OUT/env.txt
 #   aot      pytest tests/kernels: AOT compile for sm_80/sm_90 (smem, spills) + dispatch on CUDA
-#   triton   pytest tests/signals/test_triton.py on the GPU: the kernels compiled for this device vs the
+#   triton   pytest tests/signals/test_{step_attention,token_nll}.py -k triton on the GPU: the kernels compiled for this device vs the
 #            fp64 oracle in fp32, fp16 AND bf16 (bf16 numerics are checked nowhere else: the CPU interpreter's
 #            bf16 dot is wrong), Qwen3-0.6B shapes, ragged packs, per-head mass
-#   kernels  bench_step_attention.py --gpu and bench_nll.py --gpu in bf16 and fp32 (triton vs SDPA / eager,
-#            do_bench; ms, TFLOP/s, MFU)                                             -> OUT/{step_attention,nll}_gpu.csv
+#   kernels  bench_step_attention.py --gpu and bench_token_nll.py --gpu in bf16 and fp32 (triton vs SDPA / eager,
+#            do_bench; ms, TFLOP/s, MFU)                                             -> OUT/{step_attention,token_nll}_gpu.csv
 #   prefill  bench_prefill.py --gpu: whole two-pass prefill, tokens/s, TFLOP/s, MFU vs SDPA and eager on
 #            SmolLM2-135M and Qwen3-0.6B shapes with random weights (needs transformers)
 #                                                                    -> OUT/prefill_gpu.txt, OUT/prefill_gpu.csv
@@ -116,9 +116,9 @@ STEPS=(env aot triton kernels_bf16 kernels_fp32 prefill)
 declare -A CMD SKIP
 CMD[env]="nvidia-smi; $PY -c 'import torch, triton; print(torch.__version__, torch.version.cuda, triton.__version__, torch.cuda.get_device_name(), torch.cuda.get_device_capability())'"
 CMD[aot]="$PY -m pytest -q -p no:cacheprovider tests/kernels"
-CMD[triton]="$PY -m pytest -q -p no:cacheprovider tests/signals/test_triton.py"
-CMD[kernels_bf16]="$PY benchmarks/bench_step_attention.py --gpu --dtypes bf16 --T $T_ATT --out $OUT/step_attention_gpu.csv && $PY benchmarks/bench_nll.py --gpu --dtypes bf16 --T $T_NLL --out $OUT/nll_gpu.csv"
-CMD[kernels_fp32]="$PY benchmarks/bench_step_attention.py --gpu --dtypes fp32 --T 1024 4096 --out $OUT/step_attention_gpu.csv && $PY benchmarks/bench_nll.py --gpu --dtypes fp32 --T 1024 4096 --out $OUT/nll_gpu.csv"
+CMD[triton]="$PY -m pytest -q -p no:cacheprovider tests/signals/test_step_attention.py tests/signals/test_token_nll.py -k triton"
+CMD[kernels_bf16]="$PY benchmarks/bench_step_attention.py --gpu --dtypes bf16 --T $T_ATT --out $OUT/step_attention_gpu.csv && $PY benchmarks/bench_token_nll.py --gpu --dtypes bf16 --T $T_NLL --out $OUT/token_nll_gpu.csv"
+CMD[kernels_fp32]="$PY benchmarks/bench_step_attention.py --gpu --dtypes fp32 --T 1024 4096 --out $OUT/step_attention_gpu.csv && $PY benchmarks/bench_token_nll.py --gpu --dtypes fp32 --T 1024 4096 --out $OUT/token_nll_gpu.csv"
 CMD[prefill]="$PY benchmarks/bench_prefill.py --gpu $PEAK_ARG"
 if [ "$HAS_PYTEST" = 0 ]; then
   SKIP[aot]="pytest not importable (bring it in the wheelhouse)"; SKIP[triton]=${SKIP[aot]}
@@ -126,11 +126,11 @@ fi
 [ -n "$PREFILL_MISSING" ] && SKIP[prefill]="missing runtime modules: $PREFILL_MISSING (see --wheelhouse)"
 
 # ---- checks that run everywhere, dry run included --------------------------------------------------------
-for f in tests/kernels/test_aot_compile.py tests/signals/test_triton.py benchmarks/bench_step_attention.py \
-         benchmarks/bench_nll.py benchmarks/bench_prefill.py; do
+for f in tests/kernels/test_aot_compile.py tests/signals/test_step_attention.py tests/signals/test_token_nll.py benchmarks/bench_step_attention.py \
+         benchmarks/bench_token_nll.py benchmarks/bench_prefill.py; do
   [ -f "$f" ] || { say "missing $f"; exit 2; }
 done
-for b in bench_step_attention bench_nll; do
+for b in bench_step_attention bench_token_nll; do
   "$PY" "benchmarks/$b.py" --help >/dev/null || { say "benchmarks/$b.py --help failed"; exit 2; }
 done
 "$PY" -m py_compile benchmarks/bench_prefill.py || exit 2

@@ -1,4 +1,4 @@
-"""Shared harness of the kernel benchmarks (bench_step_attention, bench_nll, bench_prefill).
+"""Shared harness of the kernel benchmarks (bench_step_attention, bench_token_nll, bench_prefill).
 
 Each case runs in a fresh subprocess (`--worker JSON`) so that peak memory is the case's own: the worker
 builds its inputs, resets the kernel's peak-RSS counter (/proc/self/clear_refs = 5), runs the case and

@@ -2,7 +2,7 @@
 plus the memory slope of the signal path (least squares on the @4L prefill rows).
 
     pip install -e '.[bench]'
-    python benchmarks/plot_kernels.py            # reads benchmarks/results/{step_attention,nll,prefill}.csv
+    python benchmarks/plot_kernels.py            # reads benchmarks/results/{step_attention,token_nll,prefill}.csv
 """
 
 from __future__ import annotations
@@ -120,11 +120,11 @@ def main() -> None:
                     "the host of each CSV's last row)")
     args = ap.parse_args()
     if args.markdown:
-        for name in ("step_attention", "nll", "prefill"):
+        for name in ("step_attention", "token_nll", "prefill"):
             if (args.results / f"{name}.csv").exists():
                 print(f"\n{name}\n\n{markdown(args.results / f'{name}.csv')}")
         return
-    for name in ("step_attention", "nll", "prefill"):
+    for name in ("step_attention", "token_nll", "prefill"):
         path = args.results / f"{name}.csv"
         if path.exists():
             plot(path, args.results / f"{name}.png", args.host)

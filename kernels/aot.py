@@ -38,7 +38,7 @@ MODELS = {
 }
 KERNELS = {"_attn_fwd": "masprism_batch.kernels.step_attention",
            "_step_mass": "masprism_batch.kernels.step_attention",
-           "_nll_partial": "masprism_batch.kernels.nll",
+           "_nll_partial": "masprism_batch.kernels.token_nll",
            "_rms_norm": "masprism_batch.kernels.elementwise",
            "_qk_norm_rope": "masprism_batch.kernels.elementwise",
            "_silu_mul": "masprism_batch.kernels.elementwise"}
@@ -95,11 +95,11 @@ class _Recorder:
 @contextlib.contextmanager
 def intercept(capability: int):
     """Inside: the three kernels record their launches instead of running; configs are those of `capability`."""
-    from masprism_batch.kernels import nll, step_attention
+    from masprism_batch.kernels import step_attention, token_nll
 
     calls: list = []
     saved = []
-    for mod in (step_attention, nll):
+    for mod in (step_attention, token_nll):
         saved.append((mod, "_capability", mod._capability))
         mod._capability = lambda device, _c=capability: _c
     for name, modname in KERNELS.items():
@@ -142,7 +142,7 @@ def _attn_inputs(model: str, dtype, lengths=(700, 300, 23)):
 
 def collect(capability: int, dtypes=tuple(DTYPES), models=tuple(MODELS)) -> list[Launch]:
     """Every distinct kernel specialisation the launchers request on a GPU of this capability."""
-    from masprism_batch.kernels import elementwise, nll, step_attention
+    from masprism_batch.kernels import elementwise, step_attention, token_nll
 
     out: dict = {}
     for dname in dtypes:
@@ -160,7 +160,7 @@ def collect(capability: int, dtypes=tuple(DTYPES), models=tuple(MODELS)) -> list
             with intercept(capability) as calls:
                 m = MODELS[model]
                 T = 1023
-                nll.token_nll(torch.empty(T, m["hidden"], dtype=dtype), torch.empty(m["vocab"], m["hidden"], dtype=dtype),
+                token_nll.token_nll(torch.empty(T, m["hidden"], dtype=dtype), torch.empty(m["vocab"], m["hidden"], dtype=dtype),
                               torch.zeros(T, dtype=torch.int64))
                 variants += [(c, model) for c in calls]
             with intercept(capability) as calls:

@@ -1,4 +1,6 @@
 """Triton: causal varlen GQA prefill attention (O + row LSE) and the step mass (head mean or per head).
+The launchers below are the raw kernels; masprism_batch.signals.triton registers them as the torch op
+torch.ops.masprism_triton.step_attention (with a fake kernel), the one the dispatcher calls.
 
 Design decisions
 - Two passes, not one. Pass 1 is a plain flash-attention forward (online softmax) that returns O and the
@@ -294,7 +296,7 @@ class _Plan:
         return plan
 
 
-def attention_lse(q, k, v, cu_seqlens, scale: float, out=None, config: dict | None = None):
+def attention_lse(q, k, v, cu_seqlens, scale: float, *, out=None, config: dict | None = None):
     """Pass 1: o [T, Hq, D] (dtype of q), lse [Hq, T] fp32."""
     T, Hq, D = q.shape
     if (why := supports(D, q.dtype)) is not None:
@@ -318,7 +320,7 @@ def attention_lse(q, k, v, cu_seqlens, scale: float, out=None, config: dict | No
     return o, lse
 
 
-def step_mass(q, k, lse, cu_seqlens, step_ids, n_steps, scale: float, out=None, per_head: bool = False,
+def step_mass(q, k, lse, cu_seqlens, step_ids, n_steps, scale: float, *, out=None, per_head: bool = False,
               config: dict | None = None):
     """Pass 2: mass [B, Nmax, Nmax] fp32 (head mean) or, per_head, [B, Hq, Nmax, Nmax] (per head, no mean)."""
     T, Hq, D = q.shape
@@ -356,7 +358,7 @@ def step_mass(q, k, lse, cu_seqlens, step_ids, n_steps, scale: float, out=None, 
     return mass
 
 
-def step_attention(q, k, v, cu_seqlens, step_ids, n_steps, scale: float, out=None, per_head: bool = False):
+def step_attention(q, k, v, cu_seqlens, step_ids, n_steps, scale: float, *, out=None, per_head: bool = False):
     """out: optional preallocated (o, lse, mass), every element of which is overwritten."""
     o, lse = attention_lse(q, k, v, cu_seqlens, scale, out=None if out is None else out[:2])
     return o, lse, step_mass(q, k, lse, cu_seqlens, step_ids, n_steps, scale,

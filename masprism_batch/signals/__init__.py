@@ -1,7 +1,10 @@
 """The two signal ops and their backend dispatch. Knows nothing of traces: tensors in, tensors out.
 
 See `reference.py` for exact shapes and semantics. Backends: torch (reference, always available),
-cpp (csrc/, CPU, when built), triton (kernels/, CUDA; CPU tensors only under TRITON_INTERPRET=1, for tests).
+cpp (csrc/<op>/, CPU, when built; `cpp.py`), triton (kernels/<op>.py, CUDA; CPU tensors only under
+TRITON_INTERPRET=1, for tests; `triton.py`). The kernels are registered torch ops: torch.ops.masprism.step_attention
+(C++) and torch.ops.masprism_triton.{step_attention,token_nll} (Triton), each with a fake kernel.
+Every backend module has the same signatures (keyword-only options), so dispatch is one table lookup.
 `auto` = triton on CUDA, cpp on CPU when built, else torch. An explicitly requested backend that cannot
 run raises a clear error instead of silently falling back.
 """
@@ -134,37 +137,39 @@ def _check_attention(q, k, v, cu_seqlens, step_ids, n_steps):
     _PACK_OK = (pack, versions, T)
 
 
-def step_attention(q, k, v, cu_seqlens, step_ids, n_steps, scale, backend="auto", block=256, out=None,
+def _backend_module(chosen: str):
+    """The module implementing `chosen`; every backend exposes the two ops with the same signatures:
+    step_attention(q, k, v, cu_seqlens, step_ids, n_steps, scale, *, block, out, per_head) and
+    token_nll(hidden, weight, targets, *, chunk, ignore_index, out)."""
+    if chosen == "triton":
+        from . import triton
+
+        return triton
+    if chosen == "cpp":
+        from . import cpp
+
+        return cpp
+    return reference
+
+
+def step_attention(q, k, v, cu_seqlens, step_ids, n_steps, scale, *, backend="auto", block=256, out=None,
                    per_head=False):
     """Causal varlen GQA attention + row LSE + head-averaged step mass; see reference.py for semantics.
 
     out: optional preallocated (o, lse, mass) with the documented shapes/dtypes, all overwritten.
     per_head: mass per query head [B, Hq, N, N] (the input of learned head weights). Backends without a
     per-head kernel (the C++ op) use the torch reference for it: same semantics, measured in bench_accuracy.
+    block: query rows per block of the torch reference (ignored by the kernels, whose tiles are per target).
     """
     _check_attention(q, k, v, cu_seqlens, step_ids, n_steps)
     chosen = resolve_backend(backend, q.device, head_dim=q.shape[2], dtype=q.dtype)
-    if per_head:
-        if chosen == "triton":
-            from masprism_batch.kernels import step_attention as tk
-
-            if "per_head" in getattr(tk.step_attention, "__code__", tk.step_attention).co_varnames:
-                return tk.step_attention(q, k, v, cu_seqlens, step_ids, n_steps, scale, out=out, per_head=True)
-        return reference.step_attention(q, k, v, cu_seqlens, step_ids, n_steps, scale, block, out=out,
-                                        per_head=True)
-    if chosen == "triton":
-        from masprism_batch.kernels.step_attention import step_attention as triton_step_attention
-
-        return triton_step_attention(q, k, v, cu_seqlens, step_ids, n_steps, scale, out=out)
-    if chosen == "cpp":
-        from . import cpp
-
-        return cpp.step_attention(q, k, v, cu_seqlens, step_ids, n_steps, scale, out=out)
-    return reference.step_attention(q, k, v, cu_seqlens, step_ids, n_steps, scale, block, out=out)
+    return _backend_module(chosen).step_attention(q, k, v, cu_seqlens, step_ids, n_steps, scale, block=block,
+                                                  out=out, per_head=per_head)
 
 
-def token_nll(hidden, weight, targets, backend="auto", chunk=1024, ignore_index=-100, out=None):
-    """Per-token NLL fp32 [T] of targets under hidden @ weight.T (nan where target == ignore_index)."""
+def token_nll(hidden, weight, targets, *, backend="auto", chunk=1024, ignore_index=-100, out=None):
+    """Per-token NLL fp32 [T] of targets under hidden @ weight.T (nan where target == ignore_index).
+    chunk: tokens per block of the torch reference (ignored by the Triton kernel)."""
     if hidden.dim() != 2 or weight.dim() != 2 or hidden.shape[1] != weight.shape[1]:
         raise ValueError(f"expected hidden [T,d], weight [V,d]; got {tuple(hidden.shape)}, {tuple(weight.shape)}")
     if targets.shape != (hidden.shape[0],):
@@ -173,12 +178,5 @@ def token_nll(hidden, weight, targets, backend="auto", chunk=1024, ignore_index=
     if bool(bad.any()):
         raise ValueError(f"target ids outside [0, {weight.shape[0]}) at positions {bad.nonzero()[:5, 0].tolist()}")
     chosen = resolve_backend(backend, hidden.device, dtype=hidden.dtype)
-    if chosen == "triton":
-        from masprism_batch.kernels.nll import token_nll as triton_token_nll
-
-        return triton_token_nll(hidden, weight, targets, ignore_index=ignore_index, out=out)
-    if chosen == "cpp":
-        from . import cpp
-
-        return cpp.token_nll(hidden, weight, targets, ignore_index, chunk, out=out)
-    return reference.token_nll(hidden, weight, targets, chunk, ignore_index, out=out)
+    return _backend_module(chosen).token_nll(hidden, weight, targets, chunk=chunk, ignore_index=ignore_index,
+                                             out=out)

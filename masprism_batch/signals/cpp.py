@@ -1,4 +1,4 @@
-"""The C++ CPU backend (csrc/, built by setup.py as masprism_batch._C): thin wrappers over torch.ops.masprism.
+"""The C++ CPU backend (csrc/<op>/, built by setup.py as masprism_batch._C): thin wrappers over torch.ops.masprism.
 step_attention is C++; token_nll is the torch reference (see token_nll below for why).
 
 Only imported once `signals.cpp_available()` said the extension loaded. The fake (meta) kernels below let
@@ -23,7 +23,12 @@ def _step_attention_fake(q, k, v, cu_seqlens, step_ids, n_steps, scale, n_max):
             q.new_empty((cu_seqlens.shape[0] - 1, n_max, n_max), dtype=cdt))
 
 
-def step_attention(q, k, v, cu_seqlens, step_ids, n_steps, scale: float, out=None):
+def step_attention(q, k, v, cu_seqlens, step_ids, n_steps, scale: float, *, block: int = 256, out=None,
+                   per_head: bool = False):
+    """block: unused (the C++ op sizes its own blocks). per_head: no C++ kernel; the torch reference's."""
+    if per_head:
+        return reference.step_attention(q, k, v, cu_seqlens, step_ids, n_steps, scale, block=block, out=out,
+                                        per_head=True)
     n_max = int(n_steps.max()) if n_steps.numel() else 0
     res = torch.ops.masprism.step_attention(q, k, v, cu_seqlens, step_ids, n_steps, float(scale), n_max)
     if out is None:
@@ -33,8 +38,8 @@ def step_attention(q, k, v, cu_seqlens, step_ids, n_steps, scale: float, out=Non
     return tuple(out)
 
 
-def token_nll(hidden, weight, targets, ignore_index: int = -100, chunk: int = 1024, out=None):
+def token_nll(hidden, weight, targets, *, chunk: int = 1024, ignore_index: int = -100, out=None):
     """The cpp backend's NLL is the torch reference: a C++ kernel (fused LM head + online LSE over vocabulary
-    tiles) was measured at 0.95-1.14x the reference's CPU time (GEMM-bound; benchmarks/results/nll.csv) and
-    removed, per the rule that C++ ops stay only where they beat the reference on this CPU."""
-    return reference.token_nll(hidden, weight, targets, chunk, ignore_index, out=out)
+    tiles) was measured at 0.95-1.14x the reference's CPU time (GEMM-bound; benchmarks/results/token_nll.csv)
+    and removed, per the rule that C++ ops stay only where they beat the reference on this CPU."""
+    return reference.token_nll(hidden, weight, targets, chunk=chunk, ignore_index=ignore_index, out=out)

@@ -69,7 +69,7 @@ def _future_mask(n: int, device) -> torch.Tensor:
     return torch.ones(n, n, dtype=torch.bool, device=device).triu_(1)
 
 
-def attention_lse(q, k, v, cu_seqlens, scale: float, block: int = 256, out=None):
+def attention_lse(q, k, v, cu_seqlens, scale: float, *, block: int = 256, out=None):
     """Causal attention per sequence with the row log-sum-exp: o [T, Hq, D], lse [Hq, T]."""
     T, Hq, D = q.shape
     o = torch.empty_like(q) if out is None else out[0]
@@ -93,7 +93,7 @@ def _onehot(ids: torch.Tensor, n: int, dtype) -> torch.Tensor:
     return out
 
 
-def step_mass(q, k, lse, cu_seqlens, step_ids, n_steps, scale: float, block: int = 256, out=None,
+def step_mass(q, k, lse, cu_seqlens, step_ids, n_steps, scale: float, *, block: int = 256, out=None,
               per_head: bool = False):
     """One pass: recompute QK^T per query block, p = exp(s - lse) (LSE known), sum per (step, step).
 
@@ -149,15 +149,15 @@ def step_mass(q, k, lse, cu_seqlens, step_ids, n_steps, scale: float, block: int
     return mass
 
 
-def step_attention(q, k, v, cu_seqlens, step_ids, n_steps, scale: float, block: int = 256, out=None,
+def step_attention(q, k, v, cu_seqlens, step_ids, n_steps, scale: float, *, block: int = 256, out=None,
                    per_head: bool = False):
     """out: optional preallocated (o, lse, mass), every element of which is overwritten."""
-    o, lse = attention_lse(q, k, v, cu_seqlens, scale, block, None if out is None else out[:2])
-    return o, lse, step_mass(q, k, lse, cu_seqlens, step_ids, n_steps, scale, block,
-                             None if out is None else out[2], per_head=per_head)
+    o, lse = attention_lse(q, k, v, cu_seqlens, scale, block=block, out=None if out is None else out[:2])
+    return o, lse, step_mass(q, k, lse, cu_seqlens, step_ids, n_steps, scale, block=block,
+                             out=None if out is None else out[2], per_head=per_head)
 
 
-def token_nll(hidden, weight, targets, chunk: int = 1024, ignore_index: int = -100, out=None):
+def token_nll(hidden, weight, targets, *, chunk: int = 1024, ignore_index: int = -100, out=None):
     """Per-token NLL (fp32) of `targets` under logits = hidden @ weight.T.
 
     Tokens in chunks, vocabulary in tiles with an online log-sum-exp, so at most chunk x VOCAB_TILE

@@ -9,8 +9,8 @@ pointer attributes) is the one a GPU of that target would get. Asserted per comp
   - no register spills (cuobjdump STACK bytes) in bf16/fp16; fp32 spills are allowed and reported
     (fp32 is a debugging path on GPU: IEEE dot products run on CUDA cores, not tensor cores).
 fp32 is included because the dispatcher takes the model's dtype as is, so an fp32 model on GPU launches it.
-This checks compile-time resources only: numerics are checked under the interpreter (test_triton.py,
-test_fp16_qwen3.py) and bf16 numerics are NOT checked anywhere without a GPU (the interpreter's bf16 dot
+This checks compile-time resources only: numerics are checked under the interpreter (tests/signals/test_step_attention.py,
+tests/signals/test_token_nll.py) and bf16 numerics are NOT checked anywhere without a GPU (the interpreter's bf16 dot
 is unreliable, triton-lang/triton#11584).
 
 The first run compiles ~50 kernels in a 2-process pool (~1 CPU-minute each way); Triton's on-disk cache

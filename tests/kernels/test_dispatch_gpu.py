@@ -76,3 +76,11 @@ def test_pack_data_checks_run_once_per_pack_and_again_after_a_change():
     with pytest.raises(ValueError, match="prefix sums"):
         signals.step_attention(q, k, k, torch.tensor([0, 17, 22], dtype=torch.int32), sid, ns, d ** -0.5,
                                backend="torch")
+
+
+def test_backend_resolution_on_cpu(monkeypatch):
+    assert signals.resolve_backend("auto", "cpu") == ("cpp" if signals.cpp_available() is None else "torch")
+    assert signals.resolve_backend("torch", "cpu") == "torch"
+    monkeypatch.delenv("TRITON_INTERPRET", raising=False)
+    with pytest.raises(RuntimeError, match="triton"):  # explicit backend never silently falls back
+        signals.resolve_backend("triton", "cpu")

@@ -181,3 +181,54 @@ def dense_step_mass_per_head(c: AttnCase):
         onehot[keep.nonzero()[:, 0], sid[keep]] = 1.0
         mass[b, :, :n, :n] = onehot.T @ p @ onehot
     return mass
+
+
+# ---- backends ------------------------------------------------------------------------------------------------
+# Every op test is parametrised over the backends that can run in this process: torch (the reference), cpp
+# when the extension is built, triton on CUDA or under TRITON_INTERPRET=1 (fp32/fp16 on CPU). On a CPU-only
+# machine the triton cases run in a subprocess (`run_triton_cases`): TRITON_INTERPRET must be set before triton
+# is first imported, and by the time a test module runs, torch/transformers have imported it.
+def _interpreting() -> bool:
+    return os.environ.get("TRITON_INTERPRET", "0") == "1"
+
+
+def backends(*only: str) -> list[str]:
+    """The backends available in this process (restricted to `only` when given)."""
+    from masprism_batch import signals
+
+    out = ["torch"]
+    if signals.cpp_available() is None:
+        out.append("cpp")
+    if signals.triton_available() is None and (torch.cuda.is_available() or _interpreting()):
+        out.append("triton")
+    return [b for b in out if not only or b in only]
+
+
+def device_of(backend: str) -> str:
+    return "cuda" if backend == "triton" and torch.cuda.is_available() else "cpu"
+
+
+def run_triton_cases(test_file) -> None:
+    """Run `test_file`'s triton cases (`-k triton`) in a fresh interpreter with TRITON_INTERPRET=1; every one
+    must pass and none may be skipped. Skips on CUDA, where they run in this process, and without triton."""
+    import subprocess
+    import sys
+    from pathlib import Path
+
+    import pytest
+
+    from masprism_batch import signals
+
+    if (why := signals.triton_available()) is not None:
+        pytest.skip(f"triton cannot run here: {why}")
+    if torch.cuda.is_available() or _interpreting():
+        pytest.skip("the triton cases run in this process (CUDA, or already interpreting)")
+    here = Path(test_file).parent
+    env = dict(os.environ, TRITON_INTERPRET="1")
+    proc = subprocess.run(
+        [sys.executable, "-m", "pytest", str(test_file), "-q", "-x", "-p", "no:cacheprovider", "-o", "addopts=",
+         "--rootdir", str(here), "-k", "triton and not subprocess"],
+        cwd=here, env=env, capture_output=True, text=True, timeout=900)
+    tail = (proc.stdout + proc.stderr)[-4000:]
+    assert proc.returncode == 0, f"triton cases failed (rc={proc.returncode}):\n{tail}"
+    assert " passed" in tail and "skipped" not in tail, f"triton cases did not all run:\n{tail}"

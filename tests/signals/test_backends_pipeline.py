@@ -1,5 +1,5 @@
 """The full pipeline (stages.attribute_traces) gives the same attributions with every CPU signals backend,
-on a few real Who&When traces. (The triton backend is covered against the oracle by test_triton.py; on
+on a few real Who&When traces. (The triton backend is covered against the oracle by test_step_attention.py / test_token_nll.py; on
 CPU it only runs under the interpreter, far too slow for whole-model forwards.)"""
 
 from __future__ import annotations

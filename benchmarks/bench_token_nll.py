@@ -2,12 +2,12 @@
 
 CPU (default): impl = torch (reference backend: token chunks x vocabulary tiles, online LSE), eager (what HF does: full [T, V] fp32 logits, then
 cross-entropy). SmolLM2-135M (d 576, V 49,152) and Qwen3-0.6B (d 1024, V 151,936) shapes, random
-weights. The rows with impl=cpp_removed in results/nll.csv were measured with the C++ kernel (csrc/nll.cpp,
+weights. The rows with impl=cpp_removed in results/token_nll.csv were measured with the C++ kernel (csrc/nll.cpp,
 commit 879fa94) before it was removed for not beating the reference; the cpp backend now runs the
 reference, so a new run measures only torch and eager.
 
-    python benchmarks/bench_nll.py                 # CPU grid -> results/nll.csv
-    python benchmarks/bench_nll.py --gpu [--dtypes bf16 fp32]   # CUDA: triton vs eager, do_bench -> results/nll_gpu.csv
+    python benchmarks/bench_token_nll.py                 # CPU grid -> results/token_nll.csv
+    python benchmarks/bench_token_nll.py --gpu [--dtypes bf16 fp32]   # CUDA: triton vs eager, do_bench -> results/token_nll_gpu.csv
 """
 
 from __future__ import annotations
@@ -63,7 +63,7 @@ def cpu_cases(threads: int, models, Ts, impls) -> list[dict]:
     for model in models:
         m = MODELS[model]
         for T in Ts:
-            c = dict(bench="nll", op="token_nll", impls=list(impls), model=model, T=T, threads=threads,
+            c = dict(bench="token_nll", op="token_nll", impls=list(impls), model=model, T=T, threads=threads,
                      repeats=3 if T <= 1024 else 1, warmup=T <= 1024, skips={})
             need = 2 * T * m["vocab"] * 4
             if "eager" in impls and need > EAGER_LIMIT:
@@ -76,7 +76,7 @@ def _gpu_rows(model: str, T: int, dtype_name: str) -> list[dict]:
     import torch
     import triton
     from gpu_benchlib import gpu_row
-    from masprism_batch.kernels import nll as tk
+    from masprism_batch.kernels import token_nll as tk
 
     dtype = {"bf16": torch.bfloat16, "fp16": torch.float16, "fp32": torch.float32}[dtype_name]
     h, w, t = inputs(model, T, "cuda", dtype)
@@ -87,7 +87,7 @@ def _gpu_rows(model: str, T: int, dtype_name: str) -> list[dict]:
         fns["eager"] = lambda: eager_nll(h, w, t)
     for name, fn in fns.items():
         ms = triton.testing.do_bench(fn)
-        rows.append(gpu_row("nll", "token_nll", name, model, T, dtype_name, ms, flops))
+        rows.append(gpu_row("token_nll", "token_nll", name, model, T, dtype_name, ms, flops))
         r = rows[-1]
         print(f"{model:<14}{T:>7} {dtype_name:<5} {name:<10}{ms:9.3f}{r['tflops']:9.1f}{r['mfu'] or float('nan'):7.1%}")
     return rows
@@ -115,15 +115,15 @@ def main() -> None:
     ap.add_argument("--T", nargs="+", type=int, default=[1024, 2048, 4096, 8192])
     ap.add_argument("--impls", nargs="+", default=["torch", "eager"])
     ap.add_argument("--dtypes", nargs="+", default=["bf16"], choices=["bf16", "fp16", "fp32"], help="--gpu only")
-    ap.add_argument("--out", type=Path, default=None, help="CSV (default results/nll.csv, with --gpu results/nll_gpu.csv)")
+    ap.add_argument("--out", type=Path, default=None, help="CSV (default results/token_nll.csv, with --gpu results/token_nll_gpu.csv)")
     args = ap.parse_args()
     if args.worker:
         worker(json.loads(args.worker))
         return
     if args.gpu:
-        gpu_main(args.models, args.T, args.dtypes, args.out or RESULTS / "nll_gpu.csv")
+        gpu_main(args.models, args.T, args.dtypes, args.out or RESULTS / "token_nll_gpu.csv")
         return
-    args.out = args.out or RESULTS / "nll.csv"
+    args.out = args.out or RESULTS / "token_nll.csv"
     rows = run_cases(__file__, cpu_cases(args.threads, args.models, args.T, args.impls), args.out)
     print_table(rows)
 

@@ -1,4 +1,6 @@
 """Triton: fused LM head + cross-entropy -> per-token NLL (fp32), never forming T x V logits.
+The launcher below is the raw kernel; masprism_batch.signals.triton registers it as the torch op
+torch.ops.masprism_triton.token_nll (with a fake kernel), the one the dispatcher calls.
 
 A program owns BLOCK_T tokens and one contiguous slice of the vocabulary; it streams BLOCK_V-wide
 vocabulary tiles (logit tile = h @ W_tile^T accumulated over BLOCK_D slices of the hidden size in fp32)
@@ -7,7 +9,7 @@ falls in its slice. Splitting the vocabulary across programs keeps the GPU busy 
 program per token block would leave most SMs idle at T = 1k); the NSPLIT partial (m, s, target) triples
 are merged on the host in a fixed order, so the result is deterministic (no atomics).
 fp32 inputs use IEEE dot products; bf16/fp16 inputs use tensor cores with fp32 accumulation.
-Tile sizes, warps and stages per dtype and GPU target come from `nll_config`; tests/kernels/test_aot_compile.py
+Tile sizes, warps and stages per dtype and GPU target come from `token_nll_config`; tests/kernels/test_aot_compile.py
 compiles exactly those for sm_80 and sm_90 (shared memory, spills).
 """
 
@@ -27,7 +29,7 @@ def _capability(device) -> int:
     return 80
 
 
-def nll_config(dtype: torch.dtype, capability: int) -> dict:
+def token_nll_config(dtype: torch.dtype, capability: int) -> dict:
     """Shared memory ~ stages x (BLOCK_T + BLOCK_V) x BLOCK_D x itemsize: 49-74 KB in 16-bit with 3 stages
     (A100 limit 166,912 B). fp32 (IEEE dots on CUDA cores) with 64x128x64 tiles spilled 5.9 KB on sm_80;
     64x64x32 spills nothing on either target (AOT table)."""
@@ -70,7 +72,7 @@ def _nll_partial(H, W, TGT, M_OUT, S_OUT, P_OUT, T, V, d, v_per_split,
     tl.store(P_OUT + split * T + offs_t, picked, mask=t_ok)
 
 
-def token_nll(hidden, weight, targets, ignore_index: int = -100, out=None, n_split: int | None = None,
+def token_nll(hidden, weight, targets, *, ignore_index: int = -100, out=None, n_split: int | None = None,
               config: dict | None = None):
     """nll [T] fp32: logsumexp(hidden @ weight.T) - logit[target]; nan where target == ignore_index."""
     T, d = hidden.shape
@@ -81,7 +83,7 @@ def token_nll(hidden, weight, targets, ignore_index: int = -100, out=None, n_spl
         out = torch.empty(T, dtype=torch.float32, device=hidden.device)
     if T == 0:
         return out
-    cfg = dict(config or nll_config(hidden.dtype, _capability(hidden.device)))
+    cfg = dict(config or token_nll_config(hidden.dtype, _capability(hidden.device)))
     block_t, block_v, block_d = cfg.pop("BLOCK_T"), cfg.pop("BLOCK_V"), cfg.pop("BLOCK_D")
     n_tblocks = triton.cdiv(T, block_t)
     if n_split is None:  # aim for >= ~4 programs per SM-ish; 1 on the interpreter's small shapes

@@ -1,0 +1,316 @@
+"""The op `step_attention` (kernels/step_attention.py, csrc/step_attention/, signals/reference.py, dispatch in
+signals/__init__.py) on every backend available here, against the dense fp64 oracle (signals_oracle.py).
+
+Backends: torch (the reference), cpp (when built), triton (CUDA, or CPU under TRITON_INTERPRET=1 in a
+subprocess: test_triton_cases_in_interpreter_subprocess; fp32/fp16 there, bf16 only on a GPU). Fresh random
+inputs every run (seed in every message; MASPRISM_TEST_SEED replays), odd lengths (47, 123, 1023), ragged
+steps and sequences, every GQA ratio, outputs poisoned with nan. Tolerances: signals_oracle.TOL (explained there).
+"""
+
+from __future__ import annotations
+
+import pytest
+import torch
+from signals_oracle import (
+    TOL,
+    assert_close,
+    backends,
+    check_attention,
+    dense_step_attention,
+    dense_step_mass_per_head,
+    device_of,
+    make_attn_case,
+    new_seed,
+    poisoned_attn_out,
+    run_triton_cases,
+)
+
+from masprism_batch import signals
+from masprism_batch.signals import reference
+
+BACKENDS = backends()
+
+SHAPES = [  # (lengths packed together, Hq, Hk, D, step pattern)
+    ([47], 4, 4, 64, "ragged"),  # GQA ratio 1
+    ([123, 47], 4, 2, 64, "ones"),  # ratio 2, 1-token steps
+    ([1023], 8, 2, 64, "giant"),  # ratio 4, one giant step
+    ([47, 123, 5, 1], 8, 1, 128, "ragged"),  # ratio 8, tiny sequences
+]
+# the interpreter runs every loaded element through numpy: smaller packs, still every GQA ratio, both head dims
+TRITON_SHAPES = [
+    ([47], 2, 2, 64, "ragged"),
+    ([123, 47, 1], 4, 2, 64, "ones"),
+    ([123], 4, 1, 128, "giant"),
+    ([47, 9], 8, 1, 64, "ragged"),
+]
+DTYPES = {"torch": [torch.float32, torch.float64], "cpp": [torch.float32, torch.float64, torch.bfloat16],
+          "triton": [torch.float32]}
+
+
+def _cases(shapes_of, dtypes_of=None):
+    out = []
+    for be in BACKENDS:
+        for shape in shapes_of(be):
+            for dt in (dtypes_of(be) if dtypes_of else [None]):
+                sid = f"{be}-{shape[0]}-{shape[1]}x{shape[2]}x{shape[3]}-{shape[4]}" + (f"-{dt}" if dt else "")
+                out.append(pytest.param(be, *shape, *([dt] if dt else []), id=sid))
+    return out
+
+
+def _call(c, backend, **kw):
+    return signals.step_attention(c.q, c.k, c.v, c.cu_seqlens, c.step_ids, c.n_steps, c.scale, backend=backend, **kw)
+
+
+def test_triton_cases_in_interpreter_subprocess():
+    run_triton_cases(__file__)
+
+
+@pytest.mark.parametrize("backend,lengths,hq,hk,d,pattern,dtype",
+                         _cases(lambda be: TRITON_SHAPES if be == "triton" else SHAPES, lambda be: DTYPES[be]))
+def test_matches_dense_oracle(backend, lengths, hq, hk, d, pattern, dtype):
+    c = make_attn_case(lengths, hq, hk, d, dtype, new_seed(), pattern, device=device_of(backend))
+    out = poisoned_attn_out(c, reference.compute_dtype(dtype))
+    got = _call(c, backend, block=64, out=out)
+    assert all(g is p for g, p in zip(got, out, strict=True)), "out tensors must be the ones returned"
+    check_attention(c, got, TOL[dtype])
+
+
+@pytest.mark.parametrize("backend", backends("torch", "cpp"))
+def test_bf16_inputs_accumulate_in_fp32(backend):
+    c = make_attn_case([123, 47], 8, 2, 64, torch.bfloat16, new_seed(), "ragged")
+    got = _call(c, backend)
+    assert got[0].dtype == torch.bfloat16 and got[1].dtype == torch.float32 and got[2].dtype == torch.float32
+    check_attention(c, got, TOL[torch.bfloat16])
+
+
+@pytest.mark.parametrize("backend", backends("triton"))
+def test_triton_long_odd_sequence(backend):
+    """T = 1023 with several query blocks per sequence (the launcher itself); one head pair keeps the
+    interpreter quick. torch and cpp take T = 1023 in test_matches_dense_oracle."""
+    from masprism_batch.kernels import step_attention as tk
+
+    c = make_attn_case([1023], 2, 1, 64, torch.float32, new_seed(), "ragged", device=device_of(backend))
+    got = tk.step_attention(c.q, c.k, c.v, c.cu_seqlens, c.step_ids, c.n_steps, c.scale)
+    check_attention(c, got, TOL[torch.float32])
+
+
+@pytest.mark.parametrize("backend", BACKENDS)
+def test_mass_is_deterministic(backend):
+    c = make_attn_case([123, 47], 4, 2, 64, torch.float32, new_seed(), "ragged", device=device_of(backend))
+    a, b = _call(c, backend)[2], _call(c, backend)[2]
+    assert torch.equal(a, b), "deterministic ownership: two runs must be bit-identical"
+
+
+@pytest.mark.parametrize("backend", backends("cpp"))
+def test_mass_independent_of_thread_count(backend):
+    c = make_attn_case([123, 47], 8, 2, 64, torch.float32, new_seed(), "ragged")
+    threads = torch.get_num_threads()
+    try:
+        torch.set_num_threads(1)
+        one = _call(c, backend)[2]
+        torch.set_num_threads(max(2, threads))
+        many = _call(c, backend)[2]
+    finally:
+        torch.set_num_threads(threads)
+    assert torch.equal(one, many), "row-owned buffers summed in row order must be bit-identical"
+
+
+def _raw_op(backend):
+    if backend == "cpp":
+        from masprism_batch.signals import cpp  # noqa: F401  (registers the fake kernels opcheck needs)
+
+        return torch.ops.masprism.step_attention
+    from masprism_batch.signals import triton  # noqa: F401  (registers torch.ops.masprism_triton.*)
+
+    return torch.ops.masprism_triton.step_attention
+
+
+def _raw_args(c, backend, per_head=False):
+    args = (c.q, c.k, c.v, c.cu_seqlens, c.step_ids, c.n_steps, c.scale, int(c.n_steps.max()))
+    return args + ((per_head,) if backend == "triton" else ())
+
+
+@pytest.mark.parametrize("backend", backends("cpp", "triton"))
+def test_raw_outputs_fully_defined(backend):
+    """The registered op's own allocations (not only the copy into `out`): padding of shorter sequences is 0."""
+    c = make_attn_case([47, 123, 1], 4, 2, 64, torch.float32, new_seed(), "ragged", device=device_of(backend))
+    o, lse, mass = _raw_op(backend)(*_raw_args(c, backend))
+    assert torch.isfinite(o).all() and torch.isfinite(lse).all() and torch.isfinite(mass).all()
+    for b, n in enumerate(c.n_steps.tolist()):
+        assert not mass[b, n:].any() and not mass[b, :, n:].any()
+
+
+@pytest.mark.parametrize("backend", backends("triton"))
+def test_triton_launcher_writes_every_element_of_out(backend):
+    """The launcher writes straight into `out` (the registered op allocates fresh tensors): every element of
+    poisoned (o, lse, mass) is overwritten with the oracle's values."""
+    from masprism_batch.kernels import step_attention as tk
+
+    c = make_attn_case([123, 47, 1], 4, 2, 64, torch.float32, new_seed(), "ragged", device=device_of(backend))
+    out = poisoned_attn_out(c)
+    got = tk.step_attention(c.q, c.k, c.v, c.cu_seqlens, c.step_ids, c.n_steps, c.scale, out=out)
+    assert all(g is p for g, p in zip(got, out, strict=True))
+    check_attention(c, got, TOL[torch.float32])
+
+
+@pytest.mark.parametrize("backend,per_head",  # no C++ per-head kernel (the dispatcher routes it to the reference)
+                         [(be, ph) for be in backends("cpp", "triton") for ph in ([False, True] if be == "triton" else [False])])
+def test_opcheck(backend, per_head):
+    c = make_attn_case([47, 9], 4, 2, 64, torch.float32, new_seed(), "ragged", device=device_of(backend))
+    torch.library.opcheck(_raw_op(backend).default, _raw_args(c, backend, per_head))
+
+
+@pytest.mark.parametrize("backend", BACKENDS)
+def test_noncontiguous_steps(backend):
+    """Step ids that come back after another step (allowed by the API, never produced by render): on triton
+    the kernel's read-modify-write path for a step it already stored must still give the oracle's mass."""
+    c = make_attn_case([123, 47], 4, 2, 64, torch.float32, new_seed(), "ragged", device=device_of(backend))
+    g = torch.Generator().manual_seed(abs(hash(c.desc)) % 2**31)
+    sid = c.step_ids.cpu().clone()
+    for b, (s, e) in enumerate(zip(c.cu_seqlens.tolist()[:-1], c.cu_seqlens.tolist()[1:], strict=True)):
+        n = int(c.n_steps[b])
+        if n:  # every token a random step (some -1): steps interleave within and across key tiles
+            sid[s:e] = torch.randint(-1, n, (e - s,), generator=g, dtype=torch.int32)
+    c.step_ids = sid.to(c.q.device)
+    c.desc += " noncontiguous"
+    check_attention(c, _call(c, backend, out=poisoned_attn_out(c)), TOL[torch.float32])
+
+
+PER_HEAD_SHAPES = SHAPES[:2] + [([47, 123, 5, 1], 8, 2, 64, "ragged")]
+TRITON_PER_HEAD_SHAPES = [([123, 47, 1], 4, 2, 64, "ragged"), ([47, 9], 6, 2, 128, "ragged")]
+
+
+def _per_head_cases():
+    out = []
+    for be in BACKENDS + ["auto"]:
+        for lengths, hq, hk, d, pattern in (TRITON_PER_HEAD_SHAPES if be == "triton" else PER_HEAD_SHAPES):
+            out.append(pytest.param(be, lengths, hq, hk, d, pattern, id=f"{be}-{lengths}-{hq}x{hk}x{d}-{pattern}"))
+    return out
+
+
+@pytest.mark.parametrize("backend,lengths,hq,hk,d,pattern", _per_head_cases())
+def test_per_head_matches_oracle(backend, lengths, hq, hk, d, pattern):
+    """per_head=True: mass per query head [B, Hq, N, N] (GQA, ragged packs), each head's sum (no mean); it
+    matches the torch reference's per-head mass, and its head mean is the same backend's default mass."""
+    c = make_attn_case(lengths, hq, hk, d, torch.float32, new_seed(), pattern, device=device_of(backend))
+    n_max = int(c.n_steps.max())
+    out = poisoned_attn_out(c)
+    out = (out[0], out[1], torch.full((len(lengths), hq, n_max, n_max), float("nan"), device=c.q.device))
+    got = _call(c, backend, block=32, out=out, per_head=True)
+    assert got[2] is out[2]
+    want = dense_step_mass_per_head(c)
+    rows = want.sum(-1, keepdim=True).clamp_min(1.0)
+    assert got[2].shape == want.shape
+    assert not torch.isnan(got[2]).any(), f"unwritten per-head mass ({c.desc})"
+    assert_close("mass per head", got[2] / rows.to(got[2].device), want / rows, TOL[torch.float32]["mass"], c.desc)
+    ref = _call(c, "torch", per_head=True)[2]  # the reference's per-head mass (the one cpp routes to)
+    assert_close("mass per head vs torch reference", got[2] / rows.to(got[2].device), ref.cpu().double() / rows,
+                 2 * TOL[torch.float32]["mass"], c.desc)
+    mean = _call(c, backend)[2]
+    if backend == "triton":
+        torch.testing.assert_close(got[2].mean(1), mean, rtol=1e-5, atol=1e-5)
+    else:
+        torch.testing.assert_close(got[2].mean(1), mean, rtol=0, atol=1e-5 * float(rows.max()))
+
+
+# ---- 16-bit at Qwen3-0.6B shapes (triton) --------------------------------------------------------------------------
+# Tolerance rule (flash-attention's): the kernel's error against the fp64 oracle (computed on the same
+# 16-bit-rounded inputs) must be at most 2x the error of a plain PyTorch implementation run in that dtype on
+# those inputs, plus a floor of one rounding of the output (2^-11 relative in fp16) for the cases where plain
+# 16-bit happens to be exact. The kernels accumulate in fp32, so they should sit far below the bound; a wrong
+# mask, scale or accumulation dtype does not. bf16 is NOT checked numerically on the interpreter: its bf16 dot
+# is wrong (triton-lang/triton#11584); bf16 is covered by the AOT compile test only, and by gpu_smoke.sh on a GPU.
+QWEN3 = dict(hq=16, hk=8, d=128)
+EPS = {torch.float16: 2.0 ** -11, torch.bfloat16: 2.0 ** -8}  # unit roundoff of the output dtype
+LOW_DTYPES = [torch.float16] + ([torch.bfloat16] if torch.cuda.is_available() else [])
+
+
+def _plain_lowp_attention(c):
+    """Eager attention in the inputs' 16-bit dtype: scores, softmax, P@V, LSE and mass all in that dtype."""
+    q, k, v = c.q.cpu(), c.k.cpu(), c.v.cpu()
+    groups = q.shape[1] // k.shape[1]
+    k, v = k.repeat_interleave(groups, 1), v.repeat_interleave(groups, 1)
+    bounds, n_steps = c.cu_seqlens.tolist(), c.n_steps.tolist()
+    o = torch.zeros_like(q)
+    lse = torch.zeros(q.shape[1], q.shape[0], dtype=q.dtype)
+    mass = torch.zeros(len(n_steps), max(n_steps), max(n_steps), dtype=q.dtype)
+    for b, (s, e) in enumerate(zip(bounds[:-1], bounds[1:], strict=True)):
+        scores = torch.einsum("thd,uhd->htu", q[s:e], k[s:e]) * torch.tensor(c.scale, dtype=q.dtype)
+        scores.masked_fill_(torch.ones(e - s, e - s, dtype=torch.bool).triu(1), float("-inf"))
+        lse[:, s:e] = torch.logsumexp(scores, -1)
+        p = torch.softmax(scores, -1)
+        o[s:e] = torch.einsum("htu,uhd->thd", p, v[s:e])
+        n = n_steps[b]
+        sid = c.step_ids[s:e].cpu().long()
+        onehot = torch.zeros(e - s, n, dtype=q.dtype)
+        keep = sid >= 0
+        onehot[keep.nonzero()[:, 0], sid[keep]] = 1.0
+        mass[b, :n, :n] = onehot.T @ p.mean(0) @ onehot
+    return o, lse, mass
+
+
+def _err(got, want, rows=None):
+    got, want = got.detach().cpu().double(), want.double()
+    if rows is not None:
+        got, want = got / rows, want / rows
+    return float((got - want).abs().max())
+
+
+@pytest.mark.parametrize("dtype", LOW_DTYPES)
+@pytest.mark.parametrize("backend", backends("triton"))
+def test_16bit_qwen3_shapes_within_2x_plain(backend, dtype):
+    # 200 tokens = two 128-row query blocks, the second with unmasked key tiles; ragged pack with a 1-token sequence
+    c = make_attn_case([200, 47, 1], QWEN3["hq"], QWEN3["hk"], QWEN3["d"], dtype, new_seed(), "ragged",
+                       device=device_of(backend))
+    out = poisoned_attn_out(c)
+    got = _call(c, backend, out=out)
+    o64, lse64, mass64 = dense_step_attention(c)
+    plain = _plain_lowp_attention(c)
+    rows = mass64.sum(-1, keepdim=True).clamp_min(1.0)
+    for name, g, p, want, r, scale in (("o", got[0], plain[0], o64, None, float(o64.abs().max())),
+                                       ("lse", got[1], plain[1], lse64, None, float(lse64.abs().max())),
+                                       ("mass", got[2], plain[2], mass64, rows, 1.0)):
+        assert not bool(torch.isnan(g).any()), f"{name}: nan left in the output ({c.desc})"
+        e_kernel, e_plain = _err(g, want, r), _err(p, want, r)
+        bound = 2 * e_plain + EPS[dtype] * scale
+        assert e_kernel <= bound, f"{name}: err {e_kernel:.3e} > 2 x plain {dtype} {e_plain:.3e} + floor ({c.desc})"
+
+
+# ---- the torch reference's own paths --------------------------------------------------------------------------------
+def test_reference_blockwise_fallback_matches_oracle(monkeypatch):
+    """The non-CPU path (no fused CPU flash op) is the blockwise softmax; force it here."""
+    monkeypatch.setattr(reference, "_flash_cpu", lambda *a: None)
+    c = make_attn_case([123, 47], 4, 2, 64, torch.float32, new_seed(), "ragged")
+    got = reference.step_attention(c.q, c.k, c.v, c.cu_seqlens, c.step_ids, c.n_steps, c.scale, block=32)
+    check_attention(c, got, TOL[torch.float32])
+
+
+def test_reference_small_score_budget_gives_same_mass(monkeypatch):
+    c = make_attn_case([123], 4, 4, 64, torch.float64, new_seed(), "ragged")
+    full = reference.step_attention(c.q, c.k, c.v, c.cu_seqlens, c.step_ids, c.n_steps, c.scale)[2]
+    monkeypatch.setattr(reference, "SCORE_BUDGET", 1)  # forces the minimum block of 16 rows
+    small = reference.step_attention(c.q, c.k, c.v, c.cu_seqlens, c.step_ids, c.n_steps, c.scale)[2]
+    torch.testing.assert_close(small, full, rtol=0, atol=1e-12)
+
+
+# ---- dispatch -----------------------------------------------------------------------------------------------------
+@pytest.mark.parametrize("backend", BACKENDS)
+def test_bad_inputs_raise_clear_errors(backend):
+    c = make_attn_case([47], 4, 2, 64, torch.float32, new_seed(), device=device_of(backend))
+    with pytest.raises(ValueError, match="Hq % Hk"):
+        signals.step_attention(c.q, c.k[:, :1].expand(-1, 3, -1), c.v[:, :1].expand(-1, 3, -1),
+                               c.cu_seqlens, c.step_ids, c.n_steps, c.scale, backend=backend)
+    with pytest.raises(ValueError, match="cu_seqlens"):
+        signals.step_attention(c.q, c.k, c.v, c.cu_seqlens + 1, c.step_ids, c.n_steps, c.scale, backend=backend)
+    with pytest.raises(ValueError, match="n_steps"):
+        signals.step_attention(c.q, c.k, c.v, c.cu_seqlens, c.step_ids, c.n_steps - 1, c.scale, backend=backend)
+    with pytest.raises(ValueError, match="unknown signals backend"):
+        signals.step_attention(c.q, c.k, c.v, c.cu_seqlens, c.step_ids, c.n_steps, c.scale, backend="cuda")
+
+
+def test_backend_options_are_keyword_only():
+    c = make_attn_case([47], 4, 2, 64, torch.float32, new_seed())
+    with pytest.raises(TypeError):
+        signals.step_attention(c.q, c.k, c.v, c.cu_seqlens, c.step_ids, c.n_steps, c.scale, "torch")
+    with pytest.raises(TypeError):
+        reference.step_attention(c.q, c.k, c.v, c.cu_seqlens, c.step_ids, c.n_steps, c.scale, 64)
