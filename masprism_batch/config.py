@@ -96,7 +96,15 @@ class MethodConfig(_Section):
 
 class BatchConfig(_Section):
     token_budget: int = 8192  # (ours) max tokens per packed prefill batch
-    traces_per_shard: int = 256  # (ours) output rows committed together
+
+
+class EngineConfig(_Section):
+    """How a run is executed, never what it computes: excluded from `config_hash()`, so resizing shards or
+    giving the CPU stage more of a core leaves outputs comparable (and resumable) under the same hash."""
+
+    traces_per_shard: int = Field(256, ge=1)  # output rows committed together (shard identity on resume)
+    cpu_stage_cpus: float = Field(0.25, gt=0)  # Ray CPUs per render/pack task: light, schedulable beside actors
+    attempts_per_trace: int = Field(2, ge=1)  # a trace that raises this often alone goes to errors/
 
 
 class IngestConfig(_Section):
@@ -120,11 +128,18 @@ class PipelineConfig(BaseModel):
     method: MethodConfig = Field(default_factory=MethodConfig)
     batch: BatchConfig = Field(default_factory=BatchConfig)
     ingest: IngestConfig = Field(default_factory=IngestConfig)
+    engine: EngineConfig = Field(default_factory=EngineConfig)
 
     @model_validator(mode="before")
     @classmethod
     def _byte_model_context(cls, data):
         if isinstance(data, dict):
+            batch = data.get("batch")
+            if isinstance(batch, dict) and "traces_per_shard" in batch:  # config files written before [engine]
+                engine = dict(data.get("engine") or {})
+                engine.setdefault("traces_per_shard", batch["traces_per_shard"])
+                data = {**data, "batch": {k: v for k, v in batch.items() if k != "traces_per_shard"},
+                        "engine": engine}
             model, render = data.get("model") or {}, data.get("render") or {}
             name = model.get("name") if isinstance(model, dict) else getattr(model, "name", None)
             if name == "tiny-random" and isinstance(render, dict) and render.get("max_context") is None:
@@ -136,7 +151,7 @@ class PipelineConfig(BaseModel):
         data = self.model_dump(mode="json")
         for k in ("device", "cache_dir", "threads"):
             data["model"].pop(k, None)
-        data["batch"].pop("traces_per_shard", None)
+        data.pop("engine", None)  # execution only; without it the hash equals the one before the section existed
         if data.get("ingest") == IngestConfig().model_dump(mode="json"):
             data.pop("ingest")  # default caps: same hash as before the section existed
         blob = json.dumps(data, sort_keys=True).encode()

@@ -1,6 +1,7 @@
 """The attribution stage shared by every engine: a list of traces in, Arrow-ready rows out.
 
-render pass 1 -> pack -> prefill -> symptoms/candidates -> render pass 2 -> pack -> prefill -> ranking.
+(pass-1 renders, from planning or pass1.render_traces) -> pack -> prefill -> symptoms/candidates -> render
+pass 2 -> pack -> prefill -> ranking.
 Engines (local, Ray) decide how many traces go into one call; a failure of one trace becomes an error row and
 never sinks the others.
 """
@@ -14,7 +15,8 @@ from datetime import datetime, timezone
 
 import numpy as np
 
-from . import batching, render, windows
+from . import batching, pass1, render, windows
+from . import rows as rows_mod
 from .config import PipelineConfig
 from .method import counterfactual, heads, ranker
 from .method import masprism as mp
@@ -29,6 +31,8 @@ class StageOutput:
     attributions: list[dict] = field(default_factory=list)
     step_scores: list[dict] = field(default_factory=list)
     errors: list[dict] = field(default_factory=list)
+    seconds_render_pass2: float = 0.0  # CPU seconds building pass-2 prompts (render.render_pass2)
+    n_render_pass2: int = 0
 
 
 def symptom_ratio(trace: Trace, cfg: PipelineConfig) -> float:
@@ -77,28 +81,28 @@ def _failure_flags(trace: Trace, cfg: PipelineConfig) -> np.ndarray:
     return np.array([bool(rx.search(s.content or "")) for s in trace.steps], dtype=bool)
 
 
-def attribute_traces(traces: list[Trace], model, cfg: PipelineConfig, raw_sink=None) -> StageOutput:
-    """raw_sink: optional callable(trace, dict of raw signals) -- benchmarks cache them to refit rankers."""
+def attribute_traces(traces: list[Trace], model, cfg: PipelineConfig, raw_sink=None,
+                     rendered: list | None = None) -> StageOutput:
+    """rendered: the pass-1 renders of `traces` (pass1.render_traces, one per trace, done by planning); None
+    renders here through that same function. raw_sink: optional callable(trace, dict of raw signals) --
+    benchmarks cache them to refit rankers."""
     out = StageOutput()
-    rcfg = cfg.render.model_copy(update={"max_context": min(cfg.render.max_context, model.max_context)})
+    rcfg = pass1.render_config(cfg, model.max_context)
     tok = model.tokenizer
     chash = cfg.config_hash()
+    if rendered is None:
+        rendered = pass1.render_traces(traces, tok, rcfg)
+    if len(rendered) != len(traces):
+        raise ValueError(f"{len(rendered)} pass-1 renders for {len(traces)} traces")
     r1: dict[int, render.Rendered] = {}
     wins: dict[int, windows.Windowed] = {}
-    for i, t in enumerate(traces):
-        if not t.steps:
-            out.errors.append(error_row(record_id=t.trace_id, stage="render", reason="empty_trace",
-                                        message="trace has no steps"))
-            continue
-        try:
-            if rcfg.pass1 == "windows":
-                wins[i] = windows.render_windows(t, tok, rcfg)
-                r1[i] = wins[i].full
-            else:
-                r1[i] = render.render_pass1(t, tok, rcfg)
-        except (render.TraceTooLong, ValueError) as exc:
-            out.errors.append(error_row(record_id=t.trace_id, stage="render",
-                                        reason=getattr(exc, "reason", "trace_too_long"), message=str(exc)))
+    for i, r in enumerate(rendered):
+        if isinstance(r, dict):  # the render rejected this trace
+            out.errors.append(r)
+        elif isinstance(r, windows.Windowed):
+            wins[i], r1[i] = r, r.full
+        else:
+            r1[i] = r
     per_head = heads.wanted(cfg, model)
     sig1 = _pass1_signals(model, r1, wins, cfg, per_head)
     hw = heads.load_for(cfg, model) if per_head else None
@@ -115,10 +119,16 @@ def attribute_traces(traces: list[Trace], model, cfg: PipelineConfig, raw_sink=N
         flags[i] = _failure_flags(t, cfg)
         p1s[i] = mp.pass1(s.token_nll, r1[i].step_spans, s.step_attn, flags[i], symptom_ratio(t, cfg), cfg.method)
         if cfg.method.run_pass2 and p1s[i].candidates:
+            c0 = time.process_time()
             try:
                 r2[i] = render.render_pass2(t, tok, rcfg, p1s[i].keep_full, p1s[i].anomaly_step)
             except render.TraceTooLong as exc:
                 log.info("trace %r: pass 2 does not fit (%s); using pass-1 ranking", t.trace_id, exc)
+            out.seconds_render_pass2 += time.process_time() - c0
+            out.n_render_pass2 += 1
+    if out.n_render_pass2:  # CPU time of this thread: what pass-2 prompt building costs beside the GPU work
+        log.debug("pass-2 prompts: %d built, %.1f ms CPU each", out.n_render_pass2,
+                  1e3 * out.seconds_render_pass2 / out.n_render_pass2)
     cf_k = cfg.method.counterfactual_k
     sig2 = _prefill(model, r2, cfg, "pass2", per_head=per_head, keep_kv=cf_k > 0)
     cf: dict[int, np.ndarray] = {}
@@ -150,7 +160,7 @@ def attribute_traces(traces: list[Trace], model, cfg: PipelineConfig, raw_sink=N
             ranking = mp.pass2(s2[0].token_nll, r2[i].step_spans, s2[0].step_attn, flags[i],
                                symptom_ratio(t, cfg), p1.candidates, cfg.method)
         extra = _extra_features(p1, sig1[i][0], s2[0] if s2 else None, cf.get(i), hw)
-        rows = _step_rows(t, p1, ranking, flags[i], r1[i], sig1[i][0], extra)
+        rows = rows_mod.step_rows(t, p1, ranking, flags[i], r1[i], sig1[i][0], extra)
         if raw_sink is not None:
             raw_sink(t, {"p1": p1, "sig1": sig1[i][0], "sig2": s2[0] if s2 else None, "r2": r2.get(i),
                          "cf": cf.get(i), "rows": rows, "ranking": ranking, "flags": flags[i]})
@@ -158,8 +168,8 @@ def attribute_traces(traces: list[Trace], model, cfg: PipelineConfig, raw_sink=N
             ranking, verdict = _learned_ranking(t, rows, ranking, cfg)
         else:
             verdict = _masprism_verdict(t, ranking)
-        _final_columns(rows, verdict)
-        out.attributions.append(_attribution_row(t, ranking, model.model_id, chash, cfg, wins.get(i, r1[i]), r2.get(i),
+        rows_mod.final_columns(rows, verdict)
+        out.attributions.append(rows_mod.attribution_row(t, ranking, model.model_id, chash, cfg, wins.get(i, r1[i]), r2.get(i),
                                                  sig1[i][1], s2[1] if s2 else 0.0, now, verdict))
         out.step_scores.extend(rows)
     return out
@@ -211,37 +221,6 @@ def _masprism_verdict(t: Trace, ranking: mp.Ranking) -> Verdict:
                    [{"agent": a, "score": v} for a, v in best.items()])
 
 
-def _final_columns(rows: list[dict], v: Verdict) -> None:
-    """step_scores: the paper's internal rank under its own name, and the final method's probability and rank."""
-    final = {k: r + 1 for r, k in enumerate(v.order)}
-    for row in rows:
-        row["masprism_rank"] = row.get("rank")
-        row["final_rank"] = final.get(row["step"])
-        row["final_prob"] = _f(v.probs.get(row["step"])) if v.probs is not None else None
-
-
-def _attribution_row(t, ranking, model_id, chash, cfg, r1, r2, sec1, sec2, now, verdict: Verdict) -> dict:
-    steps = t.steps
-    cands = [{"step": k, "agent": steps[k].agent, "span_id": steps[k].span_id,
-              "score": float(ranking.scores.get(k, 0.0)), "symptoms": ranking.support.get(k, [])}
-             for k in ranking.ranked]
-    top = ranking.ranked[0] if ranking.ranked else None
-    assert top == (verdict.order[0] if verdict.order else None)
-    starts = [s.start_time for s in steps if s.start_time is not None]
-    return {
-        "trace_id": t.trace_id, "source": t.source, "system": t.system, "n_steps": len(steps),
-        "pred_step": top, "pred_agent": verdict.agent,
-        "pred_span_id": steps[top].span_id if top is not None else None,
-        "candidates": cands, "symptoms": list(ranking.symptoms), "method": cfg.method.name,
-        "model_id": model_id, "config_hash": chash,
-        "tokens_pass1": len(r1.input_ids), "tokens_pass2": len(r2.input_ids) if r2 else 0,
-        "seconds_pass1": sec1, "seconds_pass2": sec2,
-        "trace_start": min(starts) if starts else None, "attributed_at": now,
-        "pred_step_agent": steps[top].agent if top is not None else None,
-        "pred_agent_rule": verdict.rule, "agent_ranking": verdict.agent_ranking,
-    }
-
-
 def _pass1_signals(model, r1: dict, wins: dict, cfg: PipelineConfig, per_head: bool) -> dict:
     """Pass 1 prefills: one per trace (truncate) or one per window, recombined per trace (windows.py)."""
     if not wins:
@@ -279,25 +258,3 @@ def _extra_features(p1, s1, s2, D, hw) -> dict[str, np.ndarray]:
     if hw is not None and s1.step_attn_heads is not None:
         out["attn_in_learned"] = mp.inflow(hw.apply(s1.step_attn_heads), p1.symptoms)
     return out
-
-
-def _step_rows(t, p1, ranking, flags, r1, s1, extra=None) -> list[dict]:
-    rank = {k: r + 1 for r, k in enumerate(ranking.ranked)}
-    A = s1.step_attn
-    rows = []
-    for i, st in enumerate(t.steps):
-        s, e = r1.step_spans[i]
-        nll2 = ranking.nll[i] if ranking.nll is not None and ranking.nll is not p1.nll else None
-        rows.append({
-            "trace_id": t.trace_id, "step": i, "agent": st.agent, "span_id": st.span_id, "kind": st.kind,
-            "tokens_pass1": e - s, "nll_pass1": _f(p1.nll[i]), "nll_pass2": _f(nll2),
-            "h_score": _f(p1.h_score[i]), "score": _f(ranking.scores[i]) if i in ranking.scores else None,
-            "rank": rank.get(i), "is_symptom": i in p1.symptoms, "is_candidate": i in p1.candidates,
-            "has_failure_word": bool(flags[i]), "attention_pass1": [float(x) for x in A[i, : i + 1]],
-            **{k: _f(v[i]) for k, v in (extra or {}).items()},
-        })
-    return rows
-
-
-def _f(x) -> float | None:
-    return None if x is None or not np.isfinite(x) else float(x)

@@ -28,7 +28,7 @@ from .stages import now_utc
 from .work import result_to_tables
 
 log = logging.getLogger(__name__)
-STAGE_KEYS = ("seconds_read", "seconds_render", "seconds_model", "seconds_commit")
+STAGE_KEYS = ("seconds_read", "seconds_render", "seconds_model", "seconds_render_pass2", "seconds_commit")
 
 
 @dataclass
@@ -72,11 +72,11 @@ def resume_config(outdir: Path, cfg: PipelineConfig) -> PipelineConfig:
     marker = Path(outdir) / "_staging" / "_COMPLETE.json"
     if old is None and marker.is_file():
         old = json.loads(marker.read_text(encoding="utf-8")).get("key", {}).get("traces_per_shard")
-    if old is None or int(old) == cfg.batch.traces_per_shard:
+    if old is None or int(old) == cfg.engine.traces_per_shard:
         return cfg
     log.warning("%s was planned with traces_per_shard=%d; resuming with it (shard identity), not %d",
-                outdir, int(old), cfg.batch.traces_per_shard)
-    return cfg.model_copy(update={"batch": cfg.batch.model_copy(update={"traces_per_shard": int(old)})})
+                outdir, int(old), cfg.engine.traces_per_shard)
+    return cfg.model_copy(update={"engine": cfg.engine.model_copy(update={"traces_per_shard": int(old)})})
 
 
 class Committer:
@@ -112,7 +112,7 @@ class Committer:
 
     def _check_header(self) -> None:
         header = {"config_hash": self.cfg.config_hash(), "model": self.cfg.model.name, "staged": self.plan.staged,
-                  "traces_per_shard": self.cfg.batch.traces_per_shard}
+                  "traces_per_shard": self.cfg.engine.traces_per_shard}
         old = self.store.read_header()
         foreign = [p for t in OUTPUT_TABLES for p in (self.outdir / t).glob("[!.]*.parquet")
                    if not p.name.startswith("shard-")]

@@ -20,6 +20,7 @@ from masprism_batch.io import OutdirLock
 
 from .driver import Committer, RunSummary, resume_config
 from .plan import plan_inputs
+from .select import Selection
 from .stages import PACK_CRASHES_BEFORE_ONE_BY_ONE, CrashGuard, FileLedger, Stages
 from .work import attribute_pack, prepare_shard
 
@@ -36,7 +37,8 @@ def _guard(ledger: FileLedger, key: str) -> CrashGuard | None:
 
 
 def run_local(inputs: list[str], outdir: str | Path, cfg: PipelineConfig, *, fmt: str = "auto",
-              stages: Stages | None = None, model=None, progress: bool = True) -> RunSummary:
+              stages: Stages | None = None, model=None, progress: bool = True,
+              select: Selection | None = None) -> RunSummary:
     """Attribute every trace of `inputs` into OUTDIR (resumable; see docs/scale-out.md).
 
     `model` lets a caller that already holds a loaded PrefillModel reuse it. Raises `io.OutdirLocked` (a
@@ -46,7 +48,8 @@ def run_local(inputs: list[str], outdir: str | Path, cfg: PipelineConfig, *, fmt
     outdir = Path(outdir)
     with OutdirLock(outdir, "run --engine local") as lock:
         cfg = resume_config(outdir, cfg)
-        plan = plan_inputs(list(inputs), outdir, fmt, cfg.batch.traces_per_shard, stages, cfg.ingest)
+        plan = plan_inputs(list(inputs), outdir, fmt, cfg.engine.traces_per_shard, stages, cfg.ingest,
+                           select)
         committer = Committer(outdir, cfg, plan, "local", 1, progress=progress, lock=lock)
         extra: dict = {"seconds_model_load": 0.0}
         if committer.pending:
@@ -58,7 +61,8 @@ def run_local(inputs: list[str], outdir: str | Path, cfg: PipelineConfig, *, fmt
             ledger = FileLedger(outdir / LEDGER_NAME)
             for shard in committer.pending:
                 key = f"{shard.shard_id}/prepare"
-                tasks = prepare_shard(shard, model.tokenizer, cfg, stages, guard=_guard(ledger, key))
+                tasks = prepare_shard(shard, model.tokenizer, model.max_context, cfg, stages,
+                                      guard=_guard(ledger, key))
                 ledger.done(key)
                 for task in tasks:
                     pkey = f"{task['shard_id']}/{task['pack_index']}"

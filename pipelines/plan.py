@@ -29,6 +29,7 @@ from masprism_batch.io import DatasetWriter, write_json_atomic
 from masprism_batch.schema import error_row
 from masprism_batch.trace import Trace
 
+from .select import Selection
 from .stages import Stages
 
 log = logging.getLogger(__name__)
@@ -106,7 +107,7 @@ def _staged_rows(staging: Path) -> dict[str, int]:
 
 
 def stage_raw(inputs: list[str], staging: Path, fmt: str, stages: Stages, traces_per_shard: int,
-              limits: IngestConfig | None = None) -> None:
+              limits: IngestConfig | None = None, select: Selection | None = None) -> None:
     """Stream raw inputs through ingest into a canonical dataset, once (a completed staging is reused).
 
     Atomic: everything is written under `_staging.partial/`, the marker `_COMPLETE.json` (with the row count of
@@ -114,11 +115,16 @@ def stage_raw(inputs: list[str], staging: Path, fmt: str, stages: Stages, traces
     (part names and row counts), so a damaged staging is refused instead of planned as the whole input. The
     caller holds the OUTDIR lock, so no other run writes here meanwhile."""
     marker = staging / "_COMPLETE.json"
+    select = select or Selection()
     key = {"inputs": [os.path.abspath(p) for p in inputs], "fmt": fmt, "traces_per_shard": traces_per_shard}
+    if select.key() is not None:
+        key["select"] = select.key()
     if marker.exists():
         done = json.loads(marker.read_text(encoding="utf-8"))
         if done.get("key") != key:
-            raise ValueError(f"{staging} was staged from other inputs ({done.get('key')}); use a new OUTDIR")
+            raise ValueError(f"{staging.parent} holds a run of other inputs or another selection "
+                             f"(--limit/--sample/--seed): it was staged from {done.get('key')}, this run asks for "
+                             f"{key}. Use a new OUTDIR (or re-run the first command to resume it)")
         if "parts" in done and _staged_rows(staging) != done["parts"]:
             raise ValueError(f"{staging} does not match its completion marker (parts or row counts differ): "
                              f"it was changed after staging; use a new OUTDIR")
@@ -131,7 +137,7 @@ def stage_raw(inputs: list[str], staging: Path, fmt: str, stages: Stages, traces
     traces = DatasetWriter(partial / "traces", schema.TRACES, rows_per_part=traces_per_shard, prefix="part")
     errors = DatasetWriter(partial / "errors", schema.ERRORS, rows_per_part=4096, prefix="part")
     n, buffered = 0, 0
-    for t in stages.read_inputs(list(inputs), fmt, errors.write, limits=limits):
+    for t in select.apply(stages.read_inputs(list(inputs), fmt, errors.write, limits=limits)):
         traces.write(t.to_row())
         n += 1
         buffered += sum(len(s.content or "") for s in t.steps)
@@ -147,7 +153,8 @@ def stage_raw(inputs: list[str], staging: Path, fmt: str, stages: Stages, traces
 
 
 def plan_inputs(inputs: list[str], outdir: Path, fmt: str, traces_per_shard: int, stages: Stages,
-                limits: IngestConfig | None = None) -> InputPlan:
+                limits: IngestConfig | None = None, select: Selection | None = None) -> InputPlan:
+    """Shards of `inputs`; a `select` other than everything stages even canonical input (it is applied there)."""
     from masprism_batch.ingest import ingest_state
 
     if traces_per_shard < 1:
@@ -155,7 +162,7 @@ def plan_inputs(inputs: list[str], outdir: Path, fmt: str, traces_per_shard: int
     missing = [p for p in inputs if not os.path.lexists(p)]
     if missing:
         raise FileNotFoundError(f"input not found: {', '.join(missing)}")
-    staged = not all(is_trace_dataset(p) for p in inputs)
+    staged = not all(is_trace_dataset(p) for p in inputs) or not (select is None or select.everything)
     for p in inputs:
         state = ingest_state(p) if os.path.isdir(p) else None
         if state is not None and not state.get("complete"):
@@ -165,7 +172,7 @@ def plan_inputs(inputs: list[str], outdir: Path, fmt: str, traces_per_shard: int
     ingest_errors = None
     if staged:
         staging = outdir / "_staging"
-        stage_raw(inputs, staging, fmt, stages, traces_per_shard, limits)
+        stage_raw(inputs, staging, fmt, stages, traces_per_shard, limits, select)
         label = ",".join(inputs)
         for f in sorted((staging / "traces").glob("part-*.parquet")):
             files.append((str(f.resolve()), f"_staging/{f.name}", label, {}))

@@ -33,12 +33,12 @@ from masprism_batch.io import OutdirLock
 
 from .driver import Committer, RunSummary, resume_config
 from .plan import Shard, plan_inputs
+from .select import Selection
 from .stages import PACK_CRASHES_BEFORE_ONE_BY_ONE, CrashGuard, Stages
 from .work import attribute_pack, prepare_shard
 
 log = logging.getLogger(__name__)
 
-CPU_STAGE_CPUS = 0.25  # render/tokenize tasks are light; a fraction keeps them schedulable beside the actors
 LOOPBACK = "127.0.0.1"
 
 _CTX = {  # Ray Data settings of a run (restored afterwards: the context is process-wide)
@@ -70,9 +70,9 @@ def _prepare(row: dict[str, Any], cfg_json: str, stages: Stages, ledger=None) ->
         _TOKENIZERS[key] = stages.load_tokenizer(cfg)
     shard = Shard.from_json(row["shard"])
     if ledger is None:
-        return prepare_shard(shard, _TOKENIZERS[key], cfg, stages)
+        return prepare_shard(shard, *_TOKENIZERS[key], cfg, stages)
     lkey = f"{shard.shard_id}/prepare"  # Ray retries a task whose worker died: the ledger bounds it
-    out = prepare_shard(shard, _TOKENIZERS[key], cfg, stages, guard=_ledger_guard(ledger, lkey))
+    out = prepare_shard(shard, *_TOKENIZERS[key], cfg, stages, guard=_ledger_guard(ledger, lkey))
     ray.get(ledger.done.remote(lkey))
     return out
 
@@ -303,14 +303,14 @@ def actor_resources(workers: int | None, cfg: PipelineConfig) -> tuple[int, dict
         n = workers or gpus
         return n, {"num_gpus": 1, "num_cpus": 1}, cfg.model.threads
     n = workers or 1
-    share = max(0.1, (cpus - CPU_STAGE_CPUS) / n)
+    share = max(0.1, (cpus - cfg.engine.cpu_stage_cpus) / n)
     threads = cfg.model.threads or max(1, math.floor(cpus / n))
     return n, {"num_cpus": share}, threads
 
 
 def run_ray(inputs: list[str], outdir: str | Path, cfg: PipelineConfig, *, workers: int | None = None,
             address: str | None = None, num_cpus: int | None = None, fmt: str = "auto",
-            stages: Stages | None = None, progress: bool = True) -> RunSummary:
+            stages: Stages | None = None, progress: bool = True, select: Selection | None = None) -> RunSummary:
     """Attribute `inputs` into OUTDIR on Ray Data (resumable; same outputs as `run_local`)."""
     import ray
 
@@ -318,7 +318,8 @@ def run_ray(inputs: list[str], outdir: str | Path, cfg: PipelineConfig, *, worke
     outdir = Path(outdir)
     with OutdirLock(outdir, "run --engine ray") as lock, _stop_on_signals():
         cfg = resume_config(outdir, cfg)
-        plan = plan_inputs(list(inputs), outdir, fmt, cfg.batch.traces_per_shard, stages, cfg.ingest)
+        plan = plan_inputs(list(inputs), outdir, fmt, cfg.engine.traces_per_shard, stages, cfg.ingest,
+                           select)
         committer = Committer(outdir, cfg, plan, "ray", workers or 1, progress=progress, lock=lock)
         extra: dict[str, Any] = {"ray_address": address or "local"}
         if not committer.pending:  # a re-run of a finished run: no cluster needed
@@ -358,7 +359,7 @@ def _execute(committer: Committer, pending: list[Shard], cfg: PipelineConfig, st
     try:
         ds = ray.data.from_items([{"shard": s.to_json()} for s in pending], override_num_blocks=len(pending))
         ds = ds.flat_map(_prepare, fn_kwargs={"cfg_json": cfg_json, "stages": stages, "ledger": ledger},
-                         num_cpus=CPU_STAGE_CPUS)
+                         num_cpus=cfg.engine.cpu_stage_cpus)
         # Ray Data's actor defaults are the fault tolerance wanted here: max_restarts=-1 and
         # max_task_retries=-1 (a killed actor comes back and its pack is retried; the ledger bounds loops).
         ds = ds.map_batches(ModelActor, batch_size=1, batch_format="pyarrow",

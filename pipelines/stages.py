@@ -1,8 +1,9 @@
 """The stage functions both engines call, and the per-shard work built from them.
 
-Both engines run exactly this code on a shard: `read_shard` (Parquet range -> Trace), `make_packs` (render
-pass 1 for token lengths, token-budget packing), `process_pack` (both prefill passes through the lead's
-`stages.attribute_traces`, with failure isolation). Only where it runs differs: one process (local) or Ray
+Both engines run exactly this code on a shard: `read_shard` (Parquet range -> Trace), `make_packs` (pass-1
+render, once, through `masprism_batch.pass1`, then token-budget packing), `process_pack` (the model stage on
+the shipped renders: prefill -> method -> pass 2 -> rows, through `stages.attribute_traces`, with failure
+isolation). Only where it runs differs: one process (local) or Ray
 tasks and actors (ray). `Stages` binds the project functions lazily so this module imports even where a
 stage is missing; tests substitute a subclass with fakes.
 """
@@ -19,14 +20,11 @@ from typing import Any
 
 import pyarrow as pa
 
-from masprism_batch import schema
 from masprism_batch.config import PipelineConfig
 from masprism_batch.schema import error_row
 from masprism_batch.trace import Trace
 
 log = logging.getLogger(__name__)
-
-ATTEMPTS_PER_TRACE = 2  # a trace that raises this many times alone goes to errors/ instead of failing the run
 
 
 class Stages:
@@ -43,25 +41,25 @@ class Stages:
         return load_model(cfg.model, cfg.signals)
 
     def load_tokenizer(self, cfg: PipelineConfig):
-        # render workers need only the tokenizer: no weights, so a render task stays small
-        from masprism_batch.model import load_tokenizer
+        """(tokenizer, model context): all a render worker needs; no weights, so a render task stays small."""
+        from masprism_batch.model import load_tokenizer, model_context
 
-        return load_tokenizer(cfg.model)
+        return load_tokenizer(cfg.model), model_context(cfg.model)
 
-    def render_len(self, trace: Trace, tokenizer, cfg: PipelineConfig) -> int:
-        from masprism_batch.render import render_pass1
+    def render_pass1(self, traces: list[Trace], tokenizer, rcfg) -> list:
+        from masprism_batch.pass1 import render_traces
 
-        return len(render_pass1(trace, tokenizer, cfg.render).input_ids)
+        return render_traces(traces, tokenizer, rcfg)
 
     def pack(self, lengths: Sequence[int], token_budget: int) -> list[list[int]]:
         from masprism_batch.batching import pack
 
         return pack(lengths, token_budget)
 
-    def attribute_traces(self, traces: list[Trace], model, cfg: PipelineConfig):
+    def attribute_traces(self, traces: list[Trace], model, cfg: PipelineConfig, rendered: list):
         from masprism_batch.stages import attribute_traces
 
-        return attribute_traces(traces, model, cfg)
+        return attribute_traces(traces, model, cfg, rendered=rendered)
 
 
 def now_utc() -> datetime:
@@ -135,38 +133,39 @@ class FileLedger:
             self._save()
 
 
-def make_packs(traces: list[Trace], tokenizer, cfg: PipelineConfig, stages: Stages,
+def make_packs(traces: list[Trace], tokenizer, rcfg, cfg: PipelineConfig, stages: Stages,
                guard: CrashGuard | None = None, input_path: str | None = None,
-               rejected: list[dict] | None = None) -> list[tuple[list[Trace], int]]:
-    """Token lengths of pass 1, then token-budget packs of (traces, tokens).
+               rejected: list[dict] | None = None) -> list[tuple[list[Trace], list, int]]:
+    """Render pass 1 (the model stage's render config `rcfg`), then token-budget packs of (traces, renders,
+    tokens). The renders travel with the pack: the model stage does not render pass 1 again.
 
-    A trace that cannot be rendered is still passed on, sized as a full context: the attribution stage
-    rejects it with its own reason, so `run` and `attribute` report the same errors. With a `guard` (the
-    shard's CPU stage crashed its worker before), each trace is rendered under it and a trace that already
-    crashed a worker is left out, with an error row appended to `rejected`.
+    A trace the render rejects stays in its pack with its error row as its render (0 tokens): the model stage
+    writes that row, so every trace is accounted for in one place. With a `guard` (the shard's CPU stage
+    crashed its worker before), each trace is rendered under it and a trace that already crashed a worker is
+    left out, with an error row appended to `rejected`.
     """
-    lengths = []
-    kept = []
-    for t in traces:
-        if guard is not None and guard.begin(t.trace_id) is not None:
+    from masprism_batch.pass1 import n_tokens
+
+    kept, renders = [], []
+    if guard is None:
+        kept, renders = list(traces), list(stages.render_pass1(traces, tokenizer, rcfg)) if traces else []
+    for t in traces if guard is not None else []:
+        if guard.begin(t.trace_id) is not None:
             if rejected is not None:
                 rejected.append(error_row(input_path=input_path, record_id=t.trace_id, stage="render",
                                           reason="worker_crashed",
                                           message="the worker process died while rendering this trace"))
             continue
         kept.append(t)
-        try:
-            lengths.append(int(stages.render_len(t, tokenizer, cfg)))
-        except Exception as e:  # noqa: BLE001
-            log.debug("render of %r failed in the CPU stage (%s); the model stage will report it", t.trace_id, e)
-            lengths.append(cfg.render.max_context)
-        if guard is not None:
-            guard.done(t.trace_id)
-    traces = kept
-    groups = stages.pack(lengths, cfg.batch.token_budget) if traces else []
-    if sorted(i for g in groups for i in g) != list(range(len(traces))):
+        renders += stages.render_pass1([t], tokenizer, rcfg)
+        guard.done(t.trace_id)
+    if len(renders) != len(kept):
+        raise RuntimeError(f"{len(renders)} pass-1 renders for {len(kept)} traces")
+    lengths = [n_tokens(r) for r in renders]
+    groups = stages.pack(lengths, cfg.batch.token_budget) if kept else []
+    if sorted(i for g in groups for i in g) != list(range(len(kept))):
         raise RuntimeError(f"pack() returned groups that do not cover each trace once: {groups}")
-    return [([traces[i] for i in g], sum(lengths[i] for i in g)) for g in groups]
+    return [([kept[i] for i in g], [renders[i] for i in g], sum(lengths[i] for i in g)) for g in groups]
 
 
 def _describe(e: BaseException) -> str:
@@ -175,13 +174,14 @@ def _describe(e: BaseException) -> str:
     return f"{type(e).__name__}: {e}{where}"[:2000]
 
 
-def _run(traces, model, cfg, stages) -> tuple[list[dict], list[dict], list[dict]]:
-    out = stages.attribute_traces(traces, model, cfg)
+def _run(traces, renders, model, cfg, stages, cpu: list[float]) -> tuple[list[dict], list[dict], list[dict]]:
+    out = stages.attribute_traces(traces, model, cfg, renders)
+    cpu[0] += getattr(out, "seconds_render_pass2", 0.0)
     return list(out.attributions), list(out.step_scores), list(out.errors)
 
 
-def process_pack(traces: list[Trace], model, cfg: PipelineConfig, stages: Stages, input_path: str,
-                 guard=None) -> dict[str, Any]:
+def process_pack(traces: list[Trace], renders: list, model, cfg: PipelineConfig, stages: Stages,
+                 input_path: str, guard=None) -> dict[str, Any]:
     """Run both passes on one pack; isolate failures down to single traces.
 
     Returns attributions/step_scores/errors rows that account for every input trace exactly once. `guard`
@@ -192,23 +192,24 @@ def process_pack(traces: list[Trace], model, cfg: PipelineConfig, stages: Stages
     attributions: list[dict] = []
     step_scores: list[dict] = []
     errors: list[dict] = []
-    todo = list(traces)
+    todo = list(zip(traces, renders, strict=True))
+    cpu = [0.0]  # CPU seconds of pass-2 prompt building (render_pass2), reported in run.json's stage timings
     if guard is None and todo:
         try:
-            a, s, e = _run(todo, model, cfg, stages)
+            a, s, e = _run(traces, renders, model, cfg, stages, cpu)
             attributions, step_scores, errors, todo = a, s, e, []
         except Exception as exc:  # noqa: BLE001
             log.warning("pack of %d traces failed (%s); retrying them one by one", len(todo), _describe(exc))
-    for t in todo:
+    for t, r in todo:
         reason = guard.begin(t.trace_id) if guard is not None else None
         if reason is not None:
             errors.append(error_row(input_path=input_path, record_id=t.trace_id, stage="prefill", reason=reason,
                                     message="the worker process died while processing this trace, more than once"))
             continue
         last: BaseException | None = None
-        for _ in range(ATTEMPTS_PER_TRACE):
+        for _ in range(cfg.engine.attempts_per_trace):
             try:
-                a, s, e = _run([t], model, cfg, stages)
+                a, s, e = _run([t], [r], model, cfg, stages, cpu)
                 attributions += a
                 step_scores += s
                 errors += e
@@ -222,7 +223,8 @@ def process_pack(traces: list[Trace], model, cfg: PipelineConfig, stages: Stages
         if guard is not None:
             guard.done(t.trace_id)
     a, s, e = reconcile([t.trace_id for t in traces], attributions, step_scores, errors, input_path)
-    return {"attributions": a, "step_scores": s, "errors": e, "seconds": time.perf_counter() - t0}
+    return {"attributions": a, "step_scores": s, "errors": e, "seconds": time.perf_counter() - t0,
+            "seconds_render_pass2": cpu[0]}
 
 
 def reconcile(ids: list[str], attributions, step_scores, errors, input_path):
@@ -257,11 +259,3 @@ def reconcile(ids: list[str], attributions, step_scores, errors, input_path):
 
 def tokens_of(attributions: list[dict]) -> int:
     return int(sum((r.get("tokens_pass1") or 0) + (r.get("tokens_pass2") or 0) for r in attributions))
-
-
-def result_tables(result: dict[str, Any]) -> dict[str, pa.Table]:
-    return {
-        "attributions": pa.Table.from_pylist(result["attributions"], schema=schema.ATTRIBUTIONS),
-        "step_scores": pa.Table.from_pylist(result["step_scores"], schema=schema.STEP_SCORES),
-        "errors": pa.Table.from_pylist(result["errors"], schema=schema.ERRORS),
-    }

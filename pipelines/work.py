@@ -1,7 +1,8 @@
 """The two units of work of a run, shared by both engines.
 
-`prepare_shard` (CPU stage): read one shard, render pass 1 for token lengths, pack into token-budget packs
-(the longest traces alone). `attribute_pack` (model stage): both prefill passes for one pack. They exchange
+`prepare_shard` (CPU stage): read one shard, render pass 1 (the only pass-1 render of a run), pack into
+token-budget packs (the longest traces alone). `attribute_pack` (model stage): prefill, method, pass 2 and
+rows for one pack, on the renders shipped with it. They exchange
 plain dicts of scalars and Arrow IPC bytes, which is also what a Ray Data row holds, so the local engine runs
 the very same bytes through the very same functions.
 """
@@ -13,7 +14,7 @@ from typing import Any
 
 import pyarrow as pa
 
-from masprism_batch import schema
+from masprism_batch import pass1, schema
 from masprism_batch.config import PipelineConfig
 from masprism_batch.io import OUTPUT_TABLES
 from masprism_batch.trace import Trace
@@ -22,18 +23,21 @@ from .plan import Shard, read_shard
 from .stages import CrashGuard, Stages, from_ipc, make_packs, process_pack, to_ipc, tokens_of
 
 
-def prepare_shard(shard: Shard, tokenizer, cfg: PipelineConfig, stages: Stages,
+def prepare_shard(shard: Shard, tokenizer, model_context: int, cfg: PipelineConfig, stages: Stages,
                   guard: CrashGuard | None = None) -> list[dict[str, Any]]:
-    """One shard -> its packs. Pack 0 also carries the shard's read rejections (and caps warnings); an empty
-    shard is one empty pack, so every shard reaches the committer. `guard`: see `make_packs`."""
+    """One shard -> its packs, each with its traces' pass-1 renders (Arrow, `pass1.RENDERED`). Pack 0 also
+    carries the shard's read rejections (and caps warnings); an empty shard is one empty pack, so every shard
+    reaches the committer. `model_context`: the model's context, which bounds the render like the model
+    stage's own. `guard`: see `make_packs`."""
     t0 = time.perf_counter()
     traces, errors = read_shard(shard, cfg.ingest)
     t1 = time.perf_counter()
-    packs = make_packs(traces, tokenizer, cfg, stages, guard, shard.label, errors)
+    packs = make_packs(traces, tokenizer, pass1.render_config(cfg, model_context), cfg, stages, guard,
+                       shard.label, errors)
     t2 = time.perf_counter()
-    packs = packs or [([], 0)]
+    packs = packs or [([], [], 0)]
     out = []
-    for i, (pack, n_tokens) in enumerate(packs):
+    for i, (pack, renders, n_tokens) in enumerate(packs):
         out.append({
             "shard_id": shard.shard_id,
             "label": shard.label,
@@ -43,6 +47,8 @@ def prepare_shard(shard: Shard, tokenizer, cfg: PipelineConfig, stages: Stages,
             "n_records": len(pack) + (len(errors) if i == 0 else 0),  # what the progress bar counts
             "tokens_pass1_est": int(n_tokens),
             "traces": to_ipc([t.to_row() for t in pack], schema.TRACES),
+            "rendered": to_ipc([pass1.to_row(t.trace_id, r) for t, r in zip(pack, renders, strict=True)],
+                               pass1.RENDERED),
             "errors": to_ipc(errors if i == 0 else [], schema.ERRORS),
             "seconds_read": (t1 - t0) if i == 0 else 0.0,
             "seconds_render": (t2 - t1) if i == 0 else 0.0,
@@ -54,7 +60,8 @@ def attribute_pack(task: dict[str, Any], model, cfg: PipelineConfig, stages: Sta
                    guard=None) -> dict[str, Any]:
     """One pack -> result row (IPC tables) with the pack's shard bookkeeping and timings."""
     traces = [Trace.from_row(r) for r in from_ipc(task["traces"]).to_pylist()]
-    res = process_pack(traces, model, cfg, stages, task["label"], guard=guard)
+    renders = [pass1.from_row(r) for r in from_ipc(task["rendered"]).to_pylist()]
+    res = process_pack(traces, renders, model, cfg, stages, task["label"], guard=guard)
     shard_errors = from_ipc(task["errors"]).to_pylist()
     return {
         "shard_id": task["shard_id"],
@@ -71,6 +78,7 @@ def attribute_pack(task: dict[str, Any], model, cfg: PipelineConfig, stages: Sta
         "seconds_read": float(task["seconds_read"]),
         "seconds_render": float(task["seconds_render"]),
         "seconds_model": float(res["seconds"]),
+        "seconds_render_pass2": float(res["seconds_render_pass2"]),
     }
 
 

@@ -15,6 +15,7 @@ from rich.table import Table
 from . import EXIT_FATAL, EXIT_OK, app, setup_logging
 from .common import EXIT_CODES_HELP, check_inputs, check_outdir, fail, no_traces_message, usage
 from .progress import DEFAULT_INTERVAL, heartbeat
+from .run import Engine, LimitOpt, SampleOpt, SeedOpt, run
 
 log = logging.getLogger("masprism_batch.cli")
 console = Console(stderr=True)
@@ -49,56 +50,13 @@ def load_model_or_fail(cfg):
         raise fail(f"cannot load model {cfg.model.name!r}: {exc}") from None
 
 
-def _run(inputs: list[str], outdir: Path, cfg, model=None, interval: float = DEFAULT_INTERVAL):
-    """ingest -> attribute -> write, on the local engine (resumable: re-running skips committed shards)."""
+def _run(inputs: list[str], outdir: Path, cfg, model=None, interval: float = DEFAULT_INTERVAL, select=None):
+    """ingest (+ selection) -> attribute -> write, on the local engine, every write under the OUTDIR lock
+    (resumable: re-running skips committed shards)."""
     from ..pipelines import run_local
 
     with heartbeat(interval):
-        return run_local(list(inputs), outdir, cfg, progress=True, model=model)
-
-
-def _stage_subset(inputs: list[str], outdir: Path, keep, limit: int | None, sample: int | None = None,
-                  seed: int = 0) -> list[str]:
-    """Write the selected traces as canonical JSON lines (for --limit / --sample / dataset filtering); returns its
-    path. --limit keeps the first N in input order; --sample N keeps a deterministic sample of N (the smallest
-    hashes of seed + trace id, round-robin over sources so each is represented; memory: N traces per source)."""
-    import hashlib
-    import heapq
-
-    from ..ingest import read_inputs
-
-    outdir.mkdir(parents=True, exist_ok=True)
-    path = outdir / "_selected.jsonl"
-    if sample:
-        heaps: dict[str, list] = {}
-        for t in read_inputs(inputs, on_error=lambda e: None):
-            if not keep(t):
-                continue
-            h = int.from_bytes(hashlib.blake2b(f"{seed}\0{t.trace_id}".encode(), digest_size=8).digest(), "big")
-            heap = heaps.setdefault(t.source or "", [])
-            item = (-h, t.trace_id, json.dumps(t.to_row(), ensure_ascii=False, default=str))
-            if len(heap) < sample:
-                heapq.heappush(heap, item)
-            elif item > heap[0]:
-                heapq.heapreplace(heap, item)
-        queues = [sorted(v, reverse=True) for _, v in sorted(heaps.items())]
-        chosen: list[str] = []
-        while len(chosen) < sample and any(queues):
-            for q in queues:
-                if q and len(chosen) < sample:
-                    chosen.append(q.pop(0)[2])
-        with open(path, "w", encoding="utf-8") as f:
-            f.writelines(line + "\n" for line in chosen)
-        return [str(path)]
-    n = 0
-    with open(path, "w", encoding="utf-8") as f:
-        for t in read_inputs(inputs, on_error=lambda e: None):
-            if keep(t):
-                f.write(json.dumps(t.to_row(), ensure_ascii=False, default=str) + "\n")
-                n += 1
-                if limit and n >= limit:
-                    break
-    return [str(path)]
+        return run_local(list(inputs), outdir, cfg, progress=True, model=model, select=select)
 
 
 def _print_summary(summary, outdir: Path, inputs: list[str] | None = None) -> int:
@@ -110,37 +68,26 @@ def _print_summary(summary, outdir: Path, inputs: list[str] | None = None) -> in
     return summary.exit_code
 
 
-@app.command(help="Attribute failures: writes OUT/attributions, OUT/step_scores, OUT/traces and OUT/errors "
-                  "(Parquet); re-run the same command to resume. " + EXIT_CODES_HELP)
+@app.command(help="Attribute failures in this process: `run --engine local`, same options and outputs "
+                  "(OUT/attributions, OUT/step_scores, OUT/traces, OUT/errors; re-run the same command to resume). "
+                  + EXIT_CODES_HELP)
 def attribute(
     inputs: list[str] = typer.Argument(..., help="raw trace files/dirs (auto-ingested) or a canonical traces dataset"),
     out: Path = typer.Option(..., "-o", "--out", help="output directory"),
     model: str = ModelOpt, config: str = ConfigOpt, max_context: int = ContextOpt, method: str = MethodOpt,
-    limit: int = typer.Option(None, min=1, help="attribute the first N traces (input order)"),
-    sample: int = typer.Option(None, "--sample", min=1, help="attribute a deterministic sample of N traces, every "
-                               "source represented (see --seed)"),
-    seed: int = typer.Option(0, "--seed", help="seed of --sample"),
+    token_budget: int = typer.Option(None, help="max tokens per packed prefill batch"),
+    traces_per_shard: int = typer.Option(None, help="traces per committed output shard"),
     threads: int = typer.Option(None, help="torch CPU threads"),
+    fmt: str = typer.Option("auto", "--format", help="input format for raw inputs (see `ingest`)"),
+    limit: int = LimitOpt, sample: int = SampleOpt, seed: int = SeedOpt,
+    progress: bool = typer.Option(True, help="live progress bar (traces/s, tokens/s, ETA)"),
     progress_interval: float = IntervalOpt,
     verbose: bool = typer.Option(False, "-v"),
 ):
-    setup_logging(verbose)
-    if limit and sample:
-        raise usage("--limit and --sample exclude each other")
-    check_inputs(inputs)
-    check_outdir(out)
-    cfg = _config(config, model, max_context, threads, method)
-    loaded = load_model_or_fail(cfg)
-    given = list(inputs)
-    try:
-        if limit or sample:
-            inputs = _stage_subset(inputs, out / "_input", lambda t: True, limit, sample, seed)
-        summary = _run(inputs, out, cfg, loaded, progress_interval)
-    except (FileNotFoundError, ValueError) as exc:
-        raise fail(str(exc)) from None
-    except OSError as exc:
-        raise fail(f"cannot write {out}: {exc}") from None
-    raise typer.Exit(_print_summary(summary, out, given))
+    run(inputs, out, engine=Engine.local, workers=None, address=None, num_cpus=None, model=model, config=config,
+        max_context=max_context, method=method, token_budget=token_budget, traces_per_shard=traces_per_shard,
+        threads=threads, fmt=fmt, limit=limit, sample=sample, seed=seed, progress=progress,
+        progress_interval=progress_interval, verbose=verbose)
 
 
 def _sample_dir() -> Path:
@@ -226,8 +173,9 @@ def eval_(
     verbose: bool = typer.Option(False, "-v"),
 ):
     """Attribute labelled traces and score them by exact match, trivial baselines beside (method doc)."""
-    from ..eval import dataset_of, score_trail, score_who_and_when, tables
+    from ..eval import score_trail, score_who_and_when, tables
     from ..io import read_dataset
+    from ..pipelines.select import Selection
     from ..trace import Trace
 
     setup_logging(verbose)
@@ -244,9 +192,9 @@ def eval_(
     cfg = _config(config, model, max_context, threads, method)
     loaded = load_model_or_fail(cfg)
     outdir = out or Path(tempfile.mkdtemp(prefix="masprism-eval-"))
-    inputs = _stage_subset(path, outdir / "_input", lambda t: dataset_of(t) == dataset, limit, sample, seed)
+    select = Selection(limit=limit, sample=sample, seed=seed, dataset=dataset)
     try:
-        summary = _run(inputs, outdir, cfg, loaded, progress_interval)
+        summary = _run(path, outdir, cfg, loaded, progress_interval, select)
     except (FileNotFoundError, ValueError) as exc:
         raise fail(str(exc)) from None
     if summary.attributed == 0:

@@ -17,6 +17,12 @@ log = logging.getLogger("masprism_batch.cli")
 console = Console(stderr=True)
 
 
+LimitOpt = typer.Option(None, "--limit", min=1, help="attribute the first N traces (input order; smoke runs)")
+SampleOpt = typer.Option(None, "--sample", min=1, help="attribute a deterministic sample of N traces, every source "
+                         "represented (see --seed); another sample into the same OUT is refused")
+SeedOpt = typer.Option(0, "--seed", help="seed of --sample")
+
+
 class Engine(str, Enum):
     local = "local"
     ray = "ray"
@@ -38,6 +44,7 @@ def run(
     traces_per_shard: int = typer.Option(None, help="traces per committed output shard"),
     threads: int = typer.Option(None, help="torch CPU threads per model (default: CPUs / workers)"),
     fmt: str = typer.Option("auto", "--format", help="input format for raw inputs (see `ingest`)"),
+    limit: int = LimitOpt, sample: int = SampleOpt, seed: int = SeedOpt,
     progress: bool = typer.Option(True, help="live progress bar (traces/s, tokens/s, ETA)"),
     progress_interval: float = typer.Option(DEFAULT_INTERVAL, "--progress-interval", min=0,
                                             help="seconds between progress lines when stderr is not a terminal"),
@@ -49,11 +56,15 @@ def run(
     from ..ingest import FORMATS
     from ..model import ModelNotFoundError, require_model
     from ..pipelines import run_local, run_ray
+    from ..pipelines.select import Selection
     from .attribute import load_model_or_fail
 
     setup_logging(verbose)
     if engine is Engine.local and (workers not in (None, 1) or address):
         raise usage("--workers/--address apply to --engine ray; the local engine runs one model")
+    if limit and sample:
+        raise usage("--limit and --sample exclude each other")
+    select = Selection(limit=limit, sample=sample, seed=seed)
     if fmt not in FORMATS:
         raise usage(f"unknown --format {fmt!r}; choose one of {', '.join(FORMATS)}")
     check_inputs(inputs)
@@ -61,7 +72,7 @@ def run(
     try:
         cfg = load_config(config, model__name=model, render__max_context=max_context, model__threads=threads,
                           method__name=method,
-                          batch__token_budget=token_budget, batch__traces_per_shard=traces_per_shard)
+                          batch__token_budget=token_budget, engine__traces_per_shard=traces_per_shard)
     except (OSError, ValueError) as exc:  # pydantic's ValidationError is a ValueError
         raise fail(f"bad configuration: {exc}") from None
     # The model is checked before OUTDIR is touched, so a bad --model leaves nothing that refuses a retry.
@@ -75,10 +86,10 @@ def run(
     try:
         with heartbeat(progress_interval if progress else 0):
             if engine is Engine.local:
-                summary = run_local(inputs, out, cfg, fmt=fmt, progress=progress, model=loaded)
+                summary = run_local(inputs, out, cfg, fmt=fmt, progress=progress, model=loaded, select=select)
             else:
                 summary = run_ray(inputs, out, cfg, workers=workers, address=address, num_cpus=num_cpus, fmt=fmt,
-                                  progress=progress)
+                                  progress=progress, select=select)
     except (FileNotFoundError, ValueError) as exc:
         raise fail(str(exc)) from None
     except OSError as exc:

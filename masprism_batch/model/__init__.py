@@ -6,8 +6,8 @@ list_models(); SeqSignals.
 """
 
 from .forward import PrefillModel, PrefillTiming, SeqSignals
-from .loader import load_model, load_tokenizer
+from .loader import load_model, load_tokenizer, model_context
 from .registry import ModelNotFoundError, ModelSpec, list_models, require_model, resolve_model
 
-__all__ = ["PrefillModel", "PrefillTiming", "SeqSignals", "load_model", "load_tokenizer", "ModelNotFoundError", "ModelSpec",
+__all__ = ["PrefillModel", "PrefillTiming", "SeqSignals", "load_model", "load_tokenizer", "model_context", "ModelNotFoundError", "ModelSpec",
            "list_models", "require_model", "resolve_model"]

@@ -147,6 +147,18 @@ def load_tokenizer(model_cfg):
     return _folder_tokenizer(convert_gguf(spec.path, model_cfg.cache_dir) if spec.kind == "gguf" else spec.path)
 
 
+def model_context(model_cfg) -> int:
+    """The model's context length from its config alone (planning renders pass 1 to it without the weights)."""
+    _offline()
+    spec: ModelSpec = require_model(model_cfg.name)
+    if spec.kind == "tiny":
+        return tiny_config().max_position_embeddings
+    from transformers import AutoConfig
+
+    folder = convert_gguf(spec.path, model_cfg.cache_dir) if spec.kind == "gguf" else spec.path
+    return arch_from_config(AutoConfig.from_pretrained(folder, local_files_only=True)).max_position_embeddings
+
+
 def build_model(config, state: dict, tokenizer, signals_cfg, *, model_id: str, device="cpu",
                 dtype: torch.dtype = torch.float32, fingerprint: str = "") -> PrefillModel:
     """PrefillModel from a transformers config and an HF-named state dict (also used by the parity tests)."""

@@ -6,10 +6,11 @@ import json
 from pathlib import Path
 
 import pyarrow.dataset as ds
+from masprism_batch.pipelines.select import Selection
 from typer.testing import CliRunner
 
 from masprism_batch.cli import EXIT_OK, EXIT_USAGE, app
-from masprism_batch.cli.attribute import _stage_subset
+from masprism_batch.ingest import read_inputs
 
 FORMATS = Path(__file__).resolve().parents[1] / "data" / "formats"
 SOURCES = {"ag2", "autogen", "langfuse", "langsmith", "openai", "otel", "my-app"}  # 12 traces, 7 sources
@@ -17,8 +18,8 @@ runner = CliRunner()
 
 
 def _staged(tmp_path: Path, n: int, seed: int = 0) -> list[tuple[str, str]]:
-    (path,) = _stage_subset([str(FORMATS)], tmp_path / f"s{n}-{seed}", lambda t: True, None, n, seed)
-    return [(r["source"], r["trace_id"]) for r in map(json.loads, Path(path).read_text().splitlines())]
+    picked = Selection(sample=n, seed=seed).apply(read_inputs([str(FORMATS)], on_error=lambda e: None))
+    return [(t.source, t.trace_id) for t in picked]
 
 
 def test_sample_is_deterministic_and_covers_every_source(tmp_path):
@@ -58,3 +59,36 @@ def test_eval_says_whether_its_scores_are_in_sample(tmp_path, monkeypatch):
     assert _in_sample_note(ranked, ["a", "b"]).startswith("partly in-sample: 1 of 2")
     assert _in_sample_note(ranked, ["b"]).startswith("held out")
     insample.fitted_prefixes.cache_clear()
+
+
+def _outcome(out: Path) -> tuple[set[str], list[dict]]:
+    ids = set(ds.dataset(str(out / "attributions")).to_table(columns=["trace_id"]).column("trace_id").to_pylist())
+    return ids, ds.dataset(str(out / "errors")).to_table().to_pylist()
+
+
+def test_rerun_with_another_sample_or_other_inputs_into_one_out_is_refused(tmp_path):
+    """--sample 8, then --sample 12, then other inputs into the same OUT: the first is written (its ingest's
+    rejections in OUT/errors), the others are refused with a clear message and leave OUT as it was; the first
+    command again resumes (nothing to do) and reports the same outputs."""
+    bad = tmp_path / "in"
+    bad.mkdir()
+    for f in FORMATS.iterdir():
+        if f.is_file():
+            (bad / f.name).write_bytes(f.read_bytes())
+    (bad / "broken.jsonl").write_text("{not json\n")
+    out = tmp_path / "OUT"
+    first = ["attribute", str(bad), "--model", "tiny-random", "-o", str(out), "--no-progress"]
+    res = runner.invoke(app, [*first, "--sample", "8"])
+    assert res.exit_code == 3, res.output  # done, with the broken file rejected
+    ids, errors = _outcome(out)
+    assert len(ids) == 8 and any(e["input_path"] and e["input_path"].endswith("broken.jsonl") for e in errors)
+    for other in (["--sample", "12"], ["--sample", "8", "--seed", "1"]):
+        res = runner.invoke(app, [*first, *other])
+        assert res.exit_code == 1 and "another selection" in res.output, res.output
+        assert _outcome(out) == (ids, errors)
+    res = runner.invoke(app, ["attribute", str(FORMATS), "--model", "tiny-random", "-o", str(out), "--sample", "8"])
+    assert res.exit_code == 1 and "other inputs" in res.output, res.output
+    assert _outcome(out) == (ids, errors)
+    res = runner.invoke(app, [*first, "--sample", "8"])
+    assert res.exit_code == 3 and "0 shards run" in res.output.replace("\n", " "), res.output
+    assert _outcome(out) == (ids, errors)

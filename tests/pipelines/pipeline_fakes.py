@@ -17,9 +17,11 @@ from types import SimpleNamespace
 from masprism_batch.pipelines.stages import Stages, now_utc
 
 from masprism_batch.io import read_dataset
+from masprism_batch.render import Rendered
 from masprism_batch.schema import error_row
 from masprism_batch.trace import Step, Trace
 
+FAKE_CONTEXT = 8192
 WORDS = "alpha beta gamma delta error search tool answer plan check timeout file result agent".split()
 
 
@@ -69,16 +71,25 @@ class FakeStages(Stages):
     def load_model(self, cfg):
         if self.piddir:
             Path(self.piddir, f"pid-{os.getpid()}").write_text("up")
-        return SimpleNamespace(model_id="fake-model", tokenizer=FakeTokenizer())
+        return SimpleNamespace(model_id="fake-model", tokenizer=FakeTokenizer(), max_context=FAKE_CONTEXT)
 
     def load_tokenizer(self, cfg):
-        return FakeTokenizer()
+        return FakeTokenizer(), FAKE_CONTEXT
 
-    def render_len(self, trace, tokenizer, cfg):
-        if trace.question == "CRASH_RENDER" and self.crash:
-            os._exit(13)  # the tokenizer process dies (segfault, OOM kill)
-        n = sum(len(tokenizer.encode(f"[Step {s.index}] {s.agent}: {s.content}")) for s in trace.steps)
-        return min(n, cfg.render.max_context)
+    def render_pass1(self, traces, tokenizer, rcfg):
+        """A real `Rendered` per trace (so it crosses IPC as the real one does), of fake token ids."""
+        out = []
+        for t in traces:
+            if t.question == "CRASH_RENDER" and self.crash:
+                os._exit(13)  # the tokenizer process dies (segfault, OOM kill)
+            ids, spans = [], []
+            for s in t.steps:
+                piece = tokenizer.encode(f"[Step {s.index}] {s.agent}: {s.content}")
+                spans.append((len(ids), len(ids) + len(piece)))
+                ids += piece
+            out.append(Rendered(input_ids=ids[: rcfg.max_context], step_spans=spans,
+                                step_truncated=[False] * len(spans), text=""))
+        return out
 
     def pack(self, lengths, token_budget):
         groups, cur, used = [], [], 0
@@ -90,7 +101,9 @@ class FakeStages(Stages):
             used += n
         return groups + ([cur] if cur else [])
 
-    def attribute_traces(self, traces, model, cfg):
+    def attribute_traces(self, traces, model, cfg, rendered):
+        assert len(rendered) == len(traces) and all(len(r.step_spans) == len(t.steps)
+                                                    for r, t in zip(rendered, traces, strict=True))
         if self.piddir:  # which process attributed how many traces
             with open(Path(self.piddir, f"calls-{os.getpid()}"), "a") as f:
                 f.write(f"{len(traces)}\n")

@@ -24,11 +24,11 @@ class DiesAfter(FakeStages):
         super().__init__()
         self.calls = calls
 
-    def attribute_traces(self, traces, model, cfg):
+    def attribute_traces(self, traces, model, cfg, rendered):
         self.calls -= 1
         if self.calls < 0:
             raise Killed()
-        return super().attribute_traces(traces, model, cfg)
+        return super().attribute_traces(traces, model, cfg, rendered)
 
 
 def test_exactly_once_rejections_and_noop_rerun(tmp_path, small_cfg):

@@ -149,11 +149,11 @@ def test_tiny_model_ray_matches_local_with_killed_actor(tmp_path, cluster):
     the same content as the local engine (one torch thread on both sides, so float sums agree)."""
     from pipeline_fakes import RealStages
 
-    from masprism_batch.config import BatchConfig, ModelConfig, PipelineConfig
+    from masprism_batch.config import BatchConfig, EngineConfig, ModelConfig, PipelineConfig
 
     ids = make_corpus(tmp_path / "in", 10, 2)
     cfg = PipelineConfig(model=ModelConfig(name="tiny-random", threads=1),
-                         batch=BatchConfig(traces_per_shard=2, token_budget=600))
+                         batch=BatchConfig(token_budget=600), engine=EngineConfig(traces_per_shard=2))
     run_local([str(tmp_path / "in")], tmp_path / "local", cfg, progress=False)
     piddir = tmp_path / "pids"
     piddir.mkdir()

@@ -23,10 +23,10 @@ DRIVER = textwrap.dedent("""
     import json, os, sys
     sys.path.insert(0, {tests!r})
     import ray.cloudpickle, pipeline_fakes
-    from masprism_batch.config import BatchConfig, PipelineConfig
+    from masprism_batch.config import BatchConfig, EngineConfig, PipelineConfig
     from masprism_batch.pipelines import run_ray
     ray.cloudpickle.register_pickle_by_value(pipeline_fakes)
-    cfg = PipelineConfig(batch=BatchConfig(traces_per_shard=4, token_budget=100))
+    cfg = PipelineConfig(batch=BatchConfig(token_budget=100), engine=EngineConfig(traces_per_shard=4))
     s = run_ray([{inp!r}], {out!r}, cfg, workers=1, num_cpus=2, stages=pipeline_fakes.FakeStages(delay=0.3),
                 progress=False)
     print("AUTH", os.environ.get("RAY_AUTH_MODE"), json.dumps(s.extra.get("ray_private_cluster")))

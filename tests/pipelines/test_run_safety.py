@@ -24,7 +24,7 @@ from typer.testing import CliRunner
 import masprism_batch.io as mio
 from masprism_batch import schema
 from masprism_batch.cli import EXIT_FATAL, app
-from masprism_batch.config import BatchConfig, IngestConfig, PipelineConfig
+from masprism_batch.config import BatchConfig, EngineConfig, IngestConfig, PipelineConfig
 from masprism_batch.io import OutdirLock, OutdirLocked, read_dataset
 from masprism_batch.trace import Step, Trace
 
@@ -42,10 +42,10 @@ class Held(FakeStages):
         super().__init__()
         self.started, self.release = started, release
 
-    def attribute_traces(self, traces, model, cfg):
+    def attribute_traces(self, traces, model, cfg, rendered):
         self.started.set()
         assert self.release.wait(60)
-        return super().attribute_traces(traces, model, cfg)
+        return super().attribute_traces(traces, model, cfg, rendered)
 
 
 def test_second_run_refused_while_first_runs_then_exactly_once(tmp_path, small_cfg):
@@ -88,10 +88,10 @@ def test_two_processes_on_one_outdir(tmp_path):
         import sys
         sys.path.insert(0, {str(HERE)!r})
         from pipeline_fakes import FakeStages
-        from masprism_batch.config import BatchConfig, PipelineConfig
+        from masprism_batch.config import BatchConfig, EngineConfig, PipelineConfig
         from masprism_batch.io import OutdirLocked
         from masprism_batch.pipelines import run_local
-        cfg = PipelineConfig(batch=BatchConfig(traces_per_shard=5, token_budget=80))
+        cfg = PipelineConfig(batch=BatchConfig(token_budget=80), engine=EngineConfig(traces_per_shard=5))
         try:
             run_local([{str(tmp_path / 'in')!r}], {str(tmp_path / 'out')!r}, cfg, stages=FakeStages(delay=0.03),
                       progress=False)
@@ -171,15 +171,15 @@ class CrashesOn(FakeStages):
         super().__init__()
         self.where = where
 
-    def render_len(self, trace, tokenizer, cfg):
-        if self.where == "render" and trace.question == "CRASH":
+    def render_pass1(self, traces, tokenizer, rcfg):
+        if self.where == "render" and any(t.question == "CRASH" for t in traces):
             raise Killed()
-        return super().render_len(trace, tokenizer, cfg)
+        return super().render_pass1(traces, tokenizer, rcfg)
 
-    def attribute_traces(self, traces, model, cfg):
+    def attribute_traces(self, traces, model, cfg, rendered):
         if self.where == "model" and any(t.question == "CRASH" for t in traces):
             raise Killed()
-        return super().attribute_traces(traces, model, cfg)
+        return super().attribute_traces(traces, model, cfg, rendered)
 
 
 @pytest.mark.parametrize("where", ["model", "render"])
@@ -212,16 +212,16 @@ def test_resume_with_other_traces_per_shard_is_exactly_once(tmp_path, caplog):
     out = tmp_path / "out"
 
     def cfg(n):
-        return PipelineConfig(batch=BatchConfig(traces_per_shard=n, token_budget=100))
+        return PipelineConfig(batch=BatchConfig(token_budget=100), engine=EngineConfig(traces_per_shard=n))
 
     class DiesAfter(FakeStages):
         calls = 0
 
-        def attribute_traces(self, traces, model, c):
+        def attribute_traces(self, traces, model, c, rendered):
             DiesAfter.calls += 1
             if DiesAfter.calls > 3:
                 raise Killed()
-            return super().attribute_traces(traces, model, c)
+            return super().attribute_traces(traces, model, c, rendered)
 
     with pytest.raises(Killed):
         run_local([str(tmp_path / "ds")], out, cfg(7), stages=DiesAfter(), progress=False)
@@ -261,7 +261,7 @@ def test_caps_on_parquet_read_in_place_and_warnings_are_not_rejections(tmp_path)
             Trace(trace_id="ok", source="s", steps=[Step(index=0, agent="a", content="fine")]).to_row()]
     (tmp_path / "ds").mkdir()
     pq.write_table(pa.Table.from_pylist(rows, schema=schema.TRACES), tmp_path / "ds" / "p.parquet")
-    cfg = PipelineConfig(batch=BatchConfig(traces_per_shard=8), ingest=IngestConfig(max_steps=40))
+    cfg = PipelineConfig(engine=EngineConfig(traces_per_shard=8), ingest=IngestConfig(max_steps=40))
     s = run_local([str(tmp_path / "ds")], tmp_path / "out", cfg, stages=FakeStages(), progress=False)
     assert (s.attributed, s.rejected, s.rejected_by_reason) == (2, 1, {"too_many_steps": 1})
     assert s.warnings_by_reason == {"step_truncated": 1, "non_finite_metadata": 1} and s.exit_code == 3
@@ -292,7 +292,7 @@ def test_run_input_walk_special_files_and_bomb(tmp_path, small_cfg):
     member = gzip.compress(b"a" * 1024**2, mtime=0)
     (tmp_path / "in" / "bomb.jsonl.gz").write_bytes(gzip.compress(b'{"trace_id": "x", "steps": "', mtime=0)
                                                     + member * 20)
-    cfg = PipelineConfig(batch=BatchConfig(traces_per_shard=4, token_budget=100),
+    cfg = PipelineConfig(batch=BatchConfig(token_budget=100), engine=EngineConfig(traces_per_shard=4),
                          ingest=IngestConfig(max_record_bytes=4 * 1024**2))
     t0 = time.perf_counter()
     s = run_local([str(tmp_path / "in")], tmp_path / "out", cfg, stages=RealIngest(), progress=False)

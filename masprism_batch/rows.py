@@ -1,0 +1,62 @@
+"""Output rows of one attributed trace: its `attributions` row and its `step_scores` rows (schema.py).
+
+Built by the model stage (`stages.attribute_traces`) from the method's results; kept apart so the stage reads as
+the order of work and this module as the table layout.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+
+def final_columns(rows: list[dict], v) -> None:
+    """step_scores: the paper's internal rank under its own name, and the final method's probability and rank."""
+    final = {k: r + 1 for r, k in enumerate(v.order)}
+    for row in rows:
+        row["masprism_rank"] = row.get("rank")
+        row["final_rank"] = final.get(row["step"])
+        row["final_prob"] = _f(v.probs.get(row["step"])) if v.probs is not None else None
+
+
+def attribution_row(t, ranking, model_id, chash, cfg, r1, r2, sec1, sec2, now, verdict) -> dict:
+    steps = t.steps
+    cands = [{"step": k, "agent": steps[k].agent, "span_id": steps[k].span_id,
+              "score": float(ranking.scores.get(k, 0.0)), "symptoms": ranking.support.get(k, [])}
+             for k in ranking.ranked]
+    top = ranking.ranked[0] if ranking.ranked else None
+    assert top == (verdict.order[0] if verdict.order else None)
+    starts = [s.start_time for s in steps if s.start_time is not None]
+    return {
+        "trace_id": t.trace_id, "source": t.source, "system": t.system, "n_steps": len(steps),
+        "pred_step": top, "pred_agent": verdict.agent,
+        "pred_span_id": steps[top].span_id if top is not None else None,
+        "candidates": cands, "symptoms": list(ranking.symptoms), "method": cfg.method.name,
+        "model_id": model_id, "config_hash": chash,
+        "tokens_pass1": len(r1.input_ids), "tokens_pass2": len(r2.input_ids) if r2 else 0,
+        "seconds_pass1": sec1, "seconds_pass2": sec2,
+        "trace_start": min(starts) if starts else None, "attributed_at": now,
+        "pred_step_agent": steps[top].agent if top is not None else None,
+        "pred_agent_rule": verdict.rule, "agent_ranking": verdict.agent_ranking,
+    }
+
+
+def step_rows(t, p1, ranking, flags, r1, s1, extra=None) -> list[dict]:
+    rank = {k: r + 1 for r, k in enumerate(ranking.ranked)}
+    A = s1.step_attn
+    rows = []
+    for i, st in enumerate(t.steps):
+        s, e = r1.step_spans[i]
+        nll2 = ranking.nll[i] if ranking.nll is not None and ranking.nll is not p1.nll else None
+        rows.append({
+            "trace_id": t.trace_id, "step": i, "agent": st.agent, "span_id": st.span_id, "kind": st.kind,
+            "tokens_pass1": e - s, "nll_pass1": _f(p1.nll[i]), "nll_pass2": _f(nll2),
+            "h_score": _f(p1.h_score[i]), "score": _f(ranking.scores[i]) if i in ranking.scores else None,
+            "rank": rank.get(i), "is_symptom": i in p1.symptoms, "is_candidate": i in p1.candidates,
+            "has_failure_word": bool(flags[i]), "attention_pass1": [float(x) for x in A[i, : i + 1]],
+            **{k: _f(v[i]) for k, v in (extra or {}).items()},
+        })
+    return rows
+
+
+def _f(x) -> float | None:
+    return None if x is None or not np.isfinite(x) else float(x)
