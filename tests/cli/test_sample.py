@@ -92,3 +92,31 @@ def test_rerun_with_another_sample_or_other_inputs_into_one_out_is_refused(tmp_p
     res = runner.invoke(app, [*first, "--sample", "8"])
     assert res.exit_code == 3 and "0 shards run" in res.output.replace("\n", " "), res.output
     assert _outcome(out) == (ids, errors)
+
+
+def test_sample_into_a_locked_outdir_writes_nothing(tmp_path):
+    """Selection is planning under the OUTDIR lock: a sampled run refused by a live lock leaves OUT untouched
+    (no staged subset written before the lock, as `attribute --sample` once did)."""
+    import threading
+
+    from masprism_batch.io import OutdirLock
+
+    out = tmp_path / "OUT"
+    held, release = threading.Event(), threading.Event()
+
+    def hold():
+        with OutdirLock(out, "test"):
+            held.set()
+            release.wait(60)
+
+    th = threading.Thread(target=hold)
+    th.start()
+    try:
+        assert held.wait(10)
+        res = runner.invoke(app, ["attribute", str(FORMATS), "--model", "tiny-random", "-o", str(out),
+                                  "--sample", "3", "--no-progress"])
+        assert res.exit_code == 1 and "in use" in res.output.lower(), res.output
+        assert sorted(p.name for p in out.iterdir()) == ["_LOCK"]
+    finally:
+        release.set()
+        th.join()
