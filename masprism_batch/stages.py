@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import logging
 import time
+from functools import lru_cache
 from dataclasses import dataclass, field
 from datetime import datetime, timezone
 
@@ -18,7 +19,7 @@ import numpy as np
 from . import batching, pass1, render, windows
 from . import rows as rows_mod
 from .config import PipelineConfig
-from .method import counterfactual, heads, ranker
+from .method import counterfactual, heads, ranker, rules
 from .method import masprism as mp
 from .schema import error_row
 from .trace import Trace
@@ -195,8 +196,11 @@ def _learned_ranking(t: Trace, rows: list[dict], base: mp.Ranking, cfg: Pipeline
     """Re-rank every step with the learned ranker; step rows keep MASPrism's own score/rank (the features).
     The agent rule is the one shipped with the ranker weights unless `method.agent_aggregation` overrides it."""
     rk = ranker.ranker_for(cfg.method.ranker_weights, t)
-    if rk is None:  # no ranker fitted on this system (nor a generic one): the zero-training method holds up
-        return base, _masprism_verdict(t, base)  # better on unseen systems (docs/results.md, LOSO)
+    if rk is None:  # no ranker fitted on this system (nor a generic one): a zero-training rule, the one that
+        # held up best across systems by leave-one-system-out (docs/results.md), reorders MASPrism's candidates
+        order = rules.order(_fallback_rule(cfg.method.ranker_weights), rows, base.ranked)
+        ranking = mp.Ranking(order, base.scores, base.support, base.symptoms, base.nll, base.notes)
+        return ranking, _masprism_verdict(t, ranking)
     agg = cfg.method.agent_aggregation
     if agg is None:
         agg = rk.agent_rule == "aggregate"
@@ -208,6 +212,11 @@ def _learned_ranking(t: Trace, rows: list[dict], base: mp.Ranking, cfg: Pipeline
     agent_ranking = [{"agent": a, "score": float(v)} for a, v in sorted(ag.items(), key=lambda kv: (-kv[1], kv[0]))]
     verdict = Verdict(order, p, agent, "aggregate" if agg else "author", agent_ranking)
     return mp.Ranking(top, {k: p[k] for k in top}, support, base.symptoms, base.nll), verdict
+
+
+@lru_cache(maxsize=8)
+def _fallback_rule(weights: str | None) -> str:
+    return rules.fallback_rule(weights)  # read once per weights folder, not once per trace
 
 
 def _masprism_verdict(t: Trace, ranking: mp.Ranking) -> Verdict:

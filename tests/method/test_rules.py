@@ -1,0 +1,103 @@
+"""Zero-training orderings (method/rules.py): each reorders only the faithful candidates, by its own signal."""
+
+import json
+import math
+
+import numpy as np
+import pytest
+
+from masprism_batch.method import rules
+
+
+def _rows(n, rng, cf_at=(), learned=True):
+    rows = []
+    for i in range(n):
+        rows.append({"step": i,
+                     "cf_effect": float(rng.normal()) if i in cf_at else None,
+                     "attn_in_learned": float(rng.random()) if learned else None})
+    return rows
+
+
+@pytest.mark.parametrize("n", [7, 47])
+def test_every_rule_is_a_permutation_of_the_candidates(n):
+    rng = np.random.default_rng()
+    ranked = [int(x) for x in rng.permutation(n)[: max(2, n // 3)]]
+    rows = _rows(n, rng, cf_at=ranked[:2])
+    for rule in rules.RULES:
+        got = rules.order(rule, rows, ranked)
+        assert sorted(got) == sorted(ranked), rule
+
+
+def test_each_rule_orders_by_its_signal():
+    rng = np.random.default_rng()
+    n = 23
+    ranked = [int(x) for x in rng.permutation(n)[:6]]
+    rows = _rows(n, rng, cf_at=ranked[1:3])
+    assert rules.order("faithful", rows, ranked) == ranked
+    assert rules.order("earliest", rows, ranked) == sorted(ranked)
+    cf = rules.order("counterfactual", rows, ranked)
+    measured = sorted(ranked[1:3], key=lambda k: -rows[k]["cf_effect"])
+    # measured candidates first by effect, the unmeasured keep the faithful order behind them
+    assert cf == measured + [k for k in ranked if k not in measured]
+    lh = rules.order("learned_heads", rows, ranked)
+    assert [rows[k]["attn_in_learned"] for k in lh] == sorted((rows[k]["attn_in_learned"] for k in ranked), reverse=True)
+
+
+def test_missing_or_nan_signal_keeps_faithful_order():
+    rng = np.random.default_rng()
+    ranked = [5, 2, 9]
+    rows = _rows(11, rng, learned=False)
+    rows[2]["cf_effect"] = math.nan
+    assert rules.order("counterfactual", rows, ranked) == ranked
+    assert rules.order("learned_heads", rows, ranked) == ranked
+    assert rules.order("earliest", rows, []) == []
+
+
+def test_unknown_rule_is_refused():
+    with pytest.raises(ValueError, match="unknown zero-training rule"):
+        rules.order("oracle", [], [1])
+
+
+def test_fallback_rule_from_weights_folder(tmp_path, caplog):
+    assert rules.fallback_rule(str(tmp_path)) == "faithful"  # nothing chosen: the paper method
+    (tmp_path / "fallback.json").write_text(json.dumps({"rule": "earliest"}))
+    assert rules.fallback_rule(str(tmp_path)) == "earliest"
+    (tmp_path / "fallback.json").write_text(json.dumps({"rule": "oracle"}))
+    assert rules.fallback_rule(str(tmp_path)) == "faithful"
+    assert "unknown rule" in caplog.text
+    assert rules.fallback_rule(None) in rules.RULES  # the packaged choice, whatever the benchmark shipped
+
+
+def test_stage_applies_the_fallback_rule_to_a_system_without_ranker(tmp_path):
+    """A log of a system no ranker was fitted on gets the rule of `fallback.json`: with "earliest" the verdict is
+    the earliest of the faithful candidates (tiny random model, so the faithful order is arbitrary)."""
+    import random
+
+    from masprism_batch.config import load_config
+    from masprism_batch.model import load_model
+    from masprism_batch.stages import attribute_traces
+    from masprism_batch.trace import Step, Trace
+
+    words = "plan search the file error retry tool answer check result failed timeout".split()
+    rng = random.Random()
+    traces = [Trace(trace_id=f"t{j}", source="a-system-in-none-of-the-data", question="q",
+                    steps=[Step(index=i, agent=rng.choice(["A", "B", "C"]),
+                                content=" ".join(rng.choice(words) for _ in range(rng.randint(3, 40))))
+                           for i in range(rng.randint(9, 16))]) for j in range(3)]
+    outs = {}
+    for rule in ("faithful", "earliest"):
+        folder = tmp_path / rule
+        folder.mkdir()
+        (folder / "fallback.json").write_text(json.dumps({"rule": rule}))
+        cfg = load_config(None, model__name="tiny-random", method__name="ranked", method__ranker_weights=str(folder))
+        model = load_model(cfg.model, cfg.signals)
+        outs[rule] = attribute_traces(traces, model, cfg)
+    for a, b in zip(outs["faithful"].attributions, outs["earliest"].attributions, strict=True):
+        cands = [c["step"] for c in a["candidates"]]
+        assert len(cands) > 1 and sorted(c["step"] for c in b["candidates"]) == sorted(cands)  # same candidates, reordered
+        assert b["pred_step"] == min(cands)
+        assert a["pred_step"] == cands[0]
+        steps = next(t for t in traces if t.trace_id == b["trace_id"]).steps
+        assert b["pred_agent"] == steps[b["pred_step"]].agent  # author of the blamed step
+    rows = [r for r in outs["earliest"].step_scores if r["final_rank"] == 1]
+    assert {(r["trace_id"], r["step"]) for r in rows} == {(a["trace_id"], a["pred_step"]) for a in outs["earliest"].attributions}
