@@ -32,6 +32,7 @@ from masprism_batch.eval import score_trail, score_who_and_when
 from masprism_batch.method import heads as hd
 from masprism_batch.method import masprism as mp
 from masprism_batch.method import ranker as rk
+from masprism_batch.method import rules as zr
 
 ROOT = Path(__file__).resolve().parents[1]
 log = logging.getLogger("bench_accuracy")
@@ -176,6 +177,37 @@ def pass1_rows(cases: list[Case]) -> dict[str, dict]:
     return out
 
 
+def rule_rows(cases: list[Case], rule: str) -> dict[str, dict]:
+    """A zero-training rule's verdict: its first candidate, blamed on that step's author."""
+    out = {}
+    for c in cases:
+        ranked = [int(k) for k in c.meta["ranking"]["ranked"]] or [c.meta["attribution"]["pred_step"]]
+        order = zr.order(rule, c.rows, ranked)
+        out[c.trace.trace_id] = {"trace_id": c.trace.trace_id, "pred_step": order[0],
+                                 "pred_agent": c.trace.steps[order[0]].agent,
+                                 "candidates": [{"step": i, "span_id": c.trace.steps[i].span_id} for i in order]}
+    return out
+
+
+def rules_loso(cases: list[Case], model_id: str) -> tuple[dict, dict[str, dict], dict[str, str]]:
+    """Every zero-training rule scored with head weights fitted without the system scored (learned_heads), and
+    the rule *chosen* by leave-one-system-out: for each system, the rule with the best headline mean on the
+    other three is scored on it. Returns (flat scores of the chosen rule, {rule: flat}, {held system: rule})."""
+    per_rule: dict[str, dict] = {r: {} for r in zr.RULES}
+    chosen_rows, picked = {}, {}
+    for held in sorted({c.system for c in cases}):
+        train = [c for c in cases if c.system != held]
+        test = [c for c in cases if c.system == held]
+        with_learned(cases, fit_heads(train, model_id))
+        preds = {r: rule_rows(cases, r) for r in zr.RULES}
+        best = max(zr.RULES, key=lambda r: (headline_mean(score(train, preds[r])[0]), r == "faithful"))
+        picked[held] = best
+        chosen_rows.update({c.trace.trace_id: preds[best][c.trace.trace_id] for c in test})
+        for r in zr.RULES:
+            per_rule[r].update({k: v for k, v in score(test, preds[r])[0].items() if k[0] == held})
+    return score(cases, chosen_rows)[0], per_rule, picked
+
+
 def score(cases: list[Case], rows: dict[str, dict]) -> tuple[dict, dict]:
     """{(system, metric): value} and {(system, baseline, metric): value}."""
     flat, base = {}, {}
@@ -262,6 +294,11 @@ def main() -> None:
         if metric_ok(system, metric) and metric != "n":
             out.append({"system": system, "method": f"baseline: {bname}", "protocol": "no training",
                         "metric": metric, "value": round(v, 4), "spread": ""})
+    rules_flat, per_rule, picked = rules_loso(cases, model_id)
+    for r, flat in per_rule.items():
+        emit(out, f"zero-training rule: {r}", "no training (learned heads: fitted without the system)", flat)
+    emit(out, "zero-training rule chosen by leave-one-system-out", "leave-one-system-out", rules_flat)
+    log.info("zero-training rule picked per held-out system: %s", picked)
     chosen = {}
     for rule in ("aggregate", "author"):  # the agent rule, by LOSO (agent labels: Who&When only)
         flat = loso(cases, rk.PORTABLE, args.l2, rule, model_id)
@@ -275,20 +312,37 @@ def main() -> None:
          loso(cases, rk.PORTABLE, args.l2, agent_rule, model_id, "candidates"))
     emit(out, "ranked, portable, L2 x10", "leave-one-system-out",
          loso(cases, rk.PORTABLE, args.l2 * 10, agent_rule, model_id))
-    kf = {}
+    kf, kf_flat = {}, {}
     for name, feats in (("ranked, portable features", rk.PORTABLE), ("ranked, all features (incl. turn-taking)", rk.FEATURES)):
         m, sd = kfold(cases, feats, args.l2, agent_rule, model_id)
         emit(out, name, "5-fold CV within system x3 seeds", m, sd)
         kf[name] = (feats, headline_mean(m))
+        kf_flat[name] = m
     # issue 13: whatever ranks steps uses only what any log has -> PORTABLE even for the dev systems (a log of
     # an unseen system in Who&When's own format is taken as one of its subsets by its fields); the
     # turn-taking features stay an ablation row
     known_name = "ranked, portable features"
     loso_ranker = headline_mean(loso(cases, rk.PORTABLE, args.l2, agent_rule, model_id))
-    faithful = headline_mean(score(cases, faithful_rows(cases))[0])
-    generic = loso_ranker > faithful
+    faithful_flat = score(cases, faithful_rows(cases))[0]
+    faithful = headline_mean(faithful_flat)
+    # a dev system gets its own ranker only where that ranker, held out within the system (5-fold), beat the
+    # faithful method on it; elsewhere its logs get the zero-training fallback like any unseen system
+    per_sys = {s: (headline_mean({k: v for k, v in kf_flat[known_name].items() if k[0] == s}),
+                   headline_mean({k: v for k, v in faithful_flat.items() if k[0] == s}))
+               for s in sorted({c.system for c in cases})}
+    ranked_systems = [s for s, (r, f) in per_sys.items() if r > f]
+    # the fallback for unseen systems: the rule best on all four systems, if choosing a rule that way held up
+    # under leave-one-system-out (scored on each system by the rule chosen without it); else faithful
+    rules_loso_mean = headline_mean(rules_flat)
+    with_learned(cases, fit_heads(cases, model_id))
+    best_all = max(zr.RULES, key=lambda r: (headline_mean(score(cases, rule_rows(cases, r))[0]), r == "faithful"))
+    fallback = best_all if rules_loso_mean > faithful else "faithful"
+    zero = max(faithful, rules_loso_mean)
+    generic = loso_ranker > zero
     policy = {"known": known_name, "known_kfold": kf[known_name][1], "generic_ranker": generic,
-              "loso_ranker": loso_ranker, "faithful": faithful, "agent_rule": agent_rule}
+              "loso_ranker": loso_ranker, "faithful": faithful, "agent_rule": agent_rule,
+              "fallback_rule": fallback, "rules_loso": rules_loso_mean, "rules_picked": picked,
+              "ranked_systems": ranked_systems, "per_system_kfold_vs_faithful": per_sys}
     log.info("policy: %s", policy)
     heads_rows = []
     for held in sorted({c.system for c in cases}):
@@ -318,8 +372,8 @@ def _fitted(cases) -> list[str]:
 
 
 def train_weights(cases, args, policy, model_id, out) -> None:
-    """Ship what the protocols chose: head weights (label-free, all logs), one ranker per dev system (the
-    k-fold-chosen features) and a generic ranker for unseen systems only if it beat the faithful method under
+    """Ship what the protocols chose: head weights (label-free, all logs), one ranker per dev system where
+    it beat the faithful method held out within the system (5-fold) and a generic ranker for unseen systems only if it beat the faithful method under
     leave-one-system-out (else unseen systems get the zero-training method)."""
     wdir = ROOT / "masprism_batch" / "method" / "weights"
     hw = fit_heads(cases, model_id)
@@ -333,12 +387,19 @@ def train_weights(cases, args, policy, model_id, out) -> None:
     rows = {}
     for system in sorted({c.system for c in cases}):
         sub = [c for c in cases if c.system == system]
+        if system not in policy["ranked_systems"]:  # no ranker shipped: the fallback rule, as in the stage
+            rows.update(rule_rows(sub, policy["fallback_rule"]))
+            continue
         m = fit_ranker(sub, feats, args.l2)
         (wdir / f"ranker-{rk.system_slug(system)}.json").write_text(
             m.to_json(system=system, fitted_on=_fitted(sub), **meta) + "\n")
         rows.update(predict(m, sub, policy["agent_rule"]))
     emit(out, "ranked (packaged per-system weights)", "in-sample: trained on these cases (optimistic)",
          score(cases, rows)[0])
+    (wdir / "fallback.json").write_text(json.dumps(
+        {"rule": policy["fallback_rule"], "chosen_by": "bench_accuracy.py: leave-one-system-out over the dev systems",
+         "loso_headline_mean": round(policy["rules_loso"], 4), "faithful_headline_mean": round(policy["faithful"], 4),
+         "date": meta["date"]}, indent=1) + "\n")
     if policy["generic_ranker"]:
         m = fit_ranker(cases, rk.PORTABLE, args.l2)
         (wdir / "ranker.json").write_text(m.to_json(system="*", fitted_on=_fitted(cases), **meta) + "\n")
