@@ -394,8 +394,12 @@ def train_weights(cases, args, policy, model_id, out) -> None:
         (wdir / f"ranker-{rk.system_slug(system)}.json").write_text(
             m.to_json(system=system, fitted_on=_fitted(sub), **meta) + "\n")
         rows.update(predict(m, sub, policy["agent_rule"]))
-    emit(out, "ranked (packaged per-system weights)", "in-sample: trained on these cases (optimistic)",
-         score(cases, rows)[0])
+    for system in sorted({c.system for c in cases}):  # what `eval` prints on the dev data with these weights
+        shipped = system in policy["ranked_systems"]
+        emit(out, "shipped default (packaged weights)",
+             "in-sample: ranker trained on these cases (optimistic)" if shipped else
+             f"no ranker shipped: zero-training rule {policy['fallback_rule']} (rule chosen by LOSO)",
+             {k: v for k, v in score(cases, rows)[0].items() if k[0] == system})
     (wdir / "fallback.json").write_text(json.dumps(
         {"rule": policy["fallback_rule"], "chosen_by": "bench_accuracy.py: leave-one-system-out over the dev systems",
          "loso_headline_mean": round(policy["rules_loso"], 4), "faithful_headline_mean": round(policy["faithful"], 4),
