@@ -204,6 +204,27 @@ def backends(*only: str) -> list[str]:
     return [b for b in out if not only or b in only]
 
 
+def backend_params(*only: str) -> list:
+    """For parametrize: the available backends, and each unavailable one as a skipped case that says why
+    (triton without CUDA runs in a TRITON_INTERPRET=1 subprocess: see run_triton_cases)."""
+    import pytest
+
+    from masprism_batch import signals
+
+    have = backends(*only)
+    out = []
+    for b in [b for b in ("torch", "cpp", "triton") if not only or b in only]:
+        if b in have:
+            out.append(b)
+            continue
+        why = signals.cpp_available() if b == "cpp" else signals.triton_available()
+        reason = (f"{b} backend unavailable here: {why}" if why is not None else
+                  "triton without CUDA needs TRITON_INTERPRET=1 at import: these cases run in the interpreter "
+                  "subprocess of run_triton_cases (test_triton_cases_in_interpreter_subprocess)")
+        out.append(pytest.param(b, marks=pytest.mark.skip(reason=reason)))
+    return out
+
+
 def device_of(backend: str) -> str:
     return "cuda" if backend == "triton" and torch.cuda.is_available() else "cpu"
 

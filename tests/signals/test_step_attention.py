@@ -14,6 +14,7 @@ import torch
 from signals_oracle import (
     TOL,
     assert_close,
+    backend_params,
     backends,
     check_attention,
     dense_step_attention,
@@ -75,7 +76,7 @@ def test_matches_dense_oracle(backend, lengths, hq, hk, d, pattern, dtype):
     check_attention(c, got, TOL[dtype])
 
 
-@pytest.mark.parametrize("backend", backends("torch", "cpp"))
+@pytest.mark.parametrize("backend", backend_params("torch", "cpp"))
 def test_bf16_inputs_accumulate_in_fp32(backend):
     c = make_attn_case([123, 47], 8, 2, 64, torch.bfloat16, new_seed(), "ragged")
     got = _call(c, backend)
@@ -83,7 +84,7 @@ def test_bf16_inputs_accumulate_in_fp32(backend):
     check_attention(c, got, TOL[torch.bfloat16])
 
 
-@pytest.mark.parametrize("backend", backends("triton"))
+@pytest.mark.parametrize("backend", backend_params("triton"))
 def test_triton_long_odd_sequence(backend):
     """T = 1023 with several query blocks per sequence (the launcher itself); one head pair keeps the
     interpreter quick. torch and cpp take T = 1023 in test_matches_dense_oracle."""
@@ -94,14 +95,14 @@ def test_triton_long_odd_sequence(backend):
     check_attention(c, got, TOL[torch.float32])
 
 
-@pytest.mark.parametrize("backend", BACKENDS)
+@pytest.mark.parametrize("backend", backend_params())
 def test_mass_is_deterministic(backend):
     c = make_attn_case([123, 47], 4, 2, 64, torch.float32, new_seed(), "ragged", device=device_of(backend))
     a, b = _call(c, backend)[2], _call(c, backend)[2]
     assert torch.equal(a, b), "deterministic ownership: two runs must be bit-identical"
 
 
-@pytest.mark.parametrize("backend", backends("cpp"))
+@pytest.mark.parametrize("backend", backend_params("cpp"))
 def test_mass_independent_of_thread_count(backend):
     c = make_attn_case([123, 47], 8, 2, 64, torch.float32, new_seed(), "ragged")
     threads = torch.get_num_threads()
@@ -130,7 +131,7 @@ def _raw_args(c, backend, per_head=False):
     return args + ((per_head,) if backend == "triton" else ())
 
 
-@pytest.mark.parametrize("backend", backends("cpp", "triton"))
+@pytest.mark.parametrize("backend", backend_params("cpp", "triton"))
 def test_raw_outputs_fully_defined(backend):
     """The registered op's own allocations (not only the copy into `out`): padding of shorter sequences is 0."""
     c = make_attn_case([47, 123, 1], 4, 2, 64, torch.float32, new_seed(), "ragged", device=device_of(backend))
@@ -140,7 +141,7 @@ def test_raw_outputs_fully_defined(backend):
         assert not mass[b, n:].any() and not mass[b, :, n:].any()
 
 
-@pytest.mark.parametrize("backend", backends("triton"))
+@pytest.mark.parametrize("backend", backend_params("triton"))
 def test_triton_launcher_writes_every_element_of_out(backend):
     """The launcher writes straight into `out` (the registered op allocates fresh tensors): every element of
     poisoned (o, lse, mass) is overwritten with the oracle's values."""
@@ -160,7 +161,7 @@ def test_opcheck(backend, per_head):
     torch.library.opcheck(_raw_op(backend).default, _raw_args(c, backend, per_head))
 
 
-@pytest.mark.parametrize("backend", BACKENDS)
+@pytest.mark.parametrize("backend", backend_params())
 def test_noncontiguous_steps(backend):
     """Step ids that come back after another step (allowed by the API, never produced by render): on triton
     the kernel's read-modify-write path for a step it already stored must still give the oracle's mass."""
@@ -257,7 +258,7 @@ def _err(got, want, rows=None):
 
 
 @pytest.mark.parametrize("dtype", LOW_DTYPES)
-@pytest.mark.parametrize("backend", backends("triton"))
+@pytest.mark.parametrize("backend", backend_params("triton"))
 def test_16bit_qwen3_shapes_within_2x_plain(backend, dtype):
     # 200 tokens = two 128-row query blocks, the second with unmasked key tiles; ragged pack with a 1-token sequence
     c = make_attn_case([200, 47, 1], QWEN3["hq"], QWEN3["hk"], QWEN3["d"], dtype, new_seed(), "ragged",
@@ -294,7 +295,7 @@ def test_reference_small_score_budget_gives_same_mass(monkeypatch):
 
 
 # ---- dispatch -----------------------------------------------------------------------------------------------------
-@pytest.mark.parametrize("backend", BACKENDS)
+@pytest.mark.parametrize("backend", backend_params())
 def test_bad_inputs_raise_clear_errors(backend):
     c = make_attn_case([47], 4, 2, 64, torch.float32, new_seed(), device=device_of(backend))
     with pytest.raises(ValueError, match="Hq % Hk"):

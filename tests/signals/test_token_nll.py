@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import pytest
 import torch
-from signals_oracle import TOL, backends, dense_nll, device_of, make_nll_case, new_seed, run_triton_cases
+from signals_oracle import TOL, backend_params, backends, dense_nll, device_of, make_nll_case, new_seed, run_triton_cases
 
 from masprism_batch import signals
 from masprism_batch.signals import reference
@@ -46,7 +46,7 @@ def test_matches_dense_oracle(backend, T, d, V, dtype):
                                msg=lambda m: f"{m} seed={seed}")
 
 
-@pytest.mark.parametrize("backend", backends("torch", "cpp"))
+@pytest.mark.parametrize("backend", backend_params("torch", "cpp"))
 def test_bf16_weight_accumulates_in_fp32(backend):
     seed = new_seed()
     hidden, weight, targets = make_nll_case(64, 64, 9001, torch.bfloat16, seed)
@@ -55,7 +55,7 @@ def test_bf16_weight_accumulates_in_fp32(backend):
                                atol=TOL[torch.bfloat16]["nll"], equal_nan=True, msg=lambda m: f"{m} seed={seed}")
 
 
-@pytest.mark.parametrize("backend", backends("cpp"))
+@pytest.mark.parametrize("backend", backend_params("cpp"))
 def test_cpp_backend_is_the_reference(backend):
     """No C++ NLL kernel is kept (it did not beat the reference); the cpp backend must still be correct."""
     hidden, weight, targets = make_nll_case(47, 64, 1237, torch.float32, new_seed())
@@ -67,7 +67,7 @@ def test_cpp_backend_is_the_reference(backend):
 
 
 @pytest.mark.parametrize("T,d,V,n_split", [(47, 64, 1237, None), (123, 96, 2053, 3)])
-@pytest.mark.parametrize("backend", backends("triton"))
+@pytest.mark.parametrize("backend", backend_params("triton"))
 def test_triton_launcher_vocab_split(backend, T, d, V, n_split):
     """The launcher itself, with the automatic and a forced vocabulary split, writing into poisoned `out`."""
     from masprism_batch.kernels import token_nll as tk
@@ -82,7 +82,7 @@ def test_triton_launcher_vocab_split(backend, T, d, V, n_split):
                                atol=TOL[torch.float32]["nll"], equal_nan=True, msg=lambda m: f"{m} seed={seed}")
 
 
-@pytest.mark.parametrize("backend", backends("triton"))
+@pytest.mark.parametrize("backend", backend_params("triton"))
 def test_opcheck(backend):
     from masprism_batch.signals import triton  # noqa: F401  (registers torch.ops.masprism_triton.*)
 
@@ -102,7 +102,7 @@ LOW_DTYPES = [torch.float16] + ([torch.bfloat16] if torch.cuda.is_available() el
 
 
 @pytest.mark.parametrize("dtype", LOW_DTYPES)
-@pytest.mark.parametrize("backend", backends("triton"))
+@pytest.mark.parametrize("backend", backend_params("triton"))
 def test_16bit_qwen3_vocab_within_2x_plain(backend, dtype):
     """Qwen3-0.6B's vocabulary V = 151,936 (1,187 online-LSE rescales per token at BLOCK_V = 128) at a reduced
     T = 37 and a reduced hidden size d = 200 (odd against every BLOCK_D: the masked tail). The interpreter
@@ -135,7 +135,7 @@ def test_16bit_qwen3_vocab_within_2x_plain(backend, dtype):
 
 
 # ---- dispatch -----------------------------------------------------------------------------------------------------
-@pytest.mark.parametrize("backend", BACKENDS)
+@pytest.mark.parametrize("backend", backend_params())
 def test_bad_inputs_raise_clear_errors(backend):
     h, w, t = make_nll_case(8, 16, 50, torch.float32, new_seed(), device=device_of(backend))
     t[3] = 50
