@@ -73,16 +73,16 @@ def write_markdown(path: Path, rows, cases, heads_rows, policy, chosen, cfg, arg
                     f"{_cell(rows, s, 'baseline: random', 'no training', 'step_top1')}; agent: most active "
                     f"{_cell(rows, s, 'baseline: majority_agent', 'no training', 'agent')}")
         lines.append(f"| {s} | " + " | ".join(cells) + f" | {base} |")
-    fb = policy.get("fallback_rule", "faithful")
+    fb = policy["fallback_rule"]
     unseen = ("the generic ranker (LOSO row)" if policy["generic_ranker"] else
               f"the zero-training rule `{fb}` (`masprism_batch/method/rules.py`)")
-    ranked_sys = policy.get("ranked_systems", [])
+    ranked_sys = policy["ranked_systems"]
     ranked = ", ".join(ranked_sys) if ranked_sys else "no system"
     per_sys = "; ".join(f"{k}: {r:.3f} vs {f:.3f}" for k, (r, f) in
-                        sorted(policy.get("per_system_kfold_vs_faithful", {}).items()))
-    rest = [k for k in policy.get("per_system_kfold_vs_faithful", {}) if k not in ranked_sys]
+                        sorted(policy["per_system_kfold_vs_faithful"].items()))
+    rest = [k for k in policy["per_system_kfold_vs_faithful"] if k not in ranked_sys]
     others = f" (dev systems included: {', '.join(sorted(rest))})" if rest else ""
-    picked = ", ".join(f"{k}: {v}" for k, v in sorted(policy.get("rules_picked", {}).items()))
+    picked = ", ".join(f"{k}: {v}" for k, v in sorted(policy["rules_picked"].items()))
     lines += ["", f"Agent rule chosen by leave-one-system-out on the Who&When systems: **{agent_rule}** "
               f"(mean LOSO agent accuracy: " + ", ".join(f"{k} {v:.3f}" for k, v in chosen.items()) + ").", "",
               "**What the shipped default does** (`--method ranked`), as these protocols chose it: a log of "
@@ -91,7 +91,7 @@ def write_markdown(path: Path, rows, cases, heads_rows, policy, chosen, cfg, arg
               f"({per_sys}); a log of any other system{others} gets "
               f"{unseen}: under leave-one-system-out the portable ranker's mean headline was "
               f"{policy['loso_ranker']:.3f} against the faithful method's {policy['faithful']:.3f} and "
-              f"{policy.get('rules_loso', float('nan')):.3f} for a zero-training rule chosen without the system "
+              f"{policy['rules_loso']:.3f} for a zero-training rule chosen without the system "
               f"scored (rule picked per held-out system: {picked}). The fallback is the rule best on all four "
               "systems if choosing that way beat the faithful method under leave-one-system-out, else the faithful "
               "method. The agent is the author of the blamed step.", ""]

@@ -22,7 +22,6 @@ import datetime as dt
 import hashlib
 import json
 import logging
-import platform
 from pathlib import Path
 
 import numpy as np
@@ -312,12 +311,11 @@ def main() -> None:
          loso(cases, rk.PORTABLE, args.l2, agent_rule, model_id, "candidates"))
     emit(out, "ranked, portable, L2 x10", "leave-one-system-out",
          loso(cases, rk.PORTABLE, args.l2 * 10, agent_rule, model_id))
-    kf, kf_flat = {}, {}
+    kf = {}  # name -> 5-fold flat scores
     for name, feats in (("ranked, portable features", rk.PORTABLE), ("ranked, all features (incl. turn-taking)", rk.FEATURES)):
         m, sd = kfold(cases, feats, args.l2, agent_rule, model_id)
         emit(out, name, "5-fold CV within system x3 seeds", m, sd)
-        kf[name] = (feats, headline_mean(m))
-        kf_flat[name] = m
+        kf[name] = m
     # issue 13: whatever ranks steps uses only what any log has -> PORTABLE even for the dev systems (a log of
     # an unseen system in Who&When's own format is taken as one of its subsets by its fields); the
     # turn-taking features stay an ablation row
@@ -327,7 +325,7 @@ def main() -> None:
     faithful = headline_mean(faithful_flat)
     # a dev system gets its own ranker only where that ranker, held out within the system (5-fold), beat the
     # faithful method on it; elsewhere its logs get the zero-training fallback like any unseen system
-    per_sys = {s: (headline_mean({k: v for k, v in kf_flat[known_name].items() if k[0] == s}),
+    per_sys = {s: (headline_mean({k: v for k, v in kf[known_name].items() if k[0] == s}),
                    headline_mean({k: v for k, v in faithful_flat.items() if k[0] == s}))
                for s in sorted({c.system for c in cases})}
     ranked_systems = [s for s, (r, f) in per_sys.items() if r > f]
@@ -339,7 +337,7 @@ def main() -> None:
     fallback = best_all if rules_loso_mean > faithful else "faithful"
     zero = max(faithful, rules_loso_mean)
     generic = loso_ranker > zero
-    policy = {"known": known_name, "known_kfold": kf[known_name][1], "generic_ranker": generic,
+    policy = {"known": known_name, "known_kfold": headline_mean(kf[known_name]), "generic_ranker": generic,
               "loso_ranker": loso_ranker, "faithful": faithful, "agent_rule": agent_rule,
               "fallback_rule": fallback, "rules_loso": rules_loso_mean, "rules_picked": picked,
               "ranked_systems": ranked_systems, "per_system_kfold_vs_faithful": per_sys}
@@ -372,9 +370,9 @@ def _fitted(cases) -> list[str]:
 
 
 def train_weights(cases, args, policy, model_id, out) -> None:
-    """Ship what the protocols chose: head weights (label-free, all logs), one ranker per dev system where
-    it beat the faithful method held out within the system (5-fold) and a generic ranker for unseen systems only if it beat the faithful method under
-    leave-one-system-out (else unseen systems get the zero-training method)."""
+    """Ship what the protocols chose: head weights (label-free, all logs), one ranker per dev system where it
+    beat the faithful method held out within that system (5-fold), the zero-training fallback rule, and a generic
+    ranker for unseen systems only if it beat the zero-training methods under leave-one-system-out."""
     wdir = ROOT / "masprism_batch" / "method" / "weights"
     hw = fit_heads(cases, model_id)
     if hw is not None:
@@ -394,12 +392,12 @@ def train_weights(cases, args, policy, model_id, out) -> None:
         (wdir / f"ranker-{rk.system_slug(system)}.json").write_text(
             m.to_json(system=system, fitted_on=_fitted(sub), **meta) + "\n")
         rows.update(predict(m, sub, policy["agent_rule"]))
-    for system in sorted({c.system for c in cases}):  # what `eval` prints on the dev data with these weights
-        shipped = system in policy["ranked_systems"]
+    shipped = score(cases, rows)[0]  # what `eval` prints on the dev data with these weights
+    for system in sorted({c.system for c in cases}):
         emit(out, "shipped default (packaged weights)",
-             "in-sample: ranker trained on these cases (optimistic)" if shipped else
+             "in-sample: ranker trained on these cases (optimistic)" if system in policy["ranked_systems"] else
              f"no ranker shipped: zero-training rule {policy['fallback_rule']} (rule chosen by LOSO)",
-             {k: v for k, v in score(cases, rows)[0].items() if k[0] == system})
+             {k: v for k, v in shipped.items() if k[0] == system})
     (wdir / "fallback.json").write_text(json.dumps(
         {"rule": policy["fallback_rule"], "chosen_by": "bench_accuracy.py: leave-one-system-out over the dev systems",
          "loso_headline_mean": round(policy["rules_loso"], 4), "faithful_headline_mean": round(policy["faithful"], 4),

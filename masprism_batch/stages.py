@@ -10,9 +10,9 @@ from __future__ import annotations
 
 import logging
 import time
-from functools import lru_cache
 from dataclasses import dataclass, field
 from datetime import datetime, timezone
+from functools import lru_cache
 
 import numpy as np
 

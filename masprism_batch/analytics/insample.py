@@ -14,15 +14,12 @@ import functools
 import hashlib
 import json
 import logging
-from importlib.resources import files
 from pathlib import Path
+
+from ..method import weights_dir
 
 log = logging.getLogger(__name__)
 RANKED = "ranked"
-
-
-def weights_dir() -> Path:
-    return Path(str(files("masprism_batch") / "method" / "weights"))
 
 
 def _prefixes(v) -> list[str]:

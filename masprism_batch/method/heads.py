@@ -18,6 +18,8 @@ from pathlib import Path
 
 import numpy as np
 
+from . import weights_dir
+
 log = logging.getLogger(__name__)
 
 
@@ -79,10 +81,8 @@ _CACHE: dict[str, HeadWeights | None] = {}
 
 
 def packaged_path(model_id: str) -> Path:
-    from importlib.resources import files
-
     safe = "".join(ch if ch.isalnum() or ch in "-_." else "_" for ch in model_id)[:80]
-    return Path(str(files("masprism_batch") / "method" / "weights" / f"heads-{safe}.json"))
+    return weights_dir() / f"heads-{safe}.json"
 
 
 def load_for(cfg, model) -> HeadWeights | None:

@@ -19,6 +19,7 @@ from pathlib import Path
 import numpy as np
 
 from ..trace import Trace
+from . import weights_dir
 
 FEATURES = [
     "rel_pos", "log_index", "is_first", "is_last", "nll1_z", "nll2_z", "h_norm", "attn_in_norm",
@@ -176,36 +177,6 @@ def agent_scores(trace: Trace, probs: np.ndarray) -> dict[str, float]:
     return {names[k]: v for k, v in out.items()}
 
 
-def family(trace: Trace) -> str:
-    """'spans' for span-tree logs (TRAIL, OTel: steps carry span ids), else 'chat'. Each has its own weights."""
-    return "spans" if any(s.span_id for s in trace.steps) else "chat"
-
-
-_CACHE: dict[str, Ranker] = {}
-
-
-def load_ranker(path: str | None, fam: str) -> Ranker:
-    """Weights from `path` (a JSON file, or a directory holding ranker-<family>.json or one ranker.json for
-    every family), else the packaged ones (one ranker for all logs: chosen by leave-one-system-out)."""
-    if path is None:
-        from importlib.resources import files
-
-        folder = Path(str(files("masprism_batch") / "method" / "weights"))
-    else:
-        folder = Path(path)
-    target = folder
-    if folder.is_dir():
-        target = folder / f"ranker-{fam}.json"
-        if not target.is_file():
-            target = folder / "ranker.json"
-    key = str(target)
-    if key not in _CACHE:
-        if not target.is_file():
-            raise FileNotFoundError(f"ranker weights not found: {target} (train them with benchmarks/bench_accuracy.py)")
-        _CACHE[key] = Ranker.load(target)
-    return _CACHE[key]
-
-
 def system_slug(source: str) -> str:
     return "".join(ch if ch.isalnum() or ch in "-_." else "_" for ch in (source or "unknown"))[:120]
 
@@ -219,9 +190,7 @@ def ranker_for(path: str | None, trace: Trace) -> Ranker | None:
     benchmarks/bench_accuracy.py from leave-one-system-out results (docs/results.md).
     """
     if path is None:
-        from importlib.resources import files
-
-        folder = Path(str(files("masprism_batch") / "method" / "weights"))
+        folder = weights_dir()
     else:
         folder = Path(path)
         if folder.is_file():
@@ -232,6 +201,9 @@ def ranker_for(path: str | None, trace: Trace) -> Ranker | None:
         if target.is_file():
             return _cached(target)
     return None
+
+
+_CACHE: dict[str, Ranker] = {}
 
 
 def _cached(target: Path) -> Ranker:

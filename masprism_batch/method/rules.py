@@ -19,6 +19,8 @@ import logging
 import math
 from pathlib import Path
 
+from . import weights_dir
+
 log = logging.getLogger(__name__)
 RULES = ("faithful", "earliest", "counterfactual", "learned_heads")
 
@@ -46,13 +48,7 @@ def order(rule: str, rows: list[dict], ranked: list[int]) -> list[int]:
 def fallback_rule(path: str | None) -> str:
     """The rule for logs no ranker was fitted on: `fallback.json` in the weights folder (`path`, default the
     packaged one) as bench_accuracy.py --train-weights chose it; "faithful" when there is none."""
-    if path is None:
-        from importlib.resources import files
-
-        folder = Path(str(files("masprism_batch") / "method" / "weights"))
-    else:
-        folder = Path(path)
-    target = folder / "fallback.json"
+    target = (weights_dir() if path is None else Path(path)) / "fallback.json"
     if not target.is_file():
         return "faithful"
     rule = json.loads(target.read_text(encoding="utf-8")).get("rule", "faithful")

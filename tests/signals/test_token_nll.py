@@ -12,7 +12,16 @@ from __future__ import annotations
 
 import pytest
 import torch
-from signals_oracle import TOL, backend_params, backends, dense_nll, device_of, make_nll_case, new_seed, run_triton_cases
+from signals_oracle import (
+    TOL,
+    backend_params,
+    backends,
+    dense_nll,
+    device_of,
+    make_nll_case,
+    new_seed,
+    run_triton_cases,
+)
 
 from masprism_batch import signals
 from masprism_batch.signals import reference
