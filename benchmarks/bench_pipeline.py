@@ -34,7 +34,7 @@ from pathlib import Path
 
 import numpy as np
 import psutil
-from masprism_batch.pipelines.stages import Stages
+from masprism_batch.pipelines.stages import load_model
 
 WORDS = ("search the web for the answer then check file result error tool agent plan code run test value "
          "table list count step reply user system report final number name date page link query data").split()
@@ -66,13 +66,15 @@ class _SyntheticSignalModel:
         self.tokenizer, self.max_context = model.tokenizer, model.max_context
         self.model_id = f"{model.model_id}+synthetic-signals"
 
-    def signals(self, seqs, step_ids):
+    def signals(self, seqs, step_ids, n_steps=None, **_):
+        """Per sequence: random NLL and a causal row-stochastic step attention (no per-head signals, no K/V:
+        the method then skips the features that need them)."""
         from masprism_batch.model import SeqSignals
 
         out = []
-        for ids, sids in zip(seqs, step_ids, strict=True):
+        for k, (ids, sids) in enumerate(zip(seqs, step_ids, strict=True)):
             rng = np.random.default_rng(zlib.crc32(np.asarray(ids[:256], dtype=np.int64).tobytes()))
-            n = max(sids) + 1
+            n = n_steps[k] if n_steps is not None else max(sids) + 1
             nll = (rng.random(len(ids), dtype=np.float32) * 6).astype(np.float32)
             nll[0] = np.nan
             attn = np.tril(rng.random((n, n), dtype=np.float32))
@@ -81,9 +83,9 @@ class _SyntheticSignalModel:
         return out
 
 
-class SyntheticSignalStages(Stages):
-    def load_model(self, cfg):
-        return _SyntheticSignalModel(super().load_model(cfg))
+def synthetic_model(cfg):
+    """The engines' `load_model`: the real model's tokenizer and context, synthetic signals."""
+    return _SyntheticSignalModel(load_model(cfg))
 
 
 def _child(argv: list[str]) -> None:
@@ -95,12 +97,13 @@ def _child(argv: list[str]) -> None:
     corpus, outdir, engine, workers, model = argv
     cfg = load_config(None, model__name=model)
     if engine == "local":
-        run_local([corpus], outdir, cfg, stages=SyntheticSignalStages(), progress=False)
+        run_local([corpus], outdir, cfg, load_model=synthetic_model, progress=False)
     else:
         import ray.cloudpickle
 
         ray.cloudpickle.register_pickle_by_value(sys.modules[__name__])  # Ray workers cannot import this script
-        run_ray([corpus], outdir, cfg, workers=int(workers), stages=SyntheticSignalStages(), progress=False)
+        run_ray([corpus], outdir, cfg, workers=int(workers), load_model=synthetic_model,
+                progress=False)
 
 
 def _sample(proc: psutil.Process, peak: dict, stop: threading.Event) -> None:

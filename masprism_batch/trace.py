@@ -7,7 +7,7 @@ ingest speaks the same types whether the trace came from a file or a Parquet dat
 from __future__ import annotations
 
 import json
-from dataclasses import asdict, dataclass, field
+from dataclasses import dataclass, field, fields
 from datetime import datetime
 from typing import Any
 
@@ -44,13 +44,16 @@ class Trace:
     metadata: dict[str, Any] = field(default_factory=dict)
 
     def to_row(self) -> dict[str, Any]:
+        """The one row encoder (ingest, staging, packs). Fields are read, not `asdict`-copied: the deep copy
+        was a third of ingest time on real data, and the row is serialised at once."""
+        labels = self.labels
         return {
             "trace_id": self.trace_id,
             "source": self.source,
             "system": self.system,
             "question": self.question,
-            "steps": [asdict(s) for s in self.steps],
-            "labels": asdict(self.labels) if self.labels is not None else None,
+            "steps": [{k: getattr(s, k) for k in _STEP_FIELDS} for s in self.steps],
+            "labels": None if labels is None else {k: getattr(labels, k) for k in _LABEL_FIELDS},
             "metadata": json.dumps(self.metadata, ensure_ascii=False, default=str),
         }
 
@@ -71,3 +74,7 @@ class Trace:
     @property
     def agents(self) -> list[str | None]:
         return [s.agent for s in self.steps]
+
+
+_STEP_FIELDS = tuple(f.name for f in fields(Step))
+_LABEL_FIELDS = tuple(f.name for f in fields(Labels))

@@ -21,7 +21,7 @@ from masprism_batch.io import OutdirLock
 from .driver import Committer, RunSummary, resume_config
 from .plan import plan_inputs
 from .select import Selection
-from .stages import PACK_CRASHES_BEFORE_ONE_BY_ONE, CrashGuard, FileLedger, Stages
+from .stages import PACK_CRASHES_BEFORE_ONE_BY_ONE, CrashGuard, FileLedger, attribute_traces, load_model
 from .work import attribute_pack, prepare_shard
 
 log = logging.getLogger(__name__)
@@ -36,36 +36,34 @@ def _guard(ledger: FileLedger, key: str) -> CrashGuard | None:
     return CrashGuard(ledger.begin, ledger.done, key + "/")
 
 
-def run_local(inputs: list[str], outdir: str | Path, cfg: PipelineConfig, *, fmt: str = "auto",
-              stages: Stages | None = None, model=None, progress: bool = True,
-              select: Selection | None = None) -> RunSummary:
+def run_local(inputs: list[str], outdir: str | Path, cfg: PipelineConfig, *, fmt: str = "auto", model=None,
+              progress: bool = True, select: Selection | None = None, load_model=load_model,
+              attribute=attribute_traces) -> RunSummary:
     """Attribute every trace of `inputs` into OUTDIR (resumable; see docs/scale-out.md).
 
-    `model` lets a caller that already holds a loaded PrefillModel reuse it. Raises `io.OutdirLocked` (a
-    ValueError) when another live run holds OUTDIR.
+    `model` lets a caller that already holds a loaded PrefillModel reuse it; else `load_model(cfg)` loads it
+    (only when a shard is pending). `attribute(traces, model, cfg, renders)`: the model stage on one pack.
+    Raises `io.OutdirLocked` (a ValueError) when another live run holds OUTDIR.
     """
-    stages = stages or Stages()
     outdir = Path(outdir)
     with OutdirLock(outdir, "run --engine local") as lock:
         cfg = resume_config(outdir, cfg)
-        plan = plan_inputs(list(inputs), outdir, fmt, cfg.engine.traces_per_shard, stages, cfg.ingest,
-                           select)
+        plan = plan_inputs(list(inputs), outdir, fmt, cfg.engine.traces_per_shard, cfg.ingest, select)
         committer = Committer(outdir, cfg, plan, "local", 1, progress=progress, lock=lock)
         extra: dict = {"seconds_model_load": 0.0}
         if committer.pending:
             if model is None:
                 t0 = time.perf_counter()
-                model = stages.load_model(cfg)
+                model = load_model(cfg)
                 extra["seconds_model_load"] = round(time.perf_counter() - t0, 3)
             extra["model_id"] = getattr(model, "model_id", None)
             ledger = FileLedger(outdir / LEDGER_NAME)
             for shard in committer.pending:
                 key = f"{shard.shard_id}/prepare"
-                tasks = prepare_shard(shard, model.tokenizer, model.max_context, cfg, stages,
-                                      guard=_guard(ledger, key))
+                tasks = prepare_shard(shard, model.tokenizer, model.max_context, cfg, guard=_guard(ledger, key))
                 ledger.done(key)
                 for task in tasks:
                     pkey = f"{task['shard_id']}/{task['pack_index']}"
-                    committer.add(attribute_pack(task, model, cfg, stages, guard=_guard(ledger, pkey)))
+                    committer.add(attribute_pack(task, model, cfg, guard=_guard(ledger, pkey), attribute=attribute))
                     ledger.done(pkey)
         return committer.finish(extra)

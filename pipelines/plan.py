@@ -30,7 +30,6 @@ from masprism_batch.schema import error_row
 from masprism_batch.trace import Trace
 
 from .select import Selection
-from .stages import Stages
 
 log = logging.getLogger(__name__)
 
@@ -106,7 +105,7 @@ def _staged_rows(staging: Path) -> dict[str, int]:
             for d in ("traces", "errors") for f in sorted((staging / d).glob("part-*.parquet"))}
 
 
-def stage_raw(inputs: list[str], staging: Path, fmt: str, stages: Stages, traces_per_shard: int,
+def stage_raw(inputs: list[str], staging: Path, fmt: str, traces_per_shard: int,
               limits: IngestConfig | None = None, select: Selection | None = None) -> None:
     """Stream raw inputs through ingest into a canonical dataset, once (a completed staging is reused).
 
@@ -137,7 +136,9 @@ def stage_raw(inputs: list[str], staging: Path, fmt: str, stages: Stages, traces
     traces = DatasetWriter(partial / "traces", schema.TRACES, rows_per_part=traces_per_shard, prefix="part")
     errors = DatasetWriter(partial / "errors", schema.ERRORS, rows_per_part=4096, prefix="part")
     n, buffered = 0, 0
-    for t in select.apply(stages.read_inputs(list(inputs), fmt, errors.write, limits=limits)):
+    from masprism_batch import ingest
+
+    for t in select.apply(ingest.read_inputs(list(inputs), fmt=fmt, on_error=errors.write, limits=limits)):
         traces.write(t.to_row())
         n += 1
         buffered += sum(len(s.content or "") for s in t.steps)
@@ -152,7 +153,7 @@ def stage_raw(inputs: list[str], staging: Path, fmt: str, stages: Stages, traces
     log.info("staged %d traces (%d rejected) from %d input(s)", n, errors.rows_written, len(inputs))
 
 
-def plan_inputs(inputs: list[str], outdir: Path, fmt: str, traces_per_shard: int, stages: Stages,
+def plan_inputs(inputs: list[str], outdir: Path, fmt: str, traces_per_shard: int,
                 limits: IngestConfig | None = None, select: Selection | None = None) -> InputPlan:
     """Shards of `inputs`; a `select` other than everything stages even canonical input (it is applied there)."""
     from masprism_batch.ingest import ingest_state
@@ -172,7 +173,7 @@ def plan_inputs(inputs: list[str], outdir: Path, fmt: str, traces_per_shard: int
     ingest_errors = None
     if staged:
         staging = outdir / "_staging"
-        stage_raw(inputs, staging, fmt, stages, traces_per_shard, limits, select)
+        stage_raw(inputs, staging, fmt, traces_per_shard, limits, select)
         label = ",".join(inputs)
         for f in sorted((staging / "traces").glob("part-*.parquet")):
             files.append((str(f.resolve()), f"_staging/{f.name}", label, {}))

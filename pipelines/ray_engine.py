@@ -34,7 +34,7 @@ from masprism_batch.io import OutdirLock
 from .driver import Committer, RunSummary, resume_config
 from .plan import Shard, plan_inputs
 from .select import Selection
-from .stages import PACK_CRASHES_BEFORE_ONE_BY_ONE, CrashGuard, Stages
+from .stages import PACK_CRASHES_BEFORE_ONE_BY_ONE, CrashGuard, attribute_traces, load_model, load_tokenizer
 from .work import attribute_pack, prepare_shard
 
 log = logging.getLogger(__name__)
@@ -47,7 +47,7 @@ _CTX = {  # Ray Data settings of a run (restored afterwards: the context is proc
     "actor_task_retry_on_errors": False,  # Python errors are handled per trace inside the actor
     "target_max_block_size": 1,  # one pack per block, so the packs of one shard spread over all actors
 }
-_TOKENIZERS: dict[str, Any] = {}  # per worker process: the tokenizer is loaded once, not once per shard
+_TOKENIZERS: dict[Any, Any] = {}  # per worker process: the tokenizer is loaded once, not once per shard
 
 
 def _ledger_guard(ledger, key: str) -> CrashGuard | None:
@@ -61,18 +61,18 @@ def _ledger_guard(ledger, key: str) -> CrashGuard | None:
     return CrashGuard(lambda k: ray.get(ledger.begin.remote(k)), lambda k: ray.get(ledger.done.remote(k)), key + "/")
 
 
-def _prepare(row: dict[str, Any], cfg_json: str, stages: Stages, ledger=None) -> list[dict[str, Any]]:
+def _prepare(row: dict[str, Any], cfg_json: str, load_tokenizer, ledger=None) -> list[dict[str, Any]]:
     import ray
 
     cfg = PipelineConfig.model_validate_json(cfg_json)
-    key = cfg.model.model_dump_json()
+    key = (cfg.model.model_dump_json(), load_tokenizer)  # the loader too: another run may pass another one
     if key not in _TOKENIZERS:
-        _TOKENIZERS[key] = stages.load_tokenizer(cfg)
+        _TOKENIZERS[key] = load_tokenizer(cfg)
     shard = Shard.from_json(row["shard"])
     if ledger is None:
-        return prepare_shard(shard, *_TOKENIZERS[key], cfg, stages)
+        return prepare_shard(shard, *_TOKENIZERS[key], cfg)
     lkey = f"{shard.shard_id}/prepare"  # Ray retries a task whose worker died: the ledger bounds it
-    out = prepare_shard(shard, *_TOKENIZERS[key], cfg, stages, guard=_ledger_guard(ledger, lkey))
+    out = prepare_shard(shard, *_TOKENIZERS[key], cfg, guard=_ledger_guard(ledger, lkey))
     ray.get(ledger.done.remote(lkey))
     return out
 
@@ -96,10 +96,10 @@ class Ledger:
 class ModelActor:
     """Loads the model once per actor (re-loaded after a restart) and runs both passes per pack."""
 
-    def __init__(self, cfg_json: str, stages: Stages, ledger, threads: int | None):
+    def __init__(self, cfg_json: str, ledger, threads: int | None, load_model, attribute):
         self.cfg = PipelineConfig.model_validate_json(cfg_json)
-        self.stages, self.ledger = stages, ledger
-        self.model = stages.load_model(self.cfg)
+        self.ledger, self.attribute = ledger, attribute
+        self.model = load_model(self.cfg)
         if threads and "torch" in sys.modules:  # a model without torch (test fakes) needs no thread setting
             sys.modules["torch"].set_num_threads(threads)
         log.info("actor pid %d loaded %s", os.getpid(), getattr(self.model, "model_id", "?"))
@@ -112,7 +112,7 @@ class ModelActor:
         for task in batch.to_pylist():
             key = f"{task['shard_id']}/{task['pack_index']}"
             guard = _ledger_guard(self.ledger, key)
-            out.append(attribute_pack(task, self.model, self.cfg, self.stages, guard=guard))
+            out.append(attribute_pack(task, self.model, self.cfg, guard=guard, attribute=self.attribute))
             ray.get(self.ledger.done.remote(key))
         return pa.Table.from_pylist(out)
 
@@ -310,16 +310,19 @@ def actor_resources(workers: int | None, cfg: PipelineConfig) -> tuple[int, dict
 
 def run_ray(inputs: list[str], outdir: str | Path, cfg: PipelineConfig, *, workers: int | None = None,
             address: str | None = None, num_cpus: int | None = None, fmt: str = "auto",
-            stages: Stages | None = None, progress: bool = True, select: Selection | None = None) -> RunSummary:
-    """Attribute `inputs` into OUTDIR on Ray Data (resumable; same outputs as `run_local`)."""
+            progress: bool = True, select: Selection | None = None, load_model=load_model,
+            load_tokenizer=load_tokenizer, attribute=attribute_traces) -> RunSummary:
+    """Attribute `inputs` into OUTDIR on Ray Data (resumable; same outputs as `run_local`).
+
+    The model stage's functions (`load_model(cfg)` in each actor, `load_tokenizer(cfg)` in each CPU worker,
+    `attribute(traces, model, cfg, renders)` per pack) are shipped to the workers by Ray; defaults: the
+    project's (`pipelines.stages`)."""
     import ray
 
-    stages = stages or Stages()
     outdir = Path(outdir)
     with OutdirLock(outdir, "run --engine ray") as lock, _stop_on_signals():
         cfg = resume_config(outdir, cfg)
-        plan = plan_inputs(list(inputs), outdir, fmt, cfg.engine.traces_per_shard, stages, cfg.ingest,
-                           select)
+        plan = plan_inputs(list(inputs), outdir, fmt, cfg.engine.traces_per_shard, cfg.ingest, select)
         committer = Committer(outdir, cfg, plan, "ray", workers or 1, progress=progress, lock=lock)
         extra: dict[str, Any] = {"ray_address": address or "local"}
         if not committer.pending:  # a re-run of a finished run: no cluster needed
@@ -334,7 +337,8 @@ def run_ray(inputs: list[str], outdir: str | Path, cfg: PipelineConfig, *, worke
             n, resources, threads = actor_resources(workers, cfg)
             committer.workers = n
             extra.update(actor_resources=resources, actor_threads=threads)
-            _execute(committer, committer.pending, cfg, stages, n, resources, threads)
+            fns = {"load_model": load_model, "load_tokenizer": load_tokenizer, "attribute": attribute}
+            _execute(committer, committer.pending, cfg, fns, n, resources, threads)
             return committer.finish(extra)
         finally:
             if started is not None:
@@ -343,7 +347,7 @@ def run_ray(inputs: list[str], outdir: str | Path, cfg: PipelineConfig, *, worke
                 _stop_reaper(reaper)
 
 
-def _execute(committer: Committer, pending: list[Shard], cfg: PipelineConfig, stages: Stages, n: int,
+def _execute(committer: Committer, pending: list[Shard], cfg: PipelineConfig, fns: dict[str, Any], n: int,
              resources: dict[str, float], threads: int | None) -> None:
     import ray
     import ray.data
@@ -358,14 +362,16 @@ def _execute(committer: Committer, pending: list[Shard], cfg: PipelineConfig, st
     t0 = time.perf_counter()
     try:
         ds = ray.data.from_items([{"shard": s.to_json()} for s in pending], override_num_blocks=len(pending))
-        ds = ds.flat_map(_prepare, fn_kwargs={"cfg_json": cfg_json, "stages": stages, "ledger": ledger},
+        ds = ds.flat_map(_prepare, fn_kwargs={"cfg_json": cfg_json, "load_tokenizer": fns["load_tokenizer"],
+                                              "ledger": ledger},
                          num_cpus=cfg.engine.cpu_stage_cpus)
         # Ray Data's actor defaults are the fault tolerance wanted here: max_restarts=-1 and
         # max_task_retries=-1 (a killed actor comes back and its pack is retried; the ledger bounds loops).
         ds = ds.map_batches(ModelActor, batch_size=1, batch_format="pyarrow",
                             compute=ray.data.ActorPoolStrategy(size=n),
-                            fn_constructor_kwargs={"cfg_json": cfg_json, "stages": stages, "ledger": ledger,
-                                                   "threads": threads}, **resources)
+                            fn_constructor_kwargs={"cfg_json": cfg_json, "ledger": ledger, "threads": threads,
+                                                   "load_model": fns["load_model"],
+                                                   "attribute": fns["attribute"]}, **resources)
         for row in ds.iter_rows():
             committer.add(row)
     finally:

@@ -3,9 +3,11 @@
 Both engines run exactly this code on a shard: `read_shard` (Parquet range -> Trace), `make_packs` (pass-1
 render, once, through `masprism_batch.pass1`, then token-budget packing), `process_pack` (the model stage on
 the shipped renders: prefill -> method -> pass 2 -> rows, through `stages.attribute_traces`, with failure
-isolation). Only where it runs differs: one process (local) or Ray
-tasks and actors (ray). `Stages` binds the project functions lazily so this module imports even where a
-stage is missing; tests substitute a subclass with fakes.
+isolation). Only where it runs differs: one process (local) or Ray tasks and actors (ray).
+
+The model stage is what tests and benchmarks replace, so the engines take its three functions as keyword
+arguments (`load_model`, `load_tokenizer`, `attribute`) whose defaults are the functions below; under Ray
+they travel to the workers with the tasks (a monkeypatch would not reach those processes).
 """
 
 from __future__ import annotations
@@ -14,7 +16,6 @@ import io
 import logging
 import time
 import traceback
-from collections.abc import Sequence
 from datetime import datetime, timezone
 from typing import Any
 
@@ -27,39 +28,26 @@ from masprism_batch.trace import Trace
 log = logging.getLogger(__name__)
 
 
-class Stages:
-    """The project's stage functions (ingest, model, render, batching, attribution), resolved on first use."""
+def load_model(cfg: PipelineConfig):
+    """The model stage's model (weights, tokenizer, context): the default of the engines' `load_model`."""
+    from masprism_batch import model
 
-    def read_inputs(self, paths: list[str], fmt: str, on_error, limits=None):
-        from masprism_batch.ingest import read_inputs
+    return model.load_model(cfg.model, cfg.signals)
 
-        return read_inputs(paths, fmt=fmt, on_error=on_error, limits=limits)
 
-    def load_model(self, cfg: PipelineConfig):
-        from masprism_batch.model import load_model
+def load_tokenizer(cfg: PipelineConfig):
+    """(tokenizer, model context): all the CPU stage needs to render and pack; no weights, so a Ray render task
+    stays small. The default of the Ray engine's `load_tokenizer` (the local engine uses its model's)."""
+    from masprism_batch import model
 
-        return load_model(cfg.model, cfg.signals)
+    return model.load_tokenizer(cfg.model), model.model_context(cfg.model)
 
-    def load_tokenizer(self, cfg: PipelineConfig):
-        """(tokenizer, model context): all a render worker needs; no weights, so a render task stays small."""
-        from masprism_batch.model import load_tokenizer, model_context
 
-        return load_tokenizer(cfg.model), model_context(cfg.model)
+def attribute_traces(traces: list[Trace], model, cfg: PipelineConfig, rendered: list):
+    """The model stage on one pack (`masprism_batch.stages.attribute_traces`): the engines' default `attribute`."""
+    from masprism_batch import stages
 
-    def render_pass1(self, traces: list[Trace], tokenizer, rcfg) -> list:
-        from masprism_batch.pass1 import render_traces
-
-        return render_traces(traces, tokenizer, rcfg)
-
-    def pack(self, lengths: Sequence[int], token_budget: int) -> list[list[int]]:
-        from masprism_batch.batching import pack
-
-        return pack(lengths, token_budget)
-
-    def attribute_traces(self, traces: list[Trace], model, cfg: PipelineConfig, rendered: list):
-        from masprism_batch.stages import attribute_traces
-
-        return attribute_traces(traces, model, cfg, rendered=rendered)
+    return stages.attribute_traces(traces, model, cfg, rendered=rendered)
 
 
 def now_utc() -> datetime:
@@ -133,8 +121,7 @@ class FileLedger:
             self._save()
 
 
-def make_packs(traces: list[Trace], tokenizer, rcfg, cfg: PipelineConfig, stages: Stages,
-               guard: CrashGuard | None = None, input_path: str | None = None,
+def make_packs(traces: list[Trace], tokenizer, rcfg, cfg: PipelineConfig, guard: CrashGuard | None = None, input_path: str | None = None,
                rejected: list[dict] | None = None) -> list[tuple[list[Trace], list, int]]:
     """Render pass 1 (the model stage's render config `rcfg`), then token-budget packs of (traces, renders,
     tokens). The renders travel with the pack: the model stage does not render pass 1 again.
@@ -144,11 +131,11 @@ def make_packs(traces: list[Trace], tokenizer, rcfg, cfg: PipelineConfig, stages
     crashed its worker before), each trace is rendered under it and a trace that already crashed a worker is
     left out, with an error row appended to `rejected`.
     """
-    from masprism_batch.pass1 import n_tokens
+    from masprism_batch import batching, pass1
 
     kept, renders = [], []
     if guard is None:
-        kept, renders = list(traces), list(stages.render_pass1(traces, tokenizer, rcfg)) if traces else []
+        kept, renders = list(traces), list(pass1.render_traces(traces, tokenizer, rcfg)) if traces else []
     for t in traces if guard is not None else []:
         if guard.begin(t.trace_id) is not None:
             if rejected is not None:
@@ -157,12 +144,12 @@ def make_packs(traces: list[Trace], tokenizer, rcfg, cfg: PipelineConfig, stages
                                           message="the worker process died while rendering this trace"))
             continue
         kept.append(t)
-        renders += stages.render_pass1([t], tokenizer, rcfg)
+        renders += pass1.render_traces([t], tokenizer, rcfg)
         guard.done(t.trace_id)
     if len(renders) != len(kept):
         raise RuntimeError(f"{len(renders)} pass-1 renders for {len(kept)} traces")
-    lengths = [n_tokens(r) for r in renders]
-    groups = stages.pack(lengths, cfg.batch.token_budget) if kept else []
+    lengths = [pass1.n_tokens(r) for r in renders]
+    groups = batching.pack(lengths, cfg.batch.token_budget) if kept else []
     if sorted(i for g in groups for i in g) != list(range(len(kept))):
         raise RuntimeError(f"pack() returned groups that do not cover each trace once: {groups}")
     return [([kept[i] for i in g], [renders[i] for i in g], sum(lengths[i] for i in g)) for g in groups]
@@ -174,19 +161,20 @@ def _describe(e: BaseException) -> str:
     return f"{type(e).__name__}: {e}{where}"[:2000]
 
 
-def _run(traces, renders, model, cfg, stages, cpu: list[float]) -> tuple[list[dict], list[dict], list[dict]]:
-    out = stages.attribute_traces(traces, model, cfg, renders)
+def _run(traces, renders, model, cfg, attribute, cpu: list[float]) -> tuple[list[dict], list[dict], list[dict]]:
+    out = attribute(traces, model, cfg, renders)
     cpu[0] += getattr(out, "seconds_render_pass2", 0.0)
     return list(out.attributions), list(out.step_scores), list(out.errors)
 
 
-def process_pack(traces: list[Trace], renders: list, model, cfg: PipelineConfig, stages: Stages,
-                 input_path: str, guard=None) -> dict[str, Any]:
+def process_pack(traces: list[Trace], renders: list, model, cfg: PipelineConfig, input_path: str, guard=None,
+                 attribute=attribute_traces) -> dict[str, Any]:
     """Run both passes on one pack; isolate failures down to single traces.
 
     Returns attributions/step_scores/errors rows that account for every input trace exactly once. `guard`
     (`.begin(trace_id) -> reason | None`, `.done(trace_id)`) lets the Ray actor drop traces that already
     crashed a worker process; with a guard, traces run one by one so a crash is pinned to one trace.
+    `attribute(traces, model, cfg, renders)`: the model stage (default: `attribute_traces`).
     """
     t0 = time.perf_counter()
     attributions: list[dict] = []
@@ -196,7 +184,7 @@ def process_pack(traces: list[Trace], renders: list, model, cfg: PipelineConfig,
     cpu = [0.0]  # CPU seconds of pass-2 prompt building (render_pass2), reported in run.json's stage timings
     if guard is None and todo:
         try:
-            a, s, e = _run(traces, renders, model, cfg, stages, cpu)
+            a, s, e = _run(traces, renders, model, cfg, attribute, cpu)
             attributions, step_scores, errors, todo = a, s, e, []
         except Exception as exc:  # noqa: BLE001
             log.warning("pack of %d traces failed (%s); retrying them one by one", len(todo), _describe(exc))
@@ -209,7 +197,7 @@ def process_pack(traces: list[Trace], renders: list, model, cfg: PipelineConfig,
         last: BaseException | None = None
         for _ in range(cfg.engine.attempts_per_trace):
             try:
-                a, s, e = _run([t], [r], model, cfg, stages, cpu)
+                a, s, e = _run([t], [r], model, cfg, attribute, cpu)
                 attributions += a
                 step_scores += s
                 errors += e

@@ -20,10 +20,10 @@ from masprism_batch.io import OUTPUT_TABLES
 from masprism_batch.trace import Trace
 
 from .plan import Shard, read_shard
-from .stages import CrashGuard, Stages, from_ipc, make_packs, process_pack, to_ipc, tokens_of
+from .stages import CrashGuard, attribute_traces, from_ipc, make_packs, process_pack, to_ipc, tokens_of
 
 
-def prepare_shard(shard: Shard, tokenizer, model_context: int, cfg: PipelineConfig, stages: Stages,
+def prepare_shard(shard: Shard, tokenizer, model_context: int, cfg: PipelineConfig,
                   guard: CrashGuard | None = None) -> list[dict[str, Any]]:
     """One shard -> its packs, each with its traces' pass-1 renders (Arrow, `pass1.RENDERED`). Pack 0 also
     carries the shard's read rejections (and caps warnings); an empty shard is one empty pack, so every shard
@@ -32,8 +32,8 @@ def prepare_shard(shard: Shard, tokenizer, model_context: int, cfg: PipelineConf
     t0 = time.perf_counter()
     traces, errors = read_shard(shard, cfg.ingest)
     t1 = time.perf_counter()
-    packs = make_packs(traces, tokenizer, pass1.render_config(cfg, model_context), cfg, stages, guard,
-                       shard.label, errors)
+    packs = make_packs(traces, tokenizer, pass1.render_config(cfg, model_context), cfg, guard, shard.label,
+                       errors)
     t2 = time.perf_counter()
     packs = packs or [([], [], 0)]
     out = []
@@ -56,12 +56,13 @@ def prepare_shard(shard: Shard, tokenizer, model_context: int, cfg: PipelineConf
     return out
 
 
-def attribute_pack(task: dict[str, Any], model, cfg: PipelineConfig, stages: Stages,
-                   guard=None) -> dict[str, Any]:
-    """One pack -> result row (IPC tables) with the pack's shard bookkeeping and timings."""
+def attribute_pack(task: dict[str, Any], model, cfg: PipelineConfig, guard=None,
+                   attribute=attribute_traces) -> dict[str, Any]:
+    """One pack -> result row (IPC tables) with the pack's shard bookkeeping and timings. `attribute`: the
+    model stage (see `stages.process_pack`)."""
     traces = [Trace.from_row(r) for r in from_ipc(task["traces"]).to_pylist()]
     renders = [pass1.from_row(r) for r in from_ipc(task["rendered"]).to_pylist()]
-    res = process_pack(traces, renders, model, cfg, stages, task["label"], guard=guard)
+    res = process_pack(traces, renders, model, cfg, task["label"], guard=guard, attribute=attribute)
     shard_errors = from_ipc(task["errors"]).to_pylist()
     return {
         "shard_id": task["shard_id"],

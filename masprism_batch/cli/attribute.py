@@ -42,10 +42,10 @@ def _config(config, model, max_context, threads=None, method=None):
 def load_model_or_fail(cfg):
     """Load the model before OUTDIR is touched: a model that cannot be loaded leaves nothing behind that would
     refuse a retry with another --model (the run header records the model)."""
-    from ..pipelines.stages import Stages
+    from ..pipelines.stages import load_model
 
     try:
-        return Stages().load_model(cfg)
+        return load_model(cfg)
     except (OSError, ValueError, RuntimeError, KeyError) as exc:  # ModelNotFoundError is a FileNotFoundError
         raise fail(f"cannot load model {cfg.model.name!r}: {exc}") from None
 

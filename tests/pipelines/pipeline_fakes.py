@@ -1,7 +1,8 @@
-"""Fast fake stage functions for engine tests (tests only): the engines' bookkeeping is what is under test.
+"""A fast fake model stage for engine tests (tests only): the engines' bookkeeping is what is under test.
 
 The fake attribution is deterministic in the trace content (so two engines must agree) and can sleep, raise
-or kill its process on marked traces. The corpus is fresh random text of odd sizes on every call.
+or kill its process on marked traces; the traces reach it through the real ingest, render and packing. The
+corpus is fresh random text of odd sizes on every call.
 """
 
 from __future__ import annotations
@@ -11,14 +12,13 @@ import os
 import random
 import time
 from collections import Counter
+from dataclasses import dataclass
 from pathlib import Path
 from types import SimpleNamespace
 
-from masprism_batch.pipelines.stages import Stages, now_utc
+from masprism_batch.pipelines.stages import attribute_traces, load_model, load_tokenizer, now_utc
 
 from masprism_batch.io import read_dataset
-from masprism_batch.render import Rendered
-from masprism_batch.schema import error_row
 from masprism_batch.trace import Step, Trace
 
 FAKE_CONTEXT = 8192
@@ -48,68 +48,58 @@ def make_corpus(root: Path, n: int, n_files: int, bad_lines: int = 0, marks: dic
 
 
 class FakeTokenizer:
-    def encode(self, text: str) -> list[int]:
+    """One token per word (its length), through the project's real render. `crash`: the process dies on a text
+    that holds CRASH_RENDER, as a tokenizer that segfaults or is OOM-killed would."""
+
+    def __init__(self, crash: bool = False):
+        self.crash = crash
+
+    def encode(self, text: str, add_special_tokens: bool = False) -> list[int]:
+        if self.crash and "CRASH_RENDER" in text:
+            os._exit(13)
         return [len(w) for w in text.split()]
 
+    def decode(self, ids) -> str:
+        return " ".join("x" * int(i) for i in ids)
 
-class FakeStages(Stages):
-    def __init__(self, delay: float = 0.0, piddir: str | None = None, crash: bool = False):
-        self.delay, self.piddir, self.crash = delay, piddir, crash
 
-    def read_inputs(self, paths, fmt, on_error, limits=None):
-        files = sorted(f for p in paths for f in ([Path(p)] if Path(p).is_file() else Path(p).rglob("*.jsonl")))
-        for f in files:
-            for n, line in enumerate(f.read_text(encoding="utf-8").splitlines(), 1):
-                try:
-                    row = json.loads(line)
-                except json.JSONDecodeError as e:
-                    on_error(error_row(input_path=str(f), record_id=f"{f.name}:{n}", stage="ingest", reason="invalid_json",
-                                       message=str(e)))
-                    continue
-                yield Trace.from_row(row)
+@dataclass(eq=False)  # hashed by identity: the Ray CPU stage caches a tokenizer per loader
+class Fakes:
+    """The model stage replaced (the engines' `load_model`, `load_tokenizer`, `attribute` keyword arguments);
+    ingest, render, packing, ledger and commit are the project's own. `delay` seconds per trace; `piddir`
+    records each model-loading process (pid-*) and each attributing process's calls (calls-*); `crash` lets
+    CRASH / CRASH_RENDER kill the process. Subclasses override a method to block or die at a chosen point."""
+
+    delay: float = 0.0
+    piddir: str | None = None
+    crash: bool = False
+
+    def kwargs(self, ray: bool = False) -> dict:
+        """Keyword arguments for `run_local` (or `run_ray`: also the CPU stage's tokenizer)."""
+        kw = {"load_model": self.load_model, "attribute": self.attribute}
+        return {**kw, "load_tokenizer": self.load_tokenizer} if ray else kw
 
     def load_model(self, cfg):
         if self.piddir:
             Path(self.piddir, f"pid-{os.getpid()}").write_text("up")
-        return SimpleNamespace(model_id="fake-model", tokenizer=FakeTokenizer(), max_context=FAKE_CONTEXT)
+        return SimpleNamespace(model_id="fake-model", tokenizer=FakeTokenizer(self.crash), max_context=FAKE_CONTEXT)
 
     def load_tokenizer(self, cfg):
-        return FakeTokenizer(), FAKE_CONTEXT
+        return FakeTokenizer(self.crash), FAKE_CONTEXT
 
-    def render_pass1(self, traces, tokenizer, rcfg):
-        """A real `Rendered` per trace (so it crosses IPC as the real one does), of fake token ids."""
-        out = []
-        for t in traces:
-            if t.question == "CRASH_RENDER" and self.crash:
-                os._exit(13)  # the tokenizer process dies (segfault, OOM kill)
-            ids, spans = [], []
-            for s in t.steps:
-                piece = tokenizer.encode(f"[Step {s.index}] {s.agent}: {s.content}")
-                spans.append((len(ids), len(ids) + len(piece)))
-                ids += piece
-            out.append(Rendered(input_ids=ids[: rcfg.max_context], step_spans=spans,
-                                step_truncated=[False] * len(spans), text=""))
-        return out
-
-    def pack(self, lengths, token_budget):
-        groups, cur, used = [], [], 0
-        for i, n in enumerate(lengths):
-            if cur and used + n > token_budget:
-                groups.append(cur)
-                cur, used = [], 0
-            cur.append(i)
-            used += n
-        return groups + ([cur] if cur else [])
-
-    def attribute_traces(self, traces, model, cfg, rendered):
-        assert len(rendered) == len(traces) and all(len(r.step_spans) == len(t.steps)
-                                                    for r, t in zip(rendered, traces, strict=True))
+    def attribute(self, traces, model, cfg, rendered):
+        assert len(rendered) == len(traces)
         if self.piddir:  # which process attributed how many traces
             with open(Path(self.piddir, f"calls-{os.getpid()}"), "a") as f:
                 f.write(f"{len(traces)}\n")
         time.sleep(self.delay * len(traces))
-        att, steps = [], []
-        for t in traces:
+        att, steps, errors = [], [], []
+        for t, r in zip(traces, rendered, strict=True):
+            if isinstance(r, dict):  # rejected by the render: its error row, as the real stage does
+                errors.append(r)
+                continue
+            full = getattr(r, "full", r)
+            assert len(full.step_spans) == len(t.steps), "the shipped render does not belong to this trace"
             if t.question == "RAISE":
                 raise ValueError(f"poisoned trace {t.trace_id}")
             if t.question == "CRASH" and self.crash:
@@ -124,28 +114,37 @@ class FakeStages(Stages):
                         "attributed_at": now_utc()})
             steps += [{"trace_id": t.trace_id, "step": s.index, "agent": s.agent, "nll_pass1": score[s.index],
                        "attention_pass1": score[: s.index + 1]} for s in t.steps]
-        return SimpleNamespace(attributions=att, step_scores=steps, errors=[])
+        return SimpleNamespace(attributions=att, step_scores=steps, errors=errors)
 
 
-class RealStages(Stages):
-    """The project's real stage functions; only records each model-loading process for the kill test."""
-
-    def __init__(self, piddir: str | None = None):
-        self.piddir = piddir
+class RealModel(Fakes):
+    """The project's real model stage; only records each model-loading process for the kill test."""
 
     def load_model(self, cfg):
-        model = super().load_model(cfg)
+        model = load_model(cfg)
         if self.piddir:
             Path(self.piddir, f"pid-{os.getpid()}").write_text("up")
         return model
+
+    def load_tokenizer(self, cfg):
+        return load_tokenizer(cfg)
+
+    def attribute(self, traces, model, cfg, rendered):
+        return attribute_traces(traces, model, cfg, rendered)
 
 
 def outcome(outdir: Path) -> tuple[Counter, dict[str, str]]:
     """(how often each trace id occurs across attributions + errors, error reason per record id)."""
     att = read_dataset(outdir / "attributions").column("trace_id").to_pylist()
     err = read_dataset(outdir / "errors").to_pylist()
-    counts = Counter(att) + Counter(e["record_id"] for e in err if e["record_id"] is not None)  # None: a file
-    return counts, {e["record_id"]: e["reason"] for e in err}
+    keys = [_error_key(e) for e in err if e["record_id"] is not None]  # None: a whole file
+    return Counter(att) + Counter(keys), {_error_key(e): e["reason"] for e in err}
+
+
+def _error_key(e: dict) -> str:
+    """A trace's id; for a rejected line ("line N", numbered per file) its file too, so lines of two files differ."""
+    rid = e["record_id"]
+    return f"{Path(e['input_path']).name}:{rid}" if rid and rid.startswith("line ") and e["input_path"] else rid
 
 
 def assert_exactly_once(outdir: Path, ids: list[str]) -> dict[str, str]:

@@ -7,7 +7,7 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
 from masprism_batch.pipelines import run_local
-from pipeline_fakes import FakeStages, assert_exactly_once, make_corpus
+from pipeline_fakes import Fakes, assert_exactly_once, make_corpus
 
 import masprism_batch.io as mio
 from masprism_batch import schema
@@ -19,16 +19,16 @@ class Killed(BaseException):
     """Stands for SIGKILL: not an Exception, so nothing in the engine may catch it."""
 
 
-class DiesAfter(FakeStages):
+class DiesAfter(Fakes):
     def __init__(self, calls: int):
         super().__init__()
         self.calls = calls
 
-    def attribute_traces(self, traces, model, cfg, rendered):
+    def attribute(self, traces, model, cfg, rendered):
         self.calls -= 1
         if self.calls < 0:
             raise Killed()
-        return super().attribute_traces(traces, model, cfg, rendered)
+        return super().attribute(traces, model, cfg, rendered)
 
 
 def test_exactly_once_rejections_and_noop_rerun(tmp_path, small_cfg):
@@ -38,7 +38,7 @@ def test_exactly_once_rejections_and_noop_rerun(tmp_path, small_cfg):
     ids = make_corpus(tmp_path / "in", n, rng.randint(2, 4), bad_lines=bad, marks={poisoned: "RAISE"})
     cfg = small_cfg(per_shard=rng.randint(3, 7))
     out = tmp_path / "out"
-    s = run_local([str(tmp_path / "in")], out, cfg, stages=FakeStages(), progress=False)
+    s = run_local([str(tmp_path / "in")], out, cfg, **Fakes().kwargs(), progress=False)
     reasons = assert_exactly_once(out, ids)
     assert reasons[ids[poisoned]] == "attribute_failed"
     assert sum(r == "invalid_json" for r in reasons.values()) == bad
@@ -49,7 +49,7 @@ def test_exactly_once_rejections_and_noop_rerun(tmp_path, small_cfg):
     # traces/ holds exactly the traces that reached the model stage
     assert sorted(read_dataset(out / "traces").column("trace_id").to_pylist()) == sorted(ids)
     before = {p: p.stat().st_mtime_ns for p in out.rglob("shard-*")}
-    again = run_local([str(tmp_path / "in")], out, cfg, stages=FakeStages(), progress=False)
+    again = run_local([str(tmp_path / "in")], out, cfg, **Fakes().kwargs(), progress=False)
     assert again.shards_run == 0 and again.shards_skipped == s.shards_run
     assert {p: p.stat().st_mtime_ns for p in out.rglob("shard-*")} == before
 
@@ -60,12 +60,12 @@ def test_resume_after_kill_mid_run(tmp_path, small_cfg, calls):
     cfg = small_cfg(per_shard=6, budget=200)
     out = tmp_path / "out"
     with pytest.raises(Killed):
-        run_local([str(tmp_path / "in")], out, cfg, stages=DiesAfter(calls), progress=False)
+        run_local([str(tmp_path / "in")], out, cfg, **DiesAfter(calls).kwargs(), progress=False)
     # debris a SIGKILL can leave: a temporary file and the parts of a shard whose entry was never written
     (out / "attributions" / ".tmp-0123-shard-x.parquet").write_bytes(b"partial")
     stray = out / "errors" / "shard-0000deadbeef.parquet"
     pq.write_table(schema.ERRORS.empty_table(), stray)
-    s = run_local([str(tmp_path / "in")], out, cfg, stages=FakeStages(), progress=False)
+    s = run_local([str(tmp_path / "in")], out, cfg, **Fakes().kwargs(), progress=False)
     assert_exactly_once(out, ids)
     assert not stray.exists() and not list(out.rglob(".tmp-*"))
     assert s.shards_run + s.shards_skipped == s.shards_total - 1  # minus the ingest shard
@@ -87,7 +87,7 @@ def test_crash_between_parts_and_manifest(tmp_path, small_cfg, monkeypatch):
 
     monkeypatch.setattr(mio, "write_json_atomic", dying)
     with pytest.raises(Killed):
-        run_local([str(tmp_path / "in")], tmp_path / "out", cfg, stages=FakeStages(), progress=False)
+        run_local([str(tmp_path / "in")], tmp_path / "out", cfg, **Fakes().kwargs(), progress=False)
     monkeypatch.setattr(mio, "write_json_atomic", real)
     # ingest + 2 committed + the parts of the shard whose entry was never written
     parts = sorted((tmp_path / "out" / "attributions").glob("shard-*"))
@@ -97,7 +97,7 @@ def test_crash_between_parts_and_manifest(tmp_path, small_cfg, monkeypatch):
     want = {t for p in parts if p.stem[len("shard-"):] in committed for t in pq.read_table(p)["trace_id"].to_pylist()}
     assert len(committed) == 3 and want
     assert set(read_dataset(tmp_path / "out" / "attributions")["trace_id"].to_pylist()) == want
-    s = run_local([str(tmp_path / "in")], tmp_path / "out", cfg, stages=FakeStages(), progress=False)
+    s = run_local([str(tmp_path / "in")], tmp_path / "out", cfg, **Fakes().kwargs(), progress=False)
     assert s.shards_skipped == 2
     assert_exactly_once(tmp_path / "out", ids)
 
@@ -124,7 +124,7 @@ def _write_dataset(root, rng):
 def test_parquet_dataset_input(tmp_path, small_cfg):
     ids = _write_dataset(tmp_path / "ds", random.Random())
     out = tmp_path / "out"
-    s = run_local([str(tmp_path / "ds")], out, small_cfg(per_shard=4), stages=FakeStages(), progress=False)
+    s = run_local([str(tmp_path / "ds")], out, small_cfg(per_shard=4), **Fakes().kwargs(), progress=False)
     assert not (out / "_staging").exists()  # canonical Parquet is read in place, not staged
     counts = pa.Table.to_pylist(read_dataset(out / "errors"))
     assert [e["reason"] for e in counts] == ["duplicate_trace_id"] and counts[0]["record_id"] == ids[0]
@@ -137,10 +137,10 @@ def test_parquet_dataset_input(tmp_path, small_cfg):
 
 def test_other_config_refused(tmp_path, small_cfg):
     make_corpus(tmp_path / "in", 5, 1)
-    run_local([str(tmp_path / "in")], tmp_path / "out", small_cfg(), stages=FakeStages(), progress=False)
+    run_local([str(tmp_path / "in")], tmp_path / "out", small_cfg(), **Fakes().kwargs(), progress=False)
     other = small_cfg().model_copy(update={"model": small_cfg().model.model_copy(update={"name": "tiny-random"})})
     with pytest.raises(ValueError, match="another configuration"):
-        run_local([str(tmp_path / "in")], tmp_path / "out", other, stages=FakeStages(), progress=False)
+        run_local([str(tmp_path / "in")], tmp_path / "out", other, **Fakes().kwargs(), progress=False)
 
 
 def test_shard_store_rejects_path_like_ids(tmp_path):
@@ -155,7 +155,7 @@ def test_outdir_of_another_command_refused(tmp_path, small_cfg):
     (tmp_path / "out" / "attributions").mkdir(parents=True)
     pq.write_table(schema.ATTRIBUTIONS.empty_table(), tmp_path / "out" / "attributions" / "part-1.parquet")
     with pytest.raises(ValueError, match="not written by `run`"):
-        run_local([str(tmp_path / "in")], tmp_path / "out", small_cfg(), stages=FakeStages(), progress=False)
+        run_local([str(tmp_path / "in")], tmp_path / "out", small_cfg(), **Fakes().kwargs(), progress=False)
 
 
 def test_repeated_pack_result_is_not_written_twice(tmp_path, small_cfg, monkeypatch):
@@ -165,7 +165,7 @@ def test_repeated_pack_result_is_not_written_twice(tmp_path, small_cfg, monkeypa
     ids = make_corpus(tmp_path / "in", 17, 2)
     real_add = driver.Committer.add
     monkeypatch.setattr(driver.Committer, "add", lambda self, r: (real_add(self, r), real_add(self, r))[0])
-    s = run_local([str(tmp_path / "in")], tmp_path / "out", small_cfg(per_shard=4), stages=FakeStages(),
+    s = run_local([str(tmp_path / "in")], tmp_path / "out", small_cfg(per_shard=4), **Fakes().kwargs(),
                   progress=False)
     assert_exactly_once(tmp_path / "out", ids)
     assert s.attributed == 17

@@ -12,7 +12,7 @@ from pathlib import Path
 
 import pytest
 from masprism_batch.pipelines import run_local, run_ray
-from pipeline_fakes import FakeStages, assert_exactly_once, make_corpus
+from pipeline_fakes import Fakes, assert_exactly_once, make_corpus
 
 from masprism_batch.io import read_dataset
 
@@ -45,11 +45,11 @@ def test_ray_matches_local(tmp_path, small_cfg, cluster):
     """One shard of many packs: both actors must get packs, and the outputs equal the local engine's."""
     ids = make_corpus(tmp_path / "in", 31, 3, bad_lines=2, marks={7: "RAISE"})
     cfg = small_cfg(per_shard=64, budget=120)
-    run_local([str(tmp_path / "in")], tmp_path / "local", cfg, stages=FakeStages(), progress=False)
+    run_local([str(tmp_path / "in")], tmp_path / "local", cfg, **Fakes().kwargs(), progress=False)
     piddir = tmp_path / "pids"
     piddir.mkdir()
     s = run_ray([str(tmp_path / "in")], tmp_path / "ray", cfg, workers=2,
-                stages=FakeStages(delay=0.02, piddir=str(piddir)), progress=False)
+                **Fakes(delay=0.02, piddir=str(piddir)).kwargs(ray=True), progress=False)
     assert s.engine == "ray" and s.workers == 2 and s.shards_run == 1
     assert len(list(piddir.glob("calls-*"))) == 2, "the packs of one shard did not spread over both actors"
     assert_exactly_once(tmp_path / "ray", ids)
@@ -80,7 +80,7 @@ def test_killed_actor_mid_run(tmp_path, small_cfg, cluster):
     th = threading.Thread(target=killer)
     th.start()
     s = run_ray([str(tmp_path / "in")], out, small_cfg(per_shard=6, budget=150), workers=2,
-                stages=FakeStages(delay=0.08, piddir=str(piddir)), progress=False)
+                **Fakes(delay=0.08, piddir=str(piddir)).kwargs(ray=True), progress=False)
     th.join()
     assert "pid" in killed, "the actor was never killed"
     assert killed["committed"] < s.shards_run, "the kill came after the run was over"
@@ -92,7 +92,7 @@ def test_killed_actor_mid_run(tmp_path, small_cfg, cluster):
 def test_trace_that_kills_its_worker_goes_to_errors(tmp_path, small_cfg, cluster):
     ids = make_corpus(tmp_path / "in", 9, 1, marks={4: "CRASH"})
     s = run_ray([str(tmp_path / "in")], tmp_path / "out", small_cfg(per_shard=9, budget=10_000), workers=1,
-                stages=FakeStages(crash=True), progress=False)
+                **Fakes(crash=True).kwargs(ray=True), progress=False)
     reasons = assert_exactly_once(tmp_path / "out", ids)
     assert reasons == {ids[4]: "worker_crashed"} and s.attributed == 8
 
@@ -102,7 +102,7 @@ def test_trace_that_kills_its_cpu_stage_worker_goes_to_errors(tmp_path, small_cf
     rule as the model stage (twice whole, then trace by trace, a trace that crashed alone -> errors)."""
     ids = make_corpus(tmp_path / "in", 8, 1, marks={3: "CRASH_RENDER"})
     s = run_ray([str(tmp_path / "in")], tmp_path / "out", small_cfg(per_shard=8, budget=10_000), workers=1,
-                stages=FakeStages(crash=True), progress=False)
+                **Fakes(crash=True).kwargs(ray=True), progress=False)
     reasons = assert_exactly_once(tmp_path / "out", ids)
     assert reasons == {ids[3]: "worker_crashed"} and s.attributed == 7
 
@@ -116,7 +116,7 @@ DRIVER = textwrap.dedent("""
     ray.cloudpickle.register_pickle_by_value(pipeline_fakes)
     cfg = PipelineConfig.model_validate_json({cfg!r})
     run_ray([{inp!r}], {out!r}, cfg, workers=2, address={address!r},
-            stages=pipeline_fakes.FakeStages(delay=0.08), progress=False)
+            **pipeline_fakes.Fakes(delay=0.08).kwargs(ray=True), progress=False)
 """)
 
 
@@ -138,7 +138,7 @@ def test_killed_driver_then_rerun(tmp_path, small_cfg, cluster):
     proc.wait()
     committed = len(list((out / "_manifest").glob("shard-[0-9a-f]*.json")))
     assert not (out / "run.json").exists() and committed < 12
-    s = run_ray([str(tmp_path / "in")], out, cfg, workers=2, stages=FakeStages(), progress=False)
+    s = run_ray([str(tmp_path / "in")], out, cfg, workers=2, **Fakes().kwargs(ray=True), progress=False)
     assert s.shards_skipped == committed and s.shards_run == 12 - committed
     reasons = assert_exactly_once(out, ids)
     assert not reasons
@@ -147,7 +147,7 @@ def test_killed_driver_then_rerun(tmp_path, small_cfg, cluster):
 def test_tiny_model_ray_matches_local_with_killed_actor(tmp_path, cluster):
     """The real stages and the tiny random model: one actor killed mid-run, every trace exactly once, and
     the same content as the local engine (one torch thread on both sides, so float sums agree)."""
-    from pipeline_fakes import RealStages
+    from pipeline_fakes import RealModel
 
     from masprism_batch.config import BatchConfig, EngineConfig, ModelConfig, PipelineConfig
 
@@ -171,7 +171,7 @@ def test_tiny_model_ray_matches_local_with_killed_actor(tmp_path, cluster):
 
     th = threading.Thread(target=killer)
     th.start()
-    s = run_ray([str(tmp_path / "in")], out, cfg, workers=2, stages=RealStages(str(piddir)), progress=False)
+    s = run_ray([str(tmp_path / "in")], out, cfg, workers=2, **RealModel(piddir=str(piddir)).kwargs(ray=True), progress=False)
     th.join()
     assert "pid" in killed and killed["committed"] < s.shards_run
     assert_exactly_once(out, ids)

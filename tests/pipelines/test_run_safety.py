@@ -18,11 +18,11 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
 from masprism_batch.pipelines import run_local
-from pipeline_fakes import FakeStages, assert_exactly_once, make_corpus, outcome
+from pipeline_fakes import Fakes, assert_exactly_once, make_corpus, outcome
 from typer.testing import CliRunner
 
 import masprism_batch.io as mio
-from masprism_batch import schema
+from masprism_batch import ingest, pass1, schema
 from masprism_batch.cli import EXIT_FATAL, app
 from masprism_batch.config import BatchConfig, EngineConfig, IngestConfig, PipelineConfig
 from masprism_batch.io import OutdirLock, OutdirLocked, read_dataset
@@ -35,17 +35,17 @@ class Killed(BaseException):
     """Stands for SIGKILL / a segfault: not an Exception, so nothing in the engine may catch it."""
 
 
-class Held(FakeStages):
+class Held(Fakes):
     """Signals `started` at its first pack, then waits for `release`: the run is live meanwhile."""
 
     def __init__(self, started: threading.Event, release: threading.Event):
         super().__init__()
         self.started, self.release = started, release
 
-    def attribute_traces(self, traces, model, cfg, rendered):
+    def attribute(self, traces, model, cfg, rendered):
         self.started.set()
         assert self.release.wait(60)
-        return super().attribute_traces(traces, model, cfg, rendered)
+        return super().attribute(traces, model, cfg, rendered)
 
 
 def test_second_run_refused_while_first_runs_then_exactly_once(tmp_path, small_cfg):
@@ -55,7 +55,7 @@ def test_second_run_refused_while_first_runs_then_exactly_once(tmp_path, small_c
 
     def first():
         try:
-            result["s"] = run_local([str(tmp_path / "in")], out, cfg, stages=Held(started, release), progress=False)
+            result["s"] = run_local([str(tmp_path / "in")], out, cfg, **Held(started, release).kwargs(), progress=False)
         except BaseException as e:  # noqa: BLE001
             result["e"] = e
 
@@ -66,7 +66,7 @@ def test_second_run_refused_while_first_runs_then_exactly_once(tmp_path, small_c
     (out / "attributions" / ".tmp-live-part.parquet").write_bytes(b"being written by the live run")
     before = {p: p.stat().st_mtime_ns for p in out.rglob("*") if p.name != mio.LOCK_NAME}
     with pytest.raises(OutdirLocked, match=f"pid {os.getpid()}"):
-        run_local([str(tmp_path / "in")], out, cfg, stages=FakeStages(), progress=False)
+        run_local([str(tmp_path / "in")], out, cfg, **Fakes().kwargs(), progress=False)
     # the refused run's CLI path: exit 1 with the owner in the message
     res = CliRunner().invoke(app, ["run", str(tmp_path / "in"), "-o", str(out), "--model", "tiny-random",
                                    "--no-progress"])
@@ -87,13 +87,13 @@ def test_two_processes_on_one_outdir(tmp_path):
     script = textwrap.dedent(f"""
         import sys
         sys.path.insert(0, {str(HERE)!r})
-        from pipeline_fakes import FakeStages
+        from pipeline_fakes import Fakes
         from masprism_batch.config import BatchConfig, EngineConfig, PipelineConfig
         from masprism_batch.io import OutdirLocked
         from masprism_batch.pipelines import run_local
         cfg = PipelineConfig(batch=BatchConfig(token_budget=80), engine=EngineConfig(traces_per_shard=5))
         try:
-            run_local([{str(tmp_path / 'in')!r}], {str(tmp_path / 'out')!r}, cfg, stages=FakeStages(delay=0.03),
+            run_local([{str(tmp_path / 'in')!r}], {str(tmp_path / 'out')!r}, cfg, **Fakes(delay=0.03).kwargs(),
                       progress=False)
         except OutdirLocked as e:
             print("LOCKED", e)
@@ -139,21 +139,23 @@ def test_stale_lock_taken_over_and_no_flock_fallback(tmp_path, monkeypatch, capl
     OutdirLock(out).acquire().release()
 
 
-class DiesInStaging(FakeStages):
-    def read_inputs(self, paths, fmt, on_error, limits=None):
-        for i, t in enumerate(super().read_inputs(paths, fmt, on_error, limits)):
+def test_staging_is_atomic_and_checked(tmp_path, small_cfg, monkeypatch):
+    ids = make_corpus(tmp_path / "in", 20, 2)
+    out, cfg = tmp_path / "out", small_cfg(per_shard=3)
+    real = ingest.read_inputs
+
+    def dies_in_staging(*args, **kw):
+        for i, t in enumerate(real(*args, **kw)):
             if i == 7:
                 raise Killed()
             yield t
 
-
-def test_staging_is_atomic_and_checked(tmp_path, small_cfg):
-    ids = make_corpus(tmp_path / "in", 20, 2)
-    out, cfg = tmp_path / "out", small_cfg(per_shard=3)
-    with pytest.raises(Killed):
-        run_local([str(tmp_path / "in")], out, cfg, stages=DiesInStaging(), progress=False)
+    with monkeypatch.context() as m:
+        m.setattr(ingest, "read_inputs", dies_in_staging)
+        with pytest.raises(Killed):
+            run_local([str(tmp_path / "in")], out, cfg, **Fakes().kwargs(), progress=False)
     assert not (out / "_staging").exists() and (out / "_staging.partial").exists()
-    run_local([str(tmp_path / "in")], out, cfg, stages=FakeStages(), progress=False)
+    run_local([str(tmp_path / "in")], out, cfg, **Fakes().kwargs(), progress=False)
     assert_exactly_once(out, ids)
     assert not (out / "_staging.partial").exists()
     marker = json.loads((out / "_staging" / "_COMPLETE.json").read_text())
@@ -161,37 +163,38 @@ def test_staging_is_atomic_and_checked(tmp_path, small_cfg):
     # a staging changed after the fact is refused, not planned as the whole input
     next((out / "_staging" / "traces").glob("part-*.parquet")).unlink()
     with pytest.raises(ValueError, match="completion marker"):
-        run_local([str(tmp_path / "in")], out, cfg, stages=FakeStages(), progress=False)
+        run_local([str(tmp_path / "in")], out, cfg, **Fakes().kwargs(), progress=False)
 
 
-class CrashesOn(FakeStages):
+class CrashesInModel(Fakes):
     """A trace whose processing kills the process (a segfault or OOM kill, in-process: a BaseException)."""
 
-    def __init__(self, where: str):
-        super().__init__()
-        self.where = where
-
-    def render_pass1(self, traces, tokenizer, rcfg):
-        if self.where == "render" and any(t.question == "CRASH" for t in traces):
+    def attribute(self, traces, model, cfg, rendered):
+        if any(t.question == "CRASH" for t in traces):
             raise Killed()
-        return super().render_pass1(traces, tokenizer, rcfg)
-
-    def attribute_traces(self, traces, model, cfg, rendered):
-        if self.where == "model" and any(t.question == "CRASH" for t in traces):
-            raise Killed()
-        return super().attribute_traces(traces, model, cfg, rendered)
+        return super().attribute(traces, model, cfg, rendered)
 
 
 @pytest.mark.parametrize("where", ["model", "render"])
-def test_local_engine_quarantines_a_trace_that_crashes_the_process(tmp_path, small_cfg, where):
+def test_local_engine_quarantines_a_trace_that_crashes_the_process(tmp_path, small_cfg, where, monkeypatch):
     ids = make_corpus(tmp_path / "in", 18, 2, marks={5: "CRASH"})
     out, cfg = tmp_path / "out", small_cfg(per_shard=6, budget=100)
+    fakes = CrashesInModel() if where == "model" else Fakes()
+    if where == "render":  # the pass-1 render (CPU stage) dies on the marked trace
+        real = pass1.render_traces
+
+        def render_traces(traces, tokenizer, rcfg):
+            if any(t.question == "CRASH" for t in traces):
+                raise Killed()
+            return real(traces, tokenizer, rcfg)
+
+        monkeypatch.setattr(pass1, "render_traces", render_traces)
     attempts = 0
     while True:
         attempts += 1
         assert attempts <= 4, "a crashing trace must cost at most 4 attempts (2 whole, 1 alone, then rejected)"
         try:
-            s = run_local([str(tmp_path / "in")], out, cfg, stages=CrashesOn(where), progress=False)
+            s = run_local([str(tmp_path / "in")], out, cfg, **fakes.kwargs(), progress=False)
             break
         except Killed:
             continue
@@ -214,18 +217,18 @@ def test_resume_with_other_traces_per_shard_is_exactly_once(tmp_path, caplog):
     def cfg(n):
         return PipelineConfig(batch=BatchConfig(token_budget=100), engine=EngineConfig(traces_per_shard=n))
 
-    class DiesAfter(FakeStages):
+    class DiesAfter(Fakes):
         calls = 0
 
-        def attribute_traces(self, traces, model, c, rendered):
+        def attribute(self, traces, model, c, rendered):
             DiesAfter.calls += 1
             if DiesAfter.calls > 3:
                 raise Killed()
-            return super().attribute_traces(traces, model, c, rendered)
+            return super().attribute(traces, model, c, rendered)
 
     with pytest.raises(Killed):
-        run_local([str(tmp_path / "ds")], out, cfg(7), stages=DiesAfter(), progress=False)
-    s = run_local([str(tmp_path / "ds")], out, cfg(4), stages=FakeStages(), progress=False)
+        run_local([str(tmp_path / "ds")], out, cfg(7), **DiesAfter().kwargs(), progress=False)
+    s = run_local([str(tmp_path / "ds")], out, cfg(4), **Fakes().kwargs(), progress=False)
     assert "traces_per_shard=7" in caplog.text
     counts, _ = outcome(out)
     assert set(counts) == {f"t{i}" for i in range(30)} and set(counts.values()) == {1}
@@ -241,12 +244,12 @@ def test_incomplete_ingest_output_refused(tmp_path, small_cfg, caplog):
     ingest([str(src)], tmp_path / "ing", progress=False)
     state = json.loads((tmp_path / "ing" / "_INGEST.json").read_text())
     assert state["complete"] is True and state["traces"] == 6
-    s = run_local([str(tmp_path / "ing" / "traces")], tmp_path / "out1", small_cfg(), stages=FakeStages(),
+    s = run_local([str(tmp_path / "ing" / "traces")], tmp_path / "out1", small_cfg(), **Fakes().kwargs(),
                   progress=False)
     assert s.attributed == 6
     (tmp_path / "ing" / "_INGEST.json").write_text(json.dumps({"complete": False}))  # as after a kill -9
     with pytest.raises(ValueError, match="did not finish"):
-        run_local([str(tmp_path / "ing" / "traces")], tmp_path / "out2", small_cfg(), stages=FakeStages(),
+        run_local([str(tmp_path / "ing" / "traces")], tmp_path / "out2", small_cfg(), **Fakes().kwargs(),
                   progress=False)
     with caplog.at_level("WARNING"):  # the library's readers warn
         assert read_dataset(tmp_path / "ing" / "traces").num_rows == 6
@@ -262,7 +265,7 @@ def test_caps_on_parquet_read_in_place_and_warnings_are_not_rejections(tmp_path)
     (tmp_path / "ds").mkdir()
     pq.write_table(pa.Table.from_pylist(rows, schema=schema.TRACES), tmp_path / "ds" / "p.parquet")
     cfg = PipelineConfig(engine=EngineConfig(traces_per_shard=8), ingest=IngestConfig(max_steps=40))
-    s = run_local([str(tmp_path / "ds")], tmp_path / "out", cfg, stages=FakeStages(), progress=False)
+    s = run_local([str(tmp_path / "ds")], tmp_path / "out", cfg, **Fakes().kwargs(), progress=False)
     assert (s.attributed, s.rejected, s.rejected_by_reason) == (2, 1, {"too_many_steps": 1})
     assert s.warnings_by_reason == {"step_truncated": 1, "non_finite_metadata": 1} and s.exit_code == 3
     run = json.loads((tmp_path / "out" / "run.json").read_text())["counts"]
@@ -270,15 +273,6 @@ def test_caps_on_parquet_read_in_place_and_warnings_are_not_rejections(tmp_path)
     [t] = [r for r in read_dataset(tmp_path / "out" / "traces").to_pylist() if r["trace_id"] == "big"]
     assert len(t["steps"][0]["content"].encode()) <= IngestConfig().max_step_bytes
     assert json.loads(t["metadata"]) == {"score": None}
-
-
-class RealIngest(FakeStages):
-    """The project's ingest (input policy, caps), fake model stages."""
-
-    def read_inputs(self, paths, fmt, on_error, limits=None):
-        from masprism_batch.pipelines.stages import Stages
-
-        return Stages.read_inputs(self, paths, fmt, on_error, limits)
 
 
 def test_run_input_walk_special_files_and_bomb(tmp_path, small_cfg):
@@ -295,7 +289,7 @@ def test_run_input_walk_special_files_and_bomb(tmp_path, small_cfg):
     cfg = PipelineConfig(batch=BatchConfig(token_budget=100), engine=EngineConfig(traces_per_shard=4),
                          ingest=IngestConfig(max_record_bytes=4 * 1024**2))
     t0 = time.perf_counter()
-    s = run_local([str(tmp_path / "in")], tmp_path / "out", cfg, stages=RealIngest(), progress=False)
+    s = run_local([str(tmp_path / "in")], tmp_path / "out", cfg, **Fakes().kwargs(), progress=False)
     assert time.perf_counter() - t0 < 30
     reasons = assert_exactly_once(tmp_path / "out", ids)
     by_file = {Path(e["input_path"]).name: e["reason"] for e in read_dataset(tmp_path / "out" / "errors").to_pylist()}
@@ -310,7 +304,7 @@ def test_lock_is_reentrant_in_one_thread_only(tmp_path, small_cfg):
     ids = make_corpus(tmp_path / "in", 5, 1)
     out = tmp_path / "out"
     with OutdirLock(out, "attribute"):
-        s = run_local([str(tmp_path / "in")], out, small_cfg(), stages=FakeStages(), progress=False)
+        s = run_local([str(tmp_path / "in")], out, small_cfg(), **Fakes().kwargs(), progress=False)
         assert s.attributed == 5 and (out / mio.LOCK_NAME).read_text()  # still held by the outer lock
         seen = []
 
