@@ -1,7 +1,8 @@
 """The attribution stage shared by every engine: a list of traces in, Arrow-ready rows out.
 
 (pass-1 renders, from planning or pass1.render_traces) -> pack -> prefill -> symptoms/candidates -> render
-pass 2 -> pack -> prefill -> ranking.
+pass 2 -> pack -> prefill -> ranking. Symptoms, candidates and the pass-2 prompt of a trace are prepared as soon
+as its pass-1 signals are back, beside the next pass-1 prefills (pass2_prep.py).
 Engines (local, Ray) decide how many traces go into one call; a failure of one trace becomes an error row and
 never sinks the others.
 """
@@ -12,7 +13,7 @@ import logging
 import time
 from dataclasses import dataclass, field
 from datetime import datetime, timezone
-from functools import lru_cache
+from functools import lru_cache, partial
 
 import numpy as np
 
@@ -21,6 +22,7 @@ from . import rows as rows_mod
 from .config import PipelineConfig
 from .method import counterfactual, heads, ranker, rules
 from .method import masprism as mp
+from .pass2_prep import Pass2Prep, prepare_pass2, symptom_ratio
 from .schema import error_row
 from .trace import Trace
 
@@ -32,21 +34,19 @@ class StageOutput:
     attributions: list[dict] = field(default_factory=list)
     step_scores: list[dict] = field(default_factory=list)
     errors: list[dict] = field(default_factory=list)
-    seconds_render_pass2: float = 0.0  # CPU seconds building pass-2 prompts (render.render_pass2)
+    seconds_render_pass2: float = 0.0  # CPU seconds building pass-2 prompts (render.render_pass2), summed per call
     n_render_pass2: int = 0
+    # wall seconds the caller waited, after the last pass-1 prefill, for pass-1 method + pass-2 prompts: the part
+    # that did not overlap the prefills (all of it with engine.pass2_render_threads = 0)
+    seconds_render_pass2_wait: float = 0.0
 
 
-def symptom_ratio(trace: Trace, cfg: PipelineConfig) -> float:
-    # Span-tree logs (TRAIL, OTel) label several error spans per trace: the paper keeps 50% there, 20% on chats.
-    spans = any(s.span_id for s in trace.steps)
-    return cfg.method.symptom_ratio_spans if spans else cfg.method.symptom_ratio
-
-
-def _prefill(model, rendered: dict, cfg: PipelineConfig, stage: str, **kw) -> dict:
+def _prefill(model, rendered: dict, cfg: PipelineConfig, stage: str, on_group=None, **kw) -> dict:
     """Run packed prefills: {key: (SeqSignals or the exception, seconds attributed to key)}.
 
     `rendered` values have `input_ids` and `step_ids()` (and `n_steps` for windows); kw go to model.signals.
     A pack that fails (e.g. out of memory) is retried item by item, so one bad trace fails alone.
+    on_group({key: result}) is called after each group, before the next one is launched.
     """
     keys = sorted(rendered)
     lengths = [len(rendered[k].input_ids) for k in keys]
@@ -74,12 +74,9 @@ def _prefill(model, rendered: dict, cfg: PipelineConfig, stage: str, **kw) -> di
         if not run(idx) and len(idx) > 1:
             for i in idx:
                 run([i])
+        if on_group is not None:
+            on_group({i: results[i] for i in idx})
     return results
-
-
-def _failure_flags(trace: Trace, cfg: PipelineConfig) -> np.ndarray:
-    rx = mp.failure_word_regex(cfg.method.failure_words)
-    return np.array([bool(rx.search(s.content or "")) for s in trace.steps], dtype=bool)
 
 
 def attribute_traces(traces: list[Trace], model, cfg: PipelineConfig, raw_sink=None,
@@ -105,31 +102,28 @@ def attribute_traces(traces: list[Trace], model, cfg: PipelineConfig, raw_sink=N
         else:
             r1[i] = r
     per_head = heads.wanted(cfg, model)
-    sig1 = _pass1_signals(model, r1, wins, cfg, per_head)
-    hw = heads.load_for(cfg, model) if per_head else None
-
     p1s: dict[int, mp.Pass1Result] = {}
     flags: dict[int, np.ndarray] = {}
     r2: dict[int, render.Rendered] = {}
-    for i, (s, _) in sig1.items():
-        t = traces[i]
-        if isinstance(s, Exception):
-            out.errors.append(error_row(record_id=t.trace_id, stage="prefill", reason="prefill_failed",
-                                        message=f"pass 1: {s}"))
-            continue
-        flags[i] = _failure_flags(t, cfg)
-        p1s[i] = mp.pass1(s.token_nll, r1[i].step_spans, s.step_attn, flags[i], symptom_ratio(t, cfg), cfg.method)
-        if cfg.method.run_pass2 and p1s[i].candidates:
-            c0 = time.process_time()
-            try:
-                r2[i] = render.render_pass2(t, tok, rcfg, p1s[i].keep_full, p1s[i].anomaly_step)
-            except render.TraceTooLong as exc:
-                log.info("trace %r: pass 2 does not fit (%s); using pass-1 ranking", t.trace_id, exc)
-            out.seconds_render_pass2 += time.process_time() - c0
-            out.n_render_pass2 += 1
-    if out.n_render_pass2:  # CPU time of this thread: what pass-2 prompt building costs beside the GPU work
-        log.debug("pass-2 prompts: %d built, %.1f ms CPU each", out.n_render_pass2,
-                  1e3 * out.seconds_render_pass2 / out.n_render_pass2)
+    prepare = partial(prepare_pass2, traces=traces, r1=r1, cfg=cfg, rcfg=rcfg, tok=tok)
+    with Pass2Prep(prepare, cfg.engine.pass2_render_threads) as prep:
+        sig1 = _pass1_signals(model, r1, wins, cfg, per_head, prep.submit)
+        hw = heads.load_for(cfg, model) if per_head else None
+        for i, (s, _) in sig1.items():
+            if isinstance(s, Exception):
+                out.errors.append(error_row(record_id=traces[i].trace_id, stage="prefill", reason="prefill_failed",
+                                            message=f"pass 1: {s}"))
+                continue
+            pp = prep.result(i)
+            flags[i], p1s[i] = pp.flags, pp.p1
+            if pp.r2 is not None:
+                r2[i] = pp.r2
+            out.seconds_render_pass2 += pp.cpu_seconds
+            out.n_render_pass2 += pp.rendered
+    out.seconds_render_pass2_wait = prep.wait_seconds
+    if out.n_render_pass2:  # CPU time of the rendering thread: what pass-2 prompts cost beside the GPU work
+        log.debug("pass-2 prompts: %d built, %.1f ms CPU each, %.3f s not overlapped", out.n_render_pass2,
+                  1e3 * out.seconds_render_pass2 / out.n_render_pass2, out.seconds_render_pass2_wait)
     cf_k = cfg.method.counterfactual_k
     sig2 = _prefill(model, r2, cfg, "pass2", per_head=per_head, keep_kv=cf_k > 0)
     cf: dict[int, np.ndarray] = {}
@@ -230,20 +224,46 @@ def _masprism_verdict(t: Trace, ranking: mp.Ranking) -> Verdict:
                    [{"agent": a, "score": v} for a, v in best.items()])
 
 
-def _pass1_signals(model, r1: dict, wins: dict, cfg: PipelineConfig, per_head: bool) -> dict:
-    """Pass 1 prefills: one per trace (truncate) or one per window, recombined per trace (windows.py)."""
+def _pass1_signals(model, r1: dict, wins: dict, cfg: PipelineConfig, per_head: bool, on_trace) -> dict:
+    """Pass 1 prefills: one per trace (truncate) or one per window, recombined per trace (windows.py).
+    on_trace(i, signals) as soon as trace i's prefill (every window of it) is back and did not fail."""
+    def ready(got: dict) -> None:
+        for i, (s, _) in got.items():
+            if not isinstance(s, Exception):
+                on_trace(i, s)
+
     if not wins:
-        return _prefill(model, r1, cfg, "pass1", per_head=per_head)
+        return _prefill(model, r1, cfg, "pass1", on_group=ready, per_head=per_head)
     items = {(i, w): win for i, wd in wins.items() for w, win in enumerate(wd.windows)}
-    got = _prefill(model, items, cfg, "pass1", per_head=per_head)
-    out = {}
-    for i, wd in wins.items():
-        parts = [got[(i, w)] for w in range(len(wd.windows))]
-        bad = next((p[0] for p in parts if isinstance(p[0], Exception)), None)
-        secs = sum(p[1] for p in parts)
-        out[i] = (bad, secs) if bad is not None else (windows.combine(wd, [p[0] for p in parts],
-                                                                      len(wd.full.step_spans)), secs)
-    return out
+    left, parts, out, broken = {i: len(wd.windows) for i, wd in wins.items()}, {}, {}, {}
+
+    def combine(i: int) -> None:
+        wd = wins[i]
+        got = [parts[(i, w)] for w in range(len(wd.windows))]
+        bad = next((p[0] for p in got if isinstance(p[0], Exception)), None)
+        secs = sum(p[1] for p in got)
+        try:
+            out[i] = (bad if bad is not None else windows.combine(wd, [p[0] for p in got], len(wd.full.step_spans)),
+                      secs)
+        except Exception as exc:  # noqa: BLE001 - raised after the prefills in trace order, as it always was
+            broken[i] = exc
+
+    def group_done(got: dict) -> None:
+        parts.update(got)
+        for i, _ in got:
+            left[i] -= 1
+        done = sorted({i for i, _ in got if not left[i]})
+        for i in done:
+            combine(i)
+        ready({i: out[i] for i in done if i in out})
+
+    _prefill(model, items, cfg, "pass1", on_group=group_done, per_head=per_head)
+    for i in wins:
+        if i not in out and i not in broken:  # a trace with no window: nothing to wait for
+            combine(i)
+        if i in broken:
+            raise broken[i]
+    return {i: out[i] for i in wins}
 
 
 _PH: dict[int, list[int]] = {}
