@@ -28,7 +28,8 @@ from .stages import now_utc
 from .work import result_to_tables
 
 log = logging.getLogger(__name__)
-STAGE_KEYS = ("seconds_read", "seconds_render", "seconds_model", "seconds_render_pass2", "seconds_commit")
+STAGE_KEYS = ("seconds_read", "seconds_render", "seconds_model", "seconds_render_pass2", "seconds_render_pass2_wait",
+              "seconds_commit")
 
 
 @dataclass

@@ -164,6 +164,7 @@ def _describe(e: BaseException) -> str:
 def _run(traces, renders, model, cfg, attribute, cpu: list[float]) -> tuple[list[dict], list[dict], list[dict]]:
     out = attribute(traces, model, cfg, renders)
     cpu[0] += getattr(out, "seconds_render_pass2", 0.0)
+    cpu[1] += getattr(out, "seconds_render_pass2_wait", 0.0)
     return list(out.attributions), list(out.step_scores), list(out.errors)
 
 
@@ -181,7 +182,9 @@ def process_pack(traces: list[Trace], renders: list, model, cfg: PipelineConfig,
     step_scores: list[dict] = []
     errors: list[dict] = []
     todo = list(zip(traces, renders, strict=True))
-    cpu = [0.0]  # CPU seconds of pass-2 prompt building (render_pass2), reported in run.json's stage timings
+    # pass-2 prompt building (render_pass2): [CPU seconds, seconds the model stage waited for it after its last
+    # pass-1 prefill], reported in run.json's stage timings
+    cpu = [0.0, 0.0]
     if guard is None and todo:
         try:
             a, s, e = _run(traces, renders, model, cfg, attribute, cpu)
@@ -212,7 +215,7 @@ def process_pack(traces: list[Trace], renders: list, model, cfg: PipelineConfig,
             guard.done(t.trace_id)
     a, s, e = reconcile([t.trace_id for t in traces], attributions, step_scores, errors, input_path)
     return {"attributions": a, "step_scores": s, "errors": e, "seconds": time.perf_counter() - t0,
-            "seconds_render_pass2": cpu[0]}
+            "seconds_render_pass2": cpu[0], "seconds_render_pass2_wait": cpu[1]}
 
 
 def reconcile(ids: list[str], attributions, step_scores, errors, input_path):

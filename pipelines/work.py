@@ -80,6 +80,7 @@ def attribute_pack(task: dict[str, Any], model, cfg: PipelineConfig, guard=None,
         "seconds_render": float(task["seconds_render"]),
         "seconds_model": float(res["seconds"]),
         "seconds_render_pass2": float(res["seconds_render_pass2"]),
+        "seconds_render_pass2_wait": float(res["seconds_render_pass2_wait"]),
     }
 
 

@@ -27,7 +27,7 @@ def collect(traces: Iterable[Trace], model, cfg, progress=None) -> list[tuple[np
     samples = []
     for t in traces:
         raw: dict = {}
-        attribute_traces([t], model, fit_cfg, raw_sink=lambda _t, d: raw.update(d))
+        attribute_traces([t], model, fit_cfg, raw_sink=lambda _t, d, raw=raw: raw.update(d))  # bound now (B023)
         s2, D = raw.get("sig2"), raw.get("cf")
         if s2 is not None and D is not None and s2.step_attn_heads is not None:
             X, y = hd.pairs(s2.step_attn_heads.astype(np.float64), D)

@@ -46,6 +46,7 @@ def test_exactly_once_rejections_and_noop_rerun(tmp_path, small_cfg):
     run = json.loads((out / "run.json").read_text())
     assert run["counts"]["in"] == n + bad and run["engine"] == "local"
     assert run["config_hash"] == cfg.config_hash() and run["stage_seconds_total"]["seconds_model"] > 0
+    assert {"seconds_render_pass2", "seconds_render_pass2_wait"} <= run["stage_seconds_total"].keys()
     # traces/ holds exactly the traces that reached the model stage
     assert sorted(read_dataset(out / "traces").column("trace_id").to_pylist()) == sorted(ids)
     before = {p: p.stat().st_mtime_ns for p in out.rglob("shard-*")}
