@@ -8,6 +8,9 @@ from pathlib import Path
 
 import numpy as np
 
+# the metrics shown per dataset (bench_accuracy.py scores and filters by the same lists)
+METRIC = {"who-and-when": ["step_top1", "step_top3", "agent"], "trail": ["precision@1", "location_acc@1", "precision@5"]}
+
 HEADLINE = {"who-and-when": ("step_top1", "agent"), "trail": ("precision@1",)}
 
 
@@ -107,7 +110,6 @@ def write_markdown(path: Path, rows, cases, heads_rows, policy, chosen, cfg, arg
               "tokens pass 2 |", "|---|---|---|---|---|---|---|", *_speed(cases), ""]
     for s in systems:
         ds = "trail" if s.startswith("trail") else "who-and-when"
-        from bench_accuracy import METRIC
 
         ms = METRIC[ds]
         lines += [f"## {s}", "", "| method | protocol | n | " + " | ".join(ms) + " |", "|---|---|---|" + "---|" * len(ms)]

@@ -26,6 +26,7 @@ from pathlib import Path
 
 import numpy as np
 from accuracy_extract import SYSTEMS, extract_config, load_systems, trace_key
+from accuracy_report import METRIC, write_markdown
 
 from masprism_batch.eval import score_trail, score_who_and_when
 from masprism_batch.method import heads as hd
@@ -35,7 +36,6 @@ from masprism_batch.method import rules as zr
 
 ROOT = Path(__file__).resolve().parents[1]
 log = logging.getLogger("bench_accuracy")
-METRIC = {"who-and-when": ["step_top1", "step_top3", "agent"], "trail": ["precision@1", "location_acc@1", "precision@5"]}
 SIGNAL = ["nll1_z", "nll2_z", "h_norm", "attn_in_norm", "is_symptom", "is_candidate", "score_norm", "recip_rank",
           "cf_z", "has_cf", "attn_learned_norm"]
 VARIANTS = {  # name -> feature list
@@ -354,7 +354,6 @@ def main() -> None:
         w = csv.DictWriter(f, fieldnames=list(out[0]))
         w.writeheader()
         w.writerows(out)
-    from accuracy_report import write_markdown
 
     write_markdown(Path(args.md), out, cases, heads_rows, policy, chosen, cfg, args)
 

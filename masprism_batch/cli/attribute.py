@@ -13,7 +13,15 @@ from rich.console import Console
 from rich.table import Table
 
 from . import EXIT_FATAL, EXIT_OK, app, setup_logging
-from .common import EXIT_CODES_HELP, check_inputs, check_outdir, fail, no_traces_message, usage
+from .common import (
+    EXIT_CODES_HELP,
+    check_inputs,
+    check_outdir,
+    fail,
+    load_model_or_fail,
+    no_traces_message,
+    usage,
+)
 from .progress import DEFAULT_INTERVAL, heartbeat
 from .run import Engine, LimitOpt, SampleOpt, SeedOpt, run
 
@@ -37,17 +45,6 @@ def _config(config, model, max_context, threads=None, method=None):
     except (OSError, ValueError) as exc:  # pydantic's ValidationError is a ValueError
         console.print(f"[red]error:[/] bad configuration: {exc}")
         raise typer.Exit(EXIT_FATAL) from None
-
-
-def load_model_or_fail(cfg):
-    """Load the model before OUTDIR is touched: a model that cannot be loaded leaves nothing behind that would
-    refuse a retry with another --model (the run header records the model)."""
-    from ..pipelines.stages import load_model
-
-    try:
-        return load_model(cfg)
-    except (OSError, ValueError, RuntimeError, KeyError) as exc:  # ModelNotFoundError is a FileNotFoundError
-        raise fail(f"cannot load model {cfg.model.name!r}: {exc}") from None
 
 
 def _run(inputs: list[str], outdir: Path, cfg, model=None, interval: float = DEFAULT_INTERVAL, select=None):

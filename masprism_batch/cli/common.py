@@ -91,3 +91,14 @@ def no_traces_message(inputs: list[str], rejected: dict[str, int] | None = None)
         parts.append("every file was read but held no traces")
     parts.append("supported formats: `masprism-batch ingest --help`")
     return "; ".join(parts)
+
+
+def load_model_or_fail(cfg):
+    """Load the model before OUTDIR is touched: a model that cannot be loaded leaves nothing behind that would
+    refuse a retry with another --model (the run header records the model)."""
+    from ..pipelines.stages import load_model
+
+    try:
+        return load_model(cfg)
+    except (OSError, ValueError, RuntimeError, KeyError) as exc:  # ModelNotFoundError is a FileNotFoundError
+        raise fail(f"cannot load model {cfg.model.name!r}: {exc}") from None

@@ -8,7 +8,7 @@ import typer
 from rich.console import Console
 
 from . import EXIT_OK, app, setup_logging
-from .common import check_inputs, check_out_file, fail
+from .common import check_inputs, check_out_file, fail, load_model_or_fail
 
 console = Console(stderr=True)
 
@@ -29,7 +29,7 @@ def fit_heads(
 
     from ..ingest import read_inputs
     from ..method.fit_heads import fit_model_heads
-    from .attribute import _config, load_model_or_fail
+    from .attribute import _config
 
     setup_logging(verbose)
     check_inputs(inputs)

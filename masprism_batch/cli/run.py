@@ -10,7 +10,7 @@ import typer
 from rich.console import Console
 
 from . import app, setup_logging
-from .common import check_inputs, check_outdir, fail, no_traces_message, usage
+from .common import check_inputs, check_outdir, fail, load_model_or_fail, no_traces_message, usage
 from .progress import DEFAULT_INTERVAL, heartbeat
 
 log = logging.getLogger("masprism_batch.cli")
@@ -57,7 +57,6 @@ def run(
     from ..model import ModelNotFoundError, require_model
     from ..pipelines import run_local, run_ray
     from ..pipelines.select import Selection
-    from .attribute import load_model_or_fail
 
     setup_logging(verbose)
     if engine is Engine.local and (workers not in (None, 1) or address):
