@@ -11,17 +11,14 @@ died twice is re-run one trace at a time and a trace that killed a worker on its
 (`worker_crashed`, stage `render` or `prefill`) instead of killing workers forever: the same rule in both
 stages, and in the local engine (across resumes, `local.FileLedger`).
 
-A cluster started here (no `--address`) is private: every Ray process binds 127.0.0.1 only, with Ray's token
-authentication where the installed Ray has it, and it is shut down when the run ends (also on SIGTERM/SIGINT).
+A cluster started here (no `--address`) is private and stopped when the run ends (`ray_cluster.py`).
 """
 
 from __future__ import annotations
 
-import contextlib
 import logging
 import math
 import os
-import signal
 import sys
 import time
 from collections import Counter
@@ -33,13 +30,12 @@ from masprism_batch.io import OutdirLock
 
 from .driver import Committer, RunSummary, resume_config
 from .plan import Shard, plan_inputs
+from .ray_cluster import ray_cluster, stop_on_signals
 from .select import Selection
 from .stages import PACK_CRASHES_BEFORE_ONE_BY_ONE, CrashGuard, attribute_traces, load_model, load_tokenizer
 from .work import attribute_pack, prepare_shard
 
 log = logging.getLogger(__name__)
-
-LOOPBACK = "127.0.0.1"
 
 _CTX = {  # Ray Data settings of a run (restored afterwards: the context is process-wide)
     "enable_progress_bars": False,  # the driver's own bar counts traces and tokens
@@ -117,181 +113,6 @@ class ModelActor:
         return pa.Table.from_pylist(out)
 
 
-def private_cluster_env() -> dict[str, str]:
-    """Environment of a private local cluster: Ray's token authentication with a fresh random token held only
-    in this process's environment (inherited by the Ray processes it starts; nothing is written to
-    ~/.ray), where the installed Ray supports it (2.52+). An explicit RAY_AUTH_MODE of the user is kept."""
-    import secrets
-
-    try:
-        import ray._private.authentication.authentication_token_setup  # noqa: F401 - present since Ray 2.52
-    except ImportError:
-        return {}
-    if "RAY_AUTH_MODE" in os.environ:
-        return {}
-    return {"RAY_AUTH_MODE": "token", "RAY_AUTH_TOKEN": secrets.token_hex(32)}
-
-
-def _init_ray(address: str | None, num_cpus: int | None) -> dict[str, str | None] | None:
-    """Join `address` or start a private local cluster bound to 127.0.0.1. Returns None when Ray was already
-    initialised or `address` was joined (nothing to stop), else the environment variables this call set
-    (with their previous values, restored by `_stop_ray`)."""
-    import ray
-
-    if ray.is_initialized():
-        return None
-    kwargs: dict[str, Any] = {"include_dashboard": False, "log_to_driver": True, "configure_logging": False}
-    if address:
-        ray.init(address=address, **kwargs)
-        return None
-    from ray._private import ray_constants
-
-    # Loopback only: Ray maps a node address of 127.0.0.1 to the host's external IP unless its single-machine
-    # mode is on (the default on macOS/Windows, RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER=0): then the node address
-    # is 127.0.0.1 and GCS, raylet, object manager, agents and workers bind to it (tests/pipelines).
-    env = {**private_cluster_env(), "RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER": "0"}
-    saved = {k: os.environ.get(k) for k in env}
-    os.environ.update(env)
-    _refresh_ray_config("RAY_AUTH_MODE" in env)
-    cluster_mode = ray_constants.ENABLE_RAY_CLUSTER
-    ray_constants.ENABLE_RAY_CLUSTER = False  # read at import time; this process imported Ray already
-    try:
-        ray.init(num_cpus=num_cpus or os.cpu_count(), _node_ip_address=LOOPBACK, **kwargs)
-    except BaseException:
-        ray_constants.ENABLE_RAY_CLUSTER = cluster_mode
-        _restore_env(saved)
-        raise
-    saved["__cluster_mode__"] = cluster_mode
-    return saved
-
-
-def _refresh_ray_config(changed: bool) -> None:
-    """Ray caches its config (auth mode) per process: re-read it after the environment changed."""
-    if not changed:
-        return
-    with contextlib.suppress(Exception):
-        from ray._private.authentication.authentication_token_setup import Config
-
-        Config.initialize("")
-    with contextlib.suppress(Exception):
-        from ray._private.authentication.authentication_token_setup import AuthenticationTokenLoader
-
-        loader = AuthenticationTokenLoader.instance()
-        for name in ("reset_cache", "ResetCache", "reset"):
-            if hasattr(loader, name):
-                getattr(loader, name)()
-                break
-
-
-def _restore_env(saved: dict[str, Any]) -> None:
-    if "__cluster_mode__" in saved:
-        from ray._private import ray_constants
-
-        saved = dict(saved)
-        ray_constants.ENABLE_RAY_CLUSTER = saved.pop("__cluster_mode__")
-    for k, v in saved.items():
-        if v is None:
-            os.environ.pop(k, None)
-        else:
-            os.environ[k] = v
-    _refresh_ray_config("RAY_AUTH_MODE" in saved)
-
-
-_REAPER = r"""
-import json, os, select, sys, psutil
-known = {}  # pid -> Process: the recorded roots and every descendant seen so far (children can be reparented
-            # when their parent dies first, so the tree is remembered while the driver lives)
-for pid, created in json.loads(sys.argv[1]):
-    try:
-        p = psutil.Process(pid)
-        if abs(p.create_time() - created) < 0.5:  # the very process recorded, not a reused pid
-            known[pid] = p
-    except psutil.Error:
-        pass
-def refresh():
-    for p in list(known.values()):
-        try:
-            for c in p.children(recursive=True):
-                known.setdefault(c.pid, c)
-        except psutil.Error:
-            pass
-while True:  # EOF on stdin: the driver closed the pipe (normal end) or died (kill -9)
-    refresh()
-    if select.select([0], [], [], 1.0)[0] and not os.read(0, 4096):
-        break
-refresh()
-procs = [p for p in known.values() if p.is_running()]
-for p in procs:
-    try:
-        p.terminate()
-    except psutil.Error:
-        pass
-_, alive = psutil.wait_procs(procs, timeout=5)
-for p in alive:
-    try:
-        p.kill()
-    except psutil.Error:
-        pass
-"""
-
-
-def _child_pids() -> set[tuple[int, float]]:
-    try:
-        import psutil
-
-        return {(c.pid, c.create_time()) for c in psutil.Process().children()}
-    except Exception:  # noqa: BLE001 - no psutil: no reaper
-        return set()
-
-
-def _start_reaper(roots: set[tuple[int, float]]):
-    """A watchdog for the private cluster's processes (the driver's children that `ray.init` started, and their
-    descendants): it waits for EOF on a pipe from the driver, then stops them. A driver killed with SIGKILL
-    closes the pipe too, so its Ray processes go at once instead of lingering until they notice."""
-    import json
-    import subprocess
-
-    if not roots:
-        return None
-    try:
-        return subprocess.Popen([sys.executable, "-c", _REAPER, json.dumps(sorted(roots))], stdin=subprocess.PIPE,
-                                stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, start_new_session=True)
-    except OSError as e:
-        log.warning("no watchdog for the local Ray cluster (%s)", e)
-        return None
-
-
-def _stop_reaper(reaper) -> None:
-    if reaper is None:
-        return
-    with contextlib.suppress(OSError):
-        reaper.stdin.close()  # after ray.shutdown(): it stops whatever is left, then exits
-    with contextlib.suppress(Exception):
-        reaper.wait(timeout=15)
-
-
-@contextlib.contextmanager
-def _stop_on_signals():
-    """SIGTERM/SIGHUP end the run through the normal path (finally: ray.shutdown()), so a terminated driver
-    does not leave its private cluster behind. (SIGKILL cannot be caught: the watchdog `_start_reaper` then
-    stops the cluster's processes.)"""
-    import threading
-
-    if threading.current_thread() is not threading.main_thread():
-        yield
-        return
-
-    def stop(signum, frame):
-        raise KeyboardInterrupt(f"signal {signum}")
-
-    old = {sig: signal.signal(sig, stop) for sig in (signal.SIGTERM, signal.SIGHUP)}
-    try:
-        yield
-    finally:
-        for sig, h in old.items():
-            signal.signal(sig, h)
-
-
 def actor_resources(workers: int | None, cfg: PipelineConfig) -> tuple[int, dict[str, float], int | None]:
     """(actor count, per-actor resources, torch threads): one GPU per actor where the cluster has GPUs
     and the config does not pin the CPU, otherwise an equal share of the cluster's CPUs."""
@@ -317,34 +138,24 @@ def run_ray(inputs: list[str], outdir: str | Path, cfg: PipelineConfig, *, worke
     The model stage's functions (`load_model(cfg)` in each actor, `load_tokenizer(cfg)` in each CPU worker,
     `attribute(traces, model, cfg, renders)` per pack) are shipped to the workers by Ray; defaults: the
     project's (`pipelines.stages`)."""
-    import ray
 
     outdir = Path(outdir)
-    with OutdirLock(outdir, "run --engine ray") as lock, _stop_on_signals():
+    with OutdirLock(outdir, "run --engine ray") as lock, stop_on_signals():
         cfg = resume_config(outdir, cfg)
         plan = plan_inputs(list(inputs), outdir, fmt, cfg.engine.traces_per_shard, cfg.ingest, select)
         committer = Committer(outdir, cfg, plan, "ray", workers or 1, progress=progress, lock=lock)
         extra: dict[str, Any] = {"ray_address": address or "local"}
         if not committer.pending:  # a re-run of a finished run: no cluster needed
             return committer.finish(extra)
-        before = _child_pids()
-        started = _init_ray(address, num_cpus)
-        reaper = _start_reaper(_child_pids() - before) if started is not None else None
-        if started is not None:
-            extra["ray_private_cluster"] = {"bind": LOOPBACK,
-                                            "token_auth": os.environ.get("RAY_AUTH_MODE", "").lower() == "token"}
-        try:
+        with ray_cluster(address, num_cpus) as private:
+            if private is not None:
+                extra["ray_private_cluster"] = private
             n, resources, threads = actor_resources(workers, cfg)
             committer.workers = n
             extra.update(actor_resources=resources, actor_threads=threads)
             fns = {"load_model": load_model, "load_tokenizer": load_tokenizer, "attribute": attribute}
             _execute(committer, committer.pending, cfg, fns, n, resources, threads)
             return committer.finish(extra)
-        finally:
-            if started is not None:
-                ray.shutdown()
-                _restore_env(started)
-                _stop_reaper(reaper)
 
 
 def _execute(committer: Committer, pending: list[Shard], cfg: PipelineConfig, fns: dict[str, Any], n: int,

@@ -136,6 +136,8 @@ def write_large_outdir(outdir: Path, n: int, seed: int, parts: int = 10, chars: 
             "trace_start": pa.nulls(m, pa.timestamp("us", tz="UTC")),
             "attributed_at": pa.array([t0.value + int(x) for x in g.integers(0, 3600e6 * 30, m)],
                                       pa.timestamp("us", tz="UTC")),
+            "pred_step_agent": pred_agent, "pred_agent_rule": ["author"] * m,  # the faithful method's verdict
+            "agent_ranking": pa.nulls(m, schema.ATTRIBUTIONS.field("agent_ranking").type),
         }, schema=schema.ATTRIBUTIONS)
         write_table_atomic(attr, outdir / "attributions" / f"part-{p:03d}.parquet")
         att_len = step_idx + 1
@@ -152,6 +154,11 @@ def write_large_outdir(outdir: Path, n: int, seed: int, parts: int = 10, chars: 
             "is_symptom": step_idx == np.repeat(sym_steps, ns), "is_candidate": rank > 0,
             "has_failure_word": g.random(total) < 0.2,
             "attention_pass1": pa.ListArray.from_arrays(aoff, pa.array(g.random(int(aoff[-1])).astype(np.float32))),
+            "cf_effect": pa.nulls(total, pa.float32()), "attn_in_learned": pa.nulls(total, pa.float32()),
+            # the faithful method: its own rank is the final one (rank 1 = pred_step), no probabilities
+            "masprism_rank": pa.array(np.where(rank > 0, rank, 0), mask=rank < 0),
+            "final_prob": pa.nulls(total, pa.float32()),
+            "final_rank": pa.array(np.where(rank > 0, rank, 0), mask=rank < 0),
         }, schema=schema.STEP_SCORES)
         write_table_atomic(scores, outdir / "step_scores" / f"part-{p:03d}.parquet")
         content = ["".join(words[g.integers(0, len(words), 4)]) + "x" * chars for _ in range(total)]
