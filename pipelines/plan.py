@@ -105,6 +105,19 @@ def _staged_rows(staging: Path) -> dict[str, int]:
             for d in ("traces", "errors") for f in sorted((staging / d).glob("part-*.parquet"))}
 
 
+def _describe(key: dict) -> str:
+    """A staging key as the options that made it (what a user typed), for the refusal message."""
+    sel = key.get("select") or {}
+    opts = [f"--{k} {sel[k]}" for k in ("limit", "sample") if sel.get(k) is not None]
+    if sel.get("sample") is not None:
+        opts.append(f"--seed {sel.get('seed', 0)}")
+    if sel.get("dataset"):
+        opts.append(f"dataset {sel['dataset']}")
+    opts += [f"--format {key['fmt']}"] if key.get("fmt", "auto") != "auto" else []
+    opts += [f"traces_per_shard {key['traces_per_shard']}"] if "traces_per_shard" in key else []
+    return f"inputs {', '.join(key.get('inputs') or []) or '?'} ({', '.join(opts) or 'every trace'})"
+
+
 def stage_raw(inputs: list[str], staging: Path, fmt: str, traces_per_shard: int,
               limits: IngestConfig | None = None, select: Selection | None = None) -> None:
     """Stream raw inputs through ingest into a canonical dataset, once (a completed staging is reused).
@@ -121,9 +134,9 @@ def stage_raw(inputs: list[str], staging: Path, fmt: str, traces_per_shard: int,
     if marker.exists():
         done = json.loads(marker.read_text(encoding="utf-8"))
         if done.get("key") != key:
-            raise ValueError(f"{staging.parent} holds a run of other inputs or another selection "
-                             f"(--limit/--sample/--seed): it was staged from {done.get('key')}, this run asks for "
-                             f"{key}. Use a new OUTDIR (or re-run the first command to resume it)")
+            raise ValueError(f"{staging.parent} holds a run of other inputs or another selection: it was started "
+                             f"with {_describe(done.get('key') or {})}; this run asks for {_describe(key)}. Use a "
+                             f"new OUTDIR (or re-run the first command to resume it)")
         if "parts" in done and _staged_rows(staging) != done["parts"]:
             raise ValueError(f"{staging} does not match its completion marker (parts or row counts differ): "
                              f"it was changed after staging; use a new OUTDIR")

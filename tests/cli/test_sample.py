@@ -85,6 +85,8 @@ def test_rerun_with_another_sample_or_other_inputs_into_one_out_is_refused(tmp_p
     for other in (["--sample", "12"], ["--sample", "8", "--seed", "1"]):
         res = runner.invoke(app, [*first, *other])
         assert res.exit_code == 1 and "another selection" in res.output, res.output
+        said = " ".join(res.output.split())  # the console wraps long lines
+        assert "started with" in said and "--sample 8" in said and f"{other[0]} {other[1]}" in said, said
         assert _outcome(out) == (ids, errors)
     res = runner.invoke(app, ["attribute", str(FORMATS), "--model", "tiny-random", "-o", str(out), "--sample", "8"])
     assert res.exit_code == 1 and "other inputs" in res.output, res.output
