@@ -118,6 +118,31 @@ def _describe(key: dict) -> str:
     return f"inputs {', '.join(key.get('inputs') or []) or '?'} ({', '.join(opts) or 'every trace'})"
 
 
+def _staging_key(inputs: list[str], fmt: str, traces_per_shard: int | None, select: Selection | None) -> dict:
+    key: dict = {"inputs": [os.path.abspath(p) for p in inputs], "fmt": fmt, "traces_per_shard": traces_per_shard}
+    if (select or Selection()).key() is not None:
+        key["select"] = select.key()
+    return key
+
+
+def _conflict(outdir: Path, staged: dict, asked: dict) -> str:
+    return (f"{outdir} holds a run of other inputs or another selection: it was started with {_describe(staged)}; "
+            f"this run asks for {_describe(asked)}. Use a new OUTDIR (or re-run the first command to resume it)")
+
+
+def staging_conflict(outdir: Path, inputs: list[str], fmt: str, select: Selection | None) -> str | None:
+    """Read-only early answer, before a model is loaded: why OUTDIR's finished staging is not these inputs and
+    this selection (None: no staging, or the same). `stage_raw` makes the binding check under the OUTDIR lock;
+    shard size is left to it, since a resume may take it from the run's header."""
+    marker = Path(outdir) / "_staging" / "_COMPLETE.json"
+    try:
+        staged = json.loads(marker.read_text(encoding="utf-8")).get("key") or {}
+    except (OSError, ValueError):
+        return None
+    asked = _staging_key(inputs, fmt, staged.get("traces_per_shard"), select)
+    return None if staged == asked else _conflict(Path(outdir), staged, asked)
+
+
 def stage_raw(inputs: list[str], staging: Path, fmt: str, traces_per_shard: int,
               limits: IngestConfig | None = None, select: Selection | None = None) -> None:
     """Stream raw inputs through ingest into a canonical dataset, once (a completed staging is reused).
@@ -128,15 +153,11 @@ def stage_raw(inputs: list[str], staging: Path, fmt: str, traces_per_shard: int,
     caller holds the OUTDIR lock, so no other run writes here meanwhile."""
     marker = staging / "_COMPLETE.json"
     select = select or Selection()
-    key = {"inputs": [os.path.abspath(p) for p in inputs], "fmt": fmt, "traces_per_shard": traces_per_shard}
-    if select.key() is not None:
-        key["select"] = select.key()
+    key = _staging_key(inputs, fmt, traces_per_shard, select)
     if marker.exists():
         done = json.loads(marker.read_text(encoding="utf-8"))
         if done.get("key") != key:
-            raise ValueError(f"{staging.parent} holds a run of other inputs or another selection: it was started "
-                             f"with {_describe(done.get('key') or {})}; this run asks for {_describe(key)}. Use a "
-                             f"new OUTDIR (or re-run the first command to resume it)")
+            raise ValueError(_conflict(staging.parent, done.get("key") or {}, key))
         if "parts" in done and _staged_rows(staging) != done["parts"]:
             raise ValueError(f"{staging} does not match its completion marker (parts or row counts differ): "
                              f"it was changed after staging; use a new OUTDIR")

@@ -56,6 +56,7 @@ def run(
     from ..ingest import FORMATS
     from ..model import ModelNotFoundError, require_model
     from ..pipelines import run_local, run_ray
+    from ..pipelines.plan import staging_conflict
     from ..pipelines.select import Selection
 
     setup_logging(verbose)
@@ -74,6 +75,9 @@ def run(
                           batch__token_budget=token_budget, engine__traces_per_shard=traces_per_shard)
     except (OSError, ValueError) as exc:  # pydantic's ValidationError is a ValueError
         raise fail(f"bad configuration: {exc}") from None
+    conflict = staging_conflict(out, list(inputs), fmt, select)
+    if conflict:  # answered before a model is loaded (stage_raw checks again under the OUTDIR lock)
+        raise fail(conflict)
     # The model is checked before OUTDIR is touched, so a bad --model leaves nothing that refuses a retry.
     if engine is Engine.local:
         loaded = load_model_or_fail(cfg)

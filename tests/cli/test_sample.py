@@ -96,6 +96,23 @@ def test_rerun_with_another_sample_or_other_inputs_into_one_out_is_refused(tmp_p
     assert _outcome(out) == (ids, errors)
 
 
+def test_another_selection_is_refused_before_the_model_loads(tmp_path, monkeypatch):
+    """The refusal needs no model: it is answered from OUT's staging marker before any weights are read."""
+    import masprism_batch.cli.run as cli_run
+
+    out = tmp_path / "OUT"
+    first = ["attribute", str(FORMATS), "--model", "tiny-random", "-o", str(out), "--no-progress"]
+    assert runner.invoke(app, [*first, "--sample", "3"]).exit_code in (0, 3)
+
+    def no_model(cfg):
+        raise AssertionError("the model was loaded for a run that is refused")
+
+    monkeypatch.setattr(cli_run, "load_model_or_fail", no_model)
+    res = runner.invoke(app, [*first, "--sample", "4"])
+    said = " ".join(res.output.split())
+    assert res.exit_code == 1 and "another selection" in said and "--sample 3" in said, said
+
+
 def test_sample_into_a_locked_outdir_writes_nothing(tmp_path):
     """Selection is planning under the OUTDIR lock: a sampled run refused by a live lock leaves OUT untouched
     (no staged subset written before the lock, as `attribute --sample` once did)."""
