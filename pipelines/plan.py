@@ -120,8 +120,9 @@ def _describe(key: dict) -> str:
 
 def _staging_key(inputs: list[str], fmt: str, traces_per_shard: int | None, select: Selection | None) -> dict:
     key: dict = {"inputs": [os.path.abspath(p) for p in inputs], "fmt": fmt, "traces_per_shard": traces_per_shard}
-    if (select or Selection()).key() is not None:
-        key["select"] = select.key()
+    chosen = (select or Selection()).key()
+    if chosen is not None:  # "everything" stays out of the key, so older stagings keep theirs
+        key["select"] = chosen
     return key
 
 
@@ -151,6 +152,8 @@ def stage_raw(inputs: list[str], staging: Path, fmt: str, traces_per_shard: int,
     every part) last, then the folder is renamed to `_staging/`. A reused staging is checked against its marker
     (part names and row counts), so a damaged staging is refused instead of planned as the whole input. The
     caller holds the OUTDIR lock, so no other run writes here meanwhile."""
+    from masprism_batch import ingest
+
     marker = staging / "_COMPLETE.json"
     select = select or Selection()
     key = _staging_key(inputs, fmt, traces_per_shard, select)
@@ -170,8 +173,6 @@ def stage_raw(inputs: list[str], staging: Path, fmt: str, traces_per_shard: int,
     traces = DatasetWriter(partial / "traces", schema.TRACES, rows_per_part=traces_per_shard, prefix="part")
     errors = DatasetWriter(partial / "errors", schema.ERRORS, rows_per_part=4096, prefix="part")
     n, buffered = 0, 0
-    from masprism_batch import ingest
-
     for t in select.apply(ingest.read_inputs(list(inputs), fmt=fmt, on_error=errors.write, limits=limits)):
         traces.write(t.to_row())
         n += 1

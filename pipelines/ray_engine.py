@@ -153,13 +153,13 @@ def run_ray(inputs: list[str], outdir: str | Path, cfg: PipelineConfig, *, worke
             n, resources, threads = actor_resources(workers, cfg)
             committer.workers = n
             extra.update(actor_resources=resources, actor_threads=threads)
-            fns = {"load_model": load_model, "load_tokenizer": load_tokenizer, "attribute": attribute}
-            _execute(committer, committer.pending, cfg, fns, n, resources, threads)
+            _execute(committer, committer.pending, cfg, n, resources, threads,
+                     load_model=load_model, load_tokenizer=load_tokenizer, attribute=attribute)
             return committer.finish(extra)
 
 
-def _execute(committer: Committer, pending: list[Shard], cfg: PipelineConfig, fns: dict[str, Any], n: int,
-             resources: dict[str, float], threads: int | None) -> None:
+def _execute(committer: Committer, pending: list[Shard], cfg: PipelineConfig, n: int, resources: dict[str, float],
+             threads: int | None, *, load_model, load_tokenizer, attribute) -> None:
     import ray
     import ray.data
 
@@ -173,16 +173,14 @@ def _execute(committer: Committer, pending: list[Shard], cfg: PipelineConfig, fn
     t0 = time.perf_counter()
     try:
         ds = ray.data.from_items([{"shard": s.to_json()} for s in pending], override_num_blocks=len(pending))
-        ds = ds.flat_map(_prepare, fn_kwargs={"cfg_json": cfg_json, "load_tokenizer": fns["load_tokenizer"],
-                                              "ledger": ledger},
+        ds = ds.flat_map(_prepare, fn_kwargs={"cfg_json": cfg_json, "load_tokenizer": load_tokenizer, "ledger": ledger},
                          num_cpus=cfg.engine.cpu_stage_cpus)
         # Ray Data's actor defaults are the fault tolerance wanted here: max_restarts=-1 and
         # max_task_retries=-1 (a killed actor comes back and its pack is retried; the ledger bounds loops).
         ds = ds.map_batches(ModelActor, batch_size=1, batch_format="pyarrow",
                             compute=ray.data.ActorPoolStrategy(size=n),
                             fn_constructor_kwargs={"cfg_json": cfg_json, "ledger": ledger, "threads": threads,
-                                                   "load_model": fns["load_model"],
-                                                   "attribute": fns["attribute"]}, **resources)
+                                                   "load_model": load_model, "attribute": attribute}, **resources)
         for row in ds.iter_rows():
             committer.add(row)
     finally:

@@ -121,8 +121,8 @@ class FileLedger:
             self._save()
 
 
-def make_packs(traces: list[Trace], tokenizer, rcfg, cfg: PipelineConfig, guard: CrashGuard | None = None, input_path: str | None = None,
-               rejected: list[dict] | None = None) -> list[tuple[list[Trace], list, int]]:
+def make_packs(traces: list[Trace], tokenizer, rcfg, cfg: PipelineConfig, guard: CrashGuard | None = None,
+               input_path: str | None = None, rejected: list[dict] | None = None) -> list[tuple[list[Trace], list, int]]:
     """Render pass 1 (the model stage's render config `rcfg`), then token-budget packs of (traces, renders,
     tokens). The renders travel with the pack: the model stage does not render pass 1 again.
 
