@@ -205,7 +205,7 @@ def _pass2_budgets(p: _Pieces, keys: np.ndarray, avail: int) -> tuple[int, int |
     b = fit_budget(p.lengths, m, avail, prefix)  # (c)
     if b is None:
         raise p.too_long(True)
-    return b, b
+    return b, (None if b >= kmax else b)  # a budget no key step exceeds cuts none: they are complete
 
 
 def render_pass2(trace: Trace, tokenizer, cfg: RenderConfig, keep_full: set[int], anomaly_step: int | None) -> Rendered:

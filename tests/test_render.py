@@ -11,7 +11,7 @@ import random
 import string
 
 import pytest
-from hypothesis import HealthCheck, given, settings
+from hypothesis import HealthCheck, example, given, settings
 from hypothesis import strategies as st
 from tokenizers import Tokenizer, decoders, models, pre_tokenizers, processors, trainers
 from transformers import PreTrainedTokenizerFast
@@ -116,6 +116,7 @@ def test_pass1_spans_and_budget_property(seed, n, ctx, cap):
 
 @settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(seed=st.integers(0, 2**31), n=st.integers(1, 14), ctx=st.integers(250, 2500), prefix=st.integers(1, 40))
+@example(seed=260294, n=3, ctx=271, prefix=16)  # found by CI: keys complete under rule (c) yet reported as cut
 def test_pass2_policy_property(seed, n, ctx, prefix):
     rng = random.Random(seed)
     trace = make_trace(rng, n, max_words=120)
