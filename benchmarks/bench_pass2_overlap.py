@@ -1,6 +1,6 @@
 """Pass-2 prompt building beside the pass-1 prefills: the model stage with `engine.pass2_render_threads` 0 vs 1.
 
-One `stages.attribute_traces` call on a set of traces (renders from planning, as an engine ships them), timed
+One `model_stage.attribute_traces` call on a set of traces (renders from planning, as an engine ships them), timed
 per setting. `render_pass2_cpu_s` is the CPU of the thread that built the prompts; `render_pass2_wait_s` what
 the model stage still waited for them after its last pass-1 pack (the part not overlapped: all of it with 0
 threads). `cache=cold` empties the tokenizer cache after the pass-1 render, as in a model actor that received its
@@ -30,7 +30,7 @@ from masprism_batch.config import load_config
 from masprism_batch.encoding import encoder_for
 from masprism_batch.ingest import read_inputs
 from masprism_batch.model import load_model
-from masprism_batch.stages import attribute_traces
+from masprism_batch.model_stage import attribute_traces
 
 RESULTS = Path(__file__).parent / "results" / "pass2_overlap.csv"
 SAMPLE = Path(__file__).resolve().parents[1] / "masprism_batch" / "data" / "sample"

@@ -23,8 +23,8 @@ from masprism_batch.config import PipelineConfig
 from masprism_batch.ingest.common import WARNING_REASONS
 from masprism_batch.io import OUTPUT_TABLES, OutdirLock, ShardStore, read_dataset, write_json_atomic
 
+from .packs import now_utc
 from .plan import INGEST_SHARD, InputPlan, Shard
-from .stages import now_utc
 from .work import result_to_tables
 
 log = logging.getLogger(__name__)

@@ -19,9 +19,9 @@ from masprism_batch.config import PipelineConfig
 from masprism_batch.io import OutdirLock
 
 from .driver import Committer, RunSummary, resume_config
+from .packs import PACK_CRASHES_BEFORE_ONE_BY_ONE, CrashGuard, FileLedger, attribute_traces, load_model
 from .plan import plan_inputs
 from .select import Selection
-from .stages import PACK_CRASHES_BEFORE_ONE_BY_ONE, CrashGuard, FileLedger, attribute_traces, load_model
 from .work import attribute_pack, prepare_shard
 
 log = logging.getLogger(__name__)

@@ -29,10 +29,10 @@ from masprism_batch.config import PipelineConfig
 from masprism_batch.io import OutdirLock
 
 from .driver import Committer, RunSummary, resume_config
+from .packs import PACK_CRASHES_BEFORE_ONE_BY_ONE, CrashGuard, attribute_traces, load_model, load_tokenizer
 from .plan import Shard, plan_inputs
 from .ray_cluster import ray_cluster, stop_on_signals
 from .select import Selection
-from .stages import PACK_CRASHES_BEFORE_ONE_BY_ONE, CrashGuard, attribute_traces, load_model, load_tokenizer
 from .work import attribute_pack, prepare_shard
 
 log = logging.getLogger(__name__)
@@ -137,7 +137,7 @@ def run_ray(inputs: list[str], outdir: str | Path, cfg: PipelineConfig, *, worke
 
     The model stage's functions (`load_model(cfg)` in each actor, `load_tokenizer(cfg)` in each CPU worker,
     `attribute(traces, model, cfg, renders)` per pack) are shipped to the workers by Ray; defaults: the
-    project's (`pipelines.stages`)."""
+    project's (`pipelines.packs`)."""
 
     outdir = Path(outdir)
     with OutdirLock(outdir, "run --engine ray") as lock, stop_on_signals():

@@ -19,8 +19,8 @@ from masprism_batch.config import PipelineConfig
 from masprism_batch.io import OUTPUT_TABLES
 from masprism_batch.trace import Trace
 
+from .packs import CrashGuard, attribute_traces, from_ipc, make_packs, process_pack, to_ipc, tokens_of
 from .plan import Shard, read_shard
-from .stages import CrashGuard, attribute_traces, from_ipc, make_packs, process_pack, to_ipc, tokens_of
 
 
 def prepare_shard(shard: Shard, tokenizer, model_context: int, cfg: PipelineConfig,
@@ -59,7 +59,7 @@ def prepare_shard(shard: Shard, tokenizer, model_context: int, cfg: PipelineConf
 def attribute_pack(task: dict[str, Any], model, cfg: PipelineConfig, guard=None,
                    attribute=attribute_traces) -> dict[str, Any]:
     """One pack -> result row (IPC tables) with the pack's shard bookkeeping and timings. `attribute`: the
-    model stage (see `stages.process_pack`)."""
+    model stage (see `packs.process_pack`)."""
     traces = [Trace.from_row(r) for r in from_ipc(task["traces"]).to_pylist()]
     renders = [pass1.from_row(r) for r in from_ipc(task["rendered"]).to_pylist()]
     res = process_pack(traces, renders, model, cfg, task["label"], guard=guard, attribute=attribute)

@@ -10,9 +10,9 @@ import pytest
 from masprism_batch import pass1, render, windows
 from masprism_batch.config import load_config
 from masprism_batch.model import load_model, model_context
-from masprism_batch.stages import attribute_traces
+from masprism_batch.model_stage import attribute_traces
 from masprism_batch.trace import Step, Trace
-from pipelines.stages import from_ipc, to_ipc
+from pipelines.packs import from_ipc, to_ipc
 
 WORDS = "plan search the file error retry tool answer check result failed timeout agent".split()
 

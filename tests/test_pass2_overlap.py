@@ -13,7 +13,7 @@ import pytest
 from masprism_batch import pass1, render, windows
 from masprism_batch.config import PipelineConfig, load_config
 from masprism_batch.model import load_model
-from masprism_batch.stages import attribute_traces
+from masprism_batch.model_stage import attribute_traces
 from masprism_batch.trace import Step, Trace
 
 WORDS = "plan search the file error retry tool answer check result failed timeout agent".split()

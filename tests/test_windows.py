@@ -98,7 +98,7 @@ def test_combine_follows_the_documented_rule():
 
 def test_windowed_stage_scores_long_logs_linearly(tiny):
     """The stage reads a log 4x longer than the context in windows: tokens read grow ~linearly."""
-    from masprism_batch.stages import attribute_traces
+    from masprism_batch.model_stage import attribute_traces
 
     cfg, model = tiny
     cfg = cfg.model_copy(update={"method": cfg.method.model_copy(update={"counterfactual_k": 1})})

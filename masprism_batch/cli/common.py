@@ -96,7 +96,7 @@ def no_traces_message(inputs: list[str], rejected: dict[str, int] | None = None)
 def load_model_or_fail(cfg):
     """Load the model before OUTDIR is touched: a model that cannot be loaded leaves nothing behind that would
     refuse a retry with another --model (the run header records the model)."""
-    from ..pipelines.stages import load_model
+    from ..pipelines.packs import load_model
 
     try:
         return load_model(cfg)

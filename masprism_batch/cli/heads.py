@@ -27,8 +27,8 @@ def fit_heads(
     `method.head_weights` at it (the packaged weights of the model are used otherwise)."""
     from tqdm import tqdm
 
+    from ..fit_heads import fit_model_heads
     from ..ingest import read_inputs
-    from ..method.fit_heads import fit_model_heads
     from .attribute import _config
 
     setup_logging(verbose)

@@ -1,6 +1,6 @@
 """MASPrism's two passes on prefill signals (docs/method.md; /shared method doc).
 
-Pure functions over numpy arrays: knows nothing of models, kernels or files. The engine (`stages.py`) runs the
+Pure functions over numpy arrays: knows nothing of models, kernels or files. The engine (`model_stage.py`) runs the
 prefills and hands over, per pass, the step NLLs N_i and the step attention matrix A[i->j].
 Determinism: every sort is stable with the step index as the final tie-break.
 """

@@ -28,7 +28,7 @@ def test_fit_heads_writes_weights_the_pipeline_loads(tmp_path):
     from masprism_batch.config import load_config
     from masprism_batch.ingest import read_inputs
     from masprism_batch.model import load_model
-    from masprism_batch.stages import attribute_traces
+    from masprism_batch.model_stage import attribute_traces
 
     c = load_config(str(cfg), method__head_weights=str(out), method__name="masprism")
     model = load_model(c.model, c.signals)

@@ -16,7 +16,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from types import SimpleNamespace
 
-from masprism_batch.pipelines.stages import attribute_traces, load_model, load_tokenizer, now_utc
+from masprism_batch.pipelines.packs import attribute_traces, load_model, load_tokenizer, now_utc
 
 from masprism_batch.io import read_dataset
 from masprism_batch.trace import Step, Trace

@@ -1,4 +1,4 @@
-"""The full pipeline (stages.attribute_traces) gives the same attributions with every CPU signals backend,
+"""The full pipeline (model_stage.attribute_traces) gives the same attributions with every CPU signals backend,
 on a few real Who&When traces. (The triton backend is covered against the oracle by test_step_attention.py / test_token_nll.py; on
 CPU it only runs under the interpreter, far too slow for whole-model forwards.)"""
 
@@ -10,7 +10,7 @@ import pytest
 from masprism_batch import signals
 from masprism_batch.config import load_config
 from masprism_batch.model import load_model
-from masprism_batch.stages import attribute_traces
+from masprism_batch.model_stage import attribute_traces
 
 BACKENDS = ["torch"] + (["cpp"] if signals.cpp_available() is None else [])
 

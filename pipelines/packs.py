@@ -2,7 +2,7 @@
 
 Both engines run exactly this code on a shard: `read_shard` (Parquet range -> Trace), `make_packs` (pass-1
 render, once, through `masprism_batch.pass1`, then token-budget packing), `process_pack` (the model stage on
-the shipped renders: prefill -> method -> pass 2 -> rows, through `stages.attribute_traces`, with failure
+the shipped renders: prefill -> method -> pass 2 -> rows, through `model_stage.attribute_traces`, with failure
 isolation). Only where it runs differs: one process (local) or Ray tasks and actors (ray).
 
 The model stage is what tests and benchmarks replace, so the engines take its three functions as keyword
@@ -44,10 +44,10 @@ def load_tokenizer(cfg: PipelineConfig):
 
 
 def attribute_traces(traces: list[Trace], model, cfg: PipelineConfig, rendered: list):
-    """The model stage on one pack (`masprism_batch.stages.attribute_traces`): the engines' default `attribute`."""
-    from masprism_batch import stages
+    """The model stage on one pack (`masprism_batch.model_stage.attribute_traces`): the engines' default `attribute`."""
+    from masprism_batch import model_stage
 
-    return stages.attribute_traces(traces, model, cfg, rendered=rendered)
+    return model_stage.attribute_traces(traces, model, cfg, rendered=rendered)
 
 
 def now_utc() -> datetime:
