@@ -1,9 +1,16 @@
-"""The `masprism-batch` command line. Only this package parses arguments; each module adds its commands
-to `app` and calls into the library.
+"""Find which step and which agent caused each failed run in your multi-agent LLM logs.
 
-Exit codes (every command): 0 done, warnings allowed; 1 fatal (missing input, unusable output path, no
-traces found, model not found, bad configuration); 2 usage error (unknown option or value); 3 done, but
-some inputs were rejected (one row each in OUTDIR/errors/)."""
+masprism-batch reads each log with a small local language model in two prefill passes (no tokens are generated)
+and blames one step and one agent per trace, with the ranked candidates, a confidence and what decided the
+verdict. Typical work: try the demo, attribute a folder of your logs (or run overnight on Ray), measure it on
+labelled logs and fit it to your own system, then read the results (stats, report, export).
+
+Exit codes (every command): 0 done, warnings allowed; 1 fatal, nothing or not all was done (missing input,
+unusable output path, no traces found, model not found, bad configuration); 2 usage error (unknown option or
+value); 3 done, but some inputs were rejected (one row each in OUT/errors/).
+
+Docs: README.md and docs/ in the source tree (formats, schema, scale-out, method, results).
+"""
 
 from __future__ import annotations
 
@@ -29,20 +36,53 @@ from . import heads as _heads  # noqa: E402,F401
 from . import ingest as _ingest  # noqa: E402,F401
 from . import models as _models  # noqa: E402,F401
 from . import run as _run  # noqa: E402,F401
-from .common import EXIT_CODES_HELP  # noqa: E402
+
+# (panel, command, example) in the order of a user's work: --help lists them this way.
+WORKFLOW = [
+    ("Try it", "demo", "masprism-batch demo"),
+    ("Read your logs", "ingest", "masprism-batch ingest ./logs -o out/"),
+    ("Attribute failures", "attribute", "masprism-batch attribute ./logs -o out/"),
+    ("Attribute failures", "run", "masprism-batch run ./logs -o out/ --engine ray --address auto"),
+    ("Measure and fit", "eval", "masprism-batch eval --dataset who-and-when ./Who_and_When"),
+    ("Measure and fit", "fit", "masprism-batch fit out/ -o ranker.json"),
+    ("Measure and fit", "fit-heads", "masprism-batch fit-heads ./logs -o heads.json"),
+    ("Read the results", "stats", "masprism-batch stats out/"),
+    ("Read the results", "report", "masprism-batch report out/ -o report.html"),
+    ("Read the results", "export", "masprism-batch export out/ --to phoenix -o annotations.jsonl"),
+    ("Models", "models", "masprism-batch models"),
+]
 
 
-def _document_exit_codes() -> None:
-    """Every command's --help ends with the exit codes (the same for all commands)."""
+def _one_paragraph_per_line(text: str) -> str:
+    """Help text is written wrapped in the source; the terminal re-wraps it, so a source line break must not
+    survive inside a paragraph (it printed as a break mid-sentence)."""
+    paras = [" ".join(p.split()) for p in text.strip().split("\n\n")]
+    return "\n\n".join(p for p in paras if p)
+
+
+def _organise_commands() -> None:
+    """Order and group the commands as the work goes, add one example line to each, state exit codes once (in
+    the top-level help) and keep every paragraph unbroken."""
     import inspect
 
+    app.info.help = _one_paragraph_per_line(__doc__)
+    rank = {name: i for i, (_, name, _) in enumerate(WORKFLOW)}
+    by_name = {name: (panel, example) for panel, name, example in WORKFLOW}
+
+    def name_of(c) -> str:
+        return c.name or c.callback.__name__.replace("_", "-")
+
     for c in app.registered_commands:
+        panel, example = by_name.get(name_of(c), ("Other", None))
         text = c.help or inspect.getdoc(c.callback) or ""
-        if "Exit codes" not in text:
-            c.help = (text.rstrip() + "\n\n" + EXIT_CODES_HELP).strip()
+        text = _one_paragraph_per_line(text)
+        if example and "Example:" not in text:
+            text += f"\n\nExample: {example}"
+        c.help, c.rich_help_panel = text, panel
+    app.registered_commands.sort(key=lambda c: rank.get(name_of(c), len(rank)))
 
 
-_document_exit_codes()
+_organise_commands()
 
 
 def main() -> None:

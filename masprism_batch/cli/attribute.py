@@ -14,7 +14,6 @@ from rich.table import Table
 
 from . import EXIT_FATAL, EXIT_OK, app, setup_logging
 from .common import (
-    EXIT_CODES_HELP,
     check_inputs,
     check_outdir,
     fail,
@@ -65,9 +64,10 @@ def _print_summary(summary, outdir: Path, inputs: list[str] | None = None) -> in
     return summary.exit_code
 
 
-@app.command(help="Attribute failures in this process: `run --engine local`, same options and outputs "
-                  "(OUT/attributions, OUT/step_scores, OUT/traces, OUT/errors; re-run the same command to resume). "
-                  + EXIT_CODES_HELP)
+@app.command(help="Attribute the failed runs in your logs, in this process: which step and which agent caused "
+                  "each failure. Reads any supported format (files or folders), writes OUT/attributions, "
+                  "OUT/step_scores, OUT/traces and OUT/errors (Parquet) and OUT/run.json. Re-run the same command "
+                  "to resume after an interruption. Same options and outputs as `run --engine local`.")
 def attribute(
     inputs: list[str] = typer.Argument(..., help="raw trace files/dirs (auto-ingested) or a canonical traces dataset"),
     out: Path = typer.Option(..., "-o", "--out", help="output directory"),

@@ -19,8 +19,6 @@ from rich.console import Console
 from rich.markup import escape
 
 EXIT_OK, EXIT_FATAL, EXIT_USAGE, EXIT_REJECTED = 0, 1, 2, 3
-EXIT_CODES_HELP = ("Exit codes: 0 done (warnings allowed); 1 fatal (missing input, unusable output path, no traces "
-                   "found, model not found); 2 usage error; 3 done but some inputs were rejected (OUTDIR/errors/).")
 
 console = Console(stderr=True)
 

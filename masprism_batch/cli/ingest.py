@@ -11,7 +11,7 @@ from rich.console import Console
 from rich.table import Table
 
 from . import EXIT_OK, EXIT_REJECTED, app, setup_logging
-from .common import EXIT_CODES_HELP, check_inputs, check_outdir, fail, no_traces_message, usage
+from .common import check_inputs, check_outdir, fail, no_traces_message, usage
 
 log = logging.getLogger("masprism_batch.cli")
 console = Console(stderr=True)
@@ -37,8 +37,9 @@ FORMATS_HELP = ("auto (per file) | who-and-when | trail | otel | ag2 (alias auto
                 "(alias langgraph) | langfuse | jsonl (canonical) | parquet (canonical); README: Ingest")
 
 
-@app.command(help="Convert traces to the canonical schema: OUTDIR/traces/ and OUTDIR/errors/ (one row per rejected "
-                  "or repaired file/record). " + EXIT_CODES_HELP)
+@app.command(help="Check and convert your logs (any supported format, auto-detected) to the canonical schema "
+                  "without a model: OUT/traces/ and OUT/errors/ (one row per rejected or repaired file or record). "
+                  "`attribute` ingests by itself; use this to see what will be read.")
 def ingest(
     inputs: list[str] = typer.Argument(..., help="files or directories (recursive); .gz is decompressed"),
     out: Path = typer.Option(..., "--out", "-o", help="OUTDIR: writes OUTDIR/traces/ and OUTDIR/errors/"),

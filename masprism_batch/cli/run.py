@@ -50,8 +50,9 @@ def run(
                                             help="seconds between progress lines when stderr is not a terminal"),
     verbose: bool = typer.Option(False, "-v"),
 ):
-    """Attribute failures with exactly-once, per-shard committed outputs: OUT/{traces,attributions,
-    step_scores,errors}/ (Parquet), OUT/_manifest/, OUT/run.json. Exit 3 when some inputs were rejected."""
+    """The overnight job: attribute millions of logs on a Ray cluster (or embedded), resumable and exactly-once
+    per shard. Same outputs as `attribute` (OUT/{traces,attributions,step_scores,errors}/, OUT/run.json) plus
+    OUT/_manifest/; re-run the same command to resume."""
     from ..config import load_config
     from ..ingest import FORMATS
     from ..model import ModelNotFoundError, require_model

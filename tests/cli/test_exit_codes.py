@@ -37,10 +37,16 @@ def run_dir(tmp_path_factory):
     return out
 
 
+def test_exit_codes_are_stated_once_in_the_top_level_help():
+    out = re.sub(r"[\s│╭╮╰╯─]+", " ", _ok(runner.invoke(app, ["--help"]), EXIT_OK))
+    assert "Exit codes (every command): 0 done" in out and "2 usage error" in out and "3 done, but some inputs" in out
+
+
 @pytest.mark.parametrize("cmd", COMMANDS)
-def test_every_command_documents_exit_codes_in_help(cmd):
+def test_every_command_help_has_an_example_and_no_repeated_exit_codes(cmd):
     out = re.sub(r"[\s│╭╮╰╯─]+", " ", _ok(runner.invoke(app, [cmd, "--help"]), EXIT_OK))
-    assert "Exit codes: 0" in out and "2 usage" in out and "3 done but some inputs were rejected" in out
+    assert f"Example: masprism-batch {cmd}" in out
+    assert "Exit codes" not in out
 
 
 @pytest.mark.parametrize("args", [
@@ -162,3 +168,16 @@ def test_internal_error_is_one_line_without_traceback(monkeypatch, capsys):
         cli.main()
     err = capsys.readouterr().err
     assert e.value.code == EXIT_FATAL and "RuntimeError: kaboom" in err and "Traceback" not in err
+
+
+def test_help_lists_commands_in_workflow_order_with_unbroken_paragraphs():
+    from masprism_batch.cli import WORKFLOW
+
+    out = _ok(runner.invoke(app, ["--help"]), EXIT_OK)
+    listed = [name for _, name, _ in WORKFLOW if re.search(rf"│ {re.escape(name)} ", out)]
+    assert len(listed) >= len(COMMANDS), out
+    positions = [re.search(rf"│ {re.escape(name)} ", out).start() for name in listed]
+    assert positions == sorted(positions), f"commands out of workflow order: {listed}"
+    # a source line break inside a paragraph printed as a break mid-sentence ("no\ntraces found")
+    texts = [app.info.help] + [c.help for c in app.registered_commands]
+    assert all("\n" not in p for t in texts for p in t.split("\n\n")), "a help paragraph keeps a line break"
