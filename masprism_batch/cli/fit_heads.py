@@ -27,7 +27,7 @@ def fit_heads(
     `method.head_weights` at it (the packaged weights of the model are used otherwise)."""
     from tqdm import tqdm
 
-    from ..fit_heads import fit_model_heads
+    from ..head_training import fit_model_heads
     from ..ingest import read_inputs
     from .attribute import _config
 
