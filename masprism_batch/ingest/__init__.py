@@ -55,6 +55,7 @@ def read_inputs(paths: list[str] | str, fmt: str = "auto", on_error: Callable[[d
     for path in expand([str(p) for p in paths], sink):
         token = LIMITS.set(limits)
         ctx = Context(path, sink)
+        ctx.forced = fmt != "auto"
         try:
             for trace in read_file(path, fmt, ctx):
                 try:
@@ -75,8 +76,9 @@ def read_inputs(paths: list[str] | str, fmt: str = "auto", on_error: Callable[[d
                 seen.add(key)
                 yield trace
         except IngestError as e:
-            log.warning("%s: rejected: %s (%s)", path, e.message, e.reason)
-            sink(error_row(input_path=path, record_id=e.record_id, stage="ingest", reason=e.reason, message=e.message))
+            msg = ctx.label(e)
+            log.warning("%s: rejected: %s (%s)", path, msg, e.reason)
+            sink(error_row(input_path=path, record_id=e.record_id, stage="ingest", reason=e.reason, message=msg))
         except Exception as e:  # a bug in an adapter must not end the run; the file is reported
             log.exception("%s: unexpected error", path)
             sink(error_row(input_path=path, stage="ingest", reason="internal_error",

@@ -11,6 +11,7 @@ from __future__ import annotations
 import dataclasses
 import json
 import logging
+import re
 import sys
 import threading
 from collections.abc import Callable
@@ -24,7 +25,13 @@ from ..trace import Labels, Step, Trace
 log = logging.getLogger(__name__)
 
 WARNING_REASONS = frozenset({"invalid_annotation", "invalid_utf8", "invalid_label", "annotation_mismatch",
-                             "duplicate_span", "step_truncated", "non_finite_metadata"})
+                             "duplicate_span", "step_truncated", "non_finite_metadata", "empty_step",
+                             "unreadable_reasoning"})
+MAX_EMPTY_STEP_ROWS = 20  # warning rows per trace; the rest are counted in the last row
+# reasons whose message is about the file or the caps, not about how the format's fields were read
+_UNLABELLED = frozenset({"unknown_format", "invalid_json", "too_deep", "empty_file", "duplicate_trace_id",
+                         "too_many_steps", "trace_too_large", "file_too_large", "internal_error", "unreadable_file",
+                         "not_a_regular_file", "invalid_gzip", "not_a_trace"})
 MAX_TRACE_ID_CHARS = 1024  # longer ids are hostile or broken exports; ids are never used in paths anyway
 MAX_JSON_DEPTH = 200_000  # nesting levels accepted by the deep-JSON fallback (a 5,000-deep span tree is ~10k)
 _INT32 = 2**31 - 1
@@ -53,6 +60,18 @@ class Context:
         self.input_path = input_path
         self.on_error = on_error
         self.nbytes = 0  # decompressed bytes read, for throughput figures
+        self.fmt: str | None = None  # the format assumed for this file (detected or forced), named in rejections
+        self.forced = False
+        # steps are rendered from source records (spans, observations, messages), so an empty one means
+        # something was not read: checked by `validate`. Off for verbatim formats (canonical, Who&When),
+        # whose empty text is the source's own.
+        self.rendered = False
+
+    def label(self, e: IngestError) -> str:
+        """The rejection message, led by the format that was tried, so a user knows what was assumed."""
+        if self.fmt is None or e.reason in _UNLABELLED or e.message.startswith(self.fmt):
+            return e.message
+        return f"{self.fmt} ({'--format' if self.forced else 'detected'}): {e.message}"
 
     def warn(self, reason: str, message: str, record_id: str | None = None, input_path: str | None = None) -> None:
         """A trace is kept but something was repaired or dropped (`input_path`: a sidecar file, if that)."""
@@ -62,9 +81,10 @@ class Context:
 
     def reject(self, e: IngestError) -> None:
         """One record of a multi-record file is rejected; the rest of the file goes on."""
-        log.warning("%s: rejected %s: %s (%s)", self.input_path, short(e.record_id), e.message, e.reason)
+        msg = self.label(e)
+        log.warning("%s: rejected %s: %s (%s)", self.input_path, short(e.record_id), msg, e.reason)
         self.on_error(error_row(input_path=self.input_path, record_id=e.record_id, stage="ingest", reason=e.reason,
-                                message=e.message))
+                                message=msg))
 
 
 def _loads_deep(text: str) -> Any:
@@ -127,8 +147,12 @@ def decode_utf8(data: bytes, ctx: Context) -> str:
 _repairs = threading.local()
 
 
+_SURROGATE = re.compile("[\ud800-\udfff]")
+
+
 def _clean_str(s: str) -> str:
-    # Lone surrogates (legal in JSON "\ud800" escapes) cannot be encoded to UTF-8 for Arrow.
+    # Lone surrogates (legal in JSON "\ud800" escapes) cannot be encoded to UTF-8 for Arrow. Each becomes
+    # U+FFFD, as documented (`encode(errors="replace")` would give "?", which reads as real text).
     if s.isascii():
         return s
     try:
@@ -136,7 +160,21 @@ def _clean_str(s: str) -> str:
         return s
     except UnicodeEncodeError:
         _repairs.n = getattr(_repairs, "n", 0) + 1
-        return s.encode("utf-8", errors="replace").decode("utf-8")
+        return _SURROGATE.sub("\ufffd", s)
+
+
+def _clean_meta(v: Any, depth: int = 0) -> Any:
+    """Metadata with lone surrogates repaired in keys and values (a surrogate there must not cost the whole
+    trace); deeper than 64 levels it is left as is and the serialisation check below decides."""
+    if isinstance(v, str):
+        return _clean_str(v)
+    if depth > 64:
+        return v
+    if isinstance(v, dict):
+        return {(_clean_str(k) if isinstance(k, str) else k): _clean_meta(x, depth + 1) for k, x in v.items()}
+    if isinstance(v, (list, tuple)):
+        return [_clean_meta(x, depth + 1) for x in v]
+    return v
 
 
 def text_or_none(v: Any) -> str | None:
@@ -190,7 +228,27 @@ def validate(trace: Trace, ctx: Context | None = None, limits: IngestConfig | No
     out = _validate(trace, tid)
     if _repairs.n and ctx is not None:
         ctx.warn("invalid_utf8", f"{_repairs.n} strings held lone surrogates; replaced by U+FFFD", tid)
+    if ctx is not None and ctx.rendered:
+        _check_empty(out, ctx)
     return apply_caps(out, limits, ctx.warn if ctx is not None else None)
+
+
+def _check_empty(trace: Trace, ctx: Context) -> None:
+    """Nothing lost silently: a step whose text came out empty is named in an `empty_step` warning (kept, so
+    label indices stay valid); a trace whose every step is empty is rejected, since attribution would
+    blame blank text."""
+    empty = [s for s in trace.steps if not s.content or s.content.isspace()]
+    if not empty:
+        return
+    if len(empty) == len(trace.steps):
+        raise IngestError("empty_trace", f"all {len(empty)} steps have empty content (empty_step): nothing an "
+                          f"attribution could read", trace.trace_id)
+    for s in empty[:MAX_EMPTY_STEP_ROWS]:
+        rec = f", record {s.span_id}" if s.span_id else ""
+        ctx.warn("empty_step", f"step {s.index} ({s.kind}, agent {short(s.agent)}{rec}) has empty content although "
+                 "its source record was read: nothing in it was text this reader knows", trace.trace_id)
+    if len(empty) > MAX_EMPTY_STEP_ROWS:
+        ctx.warn("empty_step", f"{len(empty) - MAX_EMPTY_STEP_ROWS} more steps have empty content", trace.trace_id)
 
 
 TRUNCATION_NOTE = "\n[... {n} bytes cut at ingest (max_step_bytes) ...]\n"
@@ -292,7 +350,11 @@ def _validate(trace: Trace, tid: str) -> Trace:
                             error_impacts=_str_list(labels.error_impacts),
                             error_categories=_str_list(labels.error_categories))
         meta = trace.metadata if isinstance(trace.metadata, dict) else {"metadata": trace.metadata}
-        json.dumps(meta, ensure_ascii=False, default=str).encode("utf-8")  # must serialise; surrogates fail here
+        try:
+            json.dumps(meta, ensure_ascii=False, default=str).encode("utf-8")  # must serialise
+        except UnicodeEncodeError:  # lone surrogates: repaired like step text, not a rejection
+            meta = _clean_meta(meta)
+            json.dumps(meta, ensure_ascii=False, default=str).encode("utf-8")
         return Trace(trace_id=tid, source=text_or_none(trace.source) or "unknown", steps=steps,
                      system=text_or_none(trace.system), question=text_or_none(trace.question), labels=labels,
                      metadata=meta)

@@ -1,33 +1,57 @@
 """One input file -> canonical traces: pick the format (by name, then by content) and call its adapter.
 
-`auto` decides per file: `.parquet` -> Parquet; `.jsonl`/`.ndjson` -> JSON lines (canonical traces, or OTLP
-export requests when the first line has `resourceSpans`); anything else is parsed as one JSON document and
-classified by its keys: `history` -> Who&When, `spans` (or a list of spans) -> TRAIL/OpenInference,
-`resourceSpans` -> OTLP, `trace_id` + `steps` -> one canonical trace, and the chat / run-tree formats
-(`classify`): AG2/AutoGen message lists, OpenAI messages or Responses items, LangSmith runs, Langfuse traces
-and observations. A document followed by more documents ("Extra data") is read as JSON lines; JSON lines
-are classified by their first record: grouped formats (OTLP, LangSmith, Langfuse) read the whole file,
-message formats (AG2, OpenAI) make one trace per line, anything else is canonical.
+`auto` decides per file: `.parquet` -> Parquet; `.jsonl`/`.ndjson` -> JSON lines; anything else is parsed as
+one JSON document and classified by its keys (`classify`; docs/formats.md has the table): Who&When, TRAIL,
+OTLP / Tempo, OTel SDK span dumps, Jaeger, canonical, AG2/AutoGen, OpenAI messages, Responses items and
+Chat Completions responses, LangGraph message state, LangSmith runs and batch payloads, Langfuse exports,
+SWE-agent `.traj`, OpenHands events, τ-bench results. A document followed by more documents ("Extra data")
+is read as JSON lines, or as concatenated pretty-printed OTel SDK spans. JSON lines are classified by their
+first record: grouped formats (OTLP, LangSmith, Langfuse) read the whole file, message formats (AG2,
+OpenAI, τ-bench) make one trace per line, anything else is canonical. `ctx.fmt` is set to the format
+assumed, so every rejection names it; `unknown_format` lists the near misses (`near_miss.py`).
 """
 
 from __future__ import annotations
 
+import json
 from collections.abc import Iterator
 from typing import Any
 
 from ..trace import Trace
-from . import ag2, canonical, langfuse, langsmith, openai_chat, openinference, otel_genai, who_and_when
+from . import (
+    ag2,
+    canonical,
+    langfuse,
+    langsmith,
+    openai_chat,
+    openhands,
+    openinference,
+    otel_genai,
+    otel_sdk,
+    swe_agent,
+    taubench,
+    who_and_when,
+)
 from .common import Context, IngestError, decode_utf8, loads
+from .near_miss import near_misses
 from .sources import iter_lines, read_bytes
 
-FORMATS = ("auto", "who-and-when", "trail", "otel", "ag2", "autogen", "openai", "langsmith", "langgraph",
-           "langfuse", "jsonl", "parquet")
-ALIASES = {"autogen": "ag2", "langgraph": "langsmith"}
-TRIED = "Who&When, TRAIL/OpenInference, OTLP, AG2/AutoGen, OpenAI, LangSmith/LangGraph, Langfuse, canonical"
+FORMATS = ("auto", "who-and-when", "trail", "otel", "tempo", "otel-sdk", "jaeger", "ag2", "autogen", "openai",
+           "langsmith", "langgraph", "langfuse", "swe-agent", "openhands", "tau-bench", "jsonl", "parquet")
+ALIASES = {"autogen": "ag2", "langgraph": "langsmith", "tempo": "otel"}
+# what each kind is called in messages (a rejection names the format it assumed)
+LABELS = {"who-and-when": "Who&When", "trail": "TRAIL/OpenInference", "otel": "OTLP JSON", "otel-sdk":
+          "OTel SDK span dump", "jaeger": "Jaeger JSON", "ag2": "AG2/AutoGen", "openai": "OpenAI messages",
+          "langsmith": "LangSmith/LangGraph", "langfuse": "Langfuse", "swe-agent": "SWE-agent trajectory",
+          "openhands": "OpenHands events", "tau-bench": "τ-bench", "jsonl": "canonical JSON lines",
+          "trail-annotation": "TRAIL annotation", "parquet": "canonical Parquet"}
+TRIED = ", ".join(v for k, v in LABELS.items() if k not in ("trail-annotation", "parquet"))
 CANONICAL_EXAMPLE = ('{"trace_id": "t1", "source": "my-app", "steps": [{"agent": "planner", "role": "assistant", '
                      '"content": "..."}]}')
 _LINE_SUFFIXES = (".jsonl", ".ndjson", ".jsonl.gz", ".ndjson.gz")
 _GROUPED = ("otel", "langsmith", "langfuse")  # JSON lines whose records are grouped into traces per file
+_PER_LINE = ("ag2", "openai", "tau-bench")
+_VERBATIM = ("jsonl", "parquet", "who-and-when")  # step text copied as given: no empty-step check  # JSON lines with one trace per line
 # Who&When's own fields: a `history` without any of them is an AG2 chat, not a Who&When log
 _WW_KEYS = ("question", "question_ID", "mistake_agent", "mistake_step", "mistake_reason", "ground_truth",
             "is_correct", "system_prompt", "level")
@@ -41,6 +65,8 @@ def _chat_list_kind(msgs: list) -> str | None:
         return "ag2"
     if any(openai_chat.is_response_item(m) for m in dicts):
         return "openai"
+    if all(openai_chat.is_langchain_message(m) for m in dicts):
+        return "openai"  # LangGraph / LangChain message state
     if all("role" in m and ("content" in m or "tool_calls" in m) for m in dicts):
         # AG2 names the speaker of every message; OpenAI messages name one rarely
         named = [m for m in dicts if m.get("role") not in ("tool", "function")]
@@ -48,41 +74,68 @@ def _chat_list_kind(msgs: list) -> str | None:
     return None
 
 
+def _classify_dict(doc: dict) -> str | None:
+    if swe_agent.is_traj(doc):
+        return "swe-agent"
+    if "history" in doc:
+        if openhands.events_of(doc) is not None:
+            return "openhands"
+        if any(k in doc for k in _WW_KEYS) or not isinstance(doc["history"], list):
+            return "who-and-when"
+        return _chat_list_kind(doc["history"]) and "ag2" or "who-and-when"
+    if "resourceSpans" in doc or "resourceLogs" in doc or isinstance(doc.get("batches"), list) or (
+            isinstance(doc.get("trace"), dict) and "resourceSpans" in doc["trace"]):
+        return "otel"
+    if "spans" in doc:
+        spans = doc["spans"]
+        return "otel-sdk" if isinstance(spans, list) and spans and otel_sdk.is_sdk_span(spans[0]) else "trail"
+    if "trace_id" in doc and "steps" in doc:
+        return "jsonl"
+    if isinstance(doc.get("errors"), list) and ("scores" in doc or "trace_id" in doc):
+        return "trail-annotation"
+    if "chat_history" in doc:
+        return "ag2"
+    if langfuse.is_download(doc) or langfuse.is_trace(doc) or langfuse.is_observation(doc):
+        return "langfuse"
+    if langsmith.is_batch(doc) or langsmith.is_run(doc) or (
+            isinstance(doc.get("runs"), list) and doc["runs"] and langsmith.is_run(doc["runs"][0])):
+        return "langsmith"
+    if otel_sdk.is_jaeger(doc):
+        return "jaeger"
+    if isinstance(doc.get("data"), list) and doc["data"] and (
+            langfuse.is_trace(doc["data"][0]) or langfuse.is_observation(doc["data"][0])):
+        return "langfuse"
+    if taubench.is_transcript(doc) or taubench.is_result(doc):
+        return "tau-bench"
+    if openhands.events_of(doc) is not None:
+        return "openhands"
+    if isinstance(doc.get("messages"), list):
+        return "ag2" if any(ag2.is_autogen_message(m) for m in doc["messages"][:64]) else "openai"
+    choices = doc.get("choices")
+    if isinstance(choices, list) and choices and isinstance(choices[0], dict) and isinstance(
+            choices[0].get("message"), dict):
+        return "openai"  # a Chat Completions response alone
+    if doc.get("object") == "response" or isinstance(doc.get("input"), list) and (
+            _chat_list_kind(doc["input"]) == "openai"):
+        return "openai"
+    return None
+
+
 def classify(doc: Any) -> str | None:
     if isinstance(doc, dict):
-        if "history" in doc:
-            if any(k in doc for k in _WW_KEYS) or not isinstance(doc["history"], list):
-                return "who-and-when"
-            return _chat_list_kind(doc["history"]) and "ag2" or "who-and-when"
-        if "resourceSpans" in doc:
-            return "otel"
-        if "spans" in doc:
-            return "trail"
-        if "trace_id" in doc and "steps" in doc:
-            return "jsonl"
-        if isinstance(doc.get("errors"), list) and ("scores" in doc or "trace_id" in doc):
-            return "trail-annotation"
-        if "chat_history" in doc:
-            return "ag2"
-        if langfuse.is_trace(doc) or langfuse.is_observation(doc):
-            return "langfuse"
-        if langsmith.is_run(doc) or (isinstance(doc.get("runs"), list) and doc["runs"]
-                                     and langsmith.is_run(doc["runs"][0])):
-            return "langsmith"
-        if isinstance(doc.get("data"), list) and doc["data"] and (
-                langfuse.is_trace(doc["data"][0]) or langfuse.is_observation(doc["data"][0])):
-            return "langfuse"
-        if isinstance(doc.get("messages"), list):
-            return "ag2" if any(ag2.is_autogen_message(m) for m in doc["messages"][:64]) else "openai"
-        if doc.get("object") == "response" or isinstance(doc.get("input"), list) and (
-                _chat_list_kind(doc["input"]) == "openai"):
-            return "openai"
-    elif isinstance(doc, list) and doc and isinstance(doc[0], dict):
+        return _classify_dict(doc)
+    if isinstance(doc, list) and doc and isinstance(doc[0], dict):
+        if otel_sdk.is_sdk_span(doc[0]):
+            return "otel-sdk"
         if "span_id" in doc[0]:
             return "trail"
+        if taubench.is_result(doc[0]):
+            return "tau-bench"
+        if openhands.events_of(doc) is not None:
+            return "openhands"
         if langsmith.is_run(doc[0]):
             return "langsmith"
-        if langfuse.is_trace(doc[0]) or langfuse.is_observation(doc[0]):
+        if langfuse.is_trace(doc[0]) or langfuse.is_observation(doc[0]) or langfuse.is_download(doc[0]):
             return "langfuse"
         return _chat_list_kind(doc)
     return None
@@ -90,20 +143,31 @@ def classify(doc: Any) -> str | None:
 
 def unknown_format(doc: Any) -> IngestError:
     keys = sorted(doc)[:8] if isinstance(doc, dict) else type(doc).__name__
-    return IngestError("unknown_format", f"cannot tell the format of this JSON (top level: {keys}); tried {TRIED}. "
-                       f"Force one with --format (see `masprism-batch ingest --help`), or convert to canonical "
-                       f"JSON lines (docs/schema.md), one trace per line: {CANONICAL_EXAMPLE}")
+    near = near_misses(doc)
+    hint = f" Near misses: {'; '.join(near)}." if near else ""
+    return IngestError("unknown_format", f"cannot tell the format of this JSON (top level: {keys}); tried {TRIED}."
+                       f"{hint} Force one with --format (see `masprism-batch ingest --help`), or convert to "
+                       f"canonical JSON lines (docs/schema.md), one trace per line: {CANONICAL_EXAMPLE}")
 
 
 def parse_doc(doc: Any, kind: str | None, ctx: Context, line: int | None = None) -> Iterator[Trace]:
     """One parsed JSON document of a known kind (None: not recognised)."""
     kind = ALIASES.get(kind, kind)
+    if kind is not None:
+        ctx.fmt, ctx.rendered = LABELS.get(kind, kind), kind not in _VERBATIM
+    if kind == "langsmith" and isinstance(doc, dict) and isinstance(doc.get("messages"), list) and not (
+            langsmith.is_run(doc) or "runs" in doc):
+        kind = "openai"  # --format langgraph on a graph's message state, not a run tree
     if kind == "who-and-when":
         yield from who_and_when.parse(doc, ctx)
     elif kind == "trail":
         yield from openinference.parse(doc, ctx)
     elif kind == "otel":
         yield from otel_genai.parse([doc], ctx)
+    elif kind == "otel-sdk":
+        yield from otel_sdk.parse_sdk(doc, ctx)
+    elif kind == "jaeger":
+        yield from otel_sdk.parse_jaeger(doc, ctx)
     elif kind == "ag2":
         yield from ag2.parse(doc, ctx, line)
     elif kind == "openai":
@@ -112,6 +176,12 @@ def parse_doc(doc: Any, kind: str | None, ctx: Context, line: int | None = None)
         yield from langsmith.parse(doc, ctx)
     elif kind == "langfuse":
         yield from langfuse.parse(doc, ctx)
+    elif kind == "swe-agent":
+        yield from swe_agent.parse(doc, ctx)
+    elif kind == "openhands":
+        yield from openhands.parse(doc, ctx)
+    elif kind == "tau-bench":
+        yield from taubench.parse(doc, ctx, line)
     elif kind == "jsonl":
         yield canonical.from_obj(doc, None)
     elif kind == "trail-annotation":
@@ -142,6 +212,7 @@ def _from_lines(lines: Iterator[tuple[int, str]], fmt: str, ctx: Context) -> Ite
         except IngestError:
             head = None  # a bad first line is rejected alone by the reader below
     kind = ALIASES.get(fmt, fmt) if fmt != "auto" else (classify(head) if head is not None else None) or "jsonl"
+    ctx.fmt, ctx.rendered = LABELS.get(kind, kind), kind not in _VERBATIM
     if fmt == "auto" and kind == "jsonl" and isinstance(head, dict) and head and not (
             "trace_id" in head or "steps" in head):
         raise unknown_format(head)  # the first record is an object of no known format, not canonical: name them
@@ -165,7 +236,7 @@ def _from_lines(lines: Iterator[tuple[int, str]], fmt: str, ctx: Context) -> Ite
         else:
             yield from langfuse.parse_docs(docs, ctx)
         return
-    if kind in ("ag2", "openai"):
+    if kind in _PER_LINE:
         for n, t in again():
             if not t.strip():
                 continue
@@ -176,6 +247,27 @@ def _from_lines(lines: Iterator[tuple[int, str]], fmt: str, ctx: Context) -> Ite
                 ctx.reject(e)
         return
     yield from canonical.parse_jsonl(again(), ctx, loads)
+
+
+def _one_per_line(text: str) -> bool:
+    first = text.lstrip().split("\n", 1)[0].strip()
+    return first.startswith("{") and first.endswith("}")
+
+
+def _concatenated(text: str) -> list | None:
+    """JSON documents written one after another (not one per line); None when that is not what this is."""
+    dec, i, out = json.JSONDecoder(), 0, []
+    n = len(text)
+    try:
+        while True:
+            while i < n and text[i].isspace():
+                i += 1
+            if i >= n:
+                return out
+            doc, i = dec.raw_decode(text, i)
+            out.append(doc)
+    except (ValueError, RecursionError):
+        return None
 
 
 def read_file(path: str, fmt: str, ctx: Context) -> Iterator[Trace]:
@@ -198,6 +290,12 @@ def read_file(path: str, fmt: str, ctx: Context) -> Iterator[Trace]:
         doc = loads(text)
     except IngestError as e:
         if e.reason == "invalid_json" and "Extra data" in e.message and by_line:
+            # pretty-printed spans one after another: what OTel's ConsoleSpanExporter writes
+            docs = None if _one_per_line(text) or fmt not in ("auto", "otel-sdk") else _concatenated(text)
+            if docs and otel_sdk.is_sdk_span(docs[0]):
+                ctx.fmt, ctx.rendered = LABELS["otel-sdk"], True
+                yield from otel_sdk.parse_sdk(docs, ctx)
+                return
             yield from _from_lines(((i, t) for i, t in enumerate(text.splitlines(), 1)), fmt, ctx)
             return
         raise

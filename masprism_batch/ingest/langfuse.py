@@ -1,34 +1,47 @@
 """Langfuse trace exports (`--format langfuse`): a trace with its observations.
 
-A trace (`GET /api/public/traces/{traceId}`, or the UI's JSON export): `id`, `name`, `timestamp`, `input`,
-`output`, `sessionId`, `userId`, `metadata`, `tags`, `observations`. An observation: `id`, `traceId`, `type`
-(`GENERATION` | `SPAN` | `EVENT`, and in newer SDKs `AGENT` | `TOOL` | `CHAIN` | `RETRIEVER` | `EMBEDDING` |
-`EVALUATOR` | `GUARDRAIL`), `name`, `startTime`, `endTime`, `parentObservationId`, `input`, `output`,
-`model`, `level` (`DEBUG` | `DEFAULT` | `WARNING` | `ERROR`), `statusMessage`, `metadata`. Accepted shapes:
-one trace, a list of traces, `{"data": [...]}` (the list APIs), observations alone (grouped by `traceId`),
-and JSON lines of either.
+Shapes read: the UI's "download trace" JSON (`{"trace": {...}, "observations": [...]}`, written by Langfuse's
+`downloadTrace.ts`), the server download (`{"observations": [...], "scores": [...]}`, observations carry
+`traceId`), the public API (`GET /api/public/traces/{traceId}`: a trace holding `observations`), a list of
+traces, `{"data": [...]}` (the list APIs), observations alone (grouped by `traceId`), and JSON lines of either.
+A trace: `id`, `name`, `timestamp`, `input`, `output`, `sessionId`, `userId`, `metadata`. An observation:
+`id`, `traceId`, `type` (`GENERATION` | `SPAN` | `EVENT` | `AGENT` | `TOOL` | `CHAIN` | `RETRIEVER` |
+`EMBEDDING` | `EVALUATOR` | `GUARDRAIL`), `name`, `startTime`, `parentObservationId`, `input`, `output`,
+`level`, `statusMessage`, `metadata` (an object or JSON text; OTel-based SDKs put span attributes under
+`metadata.attributes`). `input`/`output` may be JSON-encoded strings.
 
-Steps, ordered by `startTime` (ties: tree position): GENERATION (kind `llm`: the output message and its tool
-calls), TOOL and RETRIEVER observations and SPANs without children that carry an output (kind `tool`:
-name, input, output), EVENT (kind `other`: name, input/output). `statusMessage` of a WARNING/ERROR
-observation is appended. agent = the nearest enclosing SPAN/AGENT/CHAIN observation's name, else the trace's
-name. source `langfuse`, system = the trace's name.
+Steps, ordered by `startTime` (ties: tree position):
+- GENERATION (kind `llm`): the answer and its tool calls in whichever envelope the SDK stored
+  (`envelopes.output_text`: LangChain messages with `additional_kwargs.tool_calls`, `parts`, Responses
+  objects, Chat Completions responses, ADK `LlmResponse`), else the span attributes (`genai_attrs`). A
+  GENERATION inside another GENERATION (two instrumentations of one call) is the same call: skipped.
+- TOOL / RETRIEVER observations, and SPANs without children that carry an output (kind `tool`): tool name,
+  input, output (falling back to the ADK / pydantic-ai / OpenInference attributes). In a LangGraph trace a
+  childless span that is neither a graph node nor a tool the model called (a router such as
+  `should_continue`) is control flow, not a step.
+- EVENT (kind `other`): name, input/output. `statusMessage` of a WARNING/ERROR observation is appended.
+agent = the nearest enclosing agent: an AGENT observation (`agent_run [x]` -> `x`), a span naming one
+(`gen_ai.agent.name`, `agent_name`, a LangGraph node), or a plain SPAN/CHAIN that is not only a wrapper of
+tool calls (pydantic-ai's `running 3 tools`); else the root observation's or the trace's name.
+source `langfuse`, system = the trace's name.
 """
 
 from __future__ import annotations
 
+import re
 from collections.abc import Iterator
 from typing import Any
 
 from ..trace import Trace
 from .common import Context, IngestError, check_trace_id, short
-from .messages import content_text, dumps, join, question_of, tool_calls_text
+from .envelopes import maybe_json, output_text, value_text
+from .genai_attrs import agent_name, llm_output, tool_text
+from .messages import join, question_of
 from .spantree import Node, build_steps, parse_time
 
 OBS_TYPES = {"GENERATION", "SPAN", "EVENT", "AGENT", "TOOL", "CHAIN", "RETRIEVER", "EMBEDDING", "EVALUATOR",
              "GUARDRAIL"}
 STEP_KINDS = {"LLM": "llm", "TOOL": "tool", "EVENT": "other"}
-MAX_TEXT = 200_000
 
 
 def is_observation(d: Any) -> bool:
@@ -39,57 +52,102 @@ def is_trace(d: Any) -> bool:
     return isinstance(d, dict) and isinstance(d.get("observations"), list) and "id" in d
 
 
-def _text(v: Any) -> str:
-    s = v if isinstance(v, str) else dumps(v)
-    return s if len(s) <= MAX_TEXT else s[:MAX_TEXT] + "…"
+def _obs_attrs(o: dict) -> dict[str, Any]:
+    """Observation metadata as one flat map: its keys plus the OTel span attributes under `attributes`."""
+    meta = maybe_json(o.get("metadata"))
+    if not isinstance(meta, dict):
+        return {}
+    inner = meta.get("attributes")
+    return {**meta, **inner} if isinstance(inner, dict) else meta
 
 
-def _generation_text(out: Any) -> str:
-    if isinstance(out, str) or out is None:
-        return out or ""
-    if isinstance(out, list) and out and isinstance(out[0], dict) and ("role" in out[0] or "message" in out[0]):
-        out = out[-1]
-    if isinstance(out, dict):
-        if isinstance(out.get("choices"), list) and out["choices"] and isinstance(out["choices"][0], dict):
-            out = out["choices"][0].get("message") or out["choices"][0]
-        elif isinstance(out.get("message"), dict):
-            out = out["message"]
-        if "content" in out or "tool_calls" in out:
-            return join(content_text(out.get("content")), tool_calls_text(out.get("tool_calls")))
-    return _text(out)
+def _status(o: dict) -> str:
+    msg = o.get("statusMessage")
+    return f"{o.get('level')}: {msg}" if isinstance(msg, str) and msg and o.get("level") in ("WARNING", "ERROR") else ""
 
 
-def _node(o: dict, trace_name: str | None, has_children: bool) -> Node:
-    typ = str(o.get("type")).upper()
+def _graph_node(a: dict[str, Any]) -> str | None:
+    node = a.get("langgraph_node")
+    return node if isinstance(node, str) and node and not node.startswith("__") else None
+
+
+def _is_router(o: dict, a: dict[str, Any], name: str | None, called: set[str]) -> bool:
+    """A childless LangGraph span that is no graph node and no tool the model called: control flow."""
+    return "langgraph_node" in a and name != _graph_node(a) and name not in called and o.get("type") == "SPAN"
+
+
+_CALLED = re.compile(r"^Tool call: ([^(\n]{1,200})\(", re.M)
+
+
+def _nodes(obs: list[dict], trace_name: str | None) -> list[Node]:
+    by_id = {str(o["id"]): o for o in obs}
+    kids: dict[str, list[str]] = {}
+    for o in obs:
+        if o.get("parentObservationId") not in (None, "", "None"):
+            kids.setdefault(str(o["parentObservationId"]), []).append(str(o["id"]))
+    attrs = {oid: _obs_attrs(o) for oid, o in by_id.items()}
+    nodes: dict[str, Node] = {}
+    for oid, o in by_id.items():  # generations first: the tools they call decide which spans are tools
+        if str(o.get("type")).upper() != "GENERATION":
+            continue
+        n = _node(o, trace_name)
+        pid = n.parent
+        if pid is not None and str(by_id.get(pid, {}).get("type", "")).upper() == "GENERATION":
+            continue  # an instrumentation's copy of its parent generation
+        text = output_text(o.get("output")) or llm_output(attrs[oid], [])
+        n.kind, n.role, n.content = "LLM", "assistant", join(text, _status(o))
+        nodes[oid] = n
+    called = {m.group(1).strip() for n in nodes.values() for m in _CALLED.finditer(n.content)}
+    for oid, o in by_id.items():
+        if oid in nodes or str(o.get("type")).upper() == "GENERATION":
+            continue
+        typ, a, n = str(o.get("type")).upper(), attrs[oid], _node(o, trace_name)
+        name = n.name
+        children = kids.get(oid, [])
+        if typ in ("TOOL", "RETRIEVER") or (typ == "SPAN" and not children and o.get("output") is not None
+                                            and not _is_router(o, a, name, called)):
+            n.kind, n.role = "TOOL", "tool"
+            n.content = join(tool_text(a, [], name, o.get("input"), o.get("output")), _status(o))
+            n.agent_name = _graph_node(a)
+        elif typ == "EVENT":
+            body = o.get("output") if o.get("output") is not None else o.get("input")
+            n.kind, n.role = "EVENT", "event"
+            n.content = join(f"Event: {name or '?'}", value_text(body) if body is not None else "", _status(o))
+        elif typ in ("SPAN", "AGENT", "CHAIN"):
+            n.kind = "AGENT"
+            n.agent_name = _agent_of(typ, a, name, n.parent is None,
+                                     [str(by_id[k].get("type")).upper() for k in children if k in by_id])
+        else:
+            n.kind = typ
+        nodes[oid] = n
+    return [nodes[oid] for oid in by_id if oid in nodes]
+
+
+def _agent_of(typ: str, a: dict[str, Any], name: str | None, root: bool, child_types: list[str]) -> str | None:
+    """The agent a SPAN / AGENT / CHAIN observation names, or None when it is only structure."""
+    named = agent_name(a, name)
+    if named:
+        return named
+    if "langgraph_node" in a:  # inside a graph only its nodes are agents
+        return _graph_node(a) if name == _graph_node(a) else None
+    if typ == "AGENT" or root:
+        return name[:-4] if name and name.endswith(".run") else name
+    if child_types and all(t in ("TOOL", "RETRIEVER") for t in child_types):
+        return None  # a wrapper that runs tool calls (pydantic-ai `running 3 tools`)
+    return name
+
+
+def _node(o: dict, trace_name: str | None) -> Node:
     name = o.get("name") if isinstance(o.get("name"), str) else None
-    n = Node(id=str(o["id"]), parent=str(o["parentObservationId"]) if o.get("parentObservationId") else None,
-             name=name, start=parse_time(o.get("startTime")), service=trace_name)
-    status = (f"{o.get('level')}: {o['statusMessage']}" if isinstance(o.get("statusMessage"), str)
-              and o["statusMessage"] and o.get("level") in ("WARNING", "ERROR") else "")
-    if typ == "GENERATION":
-        n.kind, n.role, n.content = "LLM", "assistant", join(_generation_text(o.get("output")), status)
-    elif typ in ("TOOL", "RETRIEVER") or (typ == "SPAN" and not has_children and o.get("output") is not None):
-        parts = [f"Tool: {name or '?'}"]
-        if o.get("input") is not None:
-            parts.append(f"Input: {_text(o['input'])}")
-        if o.get("output") is not None:
-            parts.append(f"Output: {_text(o['output'])}")
-        n.kind, n.role, n.content = "TOOL", "tool", join("\n".join(parts), status)
-    elif typ == "EVENT":
-        body = o.get("output") if o.get("output") is not None else o.get("input")
-        n.kind, n.role = "EVENT", "event"
-        n.content = join(f"Event: {name or '?'}", _text(body) if body is not None else "", status)
-    elif typ in ("SPAN", "AGENT", "CHAIN"):
-        n.kind, n.agent_name = "AGENT", name
-    else:
-        n.kind = typ
-    return n
+    parent = o.get("parentObservationId")
+    return Node(id=str(o["id"]), parent=str(parent) if parent not in (None, "", "None") else None, name=name,
+                start=parse_time(o.get("startTime")), service=trace_name)
 
 
 def _trace(head: dict, observations: list, ctx: Context) -> Trace:
     raw_tid = head.get("id")
     if raw_tid is None:
-        raise IngestError("invalid_record", "Langfuse trace without 'id'")
+        raise IngestError("invalid_record", "trace.id is missing (a Langfuse trace needs 'id')")
     tid = check_trace_id(str(raw_tid))
     obs = []
     for i, o in enumerate(observations):
@@ -97,13 +155,12 @@ def _trace(head: dict, observations: list, ctx: Context) -> Trace:
             raise IngestError("invalid_record", "observations are ids only (the trace list API); export each "
                               "trace with GET /api/public/traces/{id} to get full observations", tid)
         if not isinstance(o, dict) or o.get("id") in (None, "") or str(o.get("type", "")).upper() not in OBS_TYPES:
-            raise IngestError("invalid_record", f"observations[{i}] is not a Langfuse observation (needs 'id' and "
-                              f"'type' in {sorted(OBS_TYPES)}): {short(o, 120)}", tid)
+            bad = "id" if isinstance(o, dict) and o.get("id") in (None, "") else "type"
+            raise IngestError("invalid_record", f"observations[{i}].{bad} is not a Langfuse observation's (needs "
+                              f"'id' and 'type' in {sorted(OBS_TYPES)}): {short(o, 120)}", tid)
         obs.append(o)
-    parents = {str(o["parentObservationId"]) for o in obs if o.get("parentObservationId")}
     name = head.get("name") if isinstance(head.get("name"), str) else None
-    nodes = [_node(o, name, str(o["id"]) in parents) for o in obs]
-    steps, facts = build_steps(nodes, tid, STEP_KINDS)
+    steps, facts = build_steps(_nodes(obs, name), tid, STEP_KINDS)
     if not steps:
         raise IngestError("empty_trace", f"no GENERATION, TOOL or EVENT observations among {len(obs)}", tid)
     if facts["n_duplicate_spans_dropped"]:
@@ -112,8 +169,14 @@ def _trace(head: dict, observations: list, ctx: Context) -> Trace:
     for k in ("sessionId", "userId"):
         if isinstance(head.get(k), str):
             facts[k] = head[k]
-    return Trace(trace_id=tid, source="langfuse", system=name, question=question_of(head.get("input")),
+    return Trace(trace_id=tid, source="langfuse", system=name, question=question_of(maybe_json(head.get("input"))),
                  steps=steps, labels=None, metadata=facts)
+
+
+def is_download(d: Any) -> bool:
+    """The UI download `{"trace", "observations"}` or the server download `{"observations", "scores"}`."""
+    return isinstance(d, dict) and isinstance(d.get("observations"), list) and (
+        isinstance(d.get("trace"), dict) or "scores" in d) and "id" not in d
 
 
 def parse_docs(docs: list, ctx: Context) -> Iterator[Trace]:
@@ -124,13 +187,20 @@ def parse_docs(docs: list, ctx: Context) -> Iterator[Trace]:
         if isinstance(d, dict) and isinstance(d.get("data"), list):
             docs.extend(d["data"])  # list API page: its items are handled as they come
             continue
+        if is_download(d):
+            if isinstance(d.get("trace"), dict):
+                traces.append({**d["trace"], "observations": d["observations"]})
+            else:
+                docs.extend(d["observations"])
+            continue
         if is_trace(d):
             traces.append(d)
         elif is_observation(d):
             loose.setdefault(str(d["traceId"]), []).append(d)
         else:
-            ctx.reject(IngestError("invalid_record", "neither a Langfuse trace (with 'observations') nor an "
-                                   f"observation (with 'traceId' and 'type'): {short(d, 120)}", f"record {i + 1}"))
+            ctx.reject(IngestError("invalid_record", f"record {i + 1} is neither a Langfuse trace (with "
+                                   "'observations'), a download ({'trace', 'observations'}) nor an observation "
+                                   f"(with 'traceId' and 'type'): {short(d, 120)}", f"record {i + 1}"))
     if not traces and not loose and not docs:
         raise IngestError("empty_trace", "no traces or observations in the Langfuse export")
     for t in traces:

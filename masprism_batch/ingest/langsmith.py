@@ -194,7 +194,44 @@ def parse_lines(docs: list, ctx: Context) -> Iterator[Trace]:
         yield from parse_runs(runs, ctx)
 
 
+def is_batch(d: Any) -> bool:
+    """A batch-ingest payload (`POST /runs/batch`, the SDKs' test data): `{"post": [runs], "patch": [updates]}`."""
+    return isinstance(d, dict) and isinstance(d.get("post", d.get("patch")), list) and set(d) <= {"post", "patch"}
+
+
+def _run_id(r: dict) -> str | None:
+    if r.get("id") not in (None, ""):
+        return str(r["id"])
+    dotted = r.get("dotted_order")  # "<time>Z<root id>.<time>Z<run id>": the run's own id is last
+    if isinstance(dotted, str) and "Z" in dotted:
+        return dotted.rsplit(".", 1)[-1].split("Z", 1)[-1] or None
+    return None
+
+
+def merge_batch(doc: dict) -> list[dict]:
+    """The runs of a batch payload, each patch merged into its post by run id (`id`, else `dotted_order`)."""
+    runs: dict[str, dict] = {}
+    for key in ("post", "patch"):
+        items = doc.get(key) or []
+        if not isinstance(items, list):
+            raise IngestError("invalid_record", f"'{key}' must be a list of runs, got {type(items).__name__}")
+        for i, r in enumerate(items):
+            if not isinstance(r, dict):
+                raise IngestError("invalid_record", f"{key}[{i}] must be a run object, got {type(r).__name__}")
+            rid = _run_id(r)
+            if rid is None:
+                raise IngestError("invalid_record", f"{key}[{i}].id is missing (and no dotted_order to take it from)")
+            run = runs.setdefault(rid, {"id": rid})
+            run.update({k: v for k, v in r.items() if v is not None})
+    for rid, run in runs.items():
+        if not isinstance(run.get("run_type"), str):
+            raise IngestError("invalid_record", f"run {short(rid)}: run_type is missing from its post and patch")
+    return list(runs.values())
+
+
 def parse(doc: Any, ctx: Context) -> Iterator[Trace]:
+    if is_batch(doc):
+        doc = merge_batch(doc)
     if isinstance(doc, dict) and isinstance(doc.get("runs"), list):
         doc = doc["runs"]
     if isinstance(doc, dict):

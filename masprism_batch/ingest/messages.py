@@ -36,6 +36,17 @@ def _part_text(p: Any, depth: int) -> str:
     t = p.get("type")
     if isinstance(p.get("text"), str):  # text, input_text, output_text, summary_text parts
         return p["text"]
+    if t in ("tool_call", "tool_use", "function_call"):  # GenAI / pydantic-ai, Anthropic, Responses parts
+        return tool_call_line(p)
+    if isinstance(p.get("function_call"), dict):  # Gemini / Google ADK part
+        return tool_call_line(p["function_call"])
+    if t in ("tool_call_response", "tool_result") or isinstance(p.get("function_response"), dict):
+        fr = p.get("function_response") if isinstance(p.get("function_response"), dict) else p
+        res = fr.get("response", fr.get("result", fr.get("content")))
+        return f"Tool result {fr.get('name') or fr.get('tool_use_id') or fr.get('id') or '?'}: " + (
+            res if isinstance(res, str) else content_text(res, depth + 1) if isinstance(res, list) else dumps(res))
+    if isinstance(p.get("thinking"), str):
+        return f"Reasoning: {p['thinking']}" if p["thinking"] else ""
     if p.get("refusal") is not None:
         return f"Refusal: {content_text(p['refusal'], depth + 1)}"
     if p.get("content") is not None:

@@ -24,7 +24,7 @@ from collections.abc import Iterator
 from typing import Any
 
 from ..trace import Step, Trace
-from .common import Context, IngestError
+from .common import Context, IngestError, short
 from .messages import (
     content_text,
     dumps,
@@ -56,25 +56,26 @@ def _trace_id(doc: dict, ctx: Context, line: int | None) -> str:
     return f"openai/{base_name(ctx.input_path)}" + (f"#{line}" if line is not None else "")
 
 
-def _chat_steps(msgs: list, tid: str) -> list[Step]:
+def chat_steps(msgs: list, tid: str, what: str = "messages") -> list[Step]:
     steps: list[Step] = []
     call_names: dict[str, str] = {}
     for i, m in enumerate(msgs):
-        m = require_obj(m, f"messages[{i}]", tid)
+        m = require_obj(m, f"{what}[{i}]", tid)
         role = m.get("role")
         if role not in ROLES:
-            raise IngestError("invalid_record", f"messages[{i}].role must be one of {sorted(ROLES)}, got "
+            raise IngestError("invalid_record", f"{what}[{i}].role must be one of {sorted(ROLES)}, got "
                               f"{dumps(role)[:40]}", tid)
-        name = opt_str(m.get("name"), f"messages[{i}].name", tid)
+        name = opt_str(m.get("name"), f"{what}[{i}].name", tid)
         calls = m.get("tool_calls")
         if calls is not None and not isinstance(calls, list):
-            raise IngestError("invalid_record", f"messages[{i}].tool_calls must be a list", tid)
-        for c in calls or []:
-            if isinstance(c, dict) and isinstance(c.get("id"), str) and isinstance(c.get("function"), dict):
-                call_names[c["id"]] = str(c["function"].get("name") or "tool")
+            raise IngestError("invalid_record", f"{what}[{i}].tool_calls must be a list", tid)
+        for c in calls or []:  # OpenAI {"id", "function": {"name"}} or LangChain {"id", "name", "args"}
+            if isinstance(c, dict) and isinstance(c.get("id"), str):
+                fn = c["function"] if isinstance(c.get("function"), dict) else c
+                call_names[c["id"]] = str(fn.get("name") or "tool")
         content = m.get("content")
         if content is not None and not isinstance(content, (str, list)):
-            raise IngestError("invalid_record", f"messages[{i}].content must be a string, a list of parts or "
+            raise IngestError("invalid_record", f"{what}[{i}].content must be a string, a list of parts or "
                               f"null, got {type(content).__name__}", tid)
         text = join(content_text(content), tool_calls_text(calls or m.get("function_call")))
         if role in ("tool", "function"):
@@ -85,40 +86,88 @@ def _chat_steps(msgs: list, tid: str) -> list[Step]:
     return steps
 
 
-def _response_steps(items: list, tid: str) -> list[Step]:
+def item_text(it: dict) -> str:
+    """Readable text of one Responses item ("" for reasoning with no readable text: encrypted, no summary)."""
+    typ = it.get("type", "message" if "role" in it else None)
+    if typ == "message":
+        return content_text(it.get("content"))
+    if typ in ("function_call", "custom_tool_call"):
+        args = it.get("arguments", it.get("input"))
+        return f"Tool call: {it.get('name') or '?'}({args if isinstance(args, str) else dumps(args)})"
+    if typ in ("function_call_output", "custom_tool_call_output", "computer_call_output", "local_shell_call_output"):
+        out = it.get("output")
+        return out if isinstance(out, str) else content_text(out)
+    if typ == "reasoning":
+        text = content_text(it.get("summary")) or content_text(it.get("content"))
+        return f"Reasoning: {text}" if text.strip() else ""
+    if isinstance(typ, str):
+        body = {k: v for k, v in it.items() if k not in ("id", "status", "type")}
+        return f"{typ}: {dumps(body)}"
+    return ""
+
+
+def _response_steps(items: list, tid: str, ctx: Context | None = None) -> list[Step]:
     steps: list[Step] = []
     call_names: dict[str, str] = {}
     for i, it in enumerate(items):
         it = require_obj(it, f"items[{i}]", tid)
         typ = it.get("type", "message" if "role" in it else None)
+        text = item_text(it)
         if typ == "message":
             role = it.get("role")
             if role not in ROLES:
-                raise IngestError("invalid_record", f"items[{i}].role must be one of {sorted(ROLES)}", tid)
-            steps.append(Step(index=len(steps), agent=role, content=content_text(it.get("content")), role=role,
-                              kind="message"))
+                raise IngestError("invalid_record", f"items[{i}].role must be one of {sorted(ROLES)}, got "
+                                  f"{dumps(role)[:40]}", tid)
+            steps.append(Step(index=len(steps), agent=role, content=text, role=role, kind="message"))
         elif typ in ("function_call", "custom_tool_call"):
             if isinstance(it.get("call_id"), str):
                 call_names[it["call_id"]] = str(it.get("name") or "tool")
-            args = it.get("arguments", it.get("input"))
-            steps.append(Step(index=len(steps), agent="assistant", role="assistant", kind="message",
-                              content=f"Tool call: {it.get('name') or '?'}({args if isinstance(args, str) else dumps(args)})"))
+            steps.append(Step(index=len(steps), agent="assistant", role="assistant", kind="message", content=text))
         elif typ in ("function_call_output", "custom_tool_call_output", "computer_call_output",
                      "local_shell_call_output"):
-            out = it.get("output")
             steps.append(Step(index=len(steps), agent=call_names.get(it.get("call_id"), "tool"), role="tool",
-                              kind="tool", content=out if isinstance(out, str) else content_text(out)))
+                              kind="tool", content=text))
         elif typ == "reasoning":
-            text = content_text(it.get("summary")) or content_text(it.get("content"))
-            steps.append(Step(index=len(steps), agent="assistant", role="assistant", kind="message",
-                              content=f"Reasoning: {text}"))
+            if not text:  # encrypted or summary-less: a blank "Reasoning:" step would only be noise
+                if ctx is not None:
+                    ctx.warn("unreadable_reasoning", f"items[{i}] (reasoning {dumps(it.get('id'))[:60]}) has no "
+                             "readable text (encrypted content, empty summary); dropped", tid)
+                continue
+            steps.append(Step(index=len(steps), agent="assistant", role="assistant", kind="message", content=text))
         elif isinstance(typ, str):
-            body = {k: v for k, v in it.items() if k not in ("id", "status")}
-            steps.append(Step(index=len(steps), agent="assistant", role="assistant", kind="other",
-                              content=f"{typ}: {dumps(body)}"))
+            steps.append(Step(index=len(steps), agent="assistant", role="assistant", kind="other", content=text))
         else:
             raise IngestError("invalid_record", f"items[{i}] has neither 'type' nor 'role'", tid)
     return steps
+
+
+# LangChain / LangGraph message `type` -> OpenAI role
+LC_ROLES = {"human": "user", "ai": "assistant", "AIMessageChunk": "assistant", "tool": "tool",
+            "system": "system", "function": "function", "chat": "user", "HumanMessage": "user",
+            "AIMessage": "assistant", "ToolMessage": "tool", "SystemMessage": "system"}
+
+
+def is_langchain_message(m: Any) -> bool:
+    return isinstance(m, dict) and "role" not in m and (m.get("type") in LC_ROLES or (
+        m.get("lc") == 1 and isinstance(m.get("kwargs"), dict)))
+
+
+def _from_langchain(m: Any) -> Any:
+    """A LangChain message (`{"type": "ai", ...}` or serialised `{"lc": 1, "id": [..., "AIMessage"], "kwargs"}`)
+    as an OpenAI message, tool calls and tool_call_id kept."""
+    if not is_langchain_message(m):
+        return m
+    kw = m["kwargs"] if isinstance(m.get("kwargs"), dict) else m
+    typ = m["id"][-1] if m.get("lc") == 1 and isinstance(m.get("id"), list) and m["id"] else kw.get("type")
+    extra = kw.get("additional_kwargs") if isinstance(kw.get("additional_kwargs"), dict) else {}
+    out = {"role": LC_ROLES.get(typ, typ), "content": kw.get("content")}
+    calls = kw.get("tool_calls") or extra.get("tool_calls")
+    if calls:
+        out["tool_calls"] = calls
+    for k in ("name", "tool_call_id"):
+        if isinstance(kw.get(k), str):
+            out[k] = kw[k]
+    return out
 
 
 def parse(doc: Any, ctx: Context, line: int | None = None) -> Iterator[Trace]:
@@ -127,13 +176,20 @@ def parse(doc: Any, ctx: Context, line: int | None = None) -> Iterator[Trace]:
         doc = {"input": doc} if any(is_response_item(m) for m in doc) else {"messages": doc}
     doc = require_obj(doc, "an OpenAI record", rid)
     tid = _trace_id(doc, ctx, line)
-    if "messages" in doc:
-        msgs = list(require_list(doc["messages"], "'messages'", tid))
+    source = "openai"
+    if "messages" in doc or isinstance(doc.get("choices"), list):
+        msgs = list(require_list(doc["messages"], "'messages'", tid)) if "messages" in doc else []
+        if any(is_langchain_message(m) for m in msgs[:64]):  # LangGraph / LangChain message state
+            msgs, source = [_from_langchain(m) for m in msgs], "langgraph"
         choices = doc.get("choices")
-        if isinstance(choices, list) and choices and isinstance(choices[0], dict) and isinstance(
-                choices[0].get("message"), dict):
-            msgs.append(choices[0]["message"])
-        steps, system, question = _chat_steps(msgs, tid), "openai-chat", question_of(msgs)
+        if isinstance(choices, list) and choices:  # a response beside its request, or a response alone
+            c0 = choices[0]
+            if not isinstance(c0, dict) or not isinstance(c0.get("message"), dict):
+                raise IngestError("invalid_record", "choices[0].message must be an object (a Chat Completions "
+                                  f"response), got {short(c0.get('message') if isinstance(c0, dict) else c0)}", tid)
+            msgs.append({"role": "assistant", **c0["message"]})
+        steps, question = chat_steps(msgs, tid), question_of(msgs)
+        system = "langgraph-messages" if source == "langgraph" else "openai-chat"
     elif "input" in doc or "output" in doc:
         inp = doc.get("input")
         items = ([{"role": "user", "content": inp}] if isinstance(inp, str) else list(inp or []))
@@ -143,7 +199,7 @@ def parse(doc: Any, ctx: Context, line: int | None = None) -> Iterator[Trace]:
         if out is not None and not isinstance(out, list):
             raise IngestError("invalid_record", f"'output' must be a list of items, got {type(out).__name__}", tid)
         items += out or []
-        steps, system = _response_steps(require_list(items, "'input' + 'output'", tid), tid), "openai-responses"
+        steps, system = _response_steps(require_list(items, "'input' + 'output'", tid), tid, ctx), "openai-responses"
         question = inp if isinstance(inp, str) else question_of(
             [{"role": it.get("role"), "content": it.get("content")} for it in items if isinstance(it, dict)])
     else:
@@ -154,5 +210,5 @@ def parse(doc: Any, ctx: Context, line: int | None = None) -> Iterator[Trace]:
     meta: dict[str, Any] = {"format": system}
     if isinstance(doc.get("model"), str):
         meta["model"] = doc["model"]
-    yield Trace(trace_id=tid, source="openai", system=system, question=question, steps=steps, labels=None,
+    yield Trace(trace_id=tid, source=source, system=system, question=question, steps=steps, labels=None,
                 metadata=meta)

@@ -1,25 +1,29 @@
-"""OpenTelemetry traces in OTLP/JSON (`{"resourceSpans": [...]}`) carrying GenAI semantic conventions.
+"""OpenTelemetry traces in OTLP/JSON (`{"resourceSpans": [...]}`; Grafana Tempo's `{"batches": [...]}`) with
+GenAI content in any attribute dialect (`genai_attrs`: semantic conventions, OpenLLMetry, OpenInference,
+Google ADK `gcp.vertex.agent.*`, any-agent) or in span events, including GenAI events exported as OTLP logs
+(`resourceLogs`, joined to their span by `traceId` + `spanId`).
 
 One file may hold many traces (grouped by `traceId`) and a JSON-lines file may hold one export request
 per line (the OTel collector's file exporter); a whole file is grouped in memory before traces are built.
-Step spans: `gen_ai.operation.name` chat / text_completion / generate_content (kind `llm`) and execute_tool
-(kind `tool`); `invoke_agent` / `create_agent` spans name the agent (`gen_ai.agent.name`) of the spans they
-enclose. Spans that only carry OpenInference attributes (`openinference.span.kind`) are read the same way.
-LLM content: `gen_ai.output.messages` (JSON parts), else legacy `gen_ai.completion.N.content`, else
-`gen_ai.choice` events. Tool content: tool name, `gen_ai.tool.call.arguments`, `gen_ai.tool.call.result`.
+Step spans: LLM calls (`gen_ai.operation.name` chat / text_completion / generate_content / call_llm,
+OpenInference kind LLM, OpenLLMetry `llm.request.type`, ADK `call_llm`) and tool calls (`execute_tool`,
+kind TOOL); `invoke_agent` / `agent_run [x]` / AGENT spans name the agent of the spans they enclose.
+`node_of` and `traces_from_groups` are shared with `otel_sdk` (SDK dumps, Jaeger).
 """
 
 from __future__ import annotations
 
-import json
 from collections.abc import Iterator
 from typing import Any
 
 from ..trace import Trace
 from .common import Context, IngestError, check_trace_id, short
+from .envelopes import value_text
+from .genai_attrs import agent_name, llm_output, tool_text
+from .messages import join
 from .spantree import Node, build_steps, parse_time
 
-_LLM_OPS = {"chat", "text_completion", "generate_content"}
+_LLM_OPS = {"chat", "text_completion", "generate_content", "call_llm"}  # call_llm: any-agent
 _AGENT_OPS = {"invoke_agent", "create_agent"}
 
 
@@ -54,84 +58,133 @@ def attrs(items: Any) -> dict[str, Any]:
     return out
 
 
-def _messages_text(v: Any) -> tuple[str, str | None]:
-    if isinstance(v, str):
-        try:
-            v = json.loads(v)
-        except ValueError:
-            return v, None
-    parts, role = [], None
-    for m in v if isinstance(v, list) else [v]:
-        if not isinstance(m, dict):
-            parts.append(str(m))
-            continue
-        role = role or m.get("role")
-        for p in m.get("parts") or ([{"type": "text", "content": m["content"]}] if m.get("content") else []):
-            if not isinstance(p, dict):
-                parts.append(str(p))
-            elif p.get("type") == "tool_call":
-                parts.append(f"Tool call: {p.get('name', '?')}({json.dumps(p.get('arguments'), ensure_ascii=False)})")
-            elif p.get("content") is not None:
-                parts.append(str(p["content"]))
-    return "\n".join(parts), role
-
-
-def _llm_content(a: dict[str, Any], events: list[dict]) -> tuple[str, str | None]:
-    if a.get("gen_ai.output.messages") is not None:
-        return _messages_text(a["gen_ai.output.messages"])
-    legacy = sorted((k for k in a if k.startswith("gen_ai.completion.") and k.endswith(".content")),
-                    key=lambda k: (len(k), k))  # numeric order: .2. before .10.
-    if legacy:
-        return "\n".join(str(a[k]) for k in legacy), a.get("gen_ai.completion.0.role")
-    for ev in events:
-        if ev.get("name") == "gen_ai.choice":
-            ea = attrs(ev.get("attributes"))
-            body = ev.get("body", ea.get("message", ea))
-            return _messages_text(body if not isinstance(body, dict) else [body])
-    if a.get("output.value") is not None:
-        return str(a["output.value"]), "assistant"
-    return "", "assistant"
-
-
-def _node(span: dict[str, Any], service: str | None) -> Node:
-    a = attrs(span.get("attributes"))
-    events = [e for e in span.get("events") or [] if isinstance(e, dict)]
+def _kind(a: dict[str, Any], name: str | None) -> str | None:
+    """LLM | TOOL | AGENT | other, from the attribute dialects (see genai_attrs)."""
     op = a.get("gen_ai.operation.name")
-    kind = ("LLM" if op in _LLM_OPS else "TOOL" if op == "execute_tool" else "AGENT" if op in _AGENT_OPS
-            else a.get("openinference.span.kind"))
-    n = Node(id=str(span["spanId"]), parent=span.get("parentSpanId") or None, name=span.get("name"),
-             kind=kind if isinstance(kind, str) else None, start=parse_time(span.get("startTimeUnixNano")),
-             service=service)
-    if n.kind == "LLM":
-        n.content, n.role = _llm_content(a, events)
-        n.role = n.role or "assistant"
-    elif n.kind == "TOOL":
-        parts = [f"Tool: {a.get('gen_ai.tool.name') or a.get('tool.name') or n.name or '?'}"]
-        for key, label in (("gen_ai.tool.call.arguments", "Input"), ("input.value", "Input"),
-                           ("gen_ai.tool.call.result", "Output"), ("output.value", "Output")):
-            if a.get(key) is not None:
-                parts.append(f"{label}: {a[key]}")
+    if op in _LLM_OPS:
+        return "LLM"
+    if op == "execute_tool":
+        return "TOOL"
+    if op in _AGENT_OPS:
+        return "AGENT"
+    oi = a.get("openinference.span.kind")
+    if isinstance(oi, str):
+        return oi.upper()
+    tl = a.get("traceloop.span.kind")  # OpenLLMetry
+    if tl in ("tool", "agent"):
+        return str(tl).upper()
+    if "llm.request.type" in a or any(k.startswith("gen_ai.completion.") for k in a) or (
+            "gcp.vertex.agent.llm_response" in a and name and "tool" not in name):
+        return "LLM"
+    if name and (name.startswith("invoke_agent") or name.startswith("agent_run")):
+        return "AGENT"
+    return None
+
+
+def node_of(span: dict[str, Any], service: str | None) -> Node:
+    """One span in OTLP/JSON key names (`spanId`, `parentSpanId`, `name`, `startTimeUnixNano`, `attributes`
+    as a KeyValue list or a map, `events` with `attributes` either way) -> Node with its step text."""
+    a = attrs(span.get("attributes"))
+    events = [{**e, "attributes": attrs(e.get("attributes"))} for e in span.get("events") or [] if isinstance(e, dict)]
+    name = span.get("name") if isinstance(span.get("name"), str) else None
+    kind = _kind(a, name)
+    n = Node(id=str(span["spanId"]), parent=str(span["parentSpanId"]) if span.get("parentSpanId") else None,
+             name=name, kind=kind, start=parse_time(span.get("startTimeUnixNano")), service=service)
+    if kind == "LLM":
+        n.content, n.role = llm_output(a, events), "assistant"
         for ev in events:
             if ev.get("name") == "exception":
-                ea = attrs(ev.get("attributes"))
-                parts.append(f"{ea.get('exception.type') or 'Error'}: {ea.get('exception.message')}")
-        n.content, n.role = "\n".join(parts), "tool"
-    if n.kind == "AGENT" or a.get("gen_ai.agent.name"):  # an LLM/TOOL span may name its own agent
-        n.agent_name = a.get("gen_ai.agent.name") or a.get("agent.name") or n.name
+                ea = ev["attributes"]
+                n.content = join(n.content, f"{ea.get('exception.type') or 'Error'}: {ea.get('exception.message')}")
+    elif kind == "TOOL":
+        n.content, n.role = tool_text(a, events, name), "tool"
+    if kind == "AGENT" or a.get("gen_ai.agent.name") or a.get("agent.name"):  # a step span may name its agent
+        n.agent_name = agent_name(a, name) or (a.get("traceloop.entity.name") if kind == "AGENT" else None) or (
+            (name[:-4] if name and name.endswith(".run") else name) if kind == "AGENT" else None)
     return n
 
 
+def _log_events(docs: list[Any]) -> dict[tuple[str, str], list[dict]]:
+    """GenAI events exported as OTLP logs (`resourceLogs`), by (traceId, spanId), as span events."""
+    out: dict[tuple[str, str], list[dict]] = {}
+    for doc in docs:
+        for rl in (doc.get("resourceLogs") or []) if isinstance(doc, dict) else []:
+            for sl in (rl.get("scopeLogs") or []) if isinstance(rl, dict) else []:
+                for rec in (sl.get("logRecords") or []) if isinstance(sl, dict) else []:
+                    if not isinstance(rec, dict):
+                        continue
+                    a = attrs(rec.get("attributes"))
+                    ev = {"name": rec.get("eventName") or a.get("event.name") or a.get("gen_ai.event.name"),
+                          "attributes": a, "body": _value_d(rec.get("body")),
+                          "timeUnixNano": rec.get("timeUnixNano") or rec.get("observedTimeUnixNano")}
+                    out.setdefault((str(rec.get("traceId") or ""), str(rec.get("spanId") or "")), []).append(ev)
+    return out
+
+
+def _log_only_nodes(events: list[dict], tid: str, sid: str) -> list[Node]:
+    """Steps from GenAI log events whose span is not in the file: answers and tool results only (the
+    input history is repeated context, not a step)."""
+    nodes = []
+    for j, ev in enumerate(events):
+        body = ev.get("body")
+        if ev.get("name") in ("gen_ai.choice", "gen_ai.assistant.message"):
+            kind, role = "LLM", "assistant"
+            text = llm_output({}, [ev])
+        elif ev.get("name") == "gen_ai.tool.message":
+            kind, role = "TOOL", "tool"
+            text = value_text(body.get("content") if isinstance(body, dict) and "content" in body else body)
+        else:
+            continue
+        nodes.append(Node(id=f"{sid or tid}#log{j}", parent=sid or None, name=ev.get("name"), kind=kind,
+                          start=parse_time(ev.get("timeUnixNano")), content=text, role=role))
+    return nodes
+
+
+def traces_from_groups(groups: dict[str, list[Node]], ctx: Context, fmt: str) -> Iterator[Trace]:
+    for raw_tid, nodes in groups.items():
+        try:
+            tid = check_trace_id(raw_tid)
+            steps, facts = build_steps(nodes, tid)
+            if not steps:
+                raise IngestError("empty_trace", f"none of {len(nodes)} spans is an LLM call or a tool call (no "
+                                  "gen_ai.operation.name chat/execute_tool, openinference.span.kind LLM/TOOL or "
+                                  "GenAI content attributes)", tid)
+            if facts["n_duplicate_spans_dropped"]:
+                ctx.warn("duplicate_span", f"{facts['n_duplicate_spans_dropped']} exact copies of spans dropped",
+                         tid)
+            roots = [n for n in nodes if n.parent is None]
+            facts["format"] = fmt
+            yield Trace(trace_id=tid, source="otel", system=(roots[0].service if roots else nodes[0].service),
+                        question=None, steps=steps, labels=None, metadata=facts)
+        except IngestError as e:
+            if e.record_id is None:
+                e.record_id = raw_tid
+            ctx.reject(e)
+
+
+def resource_spans(doc: dict) -> Any:
+    """OTLP `resourceSpans`; Grafana Tempo writes the same as `batches` (or `{"trace": {...}}` in API v2)."""
+    if isinstance(doc.get("trace"), dict):
+        doc = doc["trace"]
+    return doc.get("resourceSpans", doc.get("batches"))
+
+
 def parse(docs: list[Any], ctx: Context) -> Iterator[Trace]:
-    """`docs`: the export requests of one file (one object, or one per JSON line)."""
+    """`docs`: the export requests of one file (one object, or one per JSON line): `resourceSpans` (or
+    Tempo's `batches`) and/or `resourceLogs` (GenAI events, attached to their spans)."""
     groups: dict[str, list[Node]] = {}
+    logs = _log_events(docs)
     bad = 0
     for i, doc in enumerate(docs):
-        if not isinstance(doc, dict) or not isinstance(doc.get("resourceSpans"), list):
-            ctx.reject(IngestError("invalid_record", "OTLP JSON must be an object with a 'resourceSpans' list",
-                                   f"request {i + 1}"))
+        rss = resource_spans(doc) if isinstance(doc, dict) else None
+        if rss is None and isinstance(doc, dict) and isinstance(doc.get("resourceLogs"), list):
+            continue
+        if not isinstance(rss, list):
+            ctx.reject(IngestError("invalid_record", f"request {i + 1}: 'resourceSpans' must be a list (OTLP JSON), "
+                                   f"got {type(rss).__name__}", f"request {i + 1}"))
             bad += 1
             continue
-        for rs in doc["resourceSpans"]:
+        for rs in rss:
             if not isinstance(rs, dict):
                 continue
             service = attrs((rs.get("resource") or {}).get("attributes")).get("service.name")
@@ -140,20 +193,13 @@ def parse(docs: list[Any], ctx: Context) -> Iterator[Trace]:
                     if not isinstance(span, dict) or not span.get("spanId") or not span.get("traceId"):
                         ctx.warn("invalid_record", f"span without traceId/spanId skipped: {short(span)}")
                         continue
-                    groups.setdefault(str(span["traceId"]), []).append(_node(span, service))
+                    ev = logs.pop((str(span["traceId"]), str(span["spanId"])), None)
+                    if ev:
+                        span = {**span, "events": list(span.get("events") or []) + ev}
+                    groups.setdefault(str(span["traceId"]), []).append(node_of(span, service))
+    for (tid, sid), evs in logs.items():  # events of spans this file does not hold
+        if tid:
+            groups.setdefault(tid, []).extend(_log_only_nodes(evs, tid, sid))
     if not groups and not bad:
         raise IngestError("empty_trace", "no spans in the OTLP export")
-    for raw_tid, nodes in groups.items():
-        try:
-            tid = check_trace_id(raw_tid)
-            steps, facts = build_steps(nodes, tid)
-            if facts["n_duplicate_spans_dropped"]:
-                ctx.warn("duplicate_span", f"{facts['n_duplicate_spans_dropped']} exact copies of spans dropped",
-                         tid)
-            roots = [n for n in nodes if n.parent is None]
-            yield Trace(trace_id=tid, source="otel", system=(roots[0].service if roots else nodes[0].service),
-                        question=None, steps=steps, labels=None, metadata=facts)
-        except IngestError as e:
-            if e.record_id is None:
-                e.record_id = raw_tid
-            ctx.reject(e)
+    yield from traces_from_groups(groups, ctx, "otlp")

@@ -1,0 +1,138 @@
+"""GenAI span attribute dialects -> step text: one reader for every span-shaped input (OTLP, OTel SDK dumps,
+Jaeger, Tempo, Langfuse observation metadata).
+
+Instrumentations write the same facts under different keys; each is read here, first match wins:
+- LLM output: GenAI semantic conventions `gen_ai.output.messages` (JSON parts); OpenLLMetry
+  `gen_ai.completion.N.content` / `.role` / `.tool_calls.M.name|arguments`; OpenInference
+  `llm.output_messages.N.message.content` / `.tool_calls.M.tool_call.function.name|arguments`; Google ADK
+  `gcp.vertex.agent.llm_response` (an `LlmResponse` JSON); any-agent `gen_ai.output`; span events
+  `gen_ai.choice` / `gen_ai.assistant.message` (also from `resourceLogs`); OpenInference `output.value`.
+- Tool call: name from `gen_ai.tool.name` / `tool.name` (else the span name without `execute_tool `,
+  `running tool: `); arguments from `gen_ai.tool.call.arguments`, `gcp.vertex.agent.tool_call_args`,
+  `tool_arguments` (pydantic-ai), `gen_ai.tool.args` (any-agent), `input.value`; result from
+  `gen_ai.tool.call.result`, `gcp.vertex.agent.tool_response`, `tool_response`, `output.value`,
+  `gen_ai.output`; an `exception` event adds its type and message.
+- Agent: `gen_ai.agent.name`, `agent.name`, `agent_name`, else `invoke_agent X` / `agent_run [X]` span names.
+"""
+
+from __future__ import annotations
+
+import re
+from typing import Any
+
+from .envelopes import maybe_json, message_text, output_text, value_text
+from .messages import join, tool_call_line
+
+_NUMBERED = re.compile(r"(gen_ai\.completion|llm\.output_messages)\.(\d+)\.(?:message\.)?(.+)$")
+_CALL = re.compile(r"tool_calls\.(\d+)\.(?:tool_call\.)?(?:function\.)?(name|arguments)$")
+_AGENT_SPAN = re.compile(r"^(?:invoke_agent|agent_run|create_agent)\s*\[?([^\[\]]+?)\]?$")
+_TOOL_PREFIX = re.compile(r"^(?:execute_tool|running tool:|tool:)\s*", re.I)
+ARG_KEYS = ("gen_ai.tool.call.arguments", "gcp.vertex.agent.tool_call_args", "tool_arguments", "gen_ai.tool.args",
+            "input.value")
+RESULT_KEYS = ("gen_ai.tool.call.result", "gcp.vertex.agent.tool_response", "tool_response", "output.value",
+               "gen_ai.output")
+_CHOICE_EVENTS = ("gen_ai.choice", "gen_ai.assistant.message")
+
+
+def _numbered(a: dict[str, Any]) -> str:
+    """OpenLLMetry / OpenInference flattened messages, in numeric order (.2. before .10.)."""
+    msgs: dict[tuple[str, int], dict[str, Any]] = {}
+    for k, v in a.items():
+        if not (k.startswith("gen_ai.completion.") or k.startswith("llm.output_messages.")):
+            continue
+        m = _NUMBERED.match(k)
+        if not m:
+            continue
+        msg = msgs.setdefault((m.group(1), int(m.group(2))), {"calls": {}})
+        c = _CALL.match(m.group(3))
+        if c:
+            msg["calls"].setdefault(int(c.group(1)), {})[c.group(2)] = v
+        else:
+            msg[m.group(3)] = v
+    lines = []
+    for key in sorted(msgs):
+        msg = msgs[key]
+        if msg.get("content") not in (None, ""):
+            lines.append(str(msg["content"]))
+        for j in sorted(msg["calls"]):
+            c = msg["calls"][j]
+            lines.append(tool_call_line({"name": c.get("name"), "arguments": c.get("arguments", "")}))
+    return "\n".join(lines)
+
+
+def _any_agent_output(v: Any) -> str:
+    """any-agent `gen_ai.output`: text, or a JSON list of `{"tool.name", "tool.args"}` calls."""
+    v = maybe_json(v)
+    if isinstance(v, list) and v and all(isinstance(x, dict) and "tool.name" in x for x in v):
+        return "\n".join(tool_call_line({"name": x["tool.name"], "arguments": x.get("tool.args")}) for x in v)
+    return output_text(v)
+
+
+def event_attrs(ev: dict[str, Any]) -> dict[str, Any]:
+    a = ev.get("attributes")
+    return a if isinstance(a, dict) else {}
+
+
+def llm_output(a: dict[str, Any], events: list[dict[str, Any]]) -> str:
+    """The text an LLM span produced (see the module docstring for the order of keys)."""
+    if a.get("gen_ai.output.messages") is not None:
+        return output_text(a["gen_ai.output.messages"])
+    text = _numbered(a)
+    if text:
+        return text
+    if a.get("gcp.vertex.agent.llm_response") not in (None, "", "{}"):
+        return output_text(a["gcp.vertex.agent.llm_response"])
+    if a.get("gen_ai.output") is not None:
+        return _any_agent_output(a["gen_ai.output"])
+    choices = [e for e in events if e.get("name") in _CHOICE_EVENTS]
+    if choices:
+        texts = []
+        for ev in choices:
+            ea = event_attrs(ev)
+            body = ev.get("body", ea.get("message", ea.get("gen_ai.event.content", ea)))
+            body = maybe_json(body)
+            texts.append(message_text(body) if isinstance(body, dict) else output_text(body))
+        return join(*texts)
+    if a.get("output.value") is not None:
+        return output_text(a["output.value"])
+    return ""
+
+
+def tool_name(a: dict[str, Any], span_name: str | None) -> str:
+    for k in ("gen_ai.tool.name", "tool.name", "tool_name"):
+        if isinstance(a.get(k), str) and a[k]:
+            return a[k]
+    return _TOOL_PREFIX.sub("", span_name or "") or "?"
+
+
+def _first(a: dict[str, Any], keys: tuple[str, ...]) -> Any:
+    for k in keys:
+        v = a.get(k)
+        if v is not None and v != "" and not (k.startswith("gcp.") and v in ({}, "{}")):
+            return v
+    return None
+
+
+def tool_text(a: dict[str, Any], events: list[dict[str, Any]], span_name: str | None,
+              args: Any = None, result: Any = None) -> str:
+    """`Tool: name`, `Input: ...`, `Output: ...` (given values win over attributes), then any exception."""
+    args = args if args not in (None, "", {}) else _first(a, ARG_KEYS)
+    result = result if result not in (None, "", {}) else _first(a, RESULT_KEYS)
+    parts = [f"Tool: {tool_name(a, span_name)}"]
+    if args is not None:
+        parts.append(f"Input: {value_text(args)}")
+    if result is not None:
+        parts.append(f"Output: {value_text(result)}")
+    for ev in events:
+        if ev.get("name") == "exception":
+            ea = event_attrs(ev)
+            parts.append(f"{ea.get('exception.type') or 'Error'}: {ea.get('exception.message')}")
+    return "\n".join(parts)
+
+
+def agent_name(a: dict[str, Any], span_name: str | None) -> str | None:
+    for k in ("gen_ai.agent.name", "agent.name", "agent_name"):
+        if isinstance(a.get(k), str) and a[k]:
+            return a[k]
+    m = _AGENT_SPAN.match(span_name or "")
+    return m.group(1).strip() if m else None

@@ -1,0 +1,108 @@
+"""Span dumps that are not OTLP: the OpenTelemetry SDK's `ReadableSpan.to_json()` lists and Jaeger UI JSON.
+
+- OTel SDK (`--format otel-sdk`): `{"spans": [span, ...]}` or a bare list of spans, as written by
+  `ConsoleSpanExporter` / `span.to_json()` and by tools built on it (any-agent's `AgentTrace`, which adds
+  `final_output`). A span: `name`, `context: {"trace_id", "span_id"}` (hex text `0x...` or integers),
+  `parent_id` (hex) or `parent: {"span_id"}`, `start_time` (ISO text or integer ns), `attributes` (a map),
+  `events: [{"name", "timestamp", "attributes"}]`, `resource: {"attributes"}` (its `service.name`).
+- Jaeger (`--format jaeger`): the UI's "Download JSON" / query API `{"data": [{"traceID", "spans": [...],
+  "processes": {...}}]}`; a span: `traceID`, `spanID`, `operationName`, `references: [{"refType": "CHILD_OF",
+  "spanID"}]`, `startTime` (µs), `tags: [{"key", "type", "value"}]`, `logs: [{"timestamp", "fields"}]`,
+  `processID` (its `serviceName`).
+Both are rewritten to OTLP key names and read by `otel_genai.node_of`, so every GenAI dialect is read the same.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from typing import Any
+
+from ..trace import Trace
+from .common import Context, IngestError, short
+from .otel_genai import node_of, traces_from_groups
+from .spantree import Node
+
+
+def _id(v: Any) -> str | None:
+    if v is None or v == "" or isinstance(v, bool):
+        return None
+    return str(v)
+
+
+def is_sdk_span(s: Any) -> bool:
+    return isinstance(s, dict) and isinstance(s.get("context"), dict) and "span_id" in s["context"] and "name" in s
+
+
+def is_jaeger(doc: Any) -> bool:
+    return (isinstance(doc, dict) and isinstance(doc.get("data"), list) and bool(doc["data"])
+            and isinstance(doc["data"][0], dict) and "spans" in doc["data"][0] and "traceID" in doc["data"][0])
+
+
+def _sdk_span(s: Any, i: int) -> tuple[str, dict[str, Any], str | None]:
+    if not isinstance(s, dict):
+        raise IngestError("invalid_record", f"spans[{i}] must be an object (an OTel SDK span), got "
+                          f"{type(s).__name__}")
+    ctx_ = s.get("context")
+    if not isinstance(ctx_, dict) or _id(ctx_.get("span_id")) is None or _id(ctx_.get("trace_id")) is None:
+        raise IngestError("invalid_record", f"spans[{i}].context must hold trace_id and span_id, got "
+                          f"{short(ctx_)}")
+    parent = s.get("parent_id")
+    if parent is None and isinstance(s.get("parent"), dict):
+        parent = s["parent"].get("span_id")
+    attrs = s.get("attributes") if isinstance(s.get("attributes"), dict) else {}
+    events = [{"name": e.get("name"), "attributes": e.get("attributes") or {}, "timeUnixNano": e.get("timestamp")}
+              for e in s.get("events") or [] if isinstance(e, dict)]
+    res = s.get("resource") if isinstance(s.get("resource"), dict) else {}
+    service = (res.get("attributes") or {}).get("service.name") if isinstance(res.get("attributes"), dict) else None
+    span = {"spanId": _id(ctx_["span_id"]), "parentSpanId": _id(parent), "name": s.get("name"),
+            "startTimeUnixNano": s.get("start_time"), "attributes": attrs, "events": events}
+    return str(ctx_["trace_id"]), span, service if isinstance(service, str) else None
+
+
+def parse_sdk(doc: Any, ctx: Context) -> Iterator[Trace]:
+    spans = doc.get("spans") if isinstance(doc, dict) else doc
+    if not isinstance(spans, list):
+        raise IngestError("invalid_record", f"'spans' must be a list of OTel SDK spans, got {type(spans).__name__}")
+    if not spans:
+        raise IngestError("empty_trace", "'spans' is empty")
+    groups: dict[str, list[Node]] = {}
+    for i, s in enumerate(spans):
+        tid, span, service = _sdk_span(s, i)
+        groups.setdefault(tid, []).append(node_of(span, service))
+    yield from traces_from_groups(groups, ctx, "otel-sdk")
+
+
+def _jaeger_value(t: dict) -> Any:
+    return t.get("value")
+
+
+def parse_jaeger(doc: Any, ctx: Context) -> Iterator[Trace]:
+    data = doc.get("data") if isinstance(doc, dict) else None
+    if not isinstance(data, list):
+        raise IngestError("invalid_record", "'data' must be a list of Jaeger traces")
+    groups: dict[str, list[Node]] = {}
+    for i, tr in enumerate(data):
+        if not isinstance(tr, dict) or not isinstance(tr.get("spans"), list):
+            raise IngestError("invalid_record", f"data[{i}].spans must be a list (a Jaeger trace)")
+        procs = tr.get("processes") if isinstance(tr.get("processes"), dict) else {}
+        for j, s in enumerate(tr["spans"]):
+            if not isinstance(s, dict) or _id(s.get("spanID")) is None:
+                raise IngestError("invalid_record", f"data[{i}].spans[{j}].spanID is missing (a Jaeger span)")
+            refs = [r for r in s.get("references") or [] if isinstance(r, dict) and r.get("refType") == "CHILD_OF"]
+            tags = {t["key"]: _jaeger_value(t) for t in s.get("tags") or [] if isinstance(t, dict) and "key" in t}
+            events = []
+            for lg in s.get("logs") or []:
+                if isinstance(lg, dict):
+                    f = {x["key"]: x.get("value") for x in lg.get("fields") or [] if isinstance(x, dict) and "key" in x}
+                    events.append({"name": f.pop("event", None), "attributes": f, "timeUnixNano": lg.get("timestamp")})
+            proc = procs.get(s.get("processID")) if isinstance(procs.get(s.get("processID")), dict) else {}
+            span = {"spanId": str(s["spanID"]), "parentSpanId": _id(refs[0].get("spanID")) if refs else None,
+                    "name": s.get("operationName"), "startTimeUnixNano": s.get("startTime"), "attributes": tags,
+                    "events": events}
+            tid = _id(s.get("traceID")) or _id(tr.get("traceID"))
+            if tid is None:
+                raise IngestError("invalid_record", f"data[{i}].spans[{j}].traceID is missing")
+            groups.setdefault(tid, []).append(node_of(span, proc.get("serviceName")))
+    if not groups:
+        raise IngestError("empty_trace", "no spans in the Jaeger export")
+    yield from traces_from_groups(groups, ctx, "jaeger")
