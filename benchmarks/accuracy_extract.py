@@ -102,11 +102,18 @@ def main() -> None:
     ap.add_argument("--shard", default="0/1", help="I/N: this process takes every N-th trace from the I-th "
                     "(run N processes with --threads 1 on a shared CPU: one thread each scales better)")
     ap.add_argument("--threads", type=int, default=None)
+    # issue 23: the fitted rankers read neither counterfactuals nor per-head attention (their ablations lost
+    # nothing, docs/results.md), so the cache for them can skip both (about half the time per trace)
+    ap.add_argument("--counterfactual-k", type=int, default=None)
+    ap.add_argument("--no-learned-heads", action="store_true")
     args = ap.parse_args()
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(message)s")
     from masprism_batch.model.loader import load_model
 
-    cfg = extract_config(args.model, model__threads=args.threads)
+    extra = {} if args.counterfactual_k is None else {"method__counterfactual_k": args.counterfactual_k}
+    if args.no_learned_heads:
+        extra["method__learned_heads"] = False
+    cfg = extract_config(args.model, model__threads=args.threads, **extra)
     si, sn = (int(x) for x in args.shard.split("/"))
     out = Path(args.work) / f"cache-{cfg.config_hash()}"
     out.mkdir(parents=True, exist_ok=True)

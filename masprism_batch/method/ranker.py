@@ -11,7 +11,6 @@ No free text is decoded and no label is read at inference.
 
 from __future__ import annotations
 
-import json
 import re
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -116,29 +115,6 @@ class Ranker:
         e = np.exp(s - s.max())
         return e / e.sum()
 
-    def to_json(self, **meta) -> str:
-        """meta: provenance kept beside the weights, e.g. fitted_on (sha256 prefixes of the trace ids the
-        weights saw: the report marks accuracy on those traces as in-sample) and the agent rule."""
-        return json.dumps({"features": self.features, "weights": self.weights.tolist(),
-                           "mean": self.mean.tolist(), "std": self.std.tolist(), "agent_rule": self.agent_rule,
-                           "scope": self.scope, **meta}, indent=1)
-
-    @classmethod
-    def from_json(cls, text: str) -> Ranker:
-        d = json.loads(text)
-        unknown = [f for f in d["features"] if f not in FEATURES]
-        if unknown:
-            raise ValueError(f"ranker weights use features this version does not compute: {unknown}")
-        r = cls(np.array(d["weights"]), np.array(d["mean"]), np.array(d["std"]), d["features"])
-        r.agent_rule = d.get("agent_rule", "aggregate")
-        r.fitted_on = d.get("fitted_on", [])
-        r.scope = d.get("scope", "all")
-        return r
-
-    @classmethod
-    def load(cls, path: Path) -> Ranker:
-        return cls.from_json(Path(path).read_text(encoding="utf-8"))
-
 
 def fit(samples: list[tuple[np.ndarray, list[int]]], l2: float = 1.0, iters: int = 400, lr: float = 0.05,
         features: list[str] | None = None) -> Ranker:
@@ -181,35 +157,48 @@ def system_slug(source: str) -> str:
     return "".join(ch if ch.isalnum() or ch in "-_." else "_" for ch in (source or "unknown"))[:120]
 
 
-def ranker_for(path: str | None, trace: Trace) -> Ranker | None:
-    """The ranker that applies to `trace`, or None (then the zero-training MASPrism verdict is used).
+PACKAGED = "rankers.json"  # the packaged per-system rankers, written by benchmarks/bench_accuracy.py --train-weights
 
-    `path` (default: the packaged weights folder) is a JSON file (one ranker for every trace) or a folder with
-    `ranker-<system>.json` per system the rankers were fitted on (matched on `trace.source`) and optionally a
-    generic `ranker.json` for systems none was fitted on. Which of these exist is decided by
-    benchmarks/bench_accuracy.py from leave-one-system-out results (docs/results.md).
+
+def ranker_for(path: str | None, trace: Trace, model_id: str | None = None):
+    """The fitted entry (method/rankfile.py `SystemRanker`) for `trace`'s system, or None: then the zero-training
+    rule (rules.fallback_rule) decides. `.features` says which step features its verdict reads.
+
+    `path`: a ranker file from `masprism-batch fit` (or a folder holding `rankers.json`); None: the packaged
+    rankers of the dev systems. With `model_id`, a file `path` fitted on another model is refused
+    (RankerFileError); the packaged rankers then simply do not apply (they were fitted on the default model).
     """
-    if path is None:
-        folder = weights_dir()
-    else:
-        folder = Path(path)
-        if folder.is_file():
-            return _cached(folder)
-        if not folder.is_dir():
-            raise FileNotFoundError(f"ranker weights not found: {folder}")
-    for target in (folder / f"ranker-{system_slug(trace.source)}.json", folder / "ranker.json"):
-        if target.is_file():
-            return _cached(target)
-    return None
+    from .rankfile import RankerFileError
+
+    target = weights_dir() / PACKAGED if path is None else Path(path)
+    if target.is_dir():  # a weights folder: its rankers.json if any (a folder with only fallback.json has none)
+        target = target / PACKAGED
+        if not target.is_file():
+            return None
+    if not target.is_file():
+        if path is None:
+            return None
+        raise FileNotFoundError(f"ranker file not found: {target}")
+    rf = _cached(target)
+    if model_id and rf.model_id != model_id:
+        if path is None:
+            return None
+        rf.check_model(model_id, target)
+    try:
+        return rf.for_trace(trace)
+    except KeyError as exc:  # pragma: no cover - a malformed entry
+        raise RankerFileError(f"{target}: malformed entry {exc}") from exc
 
 
-_CACHE: dict[str, Ranker] = {}
+_CACHE: dict[tuple[str, float], object] = {}
 
 
-def _cached(target: Path) -> Ranker:
-    key = str(target)
+def _cached(target: Path):
+    from .rankfile import RankerFile
+
+    key = (str(target), target.stat().st_mtime)
     if key not in _CACHE:
-        _CACHE[key] = Ranker.load(target)
+        _CACHE[key] = RankerFile.read(target)
     return _CACHE[key]
 
 

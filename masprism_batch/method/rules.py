@@ -23,6 +23,12 @@ from . import weights_dir
 
 log = logging.getLogger(__name__)
 RULES = ("faithful", "earliest", "counterfactual", "learned_heads")
+# Zero-training agent rules (issue 23, item 7): "author" blames the blamed step's author; "active" the agent
+# with most steps; "mix:<beta>" scores each agent by (1 - beta) * its share of the log's steps + beta * its share
+# of the candidates' votes (1/position in the rule's order), so a confident step verdict moves the blame to its
+# author while a log where the signals are spread leaves it with the most active agent.
+AGENT_MIX = (0.25, 0.5, 0.75)
+AGENT_RULES = ("author", "active", *[f"mix:{b}" for b in AGENT_MIX])
 
 
 def _by(rows: list[dict], key: str, ranked: list[int]) -> list[int]:
@@ -45,14 +51,67 @@ def order(rule: str, rows: list[dict], ranked: list[int]) -> list[int]:
     raise ValueError(f"unknown zero-training rule {rule!r}; expected one of {', '.join(RULES)}")
 
 
+def agent_verdict(rule: str, trace, rows: list[dict], order: list[int]) -> str | None:
+    """The blamed agent of `trace` under a zero-training agent `rule`; `order`: the steps best first."""
+    steps = trace.steps
+    if not order:
+        return None
+    if rule == "author":
+        return steps[order[0]].agent
+    names: dict[str, str] = {}
+    share: dict[str, float] = {}
+    from ..eval.common import norm_agent
+
+    for s in steps:
+        if norm_agent(s.agent):
+            key = norm_agent(s.agent)
+            names.setdefault(key, s.agent)
+            share[key] = share.get(key, 0.0) + 1.0 / len(steps)
+    if not share:
+        return steps[order[0]].agent
+    beta = 0.0 if rule == "active" else float(rule.split(":", 1)[1]) if rule.startswith("mix:") else None
+    if beta is None:
+        raise ValueError(f"unknown agent rule {rule!r}; expected one of {', '.join(AGENT_RULES)}")
+    cands = order[:5]
+    votes = {k: 0.0 for k in share}
+    for pos, k in enumerate(cands):
+        a = norm_agent(steps[k].agent)
+        if a in votes:
+            votes[a] += 1.0 / (pos + 1)
+    tot = sum(votes.values()) or 1.0
+    score = {a: (1 - beta) * share[a] + beta * votes[a] / tot for a in share}
+    first = {}
+    for i, s in enumerate(steps):
+        first.setdefault(norm_agent(s.agent), i)
+    return names[min(score, key=lambda a: (-score[a], first.get(a, 0)))]
+
+
+def fallback_agent_rule(path: str | None) -> str:
+    """The zero-training agent rule chosen by leave-one-system-out (`fallback.json` "agent_rule"; "author")."""
+    d = _fallback(path)
+    rule = d.get("agent_rule", "author")
+    return rule if rule in AGENT_RULES else "author"
+
+
+def fallback_calibration(path: str | None) -> dict | None:
+    """Confidence calibration of the zero-training verdict (fitted on the dev systems, method/calibrate.py)."""
+    return _fallback(path).get("calibration")
+
+
+def _fallback(path: str | None) -> dict:
+    folder = Path(path) if path is not None and Path(path).is_dir() else weights_dir()
+    target = folder / "fallback.json"
+    if not target.is_file():
+        return {}
+    return json.loads(target.read_text(encoding="utf-8"))
+
+
 def fallback_rule(path: str | None) -> str:
     """The rule for logs no ranker was fitted on: `fallback.json` in the weights folder (`path`, default the
-    packaged one) as bench_accuracy.py --train-weights chose it; "faithful" when there is none."""
-    target = (weights_dir() if path is None else Path(path)) / "fallback.json"
-    if not target.is_file():
-        return "faithful"
-    rule = json.loads(target.read_text(encoding="utf-8")).get("rule", "faithful")
+    packaged one; a ranker *file* given as `path` keeps the packaged fallback) as bench_accuracy.py
+    --train-weights chose it; "faithful" when there is none."""
+    rule = _fallback(path).get("rule", "faithful")
     if rule not in RULES:
-        log.warning("%s names unknown rule %r: using the faithful order", target, rule)
+        log.warning("fallback.json names unknown rule %r: using the faithful order", rule)
         return "faithful"
     return rule

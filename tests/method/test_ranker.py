@@ -41,48 +41,11 @@ def test_fit_recovers_a_planted_feature():
     assert hits / len(samples) > 0.8
 
 
-def test_weights_round_trip_and_reject_other_features(tmp_path):
-    rng = np.random.default_rng()
-    m = rk.Ranker(rng.normal(size=len(rk.FEATURES)), rng.normal(size=len(rk.FEATURES)),
-                  rng.random(len(rk.FEATURES)) + 0.5, list(rk.FEATURES))
-    back = rk.Ranker.from_json(m.to_json())
-    assert np.allclose(back.weights, m.weights) and np.allclose(back.std, m.std)
-    bad = m.to_json().replace('"rel_pos"', '"something_else"')
-    with pytest.raises(ValueError):
-        rk.Ranker.from_json(bad)
-
-
 def test_agent_scores_sum_step_probabilities_case_insensitively():
     t = Trace(trace_id="t", source="s", steps=[Step(0, "WebSurfer", "a"), Step(1, "websurfer", "b"),
                                                 Step(2, "Orchestrator", "c")])
     s = rk.agent_scores(t, np.array([0.3, 0.3, 0.4]))
     assert s == pytest.approx({"WebSurfer": 0.6, "Orchestrator": 0.4})
-
-
-def _write(path, rng, **meta):
-    feats = list(rk.PORTABLE)
-    m = rk.Ranker(rng.normal(size=len(feats)), np.zeros(len(feats)), np.ones(len(feats)), feats)
-    path.write_text(m.to_json(**meta))
-    return m
-
-
-def test_ranker_for_picks_the_system_ranker_then_generic_then_none(tmp_path):
-    """Per-system rankers for the systems they were fitted on; a generic one (if shipped) or None otherwise."""
-    rng = np.random.default_rng()
-    rk._CACHE.clear()
-    _write(tmp_path / f"ranker-{rk.system_slug('who-and-when/Hand-Crafted')}.json", rng, agent_rule="author",
-           system="who-and-when/Hand-Crafted")
-    t, _ = _trace_and_rows(rng, 4)
-    known = Trace(trace_id="k", source="who-and-when/Hand-Crafted", steps=t.steps)
-    unseen = Trace(trace_id="u", source="langfuse", steps=t.steps)
-    assert rk.ranker_for(str(tmp_path), known).agent_rule == "author"
-    assert rk.ranker_for(str(tmp_path), unseen) is None  # -> the zero-training MASPrism verdict
-    _write(tmp_path / "ranker.json", rng, agent_rule="aggregate")
-    rk._CACHE.clear()
-    assert rk.ranker_for(str(tmp_path), unseen).agent_rule == "aggregate"
-    assert rk.ranker_for(str(tmp_path / "ranker.json"), known).agent_rule == "aggregate"  # a file: for every trace
-    with pytest.raises(FileNotFoundError):
-        rk.ranker_for(str(tmp_path / "nope"), known)
 
 
 def test_subset_rankers_and_candidate_scope():
@@ -96,5 +59,3 @@ def test_subset_rankers_and_candidate_scope():
     m = rk.Ranker(rng.normal(size=len(feats)), np.zeros(len(feats)), np.ones(len(feats)), feats, scope="candidates")
     order, probs, agent = rk.rerank(t, rows, m, 12, False)
     assert set(order[:3]) == {3, 7, 9} and abs(sum(probs) - 1) < 1e-9 and agent == t.steps[order[0]].agent
-    back = rk.Ranker.from_json(m.to_json(scope="candidates", agent_rule="author"))
-    assert back.scope == "candidates" and back.agent_rule == "author"

@@ -1,0 +1,273 @@
+"""Fit a ranker to one system from its own labelled logs (issue 23): the one fitting path of `masprism-batch fit`
+and of benchmarks/bench_accuracy.py / bench_learning_curve.py.
+
+With k labelled logs a free linear ranker over ~20 features overfits, so the ranker is a *correction* of the
+zero-training order: step scores are `offset + x·w`, where the offset is the zero-training rule's order
+(OFFSET_SCALE / position for its candidates, 0 elsewhere) and w is shrunk toward 0 by an L2 penalty whose
+strength is chosen by internal cross-validation (leave-one-out up to 20 labels, else 5 folds). At infinite
+strength the ranker *is* the rule. Two label priors a team's system really has are features it may learn:
+how often the blamed step sat at this index (and at this relative position), and how often this step's author
+was the blamed agent, counted on the training labels (each training log's own label left out of its features).
+The system falls back to the rule when no strength beat the rule's internal held-out estimate. Every estimate
+is returned beside the label-prior baselines fitted on the same labels, and the chosen verdict's held-out
+top probabilities are mapped to P(blamed step is right) by a Platt calibration (method/calibrate.py).
+"""
+
+from __future__ import annotations
+
+import logging
+import math
+from dataclasses import dataclass, field
+
+import numpy as np
+
+from ..eval.common import norm_agent
+from ..trace import Trace
+from . import ranker as rk
+from . import rules
+
+log = logging.getLogger(__name__)
+# What a fitted ranker reads: what any log has plus this system's turn-taking (within one system the agents'
+# choreography is real signal), without the counterfactual and per-head features, whose ablations lost
+# nothing (docs/results.md) and which cost most of a trace's time (issue 24 skips them when nothing reads them).
+COSTLY = {"cf_z": "counterfactual", "has_cf": "counterfactual", "attn_learned_norm": "head_attention"}
+BASE_FEATURES = [f for f in rk.FEATURES if f not in COSTLY]
+PRIOR_FEATURES = ["pos_prior", "relpos_prior", "agent_prior"]
+OFFSET_SCALE = 2.0
+L2_GRID = (30.0, 3.0, 0.3)  # per-log L2 strengths tried by internal CV (the rule itself is the limit at infinity)
+RELPOS_BINS = 10
+
+
+@dataclass
+class FitCase:
+    """One labelled log: its trace, step_scores rows (ordered by step), gold steps (any of them is a hit),
+    blamed agents (eval.common.norm_agent names; [] when unlabelled) and the zero-training rule's order of its candidates."""
+
+    trace: Trace
+    rows: list[dict]
+    gold: list[int]
+    gold_agents: list[str]
+    ranked: list[int]
+    key: str = ""
+    _base: np.ndarray | None = field(default=None, repr=False)
+
+    def __post_init__(self):
+        self.key = self.key or self.trace.trace_id
+
+    def base(self) -> np.ndarray:
+        """The log's base step features (computed once: every fold and strength reuses them)."""
+        if self._base is None:
+            self._base = rk.step_features(self.trace, self.rows)[:, [rk.FEATURES.index(f) for f in BASE_FEATURES]]
+        return self._base
+
+
+@dataclass
+class Priors:
+    """Label counts of the training logs: blamed index, blamed relative-position bin, blamed agent."""
+
+    pos: dict[int, float] = field(default_factory=dict)
+    relpos: dict[int, float] = field(default_factory=dict)
+    agent: dict[str, float] = field(default_factory=dict)
+    n: int = 0
+
+    @classmethod
+    def count(cls, cases: list[FitCase]) -> Priors:
+        p = cls()
+        for c in cases:
+            p.add(c, 1.0)
+        return p
+
+    def add(self, c: FitCase, sign: float) -> None:
+        n = len(c.trace.steps)
+        for g in c.gold:  # a log with several blamed steps spreads one count over them
+            w = sign / len(c.gold)
+            self.pos[g] = self.pos.get(g, 0.0) + w
+            b = _bin(g, n)
+            self.relpos[b] = self.relpos.get(b, 0.0) + w
+        for a in blamed_agents(c):
+            self.agent[a] = self.agent.get(a, 0.0) + sign / max(len(blamed_agents(c)), 1)
+        self.n += int(sign)
+
+    def features(self, trace: Trace) -> np.ndarray:
+        n, d = len(trace.steps), max(self.n, 1)
+        return np.stack([np.array([self.pos.get(i, 0.0) / d for i in range(n)]),
+                         np.array([self.relpos.get(_bin(i, n), 0.0) / d for i in range(n)]),
+                         np.array([self.agent.get(norm_agent(s.agent) or "", 0.0) / d for s in trace.steps])], axis=1)
+
+    def top_index(self) -> int | None:
+        return min(self.pos, key=lambda i: (-self.pos[i], i)) if self.pos else None
+
+    def top_agent(self, trace: Trace) -> str | None:
+        present = {}
+        for s in trace.steps:
+            if norm_agent(s.agent):
+                present.setdefault(norm_agent(s.agent), s.agent)
+        best = [a for a in sorted(self.agent, key=lambda a: (-self.agent[a], a)) if a in present]
+        return present[best[0]] if best else None
+
+    def to_json(self) -> dict:
+        return {"pos": {str(k): v for k, v in self.pos.items()}, "relpos": {str(k): v for k, v in self.relpos.items()},
+                "agent": self.agent, "n": self.n}
+
+    @classmethod
+    def from_json(cls, d: dict) -> Priors:
+        return cls({int(k): v for k, v in d["pos"].items()}, {int(k): v for k, v in d["relpos"].items()},
+                   dict(d["agent"]), int(d["n"]))
+
+
+def _bin(i: int, n: int) -> int:
+    return min(RELPOS_BINS - 1, int(RELPOS_BINS * i / max(n, 1)))
+
+
+def blamed_agents(c: FitCase) -> list[str]:
+    """The labelled agent, else the authors of the gold steps (TRAIL labels spans, not agents)."""
+    if c.gold_agents:
+        return c.gold_agents
+    return sorted({norm_agent(c.trace.steps[g].agent) for g in c.gold if norm_agent(c.trace.steps[g].agent)})
+
+
+def rule_offset(n: int, ranked: list[int]) -> np.ndarray:
+    off = np.zeros(n)
+    for pos, k in enumerate(ranked):
+        off[k] = OFFSET_SCALE / (pos + 1)
+    return off
+
+
+def design(c: FitCase, priors: Priors, loo: bool) -> np.ndarray:
+    """[N, F] base + prior features; loo: the log's own label is taken out of the prior counts (training)."""
+    base = c.base()
+    if loo:
+        priors.add(c, -1.0)
+        try:
+            pf = priors.features(c.trace)
+        finally:
+            priors.add(c, 1.0)
+    else:
+        pf = priors.features(c.trace)
+    return np.concatenate([base, pf], axis=1)
+
+
+@dataclass
+class Fitted:
+    """A fitted correction: scores = offset + ((X - mean) / std) @ w."""
+
+    w: np.ndarray
+    mean: np.ndarray
+    std: np.ndarray
+    priors: Priors
+    l2: float
+
+    def probs(self, c: FitCase) -> np.ndarray:
+        x = (design(c, self.priors, loo=False) - self.mean) / self.std
+        s = rule_offset(len(c.trace.steps), c.ranked) + x @ self.w
+        e = np.exp(s - s.max())
+        return e / e.sum()
+
+
+def fit_correction(cases: list[FitCase], l2: float) -> Fitted:
+    """Conditional logit over each log's steps, maximising the log probability of its gold steps, L2 `l2` per
+    log on w. Stacked arrays and damped Newton steps: a 200-log fit is a fraction of a second (numpy only)."""
+    priors = Priors.count(cases)
+    xs = [design(c, priors, loo=True) for c in cases]
+    X = np.concatenate(xs)
+    mean, std = X.mean(0), X.std(0)
+    std = np.where(std > 1e-9, std, 1.0)
+    X = (X - mean) / std
+    off = np.concatenate([rule_offset(len(c.trace.steps), c.ranked) for c in cases])
+    starts = np.cumsum([0] + [len(x) for x in xs])[:-1]
+    seg = np.repeat(np.arange(len(xs)), [len(x) for x in xs])
+    gold = np.zeros(len(X), dtype=bool)
+    for s0, c in zip(starts, cases, strict=True):
+        gold[s0 + np.asarray(c.gold)] = True
+    n, d = len(cases), X.shape[1]
+
+    def soft(s, mask):
+        e = np.where(mask, np.exp(s - np.maximum.reduceat(s, starts)[seg]), 0.0)
+        z = np.add.reduceat(e, starts)
+        return e / z[seg], z
+
+    def objective(w):
+        s = off + X @ w
+        mx = np.maximum.reduceat(s, starts)[seg]
+        z = np.add.reduceat(np.exp(s - mx), starts)
+        zg = np.add.reduceat(np.where(gold, np.exp(s - mx), 0.0), starts)
+        return float(np.sum(np.log(z) - np.log(zg))) / n + 0.5 * l2 * float(w @ w)
+
+    w = np.zeros(d)
+    f = objective(w)
+    for _ in range(50):
+        s = off + X @ w
+        p, _ = soft(s, np.ones(len(X), dtype=bool))
+        q, _ = soft(s, gold)
+        grad = X.T @ (p - q) / n + l2 * w
+        # Hessian: covariance of X under p minus under q (per log), plus the L2 term
+        mp_, mq = np.add.reduceat(p[:, None] * X, starts), np.add.reduceat(q[:, None] * X, starts)
+        H = (X.T @ (p[:, None] * X) - mp_.T @ mp_ - X.T @ (q[:, None] * X) + mq.T @ mq) / n + l2 * np.eye(d)
+        try:
+            step = np.linalg.solve(H + 1e-6 * np.eye(d), grad)
+        except np.linalg.LinAlgError:
+            step = grad
+        t = 1.0
+        while t > 1e-4:
+            f_new = objective(w - t * step)
+            if f_new <= f - 1e-4 * t * float(grad @ step):
+                break
+            t *= 0.5
+        if t <= 1e-4:
+            break
+        w, f_old, f = w - t * step, f, f_new
+        if abs(f_old - f) < 1e-9:
+            break
+    return Fitted(w, mean, std, priors, l2)
+
+
+def folds_of(n: int, seed: int = 0) -> np.ndarray:
+    """Leave-one-out up to 20 logs, else 5 folds (a fixed permutation: the same cases give the same folds)."""
+    if n <= 20:
+        return np.arange(n)
+    return np.random.default_rng(seed).permutation(n) % 5
+
+
+def top_of(p: np.ndarray) -> int:
+    return int(np.argmax(p))  # first maximum: the earliest step on ties
+
+
+def rule_confidence(c: FitCase) -> float:
+    """Raw confidence of the zero-training verdict: the top candidate's share of the rule's scores."""
+    scores = [max(float(r.get("score") or 0.0), 0.0) for r in c.rows]
+    vals = [scores[k] for k in c.ranked]
+    tot = sum(vals)
+    return vals[0] / tot if vals and tot > 0 else (1.0 / max(len(c.ranked), 1))
+
+
+def agent_pick(rule: str, c: FitCase, probs: np.ndarray | None, top: int, priors: Priors | None) -> str | None:
+    """The blamed agent under `rule`: author | aggregate (summed step probabilities) | prior (the most often
+    blamed agent of the training labels present in this log, else the author) | any zero-training agent rule."""
+    author = c.trace.steps[top].agent
+    if rule == "aggregate" and probs is not None:
+        ag = rk.agent_scores(c.trace, probs)
+        return min(ag, key=lambda a: (-ag[a], a)) if ag else author
+    if rule == "prior" and priors is not None:
+        return priors.top_agent(c.trace) or author
+    if rule in ("author", "aggregate", "prior"):
+        return author
+    return rules.agent_verdict(rule, c.trace, c.rows, [top] + [k for k in c.ranked if k != top])
+
+
+def hit(c: FitCase, step: int) -> bool:
+    return step in c.gold
+
+
+def agent_hit(c: FitCase, agent: str | None) -> bool | None:
+    if not c.gold_agents:
+        return None
+    return norm_agent(agent) in c.gold_agents
+
+
+def mean(xs) -> float | None:
+    xs = [x for x in xs if x is not None]
+    return float(np.mean(xs)) if xs else None
+
+
+def isfinite(x) -> bool:
+    return x is not None and math.isfinite(x)

@@ -1,0 +1,103 @@
+"""One system's fit: internal cross-validation, the verdict it will use, its held-out estimates beside the
+zero-training rule's and the label-prior baselines', and the confidence calibration (issue 23).
+
+`fit_system(cases, system=...)` is what `masprism-batch fit` runs per system and what the benchmarks call, so
+the product and the measurement cannot drift apart. Its `entry` is the JSON a ranker file holds for the system.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import logging
+from dataclasses import dataclass
+
+import numpy as np
+
+from . import calibrate
+from . import fit as ft
+
+log = logging.getLogger(__name__)
+AGENT_RULES = ("author", "aggregate", "prior")  # what a fitted system may blame agents by (besides the rule's)
+
+
+@dataclass
+class SystemFit:
+    system: str
+    k: int
+    verdict: str  # "ranker" | "rule"
+    estimates: dict  # internal held-out: fitted, rule, pos_prior (step); fitted_agent, rule_agent, agent_prior ...
+    entry: dict  # what the ranker file keeps for this system
+
+
+def _oof(cases: list[ft.FitCase], grid, rule_agent: str) -> dict:
+    """Held-out predictions of every option, per case: ("l2", value) -> (step, raw conf, probs); "rule";
+    "pos_prior" and "agent_prior" baselines learned from the training folds only."""
+    folds = ft.folds_of(len(cases))
+    out = {i: {} for i in range(len(cases))}
+    for f in sorted(set(folds.tolist())):
+        train = [c for c, k in zip(cases, folds, strict=True) if k != f]
+        test = [i for i, k in enumerate(folds) if k == f]
+        pri = ft.Priors.count(train)
+        fitted = {lam: ft.fit_correction(train, lam) for lam in grid} if len(train) >= 2 else {}
+        for i in test:
+            c = cases[i]
+            n = len(c.trace.steps)
+            for lam, m in fitted.items():
+                p = m.probs(c)
+                t = ft.top_of(p)
+                out[i][("l2", lam)] = (t, float(p[t]), p, pri)
+            top = c.ranked[0] if c.ranked else 0
+            out[i]["rule"] = (top, ft.rule_confidence(c), None, pri)
+            ti = pri.top_index()
+            out[i]["pos_prior"] = min(ti, n - 1) if ti is not None else top
+            out[i]["agent_prior"] = pri.top_agent(c.trace) or ft.agent_pick("active", c, None, top, None)
+            out[i]["rule_agent"] = ft.agent_pick(rule_agent, c, None, top, None)
+    return out
+
+
+def fit_system(cases: list[ft.FitCase], system: str, rule: str = "faithful", rule_agent: str = "author",
+               grid=ft.L2_GRID) -> SystemFit:
+    """Fit `system` on its labelled `cases` (each a FitCase with the zero-training `rule` order in `ranked`)."""
+    if not cases:
+        raise ValueError(f"system {system!r}: no labelled logs to fit on")
+    oof = _oof(cases, grid, rule_agent)
+    ok = [i for i in oof if "rule" in oof[i]]
+    step_acc = {o: ft.mean(ft.hit(cases[i], oof[i][o][0]) for i in ok if o in oof[i])
+                for o in [("l2", lam) for lam in grid] + ["rule"]}
+    fitted_opts = [o for o in step_acc if o != "rule" and step_acc[o] is not None]
+    best = max(fitted_opts, key=lambda o: step_acc[o], default=None)  # first max: the strongest shrinkage
+    use_ranker = best is not None and step_acc[best] > step_acc["rule"]
+    chosen = best if use_ranker else "rule"
+    labelled_agents = any(c.gold_agents for c in cases)
+    agent_acc = {}
+    for ar in (rule_agent, *[a for a in AGENT_RULES if a != rule_agent]) if labelled_agents else (rule_agent,):
+        agent_acc[ar] = ft.mean(ft.agent_hit(cases[i], ft.agent_pick(
+            ar, cases[i], oof[i][chosen][2], oof[i][chosen][0], oof[i][chosen][3])) for i in ok)
+    agent_rule = max(agent_acc, key=lambda a: agent_acc[a] if agent_acc[a] is not None else -1.0)
+    cal = calibrate.fit_platt([oof[i][chosen][1] for i in ok], [ft.hit(cases[i], oof[i][chosen][0]) for i in ok])
+    est = {
+        "fitted": step_acc[chosen], "rule": step_acc["rule"],
+        "pos_prior": ft.mean(ft.hit(cases[i], oof[i]["pos_prior"]) for i in ok),
+        "fitted_agent": agent_acc[agent_rule],
+        "rule_agent": ft.mean(ft.agent_hit(cases[i], oof[i]["rule_agent"]) for i in ok),
+        "agent_prior": ft.mean(ft.agent_hit(cases[i], oof[i]["agent_prior"]) for i in ok),
+        "best_l2": best[1] if best else None,
+        "folds": "leave-one-out" if len(cases) <= 20 else "5-fold",
+    }
+    entry = {"system": system, "verdict": "ranker" if use_ranker else "rule", "rule": rule,
+             "agent_rule": agent_rule, "rule_agent": rule_agent, "k": len(cases), "calibration": cal,
+             "heldout": {k: v for k, v in est.items()},
+             "fitted_on": sorted(hashlib.sha256(c.trace.trace_id.encode()).hexdigest()[:16] for c in cases)}
+    if use_ranker or labelled_agents and agent_rule == "prior":
+        m = ft.fit_correction(cases, best[1] if use_ranker else grid[0])
+        entry["priors"] = m.priors.to_json()
+        if use_ranker:
+            entry.update(features=ft.BASE_FEATURES + ft.PRIOR_FEATURES, weights=m.w.tolist(),
+                         mean=m.mean.tolist(), std=m.std.tolist(), l2=best[1], offset_scale=ft.OFFSET_SCALE)
+    log.info("%s: k=%d, held-out %s", system, len(cases), est)
+    return SystemFit(system, len(cases), entry["verdict"], est, entry)
+
+
+def fitted_weights(fit: SystemFit) -> np.ndarray | None:
+    w = fit.entry.get("weights")
+    return None if w is None else np.asarray(w)

@@ -1,0 +1,146 @@
+"""The ranker file `masprism-batch fit` writes and `--ranker` applies (issue 23): plain JSON, versioned.
+
+    {"format": "masprism-batch ranker", "version": 1, "model_id": "smollm2-135m", "date": ..., "config": {...},
+     "systems": {"<system>": {"verdict": "ranker" | "rule", "rule": "faithful", "agent_rule": ...,
+                              "features": [...], "weights": [...], "mean": [...], "std": [...], "priors": {...},
+                              "calibration": {"a", "b", ...}, "heldout": {...}, "k": 20, "fitted_on": [...]}}}
+
+A log is matched to an entry by its system (`system_key`); logs of other systems get the zero-training rule.
+The features were computed by one model's prefill, so a file is refused for a run of another model.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import os
+import tempfile
+from dataclasses import dataclass
+from pathlib import Path
+
+import numpy as np
+
+from ..trace import Trace
+from . import calibrate
+from . import fit as ft
+
+log = logging.getLogger(__name__)
+FORMAT = "masprism-batch ranker"
+VERSION = 1
+
+
+class RankerFileError(ValueError):
+    """A ranker file that cannot be applied: not one, a newer version, or fitted with another model."""
+
+
+def system_key(trace: Trace) -> str:
+    """The system a log belongs to: a dataset-qualified source (who-and-when/<subset>, trail/<dataset>) names it;
+    else the trace's `system` field, else its source."""
+    src = trace.source or "unknown"
+    return src if "/" in src else (trace.system or src)
+
+
+@dataclass
+class SystemRanker:
+    entry: dict
+    model_id: str
+
+    @property
+    def system(self) -> str:
+        return self.entry["system"]
+
+    @property
+    def verdict(self) -> str:
+        return self.entry.get("verdict", "rule")
+
+    @property
+    def rule(self) -> str:
+        return self.entry.get("rule", "faithful")
+
+    @property
+    def features(self) -> list[str]:
+        """Step features the verdict reads (none when the system falls back to the rule)."""
+        return list(self.entry.get("features") or []) if self.verdict == "ranker" else []
+
+    @property
+    def agent_rule(self) -> str:
+        return self.entry.get("agent_rule", "author")
+
+    @property
+    def verdict_by(self) -> str:
+        return f"ranker:{self.system}" if self.verdict == "ranker" else f"rule:{self.rule}"
+
+    def priors(self) -> ft.Priors | None:
+        p = self.entry.get("priors")
+        return ft.Priors.from_json(p) if p else None
+
+    def apply(self, trace: Trace, rows: list[dict], ranked: list[int]):
+        """(order of every step best first, step probabilities or None, agent, confidence) for one log;
+        `ranked`: the zero-training rule's order of its candidates."""
+        c = ft.FitCase(trace, rows, [], [], ranked)
+        pri = self.priors()
+        if self.verdict == "ranker":
+            m = ft.Fitted(np.asarray(self.entry["weights"]), np.asarray(self.entry["mean"]),
+                          np.asarray(self.entry["std"]), pri, float(self.entry.get("l2", 0.0)))
+            p = m.probs(c)
+            order = sorted(range(len(p)), key=lambda i: (-p[i], i))
+            raw = float(p[order[0]])
+        else:
+            p = None
+            order = list(ranked) + [i for i in range(len(trace.steps)) if i not in set(ranked)]
+            raw = ft.rule_confidence(c) if ranked else None
+        agent = ft.agent_pick(self.agent_rule, c, p, order[0], pri) if order else None
+        return order, p, agent, calibrate.apply(self.entry.get("calibration"), raw)
+
+
+@dataclass
+class RankerFile:
+    model_id: str
+    systems: dict[str, dict]
+    meta: dict
+
+    def to_json(self) -> str:
+        return json.dumps({"format": FORMAT, "version": VERSION, "model_id": self.model_id, **self.meta,
+                           "systems": self.systems}, indent=1) + "\n"
+
+    def write(self, path: Path) -> None:
+        """Atomic: a temporary file in the same folder, renamed over `path` (never a partial ranker file)."""
+        path = Path(path)
+        text = self.to_json()
+        fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent or ".")
+        try:
+            with os.fdopen(fd, "w", encoding="utf-8") as f:
+                f.write(text)
+            os.replace(tmp, path)
+        except BaseException:
+            Path(tmp).unlink(missing_ok=True)
+            raise
+
+    @classmethod
+    def read(cls, path: Path) -> RankerFile:
+        path = Path(path)
+        try:
+            d = json.loads(path.read_text(encoding="utf-8"))
+        except (OSError, json.JSONDecodeError) as exc:
+            raise RankerFileError(f"{path}: not a readable ranker file ({exc})") from exc
+        if not isinstance(d, dict) or d.get("format") != FORMAT:
+            raise RankerFileError(f"{path}: not a masprism-batch ranker file (write one with `masprism-batch fit`)")
+        if int(d.get("version", 0)) > VERSION:
+            raise RankerFileError(f"{path}: ranker file version {d['version']} is newer than this masprism-batch "
+                                  f"reads ({VERSION}): upgrade masprism-batch")
+        for s, e in d.get("systems", {}).items():
+            unknown = [f for f in e.get("features") or [] if f not in ft.BASE_FEATURES + ft.PRIOR_FEATURES]
+            if unknown:
+                raise RankerFileError(f"{path}: system {s!r} reads features this version does not compute: {unknown}")
+        meta = {k: v for k, v in d.items() if k not in ("format", "version", "model_id", "systems")}
+        return cls(d["model_id"], d.get("systems", {}), meta)
+
+    def check_model(self, model_id: str, path) -> None:
+        if model_id and self.model_id != model_id:
+            raise RankerFileError(f"ranker file {path} was fitted on signals of model {self.model_id!r}; this run "
+                                  f"uses {model_id!r}. Its weights mean nothing for another model: refit with "
+                                  f"`masprism-batch fit` on runs of {model_id!r}, or drop --ranker")
+
+    def for_trace(self, trace: Trace) -> SystemRanker | None:
+        e = self.systems.get(system_key(trace))
+        return SystemRanker(e, self.model_id) if e is not None else None
