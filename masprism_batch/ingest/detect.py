@@ -42,6 +42,7 @@ ALIASES = {"autogen": "ag2", "langgraph": "langsmith", "tempo": "otel"}
 # what each kind is called in messages (a rejection names the format it assumed)
 LABELS = {"who-and-when": "Who&When", "trail": "TRAIL/OpenInference", "otel": "OTLP JSON", "otel-sdk":
           "OTel SDK span dump", "jaeger": "Jaeger JSON", "ag2": "AG2/AutoGen", "openai": "OpenAI messages",
+          "langgraph-messages": "LangGraph message state",
           "langsmith": "LangSmith/LangGraph", "langfuse": "Langfuse", "swe-agent": "SWE-agent trajectory",
           "openhands": "OpenHands events", "tau-bench": "τ-bench", "jsonl": "canonical JSON lines",
           "trail-annotation": "TRAIL annotation", "parquet": "canonical Parquet"}
@@ -50,7 +51,7 @@ CANONICAL_EXAMPLE = ('{"trace_id": "t1", "source": "my-app", "steps": [{"agent":
                      '"content": "..."}]}')
 _LINE_SUFFIXES = (".jsonl", ".ndjson", ".jsonl.gz", ".ndjson.gz")
 _GROUPED = ("otel", "langsmith", "langfuse")  # JSON lines whose records are grouped into traces per file
-_PER_LINE = ("ag2", "openai", "tau-bench")
+_PER_LINE = ("ag2", "openai", "langgraph-messages", "tau-bench")
 _VERBATIM = ("jsonl", "parquet", "who-and-when")  # step text copied as given: no empty-step check  # JSON lines with one trace per line
 # Who&When's own fields: a `history` without any of them is an AG2 chat, not a Who&When log
 _WW_KEYS = ("question", "question_ID", "mistake_agent", "mistake_step", "mistake_reason", "ground_truth",
@@ -88,7 +89,9 @@ def _classify_dict(doc: dict) -> str | None:
         return "otel"
     if "spans" in doc:
         spans = doc["spans"]
-        return "otel-sdk" if isinstance(spans, list) and spans and otel_sdk.is_sdk_span(spans[0]) else "trail"
+        s0 = spans[0] if isinstance(spans, list) and spans else None
+        # an SDK span names its ids in `context`: even a broken one is reported as an SDK dump, not as TRAIL
+        return "otel-sdk" if isinstance(s0, dict) and ("context" in s0 and "span_id" not in s0) else "trail"
     if "trace_id" in doc and "steps" in doc:
         return "jsonl"
     if isinstance(doc.get("errors"), list) and ("scores" in doc or "trace_id" in doc):
@@ -110,7 +113,10 @@ def _classify_dict(doc: dict) -> str | None:
     if openhands.events_of(doc) is not None:
         return "openhands"
     if isinstance(doc.get("messages"), list):
-        return "ag2" if any(ag2.is_autogen_message(m) for m in doc["messages"][:64]) else "openai"
+        msgs = doc["messages"][:64]
+        if any(ag2.is_autogen_message(m) for m in msgs):
+            return "ag2"
+        return "langgraph-messages" if any(openai_chat.is_langchain_message(m) for m in msgs) else "openai"
     choices = doc.get("choices")
     if isinstance(choices, list) and choices and isinstance(choices[0], dict) and isinstance(
             choices[0].get("message"), dict):
@@ -157,7 +163,8 @@ def parse_doc(doc: Any, kind: str | None, ctx: Context, line: int | None = None)
         ctx.fmt, ctx.rendered = LABELS.get(kind, kind), kind not in _VERBATIM
     if kind == "langsmith" and isinstance(doc, dict) and isinstance(doc.get("messages"), list) and not (
             langsmith.is_run(doc) or "runs" in doc):
-        kind = "openai"  # --format langgraph on a graph's message state, not a run tree
+        kind = "langgraph-messages"  # --format langgraph on a graph's message state, not a run tree
+        ctx.fmt = LABELS[kind]
     if kind == "who-and-when":
         yield from who_and_when.parse(doc, ctx)
     elif kind == "trail":
@@ -170,7 +177,7 @@ def parse_doc(doc: Any, kind: str | None, ctx: Context, line: int | None = None)
         yield from otel_sdk.parse_jaeger(doc, ctx)
     elif kind == "ag2":
         yield from ag2.parse(doc, ctx, line)
-    elif kind == "openai":
+    elif kind in ("openai", "langgraph-messages"):
         yield from openai_chat.parse(doc, ctx, line)
     elif kind == "langsmith":
         yield from langsmith.parse(doc, ctx)

@@ -91,6 +91,8 @@ def llm_output(a: dict[str, Any], events: list[dict[str, Any]]) -> str:
             ea = event_attrs(ev)
             body = ev.get("body", ea.get("message", ea.get("gen_ai.event.content", ea)))
             body = maybe_json(body)
+            if isinstance(body, dict) and isinstance(maybe_json(body.get("message")), dict):
+                body = maybe_json(body["message"])  # gen_ai.choice: {"index", "finish_reason", "message"}
             texts.append(message_text(body) if isinstance(body, dict) else output_text(body))
         return join(*texts)
     if a.get("output.value") is not None:
@@ -99,7 +101,7 @@ def llm_output(a: dict[str, Any], events: list[dict[str, Any]]) -> str:
 
 
 def tool_name(a: dict[str, Any], span_name: str | None) -> str:
-    for k in ("gen_ai.tool.name", "tool.name", "tool_name"):
+    for k in ("gen_ai.tool.name", "tool.name", "tool_name", "traceloop.entity.name"):
         if isinstance(a.get(k), str) and a[k]:
             return a[k]
     return _TOOL_PREFIX.sub("", span_name or "") or "?"
@@ -131,7 +133,7 @@ def tool_text(a: dict[str, Any], events: list[dict[str, Any]], span_name: str | 
 
 
 def agent_name(a: dict[str, Any], span_name: str | None) -> str | None:
-    for k in ("gen_ai.agent.name", "agent.name", "agent_name"):
+    for k in ("gen_ai.agent.name", "agent.name", "agent_name", "ag2.agent.name"):
         if isinstance(a.get(k), str) and a[k]:
             return a[k]
     m = _AGENT_SPAN.match(span_name or "")

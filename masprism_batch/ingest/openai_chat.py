@@ -180,6 +180,10 @@ def parse(doc: Any, ctx: Context, line: int | None = None) -> Iterator[Trace]:
     if "messages" in doc or isinstance(doc.get("choices"), list):
         msgs = list(require_list(doc["messages"], "'messages'", tid)) if "messages" in doc else []
         if any(is_langchain_message(m) for m in msgs[:64]):  # LangGraph / LangChain message state
+            for i, m in enumerate(msgs):
+                if isinstance(m, dict) and "role" not in m and not is_langchain_message(m):
+                    raise IngestError("invalid_record", f"messages[{i}].type must be one of {sorted(LC_ROLES)} (a "
+                                      f"LangChain message), got {dumps(m.get('type'))[:40]}", tid)
             msgs, source = [_from_langchain(m) for m in msgs], "langgraph"
         choices = doc.get("choices")
         if isinstance(choices, list) and choices:  # a response beside its request, or a response alone

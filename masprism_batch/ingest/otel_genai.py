@@ -180,7 +180,7 @@ def parse(docs: list[Any], ctx: Context) -> Iterator[Trace]:
         if rss is None and isinstance(doc, dict) and isinstance(doc.get("resourceLogs"), list):
             continue
         if not isinstance(rss, list):
-            ctx.reject(IngestError("invalid_record", f"request {i + 1}: 'resourceSpans' must be a list (OTLP JSON), "
+            ctx.reject(IngestError("invalid_record", f"request {i + 1}: 'resourceSpans' (Tempo: 'batches') must be a list, "
                                    f"got {type(rss).__name__}", f"request {i + 1}"))
             bad += 1
             continue
