@@ -6,13 +6,22 @@ unchanged prefix (`PrefillModel.suffix_nll`): the cost is the tokens from c to t
 pass. The effect on step k is D[k, c] = mean content NLL of k with c removed - the same in the real prompt.
 D > 0: step k was easier to predict with c present, i.e. k depends on c (ContextCite's ablation signal;
 AT2 fits attention heads to predict it, see heads.py). Only steps after c, up to `last`, are scored.
+
+`effects` re-reads one candidate at a time (`PrefillModel.suffix_nll`): the reference. `effects_batch`
+(what the model stage runs) builds every candidate's suffix of several traces first and sends them through
+the model as packed batches on their prompts' cached K/V (model/suffix.py), scoring only the steps asked for
+(the verdict reads the symptoms' rows only: `symptom_effect`); same D to float tolerance
+(tests/method/test_counterfactual.py).
 """
 
 from __future__ import annotations
 
 import logging
+from dataclasses import dataclass
 
 import numpy as np
+
+from .. import batching
 
 log = logging.getLogger(__name__)
 
@@ -55,6 +64,91 @@ def effects(model, rendered, base, candidates: list[int], last: int, placeholder
             if np.isfinite(new) and np.isfinite(old):
                 D[k, c] = new - old
     return D
+
+
+@dataclass
+class Request:
+    """One trace's counterfactuals: its pass-2 `Rendered`, the SeqSignals of that prompt (with `kv`), the
+    candidates to remove, the last step scored, and the steps k whose D[k, c] is wanted (None: every step
+    c < k <= last; the verdict reads the symptoms only)."""
+
+    rendered: object
+    base: object
+    candidates: list[int]
+    last: int
+    rows: list[int] | None = None
+
+
+def _jobs(req: Request, ph: list[int]):
+    """[(c, SuffixJob, [k...])] of one request: the suffix of each candidate and the steps it scores."""
+    from ..model.suffix import SuffixJob
+
+    if req.base.kv is None:
+        raise ValueError("counterfactual effects need the prompt's K/V cache (signals(..., keep_kv=True))")
+    r, spans = req.rendered, req.rendered.content_spans
+    n, out = len(spans), []
+    for c in req.candidates:
+        if not 0 <= c < req.last < n:
+            continue
+        cs, ce = spans[c]
+        if cs >= ce or cs < 1:
+            continue
+        ks_ = [k for k in range(c + 1, req.last + 1) if (req.rows is None or k in req.rows) and spans[k][0] < spans[k][1]]
+        if not ks_:
+            continue
+        off = len(ph) - ce  # suffix position = prompt position + off
+        end = r.step_spans[req.last][1]
+        score = [(spans[k][0] + off, spans[k][1] + off) for k in ks_]
+        out.append((c, SuffixJob(req.base.kv, cs, list(ph) + r.input_ids[ce:end], score), ks_))
+    return out
+
+
+def _fill(D, req: Request, c: int, ks_: list[int], nll: np.ndarray, off: int) -> None:
+    spans = req.rendered.content_spans
+    for k in ks_:
+        ks, ke = spans[k]
+        new, old = _span_mean(nll, ks + off, ke + off), _span_mean(req.base.token_nll, ks, ke)
+        if np.isfinite(new) and np.isfinite(old):
+            D[k, c] = new - old
+
+
+def effects_batch(model, requests: list[Request], placeholder_ids: list[int], token_budget: int,
+                  stats: dict | None = None) -> list[np.ndarray | Exception]:
+    """D per request as `effects` gives it (only the `rows` asked for), with every candidate suffix of every
+    request packed into batches of at most `token_budget` suffix tokens. A request whose jobs fail (alone
+    after a failed batch is retried request by request) gets the exception instead of D. stats, when given,
+    gets "suffixes" and "tokens" (suffix tokens read)."""
+    from ..model.suffix import suffix_nll_batch
+
+    out: list = [None] * len(requests)
+    jobs = []  # (request index, c, job, ks)
+    for q, req in enumerate(requests):
+        n = len(req.rendered.content_spans)
+        out[q] = np.full((n, n), np.nan, dtype=np.float32)
+        try:
+            jobs += [(q, c, job, ks_) for c, job, ks_ in _jobs(req, placeholder_ids)]
+        except Exception as exc:  # noqa: BLE001 - that trace only loses the feature
+            out[q] = exc
+
+    def run(idx: list[int]) -> None:
+        nlls = suffix_nll_batch(model, [jobs[i][2] for i in idx])
+        for i, nll in zip(idx, nlls, strict=True):
+            q, c, job, ks_ = jobs[i]
+            _fill(out[q], requests[q], c, ks_, nll, len(placeholder_ids) - requests[q].rendered.content_spans[c][1])
+
+    if stats is not None:
+        stats.update(suffixes=len(jobs), tokens=sum(len(j[2]) for j in jobs))
+    for group in batching.pack([len(j[2]) for j in jobs], token_budget):
+        try:
+            run(group)
+        except Exception as exc:  # noqa: BLE001 - e.g. out of memory: retry each request's jobs alone
+            log.warning("counterfactual batch of %d suffixes failed (%s): retrying per trace", len(group), exc)
+            for q in sorted({jobs[i][0] for i in group}):
+                try:
+                    run([i for i in group if jobs[i][0] == q])
+                except Exception as exc2:  # noqa: BLE001
+                    out[q] = exc2
+    return out
 
 
 def symptom_effect(D: np.ndarray, symptoms: list[int]) -> np.ndarray:

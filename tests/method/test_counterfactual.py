@@ -77,3 +77,56 @@ def test_effects_need_the_cache(tiny):
     base = model.signals([r.input_ids], [r.step_ids()])[0]
     with pytest.raises(ValueError, match="K/V cache"):
         cf.effects(model, r, base, [0], 1, [5])
+
+
+def _requests(cfg, model, rng, n_traces=3):
+    reqs, ph = [], None
+    from masprism_batch.encoding import encoder_for
+
+    (ph,) = encoder_for(model.tokenizer).encode([cf.PLACEHOLDER])
+    for _ in range(n_traces):
+        t = _trace(rng)
+        n = len(t.steps)
+        r = render.render_pass2(t, model.tokenizer, cfg.render, set(range(n)), None)
+        base = model.signals([r.input_ids], [r.step_ids()], keep_kv=True)[0]
+        cands = sorted(rng.sample(range(n - 1), 2))
+        reqs.append(cf.Request(r, base, cands, n - 1))
+    return reqs, ph
+
+
+@pytest.mark.parametrize("budget", [1, 10_000])  # one suffix per batch, and every trace's suffixes in one
+def test_batched_effects_equal_sequential(tiny, budget):
+    """The packed path (every candidate of several traces in one forward) gives the sequential D: fp32,
+    same weights, different attention calls and GEMM shapes -> within 2e-4 nats."""
+    cfg, model = tiny
+    reqs, ph = _requests(cfg, model, random.Random())
+    stats: dict = {}
+    got = cf.effects_batch(model, reqs, ph, budget, stats)
+    assert stats["suffixes"] == sum(len(q.candidates) for q in reqs) and stats["tokens"] > 0
+    for q, D in zip(reqs, got, strict=True):
+        want = cf.effects(model, q.rendered, q.base, q.candidates, q.last, ph)
+        assert np.array_equal(np.isnan(D), np.isnan(want))
+        assert np.isfinite(want).any()
+        np.testing.assert_allclose(D[np.isfinite(D)], want[np.isfinite(want)], rtol=0, atol=2e-4)
+
+
+def test_batched_effects_score_only_the_rows_asked(tiny):
+    cfg, model = tiny
+    reqs, ph = _requests(cfg, model, random.Random(), 2)
+    for q in reqs:
+        q.rows = [q.last]  # the symptom rows the verdict reads
+    full = [cf.effects(model, q.rendered, q.base, q.candidates, q.last, ph) for q in reqs]
+    got = cf.effects_batch(model, reqs, ph, 10_000)
+    for q, D, F in zip(reqs, got, full, strict=True):
+        assert np.isnan(np.delete(D, q.last, axis=0)).all()
+        np.testing.assert_allclose(D[q.last], F[q.last], rtol=0, atol=2e-4, equal_nan=True)
+        np.testing.assert_allclose(cf.symptom_effect(D, [q.last]), cf.symptom_effect(F, [q.last]), atol=2e-4,
+                                   equal_nan=True)
+
+
+def test_batched_effects_without_cache_fail_that_trace_only(tiny):
+    cfg, model = tiny
+    reqs, ph = _requests(cfg, model, random.Random(), 2)
+    reqs[0].base = model.signals([reqs[0].rendered.input_ids], [reqs[0].rendered.step_ids()])[0]
+    got = cf.effects_batch(model, reqs, ph, 10_000)
+    assert isinstance(got[0], ValueError) and isinstance(got[1], np.ndarray) and np.isfinite(got[1]).any()
