@@ -9,7 +9,9 @@ Also read: `{"history": [events]}` / `{"trajectory": [events]}`.
 Steps in event order. An action speaks as its `source` (`agent`, `user`): its thought, its message, and the
 tool call it makes (`Tool call: name(arguments)`, arguments from the model's own tool call when
 `tool_call_metadata.model_response` holds it, else from `args`). An observation speaks as `environment`
-(kind `tool`): its content (`message` when the content is empty). Trace id = `openhands/<file stem>`.
+(kind `tool`): its content (`message`, else `extras`, when the content is empty). State changes
+(`change_agent_state`, `agent_state_changed`) and `null` observations are bookkeeping, not steps. Trace id =
+`openhands/<file stem>`.
 """
 
 from __future__ import annotations
@@ -23,6 +25,8 @@ from .messages import content_text, dumps, join, require_list, require_obj, tool
 from .sources import base_name
 
 _QUIET_ARGS = {"thought", "content", "image_urls", "wait_for_response", "outputs", "security_risk"}
+# bookkeeping events, not steps: the controller's state changes and the placeholder observation
+_SKIP = {"change_agent_state", "agent_state_changed", "null"}
 
 
 def is_event(e: Any) -> bool:
@@ -82,8 +86,12 @@ def parse(doc: Any, ctx: Context) -> Iterator[Trace]:
         if not isinstance(src, str):
             raise IngestError("invalid_record", f"events[{i}].source must be a string (agent, user, environment), "
                               f"got {dumps(src)[:40]}", tid)
+        if e.get("action", e.get("observation")) in _SKIP:
+            continue
         if "observation" in e:
-            text = content_text(e.get("content")) or content_text(e.get("message"))
+            extras = e.get("extras") if isinstance(e.get("extras"), dict) else {}
+            text = content_text(e.get("content")) or content_text(e.get("message")) or (
+                dumps({k: v for k, v in extras.items() if k != "metadata"}) if extras else "")
             agent = "user" if src == "user" else "environment"
             steps.append(Step(index=len(steps), agent=agent, content=join(f"Observation ({e['observation']}):", text)
                               if text else "", role="tool", kind="tool"))
