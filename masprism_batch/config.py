@@ -17,7 +17,8 @@ TINY_CONTEXT = 8192  # byte-level tokens of the built-in tiny-random model
 
 
 class _Section(BaseModel):
-    model_config = ConfigDict(extra="forbid", frozen=True)
+    # NaN/inf pass no range check and give degenerate output: every float of every section must be finite
+    model_config = ConfigDict(extra="forbid", frozen=True, allow_inf_nan=False)
 
 
 class ModelConfig(_Section):
@@ -25,15 +26,15 @@ class ModelConfig(_Section):
     dtype: Literal["auto", "float32", "bfloat16", "float16"] = "auto"  # auto: fp32 on CPU, bf16 on GPU
     device: str = "auto"  # auto | cpu | cuda | cuda:N
     cache_dir: str | None = None  # converted-weights cache; default ~/.cache/masprism-batch
-    threads: int | None = None  # torch intra-op threads on CPU (None: torch default)
+    threads: int | None = Field(None, ge=1)  # torch intra-op threads on CPU (None: torch default)
 
 
 class RenderConfig(_Section):
     # (ours) tokens per pass-1/pass-2 prompt: 2048 keeps CPU runs fast (SmolLM2 was trained at 8k); the built-in
     # tiny-random model reads bytes, ~4x more tokens per text, so it defaults to 8192 (see PipelineConfig).
-    max_context: int = 2048
-    step_budget_cap: int = 512  # (ours, method doc) cap on the equal per-step budget of pass 1
-    pass2_prefix_tokens: int = 128  # (ours, method doc) prefix kept of non-key steps in pass 2
+    max_context: int = Field(2048, ge=128)  # below 128 no prompt (preamble, question, headers) fits
+    step_budget_cap: int = Field(512, ge=1)  # (ours, method doc) cap on the equal per-step budget of pass 1
+    pass2_prefix_tokens: int = Field(128, ge=0)  # (ours, method doc) prefix kept of non-key steps in pass 2
     header_template: str = "[Step {index}] {agent}:"  # (ours) one header line per step
     truncation_marker: str = "[...]"
     # Prompt texts of the two passes (ours: the paper's wording is not given; docs in masprism_batch/render.py)
@@ -46,25 +47,25 @@ class RenderConfig(_Section):
         "[...].\n"
     )
     question_template: str = "Task: {question}\n"  # (ours) the task text is not a label, so it may be shown
-    question_max_tokens: int = 256  # (ours) longer task texts are cut with the marker
+    question_max_tokens: int = Field(256, ge=0)  # (ours) longer task texts are cut with the marker
     anomaly_note: str = (  # (ours) inserted just before the earliest symptom in pass 2
         "[Note] The next step is anomalous: trace the cause backward.\n"
     )
-    pass2_key_share: float = 0.5  # (ours) share of content tokens kept for key steps when pass 2 must shrink
+    pass2_key_share: float = Field(0.5, ge=0, le=1)  # (ours) share of content tokens kept for key steps when pass 2 must shrink
     # (ours, issue 13) pass 1 reads the whole log in windows of max_context (masprism_batch/windows.py);
     # "truncate" is the paper's single prompt with one equal step budget.
     pass1: Literal["windows", "truncate"] = "windows"
-    window_step_cap: int | None = 128  # content tokens kept per step in the windows; None = every token (thorough)
-    window_context: int = 256  # tokens of recent past re-read (not re-scored) before a window's own tokens
-    window_digest_share: float = 0.25  # at most this share of a window holds the digest of older steps
-    window_digest_step_tokens: int = 16  # content tokens of each older step in the digest
+    window_step_cap: int | None = Field(128, ge=1)  # content tokens kept per step in the windows; None = every token (thorough)
+    window_context: int = Field(256, ge=0)  # tokens of recent past re-read (not re-scored) before a window's own tokens
+    window_digest_share: float = Field(0.25, ge=0, lt=1)  # at most this share of a window holds the digest of older steps
+    window_digest_step_tokens: int = Field(16, ge=0)  # content tokens of each older step in the digest
 
 
 class SignalsConfig(_Section):
     backend: Literal["auto", "triton", "cpp", "torch"] = "auto"
-    layer_fraction: float = 0.2  # (paper) last 20% of layers: floor(0.8 L) ... L-1
-    nll_chunk: int = 1024  # tokens per LM-head chunk (memory bound of the NLL path)
-    attn_block: int = 256  # query/key block of the blockwise reference
+    layer_fraction: float = Field(0.2, gt=0, le=1)  # (paper) last 20% of layers: floor(0.8 L) ... L-1
+    nll_chunk: int = Field(1024, ge=1)  # tokens per LM-head chunk (memory bound of the NLL path)
+    attn_block: int = Field(256, ge=1)  # query/key block of the blockwise reference
 
 
 class MethodConfig(_Section):
@@ -75,11 +76,11 @@ class MethodConfig(_Section):
     # (ours, ranked only) True: agent = argmax of summed step probabilities; False: the blamed step's author;
     # None: the rule shipped with the ranker weights (chosen by leave-one-system-out, docs/results.md)
     agent_aggregation: bool | None = None
-    symptom_ratio: float = 0.2  # (paper) Who&When; TRAIL uses symptom_ratio_spans
-    symptom_ratio_spans: float = 0.5  # (paper) for span-tree sources (TRAIL/OTel)
-    top_k_candidates: int = 5  # (paper) K
-    top_attention_targets: int = 5  # (paper) a symptom "votes" for k if k is in its top-5 attention targets
-    vote_weight: float = 0.3  # (paper) Score = Fuse * (1 + 0.3 |V_k|)
+    symptom_ratio: float = Field(0.2, ge=0, le=1)  # (paper) Who&When; TRAIL uses symptom_ratio_spans
+    symptom_ratio_spans: float = Field(0.5, ge=0, le=1)  # (paper) for span-tree sources (TRAIL/OTel)
+    top_k_candidates: int = Field(5, ge=1)  # (paper) K
+    top_attention_targets: int = Field(5, ge=1)  # (paper) a symptom "votes" for k if k is in its top-5 attention targets
+    vote_weight: float = Field(0.3, ge=0)  # (paper) Score = Fuse * (1 + 0.3 |V_k|)
     failure_words: tuple[str, ...] = (  # (ours) the paper's list is not given
         "error", "exception", "failed", "failure", "traceback", "timeout", "timed out", "not found",
         "cannot", "can't", "unable", "invalid", "incorrect", "wrong", "mistake", "denied", "refused",
@@ -87,7 +88,7 @@ class MethodConfig(_Section):
     run_pass2: bool = True
     # (ours, issue 13) counterfactuals by prefill: the first K pass-1 candidates are removed from the pass-2
     # prompt one at a time and the symptoms re-scored from the cached prefix (method/counterfactual.py)
-    counterfactual_k: int = 2
+    counterfactual_k: int = Field(2, ge=0)
     # (ours, issue 13) per-(layer, head) attention weighted by head weights fitted without labels
     # (method/heads.py); None: the packaged weights of the model if any
     learned_heads: bool = True
@@ -95,7 +96,7 @@ class MethodConfig(_Section):
 
 
 class BatchConfig(_Section):
-    token_budget: int = 8192  # (ours) max tokens per packed prefill batch
+    token_budget: int = Field(8192, ge=1)  # (ours) max tokens per packed prefill batch
 
 
 class EngineConfig(_Section):
@@ -174,9 +175,14 @@ def load_config(path: str | None = None, **overrides) -> PipelineConfig:
             data = tomllib.loads(text)
         else:
             data = json.loads(text)
+    if not isinstance(data, dict):  # a JSON list or scalar: say so, never an internal AttributeError later
+        raise ValueError(f"{path}: a config file holds a table of sections (model, render, ...), "
+                         f"not a {type(data).__name__}")
     for key, value in overrides.items():
         if value is None:
             continue
         section, _, name = key.partition("__")
-        data.setdefault(section, {})[name] = value
+        if not isinstance(data.setdefault(section, {}), dict):
+            raise ValueError(f"{path}: config section {section!r} must be a table, not {data[section]!r}")
+        data[section][name] = value
     return PipelineConfig.model_validate(data)

@@ -21,6 +21,7 @@ import logging
 import os
 import re
 import socket
+import stat
 import threading
 import time
 import uuid
@@ -30,6 +31,9 @@ from typing import IO, Any
 
 import pyarrow as pa
 import pyarrow.parquet as pq
+
+from . import manifest
+from .manifest import DamagedOutput, OutdirUnsafe  # noqa: F401 - re-exported: the errors of this module's API
 
 log = logging.getLogger(__name__)
 
@@ -160,7 +164,7 @@ def _open_dataset(directory: Path | str):
                         directory, marker)
     if not (directory.parent / MANIFEST_DIR).is_dir():
         return ds.dataset(str(directory), format="parquet", exclude_invalid_files=True, ignore_prefixes=[".", "_"])
-    keep = ShardStore(directory.parent).committed()
+    keep = ShardStore(directory.parent).verified()
     files, dropped = [], 0
     for p in sorted(directory.glob("*.parquet")):
         if p.name.startswith((".", "_")):
@@ -184,11 +188,14 @@ _SHARD_ID = re.compile(r"^[0-9a-z][0-9a-z_-]{0,63}$")
 
 
 class ShardStore:
-    """Per-shard atomic commit of the three output tables plus a manifest entry (see module docstring)."""
+    """Per-shard atomic commit of the four output tables plus a manifest entry (see module docstring). An entry
+    records each part's rows, bytes and SHA-256 and the run id (HEADER.json) that also sits in each part's
+    Parquet metadata; `committed()` trusts only shards whose parts match (`manifest.check_part`)."""
 
     def __init__(self, outdir: Path | str):
         self.outdir = Path(outdir)
         self.manifest_dir = self.outdir / MANIFEST_DIR
+        self.damaged: dict[str, str] = {}  # shard id -> what is wrong (filled by committed())
 
     @staticmethod
     def _check_id(shard_id: str) -> str:
@@ -204,22 +211,57 @@ class ShardStore:
         return self.manifest_dir / f"shard-{self._check_id(shard_id)}.json"
 
     def committed(self) -> dict[str, dict[str, Any]]:
-        """Committed shards: a manifest entry whose part files all exist."""
+        """Committed shards: a readable manifest entry whose parts all match it. A shard whose parts are all
+        missing is simply not committed (a resume may be rewriting it); any other mismatch, and an unreadable
+        entry, lands in `self.damaged` (shard id -> the file and what is wrong with it)."""
         out: dict[str, dict[str, Any]] = {}
+        self.damaged = {}
         if not self.manifest_dir.is_dir():
             return out
+        run_id = (self.read_header() or {}).get("run_id")
         for p in sorted(self.manifest_dir.glob("shard-*.json")):
-            entry = json.loads(p.read_text(encoding="utf-8"))
-            sid = entry["shard_id"]
-            if all(self.part_path(t, sid).exists() for t in OUTPUT_TABLES):
+            sid = p.stem[len("shard-"):]
+            try:
+                entry = json.loads(p.read_text(encoding="utf-8"))
+                if not isinstance(entry, dict) or entry.get("shard_id") != sid:
+                    raise ValueError("not the entry of this shard")
+            except (OSError, ValueError) as e:
+                self.damaged[sid] = f"{p}: unreadable manifest entry ({e})"
+                continue
+            if entry.get("run_id", run_id) != run_id:
+                self.damaged[sid] = f"{p}: entry of another run ({entry.get('run_id')}, this OUTDIR is run {run_id})"
+                continue
+            recs = entry.get("parts") or {}
+            problems = {t: manifest.check_part(self.part_path(t, sid), recs.get(t), entry.get("run_id"))
+                        for t in OUTPUT_TABLES}
+            bad = {t: why for t, why in problems.items() if why}
+            if not bad:
                 out[sid] = entry
-            else:
+            elif set(bad.values()) == {"missing"}:
                 log.warning("manifest entry %s has missing parts: treating the shard as not committed", sid)
+            else:
+                t, why = next(iter(bad.items()))
+                self.damaged[sid] = f"{self.part_path(t, sid)}: {why}"
+        return out
+
+    def verified(self) -> dict[str, dict[str, Any]]:
+        """`committed()` for readers: a damaged shard is an error naming the file, never silently dropped."""
+        out = self.committed()
+        if self.damaged:
+            sid, why = next(iter(sorted(self.damaged.items())))
+            more = f" (and {len(self.damaged) - 1} more damaged shard(s))" if len(self.damaged) > 1 else ""
+            raise manifest.DamagedOutput(
+                f"damaged output: {why}{more}; re-run the same `run`/`attribute` command on {self.outdir}: it "
+                f"re-runs exactly the damaged shards")
         return out
 
     def clean(self) -> int:
-        """Delete temporary files and parts of uncommitted shards; returns how many files were removed."""
+        """Delete temporary files and parts of uncommitted shards, damaged ones included (their entries too, so
+        a resume re-runs exactly those); returns how many files were removed. Never follows a link: the caller
+        refused an OUTDIR holding one (`manifest.refuse_links`)."""
         keep = set(self.committed())
+        for sid, why in sorted(self.damaged.items()):
+            log.warning("damaged shard %s (%s): its files are removed and it is run again", sid, why)
         removed = 0
         for d in [self.outdir / t for t in OUTPUT_TABLES] + [self.manifest_dir]:
             if not d.is_dir():
@@ -236,18 +278,33 @@ class ShardStore:
             log.info("removed %d temporary or uncommitted files under %s", removed, self.outdir)
         return removed
 
-    def commit(self, shard_id: str, tables: dict[str, pa.Table], entry: dict[str, Any]) -> None:
-        """Write every part (empty ones too, so 'committed' is checkable), then the manifest entry."""
+    def commit(self, shard_id: str, tables: dict[str, pa.Table], entry: dict[str, Any],
+               run_id: str | None = None) -> None:
+        """Write every part (empty ones too, so 'committed' is checkable), each stamped with `run_id`, then the
+        manifest entry with each part's rows, bytes and SHA-256."""
         missing = set(OUTPUT_TABLES) - set(tables)
         if missing:
             raise ValueError(f"commit of shard {shard_id} lacks tables {sorted(missing)}")
+        parts = {}
         for name in OUTPUT_TABLES:
-            write_table_atomic(tables[name], self.part_path(name, shard_id), durable=True)
-        write_json_atomic({**entry, "shard_id": shard_id}, self.entry_path(shard_id))
+            path = self.part_path(name, shard_id)
+            write_table_atomic(manifest.with_run_id(tables[name], run_id), path, durable=True)
+            parts[name] = manifest.part_record(path, tables[name].num_rows)
+        write_json_atomic({**entry, "shard_id": shard_id, "run_id": run_id, "parts": parts},
+                          self.entry_path(shard_id))
 
     def read_header(self) -> dict[str, Any] | None:
         p = self.manifest_dir / "HEADER.json"
-        return json.loads(p.read_text(encoding="utf-8")) if p.exists() else None
+        if not p.exists():
+            return None
+        try:
+            header = json.loads(p.read_text(encoding="utf-8"))
+            if not isinstance(header, dict):
+                raise ValueError(f"a {type(header).__name__}, not an object")
+        except (OSError, ValueError) as e:
+            raise manifest.DamagedOutput(f"{p} is unreadable ({e}): it records this OUTDIR's configuration and "
+                                         f"run id; restore it or use a new OUTDIR") from None
+        return header
 
     def write_header(self, header: dict[str, Any]) -> None:
         write_json_atomic(header, self.manifest_dir / "HEADER.json")
@@ -330,7 +387,17 @@ class OutdirLock:
             _HELD[key] += 1
             self._nested = key
             return self
-        fd = os.open(self.path, os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o644)
+        manifest.refuse_links(self.outdir)  # before the lock file is opened, cleaned or written
+        try:  # O_NOFOLLOW: a link planted at _LOCK must not make us truncate its target
+            fd = os.open(self.path, os.O_RDWR | os.O_CREAT | os.O_CLOEXEC | os.O_NOFOLLOW, 0o644)
+        except OSError as e:
+            if e.errno != errno.ELOOP:
+                raise
+            raise manifest.OutdirUnsafe(f"{self.path} is a symbolic link: OUTDIR is a tree this tool owns and it "
+                                        f"never follows a link inside it; remove it or use a new OUTDIR") from None
+        if not stat.S_ISREG(os.fstat(fd).st_mode):
+            os.close(fd)
+            raise manifest.OutdirUnsafe(f"{self.path} is not a regular file; remove it or use a new OUTDIR")
         try:
             fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
         except BlockingIOError:

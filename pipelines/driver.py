@@ -6,10 +6,14 @@ committed once, after all of its packs came back: parts first, manifest entry la
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import platform
+import signal
 import sys
+import threading
 import time
+import uuid
 from collections import Counter
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -30,6 +34,39 @@ from .work import result_to_tables
 log = logging.getLogger(__name__)
 STAGE_KEYS = ("seconds_read", "seconds_render", "seconds_model", "seconds_render_pass2", "seconds_render_pass2_wait",
               "seconds_commit")
+
+
+class Interrupted(KeyboardInterrupt):
+    """The run was stopped by SIGTERM or SIGHUP (SIGINT raises a plain KeyboardInterrupt): no failure of any
+    trace. Committed shards stay; re-running the same command resumes. Exit status 128 + signal number."""
+
+    def __init__(self, signum: int):
+        super().__init__(signal.Signals(signum).name)
+        self.signum = signum
+
+
+def exit_status(exc: KeyboardInterrupt) -> int:
+    return 128 + (exc.signum if isinstance(exc, Interrupted) else signal.SIGINT)
+
+
+@contextlib.contextmanager
+def interruptible():
+    """SIGTERM/SIGHUP end the run through the normal unwinding path (finally blocks: the ledger takes back
+    the interrupted starts, Ray's private cluster is shut down, the OUTDIR lock released) instead of the
+    default abrupt death. Only the main thread can install handlers; elsewhere this is a no-op."""
+    if threading.current_thread() is not threading.main_thread():
+        yield
+        return
+
+    def stop(signum, frame):
+        raise Interrupted(signum)
+
+    old = {sig: signal.signal(sig, stop) for sig in (signal.SIGTERM, signal.SIGHUP)}
+    try:
+        yield
+    finally:
+        for sig, h in old.items():
+            signal.signal(sig, h)
 
 
 @dataclass
@@ -101,7 +138,7 @@ class Committer:
         if plan.ingest_errors is not None and INGEST_SHARD not in committed:
             tables = {"traces": schema.TRACES.empty_table(), "attributions": schema.ATTRIBUTIONS.empty_table(),
                       "step_scores": schema.STEP_SCORES.empty_table(), "errors": plan.ingest_errors}
-            self.store.commit(INGEST_SHARD, tables, self._entry(INGEST_SHARD, tables, {}, "raw inputs"))
+            self.store.commit(INGEST_SHARD, tables, self._entry(INGEST_SHARD, tables, {}, "raw inputs"), self.run_id)
         self.pending: list[Shard] = [s for s in plan.shards if s.shard_id not in committed]
         self.skipped = len(plan.shards) - len(self.pending)
         total = sum(s.stop - s.start for s in self.pending)
@@ -114,16 +151,42 @@ class Committer:
     def _check_header(self) -> None:
         header = {"config_hash": self.cfg.config_hash(), "model": self.cfg.model.name, "staged": self.plan.staged,
                   "traces_per_shard": self.cfg.engine.traces_per_shard}
+        self.run_id: str | None = None
         old = self.store.read_header()
         foreign = [p for t in OUTPUT_TABLES for p in (self.outdir / t).glob("[!.]*.parquet")
                    if not p.name.startswith("shard-")]
         if foreign:  # e.g. an `attribute` run: mixing would duplicate traces
             raise ValueError(f"{self.outdir} holds outputs not written by `run` ({foreign[0]}); use a new OUTDIR")
+        if old is not None and self._other_config(old, header) and self._nothing_attributed(old, header):
+            log.warning("%s: its run of another configuration (%s) committed no attribution: this run takes "
+                        "it over", self.outdir, old.get("config_hash"))
+            old = None
         if old is None:
-            self.store.write_header({**header, "created_at": now_utc().isoformat()})
-        elif any(old.get(k, v) != v if k == "traces_per_shard" else old.get(k) != v for k, v in header.items()):
+            self.run_id = uuid.uuid4().hex
+            self.store.write_header({**header, "run_id": self.run_id, "created_at": now_utc().isoformat(),
+                                     "ingest": self.cfg.ingest.model_dump(mode="json")})
+        elif self._other_config(old, header):
             raise ValueError(f"{self.outdir} holds results of another configuration ({old}); "
                              f"this run is {header}: use a new OUTDIR")
+        elif not old.get("run_id"):  # an OUTDIR of an older version: bound to a run id from now on
+            self.run_id = uuid.uuid4().hex
+            self.store.write_header({**old, "run_id": self.run_id})
+        else:
+            self.run_id = old["run_id"]
+
+    @staticmethod
+    def _other_config(old: dict, header: dict) -> bool:
+        return any(old.get(k, v) != v if k == "traces_per_shard" else old.get(k) != v for k, v in header.items())
+
+    def _nothing_attributed(self, old: dict, header: dict) -> bool:
+        """A header whose run committed nothing but the staging's rejections (it failed on its configuration
+        before any shard) binds no result: another configuration may take the OUTDIR over, provided the staging
+        it reuses is the same (same ingest caps, shard size and staging)."""
+        same_staging = (old.get("staged") == header["staged"]
+                        and old.get("traces_per_shard") == header["traces_per_shard"]
+                        and old.get("ingest") == self.cfg.ingest.model_dump(mode="json"))
+        entries = {p.stem for p in self.store.manifest_dir.glob("shard-*.json")}
+        return same_staging and entries <= {f"shard-{INGEST_SHARD}"}
 
     def _entry(self, sid: str, tables: dict[str, pa.Table], stats: dict[str, float], label: str) -> dict:
         errs = tables["errors"]
@@ -163,7 +226,7 @@ class Committer:
         stats = {k: float(sum(p[k] for p in parts)) for k in STAGE_KEYS if k != "seconds_commit"}
         stats["tokens"] = int(sum(p["tokens"] for p in parts))
         stats["seconds_commit"] = time.perf_counter() - t0
-        self.store.commit(sid, tables, self._entry(sid, tables, stats, parts[0]["label"]))
+        self.store.commit(sid, tables, self._entry(sid, tables, stats, parts[0]["label"]), self.run_id)
         if self.lock is not None:
             self.lock.touch()
         self._done.add(sid)
@@ -217,8 +280,9 @@ class Committer:
 
     def _distinct_inputs(self) -> int:
         """Distinct input records over committed shards: attributed trace ids, plus rejection rows distinct by
-        (input path, record id, reason) (file-level rows without a record id count one each). Warning rows are
-        about kept traces and are not inputs of their own."""
+        (input path, record id, reason) (file-level rows without a record id count one each, and so does each
+        `duplicate_trace_id` row: a trace id repeated three times in one file is two rejected copies, which
+        share path, id and reason). Warning rows are about kept traces and are not inputs of their own."""
         ids = set(read_dataset(self.outdir / "attributions", columns=["trace_id"]).column("trace_id").to_pylist())
         n = len(ids)
         seen = set()
@@ -226,8 +290,8 @@ class Committer:
         for e in errs:
             if e["reason"] in WARNING_REASONS:
                 continue
-            if e["record_id"] is None:
-                n += 1
+            if e["record_id"] is None or e["reason"] == "duplicate_trace_id":
+                n += 1  # a whole file, or one repeated copy of a trace: every such row is an input of its own
             elif (k := (e["input_path"], e["record_id"], e["reason"])) not in seen:
                 seen.add(k)
                 n += 1

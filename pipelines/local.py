@@ -18,7 +18,7 @@ from pathlib import Path
 from masprism_batch.config import PipelineConfig
 from masprism_batch.io import OutdirLock
 
-from .driver import Committer, RunSummary, resume_config
+from .driver import Committer, RunSummary, interruptible, resume_config
 from .packs import PACK_CRASHES_BEFORE_ONE_BY_ONE, CrashGuard, FileLedger, attribute_traces, load_model
 from .plan import plan_inputs
 from .select import Selection
@@ -46,7 +46,7 @@ def run_local(inputs: list[str], outdir: str | Path, cfg: PipelineConfig, *, fmt
     Raises `io.OutdirLocked` (a ValueError) when another live run holds OUTDIR.
     """
     outdir = Path(outdir)
-    with OutdirLock(outdir, "run --engine local") as lock:
+    with OutdirLock(outdir, "run --engine local") as lock, interruptible():
         cfg = resume_config(outdir, cfg)
         plan = plan_inputs(list(inputs), outdir, fmt, cfg.engine.traces_per_shard, cfg.ingest, select)
         committer = Committer(outdir, cfg, plan, "local", 1, progress=progress, lock=lock)
@@ -58,12 +58,21 @@ def run_local(inputs: list[str], outdir: str | Path, cfg: PipelineConfig, *, fmt
                 extra["seconds_model_load"] = round(time.perf_counter() - t0, 3)
             extra["model_id"] = getattr(model, "model_id", None)
             ledger = FileLedger(outdir / LEDGER_NAME)
-            for shard in committer.pending:
-                key = f"{shard.shard_id}/prepare"
-                tasks = prepare_shard(shard, model.tokenizer, model.max_context, cfg, guard=_guard(ledger, key))
-                ledger.done(key)
-                for task in tasks:
-                    pkey = f"{task['shard_id']}/{task['pack_index']}"
-                    committer.add(attribute_pack(task, model, cfg, guard=_guard(ledger, pkey), attribute=attribute))
-                    ledger.done(pkey)
+            try:
+                _work(committer, model, cfg, ledger, attribute)
+            except KeyboardInterrupt:  # SIGTERM/SIGHUP/SIGINT: not a crash of what was running
+                log.warning("interrupted: committed shards are kept; re-run the same command to resume")
+                ledger.interrupted()
+                raise
         return committer.finish(extra)
+
+
+def _work(committer: Committer, model, cfg: PipelineConfig, ledger: FileLedger, attribute) -> None:
+    for shard in committer.pending:
+        key = f"{shard.shard_id}/prepare"
+        tasks = prepare_shard(shard, model.tokenizer, model.max_context, cfg, guard=_guard(ledger, key))
+        ledger.done(key)
+        for task in tasks:
+            pkey = f"{task['shard_id']}/{task['pack_index']}"
+            committer.add(attribute_pack(task, model, cfg, guard=_guard(ledger, pkey), attribute=attribute))
+            ledger.done(pkey)

@@ -72,13 +72,16 @@ class CrashGuard:
 
     `begin_fn(key) -> crashes so far` / `done_fn(key)` are a ledger's (Ray: an actor; local: `FileLedger`, a
     file in OUTDIR that survives the process). A start without a finish is a crash. `begin(trace_id)` returns
-    the error reason when this trace already crashed a worker once: the caller then rejects it."""
+    the error reason when this trace already crashed a worker TRACE_CRASHES_BEFORE_REJECT times on its own: the
+    caller then rejects it. (An interruption by a signal is no crash: `FileLedger.interrupted` takes its starts
+    back. A kill -9 or an OOM kill of the whole process cannot be told from a crash the trace caused, hence two
+    crashes alone, not one: three such kills in a row still reject no trace.)"""
 
     def __init__(self, begin_fn, done_fn, prefix: str):
         self.begin_fn, self.done_fn, self.prefix = begin_fn, done_fn, prefix
 
     def begin(self, trace_id: str) -> str | None:
-        if self.begin_fn(self.prefix + trace_id) < 1:
+        if self.begin_fn(self.prefix + trace_id) < TRACE_CRASHES_BEFORE_REJECT:
             return None
         self.done_fn(self.prefix + trace_id)  # settled: the trace is rejected, not run again
         return "worker_crashed"
@@ -88,6 +91,7 @@ class CrashGuard:
 
 
 PACK_CRASHES_BEFORE_ONE_BY_ONE = 2  # one crash may be a killed worker; two point at a trace in the unit
+TRACE_CRASHES_BEFORE_REJECT = 2  # a trace is rejected only after it crashed its process alone this often
 
 
 class FileLedger:
@@ -100,6 +104,7 @@ class FileLedger:
         from pathlib import Path
 
         self.path = Path(path)
+        self._mine: set[str] = set()  # keys begun by this process and not finished yet
         try:
             self.started: dict[str, int] = json.loads(self.path.read_text(encoding="utf-8")) if self.path.exists() else {}
         except ValueError:
@@ -113,12 +118,26 @@ class FileLedger:
     def begin(self, key: str) -> int:
         crashes = self.started.get(key, 0)
         self.started[key] = crashes + 1
+        self._mine.add(key)
         self._save()
         return crashes
 
     def done(self, key: str) -> None:
+        self._mine.discard(key)
         if self.started.pop(key, None) is not None:
             self._save()
+
+    def interrupted(self) -> None:
+        """The process is being stopped by a signal: its open starts are no crash of theirs, so they are taken
+        back (the pack runs whole again on resume, and no trace is blamed for the interruption)."""
+        for key in self._mine:
+            left = self.started.get(key, 0) - 1
+            if left > 0:
+                self.started[key] = left
+            else:
+                self.started.pop(key, None)
+        self._mine.clear()
+        self._save()
 
 
 def make_packs(traces: list[Trace], tokenizer, rcfg, cfg: PipelineConfig, guard: CrashGuard | None = None,

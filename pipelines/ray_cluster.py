@@ -11,7 +11,6 @@ from __future__ import annotations
 import contextlib
 import logging
 import os
-import signal
 import sys
 from collections.abc import Iterator
 from typing import Any
@@ -192,25 +191,3 @@ def _stop_reaper(reaper) -> None:
         reaper.stdin.close()  # after ray.shutdown(): it stops whatever is left, then exits
     with contextlib.suppress(Exception):
         reaper.wait(timeout=15)
-
-
-@contextlib.contextmanager
-def stop_on_signals():
-    """SIGTERM/SIGHUP end the run through the normal path (finally: ray.shutdown()), so a terminated driver
-    does not leave its private cluster behind. (SIGKILL cannot be caught: the watchdog `_start_reaper` then
-    stops the cluster's processes.)"""
-    import threading
-
-    if threading.current_thread() is not threading.main_thread():
-        yield
-        return
-
-    def stop(signum, frame):
-        raise KeyboardInterrupt(f"signal {signum}")
-
-    old = {sig: signal.signal(sig, stop) for sig in (signal.SIGTERM, signal.SIGHUP)}
-    try:
-        yield
-    finally:
-        for sig, h in old.items():
-            signal.signal(sig, h)

@@ -28,10 +28,10 @@ from typing import Any
 from masprism_batch.config import PipelineConfig
 from masprism_batch.io import OutdirLock
 
-from .driver import Committer, RunSummary, resume_config
+from .driver import Committer, RunSummary, interruptible, resume_config
 from .packs import PACK_CRASHES_BEFORE_ONE_BY_ONE, CrashGuard, attribute_traces, load_model, load_tokenizer
 from .plan import Shard, plan_inputs
-from .ray_cluster import ray_cluster, stop_on_signals
+from .ray_cluster import ray_cluster
 from .select import Selection
 from .work import attribute_pack, prepare_shard
 
@@ -140,14 +140,18 @@ def run_ray(inputs: list[str], outdir: str | Path, cfg: PipelineConfig, *, worke
     project's (`pipelines.packs`)."""
 
     outdir = Path(outdir)
-    with OutdirLock(outdir, "run --engine ray") as lock, stop_on_signals():
+    if not address and os.environ.get("RAY_ADDRESS", "local") != "local":
+        address = os.environ["RAY_ADDRESS"]  # Ray's own variable names a cluster to join, as `--address` does
+    with OutdirLock(outdir, "run --engine ray") as lock, interruptible():
         cfg = resume_config(outdir, cfg)
         plan = plan_inputs(list(inputs), outdir, fmt, cfg.engine.traces_per_shard, cfg.ingest, select)
         committer = Committer(outdir, cfg, plan, "ray", workers or 1, progress=progress, lock=lock)
         extra: dict[str, Any] = {"ray_address": address or "local"}
         if not committer.pending:  # a re-run of a finished run: no cluster needed
             return committer.finish(extra)
-        with ray_cluster(address, num_cpus) as private:
+        # ray.init installs Ray's C++ fatal-signal handler, SIGTERM included (a stack dump, then abort: exit
+        # 134): our handlers go back on top of it, so SIGTERM/SIGHUP unwind the run and stop the cluster cleanly
+        with ray_cluster(address, num_cpus) as private, interruptible():
             if private is not None:
                 extra["ray_private_cluster"] = private
             n, resources, threads = actor_resources(workers, cfg)

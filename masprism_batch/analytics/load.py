@@ -40,7 +40,8 @@ def read(outdir: Path, name: str, columns: list[str] | None = None, trace_ids: s
         log.info("%s/ absent in %s: its panels stay empty", name, outdir)
         cols = columns or sch.names
         return pa.Table.from_pylist([], schema=pa.schema([sch.field(c) for c in cols]))
-    flt = ds.field("trace_id").isin(sorted(trace_ids)) if trace_ids is not None else None
+    # typed: an empty id list would be an array of type null, which Arrow cannot compare with strings
+    flt = ds.field("trace_id").isin(pa.array(sorted(trace_ids), pa.string())) if trace_ids is not None else None
     have = set(_schema(Path(outdir) / name).names) if columns else set()
     missing = [c for c in columns or [] if c not in have]
     table = io.read_dataset(Path(outdir) / name, columns=[c for c in columns if c in have] if columns else None,

@@ -15,7 +15,6 @@ import json
 import logging
 from collections import Counter, defaultdict
 from datetime import datetime, timezone
-from html import escape
 from importlib import resources
 from pathlib import Path
 
@@ -23,6 +22,7 @@ from .. import io
 from . import load, svg
 from .report_data import DrillLimits, build_payloads, sample_ids
 from .stats import ATTR_COLS, cached_or_compute
+from .svg import escape  # controls, bidi controls and lone surrogates shown escaped, then markup escaped
 
 log = logging.getLogger(__name__)
 _JSON_ESCAPES = {"<": "\\u003c", ">": "\\u003e", "&": "\\u0026", "\u2028": "\\u2028", "\u2029": "\\u2029"}

@@ -1,14 +1,31 @@
 """Server-rendered SVG charts for the report's overview: no charting library, no script, escaped text.
 
 Colours are presentation attributes (fill=...), never style attributes, so the report's Content Security
-Policy can forbid inline styles. Every label passes through html.escape: labels are data (agent names,
-sources) and may hold markup.
+Policy can forbid inline styles. Every label passes through `escape` (html.escape after `visible`): labels
+are data (agent names, sources) and may hold markup, NUL and other control characters (invalid in XML: a
+browser drops the whole SVG), bidirectional controls (U+202E turns the text around it: a name that reads as
+another) or lone surrogates (unencodable): each of those is shown as a visible `\\uXXXX` escape instead.
 """
 
 from __future__ import annotations
 
 from collections.abc import Sequence
-from html import escape
+from html import escape as _html_escape
+
+# C0/C1 controls (tab and newline kept), DEL, bidirectional controls, lone surrogates -> visible \uXXXX text
+_INVISIBLE = [*range(0, 9), 11, 12, *range(14, 32), *range(0x7F, 0xA0), 0x061C, 0x200E, 0x200F,
+              *range(0x202A, 0x202F), *range(0x2066, 0x206A), *range(0xD800, 0xE000)]
+_VISIBLE = {c: f"\\u{c:04X}" for c in _INVISIBLE}
+
+
+def visible(text: object) -> str:
+    """`text` with every control, bidi control and lone surrogate replaced by its visible `\\uXXXX` escape."""
+    return str(text).translate(_VISIBLE)
+
+
+def escape(text: object, quote: bool = True) -> str:
+    """HTML/SVG text of a data value: invisible or unsafe characters made visible, then markup escaped."""
+    return _html_escape(visible(text), quote)
 
 BAR = "#4c78a8"
 BAR2 = "#f58518"

@@ -9,8 +9,9 @@ import typer
 from rich.console import Console
 from rich.markup import escape
 
+from ..manifest import DamagedOutput
 from . import EXIT_FATAL, EXIT_OK, app, setup_logging
-from .common import check_out_file, fail, usage
+from .common import check_out_file, fail, refuse_links, usage
 
 log = logging.getLogger("masprism_batch.cli")
 console = Console(stderr=True)
@@ -27,6 +28,7 @@ def _check_run_dir(outdir: Path) -> None:
         raise fail(f"input not found: {outdir}")
     if not outdir.is_dir():
         raise fail(f"{outdir} is not a directory: give the OUTDIR of an `attribute`/`run` command")
+    refuse_links(outdir)  # a link inside OUTDIR could show another run's results as this one's
 
 
 @app.command()
@@ -39,7 +41,7 @@ def stats(outdir: Path = OutdirArg, verbose: bool = typer.Option(False, "--verbo
     _check_run_dir(outdir)
     try:
         paths = write_stats(outdir)
-    except (AnalyticsInputError, OSError) as exc:
+    except (AnalyticsInputError, DamagedOutput, OSError) as exc:
         raise _fail(exc) from None
     out = Console(width=max(Console().width, 100))  # stdout: the tables are the command's result
     for table in stats_tables_for_terminal(outdir):
@@ -64,7 +66,7 @@ def report(outdir: Path = OutdirArg,
     check_out_file(out)
     try:
         s = build_report(outdir, out, DrillLimits(max_traces=max_traces), include=trace or [], strict_include=True)
-    except (AnalyticsInputError, OSError) as exc:
+    except (AnalyticsInputError, DamagedOutput, OSError) as exc:
         raise _fail(exc) from None
     console.print(f"{s['traces']:,} traces, {s['drilldown']:,} in the drill-down, {s['bytes'] / 1e6:.1f} MB -> "
                   f"{escape(str(out))}", soft_wrap=True)
@@ -92,7 +94,7 @@ def export(outdir: Path = OutdirArg,
         written = export_files(outdir, to, out, top_k=top_k)
     except NothingToExport as exc:  # nothing written: an empty file would look like a successful export
         raise _fail(exc) from None
-    except (AnalyticsInputError, ValueError, OSError) as exc:
+    except (AnalyticsInputError, ValueError, OSError) as exc:  # DamagedOutput is a ValueError
         raise _fail(exc) from None
     for path, n in written.items():
         kind = "trace annotation" if path != out else f"{to}"

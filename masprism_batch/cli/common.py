@@ -51,6 +51,18 @@ def check_outdir(out: Path) -> None:
         raise fail(f"cannot create output directory {out}: {anc} is not a directory")
     if not os.access(anc, os.W_OK | os.X_OK):
         raise fail(f"cannot write to {anc} (permission denied), so {out} cannot be written")
+    refuse_links(out)
+
+
+def refuse_links(outdir: Path) -> None:
+    """OUTDIR is a tree the tool owns: one holding a symbolic link is refused (exit 1) before anything runs."""
+    from ..manifest import OutdirUnsafe
+    from ..manifest import refuse_links as check
+
+    try:
+        check(outdir)
+    except OutdirUnsafe as exc:
+        raise fail(str(exc)) from None
 
 
 def check_out_file(out: Path) -> None:

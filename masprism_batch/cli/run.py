@@ -34,7 +34,8 @@ def run(
     out: Path = typer.Option(..., "-o", "--out", help="output directory (re-run the same command to resume)"),
     engine: Engine = typer.Option(Engine.local, help="local: in this process; ray: Ray Data actors"),
     workers: int = typer.Option(None, min=1, help="model actors (ray; default: one per GPU, else 1)"),
-    address: str = typer.Option(None, help="join this Ray cluster (ray://… or host:port); default: start one"),
+    address: str = typer.Option(None, help="join this Ray cluster (ray://… or host:port; default: $RAY_ADDRESS "
+                                "if set, else start a private one)"),
     num_cpus: int = typer.Option(None, help="CPUs of the local Ray cluster this command starts"),
     model: str = typer.Option(None, "--model", "-m", help="smollm2-135m (default) | tiny-random | PATH"),
     config: str = typer.Option(None, "--config", help="JSON or TOML file with PipelineConfig sections"),
@@ -94,6 +95,11 @@ def run(
             else:
                 summary = run_ray(inputs, out, cfg, workers=workers, address=address, num_cpus=num_cpus, fmt=fmt,
                                   progress=progress, select=select)
+    except KeyboardInterrupt as exc:  # SIGTERM/SIGHUP/SIGINT: a clean stop, never blamed on a trace
+        from ..pipelines.driver import exit_status
+
+        raise fail(f"interrupted ({exc or 'SIGINT'}): committed shards are kept in {out}; re-run the same command "
+                   f"to resume", exit_status(exc)) from None
     except (FileNotFoundError, ValueError) as exc:
         raise fail(str(exc)) from None
     except OSError as exc:
