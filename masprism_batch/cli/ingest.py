@@ -33,8 +33,9 @@ def _summary_table(s) -> Table:
     return t
 
 
-FORMATS_HELP = ("auto (per file) | who-and-when | trail | otel | ag2 (alias autogen) | openai | langsmith "
-                "(alias langgraph) | langfuse | jsonl (canonical) | parquet (canonical); README: Ingest")
+FORMATS_HELP = ("auto (per file) | who-and-when | trail | otel (alias tempo) | otel-sdk | jaeger | ag2 (alias autogen) "
+                "| openai | langsmith (alias langgraph) | langfuse | swe-agent | openhands | tau-bench | jsonl "
+                "(canonical) | parquet (canonical); docs/formats.md")
 
 
 @app.command(help="Check and convert your logs (any supported format, auto-detected) to the canonical schema "
