@@ -22,6 +22,7 @@ from typing import Any
 
 from ..trace import Trace
 from .common import Context, IngestError, check_trace_id, short
+from .envelopes import output_text
 from .messages import content_text, dumps, join, question_of, tool_calls_text
 from .spantree import Node, build_steps, parse_time
 
@@ -74,7 +75,7 @@ def _llm_text(outputs: Any) -> str:
             if isinstance(v, list) and v:
                 v = v[-1]
             return _message_text(v) if isinstance(v, dict) else content_text(v)
-    return _bounded(outputs)
+    return _bounded(output_text(outputs))  # other envelopes (Responses, Gemini, ...) without usage or ids
 
 
 def _tool_text(run: dict) -> str:
