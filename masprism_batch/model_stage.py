@@ -107,8 +107,8 @@ def attribute_traces(traces: list[Trace], model, cfg: PipelineConfig, raw_sink=N
     r2: dict[int, render.Rendered] = {}
     prepare = partial(prepare_pass2, traces=traces, r1=r1, cfg=cfg, rcfg=rcfg, tok=tok)
     with Pass2Prep(prepare, cfg.engine.pass2_render_threads) as prep:
-        sig1 = _pass1_signals(model, r1, wins, cfg, per_head, prep.submit)
-        hw = heads.load_for(cfg, model) if per_head else None
+        hw = heads.load_for(cfg, model) if per_head else None  # before pass 1: windows.combine applies it
+        sig1 = _pass1_signals(model, r1, wins, cfg, per_head, prep.submit, hw)
         for i, (s, _) in sig1.items():
             if isinstance(s, Exception):
                 out.errors.append(error_row(record_id=traces[i].trace_id, stage="prefill", reason="prefill_failed",
@@ -224,7 +224,7 @@ def _masprism_verdict(t: Trace, ranking: mp.Ranking) -> Verdict:
                    [{"agent": a, "score": v} for a, v in best.items()])
 
 
-def _pass1_signals(model, r1: dict, wins: dict, cfg: PipelineConfig, per_head: bool, on_trace) -> dict:
+def _pass1_signals(model, r1: dict, wins: dict, cfg: PipelineConfig, per_head: bool, on_trace, hw=None) -> dict:
     """Pass 1 prefills: one per trace (truncate) or one per window, recombined per trace (windows.py).
     on_trace(i, signals) as soon as trace i's prefill (every window of it) is back and did not fail."""
     def ready(got: dict) -> None:
@@ -243,8 +243,8 @@ def _pass1_signals(model, r1: dict, wins: dict, cfg: PipelineConfig, per_head: b
         bad = next((p[0] for p in got if isinstance(p[0], Exception)), None)
         secs = sum(p[1] for p in got)
         try:
-            out[i] = (bad if bad is not None else windows.combine(wd, [p[0] for p in got], len(wd.full.step_spans)),
-                      secs)
+            out[i] = (bad if bad is not None else windows.combine(wd, [p[0] for p in got], len(wd.full.step_spans),
+                                                                  head_weights=hw), secs)
         except Exception as exc:  # noqa: BLE001 - raised after the prefills in trace order, as it always was
             broken[i] = exc
 
@@ -284,6 +284,8 @@ def _extra_features(p1, s1, s2, D, hw) -> dict[str, np.ndarray]:
     out = {"cf_effect": np.full(n, np.nan), "attn_in_learned": np.full(n, np.nan)}
     if D is not None:
         out["cf_effect"] = counterfactual.symptom_effect(D, p1.symptoms)
-    if hw is not None and s1.step_attn_heads is not None:
+    if hw is not None and s1.step_attn_learned is not None:  # windows.combine applied hw (issue 27)
+        out["attn_in_learned"] = mp.inflow(s1.step_attn_learned, p1.symptoms)
+    elif hw is not None and s1.step_attn_heads is not None:
         out["attn_in_learned"] = mp.inflow(hw.apply(s1.step_attn_heads), p1.symptoms)
     return out

@@ -25,7 +25,8 @@ Pass1 = render.Rendered | windows.Windowed
 
 _SPANS = pa.list_(pa.list_(pa.int64(), 2))
 _WINDOW = pa.struct([("input_ids", pa.list_(pa.int32())), ("sids", pa.list_(pa.int32())), ("n_steps", pa.int64()),
-                     ("full_start", pa.int64()), ("full_end", pa.int64()), ("offset", pa.int64())])
+                     ("full_start", pa.int64()), ("full_end", pa.int64()), ("offset", pa.int64()),
+                     ("steps", pa.list_(pa.int32()))])  # local step id -> log step (windows.Window)
 RENDERED = pa.schema([
     ("trace_id", pa.string()),
     ("error_reason", pa.string()), ("error_message", pa.string()),  # set: not rendered, other columns null

@@ -15,6 +15,13 @@ complete, or cut at `window_step_cap` content tokens in the default fast setting
   `window_digest_step_tokens` content tokens, at most `window_digest_share` of the window (most recent steps
   kept when even headers do not fit). It is what makes attention across windows defined.
 
+Step ids are local to a window (issue 27): a window's tokens name only the steps it holds, numbered 0..m-1
+(`Window.steps` maps them back: owned step i -> i, key-only copy of step j -> N + j), so the model computes an
+m x m step mass per window, not the whole log's 2N x 2N, and `combine` scatters it into one N x N. With a
+window's m bounded by its tokens, a log of N steps costs O(N) in windows and O(N^2) only in the one N x N
+matrix it returns (16.7 M floats at the 4,096-step ingest cap). The per-(layer, head) matrices are kept whole
+only while small (`HEADS_BUDGET`); with learned head weights `combine` applies them window by window instead.
+
 Rule for attention across windows: A[i -> j] is the mean, over the query tokens of step i (in the window that
 owns them), of their attention mass on the tokens of step j *as they appear in that window* -- in full if j
 is in the window (owned or context), as its digest if j is older. Step j's tokens in a digest or context
@@ -24,6 +31,8 @@ A log that fits one window is read exactly as one prompt (no digest, no context)
 
 from __future__ import annotations
 
+import logging
+from bisect import bisect_right
 from dataclasses import dataclass
 
 import numpy as np
@@ -32,15 +41,21 @@ from .config import RenderConfig
 from .render import Rendered, _Pieces, fit_budget
 from .trace import Trace
 
+log = logging.getLogger(__name__)
+# per-(layer, head) step attention of a combined log is kept whole up to this many cells (64 MiB in fp32):
+# enough for every labelled benchmark trace (Who&When, TRAIL), while a 4,096-step log would need L x H x 16.7 M
+HEADS_BUDGET = 1 << 24
+
 
 @dataclass
 class Window:
     input_ids: list[int]
-    sids: list[int]  # owned token of step i: i; key-only token of step j: n_steps + j; else -1
-    n_steps: int  # 2 * N (owned ids and key-only ids)
+    sids: list[int]  # per token its local step id 0..n_steps-1, -1 outside every step
+    n_steps: int  # steps this window holds (owned and key-only copies counted apart)
     full_start: int  # owned tokens are full[full_start:full_end] ...
     full_end: int
     offset: int  # ... found at input_ids[offset:offset + (full_end - full_start)]
+    steps: list[int]  # local id -> log step: owned step i -> i; key-only copy of step j -> N + j (ascending)
 
     def step_ids(self) -> list[int]:
         return self.sids
@@ -57,6 +72,15 @@ class Windowed:
         return [t for w in self.windows for t in w.input_ids]
 
 
+def _local(ids: list[int], gsids: np.ndarray, full_start: int, full_end: int, offset: int) -> Window:
+    """A window whose tokens carry log-wide ids `gsids` (owned i, key-only N + j, -1), renumbered locally."""
+    used = gsids >= 0
+    steps, local = np.unique(gsids[used], return_inverse=True)
+    sids = np.full(len(gsids), -1, dtype=np.int64)
+    sids[used] = local
+    return Window(ids, sids.tolist(), len(steps), full_start, full_end, offset, steps.tolist())
+
+
 def render_windows(trace: Trace, tokenizer, cfg: RenderConfig) -> Windowed:
     """The full pass-1 render of `trace` and its windows (see module docstring)."""
     p = _Pieces(trace, tokenizer, cfg, cfg.pass1_preamble)
@@ -68,15 +92,18 @@ def render_windows(trace: Trace, tokenizer, cfg: RenderConfig) -> Windowed:
     for i, (s, e) in enumerate(spans):
         step_of[s:e] = i
     if len(ids) <= W:
-        return Windowed(full, [Window(list(ids), step_of.tolist(), 2 * n, 0, len(ids), 0)], len(head))
+        return Windowed(full, [_local(list(ids), step_of, 0, len(ids), 0)], len(head))
     min_owned = max(1, W // 4)
     digest_room = int(cfg.window_digest_share * W)
-    windows = [Window(ids[:W], step_of[:W].tolist(), 2 * n, 0, W, 0)]
+    ends = [e for _, e in spans]
+    # header + separator tokens of steps [0, k): the digest's fixed cost of any run of older steps, O(1) each
+    fixed_cum = np.concatenate([[0], np.cumsum([len(h) + len(p.sep) for h in p.headers])])
+    windows = [_local(ids[:W], step_of[:W], 0, W, 0)]
     pos = W
     while pos < len(ids):
         ctx_start = max(len(head), pos - cfg.window_context)
-        older = [j for j, (_, e) in enumerate(spans) if e <= ctx_start]
-        dig_ids, dig_sids = _digest(p, older, n, digest_room, cfg.window_digest_step_tokens)
+        n_older = bisect_right(ends, ctx_start)  # steps entirely before the context (spans are in order)
+        dig_ids, dig_sids = _digest(p, n_older, n, digest_room, cfg.window_digest_step_tokens, fixed_cum)
         room = W - len(head) - len(dig_ids) - (pos - ctx_start)
         if room < min_owned:  # huge question/head: give up context before owned room
             ctx_start = pos
@@ -84,28 +111,45 @@ def render_windows(trace: Trace, tokenizer, cfg: RenderConfig) -> Windowed:
         if room < 1:
             raise ValueError(f"trace {trace.trace_id!r}: window of {W} tokens has no room after head and digest")
         end = min(len(ids), pos + room)
-        ctx = ids[ctx_start:pos]
-        ctx_sids = [n + int(s) if s >= 0 else -1 for s in step_of[ctx_start:pos]]
-        win_ids = list(head) + dig_ids + ctx + ids[pos:end]
-        win_sids = [-1] * len(head) + dig_sids + ctx_sids + step_of[pos:end].tolist()
-        windows.append(Window(win_ids, win_sids, 2 * n, pos, end, len(head) + len(dig_ids) + len(ctx)))
+        ctx_sids = np.where(step_of[ctx_start:pos] >= 0, n + step_of[ctx_start:pos], -1)
+        win_ids = list(head) + dig_ids + ids[ctx_start:pos] + ids[pos:end]
+        win_sids = np.concatenate([np.full(len(head), -1, dtype=np.int64), np.asarray(dig_sids, dtype=np.int64),
+                                   ctx_sids, step_of[pos:end]])
+        windows.append(_local(win_ids, win_sids, pos, end, len(head) + len(dig_ids) + (pos - ctx_start)))
         pos = end
     return Windowed(full, windows, len(head))
 
 
-def _digest(p: _Pieces, older: list[int], n: int, room: int, per_step: int) -> tuple[list[int], list[int]]:
-    """Headers + first tokens of the `older` steps within `room` tokens; drops the oldest while headers alone
-    do not fit. Token step ids are key-only (n + j)."""
+def _digest(p: _Pieces, n_older: int, n: int, room: int, per_step: int,
+            fixed_cum: np.ndarray) -> tuple[list[int], list[int]]:
+    """Headers + first tokens of the older steps [d, n_older) within `room` tokens, d the fewest oldest steps
+    dropped so that they fit. Token step ids are log-wide key-only ids (n + j).
+
+    Dropping a step never makes the rest harder to fit (it lowers the fixed cost and every budget's cost), so
+    d is found by bisection: O(log N) budget fits of O(room) steps per window, where dropping one step at a time
+    was O(N) fits of O(N) steps."""
     marker = len(p.marker)
-    while older:
-        fixed = sum(len(p.headers[j]) + len(p.sep) for j in older)
-        b = fit_budget(p.lengths[older], marker, room - fixed, per_step)
-        if b is not None:
-            break
-        older = older[1:]
+
+    def budget(d: int) -> int | None:
+        fixed = int(fixed_cum[n_older] - fixed_cum[d])
+        return fit_budget(p.lengths[d:n_older], marker, room - fixed, per_step)
+
+    # steps whose headers alone overflow the room never fit: start at the first d they do not (the kept steps
+    # are then at most `room` headers, so each fit costs O(room), not O(N))
+    lo = min(n_older, int(np.searchsorted(fixed_cum, fixed_cum[n_older] - room, side="left")))
+    hi = n_older  # the answer d lies in [lo, hi]; hi = n_older: nothing fits, no digest
+    while lo < hi:
+        mid = (lo + hi) // 2
+        if budget(mid) is not None:
+            hi = mid
+        else:
+            lo = mid + 1
+    if lo == n_older:
+        return [], []
+    b = budget(lo)
     ids: list[int] = []
     sids: list[int] = []
-    for j in older:
+    for j in range(lo, n_older):
         c = p.contents[j]
         piece = p.headers[j] + (c[:b] + p.marker if len(c) > b else c) + p.sep
         ids += piece
@@ -113,30 +157,61 @@ def _digest(p: _Pieces, older: list[int], n: int, room: int, per_step: int) -> t
     return ids, sids
 
 
-def combine(wd: Windowed, sigs: list, n_steps: int):
+def combine(wd: Windowed, sigs: list, n_steps: int, head_weights=None):
     """Per-window signals -> one full-log view: token NLL over the full render, A [N, N] and (when the
-    windows were read per head) A per (layer, head) [L, H, N, N], rows normalised by owned query tokens."""
+    windows were read per head) A per (layer, head) [L, H, N, N] if it fits `HEADS_BUDGET`, rows normalised by
+    owned query tokens. head_weights (method/heads.HeadWeights): also the learned A [N, N], applied per window
+    (linear, so equal to applying it to the whole per-head A) into `step_attn_learned`."""
     from .model.forward import SeqSignals
 
     T = len(wd.full.input_ids)
     nll = np.full(T, np.nan, dtype=np.float32)
     n = n_steps
     raw = np.zeros((n, n), dtype=np.float64)
-    raw_h = None
     counts = np.zeros(n, dtype=np.float64)
+    per_head = bool(sigs) and all(s.step_attn_heads is not None for s in sigs)
+    raw_h = raw_l = None
+    if per_head:
+        lh = sigs[0].step_attn_heads.shape[:2]
+        if lh[0] * lh[1] * n * n <= HEADS_BUDGET:
+            raw_h = np.zeros((*lh, n, n), dtype=np.float64)
+        else:
+            log.debug("%d steps: per-head step attention not kept whole (%s x %d x %d cells)", n, lh, n, n)
+        if head_weights is not None:
+            raw_l = np.zeros((n, n), dtype=np.float64)
     for w, s in zip(wd.windows, sigs, strict=True):
         k = w.full_end - w.full_start
         nll[w.full_start:w.full_end] = s.token_nll[w.offset:w.offset + k]
-        sid = np.asarray(w.sids)
-        c = np.bincount(sid[sid >= 0], minlength=2 * n)[: 2 * n].astype(np.float64)
-        A = s.step_attn.astype(np.float64) * c[:, None]  # undo the per-window row normalisation
-        raw += A[:n, :n] + A[:n, n:]
-        counts += c[:n]
-        if s.step_attn_heads is not None:
-            Ah = s.step_attn_heads.astype(np.float64) * c[None, None, :, None]
-            Ah = Ah[:, :, :n, :n] + Ah[:, :, :n, n:]
-            raw_h = Ah if raw_h is None else raw_h + Ah
-    denom = np.maximum(counts, 1.0)
-    A = (raw / denom[:, None]).astype(np.float32)
-    Ah = None if raw_h is None else (raw_h / denom[None, None, :, None]).astype(np.float32)
-    return SeqSignals(token_nll=nll, step_attn=A, n_tokens=T, step_attn_heads=Ah)
+        g = np.asarray(w.steps, dtype=np.int64)
+        sid = np.asarray(w.sids, dtype=np.int64)
+        c = np.bincount(sid[sid >= 0], minlength=len(g)).astype(np.float64)
+        at = _Scatter(g, n, c)
+        at.add(raw, s.step_attn)
+        counts[at.to_rows[:, 0]] += c[at.rows]
+        if raw_h is not None:
+            at.add(raw_h, s.step_attn_heads)
+        if raw_l is not None:
+            at.add(raw_l, head_weights.apply(s.step_attn_heads))
+    denom = np.maximum(counts, 1.0)[:, None]
+    A = np.divide(raw, denom, out=raw).astype(np.float32)  # in place: one N x N float64 at a time
+    Ah = None if raw_h is None else np.divide(raw_h, denom, out=raw_h).astype(np.float32)
+    learned = None if raw_l is None else np.divide(raw_l, denom, out=raw_l).astype(np.float32)
+    return SeqSignals(token_nll=nll, step_attn=A, n_tokens=T, step_attn_heads=Ah, step_attn_learned=learned)
+
+
+class _Scatter:
+    """Where one window's local m x m mass goes in the log's N x N: rows of owned steps only (the queries),
+    columns of owned steps and of key-only copies (N + j -> j). A step may sit in one window both as owned
+    tokens and as a key-only copy (cut by the window's edge): two local columns, one log column. Within each
+    group the log columns are distinct, so two fancy-index additions are exact."""
+
+    def __init__(self, g: np.ndarray, n: int, counts: np.ndarray):
+        self.rows = np.flatnonzero(g < n)
+        self.own, self.key = self.rows, np.flatnonzero(g >= n)
+        self.to_rows, self.to_own, self.to_key = g[self.rows][:, None], g[self.own][None, :], (g[self.key] - n)[None, :]
+        self.scale = counts[self.rows][:, None]  # undoes the per-window row normalisation
+
+    def add(self, dst: np.ndarray, A: np.ndarray) -> None:
+        Ar = A[..., self.rows, :].astype(np.float64) * self.scale
+        dst[..., self.to_rows, self.to_own] += Ar[..., self.own]
+        dst[..., self.to_rows, self.to_key] += Ar[..., self.key]

@@ -47,7 +47,9 @@ def test_every_token_owned_once_and_windows_fit(tiny, cap):
         k = w.full_end - w.full_start
         assert w.input_ids[w.offset:w.offset + k] == wd.full.input_ids[w.full_start:w.full_end]
         sid = np.asarray(w.sids)
-        assert (sid[:w.offset] < 0).all() or (sid[:w.offset][sid[:w.offset] >= 0] >= n).all(), "only owned tokens are queries"
+        g = np.where(sid >= 0, np.asarray(w.steps + [-1])[sid], -1)  # local ids -> log-wide (owned i, key-only n + j)
+        assert (g[:w.offset][g[:w.offset] >= 0] >= n).all(), "only owned tokens are queries"
+        assert (g[w.offset:w.offset + k] < n).all() and w.n_steps == len(w.steps) == len(set(sid[sid >= 0]))
     assert (owned == 1).all(), "each token of the full render is owned by exactly one window"
     if cap is not None:  # every step kept up to the cap, never cut shorter
         for i, (s, e) in enumerate(wd.full.content_spans):
@@ -66,34 +68,113 @@ def test_one_window_log_reads_as_one_prompt(tiny):
     np.testing.assert_allclose(comb.step_attn, plain.step_attn, rtol=0, atol=1e-5)
 
 
+def _rule_case(rng, n: int = 5):
+    """Three windows with log-wide ids (owned i, key-only n + j), the second holding step 2 both as a key-only
+    copy and as owned tokens (cut by its edge); random per-window signals over their local steps."""
+    full = windows.Rendered(list(range(30)), [(2 + 5 * i, 7 + 5 * i) for i in range(n)], [False] * n, "")
+    gsids = [[-1, -1] + [0] * 5 + [1] * 5 + [2] * 3, [-1, n + 1, n + 2, n + 2] + [2] * 2 + [3] * 5 + [4] * 3,
+             [-1, n + 0, n + 3] + [4] * 2 + [-1] * 3]
+    spans, offs = [(0, 15), (15, 25), (25, 30)], [0, 4, 3]
+    wins = [windows._local(list(range(len(s))), np.asarray(s), a, b, o)
+            for s, (a, b), o in zip(gsids, spans, offs, strict=True)]
+    sigs = [SeqSignals(rng.random(len(w.sids)).astype(np.float32), rng.random((w.n_steps, w.n_steps)).astype(np.float32),
+                       len(w.sids), rng.random((2, 3, w.n_steps, w.n_steps)).astype(np.float32)) for w in wins]
+    return windows.Windowed(full, wins, 2), sigs
+
+
+def _rule(wd, sigs, n: int):
+    """The documented rule on log-wide ids: each window's local mass put back at (i or n + j) in 2n x 2n, rows
+    scaled by owned query tokens, A[i->j] = sum of the full and key-only columns of j / owned tokens of i."""
+    want, want_h, counts = np.zeros((n, n)), np.zeros((2, 3, n, n)), np.zeros(n)
+    for w, sg in zip(wd.windows, sigs, strict=True):
+        g = np.asarray(w.steps)
+        A, Ah = np.zeros((2 * n, 2 * n)), np.zeros((2, 3, 2 * n, 2 * n))
+        A[np.ix_(g, g)] = sg.step_attn
+        Ah[:, :, g[:, None], g[None, :]] = sg.step_attn_heads
+        s = np.asarray(w.sids)
+        c = np.zeros(2 * n)
+        c[g] = np.bincount(s[s >= 0], minlength=w.n_steps)
+        c = c[:n]
+        want += c[:, None] * (A[:n, :n] + A[:n, n:])
+        want_h += c[None, None, :, None] * (Ah[:, :, :n, :n] + Ah[:, :, :n, n:])
+        counts += c
+    d = np.maximum(counts, 1)
+    return want / d[:, None], want_h / d[None, None, :, None]
+
+
+def test_windows_name_only_their_own_steps():
+    """Local step ids: a window asks the model for its m x m steps, never the log's 2N x 2N."""
+    wd, _ = _rule_case(np.random.default_rng(0))
+    assert [w.steps for w in wd.windows] == [[0, 1, 2], [2, 3, 4, 6, 7], [4, 5, 8]]
+    for w in wd.windows:
+        assert w.n_steps == len(w.steps) and max(w.sids) == w.n_steps - 1
+
+
 def test_combine_follows_the_documented_rule():
     """A[i->j] = sum over windows of owned-query mass of i on j (full or key-only copy) / owned tokens of i."""
     rng = np.random.default_rng()
     n = 5
-    full = windows.Rendered(list(range(30)), [(2 + 5 * i, 7 + 5 * i) for i in range(n)], [False] * n, "")
-    sids = [[-1, -1] + [0] * 5 + [1] * 5 + [2] * 3, [-1, n + 1, n + 1] + [2] * 2 + [3] * 5 + [4] * 3,
-            [-1, n + 0, n + 3] + [4] * 2 + [-1] * 3]
-    spans = [(0, 15), (15, 25), (25, 30)]
-    offs = [0, 3, 3]
-    wins = [windows.Window(list(range(len(s))), s, 2 * n, a, b, o) for s, (a, b), o in zip(sids, spans, offs, strict=True)]
-    wd = windows.Windowed(full, wins, 2)
-    sigs, want, want_h, counts = [], np.zeros((n, n)), np.zeros((2, 3, n, n)), np.zeros(n)
-    for w in wins:
-        A = rng.random((2 * n, 2 * n)).astype(np.float32)
-        Ah = rng.random((2, 3, 2 * n, 2 * n)).astype(np.float32)
-        sigs.append(SeqSignals(rng.random(len(w.sids)).astype(np.float32), A, len(w.sids), Ah))
-        s = np.asarray(w.sids)
-        c = np.bincount(s[s >= 0], minlength=2 * n)[:n]
-        want += c[:, None] * (A[:n, :n] + A[:n, n:])
-        want_h += c[None, None, :, None] * (Ah[:, :, :n, :n] + Ah[:, :, :n, n:])
-        counts += c
+    wd, sigs = _rule_case(rng, n)
+    want, want_h = _rule(wd, sigs, n)
     got = windows.combine(wd, sigs, n)
-    np.testing.assert_allclose(got.step_attn, want / np.maximum(counts, 1)[:, None], rtol=1e-5)
+    np.testing.assert_allclose(got.step_attn, want, rtol=1e-5)
     assert got.step_attn_heads.shape == (2, 3, n, n)
-    np.testing.assert_allclose(got.step_attn_heads, want_h / np.maximum(counts, 1)[None, None, :, None], rtol=1e-5)
-    for w, s in zip(wins, sigs, strict=True):  # NLL of owned tokens comes from their window
+    np.testing.assert_allclose(got.step_attn_heads, want_h, rtol=1e-5)
+    assert got.step_attn_learned is None
+    for w, s in zip(wd.windows, sigs, strict=True):  # NLL of owned tokens comes from their window
         k = w.full_end - w.full_start
         np.testing.assert_array_equal(got.token_nll[w.full_start:w.full_end], s.token_nll[w.offset:w.offset + k])
+
+
+def test_learned_heads_applied_per_window_equal_applied_to_the_whole(monkeypatch):
+    """Head weights are linear: applied window by window (what long logs get) they give the learned A of the
+    whole per-head A; past HEADS_BUDGET the per-head A is not kept, the learned A still is."""
+    from masprism_batch.method.heads import HeadWeights
+
+    rng = np.random.default_rng()
+    n = 5
+    wd, sigs = _rule_case(rng, n)
+    hw = HeadWeights("m", rng.normal(size=(2, 3)))
+    got = windows.combine(wd, sigs, n, head_weights=hw)
+    np.testing.assert_allclose(got.step_attn_learned, hw.apply(got.step_attn_heads), rtol=1e-4, atol=1e-6)
+    monkeypatch.setattr(windows, "HEADS_BUDGET", 2 * 3 * n * n - 1)
+    small = windows.combine(wd, sigs, n, head_weights=hw)
+    assert small.step_attn_heads is None
+    np.testing.assert_allclose(small.step_attn_learned, got.step_attn_learned, rtol=1e-6)
+
+
+def _digest_by_dropping(p, older: list[int], n: int, room: int, per_step: int):
+    """The digest as first written (drop the oldest step until the rest fit): the reference of the bisection."""
+    from masprism_batch.render import fit_budget
+
+    while older:
+        fixed = sum(len(p.headers[j]) + len(p.sep) for j in older)
+        b = fit_budget(p.lengths[older], len(p.marker), room - fixed, per_step)
+        if b is not None:
+            break
+        older = older[1:]
+    ids, sids = [], []
+    for j in older:
+        c = p.contents[j]
+        piece = p.headers[j] + (c[:b] + p.marker if len(c) > b else c) + p.sep
+        ids += piece
+        sids += [n + j] * len(piece)
+    return ids, sids
+
+
+@pytest.mark.parametrize("seed", range(4))
+def test_digest_bisection_keeps_what_dropping_one_by_one_kept(tiny, seed):
+    from masprism_batch.render import _Pieces
+
+    cfg, model = tiny
+    rng = random.Random(seed)
+    t = _trace(rng, rng.randint(5, 60), max_words=rng.choice([2, 10, 60]))
+    p = _Pieces(t, model.tokenizer, cfg.render, cfg.render.pass1_preamble)
+    n = len(t.steps)
+    fixed_cum = np.concatenate([[0], np.cumsum([len(h) + len(p.sep) for h in p.headers])])
+    for _ in range(20):
+        k, room, per = rng.randint(0, n), rng.randint(0, 900), rng.choice([1, 4, 16, 64])
+        assert windows._digest(p, k, n, room, per, fixed_cum) == _digest_by_dropping(p, list(range(k)), n, room, per)
 
 
 def test_windowed_stage_scores_long_logs_linearly(tiny):

@@ -33,6 +33,9 @@ class SeqSignals:
     # float32 [L_instr, Hq, N, N] per (instrumented layer, head), row i / |T_i|; only with per_head=True
     step_attn_heads: np.ndarray | None = None
     kv: KVCache | None = None  # only with keep_kv=True: this sequence's K/V of every layer (counterfactuals)
+    # float32 [N, N]: A per head weighted by learned head weights, set by windows.combine (long logs keep no
+    # whole per-head A: issue 27); None: apply the weights to step_attn_heads
+    step_attn_learned: np.ndarray | None = None
 
 
 @dataclass
