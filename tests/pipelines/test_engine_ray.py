@@ -177,3 +177,61 @@ def test_tiny_model_ray_matches_local_with_killed_actor(tmp_path, cluster):
     assert_exactly_once(out, ids)
     for name in ("traces", "attributions", "step_scores", "errors"):
         assert _table(out, name) == _table(tmp_path / "local", name), name
+
+
+STOPPABLE = textwrap.dedent("""
+    import json, sys
+    sys.path.insert(0, {tests!r})
+    import ray, ray.cloudpickle, pipeline_fakes
+    from masprism_batch.config import PipelineConfig
+    from masprism_batch.pipelines import run_ray
+    from masprism_batch.pipelines.driver import exit_status
+    ray.cloudpickle.register_pickle_by_value(pipeline_fakes)
+    cfg = PipelineConfig.model_validate_json({cfg!r})
+    try:
+        s = run_ray([{inp!r}], {out!r}, cfg, workers=1, address={address!r},
+                    **pipeline_fakes.Fakes(delay={delay!r}).kwargs(ray=True), progress=False)
+    except KeyboardInterrupt as e:
+        print("INTERRUPTED", e)
+        sys.exit(exit_status(e))
+    print("SUMMARY", json.dumps(s.extra.get("ray_address")))
+""")
+
+
+def test_sigterm_to_the_driver_is_a_clean_stop_then_resume(tmp_path, small_cfg, cluster):
+    """Issue 27 item 8: ray.init puts Ray's C++ fatal-signal handler on SIGTERM (stack dump, abort, exit 134);
+    the run's own handler must win: the run unwinds, exits 143, and the re-run finishes exactly once."""
+    ids = make_corpus(tmp_path / "in", 40, 2)
+    cfg = small_cfg(per_shard=4, budget=150)
+    out = tmp_path / "out"
+    script = tmp_path / "driver.py"
+    script.write_text(STOPPABLE.format(tests=str(Path(__file__).parent), cfg=cfg.model_dump_json(), delay=0.1,
+                                       inp=str(tmp_path / "in"), out=str(out), address=cluster))
+    proc = subprocess.Popen([sys.executable, str(script)], stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+    deadline = time.time() + 120
+    while time.time() < deadline and proc.poll() is None:
+        if list((out / "_manifest").glob("shard-[0-9a-f]*.json")):
+            break
+        time.sleep(0.05)
+    assert proc.poll() is None, f"driver ended before SIGTERM (rc={proc.returncode})"
+    proc.send_signal(signal.SIGTERM)
+    text = proc.communicate(timeout=120)[0]
+    assert proc.returncode == 128 + signal.SIGTERM, text[-3000:]
+    assert "INTERRUPTED SIGTERM" in text and "SIGTERM received" not in text, text[-3000:]
+    assert not (out / "run.json").exists()
+    s = run_ray([str(tmp_path / "in")], out, cfg, workers=2, **Fakes().kwargs(ray=True), progress=False)
+    assert not assert_exactly_once(out, ids) and s.attributed == 40
+
+
+def test_ray_address_in_the_environment_joins_that_cluster(tmp_path, small_cfg, cluster):
+    """Issue 27 item 8: RAY_ADDRESS set and no --address: join it (Ray's own convention), instead of failing
+    with "num_cpus and num_gpus must not be provided" while trying to start a private cluster."""
+    ids = make_corpus(tmp_path / "in", 6, 1)
+    script = tmp_path / "driver.py"
+    script.write_text(STOPPABLE.format(tests=str(Path(__file__).parent), cfg=small_cfg().model_dump_json(), delay=0.0,
+                                       inp=str(tmp_path / "in"), out=str(tmp_path / "out"), address=None))
+    env = {**os.environ, "RAY_ADDRESS": cluster}
+    res = subprocess.run([sys.executable, str(script)], capture_output=True, text=True, env=env, timeout=300)
+    assert res.returncode == 0, (res.stdout + res.stderr)[-3000:]
+    assert f'SUMMARY "{cluster}"' in res.stdout
+    assert not assert_exactly_once(tmp_path / "out", ids)
