@@ -7,7 +7,9 @@ Cases (each run in a fresh subprocess so its peak RSS is its own):
 MB/s is reported per wall second and per CPU second of the ingest process (the machine is shared, so the
 CPU-second figure is the one-core throughput). Rows are appended to benchmarks/results/ingest.csv.
 
-    python benchmarks/bench_ingest.py [--data ../shared/data] [--repeats 3]
+    python benchmarks/bench_ingest.py [--data ../shared/data] [--repeats 3] [--note "after issue 25"]
+
+Compare MB/s per CPU-second between runs (the 2-core machine is shared: wall figures follow the load).
 """
 
 from __future__ import annotations
@@ -75,6 +77,7 @@ def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--data", default=str(ROOT.parent / "shared" / "data"))
     ap.add_argument("--repeats", type=int, default=3)
+    ap.add_argument("--note", default="", help="appended to each row's command in [...], e.g. the commit measured")
     args = ap.parse_args()
     data = Path(args.data)
     if not data.is_dir():
@@ -82,24 +85,25 @@ def main() -> None:
     stamp = datetime.now(timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ")
     common = {"date": stamp, "host": f"{_cpu_name()} ({os.cpu_count()} cores, shared)", "cpus": os.cpu_count(),
               "python": platform.python_version()}
-    rows = []
+    rows: list[dict] = []
+    note = f" [{args.note}]" if args.note else ""
     with tempfile.TemporaryDirectory(prefix="bench-ingest-") as tmp:
         tmp = Path(tmp)
         # the recorded command names the data by its name, not by this machine's absolute path
         cases = [("shared-data", [str(data)], f"masprism-batch ingest <{data.name}> -o OUT")]
         for name, inputs, cmd in cases:
             for r in range(args.repeats):
-                rows.append(_row(common, name, r, inputs, tmp / "out", cmd))
+                rows.append(_row(common, name, r, inputs, tmp / "out", cmd + note))
         for copies in (1, 8):
             src = tmp / f"x{copies}.jsonl"
             _jsonl_copies(tmp / "out" / "traces", src, copies)
             for r in range(args.repeats):
                 rows.append(_row(common, f"jsonl-x{copies}", r, [str(src)], tmp / f"out{copies}",
-                                 f"masprism-batch ingest traces-x{copies}.jsonl -o OUT"))
+                                 f"masprism-batch ingest traces-x{copies}.jsonl -o OUT{note}"))
     new = not RESULTS.exists()
     RESULTS.parent.mkdir(parents=True, exist_ok=True)
     with open(RESULTS, "a", newline="") as f:
-        w = csv.DictWriter(f, fieldnames=FIELDS)
+        w = csv.DictWriter(f, fieldnames=FIELDS, lineterminator="\n")  # the file's own line ends
         if new:
             w.writeheader()
         w.writerows(rows)
