@@ -3,7 +3,7 @@ Responses items, LangSmith/LangGraph run trees, Langfuse traces, canonical JSONL
 chosen by `detect.py`) -> canonical `Trace` objects (`read_inputs`) -> the Parquet datasets OUTDIR/traces and OUTDIR/errors (`ingest`).
 
 Flow for each input file: sources.expand (walk dirs) -> detect.read_file (format, adapter) ->
-common.validate (schema types) -> de-duplication by trace id -> caller. Every rejected file or record and
+validate.validate (schema types) -> de-duplication by trace id -> caller. Every rejected file or record and
 every repaired one becomes a `schema.ERRORS` row handed to `on_error`; nothing raises out of the stream
 for bad input. Memory: one file (one trace for single-trace formats, one line / row batch otherwise) plus
 the writer's buffer, which is flushed by size.
@@ -26,9 +26,10 @@ from typing import Any
 from ..config import IngestConfig
 from ..schema import error_row
 from ..trace import Trace
-from .common import WARNING_REASONS, Context, IngestError, short, trace_bytes, validate
+from .common import WARNING_REASONS, Context, IngestError, short, trace_bytes
 from .detect import FORMATS, read_file
 from .sources import LIMITS, expand, file_size
+from .validate import validate
 
 log = logging.getLogger(__name__)
 

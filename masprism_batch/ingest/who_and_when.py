@@ -18,8 +18,9 @@ from collections.abc import Iterator
 from typing import Any
 
 from ..trace import Labels, Step, Trace
-from .common import Context, IngestError, short, text_or_none
+from .common import Context, IngestError, short
 from .sources import base_name
+from .validate import text_or_none
 
 SUBSETS = {"Algorithm-Generated": "CaptainAgent", "Hand-Crafted": "Magentic-One"}
 _SUFFIX = re.compile(r"\s*\([^()]*\)\s*$")
