@@ -13,7 +13,8 @@ import pytest
 
 from masprism_batch.ingest import read_inputs
 
-FIX = Path(__file__).resolve().parents[1] / "data" / "formats"
+# kept out of the top-level example folder, which other tests ingest whole (a folder walk skips `_` names)
+FIX = Path(__file__).resolve().parents[1] / "data" / "formats" / "_shapes"
 
 # envelope text that must never reach a step (usage, billing, ids, housekeeping)
 ENVELOPE = ('"usage"', '"billing"', "system_fingerprint", "prompt_tokens", "chatcmpl-", "resp_01", "finish_reason",
@@ -85,6 +86,16 @@ def test_shape_reads_as_its_tool_writes_it(name, how):
         far = datetime.max.replace(tzinfo=timezone.utc)
         times = [s.start_time or far for s in t.steps]
         assert times == sorted(times), "steps out of time order"
+
+
+def test_every_shape_in_one_folder_ingests(tmp_path):
+    from masprism_batch.ingest import ingest
+
+    s = ingest([str(FIX)], tmp_path / "OUT", progress=False)  # the folder named, so `_shapes` is walked
+    assert s.traces == sum(v[1] for v in SHAPES.values()) and s.rejected_rows == 0
+    assert dict(s.warnings) == {"unreadable_reasoning": 1}
+    assert set(s.by_source) == {"langfuse", "otel", "langsmith", "openai", "langgraph", "swe-agent", "openhands",
+                                "tau-bench"}
 
 
 def test_langfuse_router_spans_and_duplicate_generations_are_not_steps():
