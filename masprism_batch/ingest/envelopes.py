@@ -118,8 +118,8 @@ def output_text(v: Any, depth: int = 0) -> str:
             g.get("message"), dict) else content_text(g.get("text") if isinstance(g, dict) else g) for g in gens))
     if _is_message(v) or (isinstance(v.get("content"), dict) and "parts" in v["content"]):
         return message_text(v, depth + 1)
-    for k in ("messages", "output", "final_output", "answer", "result", "response", "content", "text",
-              "completion", "generated_text"):
+    for k in ("message", "messages", "output", "final_output", "answer", "result", "response", "content", "text",
+              "completion", "generated_text"):  # `message` first: LlamaIndex ChatResponse keeps `raw` beside it
         if k in v and v[k] is not None:
             inner = v[k]
             if k == "messages" and isinstance(inner, list) and inner:

@@ -73,7 +73,7 @@ def _graph_node(a: dict[str, Any]) -> str | None:
 
 def _is_router(o: dict, a: dict[str, Any], name: str | None, called: set[str]) -> bool:
     """A childless LangGraph span that is no graph node and no tool the model called: control flow."""
-    return "langgraph_node" in a and name != _graph_node(a) and name not in called and o.get("type") == "SPAN"
+    return "langgraph_node" in a and name != _graph_node(a) and name not in called and str(o.get("type")).upper() == "SPAN"
 
 
 _CALLED = re.compile(r"^Tool call: ([^(\n]{1,200})\(", re.M)
