@@ -127,6 +127,8 @@ def question_of(inputs: Any) -> str | None:
         for k in ("question", "input", "query", "task", "prompt"):
             if isinstance(inputs.get(k), str) and inputs[k]:
                 return inputs[k]
+        if isinstance(inputs.get("new_message"), dict):  # Google ADK run input
+            return content_text(inputs["new_message"].get("parts") or inputs["new_message"].get("content")) or None
         inputs = inputs.get("messages")
     if isinstance(inputs, list):
         if inputs and isinstance(inputs[0], list):  # LangChain batches: [[message, ...]] (one level only)
@@ -135,6 +137,6 @@ def question_of(inputs: Any) -> str | None:
             if isinstance(m, dict):
                 kw = m.get("kwargs") if isinstance(m.get("kwargs"), dict) else m
                 role = kw.get("role") or kw.get("type") or m.get("type")
-                if role in ("user", "human") and kw.get("content"):
-                    return content_text(kw["content"]) or None
+                if role in ("user", "human") and (kw.get("content") or kw.get("parts")):
+                    return content_text(kw.get("content") or kw.get("parts")) or None
     return None
