@@ -8,10 +8,13 @@ the units of generalisation. Every learned piece is refitted without the system 
 - head weights (method/heads.py): fitted label-free on the counterfactual effects of the other systems' logs;
 - rankers (method/ranker.py): fitted on the other three systems' labels (leave-one-system-out, "LOSO"),
   beside 5-fold cross-validation within a system (x3 seeds), which is optimistic for a new system;
-- the agent rule (author of the blamed step vs summed step probabilities), chosen by LOSO.
+- the agent rule (author of the blamed step vs summed step probabilities), chosen by LOSO;
+- the product's fit (`masprism-batch fit`: method/fit_system.py, called here, never re-implemented), 5-fold within
+  each system, and the zero-training agent rule for systems without a ranker, chosen by LOSO (issue 23).
 Zero-training methods (the faithful MASPrism, pass 1 alone, trivial baselines) need no protocol.
-Writes tidy rows to benchmarks/results/accuracy.csv and the tables to docs/results.md; --train-weights fits
-the shipped head weights and ranker on all dev data (weights list the trace-id hashes they saw).
+Writes tidy rows to benchmarks/results/accuracy.csv and the tables to docs/results.md; --train-weights writes the
+packaged weights/rankers.json (the format `fit` writes; each entry lists the trace-id hashes it saw) and
+fallback.json. The learning curve is benchmarks/bench_learning_curve.py.
 """
 
 from __future__ import annotations
@@ -19,7 +22,6 @@ from __future__ import annotations
 import argparse
 import csv
 import datetime as dt
-import hashlib
 import json
 import logging
 from pathlib import Path
@@ -29,25 +31,18 @@ from accuracy_extract import SYSTEMS, extract_config, load_systems, trace_key
 from accuracy_report import METRIC, write_markdown
 
 from masprism_batch.eval import score_trail, score_who_and_when
+from masprism_batch.eval.common import norm_agent
+from masprism_batch.method import calibrate
+from masprism_batch.method import fit as ft
+from masprism_batch.method import fit_system as fs
 from masprism_batch.method import heads as hd
 from masprism_batch.method import masprism as mp
 from masprism_batch.method import ranker as rk
 from masprism_batch.method import rules as zr
+from masprism_batch.method.rankfile import RankerFile, SystemRanker
 
 ROOT = Path(__file__).resolve().parents[1]
 log = logging.getLogger("bench_accuracy")
-SIGNAL = ["nll1_z", "nll2_z", "h_norm", "attn_in_norm", "is_symptom", "is_candidate", "score_norm", "recip_rank",
-          "cf_z", "has_cf", "attn_learned_norm"]
-VARIANTS = {  # name -> feature list
-    "ranked, portable features": rk.PORTABLE,
-    "ranked, portable, no counterfactual": [f for f in rk.PORTABLE if f not in ("cf_z", "has_cf")],
-    "ranked, portable, no learned heads": [f for f in rk.PORTABLE if f != "attn_learned_norm"],
-    "ranked, portable signal features only": [f for f in rk.PORTABLE if f in SIGNAL],
-    "ranked, portable structure features only": [f for f in rk.PORTABLE if f not in SIGNAL],
-    "ranked, all features (incl. turn-taking)": rk.FEATURES,
-}
-
-
 class Case:
     def __init__(self, system, trace, meta, arr):
         self.system, self.trace, self.meta, self.arr = system, trace, meta, arr
@@ -82,6 +77,60 @@ def gold_of(t) -> list[int]:
         return [lab.mistake_step] if 0 <= lab.mistake_step < len(t.steps) else []
     locs = set(lab.error_locations or [])
     return [i for i, s in enumerate(t.steps) if s.span_id in locs]
+
+
+# ---- the product's fit (issue 23): the same function `masprism-batch fit` runs ------------------------------------
+def fit_cases(cases: list[Case], rule: str = "faithful") -> list[ft.FitCase]:
+    """FitCases of the labelled cached traces: what `masprism-batch fit` builds from a run's step_scores."""
+    out = []
+    for c in cases:
+        gold = gold_of(c.trace)
+        if not gold:
+            continue
+        lab = c.trace.labels
+        agents = [norm_agent(lab.mistake_agent)] if lab is not None and norm_agent(lab.mistake_agent) else []
+        ranked = zr.order(rule, c.rows, [int(k) for k in c.meta["ranking"]["ranked"]])
+        out.append(ft.FitCase(c.trace, c.rows, gold, agents, ranked))
+    return out
+
+
+def system_fit(cases: list[Case], system: str, rule: str = "faithful", rule_agent: str = "author") -> fs.SystemFit:
+    return fs.fit_system(fit_cases(cases, rule), system, rule=rule, rule_agent=rule_agent)
+
+
+def fitted_rows(train: list[Case], test: list[Case], system: str, rule: str, rule_agent: str) -> dict[str, dict]:
+    """Verdicts on `test` of the fit on `train` (applied as `--ranker` applies it), keyed by trace id."""
+    sr = SystemRanker(system_fit(train, system, rule, rule_agent).entry, "")
+    out = {}
+    for c in fit_cases(test, rule) + [fc for fc in _unlabelled(test, rule)]:
+        order, _, agent, conf = sr.apply(c.trace, c.rows, c.ranked)
+        out[c.trace.trace_id] = {"trace_id": c.trace.trace_id, "pred_step": order[0], "pred_agent": agent,
+                                 "confidence": conf,
+                                 "candidates": [{"step": i, "span_id": c.trace.steps[i].span_id} for i in order[:5]]}
+    return out
+
+
+def _unlabelled(cases: list[Case], rule: str) -> list[ft.FitCase]:
+    return [ft.FitCase(c.trace, c.rows, [], [], zr.order(rule, c.rows, [int(k) for k in c.meta["ranking"]["ranked"]]))
+            for c in cases if not gold_of(c.trace)]
+
+
+def fitted_kfold(cases: list[Case], rule: str, rule_agent: str, folds=5, seeds=(0, 1, 2)):
+    """The product's fit, 5-fold within each system (x seeds): what today's per-system rankers are measured by."""
+    per: dict = {}
+    for seed in seeds:
+        rows = {}
+        for system in sorted({c.system for c in cases}):
+            sub = [c for c in cases if c.system == system]
+            fold = np.random.default_rng(seed).permutation(len(sub)) % folds
+            for f in range(folds):
+                train = [c for c, k in zip(sub, fold, strict=True) if k != f]
+                test = [c for c, k in zip(sub, fold, strict=True) if k == f]
+                if test and fit_cases(train):
+                    rows.update(fitted_rows(train, test, system, rule, rule_agent))
+        for k, v in score(cases, rows)[0].items():
+            per.setdefault(k, []).append(v)
+    return {k: float(np.mean(v)) for k, v in per.items()}, {k: float(np.std(v)) for k, v in per.items()}
 
 
 # ---- head weights --------------------------------------------------------------------------------------------
@@ -188,21 +237,30 @@ def rule_rows(cases: list[Case], rule: str) -> dict[str, dict]:
     return out
 
 
+def available_rules(cases: list[Case]) -> tuple[str, ...]:
+    """The zero-training rules the cache can score: counterfactual / learned_heads need signals a cache made with
+    --counterfactual-k 0 / --no-learned-heads does not hold (they would silently equal the faithful order)."""
+    has_cf = any("D" in c.arr for c in cases)
+    has_heads = any("A2h" in c.arr for c in cases)
+    return tuple(r for r in zr.RULES if (r != "counterfactual" or has_cf) and (r != "learned_heads" or has_heads))
+
+
 def rules_loso(cases: list[Case], model_id: str) -> tuple[dict, dict[str, dict], dict[str, str]]:
     """Every zero-training rule scored with head weights fitted without the system scored (learned_heads), and
     the rule *chosen* by leave-one-system-out: for each system, the rule with the best headline mean on the
     other three is scored on it. Returns (flat scores of the chosen rule, {rule: flat}, {held system: rule})."""
-    per_rule: dict[str, dict] = {r: {} for r in zr.RULES}
+    rules = available_rules(cases)
+    per_rule: dict[str, dict] = {r: {} for r in rules}
     chosen_rows, picked = {}, {}
     for held in sorted({c.system for c in cases}):
         train = [c for c in cases if c.system != held]
         test = [c for c in cases if c.system == held]
         with_learned(cases, fit_heads(train, model_id))
-        preds = {r: rule_rows(cases, r) for r in zr.RULES}
-        best = max(zr.RULES, key=lambda r: (headline_mean(score(train, preds[r])[0]), r == "faithful"))
+        preds = {r: rule_rows(cases, r) for r in rules}
+        best = max(rules, key=lambda r: (headline_mean(score(train, preds[r])[0]), r == "faithful"))
         picked[held] = best
         chosen_rows.update({c.trace.trace_id: preds[best][c.trace.trace_id] for c in test})
-        for r in zr.RULES:
+        for r in rules:
             per_rule[r].update({k: v for k, v in score(test, preds[r])[0].items() if k[0] == held})
     return score(cases, chosen_rows)[0], per_rule, picked
 
@@ -268,19 +326,45 @@ def emit(out: list, method: str, protocol: str, flat: dict, spread: dict | None 
                         "value": round(float(v), 4), "spread": "" if spread is None else round(spread.get((system, metric), 0.0), 4)})
 
 
+def agent_rows(cases: list[Case], rule: str, agent_rule: str) -> dict[str, dict]:
+    """The zero-training step rule's verdicts with the agent blamed by a zero-training agent rule."""
+    rows = rule_rows(cases, rule)
+    for c in cases:
+        r = rows[c.trace.trace_id]
+        r["pred_agent"] = zr.agent_verdict(agent_rule, c.trace, c.rows, [x["step"] for x in r["candidates"]])
+    return rows
+
+
+def agent_loso(cases: list[Case], rule: str) -> tuple[dict, dict[str, dict], dict[str, str]]:
+    """Item 7: the zero-training agent rule chosen by leave-one-system-out over the systems with agent labels
+    (for each, the rule with the best mean agent accuracy on the others is scored on it)."""
+    systems = sorted({c.system for c in cases if c.dataset == "who-and-when"})
+    flat = {ar: score(cases, agent_rows(cases, rule, ar))[0] for ar in zr.AGENT_RULES}
+    chosen, picked = {}, {}
+    for held in systems:
+        others = [s for s in systems if s != held]
+        best = max(zr.AGENT_RULES, key=lambda ar: (np.mean([flat[ar].get((s, "agent"), 0.0) for s in others]),
+                                                   ar == "author"))
+        picked[held] = best
+        chosen.update({k: v for k, v in flat[best].items() if k[0] == held})
+    return chosen, flat, picked
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--data", default=str(ROOT.parent / "shared" / "data"))
     ap.add_argument("--work", default="/tmp/masprism-accuracy")
     ap.add_argument("--model", default="smollm2-135m")
-    ap.add_argument("--l2", type=float, default=1.0, help="ranker L2 (fixed a priori, not tuned on eval cases)")
+    ap.add_argument("--l2", type=float, default=1.0, help="portable ranker L2 (fixed a priori, not tuned on eval cases)")
     ap.add_argument("--cache", default=None, help="signal cache folder (default: WORK/cache-<config hash>)")
+    ap.add_argument("--counterfactual-k", type=int, default=None, help="as given to accuracy_extract.py")
+    ap.add_argument("--no-learned-heads", action="store_true", help="as given to accuracy_extract.py")
     ap.add_argument("--train-weights", action="store_true")
     ap.add_argument("--csv", default=str(ROOT / "benchmarks" / "results" / "accuracy.csv"))
     ap.add_argument("--md", default=str(ROOT / "docs" / "results.md"))
     args = ap.parse_args()
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(message)s")
-    cfg = extract_config(args.model)
+    cfg = extract_config(args.model, **extract_overrides(args))
     cache = Path(args.cache) if args.cache else Path(args.work) / f"cache-{cfg.config_hash()}"
     cases = load_cases(Path(args.data), cache)
     model_id = next((c.meta["attribution"]["model_id"] for c in cases), args.model)
@@ -298,64 +382,82 @@ def main() -> None:
         emit(out, f"zero-training rule: {r}", "no training (learned heads: fitted without the system)", flat)
     emit(out, "zero-training rule chosen by leave-one-system-out", "leave-one-system-out", rules_flat)
     log.info("zero-training rule picked per held-out system: %s", picked)
+    faithful_flat = score(cases, faithful_rows(cases))[0]
+    faithful = headline_mean(faithful_flat)
+    rules_loso_mean = headline_mean(rules_flat)
+    with_learned(cases, fit_heads(cases, model_id))
+    rules = available_rules(cases)
+    best_all = max(rules, key=lambda r: (headline_mean(score(cases, rule_rows(cases, r))[0]), r == "faithful"))
+    fallback = best_all if rules_loso_mean > faithful else "faithful"
+    agent_chosen, agent_flat, agent_picked = agent_loso(cases, fallback)
+    for ar, flat in agent_flat.items():
+        emit(out, f"zero-training agent rule: {ar}", "no training",
+             {k: v for k, v in flat.items() if k[1] == "agent"})
+    emit(out, "zero-training agent rule chosen by leave-one-system-out", "leave-one-system-out",
+         {k: v for k, v in agent_chosen.items() if k[1] == "agent"})
+    wa = sorted({c.system for c in cases if c.dataset == "who-and-when"})
+    agent_rule0 = max(zr.AGENT_RULES, key=lambda ar: (np.mean([agent_flat[ar].get((s, "agent"), 0.0) for s in wa]),
+                                                      ar == "author"))
+    log.info("agent rule picked per held-out system: %s; on all: %s", agent_picked, agent_rule0)
     chosen = {}
-    for rule in ("aggregate", "author"):  # the agent rule, by LOSO (agent labels: Who&When only)
+    for rule in ("aggregate", "author"):  # the portable ranker's agent rule, by LOSO (agent labels: Who&When only)
         flat = loso(cases, rk.PORTABLE, args.l2, rule, model_id)
         chosen[rule] = np.mean([v for (s, m), v in flat.items() if m == "agent"] or [0.0])
         emit(out, f"ranked, portable features, agent = {rule}", "leave-one-system-out", flat)
     agent_rule = max(chosen, key=lambda r: (chosen[r], r == "author"))
-    log.info("agent rule by LOSO: %s (%s)", agent_rule, chosen)
-    for name, feats in VARIANTS.items():
-        emit(out, name, "leave-one-system-out", loso(cases, feats, args.l2, agent_rule, model_id))
-    emit(out, "ranked, portable, candidates and symptoms only", "leave-one-system-out",
-         loso(cases, rk.PORTABLE, args.l2, agent_rule, model_id, "candidates"))
-    emit(out, "ranked, portable, L2 x10", "leave-one-system-out",
-         loso(cases, rk.PORTABLE, args.l2 * 10, agent_rule, model_id))
-    kf = {}  # name -> 5-fold flat scores
-    for name, feats in (("ranked, portable features", rk.PORTABLE), ("ranked, all features (incl. turn-taking)", rk.FEATURES)):
-        m, sd = kfold(cases, feats, args.l2, agent_rule, model_id)
-        emit(out, name, "5-fold CV within system x3 seeds", m, sd)
-        kf[name] = m
-    # issue 13: whatever ranks steps uses only what any log has -> PORTABLE even for the dev systems (a log of
-    # an unseen system in Who&When's own format is taken as one of its subsets by its fields); the
-    # turn-taking features stay an ablation row
-    known_name = "ranked, portable features"
+    emit(out, "ranked, portable features", "leave-one-system-out", loso(cases, rk.PORTABLE, args.l2, agent_rule, model_id))
+    emit(out, "ranked, all features (incl. turn-taking)", "leave-one-system-out",
+         loso(cases, rk.FEATURES, args.l2, agent_rule, model_id))
+    m, sd = kfold(cases, rk.PORTABLE, args.l2, agent_rule, model_id)
+    emit(out, "ranked, portable features", "5-fold CV within system x3 seeds", m, sd)
+    fk, fsd = fitted_kfold(cases, fallback, agent_rule0)
+    emit(out, FITTED, "5-fold CV within system x3 seeds", fk, fsd)
     loso_ranker = headline_mean(loso(cases, rk.PORTABLE, args.l2, agent_rule, model_id))
-    faithful_flat = score(cases, faithful_rows(cases))[0]
-    faithful = headline_mean(faithful_flat)
-    # a dev system gets its own ranker only where that ranker, held out within the system (5-fold), beat the
-    # faithful method on it; elsewhere its logs get the zero-training fallback like any unseen system
-    per_sys = {s: (headline_mean({k: v for k, v in kf[known_name].items() if k[0] == s}),
+    per_sys = {s: (headline_mean({k: v for k, v in fk.items() if k[0] == s}),
                    headline_mean({k: v for k, v in faithful_flat.items() if k[0] == s}))
                for s in sorted({c.system for c in cases})}
-    ranked_systems = [s for s, (r, f) in per_sys.items() if r > f]
-    # the fallback for unseen systems: the rule best on all four systems, if choosing a rule that way held up
-    # under leave-one-system-out (scored on each system by the rule chosen without it); else faithful
-    rules_loso_mean = headline_mean(rules_flat)
-    with_learned(cases, fit_heads(cases, model_id))
-    best_all = max(zr.RULES, key=lambda r: (headline_mean(score(cases, rule_rows(cases, r))[0]), r == "faithful"))
-    fallback = best_all if rules_loso_mean > faithful else "faithful"
-    zero = max(faithful, rules_loso_mean)
-    generic = loso_ranker > zero
-    policy = {"known": known_name, "known_kfold": headline_mean(kf[known_name]), "generic_ranker": generic,
-              "loso_ranker": loso_ranker, "faithful": faithful, "agent_rule": agent_rule,
-              "fallback_rule": fallback, "rules_loso": rules_loso_mean, "rules_picked": picked,
-              "ranked_systems": ranked_systems, "per_system_kfold_vs_faithful": per_sys}
-    log.info("policy: %s", policy)
-    heads_rows = []
-    for held in sorted({c.system for c in cases}):
-        hw = fit_heads([c for c in cases if c.system != held], model_id)
-        lr, mr, n = head_correlation([c for c in cases if c.system == held], hw)
-        heads_rows.append((held, lr, mr, n))
+    policy = {"known": FITTED, "loso_ranker": loso_ranker, "faithful": faithful, "agent_rule": agent_rule0,
+              "agent_picked": agent_picked, "fallback_rule": fallback, "rules_loso": rules_loso_mean,
+              "rules_picked": picked, "per_system_kfold_vs_faithful": per_sys, "ranked_systems": []}
+    conf = rule_calibration(cases, fallback, out)
     if args.train_weights:
-        train_weights(cases, args, policy, model_id, out)
+        train_weights(cases, args, policy, model_id, out, conf)
+    log.info("policy: %s", policy)
     Path(args.csv).parent.mkdir(parents=True, exist_ok=True)
     with open(args.csv, "w", newline="") as f:
         w = csv.DictWriter(f, fieldnames=list(out[0]))
         w.writeheader()
         w.writerows(out)
+    write_markdown(Path(args.md), out, cases, [], policy, chosen, cfg, args)
 
-    write_markdown(Path(args.md), out, cases, heads_rows, policy, chosen, cfg, args)
+
+FITTED = "fitted (masprism-batch fit)"
+
+
+def extract_overrides(args) -> dict:
+    extra = {} if args.counterfactual_k is None else {"method__counterfactual_k": args.counterfactual_k}
+    if args.no_learned_heads:
+        extra["method__learned_heads"] = False
+    return extra
+
+
+def rule_calibration(cases: list[Case], rule: str, out: list) -> dict:
+    """Confidence of the zero-training verdict, calibrated by leave-one-system-out (Platt on the other systems),
+    reported as accuracy at coverage; returns the calibration fitted on every system (what ships)."""
+    fc = fit_cases(cases, rule)
+    raw = {c.trace.trace_id: ft.rule_confidence(c) for c in fc}
+    sys_of = {c.trace.trace_id: c.system for c in cases}
+    hits = {c.trace.trace_id: ft.hit(c, c.ranked[0] if c.ranked else -1) for c in fc}
+    for held in sorted({c.system for c in cases}):
+        train = [t for t in raw if sys_of[t] != held]
+        cal = calibrate.fit_platt([raw[t] for t in train], [hits[t] for t in train])
+        test = [t for t in raw if sys_of[t] == held]
+        conf = [calibrate.apply(cal, raw[t]) for t in test]
+        for frac, (_n, acc) in calibrate.accuracy_at_coverage(conf, [hits[t] for t in test]).items():
+            out.append({"system": held, "method": f"zero-training rule {rule}: most confident {int(frac * 100)}%",
+                        "protocol": "confidence calibrated leave-one-system-out", "metric": "step_hit",
+                        "value": round(acc, 4) if acc is not None else "", "spread": ""})
+    return calibrate.fit_platt(list(raw.values()), list(hits.values()))
 
 
 def headline_mean(flat: dict) -> float:
@@ -364,47 +466,44 @@ def headline_mean(flat: dict) -> float:
     return float(np.mean(vals)) if vals else 0.0
 
 
-def _fitted(cases) -> list[str]:
-    return sorted(hashlib.sha256(c.trace.trace_id.encode()).hexdigest()[:16] for c in cases if gold_of(c.trace))
-
-
-def train_weights(cases, args, policy, model_id, out) -> None:
-    """Ship what the protocols chose: head weights (label-free, all logs), one ranker per dev system where it
-    beat the faithful method held out within that system (5-fold), the zero-training fallback rule, and a generic
-    ranker for unseen systems only if it beat the zero-training methods under leave-one-system-out."""
+def train_weights(cases, args, policy, model_id, out, calibration) -> None:
+    """Ship what the protocols chose, in the file format `masprism-batch fit` writes: one entry per dev system
+    fitted on all its labelled logs by the product's fit (it falls back to the rule where its internal held-out
+    estimate did not beat it), and fallback.json: the zero-training step and agent rules for any other system
+    and the calibration of their confidence. Head weights are refitted only when the cache holds their signals."""
     wdir = ROOT / "masprism_batch" / "method" / "weights"
     hw = fit_heads(cases, model_id)
     if hw is not None:
         hd.packaged_path(model_id).write_text(hw.to_json() + "\n")
-    with_learned(cases, hw)
     for old in list(wdir.glob("ranker-*.json")) + list(wdir.glob("ranker.json")):
         old.unlink()
-    feats = VARIANTS.get(policy["known"]) or (rk.FEATURES if "all features" in policy["known"] else rk.PORTABLE)
-    meta = {"agent_rule": policy["agent_rule"], "model_id": model_id, "date": dt.date.today().isoformat()}
-    rows = {}
+    date = dt.date.today().isoformat()
+    entries, rows = {}, {}
     for system in sorted({c.system for c in cases}):
         sub = [c for c in cases if c.system == system]
-        if system not in policy["ranked_systems"]:  # no ranker shipped: the fallback rule, as in the stage
-            rows.update(rule_rows(sub, policy["fallback_rule"]))
-            continue
-        m = fit_ranker(sub, feats, args.l2)
-        (wdir / f"ranker-{rk.system_slug(system)}.json").write_text(
-            m.to_json(system=system, fitted_on=_fitted(sub), **meta) + "\n")
-        rows.update(predict(m, sub, policy["agent_rule"]))
+        f = system_fit(sub, system, policy["fallback_rule"], policy["agent_rule"])
+        entries[system] = f.entry
+        if f.verdict == "ranker":
+            policy["ranked_systems"].append(system)
+        sr = SystemRanker(f.entry, model_id)
+        for c in fit_cases(sub, policy["fallback_rule"]) + _unlabelled(sub, policy["fallback_rule"]):
+            order, _, agent, _ = sr.apply(c.trace, c.rows, c.ranked)
+            rows[c.trace.trace_id] = {"trace_id": c.trace.trace_id, "pred_step": order[0], "pred_agent": agent,
+                                      "candidates": [{"step": i, "span_id": c.trace.steps[i].span_id} for i in order[:5]]}
+    RankerFile(model_id, entries, {"date": date, "fitted_by": "benchmarks/bench_accuracy.py --train-weights "
+                                   "(method/fit_system.py, as `masprism-batch fit`)"}).write(wdir / rk.PACKAGED)
     shipped = score(cases, rows)[0]  # what `eval` prints on the dev data with these weights
     for system in sorted({c.system for c in cases}):
-        emit(out, "shipped default (packaged weights)",
-             "in-sample: ranker trained on these cases (optimistic)" if system in policy["ranked_systems"] else
-             f"no ranker shipped: zero-training rule {policy['fallback_rule']} (rule chosen by LOSO)",
+        emit(out, "shipped default (packaged rankers.json)",
+             "in-sample: fitted on these cases (optimistic)" if system in policy["ranked_systems"] else
+             f"in-sample calibration; step: zero-training rule {policy['fallback_rule']} (fit fell back to it)",
              {k: v for k, v in shipped.items() if k[0] == system})
     (wdir / "fallback.json").write_text(json.dumps(
-        {"rule": policy["fallback_rule"], "chosen_by": "bench_accuracy.py: leave-one-system-out over the dev systems",
+        {"rule": policy["fallback_rule"], "agent_rule": policy["agent_rule"], "calibration": calibration,
+         "chosen_by": "bench_accuracy.py: leave-one-system-out over the dev systems",
          "loso_headline_mean": round(policy["rules_loso"], 4), "faithful_headline_mean": round(policy["faithful"], 4),
-         "date": meta["date"]}, indent=1) + "\n")
-    if policy["generic_ranker"]:
-        m = fit_ranker(cases, rk.PORTABLE, args.l2)
-        (wdir / "ranker.json").write_text(m.to_json(system="*", fitted_on=_fitted(cases), **meta) + "\n")
-    log.info("wrote %s (generic ranker: %s)", wdir, policy["generic_ranker"])
+         "agent_rule_picked_per_held_out_system": policy["agent_picked"], "date": date}, indent=1) + "\n")
+    log.info("wrote %s (ranked systems: %s)", wdir, policy["ranked_systems"])
 
 
 if __name__ == "__main__":

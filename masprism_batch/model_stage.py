@@ -160,9 +160,10 @@ def attribute_traces(traces: list[Trace], model, cfg: PipelineConfig, raw_sink=N
             raw_sink(t, {"p1": p1, "sig1": sig1[i][0], "sig2": s2[0] if s2 else None, "r2": r2.get(i),
                          "cf": cf.get(i), "rows": rows, "ranking": ranking, "flags": flags[i]})
         if cfg.method.name == "ranked":
-            ranking, verdict = _learned_ranking(t, rows, ranking, cfg)
+            ranking, verdict = _learned_ranking(t, rows, ranking, cfg, model.model_id)
         else:
             verdict = _masprism_verdict(t, ranking)
+            verdict.confidence = _rule_confidence(t, rows, ranking, None)
         rows_mod.final_columns(rows, verdict)
         out.attributions.append(rows_mod.attribution_row(t, ranking, model.model_id, chash, cfg, wins.get(i, r1[i]), r2.get(i),
                                                  sig1[i][1], s2[1] if s2 else 0.0, now, verdict))
@@ -184,28 +185,51 @@ class Verdict:
     agent: str | None
     rule: str
     agent_ranking: list[dict]
+    # what decided the step (issue 23): "ranker:<system>" (a fitted ranker) or "rule:<name>" (zero-training)
+    by: str = "rule:faithful"
+    confidence: float | None = None  # calibrated P(pred_step is right); None where no calibration applies
 
 
-def _learned_ranking(t: Trace, rows: list[dict], base: mp.Ranking, cfg: PipelineConfig):
-    """Re-rank every step with the learned ranker; step rows keep MASPrism's own score/rank (the features).
-    The agent rule is the one shipped with the ranker weights unless `method.agent_aggregation` overrides it."""
-    rk = ranker.ranker_for(cfg.method.ranker_weights, t)
-    if rk is None:  # no ranker fitted on this system (nor a generic one): a zero-training rule, the one that
-        # held up best across systems by leave-one-system-out (docs/results.md), reorders MASPrism's candidates
-        order = rules.order(_fallback_rule(cfg.method.ranker_weights), rows, base.ranked)
+def _learned_ranking(t: Trace, rows: list[dict], base: mp.Ranking, cfg: PipelineConfig, model_id: str | None = None):
+    """The verdict of a fitted ranker for this log's system (method/rankfile.py), else of the zero-training rule
+    (the one that held up best across systems by leave-one-system-out, docs/results.md) reordering MASPrism's
+    candidates. Step rows keep MASPrism's own score/rank (the features)."""
+    weights = cfg.method.ranker_weights
+    sr = ranker.ranker_for(weights, t, model_id)
+    rule = sr.rule if sr is not None else _fallback_rule(weights)
+    order = rules.order(rule, rows, base.ranked)
+    if sr is None or sr.verdict != "ranker":
         ranking = mp.Ranking(order, base.scores, base.support, base.symptoms, base.nll, base.notes)
-        return ranking, _masprism_verdict(t, ranking)
-    agg = cfg.method.agent_aggregation
-    if agg is None:
-        agg = rk.agent_rule == "aggregate"
-    order, probs, agent = ranker.rerank(t, rows, rk, len(t.steps), agg)
-    p = dict(zip(order, probs, strict=True))
-    top = order[: cfg.method.top_k_candidates]
+        v = _masprism_verdict(t, ranking)
+        if sr is not None:  # the system was fitted but its ranker did not beat the rule: its agent rule and
+            _, _, v.agent, v.confidence = sr.apply(t, rows, order)  # calibration still apply
+            v.rule = sr.agent_rule
+        else:
+            v.rule = rules.fallback_agent_rule(weights)
+            v.agent = rules.agent_verdict(v.rule, t, rows, order) if order else v.agent
+            v.confidence = _rule_confidence(t, rows, ranking, weights)
+        v.by = f"rule:{rule}"
+        return ranking, v
+    full, probs, agent, conf = sr.apply(t, rows, order)
+    p = {i: float(probs[i]) for i in range(len(probs))}
+    if cfg.method.agent_aggregation is not None:  # an explicit override of the fitted agent rule
+        agg = ranker.agent_scores(t, probs)
+        agent = min(agg, key=lambda a: (-agg[a], a)) if cfg.method.agent_aggregation and agg else t.steps[full[0]].agent
+    top = full[: cfg.method.top_k_candidates]
     support = {k: base.support.get(k, []) for k in top}
-    ag = ranker.agent_scores(t, np.array([p.get(i, 0.0) for i in range(len(t.steps))]))
+    ag = ranker.agent_scores(t, probs)
     agent_ranking = [{"agent": a, "score": float(v)} for a, v in sorted(ag.items(), key=lambda kv: (-kv[1], kv[0]))]
-    verdict = Verdict(order, p, agent, "aggregate" if agg else "author", agent_ranking)
+    verdict = Verdict(full, p, agent, sr.agent_rule, agent_ranking, sr.verdict_by, conf)
     return mp.Ranking(top, {k: p[k] for k in top}, support, base.symptoms, base.nll), verdict
+
+
+def _rule_confidence(t: Trace, rows: list[dict], ranking: mp.Ranking, weights: str | None) -> float | None:
+    """Calibrated confidence of a zero-training verdict (calibration fitted on the dev systems)."""
+    from .method import calibrate
+    from .method import fit as ft
+
+    c = ft.FitCase(t, rows, [], [], list(ranking.ranked))
+    return calibrate.apply(rules.fallback_calibration(weights), ft.rule_confidence(c)) if ranking.ranked else None
 
 
 @lru_cache(maxsize=8)

@@ -37,6 +37,7 @@ def attribution_row(t, ranking, model_id, chash, cfg, r1, r2, sec1, sec2, now, v
         "trace_start": min(starts) if starts else None, "attributed_at": now,
         "pred_step_agent": steps[top].agent if top is not None else None,
         "pred_agent_rule": verdict.rule, "agent_ranking": verdict.agent_ranking,
+        "verdict_by": verdict.by, "confidence": verdict.confidence,
     }
 
 

@@ -93,8 +93,10 @@ ATTRIBUTIONS = pa.schema(
         pa.field("attributed_at", pa.timestamp("us", tz="UTC")),
         # The verdict, spelled out (pred_step / pred_agent above are what every output names):
         pa.field("pred_step_agent", pa.string()),  # author of pred_step
-        pa.field("pred_agent_rule", pa.string()),  # how pred_agent was chosen: "author" | "aggregate"
+        pa.field("pred_agent_rule", pa.string()),  # how pred_agent was chosen: "author" | "aggregate" | "prior" | ...
         pa.field("agent_ranking", pa.list_(pa.field("item", AGENT_SCORE_TYPE, nullable=False))),  # best first
+        pa.field("verdict_by", pa.string()),  # what decided pred_step: "ranker:<system>" | "rule:<name>"
+        pa.field("confidence", pa.float64()),  # calibrated P(pred_step is right) (docs/method.md); null: none
     ],
     metadata=_META,
 )

@@ -13,6 +13,7 @@ from typing import Any
 
 from ..eval import evaluate
 from ..eval.common import ranked_steps
+from ..method.calibrate import accuracy_at_coverage
 from ..trace import Labels, Step, Trace
 from .insample import RANKED, InSample
 
@@ -50,6 +51,8 @@ class AccuracyAccumulator:
         self._seen: set[str] = set()
         self._in_sample = in_sample or InSample()
         self._sample: dict[str, list[int]] = defaultdict(lambda: [0, 0, 0])  # source: scored, ranked, in-sample
+        # source -> [(confidence, top-1 hit)] of labelled traces whose verdict carries a confidence (issue 23)
+        self._conf: dict[str, list[tuple[float, bool]]] = defaultdict(list)
 
     def add_batch(self, attrs: dict[str, dict[str, Any]], trace_rows: list[dict[str, Any]]) -> None:
         traces = []
@@ -57,6 +60,9 @@ class AccuracyAccumulator:
             if r["trace_id"] in attrs and r.get("labels") and r["trace_id"] not in self._seen:
                 self._seen.add(r["trace_id"])
                 traces.append(light_trace(r))
+                conf, hit = attrs[r["trace_id"]].get("confidence"), top1_correct(attrs[r["trace_id"]], r)
+                if conf is not None and hit is not None:
+                    self._conf[r.get("source") or ""].append((float(conf), hit))
                 c = self._sample[r.get("source") or ""]
                 c[0] += 1
                 if attrs[r["trace_id"]].get("method", RANKED) == RANKED:
@@ -95,11 +101,22 @@ class AccuracyAccumulator:
             ins, label = self.sample(s)
             out.append({"source": s, "metric": m, "n_traces": int(a[0]), "value": a[1] / a[0] if a[0] else None,
                         "random_baseline": a[3] / a[2] if a[2] else None, "n_in_sample": ins, "sample": label})
+        for s, pairs in sorted(self._conf.items()):  # accuracy at coverage: the most confident verdicts first
+            ins, label = self.sample(s)
+            for frac, (n, acc) in accuracy_at_coverage([c for c, _ in pairs], [h for _, h in pairs]).items():
+                out.append({"source": s, "metric": f"{COVERAGE}@{int(frac * 100)}", "n_traces": n, "value": acc,
+                            "random_baseline": None, "n_in_sample": ins, "sample": label})
         return out
+
+
+# top-1 (step; TRAIL: the blamed span is a labelled one) of the most confident N% of labelled verdicts
+COVERAGE = "top1_most_confident"
 
 
 def _order(metric: str) -> tuple:
     fixed = ("step_top1", "step_top3", "step_within1", "agent")
+    if metric.startswith(COVERAGE):
+        return (2, int(metric.rpartition("@")[2]), "")
     if metric in fixed:
         return (0, fixed.index(metric), "")
     name, _, k = metric.partition("@")

@@ -2,7 +2,8 @@
 
 The `ranked` method scores candidates with weights shipped in `masprism_batch/method/weights/`. Accuracy
 measured on traces those weights were fitted on is optimistic (README "Accuracy": in-sample vs held-out).
-Each ranker weights JSON (`ranker.json`, or per-family `ranker-<family>.json`) may carry `fitted_on`: a list
+Each ranker weights JSON (`rankers.json` written by `masprism-batch fit`: per system; older `ranker.json` /
+`ranker-<family>.json`) may carry `fitted_on`: a list
 of hex prefixes of sha256(trace_id as UTF-8) (any prefix length; ids are not shipped, only hashes), as
 `benchmarks/bench_accuracy.py --train-weights` writes it. A separate `fitted_on*.json` / `fitted_on*.txt` in the same folder
 (a JSON list, or one prefix per line) is read too. Without any list the answer is "unknown".
@@ -40,11 +41,16 @@ def fitted_prefixes(folder: str | None = None) -> frozenset[str] | None:
         return None
     for p in sorted(d.iterdir()):
         try:
-            if p.suffix == ".json" and (p.name == "ranker.json" or p.name.startswith("ranker-")):
+            if p.suffix == ".json" and (p.name == "ranker.json" or p.name.startswith("ranker")):
                 doc = json.loads(p.read_text(encoding="utf-8"))
                 if isinstance(doc, dict) and "fitted_on" in doc:
                     listed = True
                     found += _prefixes(doc["fitted_on"])
+                # a ranker file from `masprism-batch fit` (rankers.json): one fitted_on list per system
+                for entry in (doc.get("systems") or {}).values() if isinstance(doc, dict) else ():
+                    if isinstance(entry, dict) and "fitted_on" in entry:
+                        listed = True
+                        found += _prefixes(entry["fitted_on"])
             elif p.name.startswith("fitted_on") and p.suffix in (".json", ".txt"):
                 text = p.read_text(encoding="utf-8")
                 listed = True

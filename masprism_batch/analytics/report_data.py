@@ -162,4 +162,6 @@ def _payload(a: dict, scores: list[dict], trace: dict | None, limits: DrillLimit
         "gold": None if not labels else {"step": labels.get("mistake_step"), "agent": labels.get("mistake_agent"),
                                          "locs": labels.get("error_locations") or []},
         "ok": ok, "steps": steps, "attn": heat,
+        # issue 23: what decided the step (ranker:<system> | rule:<name>) and P(it is right), calibrated
+        "by": mark_bidi(a.get("verdict_by")), "conf": _num(a.get("confidence")),
     }

@@ -43,12 +43,15 @@ STATS_SCHEMAS: dict[str, pa.Schema] = {
     "throughput": pa.schema([("hour", pa.timestamp("us", tz="UTC")), ("model_id", _S), ("n_traces", _I),
                              ("tokens", _I), ("seconds", _F), ("traces_per_s", _F), ("tokens_per_s", _F)]),
     "runs": RUNS_SCHEMA,
+    # what decided the verdicts (issue 23): a fitted ranker of the system or a zero-training rule
+    "verdicts": pa.schema([("source", _S), ("system", _S), ("verdict_by", _S), ("n_traces", _I),
+                           ("mean_confidence", _F)]),
 }
 RELATIVE_BINS = 10
 _EPOCH = datetime(1970, 1, 1, tzinfo=timezone.utc)
 ATTR_COLS = ["trace_id", "source", "system", "n_steps", "pred_step", "pred_agent", "candidates", "symptoms",
               "model_id", "tokens_pass1", "tokens_pass2", "seconds_pass1", "seconds_pass2", "trace_start",
-              "attributed_at", "method", "pred_step_agent", "pred_agent_rule"]
+              "attributed_at", "method", "pred_step_agent", "pred_agent_rule", "verdict_by", "confidence"]
 
 
 def _table(name: str, rows: list[dict[str, Any]]) -> pa.Table:
@@ -60,7 +63,7 @@ def compute_stats(outdir: Path | str, failure_words: tuple[str, ...] | None = No
     attr, dups = load.latest_per_trace(load.read(outdir, "attributions", columns=ATTR_COLS))
     log.info("stats over %d attributed traces in %s", attr.num_rows, outdir)
     out = {"blamed_agents": blamed_agents(attr), "blamed_by_day": blamed_by_day(attr),
-           "step_position": step_position(attr), "throughput": throughput(attr),
+           "step_position": step_position(attr), "throughput": throughput(attr), "verdicts": verdicts(attr),
            "runs": runs(load.run_records(outdir), previous_runs(outdir), load.committed_shards(outdir))}
     out["nll_by_agent"] = nll_by_agent(attr, load.read(
         outdir, "step_scores", columns=["trace_id", "step", "agent", "nll_pass1", "nll_pass2"]), dups)
@@ -133,6 +136,20 @@ def blamed_by_day(attr: pa.Table) -> pa.Table:
     return _table("blamed_by_day", rows)
 
 
+def verdicts(attr: pa.Table) -> pa.Table:
+    """Traces per (source, system, verdict_by) and their mean confidence (runs before issue 23: verdict_by null)."""
+    acc: dict[tuple, list] = defaultdict(lambda: [0, 0.0, 0])
+    for r in attr.select(["source", "system", "verdict_by", "confidence"]).to_pylist():
+        a = acc[(r["source"], r["system"], r["verdict_by"] or "unknown (older run)")]
+        a[0] += 1
+        if r["confidence"] is not None:
+            a[1] += r["confidence"]
+            a[2] += 1
+    return _table("verdicts", [{"source": s, "system": y, "verdict_by": v, "n_traces": a[0],
+                                "mean_confidence": a[1] / a[2] if a[2] else None}
+                               for (s, y, v), a in sorted(acc.items(), key=lambda kv: tuple(x or "" for x in kv[0]))])
+
+
 def relative_position(pred_step: int, n_steps: int) -> float:
     """0 = first step, 1 = last step."""
     return pred_step / (n_steps - 1) if n_steps > 1 else 0.0
@@ -187,7 +204,7 @@ def nll_by_agent(attr: pa.Table, scores: pa.Table, dups: set[str] = frozenset())
 def _trace_pass(outdir: Path, attr: pa.Table, words: tuple[str, ...]) -> tuple[pa.Table, pa.Table]:
     """One streaming pass over traces/: failure words in the final symptom steps, and label accuracy."""
     by_id = {r["trace_id"]: r for r in attr.select(["trace_id", "source", "n_steps", "pred_step", "pred_agent",
-                                                     "candidates", "symptoms", "method"]).to_pylist()}
+                                                     "candidates", "symptoms", "method", "confidence"]).to_pylist()}
     rx = failure_word_regex(words)
     steps_with: Counter = Counter()
     traces_with: Counter = Counter()
@@ -247,8 +264,8 @@ def stats_tables_for_terminal(outdir: Path | str, top: int = 10) -> list:
     from .insample import note
 
     d = Path(outdir) / "stats"
-    read = {n: pq.read_table(d / f"{n}.parquet").to_pylist() for n in ("blamed_agents", "step_position", "accuracy")
-            if (d / f"{n}.parquet").is_file()}
+    read = {n: pq.read_table(d / f"{n}.parquet").to_pylist()
+            for n in ("blamed_agents", "step_position", "accuracy", "verdicts") if (d / f"{n}.parquet").is_file()}
     out = []
     t = Table(title=f"Most-blamed agents (top {top} per source and system)", title_justify="left")
     for c, j in (("source", "left"), ("system", "left"), ("agent", "left"), ("traces", "right"), ("share", "right")):
@@ -274,6 +291,17 @@ def stats_tables_for_terminal(outdir: Path | str, top: int = 10) -> list:
         n = sum(bins.values())
         t.add_row(src, *[f"{bins.get(b, 0) / n:.0%}" if n else "-" for b in range(RELATIVE_BINS)], f"{n:,}")
     out.append(t)
+    if read.get("verdicts"):
+        t = Table(title="What decided the verdicts (ranker:<system> = fitted by `fit`; rule:<name> = zero-training)",
+                  title_justify="left")
+        for c, j in (("source", "left"), ("system", "left"), ("verdict by", "left"), ("traces", "right"),
+                     ("mean confidence", "right")):
+            t.add_column(c, justify=j, overflow="fold")
+        for r in read["verdicts"]:
+            mc = r["mean_confidence"]
+            t.add_row(r["source"] or "-", r["system"] or "-", r["verdict_by"], f"{r['n_traces']:,}",
+                      "-" if mc is None else f"{mc:.2f}")
+        out.append(t)
     acc = read.get("accuracy", [])
     if acc:
         t = Table(title="Accuracy where labels exist (random baseline beside)", title_justify="left")

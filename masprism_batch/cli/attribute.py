@@ -31,16 +31,18 @@ ModelOpt = typer.Option(None, "--model", "-m", help="smollm2-135m (default) | ti
 ConfigOpt = typer.Option(None, "--config", help="JSON or TOML file with PipelineConfig sections")
 ContextOpt = typer.Option(None, "--max-context", help="tokens per prompt (default from config)")
 MethodOpt = typer.Option(None, "--method", help="ranked (default) | masprism (the faithful paper method)")
+RankerOpt = typer.Option(None, "--ranker", help="ranker file from `masprism-batch fit` (logs of its systems get "
+                         "their fitted verdict, others the zero-training rule)")
 IntervalOpt = typer.Option(DEFAULT_INTERVAL, "--progress-interval", min=0,
                            help="seconds between progress lines when stderr is not a terminal (0: none)")
 
 
-def _config(config, model, max_context, threads=None, method=None):
+def _config(config, model, max_context, threads=None, method=None, ranker=None):
     from ..config import load_config
 
     try:
         return load_config(config, model__name=model, render__max_context=max_context, model__threads=threads,
-                           method__name=method)
+                           method__name=method, method__ranker_weights=str(ranker) if ranker else None)
     except (OSError, ValueError) as exc:  # pydantic's ValidationError is a ValueError
         console.print(f"[red]error:[/] bad configuration: {exc}")
         raise typer.Exit(EXIT_FATAL) from None
@@ -72,6 +74,7 @@ def attribute(
     inputs: list[str] = typer.Argument(..., help="raw trace files/dirs (auto-ingested) or a canonical traces dataset"),
     out: Path = typer.Option(..., "-o", "--out", help="output directory"),
     model: str = ModelOpt, config: str = ConfigOpt, max_context: int = ContextOpt, method: str = MethodOpt,
+    ranker: Path = RankerOpt,
     token_budget: int = typer.Option(None, help="max tokens per packed prefill batch"),
     traces_per_shard: int = typer.Option(None, help="traces per committed output shard"),
     threads: int = typer.Option(None, help="torch CPU threads"),
@@ -82,7 +85,8 @@ def attribute(
     verbose: bool = typer.Option(False, "-v"),
 ):
     run(inputs, out, engine=Engine.local, workers=None, address=None, num_cpus=None, model=model, config=config,
-        max_context=max_context, method=method, token_budget=token_budget, traces_per_shard=traces_per_shard,
+        max_context=max_context, method=method, ranker=ranker, token_budget=token_budget,
+        traces_per_shard=traces_per_shard,
         threads=threads, fmt=fmt, limit=limit, sample=sample, seed=seed, progress=progress,
         progress_interval=progress_interval, verbose=verbose)
 
@@ -159,6 +163,7 @@ def eval_(
     path: list[str] = typer.Argument(..., help="labelled traces (raw files/dirs or a canonical dataset)"),
     dataset: str = typer.Option(..., "--dataset", "-d", help="who-and-when | trail"),
     model: str = ModelOpt, config: str = ConfigOpt, max_context: int = ContextOpt, method: str = MethodOpt,
+    ranker: Path = RankerOpt,
     json_out: Path = typer.Option(None, "--json", help="write the scores as JSON here"),
     out: Path = typer.Option(None, "-o", "--out", help="keep the attribution outputs here (default: temporary)"),
     limit: int = typer.Option(None, min=1, help="score only the first N labelled traces (smoke runs)"),
@@ -186,8 +191,11 @@ def eval_(
     if json_out is not None:
         from .common import check_out_file
         check_out_file(json_out)
-    cfg = _config(config, model, max_context, threads, method)
+    cfg = _config(config, model, max_context, threads, method, ranker)
     loaded = load_model_or_fail(cfg)
+    from .fit import check_ranker
+
+    check_ranker(cfg, loaded.model_id)
     outdir = out or Path(tempfile.mkdtemp(prefix="masprism-eval-"))
     select = Selection(limit=limit, sample=sample, seed=seed, dataset=dataset)
     try:

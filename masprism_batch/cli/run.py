@@ -41,6 +41,8 @@ def run(
     config: str = typer.Option(None, "--config", help="JSON or TOML file with PipelineConfig sections"),
     max_context: int = typer.Option(None, "--max-context", help="tokens per prompt (default from config)"),
     method: str = typer.Option(None, "--method", help="ranked (default) | masprism (the faithful paper method)"),
+    ranker: Path = typer.Option(None, "--ranker", help="ranker file from `masprism-batch fit` (logs of the systems "
+                                "it holds get their fitted verdict, others the zero-training rule)"),
     token_budget: int = typer.Option(None, help="max tokens per packed prefill batch"),
     traces_per_shard: int = typer.Option(None, help="traces per committed output shard"),
     threads: int = typer.Option(None, help="torch CPU threads per model (default: CPUs / workers)"),
@@ -73,7 +75,7 @@ def run(
     check_outdir(out)
     try:
         cfg = load_config(config, model__name=model, render__max_context=max_context, model__threads=threads,
-                          method__name=method,
+                          method__name=method, method__ranker_weights=str(ranker) if ranker else None,
                           batch__token_budget=token_budget, engine__traces_per_shard=traces_per_shard)
     except (OSError, ValueError) as exc:  # pydantic's ValidationError is a ValueError
         raise fail(f"bad configuration: {exc}") from None
@@ -83,6 +85,9 @@ def run(
     # The model is checked before OUTDIR is touched, so a bad --model leaves nothing that refuses a retry.
     if engine is Engine.local:
         loaded = load_model_or_fail(cfg)
+        from .fit import check_ranker
+
+        check_ranker(cfg, loaded.model_id)
     else:
         try:
             require_model(cfg.model.name)  # the actors load it; here only that it exists

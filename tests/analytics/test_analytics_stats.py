@@ -298,3 +298,30 @@ def test_run_history_typed_no_op_resumes_and_killed_invocations(tmp_path, monkey
     (tmp_path / "run.json").unlink()
     again = compute_stats(tmp_path)["runs"]
     assert again.schema.equals(RUNS_SCHEMA) and [r["traces"] for r in again.to_pylist()] == [4, 8, 2]
+
+
+def test_accuracy_at_coverage_and_what_decided_the_verdicts(tmp_path):
+    """Issue 23: the most confident verdicts are scored first (top 25/50/100%), and stats count verdicts by what
+    decided them; runs written before these columns read as 'unknown (older run)'."""
+    import pyarrow as pa
+
+    from masprism_batch.analytics.accuracy import COVERAGE, AccuracyAccumulator
+    from masprism_batch.analytics.stats import verdicts
+
+    acc = AccuracyAccumulator()
+    attrs, rows = {}, []
+    for i, (conf, right) in enumerate([(0.9, True), (0.8, True), (0.3, False), (0.2, True)]):
+        tid = f"t{i}"
+        attrs[tid] = {"trace_id": tid, "pred_step": 1 if right else 0, "candidates": [], "method": "ranked",
+                      "confidence": conf, "pred_agent": "A"}
+        rows.append({"trace_id": tid, "source": "ww", "labels": {"mistake_step": 1, "mistake_agent": "A"},
+                     "steps": [{"index": j, "agent": "A", "kind": "message", "span_id": None} for j in range(3)]})
+    acc.add_batch(attrs, rows)
+    got = {r["metric"]: (r["n_traces"], r["value"]) for r in acc.rows() if r["metric"].startswith(COVERAGE)}
+    assert got == {f"{COVERAGE}@25": (1, 1.0), f"{COVERAGE}@50": (2, 1.0), f"{COVERAGE}@100": (4, 0.75)}
+    attr = pa.Table.from_pylist([
+        {"source": "s", "system": "x", "verdict_by": "ranker:x", "confidence": 0.5},
+        {"source": "s", "system": "x", "verdict_by": "ranker:x", "confidence": 0.7},
+        {"source": "s", "system": "y", "verdict_by": None, "confidence": None}])
+    v = {(r["system"], r["verdict_by"]): (r["n_traces"], r["mean_confidence"]) for r in verdicts(attr).to_pylist()}
+    assert v[("x", "ranker:x")] == (2, pytest.approx(0.6)) and v[("y", "unknown (older run)")] == (1, None)

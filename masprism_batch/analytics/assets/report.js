@@ -14,14 +14,51 @@
   function fmt(v) { return v === null || v === undefined ? "-" : (Math.round(v * 1000) / 1000).toString(); }
   function outcome(t) { return t.ok === null ? "none" : (t.ok ? "ok" : "bad"); }
 
+  // Confidence (issue 23): a column, a minimum and a sort, added here so a team reviews the confident verdicts
+  // first. Traces without a confidence (older runs) sort last and pass no minimum above 0.
+  function addConfidenceControls() {
+    var head = document.querySelector("#trace-list thead tr"), controls = document.querySelector(".controls");
+    if (head) { head.appendChild(el("th", null, "verdict by")); head.appendChild(el("th", null, "confidence")); }
+    if (!controls) return;
+    var sort = el("select");
+    sort.id = "sort";
+    sort.setAttribute("aria-label", "sort");
+    [["", "log order"], ["desc", "most confident first"], ["asc", "least confident first"]].forEach(function (o) {
+      var opt = el("option", null, o[1]);
+      opt.value = o[0];
+      sort.appendChild(opt);
+    });
+    var min = el("input");
+    min.id = "minconf";
+    min.type = "number";
+    min.min = "0"; min.max = "1"; min.step = "0.05";
+    min.placeholder = "min confidence";
+    min.setAttribute("aria-label", "minimum confidence");
+    controls.appendChild(sort);
+    controls.appendChild(min);
+    sort.addEventListener("change", applyFilter);
+    min.addEventListener("input", applyFilter);
+  }
+
   function applyFilter() {
     var q = document.getElementById("filter").value.toLowerCase();
     var o = document.getElementById("outcome").value;
+    var sortEl = document.getElementById("sort"), minEl = document.getElementById("minconf");
+    var dir = sortEl ? sortEl.value : "", min = minEl && minEl.value !== "" ? parseFloat(minEl.value) : null;
     view = TRACES.filter(function (t) {
       if (o && outcome(t) !== o) return false;
+      if (min !== null && !isNaN(min) && min > 0 && !(t.conf !== null && t.conf !== undefined && t.conf >= min)) return false;
       if (!q) return true;
-      return [t.id, t.src, t.sys, t.agent].some(function (s) { return s && String(s).toLowerCase().indexOf(q) >= 0; });
+      return [t.id, t.src, t.sys, t.agent, t.by].some(function (s) { return s && String(s).toLowerCase().indexOf(q) >= 0; });
     });
+    if (dir) {
+      var sign = dir === "desc" ? -1 : 1;
+      view.sort(function (a, b) {
+        var x = a.conf === null || a.conf === undefined, y = b.conf === null || b.conf === undefined;
+        if (x || y) return x === y ? 0 : (x ? 1 : -1);
+        return sign * (a.conf - b.conf);
+      });
+    }
     page = 0;
     drawList();
   }
@@ -35,7 +72,8 @@
       var tr = el("tr");
       tr.tabIndex = 0;
       tr.appendChild(el("td", "id", t.id));
-      [t.src, t.sys, t.n, t.pred, t.agent, t.ok === null ? "unlabelled" : (t.ok ? "correct" : "wrong")]
+      [t.src, t.sys, t.n, t.pred, t.agent, t.ok === null ? "unlabelled" : (t.ok ? "correct" : "wrong"),
+        t.by || "-", t.conf === null || t.conf === undefined ? "-" : t.conf.toFixed(2)]
         .forEach(function (v) { tr.appendChild(el("td", null, v === null ? "-" : v)); });
       function open() { showTrace(TRACES.indexOf(t), tr); }
       tr.addEventListener("click", open);
@@ -60,7 +98,9 @@
     var info = el("p");
     info.appendChild(document.createTextNode("source " + t.src + " · system " + (t.sys || "-") + " · " + t.n +
       " steps · blamed step " + t.pred + " (written by " + (t.pa || "-") + ") · blamed agent " + (t.agent || "-") +
-      (t.rule === "aggregate" ? " (step probabilities summed per agent)" : "")));
+      (t.rule === "aggregate" ? " (step probabilities summed per agent)" : "") +
+      (t.by ? " · decided by " + t.by : "") +
+      (t.conf !== null && t.conf !== undefined ? " · confidence " + t.conf.toFixed(2) : "")));
     if (t.gold) {
       var g = t.gold.step !== null && t.gold.step !== undefined ? "step " + t.gold.step + " (" + (t.gold.agent || "-") + ")"
         : t.gold.locs.length + " labelled error span(s)";
@@ -181,6 +221,7 @@
     box.appendChild(info);
   }
 
+  addConfidenceControls();
   document.getElementById("filter").addEventListener("input", applyFilter);
   document.getElementById("outcome").addEventListener("change", applyFilter);
   document.getElementById("prev").addEventListener("click", function () { page--; drawList(); });

@@ -1,0 +1,158 @@
+"""Learning curve of `masprism-batch fit` (issue 23, item 5): how many labelled logs of a system it takes.
+
+    python benchmarks/accuracy_extract.py --counterfactual-k 0 --no-learned-heads   # prefills, once (resumable)
+    python benchmarks/bench_learning_curve.py --counterfactual-k 0 --no-learned-heads
+
+For each dev system and k = 5, 10, 20, 40 and "all": 5 random draws of k labelled logs, fitted by the product's
+fit (method/fit_system.py, as `fit` runs it) and tested on that system's remaining logs ("all": 5-fold within
+the system, each fold once). Beside the fitted verdict, on the same test logs: the zero-training rule, and the
+label-prior baselines learned from the same k labels (most common blamed position; most common blamed agent).
+Step: top-1 (Who&When) / P@1 (TRAIL) over logs with a labelled step; agent: exact (Who&When). Also the
+accuracy of the most confident half of the fitted verdicts (calibrated confidence).
+Writes tidy rows to benchmarks/results/learning_curve.csv and a section of docs/results.md.
+"""
+
+from __future__ import annotations
+
+import argparse
+import csv
+import datetime as dt
+import logging
+import platform
+import time
+from pathlib import Path
+
+import numpy as np
+from accuracy_extract import extract_config
+from accuracy_report import CURVE_BEGIN, CURVE_END, replace_block
+from bench_accuracy import extract_overrides, fit_cases, load_cases
+
+from masprism_batch.method import calibrate
+from masprism_batch.method import fit as ft
+from masprism_batch.method import fit_system as fs
+from masprism_batch.method import rules as zr
+from masprism_batch.method.rankfile import SystemRanker
+
+ROOT = Path(__file__).resolve().parents[1]
+log = logging.getLogger("bench_learning_curve")
+KS = (5, 10, 20, 40, "all")
+METHODS = ("fitted", "zero-training rule", "label prior: position", "label prior: agent", "fitted, top 50% confident")
+
+
+def evaluate(train: list[ft.FitCase], test: list[ft.FitCase], system: str, rule: str, rule_agent: str) -> dict:
+    """{(method, metric): value} of one draw."""
+    f = fs.fit_system(train, system, rule=rule, rule_agent=rule_agent)
+    sr = SystemRanker(f.entry, "")
+    pri = ft.Priors.count(train)
+    res: dict[tuple[str, str], list] = {}
+    conf, hits = [], []
+    for c in test:
+        order, _, agent, cf = sr.apply(c.trace, c.rows, c.ranked)
+        top = c.ranked[0] if c.ranked else 0
+        ti = pri.top_index()
+        got = {"fitted": (order[0], agent),
+               "zero-training rule": (top, zr.agent_verdict(rule_agent, c.trace, c.rows, c.ranked or [top])),
+               "label prior: position": (min(ti, len(c.trace.steps) - 1) if ti is not None else top, None),
+               "label prior: agent": (None, pri.top_agent(c.trace) or zr.agent_verdict("active", c.trace, c.rows,
+                                                                                       c.ranked or [top]))}
+        for m, (step, ag) in got.items():
+            if step is not None:
+                res.setdefault((m, "step"), []).append(ft.hit(c, step))
+            if ag is not None and c.gold_agents:
+                res.setdefault((m, "agent"), []).append(ft.agent_hit(c, ag))
+        conf.append(cf)
+        hits.append(ft.hit(c, order[0]))
+    out = {k: float(np.mean(v)) for k, v in res.items() if v}
+    if conf and all(x is not None for x in conf):
+        out[("fitted, top 50% confident", "step")] = calibrate.accuracy_at_coverage(conf, hits)[0.5][1]
+    out[("fitted", "uses ranker")] = float(f.verdict == "ranker")
+    return out
+
+
+def draws(cases: list[ft.FitCase], k, n_draws: int, seed: int):
+    """(train, test) pairs: k random logs vs the rest; "all": 5-fold (each fold once)."""
+    rng = np.random.default_rng(seed)
+    if k == "all":
+        fold = rng.permutation(len(cases)) % 5
+        for f in range(5):
+            yield [c for c, x in zip(cases, fold, strict=True) if x != f], [c for c, x in zip(cases, fold, strict=True) if x == f]
+        return
+    for _ in range(n_draws):
+        idx = rng.permutation(len(cases))
+        yield [cases[i] for i in idx[:k]], [cases[i] for i in idx[k:]]
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--data", default=str(ROOT.parent / "shared" / "data"))
+    ap.add_argument("--work", default="/tmp/masprism-accuracy")
+    ap.add_argument("--model", default="smollm2-135m")
+    ap.add_argument("--cache", default=None)
+    ap.add_argument("--counterfactual-k", type=int, default=None)
+    ap.add_argument("--no-learned-heads", action="store_true")
+    ap.add_argument("--draws", type=int, default=5)
+    ap.add_argument("--csv", default=str(ROOT / "benchmarks" / "results" / "learning_curve.csv"))
+    ap.add_argument("--md", default=str(ROOT / "docs" / "results.md"))
+    args = ap.parse_args()
+    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(message)s")
+    cfg = extract_config(args.model, **extract_overrides(args))
+    cache = Path(args.cache) if args.cache else Path(args.work) / f"cache-{cfg.config_hash()}"
+    cases = load_cases(Path(args.data), cache)
+    rule, rule_agent = zr.fallback_rule(None), zr.fallback_agent_rule(None)
+    rows, t0 = [], time.process_time()
+    for system in sorted({c.system for c in cases}):
+        fc = fit_cases([c for c in cases if c.system == system], rule)
+        for k in KS:
+            if k != "all" and k >= len(fc) - 4:  # fewer than 5 logs left to test on
+                continue
+            for d, (train, test) in enumerate(draws(fc, k, args.draws, seed=len(rows))):
+                for (m, metric), v in evaluate(train, test, system, rule, rule_agent).items():
+                    rows.append({"system": system, "k": k, "draw": d, "n_train": len(train), "n_test": len(test),
+                                 "method": m, "metric": metric, "value": round(v, 4)})
+            log.info("%s k=%s done (%.0f s CPU)", system, k, time.process_time() - t0)
+    Path(args.csv).parent.mkdir(parents=True, exist_ok=True)
+    with open(args.csv, "w", newline="") as f:
+        w = csv.DictWriter(f, fieldnames=list(rows[0]))
+        w.writeheader()
+        w.writerows(rows)
+    replace_block(Path(args.md), markdown(rows, cases, rule, rule_agent, args))
+
+
+def _agg(rows, system, k, method, metric) -> str:
+    v = [r["value"] for r in rows if (r["system"], str(r["k"]), r["method"], r["metric"]) == (system, k, method, metric)]
+    return f"{np.mean(v):.3f} ± {np.std(v):.3f}" if v else ""
+
+
+def markdown(rows, cases, rule, rule_agent, args) -> str:
+    n = {s: sum(c.system == s for c in cases) for s in sorted({c.system for c in cases})}
+    lines = [CURVE_BEGIN, "## Learning curve: fitted to the system's own labels (`masprism-batch fit`)", "",
+             f"Generated by `python benchmarks/bench_learning_curve.py` on {dt.date.today().isoformat()} "
+             f"({platform.machine()} CPU, 2 cores shared; model {args.model}; signals from the cache, no prefill). "
+             f"Traces: " + ", ".join(f"{s} {v}" for s, v in n.items()) + ". For each k, "
+             f"{args.draws} random draws of k labelled logs of the system fitted by the product's fit and tested "
+             "on the system's remaining logs (k = all: 5-fold within the system); mean ± spread (std) over draws. "
+             "Label-prior baselines are learned from the same k labels. Step: top-1 (TRAIL: P@1) over logs with a "
+             f"labelled step; agent: exact (Who&When only). Zero-training: rule `{rule}`, agent rule `{rule_agent}`. "
+             "`ranker used`: share of draws where the fit's internal CV chose its ranker over the rule.", ""]
+    for s in sorted({r["system"] for r in rows}):
+        ks = list(dict.fromkeys(str(r["k"]) for r in rows if r["system"] == s))
+        has_agent = any(r["system"] == s and r["metric"] == "agent" for r in rows)
+        hdr = ["k", "step: fitted", "step: zero-training", "step: prior position", "step: fitted, top 50% confident"]
+        if has_agent:
+            hdr += ["agent: fitted", "agent: zero-training", "agent: prior agent"]
+        lines += [f"### {s}", "", "| " + " | ".join(hdr + ["ranker used"]) + " |", "|" + "---|" * (len(hdr) + 1)]
+        for k in ks:
+            cells = [_agg(rows, s, k, m, "step") for m in ("fitted", "zero-training rule", "label prior: position",
+                                                            "fitted, top 50% confident")]
+            if has_agent:
+                cells += [_agg(rows, s, k, m, "agent") for m in ("fitted", "zero-training rule", "label prior: agent")]
+            cells.append(_agg(rows, s, k, "fitted", "uses ranker").split(" ±")[0])
+            n_tr = [r["n_train"] for r in rows if r["system"] == s and str(r["k"]) == k]
+            label = f"all (~{np.mean(n_tr):.0f})" if k == "all" else k
+            lines.append(f"| {label} | " + " | ".join(cells) + " |")
+        lines.append("")
+    return "\n".join(lines) + CURVE_END
+
+
+if __name__ == "__main__":
+    main()

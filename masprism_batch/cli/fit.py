@@ -1,0 +1,157 @@
+"""Command `fit`: fit rankers to your own systems from finished runs on labelled logs, with no new prefill
+(issue 23; method/fit.py, method/fit_system.py, the ranker file: method/rankfile.py)."""
+
+from __future__ import annotations
+
+import datetime as dt
+import logging
+from pathlib import Path
+
+import typer
+from rich.console import Console
+from rich.markup import escape
+
+from . import EXIT_OK, app, setup_logging
+from .common import check_out_file, fail
+
+console = Console(stderr=True)
+log = logging.getLogger(__name__)
+# step_scores columns the step features read (method/ranker.py step_features) and the rule's order needs
+STEP_COLUMNS = ["trace_id", "step", "nll_pass1", "nll_pass2", "h_score", "score", "rank", "masprism_rank",
+                "is_symptom", "is_candidate", "has_failure_word", "attention_pass1", "cf_effect", "attn_in_learned"]
+
+
+def load_runs(runs: list[Path]):
+    """(traces by id, step_scores rows by trace id, model id) of finished runs; every run must be of one model."""
+    from ..analytics import load
+    from ..trace import Trace
+
+    traces, rows, models = {}, {}, {}
+    for run in runs:
+        if not load.has_dataset(run, "attributions"):
+            raise fail(f"{run}: no attributions/ (a run directory made by `attribute` or `run` is expected)")
+        for name in ("traces", "step_scores"):
+            if not load.has_dataset(run, name):
+                raise fail(f"{run}: no {name}/ parts: `fit` reads the run's {name} (made by `attribute`/`run`)")
+        att = load.read(run, "attributions", ["trace_id", "model_id"]).to_pylist()
+        for a in att:
+            models.setdefault(a["model_id"], run)
+        done = {a["trace_id"] for a in att}
+        for r in load.read(run, "traces").to_pylist():
+            if r["trace_id"] in done:
+                traces[r["trace_id"]] = Trace.from_row(r)
+        for r in load.read(run, "step_scores", STEP_COLUMNS).to_pylist():
+            rows.setdefault(r["trace_id"], []).append(r)
+    if len(models) > 1:
+        raise fail("runs of different models cannot be fitted together: " +
+                   ", ".join(f"{m} ({p})" for m, p in models.items()))
+    for v in rows.values():
+        v.sort(key=lambda r: r["step"])
+    return traces, rows, next(iter(models), None)
+
+
+def build_cases(traces, rows, labels_file: Path | None, system: str | None):
+    """{system: [FitCase]} and the label problems to report."""
+    from ..method import fit as ft
+    from ..method import labels as lb
+    from ..method import rules
+    from ..method.rankfile import system_key
+
+    if labels_file is not None:
+        try:
+            gold, problems = lb.from_file(labels_file, traces)
+        except (OSError, lb.LabelsFileError) as exc:
+            raise fail(str(exc)) from None
+    else:
+        gold = {tid: g for tid, t in traces.items() if (g := lb.from_trace(t)) is not None}
+        problems = []
+    rule = rules.fallback_rule(None)
+    out: dict[str, list] = {}
+    for tid, g in sorted(gold.items()):
+        t, r = traces[tid], rows.get(tid, [])
+        if len(r) != len(t.steps):
+            problems.append(f"trace {tid!r}: {len(r)} step_scores rows for {len(t.steps)} steps: skipped")
+            continue
+        base = sorted((x for x in r if (x.get("masprism_rank") or x.get("rank"))),
+                      key=lambda x: x.get("masprism_rank") or x.get("rank"))
+        ranked = rules.order(rule, r, [x["step"] for x in base])
+        out.setdefault(system or system_key(t), []).append(ft.FitCase(t, r, sorted(g.steps), g.agents, ranked))
+    return out, problems, rule
+
+
+def check_ranker(cfg, model_id: str | None) -> None:
+    """`--ranker` / method.ranker_weights: refused before anything runs when it is not a ranker file or was
+    fitted on another model's signals (its weights would mean nothing)."""
+    from ..method import ranker as rk
+    from ..method.rankfile import RankerFileError
+
+    path = cfg.method.ranker_weights
+    if path is None:
+        return
+    target = Path(path) / rk.PACKAGED if Path(path).is_dir() else Path(path)
+    if not target.is_file():
+        raise fail(f"ranker file not found: {target}")
+    try:
+        rk._cached(target).check_model(model_id, target)  # noqa: SLF001 - the same cached read the stage uses
+    except RankerFileError as exc:
+        raise fail(str(exc)) from None
+    if cfg.method.name != "ranked":
+        console.print("[yellow]warning:[/] --ranker applies to the ranked method; --method masprism ignores it")
+
+
+def _pct(x) -> str:
+    return "—" if x is None else f"{100 * x:.1f}%"
+
+
+@app.command("fit")
+def fit(
+    runs: list[Path] = typer.Argument(..., help="run directories made by `attribute`/`run` on labelled logs"),
+    out: Path = typer.Option(..., "-o", "--out", help="ranker file to write (JSON; apply with --ranker)"),
+    labels: Path = typer.Option(None, "--labels", help="JSON lines or CSV: trace_id, step (0-based) or span_id, "
+                                "optional agent; replaces the labels carried by the traces"),
+    system: str = typer.Option(None, "--system", help="fit every labelled log as this one system (default: "
+                               "per system, from each log's source / system field)"),
+    verbose: bool = typer.Option(False, "-v", "--verbose"),
+) -> None:
+    """Fit a ranker per system from finished runs on labelled logs (no new prefill): a correction of the
+    zero-training verdict, shrunk toward it by internal cross-validation, that falls back to the rule where it
+    does not beat it held out. Prints per system the held-out estimates beside the rule's and the label-prior
+    baselines'; writes OUT only when every system fitted (never a partial file)."""
+    from ..method import fit_system as fs
+    from ..method.rankfile import RankerFile
+
+    setup_logging(verbose)
+    missing = [str(r) for r in runs if not r.is_dir()]
+    if missing:
+        raise fail(f"run directory not found: {', '.join(missing)}")
+    if labels is not None and not labels.is_file():
+        raise fail(f"labels file not found: {labels}")
+    check_out_file(out)
+    traces, rows, model_id = load_runs(runs)
+    cases, problems, rule = build_cases(traces, rows, labels, system)
+    for p in problems:
+        console.print(f"[yellow]warning:[/] {escape(p)}", soft_wrap=True)
+    if not cases:
+        raise fail("no labelled log to fit on" + (f" ({len(problems)} label rows skipped, see above)" if problems
+                                                  else ": the runs' traces carry no labels; give --labels FILE"))
+    fits = {}
+    for name, cs in sorted(cases.items()):
+        try:
+            fits[name] = fs.fit_system(cs, name, rule=rule)
+        except (ValueError, ArithmeticError) as exc:
+            raise fail(f"system {name!r}: {exc}") from None
+    console.print("held out within each system (leave-one-out up to 20 logs, else 5 folds); step: top-1 (any "
+                  "labelled step is a hit), agent: exact", soft_wrap=True)
+    for name, f in fits.items():
+        e = f.estimates
+        verdict = f"ranker:{name}" if f.verdict == "ranker" else f"rule:{rule}"
+        console.print(f"{escape(name)}: k={f.k} | step: fitted {_pct(e['fitted'])}, zero-training rule "
+                      f"{_pct(e['rule'])}, label prior (most common blamed position) {_pct(e['pos_prior'])} | agent: "
+                      f"fitted {_pct(e['fitted_agent'])}, zero-training rule {_pct(e['rule_agent'])}, label prior "
+                      f"(most common blamed agent) {_pct(e['agent_prior'])} | verdict: {escape(verdict)}, agent by "
+                      f"{escape(f.entry['agent_rule'])}", soft_wrap=True)
+    meta = {"date": dt.date.today().isoformat(), "fitted_by": "masprism-batch fit",
+            "runs": [str(r) for r in runs], "labels": str(labels) if labels else "traces"}
+    RankerFile(model_id or "", {n: f.entry for n, f in fits.items()}, meta).write(out)
+    console.print(f"wrote {escape(str(out))}: {len(fits)} system(s); apply with --ranker {escape(str(out))}")
+    raise typer.Exit(EXIT_OK)

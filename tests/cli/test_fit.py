@@ -1,0 +1,161 @@
+"""`masprism-batch fit`: rankers from finished runs (tiny random model, runs made here), labels from the traces or
+a labels file with every documented outcome, the per-system printout, atomic output, and `--ranker` applied."""
+
+from __future__ import annotations
+
+import json
+import random
+
+import pytest
+from typer.testing import CliRunner
+
+from masprism_batch.cli import EXIT_FATAL, EXIT_OK, app
+from masprism_batch.io import read_dataset
+
+runner = CliRunner()
+WORDS = "plan search the file error retry tool answer check result failed timeout".split()
+AGENTS = ["Planner", "Coder", "Critic"]
+
+
+def _logs(path, n, seed, system="billing-bot", labelled=True):
+    rng = random.Random(seed)
+    with open(path, "w") as f:
+        for j in range(n):
+            steps = [{"index": i, "agent": AGENTS[i % 3], "role": "assistant",
+                      "content": " ".join(rng.choice(WORDS) for _ in range(rng.randint(3, 12)))}
+                     for i in range(rng.randint(6, 9))]
+            lab = {"mistake_step": 1, "mistake_agent": "Coder"} if labelled else None  # a strong position prior
+            f.write(json.dumps({"trace_id": f"{system}-{j}", "source": "jsonl", "system": system, "steps": steps,
+                                "labels": lab}) + "\n")
+    return path
+
+
+@pytest.fixture(scope="module")
+def run_dir(tmp_path_factory):
+    d = tmp_path_factory.mktemp("fit")
+    cfg = d / "c.json"
+    cfg.write_text(json.dumps({"model": {"name": "tiny-random"}, "render": {"max_context": 512},
+                               "method": {"counterfactual_k": 0}}))
+    logs = _logs(d / "logs.jsonl", 12, 0)
+    res = runner.invoke(app, ["attribute", str(logs), "-o", str(d / "run"), "--config", str(cfg), "--no-progress"])
+    assert res.exit_code == EXIT_OK, res.output
+    return d
+
+
+def test_fit_from_trace_labels_prints_estimates_and_applies(run_dir, tmp_path):
+    out = tmp_path / "ranker.json"
+    res = runner.invoke(app, ["fit", str(run_dir / "run"), "-o", str(out)])
+    assert res.exit_code == EXIT_OK, res.output
+    line = next(ln for ln in res.output.splitlines() if ln.startswith("billing-bot: k=12"))
+    for word in ("step: fitted", "zero-training rule", "label prior (most common blamed position) 100.0%",
+                 "label prior (most common blamed agent) 100.0%", "verdict: "):
+        assert word in line
+    d = json.loads(out.read_text())
+    e = d["systems"]["billing-bot"]
+    assert d["model_id"] == "tiny-random" and e["k"] == 12
+    # every label blames step 1 by Coder: the position prior is perfect, and the fit must learn it or say so
+    assert e["heldout"]["pos_prior"] == 1.0 and e["heldout"]["agent_prior"] == 1.0
+    assert e["heldout"]["fitted_agent"] == 1.0
+    # applied: the system's logs get the fitted verdict, with what decided it and a confidence
+    cfg = run_dir / "c.json"
+    new = _logs(tmp_path / "new.jsonl", 3, 5, labelled=False)
+    res = runner.invoke(app, ["attribute", str(new), "-o", str(tmp_path / "applied"), "--config", str(cfg),
+                              "--ranker", str(out), "--no-progress"])
+    assert res.exit_code == EXIT_OK, res.output
+    rows = read_dataset(tmp_path / "applied" / "attributions").to_pylist()
+    by = e["verdict"]
+    assert {r["verdict_by"] for r in rows} == {"ranker:billing-bot" if by == "ranker" else "rule:faithful"}
+    assert all(0 < r["confidence"] < 1 for r in rows)
+    if by == "ranker":  # the position prior learned from 12 labels moves most verdicts to step 1 (by Coder)
+        assert sum(r["pred_step"] == 1 and r["pred_agent"] == "Coder" for r in rows) >= 2
+
+
+def test_labels_file_outcomes(run_dir, tmp_path):
+    labels = tmp_path / "labels.jsonl"
+    rows = [{"trace_id": "nope", "step": 1},  # unknown trace
+            {"trace_id": "billing-bot-0", "step": 99},  # out of range
+            {"trace_id": "billing-bot-1", "span_id": "s-absent"},  # a span id the trace does not have
+            {"trace_id": "billing-bot-2", "step": 1, "agent": "Coder"},
+            {"trace_id": "billing-bot-2", "step": 2},  # a second labelled step of the same trace
+            {"trace_id": "billing-bot-3"}]  # neither step nor span
+    labels.write_text("\n".join(json.dumps(r) for r in rows) + "\n")
+    out = tmp_path / "r.json"
+    res = runner.invoke(app, ["fit", str(run_dir / "run"), "-o", str(out), "--labels", str(labels)])
+    assert res.exit_code == EXIT_OK, res.output
+    text = " ".join(res.output.split())
+    assert "labels.jsonl:1: unknown trace 'nope'" in text
+    assert "labels.jsonl:2: step 99 out of range" in text
+    assert "labels.jsonl:3: span 's-absent' is not a step" in text
+    assert "labels.jsonl:6: neither step nor span_id" in text
+    e = json.loads(out.read_text())["systems"]["billing-bot"]
+    assert e["k"] == 1  # one trace, labelled with two steps
+
+
+def test_labels_file_csv_with_span_ids_and_system_override(run_dir, tmp_path):
+    from masprism_batch.method.labels import from_file
+    from masprism_batch.trace import Step, Trace
+
+    t = Trace("x", "otel", [Step(0, "A", "a", span_id="s0"), Step(1, "B", "b", span_id="s1")])
+    f = tmp_path / "l.csv"
+    f.write_text("trace_id,step,span_id,agent\nx,,s1,B\nx,0,,\n")
+    gold, problems = from_file(f, {"x": t})
+    assert gold["x"].steps == [1, 0] and gold["x"].agents == ["b"] and not problems
+    out = tmp_path / "r.json"
+    res = runner.invoke(app, ["fit", str(run_dir / "run"), "-o", str(out), "--system", "my-team"])
+    assert res.exit_code == EXIT_OK, res.output
+    assert list(json.loads(out.read_text())["systems"]) == ["my-team"]
+
+
+def test_bad_input_never_leaves_a_partial_file(run_dir, tmp_path):
+    out = tmp_path / "r.json"
+    out.write_text("previous")
+    bad = tmp_path / "bad.jsonl"
+    bad.write_text('{"trace_id": "nope", "step": 1}\n')  # every row skipped: nothing to fit
+    res = runner.invoke(app, ["fit", str(run_dir / "run"), "-o", str(out), "--labels", str(bad)])
+    assert res.exit_code == EXIT_FATAL and "no labelled log" in res.output
+    garbage = tmp_path / "g.jsonl"
+    garbage.write_text('{"trace_id": \n')
+    res = runner.invoke(app, ["fit", str(run_dir / "run"), "-o", str(out), "--labels", str(garbage)])
+    assert res.exit_code == EXIT_FATAL and "not a JSON object" in res.output
+    res = runner.invoke(app, ["fit", str(tmp_path / "absent"), "-o", str(out)])
+    assert res.exit_code == EXIT_FATAL and "not found" in res.output
+    assert out.read_text() == "previous" and sorted(p.name for p in tmp_path.iterdir()) == ["bad.jsonl", "g.jsonl",
+                                                                                          "r.json"]
+
+
+def test_ranker_of_another_model_is_refused(run_dir, tmp_path):
+    out = tmp_path / "r.json"
+    assert runner.invoke(app, ["fit", str(run_dir / "run"), "-o", str(out)]).exit_code == EXIT_OK
+    d = json.loads(out.read_text())
+    d["model_id"] = "smollm2-135m"
+    out.write_text(json.dumps(d))
+    res = runner.invoke(app, ["attribute", str(run_dir / "logs.jsonl"), "-o", str(tmp_path / "o"), "--config",
+                              str(run_dir / "c.json"), "--ranker", str(out), "--no-progress"])
+    assert res.exit_code == EXIT_FATAL
+    assert "fitted on signals of model 'smollm2-135m'" in " ".join(res.output.split())
+    assert not (tmp_path / "o" / "attributions").exists()
+
+
+def test_bench_accuracy_and_fit_share_the_fitting_function(run_dir, tmp_path):
+    """One path: benchmarks/bench_accuracy.py fits through method/fit_system.py, so on the same cases it gives the
+    weights `fit` wrote."""
+    import sys
+    from pathlib import Path
+
+    sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "benchmarks"))
+    import bench_accuracy as ba
+
+    from masprism_batch.cli.fit import load_runs
+
+    out = tmp_path / "r.json"
+    assert runner.invoke(app, ["fit", str(run_dir / "run"), "-o", str(out)]).exit_code == EXIT_OK
+    traces, rows, _ = load_runs([run_dir / "run"])
+    cases = []
+    for tid, t in sorted(traces.items()):
+        r = rows[tid]
+        ranked = [x["step"] for x in sorted((x for x in r if x["masprism_rank"]), key=lambda x: x["masprism_rank"])]
+        cases.append(ba.Case("billing-bot", t, {"rows": r, "ranking": {"ranked": ranked}}, {}))
+    f = ba.system_fit(cases, "billing-bot")
+    e = json.loads(out.read_text())["systems"]["billing-bot"]
+    assert e["verdict"] == "ranker" and f.entry["verdict"] == e["verdict"] and f.entry["heldout"] == e["heldout"]
+    assert f.entry.get("weights") == e.get("weights") and f.entry["calibration"] == e["calibration"]
