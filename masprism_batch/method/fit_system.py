@@ -18,6 +18,7 @@ from . import fit as ft
 
 log = logging.getLogger(__name__)
 AGENT_RULES = ("author", "aggregate", "prior")  # what a fitted system may blame agents by (besides the rule's)
+Z = 1.0  # standard errors a fitted option must win by, held out, to replace the zero-training one
 
 
 @dataclass
@@ -66,14 +67,20 @@ def fit_system(cases: list[ft.FitCase], system: str, rule: str = "faithful", rul
                 for o in [("l2", lam) for lam in grid] + ["rule"]}
     fitted_opts = [o for o in step_acc if o != "rule" and step_acc[o] is not None]
     best = max(fitted_opts, key=lambda o: step_acc[o], default=None)  # first max: the strongest shrinkage
-    use_ranker = best is not None and step_acc[best] > step_acc["rule"]
+    use_ranker = best is not None and beats([ft.hit(cases[i], oof[i][best][0]) for i in ok if best in oof[i]],
+                                            [ft.hit(cases[i], oof[i]["rule"][0]) for i in ok if best in oof[i]])
     chosen = best if use_ranker else "rule"
     labelled_agents = any(c.gold_agents for c in cases)
-    agent_acc = {}
+    agent_hits = {}
     for ar in (rule_agent, *[a for a in AGENT_RULES if a != rule_agent]) if labelled_agents else (rule_agent,):
-        agent_acc[ar] = ft.mean(ft.agent_hit(cases[i], ft.agent_pick(
-            ar, cases[i], oof[i][chosen][2], oof[i][chosen][0], oof[i][chosen][3])) for i in ok)
-    agent_rule = max(agent_acc, key=lambda a: agent_acc[a] if agent_acc[a] is not None else -1.0)
+        agent_hits[ar] = [ft.agent_hit(cases[i], ft.agent_pick(
+            ar, cases[i], oof[i][chosen][2], oof[i][chosen][0], oof[i][chosen][3])) for i in ok]
+    agent_acc = {a: ft.mean(h) for a, h in agent_hits.items()}
+    agent_rule = rule_agent
+    for a in sorted(agent_hits, key=lambda a: -(agent_acc[a] or 0.0)):  # the best one that clearly beats the rule
+        if a != rule_agent and beats(agent_hits[a], agent_hits[rule_agent]):
+            agent_rule = a
+            break
     cal = calibrate.fit_platt([oof[i][chosen][1] for i in ok], [ft.hit(cases[i], oof[i][chosen][0]) for i in ok])
     est = {
         "fitted": step_acc[chosen], "rule": step_acc["rule"],
@@ -96,6 +103,16 @@ def fit_system(cases: list[ft.FitCase], system: str, rule: str = "faithful", rul
                          mean=m.mean.tolist(), std=m.std.tolist(), l2=best[1], offset_scale=ft.OFFSET_SCALE)
     log.info("%s: k=%d, held-out %s", system, len(cases), est)
     return SystemFit(system, len(cases), entry["verdict"], est, entry)
+
+
+def beats(a: list, b: list, z: float = Z) -> bool:
+    """Whether option a's held-out hits beat option b's on the same logs by more than z standard errors of the
+    paired difference: with few labels a lucky tie-break must not replace the zero-training verdict."""
+    d = np.array([float(x) - float(y) for x, y in zip(a, b, strict=True) if x is not None and y is not None])
+    if d.size == 0 or d.mean() <= 0:
+        return False
+    se = d.std(ddof=1) / np.sqrt(d.size) if d.size > 1 else np.inf
+    return bool(d.mean() > z * se)
 
 
 def fitted_weights(fit: SystemFit) -> np.ndarray | None:

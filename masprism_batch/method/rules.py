@@ -24,11 +24,12 @@ from . import weights_dir
 log = logging.getLogger(__name__)
 RULES = ("faithful", "earliest", "counterfactual", "learned_heads")
 # Zero-training agent rules (issue 23, item 7): "author" blames the blamed step's author; "active" the agent
-# with most steps; "mix:<beta>" scores each agent by (1 - beta) * its share of the log's steps + beta * its share
+# with most acting steps; "mix:<beta>" scores each agent by (1 - beta) * its share of the log's steps + beta * its share
 # of the candidates' votes (1/position in the rule's order), so a confident step verdict moves the blame to its
 # author while a log where the signals are spread leaves it with the most active agent.
 AGENT_MIX = (0.25, 0.5, 0.75)
 AGENT_RULES = ("author", "active", *[f"mix:{b}" for b in AGENT_MIX])
+ACTING_EXCLUDED_ROLES = {"user", "human", "tool", "system"}
 
 
 def _by(rows: list[dict], key: str, ranked: list[int]) -> list[int]:
@@ -62,11 +63,14 @@ def agent_verdict(rule: str, trace, rows: list[dict], order: list[int]) -> str |
     share: dict[str, float] = {}
     from ..eval.common import norm_agent
 
-    for s in steps:
+    # shares count the steps where an agent acts: tool outputs and user / system turns relay, they do not decide
+    # (the ranker's input_role mark); a log with no such step counts every step
+    acting = [s for s in steps if (s.role or "").lower() not in ACTING_EXCLUDED_ROLES and s.kind != "tool"] or steps
+    for s in acting:
         if norm_agent(s.agent):
             key = norm_agent(s.agent)
             names.setdefault(key, s.agent)
-            share[key] = share.get(key, 0.0) + 1.0 / len(steps)
+            share[key] = share.get(key, 0.0) + 1.0 / len(acting)
     if not share:
         return steps[order[0]].agent
     beta = 0.0 if rule == "active" else float(rule.split(":", 1)[1]) if rule.startswith("mix:") else None

@@ -101,3 +101,24 @@ def test_stage_applies_the_fallback_rule_to_a_system_without_ranker(tmp_path):
         assert b["pred_agent"] == steps[b["pred_step"]].agent  # author of the blamed step
     rows = [r for r in outs["earliest"].step_scores if r["final_rank"] == 1]
     assert {(r["trace_id"], r["step"]) for r in rows} == {(a["trace_id"], a["pred_step"]) for a in outs["earliest"].attributions}
+
+
+def test_zero_training_agent_rules():
+    """author: the blamed step's author; active: most acting steps (tool / user turns do not count); mix:b moves
+    the blame toward the candidates' authors as b grows."""
+    from masprism_batch.method import rules as zr
+    from masprism_batch.trace import Step, Trace
+
+    steps = [Step(0, "user", "task", role="user"), Step(1, "Planner", "plan", role="assistant"),
+             Step(2, "terminal", "out", role="user"), Step(3, "terminal", "out", role="user"),
+             Step(4, "terminal", "out", role="user"), Step(5, "Planner", "again", role="assistant"),
+             Step(6, "Coder", "code", role="assistant")]
+    t = Trace("t", "s", steps)
+    order = [6, 1, 5]
+    assert zr.agent_verdict("author", t, [], order) == "Coder"
+    assert zr.agent_verdict("active", t, [], order) == "Planner"  # 2 acting steps; the terminal's 3 do not count
+    assert zr.agent_verdict("mix:0.25", t, [], order) == "Planner"
+    assert zr.agent_verdict("mix:0.75", t, [], [6]) == "Coder"
+    assert zr.agent_verdict("active", Trace("u", "s", steps[2:5]), [], [2]) == "terminal"  # nothing else acts
+    with pytest.raises(ValueError):
+        zr.agent_verdict("loudest", t, [], order)
