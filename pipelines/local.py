@@ -6,7 +6,8 @@ same order, so both engines write the same shards with the same content.
 The OUTDIR lock is held for the whole run. A crash of the process itself (segfault, OOM kill) cannot be caught
 here, so the rule of the Ray engine is applied across resumes through `OUTDIR/_ledger.json` (`FileLedger`):
 a shard's CPU stage or a pack that crashed the process twice is re-run one trace at a time, and a trace that
-crashed it on its own is written to errors/ (`worker_crashed`) instead of crashing every resume.
+crashed it on its own twice is written to errors/ (`worker_crashed`) instead of crashing every resume. SIGTERM,
+SIGHUP and Ctrl-C are no crash: the run unwinds and the ledger takes back the starts they interrupted.
 """
 
 from __future__ import annotations

@@ -7,7 +7,7 @@
 Fault tolerance: CPU tasks are retried on a worker crash (Ray Data's default `max_retries=-1`); actors
 restart without limit and their tasks are retried (Ray Data's defaults for actor pools). A ledger actor counts
 how often each shard's CPU stage, each pack and each trace was started and finished, so a unit whose worker
-died twice is re-run one trace at a time and a trace that killed a worker on its own is written to errors/
+died twice is re-run one trace at a time and a trace that killed a worker on its own twice is written to errors/
 (`worker_crashed`, stage `render` or `prefill`) instead of killing workers forever: the same rule in both
 stages, and in the local engine (across resumes, `local.FileLedger`).
 

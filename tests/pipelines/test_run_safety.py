@@ -22,7 +22,7 @@ from pipeline_fakes import Fakes, assert_exactly_once, make_corpus, outcome
 from typer.testing import CliRunner
 
 import masprism_batch.io as mio
-from masprism_batch import ingest, pass1, schema
+from masprism_batch import ingest, outdir_lock, pass1, schema
 from masprism_batch.cli import EXIT_FATAL, app
 from masprism_batch.config import BatchConfig, EngineConfig, IngestConfig, PipelineConfig
 from masprism_batch.io import OutdirLock, OutdirLocked, read_dataset
@@ -125,7 +125,7 @@ def test_stale_lock_taken_over_and_no_flock_fallback(tmp_path, monkeypatch, capl
     def no_flock(fd, op):
         raise OSError(errno.ENOLCK, "no locks available")
 
-    monkeypatch.setattr(mio.fcntl, "flock", no_flock)
+    monkeypatch.setattr(outdir_lock.fcntl, "flock", no_flock)
     (out / mio.LOCK_NAME).write_text(json.dumps({**owner, "pid": os.getpid()}))
     with pytest.raises(OutdirLocked):
         OutdirLock(out).acquire()
