@@ -184,3 +184,22 @@ def test_repeated_trace_id_in_one_file_is_counted_per_copy(tmp_path, small_cfg, 
     assert "written twice" not in caplog.text
     run = json.loads((tmp_path / "out" / "run.json").read_text())
     assert run["counts"]["in"] == 5 and s.attributed == 3 and s.rejected == 2
+
+
+def test_an_outdir_of_the_previous_version_still_reads_and_resumes(tmp_path, small_cfg):
+    """Entries without part records or run id, a header without run id (written before issue 27): presence is
+    checked as before; the resume binds the header to a run id and skips every committed shard."""
+    cfg = small_cfg(per_shard=4, budget=100)
+    ids = make_corpus(tmp_path / "in", 8, 1, seed=8)
+    out = tmp_path / "out"
+    _run(tmp_path / "in", out, cfg)
+    for p in (out / "_manifest").glob("*.json"):
+        d = json.loads(p.read_text())
+        for k in ("parts", "run_id"):
+            d.pop(k, None)
+        p.write_text(json.dumps(d))
+    assert len(mio.read_dataset(out / "attributions")) == 8
+    s = _run(tmp_path / "in", out, cfg)
+    assert s.shards_run == 0 and s.attributed == 8
+    assert json.loads((out / "_manifest" / "HEADER.json").read_text())["run_id"]
+    assert not assert_exactly_once(out, ids)
