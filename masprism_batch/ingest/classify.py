@@ -40,6 +40,8 @@ def _chat_list_kind(msgs: list) -> str | None:
 def _classify_dict(doc: dict) -> str | None:
     if swe_agent.is_traj(doc):
         return "swe-agent"
+    if otel_sdk.is_sdk_span(doc):
+        return "otel-sdk"  # one span: a line of a span-per-line dump
     if "history" in doc:
         if openhands.events_of(doc) is not None:
             return "openhands"

@@ -51,7 +51,7 @@ TRIED = ", ".join(v for k, v in LABELS.items() if k not in ("trail-annotation", 
 CANONICAL_EXAMPLE = ('{"trace_id": "t1", "source": "my-app", "steps": [{"agent": "planner", "role": "assistant", '
                      '"content": "..."}]}')
 _LINE_SUFFIXES = (".jsonl", ".ndjson", ".jsonl.gz", ".ndjson.gz")
-_GROUPED = ("otel", "langsmith", "langfuse")  # JSON lines whose records are grouped into traces per file
+_GROUPED = ("otel", "otel-sdk", "langsmith", "langfuse")  # JSON lines whose records are grouped into traces per file
 _PER_LINE = ("ag2", "openai", "langgraph-messages", "tau-bench")  # JSON lines with one trace per line
 _VERBATIM = ("jsonl", "parquet", "who-and-when")  # step text copied as given: no empty-step check
 
@@ -147,6 +147,8 @@ def _from_lines(lines: Iterator[tuple[int, str]], fmt: str, ctx: Context) -> Ite
                     ctx.reject(e)
         if kind == "otel":
             yield from otel_genai.parse(docs, ctx)
+        elif kind == "otel-sdk":
+            yield from otel_sdk.parse_sdk(docs, ctx)
         elif kind == "langsmith":
             yield from langsmith.parse_lines(docs, ctx)
         else:

@@ -97,7 +97,7 @@ def output_text(v: Any, depth: int = 0) -> str:
             if any(is_response_item(x) for x in dicts):
                 return responses_items_text(dicts, depth)
             if all(_is_message(x) for x in dicts):
-                said = [x for x in dicts if _role(x) in _ASSISTANT] or dicts[-1:]
+                said = [x for x in dicts if isinstance(_role(x), str) and _role(x) in _ASSISTANT] or dicts[-1:]
                 return join(*(message_text(x, depth + 1) for x in said))
         return join(*(output_text(x, depth + 1) for x in v))
     if not isinstance(v, dict):

@@ -62,7 +62,7 @@ def chat_steps(msgs: list, tid: str, what: str = "messages") -> list[Step]:
     for i, m in enumerate(msgs):
         m = require_obj(m, f"{what}[{i}]", tid)
         role = m.get("role")
-        if role not in ROLES:
+        if not isinstance(role, str) or role not in ROLES:
             raise IngestError("invalid_record", f"{what}[{i}].role must be one of {sorted(ROLES)}, got "
                               f"{dumps(role)[:40]}", tid)
         name = opt_str(m.get("name"), f"{what}[{i}].name", tid)
@@ -79,7 +79,8 @@ def chat_steps(msgs: list, tid: str, what: str = "messages") -> list[Step]:
                               f"null, got {type(content).__name__}", tid)
         text = join(content_text(content), tool_calls_text(calls or m.get("function_call")))
         if role in ("tool", "function"):
-            fn = name or call_names.get(m.get("tool_call_id")) or "tool"
+            tcid = m.get("tool_call_id")
+            fn = name or (call_names.get(tcid) if isinstance(tcid, str) else None) or "tool"
             steps.append(Step(index=i, agent=fn, content=text, role=role, kind="tool"))
         else:
             steps.append(Step(index=i, agent=name or role, content=text, role=role, kind="message"))
@@ -115,7 +116,7 @@ def _response_steps(items: list, tid: str, ctx: Context | None = None) -> list[S
         text = item_text(it)
         if typ == "message":
             role = it.get("role")
-            if role not in ROLES:
+            if not isinstance(role, str) or role not in ROLES:
                 raise IngestError("invalid_record", f"items[{i}].role must be one of {sorted(ROLES)}, got "
                                   f"{dumps(role)[:40]}", tid)
             steps.append(Step(index=len(steps), agent=role, content=text, role=role, kind="message"))
@@ -148,7 +149,7 @@ LC_ROLES = {"human": "user", "ai": "assistant", "AIMessageChunk": "assistant", "
 
 
 def is_langchain_message(m: Any) -> bool:
-    return isinstance(m, dict) and "role" not in m and (m.get("type") in LC_ROLES or (
+    return isinstance(m, dict) and "role" not in m and (isinstance(m.get("type"), str) and m["type"] in LC_ROLES or (
         m.get("lc") == 1 and isinstance(m.get("kwargs"), dict)))
 
 
@@ -160,7 +161,7 @@ def _from_langchain(m: Any) -> Any:
     kw = m["kwargs"] if isinstance(m.get("kwargs"), dict) else m
     typ = m["id"][-1] if m.get("lc") == 1 and isinstance(m.get("id"), list) and m["id"] else kw.get("type")
     extra = kw.get("additional_kwargs") if isinstance(kw.get("additional_kwargs"), dict) else {}
-    out = {"role": LC_ROLES.get(typ, typ), "content": kw.get("content")}
+    out = {"role": LC_ROLES.get(typ, typ) if isinstance(typ, str) else None, "content": kw.get("content")}
     calls = kw.get("tool_calls") or extra.get("tool_calls")
     if calls:
         out["tool_calls"] = calls
@@ -196,7 +197,10 @@ def parse(doc: Any, ctx: Context, line: int | None = None) -> Iterator[Trace]:
         system = "langgraph-messages" if source == "langgraph" else "openai-chat"
     elif "input" in doc or "output" in doc:
         inp = doc.get("input")
-        items = ([{"role": "user", "content": inp}] if isinstance(inp, str) else list(inp or []))
+        if inp is not None and not isinstance(inp, (str, list)):
+            raise IngestError("invalid_record", f"'input' must be a string or a list of items, got "
+                              f"{type(inp).__name__}", tid)
+        items = [{"role": "user", "content": inp}] if isinstance(inp, str) else list(inp or [])
         if isinstance(doc.get("instructions"), str):
             items.insert(0, {"role": "developer", "content": doc["instructions"]})
         out = doc.get("output")

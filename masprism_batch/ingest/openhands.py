@@ -86,7 +86,8 @@ def parse(doc: Any, ctx: Context) -> Iterator[Trace]:
         if not isinstance(src, str):
             raise IngestError("invalid_record", f"events[{i}].source must be a string (agent, user, environment), "
                               f"got {dumps(src)[:40]}", tid)
-        if e.get("action", e.get("observation")) in _SKIP:
+        what = e.get("action", e.get("observation"))
+        if isinstance(what, str) and what in _SKIP:
             continue
         if "observation" in e:
             extras = e.get("extras") if isinstance(e.get("extras"), dict) else {}

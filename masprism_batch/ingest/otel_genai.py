@@ -41,10 +41,12 @@ def _value_d(v: Any, depth: int = 0) -> Any:
         except (TypeError, ValueError):
             return v["intValue"]
     if "arrayValue" in v:
-        return [_value_d(x, depth + 1) for x in (v["arrayValue"] or {}).get("values", []) or []]
+        vals = v["arrayValue"].get("values") if isinstance(v["arrayValue"], dict) else None
+        return [_value_d(x, depth + 1) for x in vals] if isinstance(vals, list) else []
     if "kvlistValue" in v:
+        vals = v["kvlistValue"].get("values") if isinstance(v["kvlistValue"], dict) else None
         return {str(x.get("key")): _value_d(x.get("value"), depth + 1)
-                for x in (v["kvlistValue"] or {}).get("values", []) or [] if isinstance(x, dict)}
+                for x in (vals if isinstance(vals, list) else []) if isinstance(x, dict)}
     return None
 
 
@@ -61,6 +63,7 @@ def attrs(items: Any) -> dict[str, Any]:
 def _kind(a: dict[str, Any], name: str | None) -> str | None:
     """LLM | TOOL | AGENT | other, from the attribute dialects (see genai_attrs)."""
     op = a.get("gen_ai.operation.name")
+    op = op if isinstance(op, str) else None  # attribute values are untrusted: a list or map is no operation
     if op in _LLM_OPS:
         return "LLM"
     if op == "execute_tool":
@@ -104,13 +107,18 @@ def node_of(span: dict[str, Any], service: str | None) -> Node:
     return n
 
 
+def _items(d: Any, key: str) -> list:
+    v = d.get(key) if isinstance(d, dict) else None
+    return v if isinstance(v, list) else []
+
+
 def _log_events(docs: list[Any]) -> dict[tuple[str, str], list[dict]]:
     """GenAI events exported as OTLP logs (`resourceLogs`), by (traceId, spanId), as span events."""
     out: dict[tuple[str, str], list[dict]] = {}
     for doc in docs:
-        for rl in (doc.get("resourceLogs") or []) if isinstance(doc, dict) else []:
-            for sl in (rl.get("scopeLogs") or []) if isinstance(rl, dict) else []:
-                for rec in (sl.get("logRecords") or []) if isinstance(sl, dict) else []:
+        for rl in _items(doc, "resourceLogs"):
+            for sl in _items(rl, "scopeLogs"):
+                for rec in _items(sl, "logRecords"):
                     if not isinstance(rec, dict):
                         continue
                     a = attrs(rec.get("attributes"))
@@ -187,8 +195,10 @@ def parse(docs: list[Any], ctx: Context) -> Iterator[Trace]:
         for rs in rss:
             if not isinstance(rs, dict):
                 continue
-            service = attrs((rs.get("resource") or {}).get("attributes")).get("service.name")
-            for ss in (rs.get("scopeSpans") or rs.get("instrumentationLibrarySpans") or []):
+            res = rs.get("resource") if isinstance(rs.get("resource"), dict) else {}
+            service = attrs(res.get("attributes")).get("service.name")
+            scopes = rs.get("scopeSpans") or rs.get("instrumentationLibrarySpans") or []
+            for ss in scopes if isinstance(scopes, list) else []:
                 for span in (ss.get("spans") or []) if isinstance(ss, dict) else []:
                     if not isinstance(span, dict) or not span.get("spanId") or not span.get("traceId"):
                         ctx.warn("invalid_record", f"span without traceId/spanId skipped: {short(span)}")

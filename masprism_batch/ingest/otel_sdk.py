@@ -2,7 +2,7 @@
 
 - OTel SDK (`--format otel-sdk`): `{"spans": [span, ...]}` or a bare list of spans, as written by
   `ConsoleSpanExporter` / `span.to_json()` and by tools built on it (any-agent's `AgentTrace`, which adds
-  `final_output`). A span: `name`, `context: {"trace_id", "span_id"}` (hex text `0x...` or integers),
+  `final_output`), also one span per JSON line. A span: `name`, `context: {"trace_id", "span_id"}` (hex text `0x...` or integers),
   `parent_id` (hex) or `parent: {"span_id"}`, `start_time` (ISO text or integer ns), `attributes` (a map),
   `events: [{"name", "timestamp", "attributes"}]`, `resource: {"attributes"}` (its `service.name`).
 - Jaeger (`--format jaeger`): the UI's "Download JSON" / query API `{"data": [{"traceID", "spans": [...],
@@ -51,7 +51,7 @@ def _sdk_span(s: Any, i: int) -> tuple[str, dict[str, Any], str | None]:
         parent = s["parent"].get("span_id")
     attrs = s.get("attributes") if isinstance(s.get("attributes"), dict) else {}
     events = [{"name": e.get("name"), "attributes": e.get("attributes") or {}, "timeUnixNano": e.get("timestamp")}
-              for e in s.get("events") or [] if isinstance(e, dict)]
+              for e in _list(s.get("events")) if isinstance(e, dict)]
     res = s.get("resource") if isinstance(s.get("resource"), dict) else {}
     service = (res.get("attributes") or {}).get("service.name") if isinstance(res.get("attributes"), dict) else None
     span = {"spanId": _id(ctx_["span_id"]), "parentSpanId": _id(parent), "name": s.get("name"),
@@ -60,7 +60,7 @@ def _sdk_span(s: Any, i: int) -> tuple[str, dict[str, Any], str | None]:
 
 
 def parse_sdk(doc: Any, ctx: Context) -> Iterator[Trace]:
-    spans = doc.get("spans") if isinstance(doc, dict) else doc
+    spans = [doc] if is_sdk_span(doc) else doc.get("spans") if isinstance(doc, dict) else doc
     if not isinstance(spans, list):
         raise IngestError("invalid_record", f"'spans' must be a list of OTel SDK spans, got {type(spans).__name__}")
     if not spans:
@@ -72,8 +72,13 @@ def parse_sdk(doc: Any, ctx: Context) -> Iterator[Trace]:
     yield from traces_from_groups(groups, ctx, "otel-sdk")
 
 
-def _jaeger_value(t: dict) -> Any:
-    return t.get("value")
+def _list(v: Any) -> list:
+    return v if isinstance(v, list) else []
+
+
+def _kv(items: Any) -> dict[str, Any]:
+    """Jaeger `tags` / log `fields`: `[{"key", "type", "value"}]` as a map (entries without a text key dropped)."""
+    return {t["key"]: t.get("value") for t in _list(items) if isinstance(t, dict) and isinstance(t.get("key"), str)}
 
 
 def parse_jaeger(doc: Any, ctx: Context) -> Iterator[Trace]:
@@ -88,12 +93,12 @@ def parse_jaeger(doc: Any, ctx: Context) -> Iterator[Trace]:
         for j, s in enumerate(tr["spans"]):
             if not isinstance(s, dict) or _id(s.get("spanID")) is None:
                 raise IngestError("invalid_record", f"data[{i}].spans[{j}].spanID is missing (a Jaeger span)")
-            refs = [r for r in s.get("references") or [] if isinstance(r, dict) and r.get("refType") == "CHILD_OF"]
-            tags = {t["key"]: _jaeger_value(t) for t in s.get("tags") or [] if isinstance(t, dict) and "key" in t}
+            refs = [r for r in _list(s.get("references")) if isinstance(r, dict) and r.get("refType") == "CHILD_OF"]
+            tags = _kv(s.get("tags"))
             events = []
-            for lg in s.get("logs") or []:
+            for lg in _list(s.get("logs")):
                 if isinstance(lg, dict):
-                    f = {x["key"]: x.get("value") for x in lg.get("fields") or [] if isinstance(x, dict) and "key" in x}
+                    f = _kv(lg.get("fields"))
                     events.append({"name": f.pop("event", None), "attributes": f, "timeUnixNano": lg.get("timestamp")})
             proc = procs.get(s.get("processID")) if isinstance(procs.get(s.get("processID")), dict) else {}
             span = {"spanId": str(s["spanID"]), "parentSpanId": _id(refs[0].get("spanID")) if refs else None,

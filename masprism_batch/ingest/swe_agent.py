@@ -55,7 +55,7 @@ def _history_steps(hist: list, tid: str) -> list[Step]:
             steps.append(Step(index=len(steps), agent=agent or role, content=text, role=role, kind="message"))
         elif role == "tool":
             ids = m.get("tool_call_ids") if isinstance(m.get("tool_call_ids"), list) else []
-            tool = next((call_names[c] for c in ids if c in call_names), "environment")
+            tool = next((call_names[c] for c in ids if isinstance(c, str) and c in call_names), "environment")
             steps.append(Step(index=len(steps), agent=tool, content=text, role=role, kind="tool"))
         else:
             steps.append(Step(index=len(steps), agent=role if role in ("system", "user") else agent or role,

@@ -113,6 +113,16 @@ def test_console_exporter_dump_equals_the_span_list():
     assert [(s.agent, s.kind, s.content) for s in a.steps] == [(s.agent, s.kind, s.content) for s in b.steps]
 
 
+def test_sdk_spans_one_per_line_and_one_alone(tmp_path):
+    spans = json.loads((FIX / "otel_sdk_spans.json").read_text())["spans"]
+    (tmp_path / "spans.jsonl").write_text("".join(json.dumps(s) + "\n" for s in spans))
+    (t,), errors = _read(tmp_path / "spans.jsonl")
+    assert errors == [] and [s.agent for s in t.steps] == ["researcher"] * 3
+    (tmp_path / "one.json").write_text(json.dumps(spans[1]))
+    (t,), errors = _read(tmp_path / "one.json")  # a lone LLM span: its answer, the service as agent
+    assert errors == [] and t.steps[0].content.startswith("Tool call: search_papers")
+
+
 def test_taubench_keeps_reward_and_task_id_as_trace_attributes():
     traces, _ = _read(FIX / "taubench_results.json")
     assert [(t.metadata["task_id"], t.metadata["reward"], t.metadata["trial"]) for t in traces] == [
