@@ -250,6 +250,14 @@ class ShardStore:
                 f"re-runs exactly the damaged shards")
         return out
 
+    @staticmethod
+    def _own(d: Path) -> None:
+        """Refused at start (`manifest.refuse_links`); checked again where files are deleted or written, so a
+        link planted in the table folders during the run is not followed either."""
+        if d.is_symlink():
+            raise manifest.OutdirUnsafe(f"{d} is a symbolic link: OUTDIR is a tree this tool owns and it never "
+                                        f"follows a link inside it; remove it or use a new OUTDIR")
+
     def clean(self) -> int:
         """Delete temporary files and parts of uncommitted shards, damaged ones included (their entries too, so
         a resume re-runs exactly those); returns how many files were removed. Never follows a link: the caller
@@ -259,6 +267,7 @@ class ShardStore:
             log.warning("damaged shard %s (%s): its files are removed and it is run again", sid, why)
         removed = 0
         for d in [self.outdir / t for t in OUTPUT_TABLES] + [self.manifest_dir]:
+            self._own(d)
             if not d.is_dir():
                 continue
             for p in d.iterdir():
@@ -281,6 +290,8 @@ class ShardStore:
         if missing:
             raise ValueError(f"commit of shard {shard_id} lacks tables {sorted(missing)}")
         parts = {}
+        for name in OUTPUT_TABLES + (MANIFEST_DIR,):
+            self._own(self.outdir / name)
         for name in OUTPUT_TABLES:
             path = self.part_path(name, shard_id)
             write_table_atomic(manifest.with_run_id(tables[name], run_id), path, durable=True)

@@ -203,3 +203,25 @@ def test_an_outdir_of_the_previous_version_still_reads_and_resumes(tmp_path, sma
     assert s.shards_run == 0 and s.attributed == 8
     assert json.loads((out / "_manifest" / "HEADER.json").read_text())["run_id"]
     assert not assert_exactly_once(out, ids)
+
+
+def test_a_link_planted_during_the_run_is_not_followed(tmp_path, small_cfg):
+    """The start-up check cannot see a link made later: the commit checks its folders again."""
+    cfg = small_cfg(per_shard=4, budget=100)
+    make_corpus(tmp_path / "in", 8, 1, seed=9)
+    victim = tmp_path / "victim"
+    victim.mkdir()
+    (victim / "keep.txt").write_text("mine")
+    out = tmp_path / "out"
+
+    class Plants(Fakes):
+        def attribute(self, traces, model, c, rendered):
+            d = out / "step_scores"
+            if not d.is_symlink():
+                shutil.rmtree(d, ignore_errors=True)
+                d.symlink_to(victim)
+            return super().attribute(traces, model, c, rendered)
+
+    with pytest.raises(OutdirUnsafe, match="step_scores"):
+        _run(tmp_path / "in", out, cfg, Plants())
+    assert sorted(p.name for p in victim.iterdir()) == ["keep.txt"]
