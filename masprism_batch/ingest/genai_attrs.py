@@ -6,7 +6,8 @@ Instrumentations write the same facts under different keys; each is read here, f
   `gen_ai.completion.N.content` / `.role` / `.tool_calls.M.name|arguments`; OpenInference
   `llm.output_messages.N.message.content` / `.tool_calls.M.tool_call.function.name|arguments`; Google ADK
   `gcp.vertex.agent.llm_response` (an `LlmResponse` JSON); any-agent `gen_ai.output`; span events
-  `gen_ai.choice` / `gen_ai.assistant.message` (also from `resourceLogs`); OpenInference `output.value`.
+  `gen_ai.content.completion` (2024 conventions), `gen_ai.choice` / `gen_ai.assistant.message` (also from
+  `resourceLogs`); OpenInference `output.value`.
 - Tool call: name from `gen_ai.tool.name` / `tool.name` (else the span name without `execute_tool `,
   `running tool: `); arguments from `gen_ai.tool.call.arguments`, `gcp.vertex.agent.tool_call_args`,
   `tool_arguments` (pydantic-ai), `gen_ai.tool.args` (any-agent), `input.value`; result from
@@ -84,6 +85,9 @@ def llm_output(a: dict[str, Any], events: list[dict[str, Any]]) -> str:
         return output_text(a["gcp.vertex.agent.llm_response"])
     if a.get("gen_ai.output") is not None:
         return _any_agent_output(a["gen_ai.output"])
+    for ev in events:  # the 2024 conventions: completion JSON in a `gen_ai.content.completion` event
+        if ev.get("name") == "gen_ai.content.completion" and event_attrs(ev).get("gen_ai.completion") is not None:
+            return output_text(event_attrs(ev)["gen_ai.completion"])
     choices = [e for e in events if e.get("name") in _CHOICE_EVENTS]
     if choices:
         texts = []

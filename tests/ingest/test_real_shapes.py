@@ -113,6 +113,15 @@ def test_console_exporter_dump_equals_the_span_list():
     assert [(s.agent, s.kind, s.content) for s in a.steps] == [(s.agent, s.kind, s.content) for s in b.steps]
 
 
+def test_completion_in_a_2024_content_event(tmp_path):
+    span = _span("1", {"gen_ai.operation.name": "chat"})
+    span["events"] = [{"name": "gen_ai.content.completion", "attributes": [{"key": "gen_ai.completion", "value": {
+        "stringValue": json.dumps([{"role": "assistant", "content": "From the event."}])}}]}]
+    (tmp_path / "ev.json").write_text(json.dumps(_otlp([span])))
+    (t,), errors = _read(tmp_path / "ev.json")
+    assert errors == [] and t.steps[0].content == "From the event."
+
+
 def test_sdk_spans_one_per_line_and_one_alone(tmp_path):
     spans = json.loads((FIX / "otel_sdk_spans.json").read_text())["spans"]
     (tmp_path / "spans.jsonl").write_text("".join(json.dumps(s) + "\n" for s in spans))
