@@ -206,7 +206,9 @@ def _learned_ranking(t: Trace, rows: list[dict], base: mp.Ranking, cfg: Pipeline
             v.rule = sr.agent_rule
         else:
             v.rule = rules.fallback_agent_rule(weights)
-            v.agent = rules.agent_verdict(v.rule, t, rows, order) if order else v.agent
+            if order and v.rule != "author":  # the agent rule's own ranking, so every output names one agent
+                v.agent_ranking = [{"agent": a, "score": float(x)} for a, x in rules.agent_ranking(v.rule, t, order)]
+                v.agent = v.agent_ranking[0]["agent"] if v.agent_ranking else v.agent
             v.confidence = _rule_confidence(t, rows, ranking, weights)
         v.by = f"rule:{rule}"
         return ranking, v

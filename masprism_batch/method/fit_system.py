@@ -101,7 +101,7 @@ def fit_system(cases: list[ft.FitCase], system: str, rule: str = "faithful", rul
         if use_ranker:
             entry.update(features=ft.BASE_FEATURES + ft.PRIOR_FEATURES, weights=m.w.tolist(),
                          mean=m.mean.tolist(), std=m.std.tolist(), l2=best[1], offset_scale=ft.OFFSET_SCALE)
-    log.info("%s: k=%d, held-out %s", system, len(cases), est)
+    log.debug("%s: k=%d, held-out %s", system, len(cases), est)
     return SystemFit(system, len(cases), entry["verdict"], est, entry)
 
 

@@ -54,15 +54,24 @@ def order(rule: str, rows: list[dict], ranked: list[int]) -> list[int]:
 
 def agent_verdict(rule: str, trace, rows: list[dict], order: list[int]) -> str | None:
     """The blamed agent of `trace` under a zero-training agent `rule`; `order`: the steps best first."""
-    steps = trace.steps
     if not order:
         return None
     if rule == "author":
-        return steps[order[0]].agent
-    names: dict[str, str] = {}
-    share: dict[str, float] = {}
+        return trace.steps[order[0]].agent
+    ranking = agent_ranking(rule, trace, order)
+    return ranking[0][0] if ranking else trace.steps[order[0]].agent
+
+
+def agent_ranking(rule: str, trace, order: list[int]) -> list[tuple[str, float]]:
+    """[(agent, score)] best first under an `active` / `mix:<b>` rule (ties: the agent that speaks first)."""
     from ..eval.common import norm_agent
 
+    steps = trace.steps
+    beta = 0.0 if rule == "active" else float(rule.split(":", 1)[1]) if rule.startswith("mix:") else None
+    if beta is None:
+        raise ValueError(f"unknown agent rule {rule!r}; expected one of {', '.join(AGENT_RULES)}")
+    names: dict[str, str] = {}
+    share: dict[str, float] = {}
     # shares count the steps where an agent acts: tool outputs and user / system turns relay, they do not decide
     # (the ranker's input_role mark); a log with no such step counts every step
     acting = [s for s in steps if (s.role or "").lower() not in ACTING_EXCLUDED_ROLES and s.kind != "tool"] or steps
@@ -71,23 +80,17 @@ def agent_verdict(rule: str, trace, rows: list[dict], order: list[int]) -> str |
             key = norm_agent(s.agent)
             names.setdefault(key, s.agent)
             share[key] = share.get(key, 0.0) + 1.0 / len(acting)
-    if not share:
-        return steps[order[0]].agent
-    beta = 0.0 if rule == "active" else float(rule.split(":", 1)[1]) if rule.startswith("mix:") else None
-    if beta is None:
-        raise ValueError(f"unknown agent rule {rule!r}; expected one of {', '.join(AGENT_RULES)}")
-    cands = order[:5]
     votes = {k: 0.0 for k in share}
-    for pos, k in enumerate(cands):
+    for pos, k in enumerate(order[:5]):
         a = norm_agent(steps[k].agent)
         if a in votes:
             votes[a] += 1.0 / (pos + 1)
     tot = sum(votes.values()) or 1.0
     score = {a: (1 - beta) * share[a] + beta * votes[a] / tot for a in share}
-    first = {}
+    first: dict[str | None, int] = {}
     for i, s in enumerate(steps):
         first.setdefault(norm_agent(s.agent), i)
-    return names[min(score, key=lambda a: (-score[a], first.get(a, 0)))]
+    return [(names[a], score[a]) for a in sorted(score, key=lambda a: (-score[a], first.get(a, 0)))]
 
 
 def fallback_agent_rule(path: str | None) -> str:
