@@ -92,9 +92,16 @@ def _tokens(out: Path) -> tuple[int | str, int | str]:
 
 
 def _commit() -> str:
+    """The commit of the code that runs (the `masprism_batch` this interpreter imports, which PYTHONPATH may
+    point elsewhere), `+dirty` when its package files differ from it; empty outside a git checkout."""
     try:
-        return subprocess.run(["git", "-C", str(ROOT), "rev-parse", "--short", "HEAD"], capture_output=True,
-                              text=True, check=True).stdout.strip()
+        pkg = subprocess.run([sys.executable, "-c", "import masprism_batch, os; print(os.path.dirname(masprism_batch.__file__))"],
+                             capture_output=True, text=True, check=True).stdout.strip()
+        git = ["git", "-C", pkg]
+        rev = subprocess.run([*git, "rev-parse", "--short", "HEAD"], capture_output=True, text=True, check=True).stdout.strip()
+        dirty = subprocess.run([*git, "status", "--porcelain", "--", ".", "../pipelines", "../kernels"],
+                               capture_output=True, text=True, check=True).stdout.strip()
+        return rev + ("+dirty" if dirty else "")
     except (OSError, subprocess.CalledProcessError):
         return ""
 
@@ -109,6 +116,7 @@ def main() -> None:
     args = ap.parse_args()
     host = f"{_cpu_name()} ({os.cpu_count()} cores)"
     results = Path(args.results)
+    commit = _commit()
     for n in (int(x) for x in args.steps.split(",")):
         for r in range(args.repeats):
             work = Path(tempfile.mkdtemp(prefix="bench-steps-"))
@@ -121,7 +129,7 @@ def main() -> None:
                 t1, t2 = _tokens(out)
                 row = {"date": datetime.now(timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ"), "host": host,
                        "cpus": os.cpu_count(), "python": platform.python_version(), "label": args.label,
-                       "commit": _commit(), "steps": n, "trace_bytes": size, "repeat": r, "exit_code": code,
+                       "commit": commit, "steps": n, "trace_bytes": size, "repeat": r, "exit_code": code,
                        "seconds": round(wall, 2), "peak_rss_mb": round(rss, 1), "tokens_pass1": t1,
                        "tokens_pass2": t2, "load_avg_1m": round(os.getloadavg()[0], 2),
                        "command": f"masprism-batch attribute <1 trace, {n} steps of ~10 bytes> -o OUT "

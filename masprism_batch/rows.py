@@ -53,7 +53,7 @@ def step_rows(t, p1, ranking, flags, r1, s1, extra=None) -> list[dict]:
             "tokens_pass1": e - s, "nll_pass1": _f(p1.nll[i]), "nll_pass2": _f(nll2),
             "h_score": _f(p1.h_score[i]), "score": _f(ranking.scores[i]) if i in ranking.scores else None,
             "rank": rank.get(i), "is_symptom": i in p1.symptoms, "is_candidate": i in p1.candidates,
-            "has_failure_word": bool(flags[i]), "attention_pass1": [float(x) for x in A[i, : i + 1]],
+            "has_failure_word": bool(flags[i]), "attention_pass1": A[i, : i + 1].tolist(),
             **{k: _f(v[i]) for k, v in (extra or {}).items()},
         })
     return rows
