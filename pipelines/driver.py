@@ -59,6 +59,8 @@ def interruptible():
         return
 
     def stop(signum, frame):
+        for sig in old:  # a second SIGTERM (docker stop's retry) must not break the unwinding of the first
+            signal.signal(sig, signal.SIG_IGN)
         raise Interrupted(signum)
 
     old = {sig: signal.signal(sig, stop) for sig in (signal.SIGTERM, signal.SIGHUP)}
