@@ -199,6 +199,9 @@ def _learned_ranking(t: Trace, rows: list[dict], base: mp.Ranking, cfg: Pipeline
     rule = sr.rule if sr is not None else _fallback_rule(weights)
     order = rules.order(rule, rows, base.ranked)
     if sr is None or sr.verdict != "ranker":
+        if sr is not None and sr.verdict == "prior":  # the label prior's step first, then the rule's candidates
+            top = sr.apply(t, rows, order)[0][0]
+            order = [top] + [k for k in order if k != top]
         ranking = mp.Ranking(order, base.scores, base.support, base.symptoms, base.nll, base.notes)
         v = _masprism_verdict(t, ranking)
         if sr is not None:  # the system was fitted but its ranker did not beat the rule: its agent rule and
@@ -210,7 +213,7 @@ def _learned_ranking(t: Trace, rows: list[dict], base: mp.Ranking, cfg: Pipeline
                 v.agent_ranking = [{"agent": a, "score": float(x)} for a, x in rules.agent_ranking(v.rule, t, order)]
                 v.agent = v.agent_ranking[0]["agent"] if v.agent_ranking else v.agent
             v.confidence = _rule_confidence(t, rows, ranking, weights)
-        v.by = f"rule:{rule}"
+        v.by = sr.verdict_by if sr is not None else f"rule:{rule}"
         return ranking, v
     full, probs, agent, conf = sr.apply(t, rows, order)
     p = {i: float(probs[i]) for i in range(len(probs))}

@@ -18,14 +18,14 @@ from . import fit as ft
 
 log = logging.getLogger(__name__)
 AGENT_RULES = ("author", "aggregate", "prior")  # what a fitted system may blame agents by (besides the rule's)
-Z = 1.0  # standard errors a fitted option must win by, held out, to replace the zero-training one
+Z = 1.64  # standard errors (one-sided 95%) a fitted option must win by, held out, to replace the zero-training one
 
 
 @dataclass
 class SystemFit:
     system: str
     k: int
-    verdict: str  # "ranker" | "rule"
+    verdict: str  # "ranker" | "prior" (the most often blamed position) | "rule"
     estimates: dict  # internal held-out: fitted, rule, pos_prior (step); fitted_agent, rule_agent, agent_prior ...
     entry: dict  # what the ranker file keeps for this system
 
@@ -51,6 +51,8 @@ def _oof(cases: list[ft.FitCase], grid, rule_agent: str) -> dict:
             out[i]["rule"] = (top, ft.rule_confidence(c), None, pri)
             ti = pri.top_index()
             out[i]["pos_prior"] = min(ti, n - 1) if ti is not None else top
+            # the label-prior verdict: the most often blamed index (its share of the labels as raw confidence)
+            out[i]["prior"] = (out[i]["pos_prior"], pri.pos.get(ti, 0.0) / max(pri.n, 1), None, pri)
             out[i]["agent_prior"] = pri.top_agent(c.trace) or ft.agent_pick("active", c, None, top, None)
             out[i]["rule_agent"] = ft.agent_pick(rule_agent, c, None, top, None)
     return out
@@ -64,12 +66,16 @@ def fit_system(cases: list[ft.FitCase], system: str, rule: str = "faithful", rul
     oof = _oof(cases, grid, rule_agent)
     ok = [i for i in oof if "rule" in oof[i]]
     step_acc = {o: ft.mean(ft.hit(cases[i], oof[i][o][0]) for i in ok if o in oof[i])
-                for o in [("l2", lam) for lam in grid] + ["rule"]}
-    fitted_opts = [o for o in step_acc if o != "rule" and step_acc[o] is not None]
+                for o in [("l2", lam) for lam in grid] + ["rule", "prior"]}
+    fitted_opts = [o for o in step_acc if o not in ("rule", "prior") and step_acc[o] is not None]
     best = max(fitted_opts, key=lambda o: step_acc[o], default=None)  # first max: the strongest shrinkage
-    use_ranker = best is not None and beats([ft.hit(cases[i], oof[i][best][0]) for i in ok if best in oof[i]],
-                                            [ft.hit(cases[i], oof[i]["rule"][0]) for i in ok if best in oof[i]])
-    chosen = best if use_ranker else "rule"
+    chosen = "rule"
+    for o in sorted([o for o in (best, "prior") if o is not None], key=lambda o: -step_acc[o]):
+        if beats([ft.hit(cases[i], oof[i][o][0]) for i in ok if o in oof[i]],
+                 [ft.hit(cases[i], oof[i]["rule"][0]) for i in ok if o in oof[i]]):
+            chosen = o  # the better of ranker and label prior, if it clearly beats the rule held out
+            break
+    use_ranker = chosen not in ("rule", "prior")
     labelled_agents = any(c.gold_agents for c in cases)
     agent_hits = {}
     for ar in (rule_agent, *[a for a in AGENT_RULES if a != rule_agent]) if labelled_agents else (rule_agent,):
@@ -91,11 +97,11 @@ def fit_system(cases: list[ft.FitCase], system: str, rule: str = "faithful", rul
         "best_l2": best[1] if best else None,
         "folds": "leave-one-out" if len(cases) <= 20 else "5-fold",
     }
-    entry = {"system": system, "verdict": "ranker" if use_ranker else "rule", "rule": rule,
+    entry = {"system": system, "verdict": "ranker" if use_ranker else chosen, "rule": rule,
              "agent_rule": agent_rule, "rule_agent": rule_agent, "k": len(cases), "calibration": cal,
              "heldout": {k: v for k, v in est.items()},
              "fitted_on": sorted(hashlib.sha256(c.trace.trace_id.encode()).hexdigest()[:16] for c in cases)}
-    if use_ranker or labelled_agents and agent_rule == "prior":
+    if use_ranker or chosen == "prior" or labelled_agents and agent_rule == "prior":
         m = ft.fit_correction(cases, best[1] if use_ranker else grid[0])
         entry["priors"] = m.priors.to_json()
         if use_ranker:

@@ -68,7 +68,7 @@ class SystemRanker:
 
     @property
     def verdict_by(self) -> str:
-        return f"ranker:{self.system}" if self.verdict == "ranker" else f"rule:{self.rule}"
+        return {"ranker": f"ranker:{self.system}", "prior": f"prior:{self.system}"}.get(self.verdict, f"rule:{self.rule}")
 
     def priors(self) -> ft.Priors | None:
         p = self.entry.get("priors")
@@ -85,6 +85,12 @@ class SystemRanker:
             p = m.probs(c)
             order = sorted(range(len(p)), key=lambda i: (-p[i], i))
             raw = float(p[order[0]])
+        elif self.verdict == "prior" and pri is not None and pri.top_index() is not None:
+            p = None  # the label prior's step first, then the rule's order
+            top = min(pri.top_index(), len(trace.steps) - 1)
+            order = [top] + [i for i in list(ranked) + list(range(len(trace.steps))) if i != top]
+            order = list(dict.fromkeys(order))
+            raw = pri.pos.get(pri.top_index(), 0.0) / max(pri.n, 1)
         else:
             p = None
             order = list(ranked) + [i for i in range(len(trace.steps)) if i not in set(ranked)]

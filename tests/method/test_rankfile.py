@@ -75,3 +75,20 @@ def test_atomic_write_keeps_the_old_file_on_failure(tmp_path, synth, monkeypatch
     with pytest.raises(RuntimeError):
         rf.write(path)
     assert path.read_text() == before and [p.name for p in tmp_path.iterdir()] == ["ranker.json"]
+
+
+def test_label_prior_verdict_blames_the_most_often_blamed_position(synth):
+    from masprism_batch.method import fit as ft
+    from masprism_batch.method.rankfile import SystemRanker
+
+    cases = synth(10, seed=11)
+    pri = ft.Priors.count(cases)
+    entry = {"system": "team/agents", "verdict": "prior", "rule": "faithful", "agent_rule": "author",
+             "priors": pri.to_json(), "calibration": {"a": 0.0, "b": 0.0}}
+    sr = SystemRanker(entry, "m")
+    c = synth(1, seed=12)[0]
+    order, probs, agent, conf = sr.apply(c.trace, c.rows, c.ranked)
+    top = min(pri.top_index(), len(c.trace.steps) - 1)
+    assert order[0] == top and sorted(order) == list(range(len(c.trace.steps))) and probs is None
+    assert agent == c.trace.steps[top].agent and conf == 0.5 and sr.verdict_by == "prior:team/agents"
+    assert sr.features == []  # a label prior reads no costly signal
