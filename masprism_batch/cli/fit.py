@@ -40,8 +40,11 @@ def load_runs(runs: list[Path]):
         for r in load.read(run, "traces").to_pylist():
             if r["trace_id"] in done:
                 traces[r["trace_id"]] = Trace.from_row(r)
+        here: dict[str, dict[int, dict]] = {}
         for r in load.read(run, "step_scores", STEP_COLUMNS).to_pylist():
-            rows.setdefault(r["trace_id"], []).append(r)
+            here.setdefault(r["trace_id"], {})[r["step"]] = r  # a step written twice (a resumed run) counts once
+        for tid, by_step in here.items():  # a trace in several runs: the last run given wins
+            rows[tid] = list(by_step.values())
     if len(models) > 1:
         raise fail("runs of different models cannot be fitted together: " +
                    ", ".join(f"{m} ({p})" for m, p in models.items()))
