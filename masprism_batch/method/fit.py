@@ -34,7 +34,7 @@ COSTLY = {"cf_z": "counterfactual", "has_cf": "counterfactual", "attn_learned_no
 BASE_FEATURES = [f for f in rk.FEATURES if f not in COSTLY]
 PRIOR_FEATURES = ["pos_prior", "relpos_prior", "agent_prior"]
 OFFSET_SCALE = 2.0
-L2_GRID = (30.0, 3.0, 0.3)  # per-log L2 strengths tried by internal CV (the rule itself is the limit at infinity)
+L2_GRID = (30.0, 3.0, 0.3, 0.03)  # per-log L2 strengths tried by internal CV (the rule itself is the limit at infinity)
 RELPOS_BINS = 10
 
 
