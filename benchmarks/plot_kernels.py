@@ -115,7 +115,7 @@ def plot(path: Path, out: Path, host: str | None = None) -> None:
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--results", type=Path, default=RESULTS)
-    ap.add_argument("--markdown", action="store_true", help="print the README tables instead of plotting")
+    ap.add_argument("--markdown", action="store_true", help="print the docs/benchmarks.md tables instead of plotting")
     ap.add_argument("--host", help="plot the rows of the host whose hardware label contains this (default: "
                     "the host of each CSV's last row)")
     args = ap.parse_args()

@@ -1,4 +1,4 @@
-"""benchmarks/plot_kernels.py turns result rows into the README's figures: the tables, the memory slope and
+"""benchmarks/plot_kernels.py turns result rows into the figures of docs/benchmarks.md: the tables, the memory slope and
 the GEMM ceiling. A wrong table is a wrong claim, so these are checked on rows with random values."""
 
 from __future__ import annotations

@@ -4,7 +4,7 @@ The trace is attributed once with the tiny random model (default method); then a
 the Phoenix/OTel/JSONL exports, the stats tables, the report's drill-down data and the demo's terminal lines
 are read back and must all name attributions' `pred_step` and `pred_agent`. A doctored copy of the OUTDIR,
 whose attributions blame an agent that wrote no step at all, checks that no output re-derives the verdict.
-README's DuckDB "blamed" one-liners are executed against the same OUTDIR.
+The DuckDB "blamed" one-liners of docs/reporting.md are executed against the same OUTDIR.
 """
 
 import importlib
@@ -29,7 +29,7 @@ from masprism_batch.cli import attribute as attribute_cli
 from masprism_batch.trace import Labels, Step, Trace
 
 export = importlib.import_module("masprism_batch.analytics.export")  # the package re-exports a function of that name
-README = Path(__file__).resolve().parents[2] / "README.md"
+REPORTING_DOC = Path(__file__).resolve().parents[2] / "docs" / "reporting.md"
 AGENTS = ["Planner", "Coder", "Terminal", "Coder", "Terminal", "Planner", "Coder"]
 TEXT = ["Plan: search the file and sum the values.", "def total(xs): return sum(xs)",
         "Traceback: NameError: name 'xs' is not defined", "Fixed the call: total(values)", "exitcode: 0, 41",
@@ -181,8 +181,8 @@ def test_outputs_read_the_verdict_and_never_recompute_it(outdir, tmp_path):
 
 
 def _readme_duckdb() -> list[str]:
-    text = README.read_text(encoding="utf-8")
-    block = text.split("### DuckDB one-liners over OUTDIR", 1)[1].split("```bash", 1)[1].split("```", 1)[0]
+    text = REPORTING_DOC.read_text(encoding="utf-8")
+    block = text.split("## DuckDB one-liners over OUTDIR", 1)[1].split("```bash", 1)[1].split("```", 1)[0]
     return [q.replace("\n", " ") for q in re.findall(r'duckdb -c "(.*?)"', block, re.S)]
 
 
@@ -201,7 +201,7 @@ def test_readme_duckdb_examples_give_the_blamed_step_and_agent(outdir):
         results.append(con.sql(q.replace("'OUT/", f"'{outdir}/")).fetchall())
     a = _attribution(outdir)
     blamed = [q for q in queries if "blamed" in q.lower() or "pred_" in q]
-    assert blamed, "README has no blamed-step example"
+    assert blamed, "docs/reporting.md has no blamed-step example"
     by_q = dict(zip(queries, results, strict=True))
     (verdict,) = [by_q[q] for q in queries if "pred_step_agent" in q]
     assert verdict == [(a["trace_id"], a["pred_step"], a["pred_step_agent"], a["pred_agent"], a["pred_agent_rule"])]
