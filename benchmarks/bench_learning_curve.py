@@ -82,6 +82,43 @@ def draws(cases: list[ft.FitCase], k, n_draws: int, seed: int):
         yield [cases[i] for i in idx[:k]], [cases[i] for i in idx[k:]]
 
 
+def time_fit(n: int, out: Path) -> str:
+    """`masprism-batch fit` on a synthetic run OUTDIR of n labelled logs (10-80 steps each, the schemas a run
+    writes; tests/analytics/analytics_synth.py): CPU seconds of the command in this process, no prefill."""
+    import random
+    import sys
+
+    from typer.testing import CliRunner
+
+    sys.path.insert(0, str(ROOT / "tests" / "analytics"))
+    from analytics_synth import AGENTS, WORDS, write_outdir
+
+    from masprism_batch.cli import app
+
+    rng = random.Random(0)
+    specs = []
+    for t in range(n):
+        k = rng.randint(10, 80)
+        steps = [{"agent": rng.choice(AGENTS), "content": " ".join(rng.choices(WORDS, k=rng.randint(5, 40)))}
+                 for _ in range(k)]
+        ranked, g = rng.sample(range(k), k=5), rng.randrange(k)
+        specs.append({"trace_id": f"t{t}", "source": "team/x", "system": "x", "steps": steps, "day_offset": 0,
+                      "labels": {"mistake_step": g, "mistake_agent": steps[g]["agent"], "error_locations": None,
+                                 "error_impacts": None, "error_categories": None},
+                      "ranked": ranked, "scores": sorted((rng.uniform(0.1, 9) for _ in ranked), reverse=True),
+                      "symptoms": sorted(rng.sample(range(k), k=k // 5)), "nll": [rng.uniform(0.5, 6) for _ in range(k)],
+                      "nll2": [rng.uniform(0.5, 6) for _ in range(k)], "model_id": "smollm2-135m"})
+    write_outdir(out / "run", specs)
+    t0, w0 = time.process_time(), time.perf_counter()
+    res = CliRunner().invoke(app, ["fit", str(out / "run"), "-o", str(out / "ranker.json")])
+    cpu, wall = time.process_time() - t0, time.perf_counter() - w0
+    if res.exit_code:
+        raise RuntimeError(res.output)
+    return (f"`masprism-batch fit` on a {n}-log run OUTDIR (synthetic, 10-80 steps per log; `python "
+            f"benchmarks/bench_learning_curve.py --time-fit {n}`): {cpu:.1f} s CPU, {wall:.1f} s wall, "
+            f"{dt.date.today().isoformat()}, {platform.machine()} CPU, 2 cores shared.")
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--data", default=str(ROOT.parent / "shared" / "data"))
@@ -91,10 +128,18 @@ def main() -> None:
     ap.add_argument("--counterfactual-k", type=int, default=None)
     ap.add_argument("--no-learned-heads", action="store_true")
     ap.add_argument("--draws", type=int, default=5)
+    ap.add_argument("--time-fit", type=int, default=None, metavar="N",
+                    help="only time `fit` on a synthetic N-log run OUTDIR and print the line")
     ap.add_argument("--csv", default=str(ROOT / "benchmarks" / "results" / "learning_curve.csv"))
     ap.add_argument("--md", default=str(ROOT / "docs" / "results.md"))
     args = ap.parse_args()
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(message)s")
+    if args.time_fit:
+        import tempfile
+
+        with tempfile.TemporaryDirectory() as d:
+            print(time_fit(args.time_fit, Path(d)))  # noqa: T201 - a benchmark's result line
+        return
     cfg = extract_config(args.model, **extract_overrides(args))
     cache = Path(args.cache) if args.cache else Path(args.work) / f"cache-{cfg.config_hash()}"
     cases = load_cases(Path(args.data), cache)
