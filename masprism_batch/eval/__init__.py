@@ -20,8 +20,8 @@ from typing import Any
 from ..trace import Trace
 from .common import index_rows, norm_agent, ranked_steps
 from .table import format_tables, tables
-from .trail import score_trail
-from .who_and_when import score_who_and_when
+from .trail_metrics import score_trail
+from .who_and_when_metrics import score_who_and_when
 
 log = logging.getLogger(__name__)
 
