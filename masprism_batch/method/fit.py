@@ -126,10 +126,10 @@ def blamed_agents(c: FitCase) -> list[str]:
     return sorted({norm_agent(c.trace.steps[g].agent) for g in c.gold if norm_agent(c.trace.steps[g].agent)})
 
 
-def rule_offset(n: int, ranked: list[int]) -> np.ndarray:
+def rule_offset(n: int, ranked: list[int], scale: float = OFFSET_SCALE) -> np.ndarray:
     off = np.zeros(n)
     for pos, k in enumerate(ranked):
-        off[k] = OFFSET_SCALE / (pos + 1)
+        off[k] = scale / (pos + 1)
     return off
 
 
@@ -156,10 +156,14 @@ class Fitted:
     std: np.ndarray
     priors: Priors
     l2: float
+    offset_scale: float = OFFSET_SCALE
+    cols: list[int] | None = None  # a file's ranker over a subset of BASE_FEATURES + PRIOR_FEATURES
 
     def probs(self, c: FitCase) -> np.ndarray:
-        x = (design(c, self.priors, loo=False) - self.mean) / self.std
-        s = rule_offset(len(c.trace.steps), c.ranked) + x @ self.w
+        x = design(c, self.priors, loo=False)
+        x = x[:, self.cols] if self.cols is not None else x
+        x = (x - self.mean) / self.std
+        s = rule_offset(len(c.trace.steps), c.ranked, self.offset_scale) + x @ self.w
         e = np.exp(s - s.max())
         return e / e.sum()
 

@@ -80,8 +80,12 @@ class SystemRanker:
         c = ft.FitCase(trace, rows, [], [], ranked)
         pri = self.priors()
         if self.verdict == "ranker":
+            allf = ft.BASE_FEATURES + ft.PRIOR_FEATURES
+            feats = self.entry.get("features") or allf
             m = ft.Fitted(np.asarray(self.entry["weights"]), np.asarray(self.entry["mean"]),
-                          np.asarray(self.entry["std"]), pri, float(self.entry.get("l2", 0.0)))
+                          np.asarray(self.entry["std"]), pri or ft.Priors(), float(self.entry.get("l2", 0.0)),
+                          float(self.entry.get("offset_scale", ft.OFFSET_SCALE)),
+                          None if feats == allf else [allf.index(f) for f in feats])
             p = m.probs(c)
             order = sorted(range(len(p)), key=lambda i: (-p[i], i))
             raw = float(p[order[0]])
