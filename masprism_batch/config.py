@@ -93,6 +93,10 @@ class MethodConfig(_Section):
     # (method/heads.py); None: the packaged weights of the model if any
     learned_heads: bool = True
     head_weights: str | None = None
+    # (ours, issue 24) "verdict": counterfactuals and per-head attention only for the traces whose verdict reads
+    # them (method/reads.py; other traces' cf_effect / attn_in_learned are null); "all": for every trace, as a
+    # run made to fit a ranker needs (CLI --all-features). Verdicts are the same either way.
+    features: Literal["verdict", "all"] = "verdict"
 
 
 class BatchConfig(_Section):
@@ -155,6 +159,8 @@ class PipelineConfig(BaseModel):
         for k in ("device", "cache_dir", "threads"):
             data["model"].pop(k, None)
         data.pop("engine", None)  # execution only; without it the hash equals the one before the section existed
+        if data["method"].get("features") == "verdict":
+            data["method"].pop("features")  # the default: verdicts as before the option, same hash
         if data.get("ingest") == IngestConfig().model_dump(mode="json"):
             data.pop("ingest")  # default caps: same hash as before the section existed
         blob = json.dumps(data, sort_keys=True).encode()

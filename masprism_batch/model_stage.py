@@ -20,7 +20,7 @@ import numpy as np
 from . import batching, pass1, render, windows
 from . import rows as rows_mod
 from .config import PipelineConfig
-from .method import counterfactual, heads, ranker, rules
+from .method import counterfactual, heads, ranker, reads, rules
 from .method import masprism as mp
 from .pass2_prep import Pass2Prep, prepare_pass2, symptom_ratio
 from .schema import error_row
@@ -39,6 +39,9 @@ class StageOutput:
     # wall seconds the caller waited, after the last pass-1 prefill, for pass-1 method + pass-2 prompts: the part
     # that did not overlap the prefills (all of it with engine.pass2_render_threads = 0)
     seconds_render_pass2_wait: float = 0.0
+    # counterfactual suffix prefills (issue 24): wall seconds and suffix tokens read, summed per call
+    seconds_counterfactual: float = 0.0
+    tokens_counterfactual: int = 0
 
 
 def _prefill(model, rendered: dict, cfg: PipelineConfig, stage: str, on_group=None, **kw) -> dict:
@@ -47,17 +50,19 @@ def _prefill(model, rendered: dict, cfg: PipelineConfig, stage: str, on_group=No
     `rendered` values have `input_ids` and `step_ids()` (and `n_steps` for windows); kw go to model.signals.
     A pack that fails (e.g. out of memory) is retried item by item, so one bad trace fails alone.
     on_group({key: result}) is called after each group, before the next one is launched.
+    kw per_head: a bool, or the set of keys read per head (issue 24): those are packed apart, so the others
+    take the signal op's fused kernel (the C++ op has no per-head variant).
     """
+    heads_for = kw.pop("per_head", False)
     keys = sorted(rendered)
-    lengths = [len(rendered[k].input_ids) for k in keys]
     results: dict[int, tuple] = {}
 
-    def run(idx: list[int]) -> bool:
+    def run(idx: list[int], per_head: bool) -> bool:
         t0 = time.perf_counter()
         try:
             n_steps = [getattr(rendered[i], "n_steps", None) for i in idx]
             sigs = model.signals([rendered[i].input_ids for i in idx], [rendered[i].step_ids() for i in idx],
-                                 None if None in n_steps else n_steps, **kw)
+                                 None if None in n_steps else n_steps, per_head=per_head, **kw)
         except Exception as exc:  # noqa: BLE001 - one bad pack must not sink the batch
             log.warning("%s prefill of %d trace(s) failed: %s", stage, len(idx), exc)
             if len(idx) == 1:
@@ -69,11 +74,14 @@ def _prefill(model, rendered: dict, cfg: PipelineConfig, stage: str, on_group=No
             results[i] = (s, dt * len(rendered[i].input_ids) / total)
         return True
 
-    for group in batching.pack(lengths, cfg.batch.token_budget):
-        idx = [keys[g] for g in group]
-        if not run(idx) and len(idx) > 1:
+    split = [(bool(heads_for), keys)] if isinstance(heads_for, bool) else \
+        [(False, [k for k in keys if k not in heads_for]), (True, [k for k in keys if k in heads_for])]
+    work = [([ks[g] for g in group], ph) for ph, ks in split if ks
+            for group in batching.pack([len(rendered[k].input_ids) for k in ks], cfg.batch.token_budget)]
+    for idx, ph in work:
+        if not run(idx, ph) and len(idx) > 1:
             for i in idx:
-                run([i])
+                run([i], ph)
         if on_group is not None:
             on_group({i: results[i] for i in idx})
     return results
@@ -101,13 +109,18 @@ def attribute_traces(traces: list[Trace], model, cfg: PipelineConfig, raw_sink=N
             wins[i], r1[i] = r, r.full
         else:
             r1[i] = r
-    per_head = heads.wanted(cfg, model)
+    # what each verdict reads, decided before any prefill (method/reads.py): costly features only where read;
+    # raw_sink callers (fit-heads, benchmarks) take the raw signals, so they get every one the config enables
+    need = reads.needed(cfg, traces, model.model_id, everything=raw_sink is not None)
+    hw = heads.load_for(cfg, model) if heads.wanted(cfg, model) else None
+    # per-head pass-1 attention: for the traces that read the learned-head inflow (nothing to apply without
+    # head weights, unless the caller takes the raw per-head attention)
+    per_head = {i for i in r1 if reads.HEAD_ATTENTION in need[i] and (hw is not None or raw_sink is not None)}
     p1s: dict[int, mp.Pass1Result] = {}
     flags: dict[int, np.ndarray] = {}
     r2: dict[int, render.Rendered] = {}
     prepare = partial(prepare_pass2, traces=traces, r1=r1, cfg=cfg, rcfg=rcfg, tok=tok)
     with Pass2Prep(prepare, cfg.engine.pass2_render_threads) as prep:
-        hw = heads.load_for(cfg, model) if per_head else None  # before pass 1: windows.combine applies it
         sig1 = _pass1_signals(model, r1, wins, cfg, per_head, prep.submit, hw)
         for i, (s, _) in sig1.items():
             if isinstance(s, Exception):
@@ -125,19 +138,11 @@ def attribute_traces(traces: list[Trace], model, cfg: PipelineConfig, raw_sink=N
         log.debug("pass-2 prompts: %d built, %.1f ms CPU each, %.3f s not overlapped", out.n_render_pass2,
                   1e3 * out.seconds_render_pass2 / out.n_render_pass2, out.seconds_render_pass2_wait)
     cf_k = cfg.method.counterfactual_k
-    sig2 = _prefill(model, r2, cfg, "pass2", per_head=per_head, keep_kv=cf_k > 0)
-    cf: dict[int, np.ndarray] = {}
-    for i, (s2, _) in sig2.items():
-        if isinstance(s2, Exception) or not cf_k:
-            continue
-        t0 = time.perf_counter()
-        try:
-            cf[i] = counterfactual.effects(model, r2[i], s2, p1s[i].candidates[:cf_k], max(p1s[i].symptoms),
-                                           _placeholder_ids(tok))
-        except Exception as exc:  # noqa: BLE001 - a failed counterfactual only loses a feature
-            log.warning("trace %r: counterfactuals failed: %s", traces[i].trace_id, exc)
-        sig2[i] = (s2, sig2[i][1] + time.perf_counter() - t0)
-        s2.kv = None  # the cache is large: drop it as soon as the trace's counterfactuals are done
+    want_cf = {i for i in r2 if cf_k and reads.COUNTERFACTUAL in need[i]}
+    # pass-2 per-head attention is read by no verdict, only by raw_sink callers (fit-heads' training pairs)
+    sig2 = _prefill(model, r2, cfg, "pass2", per_head=per_head if raw_sink is not None else False,
+                    keep_kv=bool(want_cf))
+    cf = _counterfactuals(model, traces, r2, sig2, p1s, want_cf, cfg, full=raw_sink is not None, out=out)
 
     now = datetime.now(timezone.utc)
     for i in sorted(p1s):
@@ -253,7 +258,7 @@ def _masprism_verdict(t: Trace, ranking: mp.Ranking) -> Verdict:
                    [{"agent": a, "score": v} for a, v in best.items()])
 
 
-def _pass1_signals(model, r1: dict, wins: dict, cfg: PipelineConfig, per_head: bool, on_trace, hw=None) -> dict:
+def _pass1_signals(model, r1: dict, wins: dict, cfg: PipelineConfig, per_head: bool | set, on_trace, hw=None) -> dict:
     """Pass 1 prefills: one per trace (truncate) or one per window, recombined per trace (windows.py).
     on_trace(i, signals) as soon as trace i's prefill (every window of it) is back and did not fail."""
     def ready(got: dict) -> None:
@@ -286,13 +291,43 @@ def _pass1_signals(model, r1: dict, wins: dict, cfg: PipelineConfig, per_head: b
             combine(i)
         ready({i: out[i] for i in done if i in out})
 
-    _prefill(model, items, cfg, "pass1", on_group=group_done, per_head=per_head)
+    _prefill(model, items, cfg, "pass1", on_group=group_done,
+             per_head={k for k in items if k[0] in per_head} if isinstance(per_head, set) else per_head)
     for i in wins:
         if i not in out and i not in broken:  # a trace with no window: nothing to wait for
             combine(i)
         if i in broken:
             raise broken[i]
     return {i: out[i] for i in wins}
+
+
+def _counterfactuals(model, traces, r2, sig2, p1s, want: set, cfg, full: bool, out: StageOutput) -> dict:
+    """Counterfactual D of the traces in `want` whose pass 2 ran, every candidate suffix of them in packed
+    batches (method/counterfactual.effects_batch); their time is added to the traces' pass-2 seconds in
+    proportion to their pass-2 prompt length. full: every row of D (raw_sink), else the symptoms' rows."""
+    idx = [i for i in sorted(want) if i in sig2 and not isinstance(sig2[i][0], Exception)]
+    cf_k = cfg.method.counterfactual_k
+    reqs = [counterfactual.Request(r2[i], sig2[i][0], p1s[i].candidates[:cf_k], max(p1s[i].symptoms),
+                                   None if full else list(p1s[i].symptoms)) for i in idx]
+    t0 = time.perf_counter()
+    stats: dict = {}
+    res = counterfactual.effects_batch(model, reqs, _placeholder_ids(model.tokenizer), cfg.batch.token_budget,
+                                       stats)
+    dt = time.perf_counter() - t0
+    out.seconds_counterfactual += dt
+    out.tokens_counterfactual += stats.get("tokens", 0)
+    total = sum(len(r2[i].input_ids) for i in idx) or 1
+    got = {}
+    for i, D in zip(idx, res, strict=True):
+        if isinstance(D, Exception):  # a failed counterfactual only loses a feature
+            log.warning("trace %r: counterfactuals failed: %s", traces[i].trace_id, D)
+        else:
+            got[i] = D
+        sig2[i] = (sig2[i][0], sig2[i][1] + dt * len(r2[i].input_ids) / total)
+    for s2, _ in sig2.values():
+        if not isinstance(s2, Exception):
+            s2.kv = None  # the cache is large: drop it once the counterfactuals are done
+    return got
 
 
 _PH: dict[int, list[int]] = {}

@@ -34,6 +34,39 @@ from .work import result_to_tables
 log = logging.getLogger(__name__)
 STAGE_KEYS = ("seconds_read", "seconds_render", "seconds_model", "seconds_render_pass2", "seconds_render_pass2_wait",
               "seconds_commit")
+# where the model stage's time and tokens go (issue 24): pass 1, pass 2 (its prefill) and the counterfactual
+# suffix re-reads, from the attributions' own per-trace timings and the stage's counterfactual counters
+PASS_KEYS = ("seconds_pass1", "seconds_pass2", "seconds_counterfactual")
+TOKEN_KEYS = ("tokens_pass1", "tokens_pass2", "tokens_counterfactual")
+
+
+def pass_stats(attributions: pa.Table, parts: list[dict[str, Any]]) -> dict[str, float]:
+    def col(name: str) -> float:
+        return float(sum(x or 0 for x in attributions.column(name).to_pylist())) if attributions.num_rows else 0.0
+
+    cf_s = float(sum(p.get("seconds_counterfactual", 0.0) for p in parts))
+    return {"seconds_pass1": col("seconds_pass1"), "seconds_pass2": max(col("seconds_pass2") - cf_s, 0.0),
+            "seconds_counterfactual": cf_s, "tokens_pass1": int(col("tokens_pass1")),
+            "tokens_pass2": int(col("tokens_pass2")),
+            "tokens_counterfactual": int(sum(p.get("tokens_counterfactual", 0) for p in parts))}
+
+
+def breakdown(record: dict) -> str:
+    """One line: where a run's time went (stage seconds summed over traces; tokens read by each pass)."""
+    sec, tok = record.get("stage_seconds_total", {}), record.get("stage_tokens_total", {})
+
+    def part(name: str, s: float, t: int | None = None) -> str:
+        return f"{name} {s:,.1f} s" + (f" ({t:,} tok, {t / s:,.0f} tok/s)" if t and s > 0 else "")
+
+    inv = record.get("this_invocation", {})
+    load = inv.get("seconds_model_load", 0.0)  # 0 when the caller loaded the model (attribute/eval: before)
+    return " | ".join([
+        part("pass 1", sec.get("seconds_pass1", 0.0), tok.get("tokens_pass1")),
+        part("pass 2", sec.get("seconds_pass2", 0.0), tok.get("tokens_pass2")),
+        part("counterfactuals", sec.get("seconds_counterfactual", 0.0), tok.get("tokens_counterfactual")),
+        part("render", sec.get("seconds_render", 0.0) + sec.get("seconds_render_pass2", 0.0)),
+        part("write", sec.get("seconds_commit", 0.0)),
+        *([part("model load", load)] if load else []), part("wall", inv.get("wall_seconds", 0.0))])
 
 
 class Interrupted(KeyboardInterrupt):
@@ -90,6 +123,7 @@ class RunSummary:
     extra: dict[str, Any] = field(default_factory=dict)
     warnings: int = 0  # rows of errors/ for traces that were kept (repaired/truncated): not rejections
     warnings_by_reason: dict[str, int] = field(default_factory=dict)
+    breakdown: str = ""  # one line: seconds and tokens per stage (driver.breakdown)
 
     @property
     def exit_code(self) -> int:
@@ -197,7 +231,8 @@ class Committer:
         return {"label": label, "attributed": tables["attributions"].num_rows, "rejected": sum(rej.values()),
                 "rejected_by_reason": rej, "warnings": sum(warn.values()), "warnings_by_reason": warn,
                 "tokens": stats.get("tokens", 0),
-                "stage_seconds": {k: stats.get(k, 0.0) for k in STAGE_KEYS}, "engine": self.engine,
+                "stage_seconds": {k: stats.get(k, 0.0) for k in STAGE_KEYS + PASS_KEYS},
+                "stage_tokens": {k: int(stats.get(k, 0)) for k in TOKEN_KEYS}, "engine": self.engine,
                 "committed_at": now_utc().isoformat()}
 
     def add(self, result: dict[str, Any]) -> None:
@@ -227,6 +262,7 @@ class Committer:
         tables = {k: pa.concat_tables([t[k] for t in per]) for k in OUTPUT_TABLES}
         stats = {k: float(sum(p[k] for p in parts)) for k in STAGE_KEYS if k != "seconds_commit"}
         stats["tokens"] = int(sum(p["tokens"] for p in parts))
+        stats.update(pass_stats(tables["attributions"], parts))
         stats["seconds_commit"] = time.perf_counter() - t0
         self.store.commit(sid, tables, self._entry(sid, tables, stats, parts[0]["label"]), self.run_id)
         if self.lock is not None:
@@ -245,10 +281,12 @@ class Committer:
         wall = time.perf_counter() - self.t0
         reasons: Counter = Counter()
         stage: Counter = Counter()
+        tokens: Counter = Counter()
         for e in committed.values():  # older entries held warnings under rejected_by_reason: split again
             reasons.update(e["rejected_by_reason"])
             reasons.update(e.get("warnings_by_reason", {}))
             stage.update(e["stage_seconds"])
+            tokens.update(e.get("stage_tokens", {}))
         rej_by, warn_by = split_reasons(dict(reasons))
         attributed = sum(e["attributed"] for e in committed.values())
         rejected, warnings = sum(rej_by.values()), sum(warn_by.values())
@@ -264,6 +302,7 @@ class Committer:
                        "tokens": sum(e["tokens"] for e in committed.values())},
             "shards": {"total": len(committed), "run": self.shards_run, "skipped": self.skipped},
             "stage_seconds_total": {k: round(v, 3) for k, v in stage.items()},
+            "stage_tokens_total": {k: int(tokens.get(k, 0)) for k in TOKEN_KEYS},
             "this_invocation": {
                 "started_at": self.started_at.isoformat(), "finished_at": now_utc().isoformat(),
                 "wall_seconds": round(wall, 3), "traces": self.traces_done, "tokens": self.tokens_done,
@@ -278,7 +317,7 @@ class Committer:
         return RunSummary(str(self.outdir), self.engine, self.workers, record["counts"]["in"], attributed,
                           rejected, rej_by, len(committed), self.shards_run,
                           self.skipped, wall, inv["traces_per_second"], inv["tokens_per_second"], str(path),
-                          extra or {}, warnings, warn_by)
+                          extra or {}, warnings, warn_by, breakdown=breakdown(record))
 
     def _distinct_inputs(self) -> int:
         """Distinct input records over committed shards: attributed trace ids, plus rejection rows distinct by

@@ -184,6 +184,8 @@ def _run(traces, renders, model, cfg, attribute, cpu: list[float]) -> tuple[list
     out = attribute(traces, model, cfg, renders)
     cpu[0] += getattr(out, "seconds_render_pass2", 0.0)
     cpu[1] += getattr(out, "seconds_render_pass2_wait", 0.0)
+    cpu[2] += getattr(out, "seconds_counterfactual", 0.0)  # issue 24: run.json's per-stage breakdown
+    cpu[3] += getattr(out, "tokens_counterfactual", 0)
     return list(out.attributions), list(out.step_scores), list(out.errors)
 
 
@@ -203,7 +205,7 @@ def process_pack(traces: list[Trace], renders: list, model, cfg: PipelineConfig,
     todo = list(zip(traces, renders, strict=True))
     # pass-2 prompt building (render_pass2): [CPU seconds, seconds the model stage waited for it after its last
     # pass-1 prefill], reported in run.json's stage timings
-    cpu = [0.0, 0.0]
+    cpu = [0.0, 0.0, 0.0, 0]
     if guard is None and todo:
         try:
             a, s, e = _run(traces, renders, model, cfg, attribute, cpu)
@@ -234,7 +236,8 @@ def process_pack(traces: list[Trace], renders: list, model, cfg: PipelineConfig,
             guard.done(t.trace_id)
     a, s, e = reconcile([t.trace_id for t in traces], attributions, step_scores, errors, input_path)
     return {"attributions": a, "step_scores": s, "errors": e, "seconds": time.perf_counter() - t0,
-            "seconds_render_pass2": cpu[0], "seconds_render_pass2_wait": cpu[1]}
+            "seconds_render_pass2": cpu[0], "seconds_render_pass2_wait": cpu[1],
+            "seconds_counterfactual": cpu[2], "tokens_counterfactual": int(cpu[3])}
 
 
 def reconcile(ids: list[str], attributions, step_scores, errors, input_path):

@@ -81,6 +81,8 @@ def attribute_pack(task: dict[str, Any], model, cfg: PipelineConfig, guard=None,
         "seconds_model": float(res["seconds"]),
         "seconds_render_pass2": float(res["seconds_render_pass2"]),
         "seconds_render_pass2_wait": float(res["seconds_render_pass2_wait"]),
+        "seconds_counterfactual": float(res.get("seconds_counterfactual", 0.0)),
+        "tokens_counterfactual": int(res.get("tokens_counterfactual", 0)),
     }
 
 

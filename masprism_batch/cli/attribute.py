@@ -22,7 +22,7 @@ from .common import (
     usage,
 )
 from .progress import DEFAULT_INTERVAL, heartbeat
-from .run import Engine, LimitOpt, SampleOpt, SeedOpt, run
+from .run import ALL_FEATURES_HELP, Engine, LimitOpt, SampleOpt, SeedOpt, run
 
 log = logging.getLogger("masprism_batch.cli")
 console = Console(stderr=True)
@@ -33,16 +33,18 @@ ContextOpt = typer.Option(None, "--max-context", help="tokens per prompt (defaul
 MethodOpt = typer.Option(None, "--method", help="ranked (default) | masprism (the faithful paper method)")
 RankerOpt = typer.Option(None, "--ranker", help="ranker file from `masprism-batch fit` (logs of its systems get "
                          "their fitted verdict, others the zero-training rule)")
+AllFeaturesOpt = typer.Option(False, "--all-features", help=ALL_FEATURES_HELP)
 IntervalOpt = typer.Option(DEFAULT_INTERVAL, "--progress-interval", min=0,
                            help="seconds between progress lines when stderr is not a terminal (0: none)")
 
 
-def _config(config, model, max_context, threads=None, method=None, ranker=None):
+def _config(config, model, max_context, threads=None, method=None, ranker=None, all_features=False):
     from ..config import load_config
 
     try:
         return load_config(config, model__name=model, render__max_context=max_context, model__threads=threads,
-                           method__name=method, method__ranker_weights=str(ranker) if ranker else None)
+                           method__name=method, method__ranker_weights=str(ranker) if ranker else None,
+                           method__features="all" if all_features else None)
     except (OSError, ValueError) as exc:  # pydantic's ValidationError is a ValueError
         console.print(f"[red]error:[/] bad configuration: {exc}")
         raise typer.Exit(EXIT_FATAL) from None
@@ -78,6 +80,7 @@ def attribute(
     token_budget: int = typer.Option(None, help="max tokens per packed prefill batch"),
     traces_per_shard: int = typer.Option(None, help="traces per committed output shard"),
     threads: int = typer.Option(None, help="torch CPU threads"),
+    all_features: bool = AllFeaturesOpt,
     fmt: str = typer.Option("auto", "--format", help="input format for raw inputs (see `ingest`)"),
     limit: int = LimitOpt, sample: int = SampleOpt, seed: int = SeedOpt,
     progress: bool = typer.Option(True, help="live progress bar (traces/s, tokens/s, ETA)"),
@@ -87,7 +90,7 @@ def attribute(
     run(inputs, out, engine=Engine.local, workers=None, address=None, num_cpus=None, model=model, config=config,
         max_context=max_context, method=method, ranker=ranker, token_budget=token_budget,
         traces_per_shard=traces_per_shard,
-        threads=threads, fmt=fmt, limit=limit, sample=sample, seed=seed, progress=progress,
+        threads=threads, all_features=all_features, fmt=fmt, limit=limit, sample=sample, seed=seed, progress=progress,
         progress_interval=progress_interval, verbose=verbose)
 
 
@@ -171,6 +174,7 @@ def eval_(
                                "every subset represented (see --seed)"),
     seed: int = typer.Option(0, "--seed", help="seed of --sample"),
     threads: int = typer.Option(None, help="torch CPU threads"),
+    all_features: bool = AllFeaturesOpt,
     progress_interval: float = IntervalOpt,
     verbose: bool = typer.Option(False, "-v"),
 ):
@@ -191,7 +195,7 @@ def eval_(
     if json_out is not None:
         from .common import check_out_file
         check_out_file(json_out)
-    cfg = _config(config, model, max_context, threads, method, ranker)
+    cfg = _config(config, model, max_context, threads, method, ranker, all_features)
     loaded = load_model_or_fail(cfg)
     from .fit import check_ranker
 
@@ -217,7 +221,7 @@ def eval_(
         "tokens": sum(r["tokens_pass1"] + r["tokens_pass2"] for r in rows),
         "tokens_pass1": sum(r["tokens_pass1"] for r in rows), "tokens_pass2": sum(r["tokens_pass2"] for r in rows),
         "seconds_pass1": sec1, "seconds_pass2": sec2, "rejected": summary.rejected_by_reason,
-        "hardware": _hardware(), "date": time.strftime("%Y-%m-%d"),
+        "hardware": _hardware(), "date": time.strftime("%Y-%m-%d"), "breakdown": summary.breakdown,
     })
     result["in_sample"] = _in_sample_note(cfg, [t.trace_id for t in traces if t.trace_id in {r["trace_id"] for r in rows}])
     for table in tables(result):
@@ -225,6 +229,7 @@ def eval_(
     console.print(f"[yellow]note:[/] {result['in_sample']}", soft_wrap=True)
     console.print(f"{summary.attributed} traces in {summary.wall_seconds:.0f} s ({result['seconds_per_trace']:.1f} s/trace, "
                   f"{summary.tokens_per_second:,.0f} tokens/s) with {result['model_id']}; outputs in {outdir}")
+    console.print(f"time: {summary.breakdown}", soft_wrap=True)
     if json_out:
         json_out.write_text(json.dumps(result, indent=2, default=str), encoding="utf-8")
     raise typer.Exit(EXIT_OK)

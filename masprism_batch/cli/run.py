@@ -28,6 +28,10 @@ class Engine(str, Enum):
     ray = "ray"
 
 
+ALL_FEATURES_HELP = ("compute counterfactuals and per-head attention for every log, also where its verdict does "
+                     "not read them (runs made to fit a ranker; default: only where read, method/reads.py)")
+
+
 @app.command()
 def run(
     inputs: list[str] = typer.Argument(..., help="raw trace files/dirs (ingested once) or canonical traces Parquet"),
@@ -46,6 +50,7 @@ def run(
     token_budget: int = typer.Option(None, help="max tokens per packed prefill batch"),
     traces_per_shard: int = typer.Option(None, help="traces per committed output shard"),
     threads: int = typer.Option(None, help="torch CPU threads per model (default: CPUs / workers)"),
+    all_features: bool = typer.Option(False, "--all-features", help=ALL_FEATURES_HELP),
     fmt: str = typer.Option("auto", "--format", help="input format for raw inputs (see `ingest`)"),
     limit: int = LimitOpt, sample: int = SampleOpt, seed: int = SeedOpt,
     progress: bool = typer.Option(True, help="live progress bar (traces/s, tokens/s, ETA)"),
@@ -76,7 +81,8 @@ def run(
     try:
         cfg = load_config(config, model__name=model, render__max_context=max_context, model__threads=threads,
                           method__name=method, method__ranker_weights=str(ranker) if ranker else None,
-                          batch__token_budget=token_budget, engine__traces_per_shard=traces_per_shard)
+                          batch__token_budget=token_budget, engine__traces_per_shard=traces_per_shard,
+                          method__features="all" if all_features else None)
     except (OSError, ValueError) as exc:  # pydantic's ValidationError is a ValueError
         raise fail(f"bad configuration: {exc}") from None
     conflict = staging_conflict(out, list(inputs), fmt, select)
@@ -114,6 +120,8 @@ def run(
         f"[bold]{summary.attributed}[/] attributed, {rej}; {summary.shards_run} shards run, "
         f"{summary.shards_skipped} already committed; {summary.traces_per_second:.2f} traces/s, "
         f"{summary.tokens_per_second:,.0f} tokens/s ({summary.engine}, {summary.workers} worker(s)) -> {out}")
+    if summary.breakdown:
+        console.print(f"time: {summary.breakdown}", soft_wrap=True)
     if summary.attributed == 0:
         raise fail(no_traces_message(list(inputs), summary.rejected_by_reason))
     raise typer.Exit(summary.exit_code)

@@ -30,11 +30,14 @@ def test_fit_heads_writes_weights_the_pipeline_loads(tmp_path):
     from masprism_batch.model import load_model
     from masprism_batch.model_stage import attribute_traces
 
-    c = load_config(str(cfg), method__head_weights=str(out), method__name="masprism")
+    # features "all": the faithful verdict reads no learned-head inflow, so by default it is not computed (issue 24)
+    c = load_config(str(cfg), method__head_weights=str(out), method__name="masprism", method__features="all")
     model = load_model(c.model, c.signals)
     t = next(iter(read_inputs([str(_sample_dir())])))
     rows = attribute_traces([t], model, c).step_scores
     assert any(r["attn_in_learned"] is not None for r in rows)
+    lean = attribute_traces([t], model, c.model_copy(update={"method": c.method.model_copy(update={"features": "verdict"})}))
+    assert all(r["attn_in_learned"] is None for r in lean.step_scores)
 
 
 def test_fit_heads_missing_input_and_bad_output(tmp_path):
