@@ -401,6 +401,7 @@ def main() -> None:
     cases = load_cases(Path(args.data), cache)
     model_id = next((c.meta["attribution"]["model_id"] for c in cases), args.model)
     log.info("%d cached traces: %s", len(cases), {s: sum(c.system == s for c in cases) for s in SYSTEMS})
+    available = {s: len(v) for s, v in load_systems(Path(args.data)).items()}
     out: list[dict] = []
     flat, base = score(cases, faithful_rows(cases))
     emit(out, "masprism (faithful, windows pass 1)", "no training", flat)
@@ -447,7 +448,8 @@ def main() -> None:
                for s in sorted({c.system for c in cases})}
     policy = {"known": FITTED, "loso_ranker": loso_ranker, "faithful": faithful, "agent_rule": agent_rule0,
               "agent_picked": agent_picked, "fallback_rule": fallback, "rules_loso": rules_loso_mean,
-              "rules_picked": picked, "per_system_kfold_vs_faithful": per_sys, "ranked_systems": []}
+              "rules_picked": picked, "per_system_kfold_vs_faithful": per_sys, "ranked_systems": [],
+              "available": available}
     conf = rule_calibration(cases, fallback, out)
     if args.train_weights:
         train_weights(cases, args, policy, model_id, out, conf)
