@@ -36,6 +36,9 @@ PRIOR_FEATURES = ["pos_prior", "relpos_prior", "agent_prior"]
 OFFSET_SCALE = 2.0
 L2_GRID = (30.0, 3.0, 0.3, 0.03)  # per-log L2 strengths tried by internal CV (the rule itself is the limit at infinity)
 RELPOS_BINS = 10
+# the weakest shrinkage tried grows with the labels: strength x k >= this (k = 10: down to 0.3; k = 100: 0.03), so
+# a handful of logs cannot buy a free ranker over ~25 features (its degrees of freedom grow with the data)
+MIN_L2_TIMES_K = 3.0
 
 
 @dataclass
@@ -186,16 +189,19 @@ def fit_correction(cases: list[FitCase], l2: float) -> Fitted:
     n, d = len(cases), X.shape[1]
 
     def soft(s, mask):
-        e = np.where(mask, np.exp(s - np.maximum.reduceat(s, starts)[seg]), 0.0)
+        sm = np.where(mask, s, -np.inf)
+        e = np.where(mask, np.exp(sm - np.maximum.reduceat(sm, starts)[seg]), 0.0)
         z = np.add.reduceat(e, starts)
         return e / z[seg], z
 
     def objective(w):
         s = off + X @ w
-        mx = np.maximum.reduceat(s, starts)[seg]
-        z = np.add.reduceat(np.exp(s - mx), starts)
-        zg = np.add.reduceat(np.where(gold, np.exp(s - mx), 0.0), starts)
-        return float(np.sum(np.log(z) - np.log(zg))) / n + 0.5 * l2 * float(w @ w)
+        mx = np.maximum.reduceat(s, starts)
+        z = np.add.reduceat(np.exp(s - mx[seg]), starts)
+        sg = np.where(gold, s, -np.inf)  # log-sum-exp over the gold steps with their own maximum: no underflow
+        mg = np.maximum.reduceat(sg, starts)
+        zg = np.add.reduceat(np.exp(sg - mg[seg]), starts)
+        return float(np.sum(np.log(z) + mx - np.log(zg) - mg)) / n + 0.5 * l2 * float(w @ w)
 
     w = np.zeros(d)
     f = objective(w)
