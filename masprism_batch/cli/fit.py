@@ -121,7 +121,7 @@ def fit(
     does not beat it held out. Prints per system the held-out estimates beside the rule's and the label-prior
     baselines'; writes OUT only when every system fitted (never a partial file)."""
     from ..method import fit_system as fs
-    from ..method.rankfile import RankerFile
+    from ..method.rankfile import RankerFile, SystemRanker
 
     setup_logging(verbose)
     missing = [str(r) for r in runs if not r.is_dir()]
@@ -147,7 +147,9 @@ def fit(
                   "labelled step is a hit), agent: exact", soft_wrap=True)
     for name, f in fits.items():
         e = f.estimates
-        verdict = f"ranker:{name}" if f.verdict == "ranker" else f"rule:{rule}"
+        verdict = SystemRanker(f.entry, model_id or "").verdict_by
+        if f.k < fs.MIN_K:
+            verdict += f" (fewer than {fs.MIN_K} labelled logs: the zero-training verdict is kept)"
         console.print(f"{escape(name)}: k={f.k} | step: fitted {_pct(e['fitted'])}, zero-training rule "
                       f"{_pct(e['rule'])}, label prior (most common blamed position) {_pct(e['pos_prior'])} | agent: "
                       f"fitted {_pct(e['fitted_agent'])}, zero-training rule {_pct(e['rule_agent'])}, label prior "
