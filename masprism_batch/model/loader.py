@@ -168,12 +168,32 @@ def build_model(config, state: dict, tokenizer, signals_cfg, *, model_id: str, d
                         device=torch.device(device), dtype=dtype, signals_cfg=signals_cfg, fingerprint=fingerprint)
 
 
+def free_cpu_threads() -> int | None:
+    """Intra-op threads for a CPU run when none is configured: the cores not already busy (1-minute load
+    average), at least 1; None (torch's default: every core) where the environment sets OMP/MKL threads or the
+    load is unknown. Why (issue 24): torch splits each op evenly over its threads, so one thread that waits for
+    a core another process holds stalls the whole op. On this 2-core machine at load ~4, one thread ran the
+    SmolLM2 signal forward in 8.5 s where two took 16.4 s (cpp step_attention alone: 0.09 s vs 0.45 s);
+    docs/benchmarks.md "Where the time goes"."""
+    if os.environ.get("OMP_NUM_THREADS") or os.environ.get("MKL_NUM_THREADS"):
+        return None
+    try:
+        cores = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else (os.cpu_count() or 1)
+        busy = os.getloadavg()[0]
+    except OSError:
+        return None
+    return max(1, min(cores, int(cores - busy + 0.5)))
+
+
 def load_model(model_cfg, signals_cfg) -> PrefillModel:
     """Load `model_cfg.name` (see registry) for prefill on model_cfg.device / dtype."""
     _offline()
+    device, dtype = resolve_device_dtype(model_cfg.device, model_cfg.dtype)
     if model_cfg.threads:
         torch.set_num_threads(model_cfg.threads)
-    device, dtype = resolve_device_dtype(model_cfg.device, model_cfg.dtype)
+    elif torch.device(device).type == "cpu" and (n := free_cpu_threads()) is not None and n != torch.get_num_threads():
+        log.info("CPU threads: %d (cores not busy by the load average; --threads to choose)", n)
+        torch.set_num_threads(n)
     spec: ModelSpec = require_model(model_cfg.name)
     if spec.kind == "tiny":
         config, tok, fingerprint = tiny_config(), tiny_tokenizer(), "seed0"
