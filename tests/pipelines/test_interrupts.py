@@ -90,8 +90,9 @@ def test_cli_reports_an_interruption_with_its_exit_status(tmp_path, small_cfg, m
         return real(*a, **{**kw, **Stops().kwargs()})
 
     monkeypatch.setattr("masprism_batch.pipelines.run_local", run_local_stopping)
+    before = signal.getsignal(signal.SIGTERM)  # not SIG_DFL once an earlier Ray test ran ray.init in this process
     res = CliRunner().invoke(app, ["attribute", str(tmp_path / "in"), "-o", str(tmp_path / "out"),
                                    "--model", "tiny-random", "--no-progress"])
     assert res.exit_code == 128 + signal.SIGTERM, res.output
     assert "interrupted (SIGTERM)" in res.output and "re-run the same command" in res.output
-    assert signal.getsignal(signal.SIGTERM) is signal.SIG_DFL  # the handler is the run's only
+    assert signal.getsignal(signal.SIGTERM) is before  # the run's handler is removed, the caller's restored
