@@ -97,7 +97,8 @@ def write_markdown(path: Path, rows, cases, heads_rows, policy, chosen, cfg, arg
               "); the portable ranker itself does not ship (below).", "",
               "**What the shipped default does** (`--method ranked`, packaged `weights/rankers.json`, written by "
               "the same fit as `masprism-batch fit`): a log of a dev system gets that system's fitted verdict where "
-              f"the fit's internal held-out estimate beat the zero-training rule ({ranked}); every other log "
+              f"the fit's internal held-out estimate beat the zero-training rule ({ranked}; `prior`: the most "
+              "often blamed position); every other log "
               f"gets the zero-training rule `{fb}` (`masprism_batch/method/rules.py`; rule picked per held-out "
               f"system by LOSO: {picked}; mean LOSO headline {policy['rules_loso']:.3f} against the faithful "
               f"method's {policy['faithful']:.3f}; the portable ranker under LOSO: {policy['loso_ranker']:.3f}, "

@@ -514,8 +514,8 @@ def train_weights(cases, args, policy, model_id, out, calibration) -> None:
         sub = [c for c in cases if c.system == system]
         f = system_fit(sub, system, policy["fallback_rule"], policy["agent_rule"])
         entries[system] = f.entry
-        if f.verdict == "ranker":
-            policy["ranked_systems"].append(system)
+        if f.verdict != "rule":
+            policy["ranked_systems"].append(f"{system} ({f.verdict})")
         sr = SystemRanker(f.entry, model_id)
         for c in fit_cases(sub, policy["fallback_rule"]) + _unlabelled(sub, policy["fallback_rule"]):
             order, _, agent, _ = sr.apply(c.trace, c.rows, c.ranked)
@@ -526,7 +526,7 @@ def train_weights(cases, args, policy, model_id, out, calibration) -> None:
     shipped = score(cases, rows)[0]  # what `eval` prints on the dev data with these weights
     for system in sorted({c.system for c in cases}):
         emit(out, "shipped default (packaged rankers.json)",
-             "in-sample: fitted on these cases (optimistic)" if system in policy["ranked_systems"] else
+             "in-sample: fitted on these cases (optimistic)" if entries[system]["verdict"] != "rule" else
              f"in-sample calibration; step: zero-training rule {policy['fallback_rule']} (fit fell back to it)",
              {k: v for k, v in shipped.items() if k[0] == system})
     (wdir / "fallback.json").write_text(json.dumps(

@@ -76,9 +76,9 @@ def fit_system(cases: list[ft.FitCase], system: str, rule: str = "faithful", rul
     chosen = "rule"
     overridable = len(cases) >= MIN_K  # below it one lucky held-out hit is 10+ points: the rule stays
     hits = {o: [ft.hit(cases[i], oof[i][o][0]) if o in oof[i] else None for i in ok] for o in step_acc}
-    # simplest first: the label prior (no free parameter) replaces the rule if it is better held out; the ranker
-    # (a strength picked among several: an optimistic estimate) must beat that choice by Z standard errors
-    if overridable and step_acc["prior"] is not None and step_acc["prior"] > step_acc["rule"]:
+    # simplest first: the label prior replaces the rule if it beats it held out by Z paired standard errors; the
+    # ranker (a strength picked among several: an optimistic estimate) must beat that choice the same way
+    if overridable and step_acc["prior"] is not None and beats(hits["prior"], hits["rule"]):
         chosen = "prior"
     if overridable and best is not None and beats(hits[best], hits[chosen]):
         chosen = best
@@ -89,10 +89,11 @@ def fit_system(cases: list[ft.FitCase], system: str, rule: str = "faithful", rul
         agent_hits[ar] = [ft.agent_hit(cases[i], ft.agent_pick(
             ar, cases[i], oof[i][chosen][2], oof[i][chosen][0], oof[i][chosen][3])) for i in ok]
     agent_acc = {a: ft.mean(h) for a, h in agent_hits.items()}
-    agent_rule = rule_agent  # parameter-free options: the best held out (ties: the rule's, then the label prior)
-    if overridable:
-        agent_rule = max(agent_hits, key=lambda a: (agent_acc[a] if agent_acc[a] is not None else -1.0,
-                                                    a == rule_agent, a == "prior"))
+    agent_rule = rule_agent  # another agent rule only where it clearly beats the zero-training one held out
+    for a in sorted(agent_hits, key=lambda a: (-(agent_acc[a] or 0.0), a != "prior")):
+        if overridable and a != rule_agent and beats(agent_hits[a], agent_hits[rule_agent]):
+            agent_rule = a
+            break
     cal = calibrate.fit_platt([oof[i][chosen][1] for i in ok], [ft.hit(cases[i], oof[i][chosen][0]) for i in ok])
     est = {
         "fitted": step_acc[chosen], "rule": step_acc["rule"],
