@@ -78,12 +78,21 @@ def test_stage_applies_the_fallback_rule_to_a_system_without_ranker(tmp_path):
     from masprism_batch.model_stage import attribute_traces
     from masprism_batch.trace import Step, Trace
 
-    words = "plan search the file error retry tool answer check result failed timeout".split()
+    # failure words only in the last step: it is a symptom, so every earlier step may be a candidate (with them
+    # anywhere, an early lone symptom left a single candidate and nothing to reorder: a flaky draw)
+    words = "plan search the file retry tool answer check result".split()
     rng = random.Random()
-    traces = [Trace(trace_id=f"t{j}", source="a-system-in-none-of-the-data", question="q",
-                    steps=[Step(index=i, agent=rng.choice(["A", "B", "C"]),
-                                content=" ".join(rng.choice(words) for _ in range(rng.randint(3, 40))))
-                           for i in range(rng.randint(9, 16))]) for j in range(3)]
+
+    def content(i: int, n: int) -> str:
+        text = " ".join(rng.choice(words) for _ in range(rng.randint(3, 40)))
+        return text + " error: failed, timeout" if i == n - 1 else text
+
+    traces = []
+    for j in range(3):
+        n = rng.randint(9, 16)
+        traces.append(Trace(trace_id=f"t{j}", source="a-system-in-none-of-the-data", question="q",
+                            steps=[Step(index=i, agent=rng.choice(["A", "B", "C"]), content=content(i, n))
+                                   for i in range(n)]))
     outs = {}
     for rule in ("faithful", "earliest"):
         folder = tmp_path / rule
