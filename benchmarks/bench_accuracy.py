@@ -32,7 +32,7 @@ from accuracy_report import METRIC, write_markdown
 
 from masprism_batch.eval import score_trail, score_who_and_when
 from masprism_batch.eval.common import norm_agent
-from masprism_batch.method import calibrate
+from masprism_batch.method import calibrate, rankfile
 from masprism_batch.method import fit as ft
 from masprism_batch.method import fit_system as fs
 from masprism_batch.method import heads as hd
@@ -522,7 +522,7 @@ def train_weights(cases, args, policy, model_id, out, calibration) -> None:
             rows[c.trace.trace_id] = {"trace_id": c.trace.trace_id, "pred_step": order[0], "pred_agent": agent,
                                       "candidates": [{"step": i, "span_id": c.trace.steps[i].span_id} for i in order[:5]]}
     RankerFile(model_id, entries, {"date": date, "fitted_by": "benchmarks/bench_accuracy.py --train-weights "
-                                   "(method/fit_system.py, as `masprism-batch fit`)"}).write(wdir / rk.PACKAGED)
+                                   "(method/fit_system.py, as `masprism-batch fit`)"}).write(wdir / rankfile.PACKAGED)
     shipped = score(cases, rows)[0]  # what `eval` prints on the dev data with these weights
     for system in sorted({c.system for c in cases}):
         emit(out, "shipped default (packaged rankers.json)",

@@ -20,7 +20,7 @@ import numpy as np
 from . import batching, pass1, render, windows
 from . import rows as rows_mod
 from .config import PipelineConfig
-from .method import counterfactual, heads, ranker, reads, rules
+from .method import counterfactual, heads, ranker, rankfile, reads, rules
 from .method import masprism as mp
 from .pass2_prep import Pass2Prep, prepare_pass2, symptom_ratio
 from .schema import error_row
@@ -200,7 +200,7 @@ def _learned_ranking(t: Trace, rows: list[dict], base: mp.Ranking, cfg: Pipeline
     (the one that held up best across systems by leave-one-system-out, docs/results.md) reordering MASPrism's
     candidates. Step rows keep MASPrism's own score/rank (the features)."""
     weights = cfg.method.ranker_weights
-    sr = ranker.ranker_for(weights, t, model_id)
+    sr = rankfile.ranker_for(weights, t, model_id)
     rule = sr.rule if sr is not None else _fallback_rule(weights)
     order = rules.order(rule, rows, base.ranked)
     if sr is None or sr.verdict != "ranker":

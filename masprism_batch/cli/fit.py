@@ -85,17 +85,17 @@ def build_cases(traces, rows, labels_file: Path | None, system: str | None):
 def check_ranker(cfg, model_id: str | None) -> None:
     """`--ranker` / method.ranker_weights: refused before anything runs when it is not a ranker file or was
     fitted on another model's signals (its weights would mean nothing)."""
-    from ..method import ranker as rk
+    from ..method import rankfile
     from ..method.rankfile import RankerFileError
 
     path = cfg.method.ranker_weights
     if path is None:
         return
-    target = Path(path) / rk.PACKAGED if Path(path).is_dir() else Path(path)
+    target = Path(path) / rankfile.PACKAGED if Path(path).is_dir() else Path(path)
     if not target.is_file():
         raise fail(f"ranker file not found: {target}")
     try:
-        rk._cached(target).check_model(model_id, target)  # noqa: SLF001 - the same cached read the stage uses
+        rankfile._cached(target).check_model(model_id, target)  # noqa: SLF001 - the same cached read the stage uses
     except RankerFileError as exc:
         raise fail(str(exc)) from None
     if cfg.method.name != "ranked":

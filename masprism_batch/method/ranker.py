@@ -13,12 +13,10 @@ from __future__ import annotations
 
 import re
 from dataclasses import dataclass, field
-from pathlib import Path
 
 import numpy as np
 
 from ..trace import Trace
-from . import weights_dir
 
 FEATURES = [
     "rel_pos", "log_index", "is_first", "is_last", "nll1_z", "nll2_z", "h_norm", "attn_in_norm",
@@ -155,51 +153,6 @@ def agent_scores(trace: Trace, probs: np.ndarray) -> dict[str, float]:
 
 def system_slug(source: str) -> str:
     return "".join(ch if ch.isalnum() or ch in "-_." else "_" for ch in (source or "unknown"))[:120]
-
-
-PACKAGED = "rankers.json"  # the packaged per-system rankers, written by benchmarks/bench_accuracy.py --train-weights
-
-
-def ranker_for(path: str | None, trace: Trace, model_id: str | None = None):
-    """The fitted entry (method/rankfile.py `SystemRanker`) for `trace`'s system, or None: then the zero-training
-    rule (rules.fallback_rule) decides. `.features` says which step features its verdict reads.
-
-    `path`: a ranker file from `masprism-batch fit` (or a folder holding `rankers.json`); None: the packaged
-    rankers of the dev systems. With `model_id`, a file `path` fitted on another model is refused
-    (RankerFileError); the packaged rankers then simply do not apply (they were fitted on the default model).
-    """
-    from .rankfile import RankerFileError
-
-    target = weights_dir() / PACKAGED if path is None else Path(path)
-    if target.is_dir():  # a weights folder: its rankers.json if any (a folder with only fallback.json has none)
-        target = target / PACKAGED
-        if not target.is_file():
-            return None
-    if not target.is_file():
-        if path is None:
-            return None
-        raise FileNotFoundError(f"ranker file not found: {target}")
-    rf = _cached(target)
-    if model_id and rf.model_id != model_id:
-        if path is None:
-            return None
-        rf.check_model(model_id, target)
-    try:
-        return rf.for_trace(trace)
-    except KeyError as exc:  # pragma: no cover - a malformed entry
-        raise RankerFileError(f"{target}: malformed entry {exc}") from exc
-
-
-_CACHE: dict[tuple[str, float], object] = {}
-
-
-def _cached(target: Path):
-    from .rankfile import RankerFile
-
-    key = (str(target), target.stat().st_mtime)
-    if key not in _CACHE:
-        _CACHE[key] = RankerFile.read(target)
-    return _CACHE[key]
 
 
 def rerank(trace: Trace, rows: list[dict], ranker: Ranker, k: int, agent_aggregation: bool | None = None):

@@ -21,7 +21,7 @@ from pathlib import Path
 import numpy as np
 
 from ..trace import Trace
-from . import calibrate
+from . import calibrate, weights_dir
 from . import fit as ft
 
 log = logging.getLogger(__name__)
@@ -154,3 +154,44 @@ class RankerFile:
     def for_trace(self, trace: Trace) -> SystemRanker | None:
         e = self.systems.get(system_key(trace))
         return SystemRanker(e, self.model_id) if e is not None else None
+
+
+PACKAGED = "rankers.json"  # the packaged per-system rankers, written by benchmarks/bench_accuracy.py --train-weights
+
+
+def ranker_for(path: str | None, trace: Trace, model_id: str | None = None):
+    """The fitted entry (`SystemRanker`) for `trace`'s system, or None: then the zero-training
+    rule (rules.fallback_rule) decides. `.features` says which step features its verdict reads.
+
+    `path`: a ranker file from `masprism-batch fit` (or a folder holding `rankers.json`); None: the packaged
+    rankers of the dev systems. With `model_id`, a file `path` fitted on another model is refused
+    (RankerFileError); the packaged rankers then simply do not apply (they were fitted on the default model).
+    """
+    target = weights_dir() / PACKAGED if path is None else Path(path)
+    if target.is_dir():  # a weights folder: its rankers.json if any (a folder with only fallback.json has none)
+        target = target / PACKAGED
+        if not target.is_file():
+            return None
+    if not target.is_file():
+        if path is None:
+            return None
+        raise FileNotFoundError(f"ranker file not found: {target}")
+    rf = _cached(target)
+    if model_id and rf.model_id != model_id:
+        if path is None:
+            return None
+        rf.check_model(model_id, target)
+    try:
+        return rf.for_trace(trace)
+    except KeyError as exc:  # pragma: no cover - a malformed entry
+        raise RankerFileError(f"{target}: malformed entry {exc}") from exc
+
+
+_CACHE: dict[tuple[str, float], object] = {}
+
+
+def _cached(target: Path):
+    key = (str(target), target.stat().st_mtime)
+    if key not in _CACHE:
+        _CACHE[key] = RankerFile.read(target)
+    return _CACHE[key]

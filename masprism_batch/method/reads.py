@@ -8,7 +8,7 @@ Two features cost model work beyond the two passes:
 Every other feature comes with the two passes anyway.
 
 The model stage computes a costly feature for a trace only when its verdict reads it: the fitted ranker of
-the trace's system (`ranker.ranker_for`, which declares its `features` and, where it keeps the zero-training
+the trace's system (`rankfile.ranker_for`, which declares its `features` and, where it keeps the zero-training
 order, its `rule`) or, for a system no ranker was fitted on, the zero-training rule (`rules.fallback_rule`).
 `method.features = "all"` (CLI `--all-features`: runs made to fit a ranker) and callers that take the raw
 signals (`raw_sink`: fit-heads, benchmarks) get every feature the config enables. This module is the one place
@@ -21,7 +21,7 @@ import inspect
 import logging
 
 from ..trace import Trace
-from . import ranker, rules
+from . import rankfile, rules
 
 log = logging.getLogger(__name__)
 
@@ -48,7 +48,7 @@ def enabled(cfg) -> frozenset[str]:
 
 
 def _ranker_for(weights, trace: Trace, model_id: str | None):
-    fn = ranker.ranker_for
+    fn = rankfile.ranker_for
     if model_id is not None and "model_id" in inspect.signature(fn).parameters:
         return fn(weights, trace, model_id)
     return fn(weights, trace)

@@ -6,7 +6,7 @@ import numpy as np
 import pytest
 
 from masprism_batch.method import fit_system as fs
-from masprism_batch.method import ranker as rk
+from masprism_batch.method import rankfile as rk
 from masprism_batch.method.rankfile import FORMAT, RankerFile, RankerFileError, system_key
 from masprism_batch.trace import Trace
 

@@ -10,7 +10,7 @@ import numpy as np
 import pytest
 
 from masprism_batch.config import load_config
-from masprism_batch.method import ranker, reads
+from masprism_batch.method import rankfile, reads
 from masprism_batch.model import load_model
 from masprism_batch.model_stage import attribute_traces
 from masprism_batch.trace import Step, Trace
@@ -47,12 +47,12 @@ def test_zero_training_rule_reads_its_column_only(tmp_path, rule, want):
     (SimpleNamespace(features=[], verdict="rule", rule="earliest"), set()),
 ])
 def test_fitted_ranker_reads_what_it_declares(monkeypatch, entry, want):
-    monkeypatch.setattr(ranker, "ranker_for", lambda *a, **k: entry)
+    monkeypatch.setattr(rankfile, "ranker_for", lambda *a, **k: entry)
     assert reads.verdict_reads(load_config(None), _t()) == want
 
 
 def test_faithful_method_reads_nothing_and_all_features_reads_everything_enabled(monkeypatch):
-    monkeypatch.setattr(ranker, "ranker_for", lambda *a, **k: SimpleNamespace(features=["cf_z", "attn_learned_norm"]))
+    monkeypatch.setattr(rankfile, "ranker_for", lambda *a, **k: SimpleNamespace(features=["cf_z", "attn_learned_norm"]))
     assert reads.needed(load_config(None, method__name="masprism"), [_t()]) == [frozenset()]
     assert reads.needed(load_config(None), [_t()]) == [frozenset({CF, HEADS})]
     every = load_config(None, method__name="masprism", method__features="all")
@@ -67,7 +67,7 @@ def test_unresolved_verdict_computes_everything(monkeypatch):
     def boom(*a, **k):
         raise ValueError("ranker file of another model")
 
-    monkeypatch.setattr(ranker, "ranker_for", boom)
+    monkeypatch.setattr(rankfile, "ranker_for", boom)
     assert reads.needed(load_config(None), [_t()]) == [reads.enabled(load_config(None))]
 
 
