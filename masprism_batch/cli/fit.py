@@ -53,6 +53,16 @@ def load_runs(runs: list[Path]):
     return traces, rows, next(iter(models), None)
 
 
+def lacking_features(rows: dict[str, list[dict]]) -> list[str]:
+    """The costly features (method/reads.py) no step of the runs carries: their step_scores column is null where
+    the model stage skipped them because no verdict read them."""
+    from ..method import reads
+
+    columns = {reads.COUNTERFACTUAL: "cf_effect", reads.HEAD_ATTENTION: "attn_in_learned"}
+    steps = [r for rs in rows.values() for r in rs]
+    return [name for name, col in columns.items() if steps and all(r.get(col) is None for r in steps)]
+
+
 def build_cases(traces, rows, labels_file: Path | None, system: str | None):
     """{system: [FitCase]} and the label problems to report."""
     from ..method import fit as ft
@@ -131,6 +141,10 @@ def fit(
         raise fail(f"labels file not found: {labels}")
     check_out_file(out)
     traces, rows, model_id = load_runs(runs)
+    lacking = lacking_features(rows)
+    if lacking:
+        console.print(f"the runs lack {', '.join(lacking)} (made without --all-features); the fitted rankers do not "
+                      "read them, so nothing is lost", soft_wrap=True)
     cases, problems, rule = build_cases(traces, rows, labels, system)
     for p in problems:
         console.print(f"[yellow]warning:[/] {escape(p)}", soft_wrap=True)

@@ -170,3 +170,22 @@ def test_bench_accuracy_and_fit_share_the_fitting_function(run_dir, tmp_path):
     for lam in ft.L2_GRID:
         a, b = ft.fit_correction(cli_cases, lam).w, ft.fit_correction(ba.fit_cases(cases), lam).w
         assert np.any(a != 0) and np.array_equal(a, b)
+
+
+def test_fit_says_which_costly_features_a_run_lacks(run_dir, tmp_path):
+    """A run made without --all-features skipped counterfactuals and per-head attention (issue 24): fit says so;
+    a run made with --all-features lacks neither (tiny-random has no packaged head weights, so only the
+    counterfactual column is filled there)."""
+    res = runner.invoke(app, ["fit", str(run_dir / "run"), "-o", str(tmp_path / "r.json")])
+    assert res.exit_code == EXIT_OK, res.output
+    assert "the runs lack counterfactual, head_attention" in " ".join(res.output.split())
+    cfg = tmp_path / "c.json"
+    cfg.write_text(json.dumps({"model": {"name": "tiny-random"}, "render": {"max_context": 512}}))
+    logs = _logs(tmp_path / "logs.jsonl", 4, 3)
+    res = runner.invoke(app, ["attribute", str(logs), "-o", str(tmp_path / "all"), "--config", str(cfg),
+                              "--all-features", "--no-progress"])
+    assert res.exit_code == EXIT_OK, res.output
+    assert any(r["cf_effect"] is not None for r in read_dataset(tmp_path / "all" / "step_scores").to_pylist())
+    res = runner.invoke(app, ["fit", str(tmp_path / "all"), "-o", str(tmp_path / "r2.json")])
+    assert res.exit_code == EXIT_OK, res.output
+    assert "the runs lack head_attention (made" in " ".join(res.output.split())
