@@ -117,6 +117,15 @@ def _unlabelled(cases: list[Case], rule: str) -> list[ft.FitCase]:
 
 def fitted_kfold(cases: list[Case], rule: str, rule_agent: str, folds=5, seeds=(0, 1, 2)):
     """The product's fit, 5-fold within each system (x seeds): what today's per-system rankers are measured by."""
+    def rows_of(system, train, test) -> dict:
+        return fitted_rows(train, test, system, rule, rule_agent) if test and fit_cases(train) else {}
+
+    return _kfold_scores(cases, rows_of, folds, seeds)
+
+
+def _kfold_scores(cases: list[Case], rows_of, folds: int, seeds) -> tuple[dict, dict]:
+    """Mean and spread over seeds of the scores of `rows_of(system, train, test)` (predicted rows of `test`),
+    5-fold within each system: the one split of both k-fold protocols."""
     per: dict = {}
     for seed in seeds:
         rows = {}
@@ -126,8 +135,7 @@ def fitted_kfold(cases: list[Case], rule: str, rule_agent: str, folds=5, seeds=(
             for f in range(folds):
                 train = [c for c, k in zip(sub, fold, strict=True) if k != f]
                 test = [c for c, k in zip(sub, fold, strict=True) if k == f]
-                if test and fit_cases(train):
-                    rows.update(fitted_rows(train, test, system, rule, rule_agent))
+                rows.update(rows_of(system, train, test))
         for k, v in score(cases, rows)[0].items():
             per.setdefault(k, []).append(v)
     return {k: float(np.mean(v)) for k, v in per.items()}, {k: float(np.std(v)) for k, v in per.items()}
@@ -296,22 +304,13 @@ def loso(cases: list[Case], feats: list[str], l2: float, agent_rule: str, model_
 
 def kfold(cases: list[Case], feats: list[str], l2: float, agent_rule: str, model_id: str, folds=5, seeds=(0, 1, 2)):
     """5-fold CV within each system (x seeds): mean and spread per (system, metric)."""
-    per: dict = {}
-    for seed in seeds:
-        rows = {}
-        for system in sorted({c.system for c in cases}):
-            sub = [c for c in cases if c.system == system]
-            fold = np.random.default_rng(seed).permutation(len(sub)) % folds
-            for f in range(folds):
-                train = [c for c, k in zip(sub, fold, strict=True) if k != f]
-                test = [c for c, k in zip(sub, fold, strict=True) if k == f]
-                if not test or not train:
-                    continue
-                with_learned(train + test, fit_heads(train, model_id))
-                rows.update(predict(fit_ranker(train, feats, l2), test, agent_rule))
-        for k, v in score(cases, rows)[0].items():
-            per.setdefault(k, []).append(v)
-    return {k: float(np.mean(v)) for k, v in per.items()}, {k: float(np.std(v)) for k, v in per.items()}
+    def rows_of(_system, train, test) -> dict:
+        if not test or not train:
+            return {}
+        with_learned(train + test, fit_heads(train, model_id))
+        return predict(fit_ranker(train, feats, l2), test, agent_rule)
+
+    return _kfold_scores(cases, rows_of, folds, seeds)
 
 
 # ---- output --------------------------------------------------------------------------------------------------
