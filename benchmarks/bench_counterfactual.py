@@ -58,6 +58,11 @@ def requests(traces, model, cfg):
     return out
 
 
+def repo_relative(path: str) -> str:
+    """A data path as recorded in the results: relative to the repository, so rows name no machine's layout."""
+    return os.path.relpath(os.path.abspath(path), Path(__file__).resolve().parents[1])
+
+
 def timed(fn):
     proc = psutil.Process()
     c0, t0 = proc.cpu_times(), time.perf_counter()
@@ -100,9 +105,9 @@ def main() -> None:
         for name, Ds, s, c, st in rows:
             diff = max((float(np.nanmax(np.abs(D - S))) if np.isfinite(D - S).any() else 0.0)
                        for D, S in zip(Ds, seq, strict=True)) if reqs else 0.0
-            row = [date, hw, args.model, args.data, len(reqs), st.get("suffixes", rows[1][4].get("suffixes", "")),
+            row = [date, hw, args.model, repo_relative(args.data), len(reqs), st.get("suffixes", rows[1][4].get("suffixes", "")),
                    st.get("tokens", tokens), name, round(s, 2), round(c, 2), round(seq_s / s, 2), f"{diff:.2e}",
-                   f"python benchmarks/bench_counterfactual.py --data {args.data} --limit {args.limit} "
+                   f"python benchmarks/bench_counterfactual.py --data {repo_relative(args.data)} --limit {args.limit} "
                    f"--model {args.model} --max-context {cfg.render.max_context} --budget {args.budget}"]
             w.writerow(row)
             print(dict(zip(["impl", "wall_s", "cpu_s", "speedup", "max_abs_diff", "tokens"],

@@ -23,13 +23,13 @@ import csv
 import json
 import os
 import tempfile
-import time
 from datetime import datetime, timezone
 from pathlib import Path
 
 import numpy as np
 import psutil
 import torch
+from bench_counterfactual import repo_relative, timed  # one copy of the timing and path helpers
 from masprism_batch.pipelines import run_local
 from masprism_batch.pipelines.select import Selection
 
@@ -40,14 +40,6 @@ from masprism_batch.model import load_model
 from masprism_batch.trace import Trace
 
 RESULTS = Path(__file__).parent / "results" / "pipeline_ratio.csv"
-
-
-def timed(fn):
-    proc = psutil.Process()
-    c0, t0 = proc.cpu_times(), time.perf_counter()
-    res = fn()
-    c1 = proc.cpu_times()
-    return res, time.perf_counter() - t0, (c1.user + c1.system) - (c0.user + c0.system)
 
 
 def prefilled_lengths(outdir: Path, model, cfg) -> list[int]:
@@ -91,7 +83,7 @@ def main() -> None:
     row = {
         "date": datetime.now(timezone.utc).strftime("%Y-%m-%d %H:%M UTC"),
         "hardware": f"{psutil.cpu_count()}-core CPU, torch {torch.__version__}, {torch.get_num_threads()} threads",
-        "load_1min": round(os.getloadavg()[0], 1), "model": args.model, "data": args.data,
+        "load_1min": round(os.getloadavg()[0], 1), "model": args.model, "data": repo_relative(args.data),
         "traces": run["counts"]["attributed"], "pipeline_tokens": tokens, "plain_tokens": plain_tokens,
         "pipeline_wall_s": round(pipe_s, 1), "pipeline_cpu_s": round(pipe_cpu, 1),
         "plain_wall_s": round(plain_s, 1), "plain_cpu_s": round(plain_cpu, 1),
@@ -100,7 +92,7 @@ def main() -> None:
         "ratio_cpu": round((tokens / pipe_cpu) / (plain_tokens / plain_cpu), 3),
         "stage_seconds": json.dumps({k: round(v, 1) for k, v in run["stage_seconds_total"].items()}),
         "stage_tokens": json.dumps(run.get("stage_tokens_total", {})),
-        "cmd": f"python benchmarks/bench_pipeline_ratio.py --data {args.data} --limit {args.limit} --model {args.model}",
+        "cmd": f"python benchmarks/bench_pipeline_ratio.py --data {repo_relative(args.data)} --limit {args.limit} --model {args.model}",
     }
     print(json.dumps(row, indent=1), flush=True)
     new = not args.csv.exists()

@@ -27,22 +27,14 @@ import tempfile
 from datetime import datetime, timezone
 from pathlib import Path
 
+from bench_memory_caps import _cpu_name  # the host line of its sibling benchmark
+
 ROOT = Path(__file__).resolve().parents[1]
 RESULTS = ROOT / "benchmarks" / "results" / "steps.csv"
 FIELDS = ["date", "host", "cpus", "python", "label", "commit", "steps", "trace_bytes", "repeat", "exit_code",
           "seconds", "peak_rss_mb", "tokens_pass1", "tokens_pass2", "load_avg_1m", "command"]
 CLI = [sys.executable, "-c", "from masprism_batch.cli import main; main()"]
 WORDS = "ok go run fix err try set get put ls cd".split()
-
-
-def _cpu_name() -> str:
-    try:
-        for line in open("/proc/cpuinfo"):
-            if line.startswith("model name"):
-                return line.split(":", 1)[1].strip()
-    except OSError:
-        pass
-    return platform.processor() or platform.machine()
 
 
 def write_trace(path: Path, n_steps: int, seed: int = 27) -> int:
