@@ -104,7 +104,7 @@ def write_markdown(path: Path, rows, cases, heads_rows, policy, chosen, cfg, arg
               f"method's {policy['faithful']:.3f}; the portable ranker under LOSO: {policy['loso_ranker']:.3f}, "
               "so no generic ranker ships) and the zero-training agent rule "
               f"`{policy['agent_rule']}`. Fitted 5-fold headline vs faithful per system: {per_sys}.", ""]
-    lines += _agent_section(rows, policy) + _confidence_section(rows, fb)
+    lines += policy.get("agent_md", []) + _confidence_section(rows, fb)  # agent section: agent_rules.py
     if heads_rows:
         lines += ["## Learned heads (label-free)", "",
                   "Mean within-trace Spearman correlation between attention A[k->c] and the counterfactual effect "
@@ -133,6 +133,8 @@ def write_markdown(path: Path, rows, cases, heads_rows, policy, chosen, cfg, arg
                 seen.append((row["method"], row["protocol"]))
         for meth, prot in seen:
             n = _cell(rows, s, meth, prot, "n").split(".")[0]
+            if not any(_cell(rows, s, meth, prot, m) for m in ms):
+                continue  # e.g. TRAIL GAIA's agent-rule rows: their metric is in the agent section only
             lines.append(f"| {meth} | {prot} | {n} | " + " | ".join(_cell(rows, s, meth, prot, m) for m in ms) + " |")
         lines.append("")
     text = "\n".join(lines) + "\n"
@@ -157,29 +159,6 @@ def replace_block(path: Path, block: str) -> None:
     else:
         text += "\n" + block + "\n"
     path.write_text(text, encoding="utf-8")
-
-
-def _agent_section(rows, policy) -> list[str]:
-    systems = sorted({r["system"] for r in rows if r["system"].startswith("who-and-when")})
-    from masprism_batch.method.rules import AGENT_RULES
-
-    out = ["## Zero-training agent rule (systems without a ranker)", "",
-           "Agent accuracy of each zero-training agent rule (the step by the zero-training rule), and the rule "
-           "chosen for each held-out system on the other system(s) with agent labels (leave-one-system-out) by "
-           "the criterion the issue asks for, never below the obvious baseline: the best lower bound (one-sided "
-           "95%, per trace) of its margin over \"most active agent\". `active`: the agent with most acting steps "
-           "(tool outputs and user / system turns do not count); `mix:b` scores an agent by (1-b) x that share + "
-           "b x its share of the candidates' votes (1/position).", "",
-           "| held-out system | chosen on the others | its agent accuracy (LOSO) | most active agent | "
-           + " | ".join(AGENT_RULES) + " |", "|---|---|---|---|" + "---|" * len(AGENT_RULES)]
-    for s in systems:
-        cells = [_cell(rows, s, f"zero-training agent rule: {ar}", "no training", "agent") for ar in AGENT_RULES]
-        out.append(f"| {s} | {policy['agent_picked'].get(s, '')} | "
-                   f"{_cell(rows, s, 'zero-training agent rule chosen by leave-one-system-out', 'leave-one-system-out', 'agent')} | "
-                   f"{_cell(rows, s, 'baseline: majority_agent', 'no training', 'agent')} | " + " | ".join(cells) + " |")
-    out += ["", f"Shipped for any system without a ranker: `{policy['agent_rule']}` (the same criterion on every "
-            "system with agent labels: its worst-case lower bound).", ""]
-    return out
 
 
 def _confidence_section(rows, rule) -> list[str]:

@@ -8,9 +8,10 @@ the units of generalisation. Every learned piece is refitted without the system 
 - head weights (method/heads.py): fitted label-free on the counterfactual effects of the other systems' logs;
 - rankers (method/ranker.py): fitted on the other three systems' labels (leave-one-system-out, "LOSO"),
   beside 5-fold cross-validation within a system (x3 seeds), which is optimistic for a new system;
-- the agent rule (author of the blamed step vs summed step probabilities), chosen by LOSO;
+- the portable ranker's agent rule (author of the blamed step vs summed step probabilities), chosen by LOSO;
 - the product's fit (`masprism-batch fit`: method/fit_system.py, called here, never re-implemented), 5-fold within
-  each system, and the zero-training agent rule for systems without a ranker, chosen by LOSO (issue 23).
+  each system, and the zero-training agent rule for systems without a ranker, chosen by LOSO over every
+  system with agent labels, TRAIL GAIA's derived from its error spans (issue 23; benchmarks/agent_rules.py).
 Zero-training methods (the faithful MASPrism, pass 1 alone, trivial baselines) need no protocol.
 Writes tidy rows to benchmarks/results/accuracy.csv and the tables to docs/results.md; --train-weights writes the
 packaged weights/rankers.json (the format `fit` writes; each entry lists the trace-id hashes it saw) and
@@ -26,6 +27,7 @@ import json
 import logging
 from pathlib import Path
 
+import agent_rules as agr
 import numpy as np
 from accuracy_extract import SYSTEMS, extract_config, load_systems, trace_key
 from accuracy_report import METRIC, write_markdown
@@ -325,60 +327,9 @@ def emit(out: list, method: str, protocol: str, flat: dict, spread: dict | None 
                         "value": round(float(v), 4), "spread": "" if spread is None else round(spread.get((system, metric), 0.0), 4)})
 
 
-def agent_rows(cases: list[Case], rule: str, agent_rule: str) -> dict[str, dict]:
-    """The zero-training step rule's verdicts with the agent blamed by a zero-training agent rule."""
-    rows = rule_rows(cases, rule)
-    for c in cases:
-        r = rows[c.trace.trace_id]
-        r["pred_agent"] = zr.agent_verdict(agent_rule, c.trace, c.rows, [x["step"] for x in r["candidates"]])
-    return rows
-
-
-def agent_hits(cases: list[Case], rule: str, agent_rule: str) -> dict[str, list[float]]:
-    """Per system with agent labels: per trace, hit of `agent_rule` minus hit of the most active agent (the
-    trivial baseline, as eval.who_and_when_metrics counts it)."""
-    from masprism_batch.eval.who_and_when_metrics import _majority
-
-    rows = agent_rows(cases, rule, agent_rule)
-    out: dict[str, list[float]] = {}
-    for c in cases:
-        lab = c.trace.labels
-        if c.dataset != "who-and-when" or lab is None or not norm_agent(lab.mistake_agent):
-            continue
-        gold = norm_agent(lab.mistake_agent)
-        got = norm_agent(rows[c.trace.trace_id]["pred_agent"]) == gold
-        out.setdefault(c.system, []).append(float(got) - float(_majority(c.trace) == gold))
-    return out
-
-
-def lower_bound(d: list[float], z: float = 1.64) -> float:
-    """Lower confidence bound of the mean margin over the baseline (one-sided 95%)."""
-    x = np.asarray(d)
-    if x.size < 2:
-        return float(x.mean()) if x.size else -1.0
-    return float(x.mean() - z * x.std(ddof=1) / np.sqrt(x.size))
-
-
-def pick_agent_rule(margins: dict[str, dict[str, list[float]]], systems: list[str]) -> str:
-    """The agent rule most surely not below "most active agent" on the given systems: the best worst-case (over
-    systems) lower bound of its per-trace margin over that baseline (ties: author)."""
-    return max(zr.AGENT_RULES, key=lambda ar: (min(lower_bound(margins[ar].get(s, [])) for s in systems),
-                                               ar == "author"))
-
-
-def agent_loso(cases: list[Case], rule: str) -> tuple[dict, dict[str, dict], dict[str, str], str]:
-    """Item 7: the zero-training agent rule chosen by leave-one-system-out over the systems with agent labels
-    (for each, the rule picked by `pick_agent_rule` on the others is scored on it); and the rule picked on all
-    of them (what ships)."""
-    systems = sorted({c.system for c in cases if c.dataset == "who-and-when"})
-    flat = {ar: score(cases, agent_rows(cases, rule, ar))[0] for ar in zr.AGENT_RULES}
-    margins = {ar: agent_hits(cases, rule, ar) for ar in zr.AGENT_RULES}
-    chosen, picked = {}, {}
-    for held in systems:
-        best = pick_agent_rule(margins, [s for s in systems if s != held])
-        picked[held] = best
-        chosen.update({k: v for k, v in flat[best].items() if k[0] == held})
-    return chosen, flat, picked, pick_agent_rule(margins, systems)
+def agent_orders(cases: list[Case], rule: str) -> dict[str, list[int]]:
+    """Each trace's steps best first under the zero-training step rule: what the agent rules read."""
+    return {k: [x["step"] for x in r["candidates"]] for k, r in rule_rows(cases, rule).items()}
 
 
 def main() -> None:
@@ -421,12 +372,11 @@ def main() -> None:
     rules = available_rules(cases)
     best_all = max(rules, key=lambda r: (headline_mean(score(cases, rule_rows(cases, r))[0]), r == "faithful"))
     fallback = best_all if rules_loso_mean > faithful else "faithful"
-    agent_chosen, agent_flat, agent_picked, agent_rule0 = agent_loso(cases, fallback)
-    for ar, flat in agent_flat.items():
-        emit(out, f"zero-training agent rule: {ar}", "no training",
-             {k: v for k, v in flat.items() if k[1] == "agent"})
-    emit(out, "zero-training agent rule chosen by leave-one-system-out", "leave-one-system-out",
-         {k: v for k, v in agent_chosen.items() if k[1] == "agent"})
+    orders = agent_orders(cases, fallback)  # item 7: agent rules by LOSO over every system with agent labels
+    agents = agr.agent_loso(cases, orders)
+    agr.emit(agents, out)
+    agent_picked, agent_rule0 = agents["picked"], agents["shipped"]
+    agent_md = agr.markdown_section(agents, agr.agent_loso(cases, orders, agr.FINE), agr.label_census(cases), fallback)
     log.info("agent rule picked per held-out system: %s; on all: %s", agent_picked, agent_rule0)
     chosen = {}
     for rule in ("aggregate", "author"):  # the portable ranker's agent rule, by LOSO (agent labels: Who&When only)
@@ -448,11 +398,11 @@ def main() -> None:
     policy = {"known": FITTED, "loso_ranker": loso_ranker, "faithful": faithful, "agent_rule": agent_rule0,
               "agent_picked": agent_picked, "fallback_rule": fallback, "rules_loso": rules_loso_mean,
               "rules_picked": picked, "per_system_kfold_vs_faithful": per_sys, "ranked_systems": [],
-              "available": available}
+              "available": available, "agent_md": agent_md}
     conf = rule_calibration(cases, fallback, out)
     if args.train_weights:
         train_weights(cases, args, policy, model_id, out, conf)
-    log.info("policy: %s", policy)
+    log.info("policy: %s", {k: v for k, v in policy.items() if k != "agent_md"})
     Path(args.csv).parent.mkdir(parents=True, exist_ok=True)
     with open(args.csv, "w", newline="") as f:
         w = csv.DictWriter(f, fieldnames=list(out[0]))

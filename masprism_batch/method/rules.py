@@ -26,10 +26,12 @@ RULES = ("faithful", "earliest", "counterfactual", "learned_heads")
 # Zero-training agent rules (issue 23, item 7): "author" blames the blamed step's author; "active" the agent
 # with most acting steps; "mix:<beta>" scores each agent by (1 - beta) * its share of the log's steps + beta * its share
 # of the candidates' votes (1/position in the rule's order), so a confident step verdict moves the blame to its
-# author while a log where the signals are spread leaves it with the most active agent.
+# author while a log where the signals are spread leaves it with the most active agent. Which one ships is chosen
+# by leave-one-system-out (benchmarks/agent_rules.py); the grid is fixed a priori because a finer one overfits.
 AGENT_MIX = (0.25, 0.5, 0.75)
 AGENT_RULES = ("author", "active", *[f"mix:{b}" for b in AGENT_MIX])
-ACTING_EXCLUDED_ROLES = {"user", "human", "tool", "system"}
+RELAY_ROLES = {"tool", "system"}
+PERSON_ROLES = {"user", "human"}
 
 
 def _by(rows: list[dict], key: str, ranked: list[int]) -> list[int]:
@@ -63,7 +65,8 @@ def agent_verdict(rule: str, trace, rows: list[dict], order: list[int]) -> str |
 
 
 def agent_ranking(rule: str, trace, order: list[int]) -> list[tuple[str, float]]:
-    """[(agent, score)] best first under an `active` / `mix:<b>` rule (ties: the agent that speaks first)."""
+    """[(agent, score)] best first under an `active` / `mix:<b>` rule (ties: the blamed step's author, then the agent
+    that speaks first)."""
     from ..eval.common import norm_agent
 
     steps = trace.steps
@@ -72,9 +75,7 @@ def agent_ranking(rule: str, trace, order: list[int]) -> list[tuple[str, float]]
         raise ValueError(f"unknown agent rule {rule!r}; expected one of {', '.join(AGENT_RULES)}")
     names: dict[str, str] = {}
     share: dict[str, float] = {}
-    # shares count the steps where an agent acts: tool outputs and user / system turns relay, they do not decide
-    # (the ranker's input_role mark); a log with no such step counts every step
-    acting = [s for s in steps if (s.role or "").lower() not in ACTING_EXCLUDED_ROLES and s.kind != "tool"] or steps
+    acting = [s for s in steps if acts(s)] or steps  # a log with no acting step counts every step
     for s in acting:
         if norm_agent(s.agent):
             key = norm_agent(s.agent)
@@ -90,14 +91,31 @@ def agent_ranking(rule: str, trace, order: list[int]) -> list[tuple[str, float]]
     first: dict[str | None, int] = {}
     for i, s in enumerate(steps):
         first.setdefault(norm_agent(s.agent), i)
-    return [(names[a], score[a]) for a in sorted(score, key=lambda a: (-score[a], first.get(a, 0)))]
+    # ties (equally active agents): the blamed step's author, the one evidence the counts lack; then who spoke first
+    author = norm_agent(steps[order[0]].agent) if order else None
+    return [(names[a], score[a]) for a in sorted(score, key=lambda a: (-score[a], a != author, first.get(a, 0)))]
+
+
+def acts(step) -> bool:
+    """Whether `step` is an agent acting: tool outputs and system turns relay, they do not decide; a user / human
+    turn is the person's unless the step names an agent of its own (AG2 group chats log the other agents'
+    messages with role "user" under their names: Who&When Algorithm-Generated's experts speak so)."""
+    from ..eval.common import norm_agent
+
+    role = (step.role or "").lower()
+    if step.kind == "tool" or role in RELAY_ROLES:
+        return False
+    return role not in PERSON_ROLES or norm_agent(step.agent) not in (None, *PERSON_ROLES)
 
 
 def fallback_agent_rule(path: str | None) -> str:
-    """The zero-training agent rule chosen by leave-one-system-out (`fallback.json` "agent_rule"; "author")."""
-    d = _fallback(path)
-    rule = d.get("agent_rule", "author")
-    return rule if rule in AGENT_RULES else "author"
+    """The zero-training agent rule chosen by leave-one-system-out (`fallback.json` "agent_rule"); without one,
+    "active": the rule closest to the "most active agent" baseline ("author" fell below it on unseen systems)."""
+    rule = _fallback(path).get("agent_rule", "active")
+    if rule not in AGENT_RULES:
+        log.warning("fallback.json names unknown agent rule %r: using 'active'", rule)
+        return "active"
+    return rule
 
 
 def fallback_calibration(path: str | None) -> dict | None:

@@ -97,7 +97,7 @@ def test_stage_applies_the_fallback_rule_to_a_system_without_ranker(tmp_path):
     for rule in ("faithful", "earliest"):
         folder = tmp_path / rule
         folder.mkdir()
-        (folder / "fallback.json").write_text(json.dumps({"rule": rule}))
+        (folder / "fallback.json").write_text(json.dumps({"rule": rule, "agent_rule": "author"}))
         cfg = load_config(None, model__name="tiny-random", method__name="ranked", method__ranker_weights=str(folder))
         model = load_model(cfg.model, cfg.signals)
         outs[rule] = attribute_traces(traces, model, cfg)
@@ -113,14 +113,14 @@ def test_stage_applies_the_fallback_rule_to_a_system_without_ranker(tmp_path):
 
 
 def test_zero_training_agent_rules():
-    """author: the blamed step's author; active: most acting steps (tool / user turns do not count); mix:b moves
-    the blame toward the candidates' authors as b grows."""
+    """author: the blamed step's author; active: most acting steps (tool outputs and the person's turns do not
+    count, an agent speaking with role "user" does); mix:b moves the blame toward the candidates' authors as b grows."""
     from masprism_batch.method import rules as zr
     from masprism_batch.trace import Step, Trace
 
     steps = [Step(0, "user", "task", role="user"), Step(1, "Planner", "plan", role="assistant"),
-             Step(2, "terminal", "out", role="user"), Step(3, "terminal", "out", role="user"),
-             Step(4, "terminal", "out", role="user"), Step(5, "Planner", "again", role="assistant"),
+             Step(2, "terminal", "out", role="tool"), Step(3, "terminal", "out", role="tool"),
+             Step(4, "terminal", "out", role="tool", kind="tool"), Step(5, "Planner", "again", role="assistant"),
              Step(6, "Coder", "code", role="assistant")]
     t = Trace("t", "s", steps)
     order = [6, 1, 5]
@@ -129,5 +129,48 @@ def test_zero_training_agent_rules():
     assert zr.agent_verdict("mix:0.25", t, [], order) == "Planner"
     assert zr.agent_verdict("mix:0.75", t, [], [6]) == "Coder"
     assert zr.agent_verdict("active", Trace("u", "s", steps[2:5]), [], [2]) == "terminal"  # nothing else acts
+    # AG2 group chats log the other agents' messages with role "user" under their own names: those agents act
+    ag2 = steps[:2] + [Step(i, "Verifier", "check", role="user") for i in (2, 3, 4)]
+    assert zr.agent_verdict("active", Trace("a", "s", ag2), [], [1]) == "Verifier"
+    assert zr.agent_verdict("active", Trace("h", "s", [Step(0, "human", "q", role="human")] * 3 + steps[1:2]),
+                            [], [0]) == "Planner"  # the person's turns never make the person the most active
     with pytest.raises(ValueError):
         zr.agent_verdict("loudest", t, [], order)
+
+
+@pytest.mark.parametrize("trial", range(5))
+def test_active_ties_go_to_the_author_then_the_first_speaker(trial):
+    """Equally active agents: `active` blames the one that wrote the blamed step, else the one that spoke first;
+    with any b the mix's scores are shares that sum to 1."""
+    from masprism_batch.method import rules as zr
+    from masprism_batch.trace import Step, Trace
+
+    rng = np.random.default_rng()
+    names = [f"A{i}" for i in range(int(rng.integers(2, 6)))]
+    k = int(rng.integers(1, 5))
+    seq = [a for a in names for _ in range(k)]  # every agent acts k times: all tied
+    rng.shuffle(seq)
+    steps = [Step(i, a, "x", role="assistant") for i, a in enumerate(seq)]
+    t = Trace("t", "s", steps)
+    blamed = int(rng.integers(len(steps)))
+    assert zr.agent_verdict("active", t, [], [blamed]) == seq[blamed]
+    outsider = Trace("t", "s", steps + [Step(len(steps), "user", "q", role="user")])
+    assert zr.agent_verdict("active", outsider, [], [len(steps)]) == seq[0]  # the author is not an acting agent
+    order = [int(x) for x in rng.permutation(len(steps))[: int(rng.integers(1, len(steps) + 1))]]
+    ranking = zr.agent_ranking(f"mix:{rng.random():.3f}", t, order)
+    assert sum(v for _, v in ranking) == pytest.approx(1.0)
+    assert [v for _, v in ranking] == sorted((v for _, v in ranking), reverse=True)
+
+
+def test_fallback_agent_rule_defaults_to_active(tmp_path, caplog):
+    """Without an agent rule in fallback.json (or with an unknown one) the rule nearest the baseline, not author."""
+    from masprism_batch.method import rules as zr
+
+    assert zr.fallback_agent_rule(str(tmp_path)) == "active"  # no fallback.json in the folder
+    (tmp_path / "fallback.json").write_text(json.dumps({"rule": "faithful"}))
+    assert zr.fallback_agent_rule(str(tmp_path)) == "active"
+    (tmp_path / "fallback.json").write_text(json.dumps({"agent_rule": "loudest"}))
+    assert zr.fallback_agent_rule(str(tmp_path)) == "active"
+    assert "loudest" in caplog.text
+    (tmp_path / "fallback.json").write_text(json.dumps({"agent_rule": "mix:0.5"}))
+    assert zr.fallback_agent_rule(str(tmp_path)) == "mix:0.5"
