@@ -141,7 +141,7 @@ def emit(res: dict, out: list) -> None:
             row(s, BASELINE, "no training (derived agent labels)", res["base"][s])
 
 
-def markdown_section(res: dict, fine: dict, census: dict[str, Counter], step_rule: str) -> list[str]:
+def markdown_section(res: dict, fine: dict, census: dict, step_rule: str, bare: dict | None = None) -> list[str]:
     """The "Zero-training agent rule" section of docs/results.md."""
     rules = list(res["acc"])
     out = ["## Zero-training agent rule (systems without a ranker)", "",
@@ -159,7 +159,9 @@ def markdown_section(res: dict, fine: dict, census: dict[str, Counter], step_rul
                    + " | ".join(f"{res['acc'][ar][s]:.3f}" for ar in rules) + " |")
     below = [s for s in res["systems"] if res["chosen"][s] < res["base"][s] - 1e-9]
     out += ["", f"Shipped for any system without a ranker: **`{res['shipped']}`** (the same criterion on all "
-            f"{len(res['systems'])} systems). Held out, the chosen rule is "
+            f"{len(res['systems'])} systems; its margin over most active agent: " + ", ".join(
+                f"{s} {res['acc'][res['shipped']][s] - res['base'][s]:+.3f}" for s in res["systems"])
+            + "). Held out, the chosen rule is "
             + ("at or above \"most active agent\" on every system." if not below else
                "below \"most active agent\" on " + ", ".join(below) + "."), ""]
     for s, (cnt, agents) in sorted(census.items()):
@@ -179,5 +181,10 @@ def markdown_section(res: dict, fine: dict, census: dict[str, Counter], step_rul
                "another, so the grid is kept coarse and fixed a priori." if fine_below else "; never below the "
                "baseline.") + " Per-system lower bounds of the margin over most active agent: "
             + "; ".join(f"{ar} " + "/".join(f"{res['lb'][ar][s]:+.3f}" for s in res["systems"]) for ar in rules)
-            + f" ({' / '.join(res['systems'])}).", ""]
-    return out
+            + f" ({' / '.join(res['systems'])})."]
+    if bare:  # the same LOSO without the derived labels: what the derived system changes
+        bad = [s for s in bare["systems"] if bare["chosen"][s] < bare["base"][s] - 1e-9]
+        out[-1] += (" Without the derived labels (" + ", ".join(DERIVED) + ") LOSO picks " + ", ".join(
+            f"{s}: `{bare['picked'][s]}` {bare['chosen'][s]:.3f} (most active {bare['base'][s]:.3f})"
+            for s in bare["systems"]) + (f": below the baseline on {', '.join(bad)}." if bad else "."))
+    return out + [""]

@@ -376,7 +376,8 @@ def main() -> None:
     agents = agr.agent_loso(cases, orders)
     agr.emit(agents, out)
     agent_picked, agent_rule0 = agents["picked"], agents["shipped"]
-    agent_md = agr.markdown_section(agents, agr.agent_loso(cases, orders, agr.FINE), agr.label_census(cases), fallback)
+    agent_md = agr.markdown_section(agents, agr.agent_loso(cases, orders, agr.FINE), agr.label_census(cases), fallback,
+                                    agr.agent_loso([c for c in cases if c.system not in agr.DERIVED], orders))
     log.info("agent rule picked per held-out system: %s; on all: %s", agent_picked, agent_rule0)
     chosen = {}
     for rule in ("aggregate", "author"):  # the portable ranker's agent rule, by LOSO (agent labels: Who&When only)
