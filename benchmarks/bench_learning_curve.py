@@ -20,6 +20,7 @@ import datetime as dt
 import logging
 import platform
 import time
+import zlib
 from pathlib import Path
 
 import numpy as np
@@ -66,6 +67,10 @@ def evaluate(train: list[ft.FitCase], test: list[ft.FitCase], system: str, rule:
     if conf and all(x is not None for x in conf):
         out[("fitted, top 50% confident", "step")] = calibrate.accuracy_at_coverage(conf, hits)[0.5][1]
     out[("fitted", "uses ranker")] = float(f.verdict == "ranker")
+    out[("fitted", "uses prior")] = float(f.verdict == "prior")
+    if any(c.gold_agents for c in train):
+        out[("fitted", "agent: uses prior")] = float(f.entry["agent_rule"].startswith("prior"))
+        out[("fitted", "agent: uses author/aggregate")] = float(f.entry["agent_rule"] in ("author", "aggregate"))
     return out
 
 
@@ -150,7 +155,10 @@ def main() -> None:
         for k in KS:
             if k != "all" and k >= len(fc) - 4:  # fewer than 5 logs left to test on
                 continue
-            for d, (train, test) in enumerate(draws(fc, k, args.draws, seed=len(rows))):
+            # the draws depend only on the system and k (not on how many rows came before: adding a reported
+            # column must not redraw every split)
+            seed = zlib.crc32(f"{system}|{k}".encode())
+            for d, (train, test) in enumerate(draws(fc, k, args.draws, seed=seed)):
                 for (m, metric), v in evaluate(train, test, system, rule, rule_agent).items():
                     rows.append({"system": system, "k": k, "draw": d, "n_train": len(train), "n_test": len(test),
                                  "method": m, "metric": metric, "value": round(v, 4)})
@@ -178,20 +186,27 @@ def markdown(rows, cases, rule, rule_agent, args) -> str:
              "on the system's remaining logs (k = all: 5-fold within the system); mean ± spread (std) over draws. "
              "Label-prior baselines are learned from the same k labels. Step: top-1 (TRAIL: P@1) over logs with a "
              f"labelled step; agent: exact (Who&When only). Zero-training: rule `{rule}`, agent rule `{rule_agent}`. "
-             "`ranker used`: share of draws where the fit's internal CV chose its ranker over the rule.", ""]
+             "`verdicts used`: share of draws where the fit's internal CV chose, for the step, the label prior / "
+             "the ranker (else the rule), and for the agent the label prior's agent / the author or the ranker's "
+             "summed probabilities (else the rule's agent).", ""]
     for s in sorted({r["system"] for r in rows}):
         ks = list(dict.fromkeys(str(r["k"]) for r in rows if r["system"] == s))
         has_agent = any(r["system"] == s and r["metric"] == "agent" for r in rows)
         hdr = ["k", "step: fitted", "step: zero-training", "step: prior position", "step: fitted, top 50% confident"]
         if has_agent:
             hdr += ["agent: fitted", "agent: zero-training", "agent: prior agent"]
-        lines += [f"### {s}", "", "| " + " | ".join(hdr + ["ranker used"]) + " |", "|" + "---|" * (len(hdr) + 1)]
+        used = ["step verdicts used: prior / ranker"] + (["agent verdicts used: prior / author"] if has_agent else [])
+        lines += [f"### {s}", "", "| " + " | ".join(hdr + used) + " |", "|" + "---|" * (len(hdr) + len(used))]
         for k in ks:
             cells = [_agg(rows, s, k, m, "step") for m in ("fitted", "zero-training rule", "label prior: position",
                                                             "fitted, top 50% confident")]
             if has_agent:
                 cells += [_agg(rows, s, k, m, "agent") for m in ("fitted", "zero-training rule", "label prior: agent")]
-            cells.append(_agg(rows, s, k, "fitted", "uses ranker").split(" ±")[0])
+            share = [_agg(rows, s, k, "fitted", m).split(" ±")[0] for m in ("uses prior", "uses ranker")]
+            cells.append(" / ".join(share))
+            if has_agent:
+                cells.append(" / ".join(_agg(rows, s, k, "fitted", m).split(" ±")[0]
+                                        for m in ("agent: uses prior", "agent: uses author/aggregate")))
             n_tr = [r["n_train"] for r in rows if r["system"] == s and str(r["k"]) == k]
             label = f"all (~{np.mean(n_tr):.0f})" if k == "all" else k
             lines.append(f"| {label} | " + " | ".join(cells) + " |")

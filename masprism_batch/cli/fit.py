@@ -112,6 +112,15 @@ def check_ranker(cfg, model_id: str | None) -> None:
         console.print("[yellow]warning:[/] --ranker applies to the ranked method; --method masprism ignores it")
 
 
+def agent_by(rule: str) -> str:
+    """The fitted agent verdict in words (`agent_rule` of a ranker file entry)."""
+    if rule.startswith("prior|") or rule == "prior":
+        other = rule.split("|", 1)[1] if "|" in rule else "author"
+        return f"label prior (most often blamed agent present in the log, else {agent_by(other)})"
+    return {"author": "author of the blamed step", "aggregate": "ranker's summed step probabilities"}.get(
+        rule, f"zero-training rule {rule}")
+
+
 def _pct(x) -> str:
     return "—" if x is None else f"{100 * x:.1f}%"
 
@@ -127,9 +136,10 @@ def fit(
     verbose: bool = typer.Option(False, "-v", "--verbose"),
 ) -> None:
     """Fit a ranker per system from finished runs on labelled logs (no new prefill): a correction of the
-    zero-training verdict, shrunk toward it by internal cross-validation, that falls back to the rule where it
-    does not beat it held out. Prints per system the held-out estimates beside the rule's and the label-prior
-    baselines'; writes OUT only when every system fitted (never a partial file)."""
+    zero-training verdict, shrunk toward it by internal cross-validation. The step and the agent verdict are each
+    chosen held out, simplest first: the zero-training rule, the label prior if it beats it, the ranker only if it
+    beats that clearly. Prints per system the held-out estimates beside the rule's and the label-prior
+    baselines' and the verdicts used; writes OUT only when every system fitted (never a partial file)."""
     from ..method import fit_system as fs
     from ..method.rankfile import RankerFile, SystemRanker
 
@@ -167,8 +177,8 @@ def fit(
         console.print(f"{escape(name)}: k={f.k} | step: fitted {_pct(e['fitted'])}, zero-training rule "
                       f"{_pct(e['rule'])}, label prior (most common blamed position) {_pct(e['pos_prior'])} | agent: "
                       f"fitted {_pct(e['fitted_agent'])}, zero-training rule {_pct(e['rule_agent'])}, label prior "
-                      f"(most common blamed agent) {_pct(e['agent_prior'])} | verdict: {escape(verdict)}, agent by "
-                      f"{escape(f.entry['agent_rule'])}", soft_wrap=True)
+                      f"(most common blamed agent) {_pct(e['agent_prior'])} | verdict: {escape(verdict)}; agent: "
+                      f"{escape(agent_by(f.entry['agent_rule']))}", soft_wrap=True)
     meta = {"date": dt.date.today().isoformat(), "fitted_by": "masprism-batch fit",
             "runs": [str(r) for r in runs], "labels": str(labels) if labels else "traces"}
     RankerFile(model_id or "", {n: f.entry for n, f in fits.items()}, meta).write(out)

@@ -8,7 +8,7 @@ strength is chosen by internal cross-validation (leave-one-out up to 20 labels, 
 strength the ranker *is* the rule. Two label priors a team's system really has are features it may learn:
 how often the blamed step sat at this index (and at this relative position), and how often this step's author
 was the blamed agent, counted on the training labels (each training log's own label left out of its features).
-The system falls back to the rule when no strength beat the rule's internal held-out estimate. Every estimate
+Which verdict a system uses (rule, label prior or ranker; fit_system.py) is chosen held out. Every estimate
 is returned beside the label-prior baselines fitted on the same labels, and the chosen verdict's held-out
 top probabilities are mapped to P(blamed step is right) by a Platt calibration (method/calibrate.py).
 """
@@ -250,10 +250,16 @@ def rule_confidence(c: FitCase) -> float:
     return vals[0] / tot if vals and tot > 0 else (1.0 / max(len(c.ranked), 1))
 
 
-def agent_pick(rule: str, c: FitCase, probs: np.ndarray | None, top: int, priors: Priors | None) -> str | None:
-    """The blamed agent under `rule`: author | aggregate (summed step probabilities) | prior (the most often
-    blamed agent of the training labels present in this log, else the author) | any zero-training agent rule."""
+def agent_pick(rule: str, c: FitCase, probs: np.ndarray | None, top: int, priors: Priors | None,
+               order: list[int] | None = None) -> str | None:
+    """The blamed agent under `rule`: author | aggregate (summed step probabilities) | prior|<rule> (the most often
+    blamed agent of the training labels present in this log, else the zero-training agent `<rule>`'s) | prior
+    (ranker files of version 1: the same, else the author) | any zero-training agent rule, on `order` (default:
+    the blamed step, then the rule's candidates)."""
     author = c.trace.steps[top].agent
+    if rule.startswith("prior|"):
+        return (priors.top_agent(c.trace) if priors is not None else None) or agent_pick(
+            rule.split("|", 1)[1], c, probs, top, None, order)
     if rule == "aggregate" and probs is not None:
         ag = rk.agent_scores(c.trace, probs)
         return min(ag, key=lambda a: (-ag[a], a)) if ag else author
@@ -261,7 +267,14 @@ def agent_pick(rule: str, c: FitCase, probs: np.ndarray | None, top: int, priors
         return priors.top_agent(c.trace) or author
     if rule in ("author", "aggregate", "prior"):
         return author
-    return rules.agent_verdict(rule, c.trace, c.rows, [top] + [k for k in c.ranked if k != top])
+    return rules.agent_verdict(rule, c.trace, c.rows, order or [top] + [k for k in c.ranked if k != top])
+
+
+def prior_agent_order(ranked: list[int], top: int) -> list[int]:
+    """The order a zero-training agent rule reads under the label-prior step verdict: the rule's candidates
+    without the prior's step, so that a position prior does not cast the agents' votes (the same whether
+    `ranked` already puts the prior's step first or not: the run's stage passes it so)."""
+    return [k for k in ranked if k != top] or [top]
 
 
 def hit(c: FitCase, step: int) -> bool:

@@ -1,6 +1,6 @@
 """The ranker file `masprism-batch fit` writes and `--ranker` applies (issue 23): plain JSON, versioned.
 
-    {"format": "masprism-batch ranker", "version": 1, "model_id": "smollm2-135m", "date": ..., "config": {...},
+    {"format": "masprism-batch ranker", "version": 2, "model_id": "smollm2-135m", "date": ..., "config": {...},
      "systems": {"<system>": {"verdict": "ranker" | "rule", "rule": "faithful", "agent_rule": ...,
                               "features": [...], "weights": [...], "mean": [...], "std": [...], "priors": {...},
                               "calibration": {"a", "b", ...}, "heldout": {...}, "k": 20, "fitted_on": [...]}}}
@@ -26,7 +26,7 @@ from . import fit as ft
 
 log = logging.getLogger(__name__)
 FORMAT = "masprism-batch ranker"
-VERSION = 1
+VERSION = 2  # 2: agent_rule may be "prior|<zero-training agent rule>"; version 1 files read as before
 
 
 class RankerFileError(ValueError):
@@ -99,7 +99,9 @@ class SystemRanker:
             p = None
             order = list(ranked) + [i for i in range(len(trace.steps)) if i not in set(ranked)]
             raw = ft.rule_confidence(c) if ranked else None
-        agent = ft.agent_pick(self.agent_rule, c, p, order[0], pri) if order else None
+        agent = ft.agent_pick(self.agent_rule, c, p, order[0], pri,
+                              ft.prior_agent_order(list(ranked), order[0]) if p is None and self.verdict == "prior"
+                              and pri is not None and pri.top_index() is not None else None) if order else None
         return order, p, agent, calibrate.apply(self.entry.get("calibration"), raw)
 
 

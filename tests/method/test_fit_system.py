@@ -39,7 +39,7 @@ def test_label_priors_are_baselines_and_agent_prior_is_learned(synth):
     cases = synth(20, seed=5, gold_by="random", agent_gold="critic")
     f = fs.fit_system(cases, "team/agents")
     assert f.estimates["agent_prior"] == 1.0  # every label blames the critic, which every log has
-    assert f.entry["agent_rule"] == "prior" and f.estimates["fitted_agent"] == 1.0
+    assert f.entry["agent_rule"] == "prior|author" and f.estimates["fitted_agent"] == 1.0
 
 
 def test_priors_leave_the_training_log_out(synth):
@@ -60,3 +60,62 @@ def test_calibration_is_monotone_and_not_certain_from_few_labels():
     assert 0 < calibrate.apply(none, 0.5) < 0.3  # 0 of 5 right: low, never exactly 0
     acc = calibrate.accuracy_at_coverage([0.9, 0.1, 0.8, 0.2], [1, 0, 1, 1])
     assert acc[0.5] == (2, 1.0) and acc[1.0] == (4, 0.75)
+
+
+def test_step_and_agent_verdicts_are_chosen_separately(synth):
+    """The rule is right on the step and the labels always blame one agent: the step keeps the rule, the agent
+    moves to the label prior (and the reverse pairing keeps the rule's agent)."""
+    seed = int(np.random.default_rng().integers(1 << 30))
+    cases = synth(24, seed=seed, gold_by="rule", agent_gold="critic")
+    f = fs.fit_system(cases, "team/agents", rule_agent="active")
+    assert f.verdict == "rule" and f.entry["agent_rule"] == "prior|active", seed
+    assert "weights" not in f.entry and f.entry["priors"]["agent"]  # the agent prior is kept, no ranker
+    own = synth(24, seed=seed, gold_by="rule")  # the gold agent is the gold step's author: the rule's
+    g = fs.fit_system(own, "team/agents", rule_agent="author")
+    assert g.verdict == "rule" and g.entry["agent_rule"] == "author", seed
+
+
+def test_few_labels_keep_the_rule_and_margins_are_in_standard_errors(synth):
+    seed = int(np.random.default_rng().integers(1 << 30))
+    f = fs.fit_system(synth(fs.MIN_K - 1, seed=seed, agent_gold="critic"), "team/agents", rule_agent="active")
+    assert f.verdict == "rule" and f.entry["agent_rule"] == "active", seed
+    rng = np.random.default_rng(seed)
+    b = list(rng.random(40) < 0.3)
+    a = [True if not x and rng.random() < 0.15 else x for x in b]  # a few more hits than b, never fewer
+    d = np.array(a, float) - np.array(b, float)
+    t = d.mean() / (d.std(ddof=1) / np.sqrt(d.size)) if d.any() and d.std(ddof=1) > 0 else np.inf
+    assert fs.beats(a, b, z=t * 0.99) == bool(d.any()) and not fs.beats(a, b, z=t * 1.01 if np.isfinite(t) else 1e9)
+    assert not fs.beats(b, a, z=0.0)  # never a loser, whatever the margin
+    assert fs.Z_PRIOR_AGENT <= fs.Z < fs.Z_AGENT  # the agent's label prior first, the author by most
+
+
+def test_prior_agent_falls_back_to_the_rule_agent_and_old_files_to_the_author(synth):
+    from masprism_batch.method.rankfile import SystemRanker
+    from masprism_batch.method import rules
+
+    seed = int(np.random.default_rng().integers(1 << 30))
+    train = synth(12, seed=seed, agent_gold="auditor")  # an agent no log of this system has
+    pri = ft.Priors.count(train)
+    c = synth(1, seed=seed + 1)[0]
+    assert pri.top_agent(c.trace) is None
+    active = rules.agent_verdict("active", c.trace, c.rows, c.ranked)
+    assert ft.agent_pick("prior|active", c, None, c.ranked[0], pri) == active
+    entry = {"system": "team/agents", "verdict": "rule", "rule": "faithful", "agent_rule": "prior",
+             "priors": pri.to_json(), "calibration": {"a": 0.0, "b": 0.0}}  # a version 1 entry
+    assert SystemRanker(entry, "m").apply(c.trace, c.rows, c.ranked)[2] == c.trace.steps[c.ranked[0]].agent
+
+
+def test_prior_step_verdict_gives_the_same_agent_whichever_order_the_stage_passes(synth):
+    """The run's stage applies a label-prior verdict a second time with the prior's step moved first: the agent
+    (a zero-training agent rule that reads the order) must not change, so the benchmark measures what runs."""
+    from masprism_batch.method.rankfile import SystemRanker
+
+    seed = int(np.random.default_rng().integers(1 << 30))
+    pri = ft.Priors.count(synth(15, seed=seed, gold_by="random"))
+    entry = {"system": "team/agents", "verdict": "prior", "rule": "faithful", "agent_rule": "mix:0.5",
+             "priors": pri.to_json(), "calibration": {"a": 0.0, "b": 0.0}}
+    sr = SystemRanker(entry, "m")
+    for c in synth(20, seed=seed + 1):
+        order, _, agent, _ = sr.apply(c.trace, c.rows, c.ranked)
+        again = sr.apply(c.trace, c.rows, [order[0]] + [k for k in c.ranked if k != order[0]])
+        assert again[0][0] == order[0] and again[2] == agent, seed

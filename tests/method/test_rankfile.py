@@ -21,7 +21,7 @@ def _file(tmp_path, synth, model="smollm2-135m"):
 def test_plain_json_names_model_features_and_version(tmp_path, synth):
     path, f = _file(tmp_path, synth)
     d = json.loads(path.read_text())
-    assert d["format"] == FORMAT and d["version"] == 1 and d["model_id"] == "smollm2-135m"
+    assert d["format"] == FORMAT and d["version"] == rk.VERSION and d["model_id"] == "smollm2-135m"
     e = d["systems"]["team/agents"]
     assert e["verdict"] == "ranker" and len(e["features"]) == len(e["weights"])
     assert not {"cf_z", "has_cf", "attn_learned_norm"} & set(e["features"])  # the costly signals are not read
