@@ -141,6 +141,7 @@ def fit(
     beats that clearly. Prints per system the held-out estimates beside the rule's and the label-prior
     baselines' and the verdicts used; writes OUT only when every system fitted (never a partial file)."""
     from ..method import fit_system as fs
+    from ..method import rules
     from ..method.rankfile import RankerFile, SystemRanker
 
     setup_logging(verbose)
@@ -164,7 +165,8 @@ def fit(
     fits = {}
     for name, cs in sorted(cases.items()):
         try:
-            fits[name] = fs.fit_system(cs, name, rule=rule)
+            # the zero-training agent rule a log of an unfitted system gets (what the fit must beat)
+            fits[name] = fs.fit_system(cs, name, rule=rule, rule_agent=rules.fallback_agent_rule(None))
         except (ValueError, ArithmeticError) as exc:
             raise fail(f"system {name!r}: {exc}") from None
     console.print("held out within each system (leave-one-out up to 20 logs, else 5 folds); step: top-1 (any "

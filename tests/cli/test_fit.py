@@ -57,6 +57,12 @@ def test_fit_from_trace_labels_prints_estimates_and_applies(run_dir, tmp_path):
     # every label blames step 1 by Coder: the position prior is perfect, and the fit must learn it or say so
     assert e["heldout"]["pos_prior"] == 1.0 and e["heldout"]["agent_prior"] == 1.0
     assert e["heldout"]["fitted_agent"] == 1.0
+    # measured against the zero-training agent rule an unfitted system gets, and the agent chosen on its own
+    from masprism_batch.method import rules
+
+    assert e["rule_agent"] == rules.fallback_agent_rule(None)
+    assert e["agent_rule"] in (e["rule_agent"], f"prior|{e['rule_agent']}", "author", "aggregate")
+    assert "; agent: " in line
     # applied: the system's logs get the fitted verdict, with what decided it and a confidence
     cfg = run_dir / "c.json"
     new = _logs(tmp_path / "new.jsonl", 3, 5, labelled=False)
