@@ -90,8 +90,8 @@ def test_few_labels_keep_the_rule_and_margins_are_in_standard_errors(synth):
 
 
 def test_prior_agent_falls_back_to_the_rule_agent_and_old_files_to_the_author(synth):
-    from masprism_batch.method.rankfile import SystemRanker
     from masprism_batch.method import rules
+    from masprism_batch.method.rankfile import SystemRanker
 
     seed = int(np.random.default_rng().integers(1 << 30))
     train = synth(12, seed=seed, agent_gold="auditor")  # an agent no log of this system has
