@@ -61,8 +61,11 @@ def _prefill(model, rendered: dict, cfg: PipelineConfig, stage: str, on_group=No
         t0 = time.perf_counter()
         try:
             n_steps = [getattr(rendered[i], "n_steps", None) for i in idx]
+            # NLL only where the method reads it: step tokens, and a window's own ones (not its context/digest)
             sigs = model.signals([rendered[i].input_ids for i in idx], [rendered[i].step_ids() for i in idx],
-                                 None if None in n_steps else n_steps, per_head=per_head, **kw)
+                                 None if None in n_steps else n_steps, per_head=per_head,
+                                 nll_from=[getattr(rendered[i], "offset", 0) for i in idx], nll_steps_only=True,
+                                 **kw)
         except Exception as exc:  # noqa: BLE001 - one bad pack must not sink the batch
             log.warning("%s prefill of %d trace(s) failed: %s", stage, len(idx), exc)
             if len(idx) == 1:

@@ -92,13 +92,16 @@ class PrefillModel:
     # ---- public entry points -------------------------------------------------------------------------
     def signals(self, seqs: list[list[int]], step_ids: list[list[int]],
                 n_steps: list[int] | None = None, *, per_head: bool = False,
-                keep_kv: bool = False) -> list[SeqSignals]:
+                keep_kv: bool = False, nll_from: list[int] | None = None,
+                nll_steps_only: bool = False) -> list[SeqSignals]:
         """ONE packed forward over all `seqs`; per sequence the token NLL and the step attention matrix A.
 
         step_ids[b][t] is the step of token t (0-based, -1 outside steps). n_steps[b] defaults to
         max(step_ids[b]) + 1; pass it when trailing steps may have no tokens.
         per_head: also A per (instrumented layer, head). keep_kv: keep every layer's K/V per sequence, the
         prefix cache of `suffix_nll` (memory: 2 x layers x tokens x kv heads x head dim).
+        nll_from[b] / nll_steps_only: token NLL only from that position on / only of tokens inside a step (step
+        id >= 0); the others are nan and cost no LM-head row (the model stage reads nothing else: issue 24).
         """
         pack = self._pack(seqs)
         if len(step_ids) != len(seqs):
@@ -116,11 +119,12 @@ class PrefillModel:
         if any(n < m for n, m in zip(n_steps, seen, strict=True)):
             raise ValueError(f"n_steps {n_steps} smaller than the step ids used {seen}")
         n_steps_t = torch.tensor(n_steps, dtype=torch.int32)
+        unread = self._unread(pack, sid_t, nll_from, nll_steps_only)
         t0 = time.perf_counter()
         kv = ([], []) if keep_kv else None
         with torch.inference_mode():
             hidden, mass = self._run(pack, sid_t.to(self.device), n_steps_t.to(self.device), per_head, kv)
-            nll = self._token_nll(hidden, pack)
+            nll = self._token_nll(hidden, pack, unread)
             out = self._split(pack, nll, mass, sid_t, n_steps, per_head)
         if kv is not None:
             for b, (s, e) in enumerate(zip(pack.bounds[:-1], pack.bounds[1:], strict=True)):
@@ -238,11 +242,26 @@ class PrefillModel:
             h.add_(mlp(rms_norm(h, lw.post_norm, a.rms_norm_eps), lw))
         return rms_norm(h, w.final_norm, a.rms_norm_eps), mass_sum
 
-    def _token_nll(self, hidden: torch.Tensor, pack: _Pack) -> torch.Tensor:
+    @staticmethod
+    def _unread(pack: _Pack, sid_t: torch.Tensor, nll_from: list[int] | None, steps_only: bool):
+        """[T] bool: tokens whose NLL nobody reads (see signals), or None when every token's is read."""
+        if nll_from is None and not steps_only:
+            return None
+        unread = sid_t < 0 if steps_only else torch.zeros(len(sid_t), dtype=torch.bool)
+        if nll_from is not None:
+            if len(nll_from) != len(pack.bounds) - 1:
+                raise ValueError(f"{len(pack.bounds) - 1} sequences but {len(nll_from)} nll_from")
+            lengths = torch.tensor(np.diff(pack.bounds))
+            unread |= pack.positions.cpu() < torch.repeat_interleave(torch.tensor(nll_from), lengths)
+        return unread.to(pack.ids.device)
+
+    def _token_nll(self, hidden: torch.Tensor, pack: _Pack, unread: torch.Tensor | None = None) -> torch.Tensor:
         # position t predicts token t+1 of the same sequence; the last token of each sequence predicts nothing
         targets = torch.full_like(pack.ids, -100)
         targets[:-1] = pack.ids[1:]
         targets[pack.cu_seqlens[1:].long() - 1] = -100
+        if unread is not None:
+            targets[:-1][unread[1:]] = -100
         return sig.token_nll(hidden, self.weights.lm_head, targets, backend=self.signals_cfg.backend,
                              chunk=self.signals_cfg.nll_chunk)
 

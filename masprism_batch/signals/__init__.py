@@ -21,6 +21,7 @@ from . import reference
 
 log = logging.getLogger(__name__)
 BACKENDS = ("auto", "triton", "cpp", "torch")
+COMPACT_NLL_SHARE = 0.9  # token_nll gathers the scored rows when at most this share of them is scored
 
 
 @functools.cache
@@ -178,5 +179,16 @@ def token_nll(hidden, weight, targets, *, backend="auto", chunk=1024, ignore_ind
     if bool(bad.any()):
         raise ValueError(f"target ids outside [0, {weight.shape[0]}) at positions {bad.nonzero()[:5, 0].tolist()}")
     chosen = resolve_backend(backend, hidden.device, dtype=hidden.dtype)
-    return _backend_module(chosen).token_nll(hidden, weight, targets, chunk=chunk, ignore_index=ignore_index,
-                                             out=out)
+    op = _backend_module(chosen).token_nll
+    valid = targets != ignore_index
+    n_valid = int(valid.sum())
+    if n_valid > COMPACT_NLL_SHARE * targets.shape[0]:
+        return op(hidden, weight, targets, chunk=chunk, ignore_index=ignore_index, out=out)
+    # most rows unread (issue 24: a window's re-read context and digest, prompt heads): the LM head, a quarter
+    # of a bf16 CPU forward, runs on the scored rows only. Row results do not depend on the other rows.
+    res = out if out is not None else torch.empty(targets.shape[0], dtype=torch.float32, device=hidden.device)
+    res.fill_(float("nan"))
+    if n_valid:
+        idx = valid.nonzero().squeeze(1)
+        res[idx] = op(hidden[idx], weight, targets[idx], chunk=chunk, ignore_index=ignore_index)
+    return res

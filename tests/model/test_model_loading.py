@@ -83,7 +83,8 @@ def save_hf_folder(tmp_path, family="qwen2", seed=None):
 
 def test_hf_folder_loads_and_matches(tmp_path):
     hf, folder = save_hf_folder(tmp_path)
-    m = load_model(ModelConfig(name=str(folder), device="cpu"), SignalsConfig(backend="torch"))
+    # fp32 explicitly: an fp32 parity test, whatever `auto` means
+    m = load_model(ModelConfig(name=str(folder), device="cpu", dtype="float32"), SignalsConfig(backend="torch"))
     assert m.model_id == folder.name and m.max_context == 256 and m.tokenizer.is_fast
     ids = torch.randint(0, 97, (int(torch.randint(20, 60, (1,))),))
     with torch.no_grad():

@@ -33,7 +33,8 @@ def smol():
     spec = resolve_model("smollm2-135m")
     if not spec.available:
         pytest.skip(spec.how_to_get)
-    return load_model(ModelConfig(name="smollm2-135m", device="cpu"), SignalsConfig(backend="torch"))
+    # fp32 explicitly: a parity test against transformers in fp32, whatever `auto` means
+    return load_model(ModelConfig(name="smollm2-135m", device="cpu", dtype="float32"), SignalsConfig(backend="torch"))
 
 
 def test_logits_and_nll_match_transformers(smol):
@@ -72,9 +73,26 @@ def test_second_load_uses_the_cache(smol):
     transformers.AutoModelForCausalLM.from_pretrained = None  # any GGUF conversion would now crash
     try:
         t0 = time.perf_counter()
-        again = load_model(ModelConfig(name="smollm2-135m"), SignalsConfig())
+        again = load_model(ModelConfig(name="smollm2-135m", dtype="float32"), SignalsConfig())
         elapsed = time.perf_counter() - t0
     finally:
         transformers.AutoModelForCausalLM.from_pretrained = real
     assert torch.equal(again.weights.embed, smol.weights.embed)
     print(f"cached load {elapsed:.1f} s")
+
+
+def test_bf16_on_cpu_tracks_fp32(smol):
+    """model.dtype = bfloat16 (the CPU speed option, docs/benchmarks.md): signals close to fp32's. Measured 2026-11-25 on
+    this text: mean |dNLL| 0.031 nats (token NLL ~3.2), step attention max |dA| 0.002. Bounds ~3-5x that: bf16
+    keeps 8 mantissa bits through 30 layers; the LM head's NLL is accumulated in fp32 either way."""
+    bf = load_model(ModelConfig(name="smollm2-135m", device="cpu", dtype="bfloat16"), SignalsConfig())
+    assert bf.weights.embed.dtype == torch.bfloat16
+    ids = smol.tokenizer(TEXT, add_special_tokens=False)["input_ids"]
+    n_steps = random.randint(3, 7)
+    cuts = sorted(random.sample(range(1, len(ids)), n_steps - 1))
+    sid = [sum(t >= c for c in cuts) for t in range(len(ids))]
+    (a,), (b,) = smol.signals([ids], [sid]), bf.signals([ids], [sid])
+    assert np.isnan(b.token_nll[0]) and np.isfinite(b.token_nll[1:]).all()
+    dnll = np.abs(a.token_nll[1:] - b.token_nll[1:])
+    assert dnll.mean() <= 0.1, dnll.mean()
+    assert np.abs(a.step_attn - b.step_attn).max() <= 0.01, np.abs(a.step_attn - b.step_attn).max()

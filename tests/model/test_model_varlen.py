@@ -87,6 +87,28 @@ def test_packing_equals_one_at_a_time(pair):
     assert rel_err(hidden_packed[: lengths[0]], hidden_first) <= 1e-4
 
 
+def test_nll_only_where_read(pair):
+    """nll_from / nll_steps_only (what the model stage asks, issue 24): the NLL of the tokens read equals the
+    full computation's, every other entry is nan, and the step attention is untouched."""
+    seed, _, ours = pair
+    g = torch.Generator().manual_seed(seed + 3)
+    lengths = [int(torch.randint(20, 90, (1,), generator=g)) for _ in range(3)]
+    seqs = [torch.randint(0, 97, (n,), generator=g).tolist() for n in lengths]
+    sids = [random_steps(n, g) for n in lengths]
+    starts = [int(torch.randint(0, n // 2, (1,), generator=g)) for n in lengths]
+    full = ours.signals(seqs, sids)
+    part = ours.signals(seqs, sids, nll_from=starts, nll_steps_only=True)
+    for b, (f, p, sid, s0) in enumerate(zip(full, part, sids, starts, strict=True)):
+        read = (np.arange(len(sid)) >= s0) & (np.asarray(sid) >= 0)
+        read[0] = False  # the first token has no NLL in either
+        assert np.isnan(p.token_nll[~read]).all(), f"seed={seed} seq={b}"
+        np.testing.assert_allclose(p.token_nll[read], f.token_nll[read], rtol=1e-5, atol=1e-6,
+                                   err_msg=f"seed={seed} seq={b}")
+        np.testing.assert_array_equal(p.step_attn, f.step_attn)
+    with pytest.raises(ValueError, match="nll_from"):
+        ours.signals(seqs, sids, nll_from=starts[:1])
+
+
 def test_explicit_n_steps_pads_empty_trailing_steps(pair):
     _, _, ours = pair
     seq = torch.randint(0, 97, (20,)).tolist()

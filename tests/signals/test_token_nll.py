@@ -56,6 +56,36 @@ def test_matches_dense_oracle(backend, T, d, V, dtype):
 
 
 @pytest.mark.parametrize("backend", backend_params("torch", "cpp"))
+@pytest.mark.parametrize("share", [0.0, 0.03, 0.5, 0.95])
+def test_mostly_ignored_targets_score_only_their_rows(backend, share):
+    """Where most targets are ignored (a window's context and digest), only the scored rows reach the backend
+    (issue 24); values equal the oracle's, ignored rows nan, `out` fully overwritten, whatever the share."""
+    seed = new_seed()
+    T, d, V = 123, 96, 2053
+    hidden, weight, targets = make_nll_case(T, d, V, torch.float32, seed)
+    g = torch.Generator().manual_seed(seed + 1)
+    targets[torch.rand(T, generator=g) >= share] = -100
+    seen = []
+    real = signals._backend_module(backend).token_nll
+
+    def spy(h, *a, **k):
+        seen.append(h.shape[0])
+        return real(h, *a, **k)
+
+    mod = signals._backend_module(backend)
+    mod.token_nll, out = spy, torch.full((T,), 1e30)
+    try:
+        got = signals.token_nll(hidden, weight, targets, backend=backend, chunk=32, out=out)
+    finally:
+        mod.token_nll = real
+    n_scored = int((targets != -100).sum())
+    assert got is out
+    assert seen == ([] if n_scored == 0 else [n_scored] if n_scored <= 0.9 * T else [T]), (seen, n_scored, seed)
+    torch.testing.assert_close(got.double(), dense_nll(hidden, weight, targets), rtol=0, atol=4e-6,
+                               equal_nan=True, msg=lambda m: f"{m} seed={seed}")
+
+
+@pytest.mark.parametrize("backend", backend_params("torch", "cpp"))
 def test_bf16_weight_accumulates_in_fp32(backend):
     seed = new_seed()
     hidden, weight, targets = make_nll_case(64, 64, 9001, torch.bfloat16, seed)
