@@ -23,6 +23,7 @@ import pyarrow.compute as pc
 
 from . import load
 from .accuracy import top1_correct
+from .svg import visible
 
 log = logging.getLogger(__name__)
 
@@ -62,17 +63,16 @@ def sample_ids(attr: pa.Table, limits: DrillLimits, include: list[str] | None = 
     return chosen
 
 
-# Bidirectional controls (U+202E RIGHT-TO-LEFT OVERRIDE and kin) reorder what follows them on screen: a trace id
-# "report\u202Efdp.exe" shows as "reportexe.pdf". Where the report shows ids, names and paths they are replaced by
-# a visible \uXXXX escape (the stored data is unchanged; ingest accepts them as ordinary characters).
-BIDI_CONTROLS = frozenset("\u061c\u200e\u200f\u202a\u202b\u202c\u202d\u202e\u2066\u2067\u2068\u2069")
-
-
+# Every string of the drill-down that comes from a trace or the OUTDIR (ids, sources, agent names, step text, span
+# ids, labels) passes through `mark_bidi`: report.js shows them as text, so a bidirectional control (U+202E turns the
+# text around it: "invoice\u202Efdp.exe" shows as "invoiceexe.pdf"), NUL or another control character would reach
+# the screen raw. It is svg.visible, the one neutraliser of the whole report (SVG, HTML and this JSON alike): each
+# such character becomes a visible \uXXXX escape; the stored data is unchanged (ingest accepts them as ordinary
+# characters).
 def mark_bidi(text: Any) -> Any:
-    """`text` with every bidirectional control shown as a visible `\\uXXXX` escape (non-strings unchanged)."""
-    if not isinstance(text, str) or not any(c in BIDI_CONTROLS for c in text):
-        return text
-    return "".join(f"\\u{ord(c):04X}" if c in BIDI_CONTROLS else c for c in text)
+    """`text` with every control, bidirectional control and lone surrogate shown as a visible `\\uXXXX` escape
+    (svg.visible); non-strings (None, numbers) unchanged."""
+    return visible(text) if isinstance(text, str) else text
 
 
 def _cut(text: str | None, n: int) -> tuple[str, bool]:
@@ -142,9 +142,9 @@ def _payload(a: dict, scores: list[dict], trace: dict | None, limits: DrillLimit
         s = by_step.get(i, {})
         t = tsteps[i] if i < len(tsteps) else {}
         text, cut = _cut(t.get("content"), per_step)
-        steps.append({"a": s.get("agent", t.get("agent")), "k": s.get("kind", t.get("kind")), "t": text, "c": cut,
-                      "sp": t.get("span_id") or s.get("span_id"), "n1": _num(s.get("nll_pass1")),
-                      "n2": _num(s.get("nll_pass2")), "h": _num(s.get("h_score")),
+        steps.append({"a": mark_bidi(s.get("agent", t.get("agent"))), "k": mark_bidi(s.get("kind", t.get("kind"))),
+                      "t": mark_bidi(text), "c": cut, "sp": mark_bidi(t.get("span_id") or s.get("span_id")),
+                      "n1": _num(s.get("nll_pass1")), "n2": _num(s.get("nll_pass2")), "h": _num(s.get("h_score")),
                       "r": s.get("final_rank") if "final_rank" in s else s.get("rank"),
                       "fw": bool(s.get("has_failure_word"))})
     labels = (trace or {}).get("labels")
@@ -156,11 +156,15 @@ def _payload(a: dict, scores: list[dict], trace: dict | None, limits: DrillLimit
     q, qcut = _cut((trace or {}).get("question"), limits.step_chars)
     return {
         "id": mark_bidi(a["trace_id"]), "src": mark_bidi(a["source"]), "sys": mark_bidi(a["system"]), "n": n,
-        "pred": a["pred_step"], "agent": mark_bidi(a["pred_agent"]), "rule": a.get("pred_agent_rule") or "author",
-        "pa": mark_bidi(a.get("pred_step_agent") or _author(tsteps, scores, a["pred_step"])), "q": q, "qc": qcut, "sym": a["symptoms"] or [],
-        "cands": [[c["step"], _num(c["score"]), c["agent"], c["symptoms"] or []] for c in a["candidates"] or []],
-        "gold": None if not labels else {"step": labels.get("mistake_step"), "agent": labels.get("mistake_agent"),
-                                         "locs": labels.get("error_locations") or []},
+        "pred": a["pred_step"], "agent": mark_bidi(a["pred_agent"]),
+        "rule": mark_bidi(a.get("pred_agent_rule") or "author"),
+        "pa": mark_bidi(a.get("pred_step_agent") or _author(tsteps, scores, a["pred_step"])), "q": mark_bidi(q),
+        "qc": qcut, "sym": a["symptoms"] or [],
+        "cands": [[c["step"], _num(c["score"]), mark_bidi(c["agent"]), c["symptoms"] or []]
+                  for c in a["candidates"] or []],
+        "gold": None if not labels else {"step": labels.get("mistake_step"),
+                                         "agent": mark_bidi(labels.get("mistake_agent")),
+                                         "locs": [mark_bidi(x) for x in labels.get("error_locations") or []]},
         "ok": ok, "steps": steps, "attn": heat,
         # issue 23: what decided the step (ranker:<system> | rule:<name>) and P(it is right), calibrated
         "by": mark_bidi(a.get("verdict_by")), "conf": _num(a.get("confidence")),
