@@ -9,9 +9,9 @@ from __future__ import annotations
 
 import hashlib
 import json
-from typing import Literal
+from typing import Literal, get_args
 
-from pydantic import BaseModel, ConfigDict, Field, model_validator
+from pydantic import BaseModel, ConfigDict, Field, ValidationInfo, field_validator, model_validator
 
 TINY_CONTEXT = 8192  # byte-level tokens of the built-in tiny-random model
 
@@ -19,6 +19,16 @@ TINY_CONTEXT = 8192  # byte-level tokens of the built-in tiny-random model
 class _Section(BaseModel):
     # NaN/inf pass no range check and give degenerate output: every float of every section must be finite
     model_config = ConfigDict(extra="forbid", frozen=True, allow_inf_nan=False)
+
+    @field_validator("*", mode="before")
+    @classmethod
+    def _no_boolean_as_number(cls, value, info: ValidationInfo):
+        # JSON/TOML `true`/`false` where a number is expected: pydantic's lax mode would read them as 1/0
+        annotation = cls.model_fields[info.field_name].annotation
+        types = get_args(annotation) or (annotation,)  # int | None -> (int, NoneType)
+        if isinstance(value, bool) and bool not in types and ({int, float} & set(types)):
+            raise ValueError(f"expected a number, got the boolean {json.dumps(value)}")
+        return value
 
 
 class ModelConfig(_Section):
