@@ -17,9 +17,16 @@ WORDS = ["search", "the", "result", "error", "file", "answer", "plan", "code", "
 
 def _corpus(tmp_path, n=4, seed=None):
     rng = random.Random(seed)
-    traces = [Trace(trace_id=f"t{i}", source="my-team", steps=[
-        Step(index=j, agent=rng.choice(["Planner", "Coder"]), content=" ".join(rng.choice(WORDS) for _ in range(rng.randint(5, 40))))
-        for j in range(rng.randint(4, 9))]) for i in range(n)]
+    calm = [w for w in WORDS if w not in ("error", "failed")]
+
+    def steps(m):
+        # failure words only in the last step: it is a symptom with earlier candidates, so pass 2 always runs
+        # (a symptom at step 0 has no candidate and skips pass 2; a random corpus hit that now and then)
+        return [Step(index=j, agent=rng.choice(["Planner", "Coder"]),
+                     content=" ".join(rng.choice(WORDS if j == m - 1 else calm) for _ in range(rng.randint(5, 40)))
+                     + (" error: failed" if j == m - 1 else "")) for j in range(m)]
+
+    traces = [Trace(trace_id=f"t{i}", source="my-team", steps=steps(rng.randint(4, 9))) for i in range(n)]
     src = tmp_path / "in.jsonl"
     src.write_text("\n".join(json.dumps(t.to_row(), default=str) for t in traces) + "\n", encoding="utf-8")
     return src
