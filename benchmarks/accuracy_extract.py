@@ -36,6 +36,8 @@ SYSTEMS = {  # system name -> input folder under --data (the leave-one-system-ou
 
 def extract_config(model: str, **overrides) -> PipelineConfig:
     # the faithful method runs in the stage; every ranker is applied afterwards on the cached signals
+    # fp32: the dev figures (docs/results.md) and their cache are fp32 whatever `auto` means on this CPU
+    overrides.setdefault("model__dtype", "float32")
     return load_config(None, model__name=model, method__name="masprism", **overrides)
 
 

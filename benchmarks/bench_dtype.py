@@ -1,8 +1,7 @@
 """fp32 against bf16 on this CPU: the model's GEMMs, the signal prefill and a plain forward (issue 24).
 
-What `model.dtype = "bfloat16"` buys on a CPU with native bf16 (AVX512-BF16 / AMX): the forward is GEMM-bound
-and fp32 GEMMs already run near this CPU's fp32 peak, so only a cheaper number format makes it much faster. The
-default stays fp32 on CPU: bf16 changes some verdicts (docs/benchmarks.md). Each row is
+Why `dtype: auto` is bf16 on CPUs with native bf16 (AVX512-BF16 / AMX): the forward is GEMM-bound and fp32
+GEMMs already run near this CPU's fp32 peak, so only a cheaper number format makes it much faster. Each row is
 one (dtype, op, length), timed as the median of `--repeats` runs after one warm-up, in one process; `ratio` is
 the fp32 time over this dtype's time for the same op (> 1: faster than fp32). Rows are appended to
 benchmarks/results/dtype.csv.
@@ -26,18 +25,10 @@ import psutil
 import torch
 import torch.nn.functional as F
 
-from masprism_batch.config import ModelConfig, SignalsConfig
+from masprism_batch.config import ModelConfig, SignalsConfig, cpu_has_native_bf16
 from masprism_batch.model import load_model
 
 RESULTS = Path(__file__).parent / "results" / "dtype.csv"
-
-
-def cpu_has_native_bf16() -> bool:
-    """AVX512-BF16 or AMX (elsewhere bf16 is emulated and slower than fp32)."""
-    try:
-        return bool(torch.cpu._is_avx512_bf16_supported() or torch.cpu._is_amx_tile_supported())
-    except AttributeError:  # older torch without the probes
-        return False
 
 
 def median_seconds(fn, repeats: int) -> float:
@@ -82,9 +73,9 @@ def main() -> None:
                 rows.append((dtype, f"gemm:{op}", L, median_seconds(lambda x=x, w=w: F.linear(x, w), args.repeats)))
             ids = rng.integers(0, model.arch.vocab_size, L).tolist()
             sids = np.sort(rng.integers(0, 23, L)).tolist()  # 23 ragged steps
-            rows.append((dtype, "signals", L, median_seconds(lambda: model.signals([ids], [sids]), args.repeats)))
-            rows.append((dtype, "prefill", L, median_seconds(lambda: model.prefill([ids]), args.repeats)))
-        del model
+            rows.append((dtype, "signals", L,
+                         median_seconds(lambda m=model, i=ids, s=sids: m.signals([i], [s]), args.repeats)))
+            rows.append((dtype, "prefill", L, median_seconds(lambda m=model, i=ids: m.prefill([i]), args.repeats)))
     for dtype, op, L, s in rows:
         base.setdefault((op, L), s) if dtype == "float32" else None
     out = [{"date": date, "hardware": hw, "load_1min": round(os.getloadavg()[0], 1), "model": args.model,

@@ -33,10 +33,45 @@ class _Section(BaseModel):
 
 class ModelConfig(_Section):
     name: str = "smollm2-135m"  # smollm2-135m | tiny-random | PATH (HF folder or .gguf)
-    dtype: Literal["auto", "float32", "bfloat16", "float16"] = "auto"  # auto: fp32 on CPU, bf16 on GPU
+    # auto: bf16 where the hardware multiplies bf16 natively (CUDA; CPUs with AVX512-BF16 or AMX), else fp32;
+    # the built-in tiny-random test model stays fp32 on CPU (see auto_dtype)
+    dtype: Literal["auto", "float32", "bfloat16", "float16"] = "auto"
     device: str = "auto"  # auto | cpu | cuda | cuda:N
     cache_dir: str | None = None  # converted-weights cache; default ~/.cache/masprism-batch
     threads: int | None = Field(None, ge=1)  # torch intra-op threads on CPU (None: torch default)
+
+
+def cpu_has_native_bf16() -> bool:
+    """AVX512-BF16 or AMX: the model's GEMMs run 2.1-2.4x faster in bf16 there (benchmarks/bench_dtype.py);
+    elsewhere bf16 is emulated and slower than fp32."""
+    import torch
+
+    try:
+        return bool(torch.cpu._is_avx512_bf16_supported() or torch.cpu._is_amx_tile_supported())
+    except AttributeError:  # older torch without the probes: assume not
+        return False
+
+
+def auto_dtype(device_type: str, model_name: str) -> str:
+    """What `dtype: auto` means for a model on a device type ("cpu" / "cuda").
+
+    CPU bf16 (since 2026-11-25): the body's matmuls in bf16, the LM head's NLL still computed in fp32
+    (signals.token_nll). Measured on the Who&When eval: 15 min 14 s against 20 min 30 s in fp32, every verdict
+    the same (docs/benchmarks.md). tiny-random stays fp32 on CPU: its tests compare with fp32 references and
+    must not depend on which CPU runs them."""
+    if device_type == "cuda":
+        return "bfloat16"
+    if model_name != "tiny-random" and cpu_has_native_bf16():
+        return "bfloat16"
+    return "float32"
+
+
+def _auto_device_type(device: str) -> str:
+    import torch
+
+    if device == "auto":
+        return "cuda" if torch.cuda.is_available() else "cpu"
+    return torch.device(device).type
 
 
 class RenderConfig(_Section):
@@ -166,6 +201,12 @@ class PipelineConfig(BaseModel):
     def config_hash(self) -> str:
         """Hash of everything that can change a result (not device/threads/cache paths)."""
         data = self.model_dump(mode="json")
+        # the dtype the numbers are computed in, named as before 2026-11-25 where it is what `auto` meant then
+        # (fp32 on CPU, bf16 on GPU): old runs and caches keep their hash, and `auto` resolving to bf16 on a CPU
+        # with native bf16 gets another one (other numbers)
+        dev = _auto_device_type(self.model.device)
+        dtype = self.model.dtype if self.model.dtype != "auto" else auto_dtype(dev, self.model.name)
+        data["model"]["dtype"] = "auto" if dtype == ("bfloat16" if dev == "cuda" else "float32") else dtype
         for k in ("device", "cache_dir", "threads"):
             data["model"].pop(k, None)
         data.pop("engine", None)  # execution only; without it the hash equals the one before the section existed

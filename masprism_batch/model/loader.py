@@ -19,6 +19,7 @@ from pathlib import Path
 
 import torch
 
+from ..config import auto_dtype
 from .arch import arch_from_config
 from .forward import PrefillModel
 from .layers import weights_from_state_dict
@@ -38,13 +39,14 @@ def _offline() -> None:
     os.environ.setdefault("HF_HUB_DISABLE_TELEMETRY", "1")
 
 
-def resolve_device_dtype(device: str, dtype: str) -> tuple[torch.device, torch.dtype]:
+def resolve_device_dtype(device: str, dtype: str, model_name: str) -> tuple[torch.device, torch.dtype]:
+    """`auto` device: CUDA when available; `auto` dtype: config.auto_dtype (bf16 where multiplied natively)."""
     dev = torch.device("cuda" if device == "auto" and torch.cuda.is_available() else
                        "cpu" if device == "auto" else device)
     if dev.type == "cuda" and not torch.cuda.is_available():
         raise RuntimeError(f"device {device!r} requested but CUDA is not available")
     if dtype == "auto":
-        return dev, torch.bfloat16 if dev.type == "cuda" else torch.float32
+        return dev, _DTYPES[auto_dtype(dev.type, model_name)]
     return dev, _DTYPES[dtype]
 
 
@@ -188,7 +190,7 @@ def free_cpu_threads() -> int | None:
 def load_model(model_cfg, signals_cfg) -> PrefillModel:
     """Load `model_cfg.name` (see registry) for prefill on model_cfg.device / dtype."""
     _offline()
-    device, dtype = resolve_device_dtype(model_cfg.device, model_cfg.dtype)
+    device, dtype = resolve_device_dtype(model_cfg.device, model_cfg.dtype, model_cfg.name)
     if model_cfg.threads:
         torch.set_num_threads(model_cfg.threads)
     elif torch.device(device).type == "cpu" and (n := free_cpu_threads()) is not None and n != torch.get_num_threads():

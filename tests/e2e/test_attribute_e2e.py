@@ -10,7 +10,7 @@ from typer.testing import CliRunner
 
 from masprism_batch import schema
 from masprism_batch.cli import EXIT_OK, EXIT_REJECTED, app
-from masprism_batch.config import load_config
+from masprism_batch.config import cpu_has_native_bf16, load_config
 from masprism_batch.model import load_model
 from masprism_batch.model_stage import attribute_traces
 from masprism_batch.trace import Labels, Step, Trace
@@ -129,3 +129,24 @@ def test_demo_with_smollm2(tmp_path):
     res = runner.invoke(app, ["demo", "-o", str(tmp_path / "demo")])
     assert res.exit_code == EXIT_OK, res.output
     assert ds.dataset(str(tmp_path / "demo" / "attributions")).count_rows() == 6
+
+
+@pytest.mark.slow
+@pytest.mark.skipif(not cpu_has_native_bf16(), reason="no native bf16 on this CPU: `auto` is fp32 here, nothing to compare")
+def test_demo_verdicts_are_the_same_in_bf16_and_fp32(tmp_path):
+    """`auto` is bf16 on CPUs with native bf16 (issue 24): on the demo's 6 real logs every verdict (step, agent)
+    equals the fp32 one, as on the 114 Who&When eval logs (docs/benchmarks.md)."""
+    from masprism_batch.cli.attribute import _sample_dir
+
+    sample = _sample_dir()
+    got = {}
+    for dtype in ("float32", "auto"):
+        (tmp_path / f"{dtype}.toml").write_text(f'[model]\ndtype = "{dtype}"\n')
+        res = runner.invoke(app, ["attribute", str(sample / "who_and_when"), str(sample / "trail"), "-o",
+                                  str(tmp_path / dtype), "--config", str(tmp_path / f"{dtype}.toml"), "--no-progress"])
+        assert res.exit_code == EXIT_OK, res.output
+        rows = ds.dataset(str(tmp_path / dtype / "attributions")).to_table().to_pylist()
+        got[dtype] = sorted((r["trace_id"], r["pred_step"], r["pred_agent"]) for r in rows)
+    hashes = {d: json.loads((tmp_path / d / "run.json").read_text())["config_hash"] for d in got}
+    assert hashes["auto"] != hashes["float32"], "auto did not resolve to bf16 here"  # other numbers, other hash
+    assert len(got["auto"]) == 6 and got["auto"] == got["float32"]

@@ -10,7 +10,8 @@ import torch
 from model_helpers import fresh_seed, hf_config, random_hf_model, rel_err
 from typer.testing import CliRunner
 
-from masprism_batch.config import ModelConfig, SignalsConfig
+from masprism_batch import config as config_mod
+from masprism_batch.config import ModelConfig, PipelineConfig, SignalsConfig
 from masprism_batch.model import ModelNotFoundError, load_model, load_tokenizer, registry, resolve_model
 from masprism_batch.model.arch import instrument_layers
 from masprism_batch.model.loader import converted_dir, resolve_device_dtype
@@ -55,13 +56,34 @@ def test_missing_smollm2_says_how_to_get_it(monkeypatch):
     assert names["tiny-random"].available and not names["smollm2-135m"].available
 
 
-def test_device_dtype_resolution():
-    assert resolve_device_dtype("cpu", "auto") == (torch.device("cpu"), torch.float32)
-    assert resolve_device_dtype("cpu", "bfloat16")[1] == torch.bfloat16
+def test_device_dtype_resolution(monkeypatch):
+    assert resolve_device_dtype("cpu", "auto", "tiny-random") == (torch.device("cpu"), torch.float32)
+    assert resolve_device_dtype("cpu", "bfloat16", "tiny-random")[1] == torch.bfloat16
+    assert resolve_device_dtype("cpu", "float32", "smollm2-135m")[1] == torch.float32
+    for native, want in ((True, torch.bfloat16), (False, torch.float32)):
+        monkeypatch.setattr(config_mod, "cpu_has_native_bf16", lambda native=native: native)
+        assert resolve_device_dtype("cpu", "auto", "smollm2-135m")[1] == want
+        assert resolve_device_dtype("cpu", "auto", "tiny-random")[1] == torch.float32  # tests: fp32 everywhere
     if not torch.cuda.is_available():
-        assert resolve_device_dtype("auto", "auto") == (torch.device("cpu"), torch.float32)
+        assert resolve_device_dtype("auto", "auto", "tiny-random") == (torch.device("cpu"), torch.float32)
         with pytest.raises(RuntimeError, match="CUDA"):
-            resolve_device_dtype("cuda", "auto")
+            resolve_device_dtype("cuda", "auto", "tiny-random")
+
+
+def test_auto_dtype_changes_the_hash_only_where_numbers_changed(monkeypatch):
+    """`auto` on a CPU with native bf16 computes other numbers than before: another hash. Where `auto` still
+    means fp32 (tiny-random, or a CPU without native bf16) the hash is the one it always was."""
+    base = {"model": {"name": "smollm2-135m", "device": "cpu"}}
+    monkeypatch.setattr(config_mod, "cpu_has_native_bf16", lambda: False)
+    legacy = PipelineConfig.model_validate(base).config_hash()
+    monkeypatch.setattr(config_mod, "cpu_has_native_bf16", lambda: True)
+    assert PipelineConfig.model_validate(base).config_hash() != legacy
+    explicit = {"model": {"name": "smollm2-135m", "device": "cpu", "dtype": "float32"}}
+    assert PipelineConfig.model_validate(explicit).config_hash() == legacy  # same numbers, same hash
+    tiny = {"model": {"name": "tiny-random", "device": "cpu"}}
+    h_tiny = PipelineConfig.model_validate(tiny).config_hash()
+    monkeypatch.setattr(config_mod, "cpu_has_native_bf16", lambda: False)
+    assert PipelineConfig.model_validate(tiny).config_hash() == h_tiny
 
 
 def test_tiny_tokenizer_round_trips_any_text():
@@ -83,7 +105,7 @@ def save_hf_folder(tmp_path, family="qwen2", seed=None):
 
 def test_hf_folder_loads_and_matches(tmp_path):
     hf, folder = save_hf_folder(tmp_path)
-    # fp32 explicitly: an fp32 parity test, whatever `auto` means
+    # fp32 explicitly: `auto` is bf16 on CPUs with native bf16, and this is an fp32 parity test
     m = load_model(ModelConfig(name=str(folder), device="cpu", dtype="float32"), SignalsConfig(backend="torch"))
     assert m.model_id == folder.name and m.max_context == 256 and m.tokenizer.is_fast
     ids = torch.randint(0, 97, (int(torch.randint(20, 60, (1,))),))
