@@ -82,7 +82,8 @@ def main() -> None:
     plain_tokens = sum(lengths)
     row = {
         "date": datetime.now(timezone.utc).strftime("%Y-%m-%d %H:%M UTC"),
-        "hardware": f"{psutil.cpu_count()}-core CPU, torch {torch.__version__}, {torch.get_num_threads()} threads",
+        "hardware": f"{psutil.cpu_count()}-core CPU, torch {torch.__version__}, {torch.get_num_threads()} threads, "
+                    f"{str(model.dtype).removeprefix('torch.')}",
         "load_1min": round(os.getloadavg()[0], 1), "model": args.model, "data": repo_relative(args.data),
         "traces": run["counts"]["attributed"], "pipeline_tokens": tokens, "plain_tokens": plain_tokens,
         "pipeline_wall_s": round(pipe_s, 1), "pipeline_cpu_s": round(pipe_cpu, 1),
