@@ -66,7 +66,8 @@ def auto_dtype(device_type: str, model_name: str) -> str:
     return "float32"
 
 
-def _auto_device_type(device: str) -> str:
+def auto_device_type(device: str) -> str:
+    """The device type `device` names: `auto` is CUDA when available, else CPU."""
     import torch
 
     if device == "auto":
@@ -204,7 +205,7 @@ class PipelineConfig(BaseModel):
         # the dtype the numbers are computed in, named as before 2026-11-25 where it is what `auto` meant then
         # (fp32 on CPU, bf16 on GPU): old runs and caches keep their hash, and `auto` resolving to bf16 on a CPU
         # with native bf16 gets another one (other numbers)
-        dev = _auto_device_type(self.model.device)
+        dev = auto_device_type(self.model.device)
         dtype = self.model.dtype if self.model.dtype != "auto" else auto_dtype(dev, self.model.name)
         data["model"]["dtype"] = "auto" if dtype == ("bfloat16" if dev == "cuda" else "float32") else dtype
         for k in ("device", "cache_dir", "threads"):

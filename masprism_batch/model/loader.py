@@ -19,7 +19,7 @@ from pathlib import Path
 
 import torch
 
-from ..config import auto_dtype
+from ..config import auto_device_type, auto_dtype
 from .arch import arch_from_config
 from .forward import PrefillModel
 from .layers import weights_from_state_dict
@@ -41,8 +41,7 @@ def _offline() -> None:
 
 def resolve_device_dtype(device: str, dtype: str, model_name: str) -> tuple[torch.device, torch.dtype]:
     """`auto` device: CUDA when available; `auto` dtype: config.auto_dtype (bf16 where multiplied natively)."""
-    dev = torch.device("cuda" if device == "auto" and torch.cuda.is_available() else
-                       "cpu" if device == "auto" else device)
+    dev = torch.device(auto_device_type(device) if device == "auto" else device)
     if dev.type == "cuda" and not torch.cuda.is_available():
         raise RuntimeError(f"device {device!r} requested but CUDA is not available")
     if dtype == "auto":

@@ -175,12 +175,12 @@ def token_nll(hidden, weight, targets, *, backend="auto", chunk=1024, ignore_ind
         raise ValueError(f"expected hidden [T,d], weight [V,d]; got {tuple(hidden.shape)}, {tuple(weight.shape)}")
     if targets.shape != (hidden.shape[0],):
         raise ValueError(f"targets must be [T]={hidden.shape[0]}; got {tuple(targets.shape)}")
-    bad = (targets != ignore_index) & ((targets < 0) | (targets >= weight.shape[0]))
+    valid = targets != ignore_index
+    bad = valid & ((targets < 0) | (targets >= weight.shape[0]))
     if bool(bad.any()):
         raise ValueError(f"target ids outside [0, {weight.shape[0]}) at positions {bad.nonzero()[:5, 0].tolist()}")
     chosen = resolve_backend(backend, hidden.device, dtype=hidden.dtype)
     op = _backend_module(chosen).token_nll
-    valid = targets != ignore_index
     n_valid = int(valid.sum())
     if n_valid > COMPACT_NLL_SHARE * targets.shape[0]:
         return op(hidden, weight, targets, chunk=chunk, ignore_index=ignore_index, out=out)
