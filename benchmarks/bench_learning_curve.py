@@ -3,9 +3,10 @@
     python benchmarks/accuracy_extract.py --counterfactual-k 0 --no-learned-heads   # prefills, once (resumable)
     python benchmarks/bench_learning_curve.py --counterfactual-k 0 --no-learned-heads
 
-For each dev system and k = 5, 10, 20, 40 and "all": 5 random draws of k labelled logs, fitted by the product's
+For each dev system and k = 5, 10, 20, 40 and "all": 20 random draws of k labelled logs, fitted by the product's
 fit (method/fit_system.py, as `fit` runs it) and tested on that system's remaining logs ("all": 5-fold within
-the system, each fold once). Beside the fitted verdict, on the same test logs: the zero-training rule, and the
+the system x 3 seeds, the protocol of the per-system 5-fold reference figures). Every method is scored on the
+same test logs of a draw, so the targets compare them by the paired difference over draws (mean ± its SE). Beside the fitted verdict, on the same test logs: the zero-training rule, and the
 label-prior baselines learned from the same k labels (most common blamed position; most common blamed agent).
 Step: top-1 (Who&When) / P@1 (TRAIL) over logs with a labelled step; agent: exact (Who&When). Also the
 accuracy of the most confident half of the fitted verdicts (calibrated confidence).
@@ -37,21 +38,26 @@ from masprism_batch.method.rankfile import SystemRanker
 ROOT = Path(__file__).resolve().parents[1]
 log = logging.getLogger("bench_learning_curve")
 KS = (5, 10, 20, 40, "all")
-METHODS = ("fitted", "zero-training rule", "label prior: position", "label prior: agent", "fitted, top 50% confident")
+ABLATION = "fitted, rule's order only"
+METHODS = ("fitted", "zero-training rule", "label prior: position", "label prior: agent", "fitted, top 50% confident",
+           ABLATION)
 
 
 def evaluate(train: list[ft.FitCase], test: list[ft.FitCase], system: str, rule: str, rule_agent: str) -> dict:
     """{(method, metric): value} of one draw."""
     f = fs.fit_system(train, system, rule=rule, rule_agent=rule_agent)
     sr = SystemRanker(f.entry, "")
+    # ablation: the same fit allowed to correct only the rule's order (what each order adds, paired on this draw)
+    ab = SystemRanker(fs.fit_system(train, system, rule=rule, rule_agent=rule_agent, offsets=("rule",)).entry, "")
     pri = ft.Priors.count(train)
     res: dict[tuple[str, str], list] = {}
     conf, hits = [], []
     for c in test:
         order, _, agent, cf = sr.apply(c.trace, c.rows, c.ranked)
+        ab_order, _, ab_agent, _ = ab.apply(c.trace, c.rows, c.ranked)
         top = c.ranked[0] if c.ranked else 0
         ti = pri.top_index()
-        got = {"fitted": (order[0], agent),
+        got = {"fitted": (order[0], agent), ABLATION: (ab_order[0], ab_agent),
                "zero-training rule": (top, zr.agent_verdict(rule_agent, c.trace, c.rows, c.ranked or [top])),
                "label prior: position": (min(ti, len(c.trace.steps) - 1) if ti is not None else top, None),
                "label prior: agent": (None, pri.top_agent(c.trace) or zr.agent_verdict("active", c.trace, c.rows,
@@ -74,13 +80,18 @@ def evaluate(train: list[ft.FitCase], test: list[ft.FitCase], system: str, rule:
     return out
 
 
+ALL_SEEDS = 3  # k = all: 5-fold x 3 seeds, as the 2026-11-24 per-system reference figures
+
+
 def draws(cases: list[ft.FitCase], k, n_draws: int, seed: int):
-    """(train, test) pairs: k random logs vs the rest; "all": 5-fold (each fold once)."""
+    """(train, test) pairs: k random logs vs the rest; "all": 5-fold x ALL_SEEDS (each fold once per seed)."""
     rng = np.random.default_rng(seed)
     if k == "all":
-        fold = rng.permutation(len(cases)) % 5
-        for f in range(5):
-            yield [c for c, x in zip(cases, fold, strict=True) if x != f], [c for c, x in zip(cases, fold, strict=True) if x == f]
+        for _ in range(ALL_SEEDS):
+            fold = rng.permutation(len(cases)) % 5
+            for f in range(5):
+                yield ([c for c, x in zip(cases, fold, strict=True) if x != f],
+                       [c for c, x in zip(cases, fold, strict=True) if x == f])
         return
     for _ in range(n_draws):
         idx = rng.permutation(len(cases))
@@ -132,7 +143,7 @@ def main() -> None:
     ap.add_argument("--cache", default=None)
     ap.add_argument("--counterfactual-k", type=int, default=None)
     ap.add_argument("--no-learned-heads", action="store_true")
-    ap.add_argument("--draws", type=int, default=5)
+    ap.add_argument("--draws", type=int, default=20)
     ap.add_argument("--time-fit", type=int, default=None, metavar="N",
                     help="only time `fit` on a synthetic N-log run OUTDIR and print the line")
     ap.add_argument("--csv", default=str(ROOT / "benchmarks" / "results" / "learning_curve.csv"))
@@ -183,7 +194,8 @@ def markdown(rows, cases, rule, rule_agent, args) -> str:
              f"({platform.machine()} CPU, 2 cores shared; model {args.model}; signals from the cache, no prefill). "
              f"Traces: " + ", ".join(f"{s} {v}" for s, v in n.items()) + ". For each k, "
              f"{args.draws} random draws of k labelled logs of the system fitted by the product's fit and tested "
-             "on the system's remaining logs (k = all: 5-fold within the system); mean ± spread (std) over draws. "
+             "on the system's remaining logs (k = all: 5-fold within the system x 3 seeds); mean ± spread (std) over "
+             "draws. "
              "Label-prior baselines are learned from the same k labels. Step: top-1 (TRAIL: P@1) over logs with a "
              f"labelled step; agent: exact (Who&When only). Zero-training: rule `{rule}`, agent rule `{rule_agent}`. "
              "`verdicts used`: share of draws where the fit's internal CV chose, for the step, the label prior / "
@@ -211,7 +223,7 @@ def markdown(rows, cases, rule, rule_agent, args) -> str:
             label = f"all (~{np.mean(n_tr):.0f})" if k == "all" else k
             lines.append(f"| {label} | " + " | ".join(cells) + " |")
         lines.append("")
-    lines += _targets(rows)
+    lines += _targets(rows) + _ablation(rows)
     return "\n".join(lines) + CURVE_END
 
 
@@ -226,10 +238,27 @@ def _mean(rows, system, k, method, metric):
     return float(np.mean(v)) if v else None
 
 
+def _paired(rows, system, k, a, b, metric) -> tuple[float, float, int] | None:
+    """Mean and SE over draws of (method a - method b) on the same draw's test logs."""
+    val = {(r["method"], r["draw"]): r["value"] for r in rows
+           if (r["system"], str(r["k"]), r["metric"]) == (system, k, metric)}
+    d = [val[(a, i)] - val[(b, i)] for (m, i) in val if m == a and (b, i) in val]
+    if len(d) < 2:
+        return None
+    return float(np.mean(d)), float(np.std(d, ddof=1) / np.sqrt(len(d))), len(d)
+
+
+def _vs(f: float, v: float, name: str, paired) -> str:
+    cmp = ">=" if f >= v - 1e-9 else "<"
+    return f"fitted {f:.3f} {cmp} {name} {v:.3f}" + (f" (paired {paired[0]:+.3f} ± {paired[1]:.3f} SE)" if paired else "")
+
+
 def _targets(rows) -> list[str]:
     """Issue 23's acceptance, checked on these rows: at k = 20 the fitted verdict >= the zero-training rule and the
-    label-prior baselines (mean over draws); with all labels >= the 2026-11-24 per-system 5-fold figures."""
-    out = ["**Targets** (issue 23), checked on the rows above:", ""]
+    label-prior baselines (mean over draws); with all labels >= the 2026-11-24 per-system 5-fold figures. Beside
+    each comparison, the paired difference over draws and its standard error: a miss within ~1 SE is draw noise."""
+    out = ["**Targets** (issue 23), checked on the rows above (paired: fitted minus the baseline on the same test "
+           "logs, mean ± SE over draws; against a fixed reference figure: ± the SE of the fitted mean):", ""]
     for s in sorted({r["system"] for r in rows}):
         parts = []
         for metric, base in (("step", ("zero-training rule", "label prior: position")),
@@ -242,12 +271,32 @@ def _targets(rows) -> list[str]:
             for b in base:
                 v = _mean(rows, s, "20", b, metric)
                 if v is not None:
-                    parts.append(f"k = 20 {metric}: fitted {f:.3f} {'>=' if f >= v - 1e-9 else '<'} {b} {v:.3f}")
+                    parts.append(f"k = 20 {metric}: " + _vs(f, v, b, _paired(rows, s, "20", "fitted", b, metric)))
         for i, metric in enumerate(("step", "agent")):
             ref, f = REFERENCE.get(s, (None, None))[i], _mean(rows, s, "all", "fitted", metric)
             if ref is not None and f is not None:
-                parts.append(f"all labels {metric}: fitted {f:.3f} {'>=' if f >= ref else '<'} 2026-11-24 5-fold {ref:.3f}")
+                v = [r["value"] for r in rows if (r["system"], str(r["k"]), r["method"], r["metric"]) ==
+                     (s, "all", "fitted", metric)]
+                se = float(np.std(v, ddof=1) / np.sqrt(len(v))) if len(v) > 1 else float("nan")
+                parts.append(f"all labels {metric}: fitted {f:.3f} ± {se:.3f} {'>=' if f >= ref else '<'} "
+                             f"2026-11-24 5-fold {ref:.3f}")
         out.append(f"- {s}: " + "; ".join(parts) + ".")
+    return out + [""]
+
+
+def _ablation(rows) -> list[str]:
+    """What the three orders (fit.OFFSETS) add over correcting the rule's order alone, paired on each draw."""
+    out = ["**What the ranker's three orders add** (`fit.OFFSETS`: the rule's order, the rule's order at a learned "
+           "weight, the label prior's order; against the same fit allowed only the rule's order, on the same "
+           "draws; step, paired mean ± SE):", ""]
+    for s in sorted({r["system"] for r in rows}):
+        ks = list(dict.fromkeys(str(r["k"]) for r in rows if r["system"] == s and r["method"] == ABLATION))
+        cells = []
+        for k in ks:
+            p = _paired(rows, s, k, "fitted", ABLATION, "step")
+            if p is not None:
+                cells.append(f"k = {k} {p[0]:+.3f} ± {p[1]:.3f}")
+        out.append(f"- {s}: " + "; ".join(cells) + ".")
     return out + [""]
 
 

@@ -121,6 +121,11 @@ def agent_by(rule: str) -> str:
         rule, f"zero-training rule {rule}")
 
 
+CORRECTS = {"rule": "a correction of the zero-training rule's order",
+            "rule_free": "a correction of the zero-training rule's order at a learned weight",
+            "prior": "a correction of the label prior's order (most often blamed positions)"}
+
+
 def _pct(x) -> str:
     return "—" if x is None else f"{100 * x:.1f}%"
 
@@ -176,6 +181,8 @@ def fit(
         verdict = SystemRanker(f.entry, model_id or "").verdict_by
         if f.k < fs.MIN_K:
             verdict += f" (fewer than {fs.MIN_K} labelled logs: the zero-training verdict is kept)"
+        elif f.verdict == "ranker":
+            verdict += f" ({CORRECTS[f.entry['offset']]})"
         console.print(f"{escape(name)}: k={f.k} | step: fitted {_pct(e['fitted'])}, zero-training rule "
                       f"{_pct(e['rule'])}, label prior (most common blamed position) {_pct(e['pos_prior'])} | agent: "
                       f"fitted {_pct(e['fitted_agent'])}, zero-training rule {_pct(e['rule_agent'])}, label prior "

@@ -1,11 +1,12 @@
 """Fit a ranker to one system from its own labelled logs (issue 23): the one fitting path of `masprism-batch fit`
 and of benchmarks/bench_accuracy.py / bench_learning_curve.py.
 
-With k labelled logs a free linear ranker over ~20 features overfits, so the ranker is a *correction* of the
-zero-training order: step scores are `offset + x·w`, where the offset is the zero-training rule's order
-(OFFSET_SCALE / position for its candidates, 0 elsewhere) and w is shrunk toward 0 by an L2 penalty whose
-strength is chosen by internal cross-validation (leave-one-out up to 20 labels, else 5 folds). At infinite
-strength the ranker *is* the rule. Two label priors a team's system really has are features it may learn:
+With k labelled logs a free linear ranker over ~20 features overfits, so the ranker is a *correction* of a simple
+order: step scores are `offset + x·w`, where the offset is the zero-training rule's order (OFFSET_SCALE / position
+for its candidates, 0 elsewhere; or that order at a scale learned with w), or the label prior's order (the most
+often blamed positions), and w is shrunk toward 0 by an L2 penalty. Which offset and which strength are chosen
+by internal cross-validation (leave-one-out up to 20 labels, else 5 folds). At infinite strength the ranker *is*
+the order it corrects. Two label priors a team's system really has are features it may learn:
 how often the blamed step sat at this index (and at this relative position), and how often this step's author
 was the blamed agent, counted on the training labels (each training log's own label left out of its features).
 Which verdict a system uses (rule, label prior or ranker; fit_system.py) is chosen held out. Every estimate
@@ -23,8 +24,8 @@ import numpy as np
 
 from ..eval.common import norm_agent
 from ..trace import Trace
+from . import clogit, rules
 from . import ranker as rk
-from . import rules
 
 log = logging.getLogger(__name__)
 # What a fitted ranker reads: what any log has plus this system's turn-taking (within one system the agents'
@@ -150,9 +151,26 @@ def design(c: FitCase, priors: Priors, loo: bool) -> np.ndarray:
     return np.concatenate([base, pf], axis=1)
 
 
+# What the ranker corrects (its offset, the order it is shrunk toward), each tried by internal CV (fit_system.py):
+# - "rule": the zero-training rule's order at OFFSET_SCALE;
+# - "rule_free": the rule's order with its scale learned beside w, unpenalised: where the rule is weak on a
+#   system (Hand-Crafted 2.8%), the fit can turn it down instead of spending w against it;
+# - "prior": the label prior's order (OFFSET_SCALE x each index's share of the blamed positions / the top share):
+#   a system whose failures sit at a few positions gets a correction of that, not of a rule it beats.
+OFFSETS = ("rule", "rule_free", "prior")
+FREE_PEN = 1e-3  # L2 on the learned rule scale: unpenalised in effect, but keeps Newton well posed
+POS_COL = len(BASE_FEATURES)  # pos_prior's column in design()
+
+
+def prior_offset(x: np.ndarray, scale: float = OFFSET_SCALE) -> np.ndarray:
+    p = x[:, POS_COL]
+    top = p.max() if p.size else 0.0
+    return scale * p / top if top > 0 else np.zeros(len(p))
+
+
 @dataclass
 class Fitted:
-    """A fitted correction: scores = offset + ((X - mean) / std) @ w."""
+    """A fitted correction: scores = offset + ((X - mean) / std) @ w (offset: OFFSETS)."""
 
     w: np.ndarray
     mean: np.ndarray
@@ -161,74 +179,46 @@ class Fitted:
     l2: float
     offset_scale: float = OFFSET_SCALE
     cols: list[int] | None = None  # a file's ranker over a subset of BASE_FEATURES + PRIOR_FEATURES
+    offset: str = "rule"
 
     def probs(self, c: FitCase) -> np.ndarray:
-        x = design(c, self.priors, loo=False)
-        x = x[:, self.cols] if self.cols is not None else x
+        full = design(c, self.priors, loo=False)
+        x = full[:, self.cols] if self.cols is not None else full
         x = (x - self.mean) / self.std
-        s = rule_offset(len(c.trace.steps), c.ranked, self.offset_scale) + x @ self.w
+        s = _offset(self.offset, c, full, self.offset_scale) + x @ self.w
         e = np.exp(s - s.max())
         return e / e.sum()
 
 
-def fit_correction(cases: list[FitCase], l2: float) -> Fitted:
-    """Conditional logit over each log's steps, maximising the log probability of its gold steps, L2 `l2` per
-    log on w. Stacked arrays and damped Newton steps: a 200-log fit is a fraction of a second (numpy only)."""
+def _offset(kind: str, c: FitCase, x: np.ndarray, scale: float) -> np.ndarray:
+    if kind == "prior":
+        return prior_offset(x, scale)
+    return rule_offset(len(c.trace.steps), c.ranked, scale)
+
+
+def fit_correction(cases: list[FitCase], l2: float, offset: str = "rule") -> Fitted:
+    """Conditional logit over each log's steps (method/clogit.py), maximising the log probability of its gold
+    steps, L2 `l2` per log on w; `offset`: what w corrects (OFFSETS)."""
+    if offset not in OFFSETS:
+        raise ValueError(f"unknown ranker offset {offset!r}; expected one of {', '.join(OFFSETS)}")
     priors = Priors.count(cases)
     xs = [design(c, priors, loo=True) for c in cases]
     X = np.concatenate(xs)
     mean, std = X.mean(0), X.std(0)
     std = np.where(std > 1e-9, std, 1.0)
-    X = (X - mean) / std
-    off = np.concatenate([rule_offset(len(c.trace.steps), c.ranked) for c in cases])
-    starts = np.cumsum([0] + [len(x) for x in xs])[:-1]
-    seg = np.repeat(np.arange(len(xs)), [len(x) for x in xs])
-    gold = np.zeros(len(X), dtype=bool)
-    for s0, c in zip(starts, cases, strict=True):
-        gold[s0 + np.asarray(c.gold)] = True
-    n, d = len(cases), X.shape[1]
-
-    def soft(s, mask):
-        sm = np.where(mask, s, -np.inf)
-        e = np.where(mask, np.exp(sm - np.maximum.reduceat(sm, starts)[seg]), 0.0)
-        z = np.add.reduceat(e, starts)
-        return e / z[seg], z
-
-    def objective(w):
-        s = off + X @ w
-        mx = np.maximum.reduceat(s, starts)
-        z = np.add.reduceat(np.exp(s - mx[seg]), starts)
-        sg = np.where(gold, s, -np.inf)  # log-sum-exp over the gold steps with their own maximum: no underflow
-        mg = np.maximum.reduceat(sg, starts)
-        zg = np.add.reduceat(np.exp(sg - mg[seg]), starts)
-        return float(np.sum(np.log(z) + mx - np.log(zg) - mg)) / n + 0.5 * l2 * float(w @ w)
-
-    w = np.zeros(d)
-    f = objective(w)
-    for _ in range(50):
-        s = off + X @ w
-        p, _ = soft(s, np.ones(len(X), dtype=bool))
-        q, _ = soft(s, gold)
-        grad = X.T @ (p - q) / n + l2 * w
-        # Hessian: covariance of X under p minus under q (per log), plus the L2 term
-        mp_, mq = np.add.reduceat(p[:, None] * X, starts), np.add.reduceat(q[:, None] * X, starts)
-        H = (X.T @ (p[:, None] * X) - mp_.T @ mp_ - X.T @ (q[:, None] * X) + mq.T @ mq) / n + l2 * np.eye(d)
-        try:
-            step = np.linalg.solve(H + 1e-6 * np.eye(d), grad)
-        except np.linalg.LinAlgError:
-            step = grad
-        t = 1.0
-        while t > 1e-4:
-            f_new = objective(w - t * step)
-            if f_new <= f - 1e-4 * t * float(grad @ step):
-                break
-            t *= 0.5
-        if t <= 1e-4:
-            break
-        w, f_old, f = w - t * step, f, f_new
-        if abs(f_old - f) < 1e-9:
-            break
-    return Fitted(w, mean, std, priors, l2)
+    scaled = [(x - mean) / std for x in xs]
+    pen = np.full(X.shape[1], float(l2))
+    if offset == "rule_free":  # the rule's order (scale 1) as one more column, its weight the learned scale
+        scaled = [np.concatenate([x, rule_offset(len(c.trace.steps), c.ranked, 1.0)[:, None]], axis=1)
+                  for x, c in zip(scaled, cases, strict=True)]
+        offs = [np.zeros(len(x)) for x in xs]
+        pen = np.append(pen, FREE_PEN)
+    else:
+        offs = [_offset(offset, c, x, OFFSET_SCALE) for c, x in zip(cases, xs, strict=True)]
+    w = clogit.solve(scaled, [c.gold for c in cases], offs, pen)
+    if offset == "rule_free":
+        return Fitted(w[:-1], mean, std, priors, l2, float(w[-1]), offset=offset)
+    return Fitted(w, mean, std, priors, l2, offset=offset)
 
 
 def folds_of(n: int, seed: int = 0) -> np.ndarray:

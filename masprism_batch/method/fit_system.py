@@ -5,7 +5,8 @@ zero-training rule's and the label-prior baselines', and the confidence calibrat
 the product and the measurement cannot drift apart. Its `entry` is the JSON a ranker file holds for the system.
 
 The step verdict and the agent verdict are chosen separately, each on the same held-out folds and simplest
-first: step: the zero-training rule, else the label prior (most often blamed position), else the ranker; agent:
+first: step: the zero-training rule, else the label prior (most often blamed position), else the ranker (a
+correction of the rule's order, of that order at a learned scale, or of the label prior's order); agent:
 the zero-training agent rule, else the label prior's agent (`prior|<rule>`), else the blamed step's author or the
 ranker's summed probabilities. Each later option must beat the current choice by a margin in paired standard
 errors (Z, Z_PRIOR_AGENT, Z_AGENT below), and nothing but the rule is used below MIN_K labelled logs.
@@ -49,8 +50,8 @@ class SystemFit:
     entry: dict  # what the ranker file keeps for this system
 
 
-def _oof(cases: list[ft.FitCase], grid, rule_agent: str) -> dict:
-    """Held-out predictions of every option, per case: ("l2", value) -> (step, raw conf, probs); "rule";
+def _oof(cases: list[ft.FitCase], opts, rule_agent: str) -> dict:
+    """Held-out predictions of every option, per case: (offset, l2) -> (step, raw conf, probs, priors); "rule";
     "pos_prior" and "agent_prior" baselines learned from the training folds only."""
     folds = ft.folds_of(len(cases))
     out = {i: {} for i in range(len(cases))}
@@ -58,14 +59,14 @@ def _oof(cases: list[ft.FitCase], grid, rule_agent: str) -> dict:
         train = [c for c, k in zip(cases, folds, strict=True) if k != f]
         test = [i for i, k in enumerate(folds) if k == f]
         pri = ft.Priors.count(train)
-        fitted = {lam: ft.fit_correction(train, lam) for lam in grid} if len(train) >= 2 else {}
+        fitted = {o: ft.fit_correction(train, o[1], o[0]) for o in opts} if len(train) >= 2 else {}
         for i in test:
             c = cases[i]
             n = len(c.trace.steps)
-            for lam, m in fitted.items():
+            for o, m in fitted.items():
                 p = m.probs(c)
                 t = ft.top_of(p)
-                out[i][("l2", lam)] = (t, float(p[t]), p, pri)
+                out[i][o] = (t, float(p[t]), p, pri)
             top = c.ranked[0] if c.ranked else 0
             out[i]["rule"] = (top, ft.rule_confidence(c), None, pri)
             ti = pri.top_index()
@@ -78,14 +79,17 @@ def _oof(cases: list[ft.FitCase], grid, rule_agent: str) -> dict:
 
 
 def fit_system(cases: list[ft.FitCase], system: str, rule: str = "faithful", rule_agent: str = "author",
-               grid=ft.L2_GRID) -> SystemFit:
-    """Fit `system` on its labelled `cases` (each a FitCase with the zero-training `rule` order in `ranked`)."""
+               grid=ft.L2_GRID, offsets=ft.OFFSETS) -> SystemFit:
+    """Fit `system` on its labelled `cases` (each a FitCase with the zero-training `rule` order in `ranked`);
+    `offsets`: the orders the ranker may correct (fit.OFFSETS; a subset only to measure what each adds)."""
     if not cases:
         raise ValueError(f"system {system!r}: no labelled logs to fit on")
     grid = tuple(lam for lam in grid if lam * len(cases) >= ft.MIN_L2_TIMES_K) or grid[:1]
-    oof = _oof(cases, grid, rule_agent)
+    # every (offset, strength) the ranker may take; on ties the first: the rule's fixed order, strongest shrinkage
+    opts = [(off, lam) for off in offsets for lam in grid]
+    oof = _oof(cases, opts, rule_agent)
     ok = [i for i in oof if "rule" in oof[i]]
-    step_opts = [("l2", lam) for lam in grid] + ["rule", "prior"]
+    step_opts = [*opts, "rule", "prior"]
     hits = {o: [ft.hit(cases[i], oof[i][o][0]) if o in oof[i] else None for i in ok] for o in step_opts}
     step_acc = {o: ft.mean(h) for o, h in hits.items()}
     fitted_opts = [o for o in step_acc if o not in ("rule", "prior") and step_acc[o] is not None]
@@ -105,7 +109,7 @@ def fit_system(cases: list[ft.FitCase], system: str, rule: str = "faithful", rul
         "fitted_agent": agent_acc.get(agent_rule),
         "rule_agent": ft.mean(ft.agent_hit(cases[i], oof[i]["rule_agent"]) for i in ok),
         "agent_prior": ft.mean(ft.agent_hit(cases[i], oof[i]["agent_prior"]) for i in ok),
-        "best_l2": best[1] if best else None,
+        "best_l2": best[1] if best else None, "best_offset": best[0] if best else None,
         "folds": "leave-one-out" if len(cases) <= 20 else "5-fold",
     }
     entry = {"system": system, "verdict": "ranker" if use_ranker else chosen, "rule": rule,
@@ -113,11 +117,12 @@ def fit_system(cases: list[ft.FitCase], system: str, rule: str = "faithful", rul
              "heldout": {k: v for k, v in est.items()},
              "fitted_on": sorted(hashlib.sha256(c.trace.trace_id.encode()).hexdigest()[:16] for c in cases)}
     if use_ranker or chosen == "prior" or agent_rule.startswith("prior"):
-        m = ft.fit_correction(cases, best[1] if use_ranker else grid[0])
+        m = ft.fit_correction(cases, best[1], best[0]) if use_ranker else ft.fit_correction(cases, grid[0])
         entry["priors"] = m.priors.to_json()
         if use_ranker:
             entry.update(features=ft.BASE_FEATURES + ft.PRIOR_FEATURES, weights=m.w.tolist(),
-                         mean=m.mean.tolist(), std=m.std.tolist(), l2=best[1], offset_scale=ft.OFFSET_SCALE)
+                         mean=m.mean.tolist(), std=m.std.tolist(), l2=best[1], offset=best[0],
+                         offset_scale=m.offset_scale)
     log.debug("%s: k=%d, held-out %s", system, len(cases), est)
     return SystemFit(system, len(cases), entry["verdict"], est, entry)
 

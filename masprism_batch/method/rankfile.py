@@ -1,8 +1,9 @@
 """The ranker file `masprism-batch fit` writes and `--ranker` applies (issue 23): plain JSON, versioned.
 
-    {"format": "masprism-batch ranker", "version": 2, "model_id": "smollm2-135m", "date": ..., "config": {...},
-     "systems": {"<system>": {"verdict": "ranker" | "rule", "rule": "faithful", "agent_rule": ...,
+    {"format": "masprism-batch ranker", "version": 3, "model_id": "smollm2-135m", "date": ..., "config": {...},
+     "systems": {"<system>": {"verdict": "ranker" | "prior" | "rule", "rule": "faithful", "agent_rule": ...,
                               "features": [...], "weights": [...], "mean": [...], "std": [...], "priors": {...},
+                              "offset": "rule" | "rule_free" | "prior", "offset_scale": 2.0,
                               "calibration": {"a", "b", ...}, "heldout": {...}, "k": 20, "fitted_on": [...]}}}
 
 A log is matched to an entry by its system (`system_key`); logs of other systems get the zero-training rule.
@@ -26,7 +27,10 @@ from . import fit as ft
 
 log = logging.getLogger(__name__)
 FORMAT = "masprism-batch ranker"
-VERSION = 2  # 2: agent_rule may be "prior|<zero-training agent rule>"; version 1 files read as before
+# 2: agent_rule may be "prior|<zero-training agent rule>"; 3: a ranker's "offset" (what it corrects, fit.OFFSETS;
+# absent: "rule"). Older files read as before; a reader of version 2 refuses a version 3 file instead of applying
+# a prior-offset ranker as a rule-offset one.
+VERSION = 3
 
 
 class RankerFileError(ValueError):
@@ -85,7 +89,7 @@ class SystemRanker:
             m = ft.Fitted(np.asarray(self.entry["weights"]), np.asarray(self.entry["mean"]),
                           np.asarray(self.entry["std"]), pri or ft.Priors(), float(self.entry.get("l2", 0.0)),
                           float(self.entry.get("offset_scale", ft.OFFSET_SCALE)),
-                          None if feats == allf else [allf.index(f) for f in feats])
+                          None if feats == allf else [allf.index(f) for f in feats], self.entry.get("offset", "rule"))
             p = m.probs(c)
             order = sorted(range(len(p)), key=lambda i: (-p[i], i))
             raw = float(p[order[0]])
@@ -144,6 +148,9 @@ class RankerFile:
             unknown = [f for f in e.get("features") or [] if f not in ft.BASE_FEATURES + ft.PRIOR_FEATURES]
             if unknown:
                 raise RankerFileError(f"{path}: system {s!r} reads features this version does not compute: {unknown}")
+            if e.get("offset", "rule") not in ft.OFFSETS:
+                raise RankerFileError(f"{path}: system {s!r} corrects an order this version does not know: "
+                                      f"{e.get('offset')!r} (expected one of {', '.join(ft.OFFSETS)})")
         meta = {k: v for k, v in d.items() if k not in ("format", "version", "model_id", "systems")}
         return cls(d["model_id"], d.get("systems", {}), meta)
 

@@ -72,6 +72,8 @@ def test_fit_from_trace_labels_prints_estimates_and_applies(run_dir, tmp_path):
     rows = read_dataset(tmp_path / "applied" / "attributions").to_pylist()
     by = e["verdict"]
     assert by in ("ranker", "prior")  # the position prior is perfect held out: the fit must not keep the rule
+    if by == "ranker":  # and a ranker says which order it corrects, in the file and in words
+        assert e["offset"] in ("rule", "rule_free", "prior") and "a correction of the" in line
     assert {r["verdict_by"] for r in rows} == {f"{by}:billing-bot"}
     assert all(0 < r["confidence"] < 1 for r in rows)
     # the position learned from 12 labels moves the verdicts to step 1 (by Coder)

@@ -119,3 +119,52 @@ def test_prior_step_verdict_gives_the_same_agent_whichever_order_the_stage_passe
         order, _, agent, _ = sr.apply(c.trace, c.rows, c.ranked)
         again = sr.apply(c.trace, c.rows, [order[0]] + [k for k in c.ranked if k != order[0]])
         assert again[0][0] == order[0] and again[2] == agent, seed
+
+
+def test_prior_offset_limit_is_the_prior_and_rule_scale_is_learned(synth):
+    """Each order the ranker may correct is its own limit at huge L2; the learned rule scale grows where the rule
+    is right and shrinks where it says nothing about the gold step."""
+    seed = int(np.random.default_rng().integers(1 << 30))
+    cases = synth(30, seed=seed, gold_by="random")
+    m = ft.fit_correction(cases, 1e6, "prior")
+    pri = ft.Priors.count(cases)
+    most = max(pri.pos.values())  # the top may be tied between positions: any of them is the prior's order
+    assert all(pri.pos.get(ft.top_of(m.probs(c)), 0.0) == most for c in cases if pri.top_index() < len(c.trace.steps)), seed
+    right = ft.fit_correction(synth(30, seed=seed, gold_by="rule"), 30.0, "rule_free")
+    assert right.offset == "rule_free" and right.offset_scale > ft.OFFSET_SCALE, (seed, right.offset_scale)
+    noise = ft.fit_correction(cases, 30.0, "rule_free")
+    assert noise.offset_scale < 0.5 * ft.OFFSET_SCALE, (seed, noise.offset_scale)
+    try:
+        ft.fit_correction(cases, 1.0, "bogus")
+    except ValueError as exc:
+        assert "rule_free" in str(exc)
+    else:
+        raise AssertionError("an unknown offset was accepted")
+
+
+def test_a_system_whose_failures_sit_at_a_few_positions_is_fitted_beyond_its_prior(synth):
+    """Gold: step 1 or 2, whichever carries a failure word (other steps carry one at random). The prior alone is
+    right about half the time, the rule never is (its candidates avoid both); the fitted ranker must beat both
+    held out, applied through the ranker file entry."""
+    from masprism_batch.method.rankfile import SystemRanker
+
+    seed = int(np.random.default_rng().integers(1 << 30))
+
+    def make(k, s):
+        out = synth(k, seed=s, gold_by="random")
+        rng = np.random.default_rng(s)
+        for c in out:
+            g = int(rng.integers(1, 3))
+            c.gold = [g]
+            c.rows[g]["has_failure_word"], c.rows[3 - g]["has_failure_word"] = True, False
+            c.ranked = [j for j in c.ranked if j not in (1, 2)] or [0]
+        return out
+
+    train = make(40, seed)
+    f = fs.fit_system(train, "team/agents")
+    assert f.verdict == "ranker" and f.entry["offset"] in ft.OFFSETS, (seed, f.estimates)
+    sr = SystemRanker(f.entry, "m")
+    test = make(60, seed + 1)
+    acc = np.mean([ft.hit(c, sr.apply(c.trace, c.rows, c.ranked)[0][0]) for c in test])
+    prior = np.mean([ft.hit(c, ft.Priors.count(train).top_index()) for c in test])
+    assert acc > prior + 0.2 and acc > 0.8, (seed, acc, prior, f.entry["offset"])

@@ -64,6 +64,27 @@ def test_not_a_ranker_file_or_newer_version_or_unknown_feature(tmp_path, synth):
     bad.write_text(json.dumps(d))
     with pytest.raises(RankerFileError, match="something_else"):
         RankerFile.read(bad)
+    d = json.loads(path.read_text())
+    d["systems"]["team/agents"]["offset"] = "median"  # an order this version cannot compute
+    bad.write_text(json.dumps(d))
+    with pytest.raises(RankerFileError, match="corrects an order.*median"):
+        RankerFile.read(bad)
+
+
+def test_version_2_entry_without_offset_corrects_the_rule(tmp_path, synth):
+    """A version 2 file has no "offset": its ranker is a correction of the rule's order, as it was fitted."""
+    from masprism_batch.method import fit as ft
+
+    cases = synth(30, seed=11)
+    m = ft.fit_correction(cases, 0.3)
+    entry = {"system": "team/agents", "verdict": "ranker", "rule": "faithful", "agent_rule": "author",
+             "features": ft.BASE_FEATURES + ft.PRIOR_FEATURES, "weights": m.w.tolist(), "mean": m.mean.tolist(),
+             "std": m.std.tolist(), "l2": 0.3, "offset_scale": ft.OFFSET_SCALE, "priors": m.priors.to_json()}
+    path = tmp_path / "v2.json"
+    path.write_text(json.dumps({"format": FORMAT, "version": 2, "model_id": "m", "systems": {"team/agents": entry}}))
+    sr = RankerFile.read(path).for_trace(cases[0].trace)
+    for c in synth(5, seed=12):
+        assert np.allclose(sr.apply(c.trace, c.rows, c.ranked)[1], m.probs(c))
 
 
 def test_atomic_write_keeps_the_old_file_on_failure(tmp_path, synth, monkeypatch):
