@@ -140,8 +140,9 @@ def fit(
                                "per system, from each log's source / system field)"),
     verbose: bool = typer.Option(False, "-v", "--verbose"),
 ) -> None:
-    """Fit a ranker per system from finished runs on labelled logs (no new prefill): a correction of the
-    zero-training verdict, shrunk toward it by internal cross-validation. The step and the agent verdict are each
+    """Fit a ranker per system from finished runs on labelled logs (no new prefill): a correction of a simple
+    order (the zero-training rule's, or the label prior's: the positions your labels blame most), shrunk toward
+    it; which order and how much shrinkage are chosen by internal cross-validation. The step and the agent verdict are each
     chosen held out, simplest first: the zero-training rule, the label prior if it beats it, the ranker only if it
     beats that clearly. Prints per system the held-out estimates beside the rule's and the label-prior
     baselines' and the verdicts used; writes OUT only when every system fitted (never a partial file)."""
