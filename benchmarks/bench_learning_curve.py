@@ -25,9 +25,10 @@ import zlib
 from pathlib import Path
 
 import numpy as np
+from accuracy_cases import fit_cases, load_cases
 from accuracy_extract import extract_config
 from accuracy_report import CURVE_BEGIN, CURVE_END, replace_block
-from bench_accuracy import extract_overrides, fit_cases, load_cases
+from bench_accuracy import extract_overrides
 
 from masprism_batch.method import calibrate
 from masprism_batch.method import fit as ft

@@ -118,7 +118,7 @@ class MethodConfig(_Section):
     # masprism: the faithful method. ranked (ours): MASPrism's passes, then a learned linear ranker over every
     # step's prefill features and agent-level aggregation (docs/method.md, docs/results.md).
     name: Literal["masprism", "ranked"] = "ranked"  # (ours) held-out results in docs/results.md
-    ranker_weights: str | None = None  # (ours) JSON from benchmarks/bench_accuracy.py; None: packaged weights
+    ranker_weights: str | None = None  # (ours) a ranker file from `masprism-batch fit`; None: packaged weights
     # (ours, ranked only) True: agent = argmax of summed step probabilities; False: the blamed step's author;
     # None: the rule shipped with the ranker weights (chosen by leave-one-system-out, docs/results.md)
     agent_aggregation: bool | None = None

@@ -175,9 +175,10 @@ def test_bench_accuracy_and_fit_share_the_fitting_function(run_dir, tmp_path):
     from masprism_batch.method import fit as ft
 
     cli_cases = build_cases(traces, rows, None, None)[0]["billing-bot"]
-    for lam in ft.L2_GRID:
-        a, b = ft.fit_correction(cli_cases, lam).w, ft.fit_correction(ba.fit_cases(cases), lam).w
-        assert np.any(a != 0) and np.array_equal(a, b)
+    for off in ft.OFFSETS:
+        for lam in ft.L2_GRID:
+            a, b = ft.fit_correction(cli_cases, lam, off), ft.fit_correction(ba.fit_cases(cases), lam, off)
+            assert np.any(a.w != 0) and np.array_equal(a.w, b.w) and a.offset_scale == b.offset_scale
 
 
 def test_fit_says_which_costly_features_a_run_lacks(run_dir, tmp_path):
