@@ -13,18 +13,19 @@ import logging
 import time
 from dataclasses import dataclass, field
 from datetime import datetime, timezone
-from functools import lru_cache, partial
+from functools import partial
 
 import numpy as np
 
 from . import batching, pass1, render, windows
 from . import rows as rows_mod
 from .config import PipelineConfig
-from .method import counterfactual, heads, ranker, rankfile, reads, rules
+from .method import counterfactual, heads, reads
 from .method import masprism as mp
 from .pass2_prep import Pass2Prep, prepare_pass2, symptom_ratio
 from .schema import error_row
 from .trace import Trace
+from .verdict import fitted_verdict, masprism_verdict, rule_confidence
 
 log = logging.getLogger(__name__)
 
@@ -168,97 +169,15 @@ def attribute_traces(traces: list[Trace], model, cfg: PipelineConfig, raw_sink=N
             raw_sink(t, {"p1": p1, "sig1": sig1[i][0], "sig2": s2[0] if s2 else None, "r2": r2.get(i),
                          "cf": cf.get(i), "rows": rows, "ranking": ranking, "flags": flags[i]})
         if cfg.method.name == "ranked":
-            ranking, verdict = _learned_ranking(t, rows, ranking, cfg, model.model_id)
+            ranking, verdict = fitted_verdict(t, rows, ranking, cfg, model.model_id)
         else:
-            verdict = _masprism_verdict(t, ranking)
-            verdict.confidence = _rule_confidence(t, rows, ranking, None)
+            verdict = masprism_verdict(t, ranking)
+            verdict.confidence = rule_confidence(t, rows, ranking, None)
         rows_mod.final_columns(rows, verdict)
         out.attributions.append(rows_mod.attribution_row(t, ranking, model.model_id, chash, cfg, wins.get(i, r1[i]), r2.get(i),
                                                  sig1[i][1], s2[1] if s2 else 0.0, now, verdict))
         out.step_scores.extend(rows)
     return out
-
-
-@dataclass
-class Verdict:
-    """The final method's answer for one trace; every output (attributions, step_scores' final columns,
-    exports, stats, report, demo) names this step and this agent.
-
-    order: every ranked step, best first (order[0] = pred_step); probs: step -> probability (ranked method
-    only); agent: pred_agent, chosen by `rule` ("author": the author of order[0]; "aggregate": the top of
-    agent_ranking, summed step probabilities); agent_ranking: [{agent, score}], best first."""
-
-    order: list[int]
-    probs: dict[int, float] | None
-    agent: str | None
-    rule: str
-    agent_ranking: list[dict]
-    # what decided the step (issue 23): "ranker:<system>" (a fitted ranker) or "rule:<name>" (zero-training)
-    by: str = "rule:faithful"
-    confidence: float | None = None  # calibrated P(pred_step is right); None where no calibration applies
-
-
-def _learned_ranking(t: Trace, rows: list[dict], base: mp.Ranking, cfg: PipelineConfig, model_id: str | None = None):
-    """The verdict of a fitted ranker for this log's system (method/rankfile.py), else of the zero-training rule
-    (the one that held up best across systems by leave-one-system-out, docs/results.md) reordering MASPrism's
-    candidates. Step rows keep MASPrism's own score/rank (the features)."""
-    weights = cfg.method.ranker_weights
-    sr = rankfile.ranker_for(weights, t, model_id)
-    rule = sr.rule if sr is not None else _fallback_rule(weights)
-    order = rules.order(rule, rows, base.ranked)
-    if sr is None or sr.verdict != "ranker":
-        if sr is not None and sr.verdict == "prior":  # the label prior's step first, then the rule's candidates
-            top = sr.apply(t, rows, order)[0][0]
-            order = [top] + [k for k in order if k != top]
-        ranking = mp.Ranking(order, base.scores, base.support, base.symptoms, base.nll, base.notes)
-        v = _masprism_verdict(t, ranking)
-        if sr is not None:  # the system was fitted but its ranker did not beat the rule: its agent rule and
-            _, _, v.agent, v.confidence = sr.apply(t, rows, order)  # calibration still apply
-            v.rule = sr.agent_rule
-        else:
-            v.rule = rules.fallback_agent_rule(weights)
-            if order and v.rule != "author":  # the agent rule's own ranking, so every output names one agent
-                v.agent_ranking = [{"agent": a, "score": float(x)} for a, x in rules.agent_ranking(v.rule, t, order)]
-                v.agent = v.agent_ranking[0]["agent"] if v.agent_ranking else v.agent
-            v.confidence = _rule_confidence(t, rows, ranking, weights)
-        v.by = sr.verdict_by if sr is not None else f"rule:{rule}"
-        return ranking, v
-    full, probs, agent, conf = sr.apply(t, rows, order)
-    p = {i: float(probs[i]) for i in range(len(probs))}
-    if cfg.method.agent_aggregation is not None:  # an explicit override of the fitted agent rule
-        agg = ranker.agent_scores(t, probs)
-        agent = min(agg, key=lambda a: (-agg[a], a)) if cfg.method.agent_aggregation and agg else t.steps[full[0]].agent
-    top = full[: cfg.method.top_k_candidates]
-    support = {k: base.support.get(k, []) for k in top}
-    ag = ranker.agent_scores(t, probs)
-    agent_ranking = [{"agent": a, "score": float(v)} for a, v in sorted(ag.items(), key=lambda kv: (-kv[1], kv[0]))]
-    verdict = Verdict(full, p, agent, sr.agent_rule, agent_ranking, sr.verdict_by, conf)
-    return mp.Ranking(top, {k: p[k] for k in top}, support, base.symptoms, base.nll), verdict
-
-
-def _rule_confidence(t: Trace, rows: list[dict], ranking: mp.Ranking, weights: str | None) -> float | None:
-    """Calibrated confidence of a zero-training verdict (calibration fitted on the dev systems)."""
-    from .method import calibrate
-    from .method import fit as ft
-
-    c = ft.FitCase(t, rows, [], [], list(ranking.ranked))
-    return calibrate.apply(rules.fallback_calibration(weights), ft.rule_confidence(c)) if ranking.ranked else None
-
-
-@lru_cache(maxsize=8)
-def _fallback_rule(weights: str | None) -> str:
-    return rules.fallback_rule(weights)  # read once per weights folder, not once per trace
-
-
-def _masprism_verdict(t: Trace, ranking: mp.Ranking) -> Verdict:
-    """The paper method: the agent is the author of the top step; agents ranked by their best step's Score."""
-    best: dict[str, float] = {}
-    for k in ranking.ranked:
-        a = t.steps[k].agent or ""
-        best.setdefault(a, float(ranking.scores.get(k, 0.0)))
-    top = ranking.ranked[0] if ranking.ranked else None
-    return Verdict(list(ranking.ranked), None, t.steps[top].agent if top is not None else None, "author",
-                   [{"agent": a, "score": v} for a, v in best.items()])
 
 
 def _pass1_signals(model, r1: dict, wins: dict, cfg: PipelineConfig, per_head: bool | set, on_trace, hw=None) -> dict:
