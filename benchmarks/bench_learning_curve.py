@@ -6,8 +6,10 @@
 For each dev system and k = 5, 10, 20, 40 and "all": 20 random draws of k labelled logs, fitted by the product's
 fit (method/fit_system.py, as `fit` runs it) and tested on that system's remaining logs ("all": 5-fold within
 the system x 3 seeds, the protocol of the per-system 5-fold reference figures). Every method is scored on the
-same test logs of a draw, so the targets compare them by the paired difference over draws (mean ± its SE). Beside the fitted verdict, on the same test logs: the zero-training rule, and the
-label-prior baselines learned from the same k labels (most common blamed position; most common blamed agent).
+same test logs of a draw, so the targets compare them by the paired difference over draws (mean ± its SE).
+Beside the fitted verdict, on the same test logs: the zero-training rule, the same fit allowed to correct only
+the rule's order (what fit.OFFSETS adds), and the label-prior baselines learned from the same k labels (most
+common blamed position; most common blamed agent).
 Step: top-1 (Who&When) / P@1 (TRAIL) over logs with a labelled step; agent: exact (Who&When). Also the
 accuracy of the most confident half of the fitted verdicts (calibrated confidence).
 Writes tidy rows to benchmarks/results/learning_curve.csv and a section of docs/results.md.
@@ -40,8 +42,6 @@ ROOT = Path(__file__).resolve().parents[1]
 log = logging.getLogger("bench_learning_curve")
 KS = (5, 10, 20, 40, "all")
 ABLATION = "fitted, rule's order only"
-METHODS = ("fitted", "zero-training rule", "label prior: position", "label prior: agent", "fitted, top 50% confident",
-           ABLATION)
 
 
 def evaluate(train: list[ft.FitCase], test: list[ft.FitCase], system: str, rule: str, rule_agent: str) -> dict:
@@ -183,8 +183,12 @@ def main() -> None:
     replace_block(Path(args.md), markdown(rows, cases, rule, rule_agent, args))
 
 
+def _values(rows, system, k, method, metric) -> list[float]:
+    return [r["value"] for r in rows if (r["system"], str(r["k"]), r["method"], r["metric"]) == (system, k, method, metric)]
+
+
 def _agg(rows, system, k, method, metric) -> str:
-    v = [r["value"] for r in rows if (r["system"], str(r["k"]), r["method"], r["metric"]) == (system, k, method, metric)]
+    v = _values(rows, system, k, method, metric)
     return f"{np.mean(v):.3f} ± {np.std(v):.3f}" if v else ""
 
 
@@ -235,7 +239,7 @@ REFERENCE = {"trail/GAIA": (0.636, None), "trail/SWE_Bench": (0.796, None),
 
 
 def _mean(rows, system, k, method, metric):
-    v = [r["value"] for r in rows if (r["system"], str(r["k"]), r["method"], r["metric"]) == (system, k, method, metric)]
+    v = _values(rows, system, k, method, metric)
     return float(np.mean(v)) if v else None
 
 
@@ -276,8 +280,7 @@ def _targets(rows) -> list[str]:
         for i, metric in enumerate(("step", "agent")):
             ref, f = REFERENCE.get(s, (None, None))[i], _mean(rows, s, "all", "fitted", metric)
             if ref is not None and f is not None:
-                v = [r["value"] for r in rows if (r["system"], str(r["k"]), r["method"], r["metric"]) ==
-                     (s, "all", "fitted", metric)]
+                v = _values(rows, s, "all", "fitted", metric)
                 se = float(np.std(v, ddof=1) / np.sqrt(len(v))) if len(v) > 1 else float("nan")
                 parts.append(f"all labels {metric}: fitted {f:.3f} ± {se:.3f} {'>=' if f >= ref else '<'} "
                              f"2026-11-24 5-fold {ref:.3f}")

@@ -117,9 +117,10 @@ def fit_system(cases: list[ft.FitCase], system: str, rule: str = "faithful", rul
              "heldout": {k: v for k, v in est.items()},
              "fitted_on": sorted(hashlib.sha256(c.trace.trace_id.encode()).hexdigest()[:16] for c in cases)}
     if use_ranker or chosen == "prior" or agent_rule.startswith("prior"):
-        m = ft.fit_correction(cases, best[1], best[0]) if use_ranker else ft.fit_correction(cases, grid[0])
-        entry["priors"] = m.priors.to_json()
-        if use_ranker:
+        # the label counts are all a prior verdict or a prior agent needs: a ranker is fitted only when it ships
+        m = ft.fit_correction(cases, best[1], best[0]) if use_ranker else None
+        entry["priors"] = (m.priors if m is not None else ft.Priors.count(cases)).to_json()
+        if m is not None:
             entry.update(features=ft.BASE_FEATURES + ft.PRIOR_FEATURES, weights=m.w.tolist(),
                          mean=m.mean.tolist(), std=m.std.tolist(), l2=best[1], offset=best[0],
                          offset_scale=m.offset_scale)
