@@ -4,15 +4,16 @@ Every format names the run's verdict as `attributions` holds it: rank 1 is `pred
 `pred_agent` (chosen by `pred_agent_rule`; it may differ from the step's author under the "aggregate" rule);
 nothing here re-derives either.
 
-- phoenix: Arize Phoenix span annotations, one row per (trace, candidate rank <= top_k) whose step has a span
-  id: span_id, name, annotator_kind (CODE), label, score, explanation, metadata (a struct, read by pandas as
-  a dict). Parquet when FILE ends in .parquet, else JSON lines; load with pandas and pass the frame to
-  `phoenix.client.Client().spans.log_span_annotations_dataframe(dataframe=df)`. Traces whose candidate steps
-  carry no span id (chat logs: AG2, OpenAI, Who&When) get one Phoenix *trace* annotation each instead, in a
-  second file beside FILE (`<stem>.trace_annotations<suffix>`): trace_id, name, annotator_kind, label, score,
-  explanation (the top-k steps and agents), metadata.
+- phoenix: Arize Phoenix annotations, all in FILE (Parquet when it ends in .parquet, else JSON lines): one
+  span annotation per (trace, candidate rank <= top_k) whose step has a span id, and one trace annotation
+  (span_id null) per trace none of whose top-k steps has one (chat logs: AG2, OpenAI, Who&When). Columns:
+  span_id, trace_id (both in OTel hex form where the source's id is one), name, annotator_kind (CODE), label,
+  score (the verdict's confidence, in [0, 1]), explanation, metadata (a struct, read by pandas as a dict;
+  the source's ids and the raw MASPrism score). Rows with a span_id go to
+  `Client().spans.log_span_annotations_dataframe`, the others to `Client().traces.log_trace_annotations_dataframe`.
 - otel: OpenTelemetry `gen_ai.evaluation.result` events as OTLP/JSON log records, one
-  ExportLogsServiceRequest per line (the Collector's otlpjsonfile receiver format), one record per blamed step.
+  ExportLogsServiceRequest per line (the Collector's otlpjsonfile receiver format), one record per blamed step,
+  traceId/spanId in hex, `gen_ai.evaluation.score.value` the verdict's confidence.
 - jsonl: one JSON object per trace keyed by `custom_id` (= trace_id), read back with `read_jsonl`.
 """
 
@@ -20,7 +21,6 @@ from __future__ import annotations
 
 import json
 import logging
-import re
 from collections.abc import Iterator
 from datetime import datetime
 from pathlib import Path
@@ -29,29 +29,28 @@ from typing import Any
 import pyarrow as pa
 
 from .. import io
-from . import load
+from . import export_text as txt
+from . import ids, load
 
 log = logging.getLogger(__name__)
 FORMATS = ("phoenix", "otel", "jsonl")
 ANNOTATION_NAME = "masprism_failure_attribution"
-_HEX32, _HEX16 = re.compile(r"^[0-9a-f]{32}$"), re.compile(r"^[0-9a-f]{16}$")
 _OTLP_BATCH = 1000
 
+# trace_id/span_id: the ids as the source carried them (the columns outside hold the backend's hex form);
 # step/step_agent: the annotated step and its author; blamed_step/blamed_agent: the trace's verdict
-# (attributions.pred_step / pred_agent), agent_rule: how the agent was chosen (attributions.pred_agent_rule).
-_META_TYPE = pa.struct([("trace_id", pa.string()), ("source", pa.string()), ("step", pa.int32()),
-                        ("step_agent", pa.string()), ("rank", pa.int32()), ("n_candidates", pa.int32()),
-                        ("blamed_step", pa.int32()), ("blamed_agent", pa.string()), ("agent_rule", pa.string()),
-                        ("model_id", pa.string()), ("config_hash", pa.string())])
+# (attributions.pred_step / pred_agent), agent_rule: how the agent was chosen (attributions.pred_agent_rule),
+# verdict_by: what chose the step; raw_score: MASPrism's unbounded candidate score (`score` is the confidence).
+_META_TYPE = pa.struct([("trace_id", pa.string()), ("span_id", pa.string()), ("source", pa.string()),
+                        ("step", pa.int32()), ("step_agent", pa.string()), ("rank", pa.int32()),
+                        ("n_candidates", pa.int32()), ("blamed_step", pa.int32()), ("blamed_agent", pa.string()),
+                        ("agent_rule", pa.string()), ("verdict_by", pa.string()), ("confidence", pa.float64()),
+                        ("raw_score", pa.float64()), ("model_id", pa.string()), ("config_hash", pa.string())])
+# One file for every annotation: a row with a span_id is a Phoenix span annotation, a row without one (a chat
+# log: no step carries a span id) a trace annotation; each API takes its rows (docs/reporting.md).
 PHOENIX_SCHEMA = pa.schema([
-    ("span_id", pa.string()), ("name", pa.string()), ("annotator_kind", pa.string()), ("label", pa.string()),
-    ("score", pa.float64()), ("explanation", pa.large_string()),
-    ("metadata", _META_TYPE),
-])
-TRACE_SCHEMA = pa.schema([
-    ("trace_id", pa.string()), ("name", pa.string()), ("annotator_kind", pa.string()), ("label", pa.string()),
-    ("score", pa.float64()), ("explanation", pa.large_string()),
-    ("metadata", _META_TYPE),
+    ("span_id", pa.string()), ("trace_id", pa.string()), ("name", pa.string()), ("annotator_kind", pa.string()),
+    ("label", pa.string()), ("score", pa.float64()), ("explanation", pa.large_string()), ("metadata", _META_TYPE),
 ])
 
 
@@ -61,7 +60,7 @@ class NothingToExport(load.AnalyticsInputError):
 
 _COLS = ["trace_id", "source", "system", "n_steps", "pred_step", "pred_agent", "pred_span_id", "candidates",
          "symptoms", "method", "model_id", "config_hash", "attributed_at", "pred_step_agent", "pred_agent_rule",
-         "agent_ranking"]
+         "agent_ranking", "verdict_by", "confidence"]
 
 
 def _label(rank: int) -> str:
@@ -72,35 +71,18 @@ def _rule(a: dict) -> str:
     return a.get("pred_agent_rule") or "author"
 
 
-def _author(a: dict, step) -> str | None:
-    return next((c.get("agent") for c in a.get("candidates") or [] if c.get("step") == step), None)
-
-
-def _verdict(a: dict) -> str:
-    """The trace's verdict in words, from attributions' columns only."""
-    author = a.get("pred_step_agent") or _author(a, a["pred_step"])
-    how = "the step's author" if _rule(a) == "author" else "summed step probabilities per agent"
-    return (f"Blamed: step {a['pred_step']} (written by {author or '-'}); blamed agent {a['pred_agent'] or '-'} "
-            f"({how}).")
-
-
-def _score(c: dict) -> float:
-    return float(c["score"]) if c.get("score") is not None else float("nan")
-
-
-def _explain(a: dict, c: dict, rank: int) -> str:
-    sym = ", ".join(str(s) for s in c.get("symptoms") or []) or "none"
-    verdict = "most likely caused the failure" if rank == 1 else "is a candidate cause of the failure"
-    return (f"MASPrism rank {rank} of {len(a['candidates'] or [])} (score {_score(c):.4g}): step {c['step']} by "
-            f"agent {c['agent'] or '-'} {verdict}; symptom steps pointing to it: {sym}. {_verdict(a)} "
-            f"model {a['model_id']}, config {a['config_hash']}.")
-
-
 def _meta(a: dict, c: dict, r: int) -> dict:
-    return {"trace_id": a["trace_id"], "source": a["source"], "step": c["step"], "step_agent": c["agent"],
-            "rank": r, "n_candidates": len(a["candidates"] or []), "blamed_step": a["pred_step"],
-            "blamed_agent": a["pred_agent"], "agent_rule": _rule(a), "model_id": a["model_id"],
-            "config_hash": a["config_hash"]}
+    return {"trace_id": a["trace_id"], "span_id": c.get("span_id"), "source": a["source"], "step": c["step"],
+            "step_agent": c["agent"], "rank": r, "n_candidates": len(a["candidates"] or []),
+            "blamed_step": a["pred_step"], "blamed_agent": a["pred_agent"], "agent_rule": _rule(a),
+            "verdict_by": a.get("verdict_by"), "confidence": a.get("confidence"), "raw_score": txt.raw_score(c),
+            "model_id": a["model_id"], "config_hash": a["config_hash"]}
+
+
+def _hex_ids(a: dict, c: dict | None) -> tuple[str | None, str | None]:
+    """(trace id, span id) as backends expect them (ids.py), None where the source's id is no OTel id."""
+    dec = ids.decimal_ids(a["trace_id"])
+    return ids.otel_trace_id(a["trace_id"]), ids.otel_span_id(c.get("span_id"), dec) if c else None
 
 
 def _attributions(outdir: Path) -> Iterator[dict[str, Any]]:
@@ -119,42 +101,26 @@ def _ranked(a: dict, top_k: int) -> list[tuple[int, dict]]:
     return list(enumerate([first, *rest][:top_k], start=1))
 
 
-def _trace_row(a: dict, ranked: list[tuple[int, dict]]) -> dict:
-    r, c = ranked[0]
-    others = "; ".join(f"#{k} step {x['step']} ({x['agent'] or '-'}, score {_score(x):.4g})" for k, x in ranked[1:])
-    return {"trace_id": a["trace_id"], "name": ANNOTATION_NAME, "annotator_kind": "CODE", "label": _label(r),
-            "score": _score(c), "explanation": _explain(a, c, r) + (f" Next candidates: {others}." if others
-                                                                     else ""),
-            "metadata": _meta(a, c, r)}
-
-
-def phoenix_trace_rows(outdir: Path, top_k: int = 1) -> list[dict]:
-    """Trace annotations for the traces `phoenix_rows` skips (no span id on any top-k candidate)."""
+def phoenix_rows(outdir: Path, top_k: int = 1) -> list[dict]:
+    """Every Phoenix annotation: one span annotation per top-k candidate with a span id; a trace none of whose
+    top-k candidates has one (a chat log) gets one trace annotation instead (span_id null, the other
+    candidates in its explanation)."""
     rows = []
     for a in _attributions(outdir):
         ranked = _ranked(a, top_k)
-        if ranked and not any(c.get("span_id") for _, c in ranked):
-            rows.append(_trace_row(a, ranked))
+        if not ranked:
+            continue
+        with_span = [(r, c) for r, c in ranked if c.get("span_id")]
+        for r, c in with_span or ranked[:1]:
+            tid, sid = _hex_ids(a, c if with_span else None)
+            text = txt.explain(a, c, r)
+            if not with_span and len(ranked) > 1:
+                text += " Next candidates: " + "; ".join(
+                    f"#{k} step {x['step']} ({x['agent'] or '-'})" for k, x in ranked[1:]) + "."
+            rows.append({"span_id": (sid or c["span_id"]) if with_span else None, "trace_id": tid or a["trace_id"],
+                         "name": ANNOTATION_NAME, "annotator_kind": "CODE", "label": _label(r),
+                         "score": txt.score(a, r), "explanation": text, "metadata": _meta(a, c, r)})
     return rows
-
-
-def trace_annotations_path(out: Path | str) -> Path:
-    out = Path(out)
-    return out.with_name(f"{out.stem}.trace_annotations{out.suffix}")
-
-
-def phoenix_rows(outdir: Path, top_k: int = 1) -> tuple[list[dict], int]:
-    """(span annotation rows, traces skipped because their candidate steps carry no span id: those get a
-    trace annotation, `phoenix_trace_rows`)."""
-    rows, skipped = [], 0
-    for a in _attributions(outdir):
-        got = [(r, c) for r, c in _ranked(a, top_k) if c.get("span_id")]
-        skipped += not got
-        for r, c in got:
-            rows.append({"span_id": c["span_id"], "name": ANNOTATION_NAME, "annotator_kind": "CODE",
-                         "label": _label(r), "score": _score(c), "explanation": _explain(a, c, r),
-                         "metadata": _meta(a, c, r)})
-    return rows, skipped
 
 
 def _kv(key: str, v: Any) -> dict:
@@ -177,28 +143,37 @@ def otel_records(outdir: Path, top_k: int = 1) -> Iterator[dict[str, Any]]:
         for r, c in _ranked(a, top_k):
             rec: dict[str, Any] = {"timeUnixNano": ns, "observedTimeUnixNano": ns, "severityNumber": 9,
                                    "severityText": "INFO", "eventName": "gen_ai.evaluation.result"}
-            # The event belongs on the evaluated span; ids that are not OTel-shaped hex stay attributes only.
-            if _HEX32.match(a["trace_id"] or ""):
-                rec["traceId"] = a["trace_id"]
-            if _HEX16.match(c.get("span_id") or "") and "traceId" in rec:
-                rec["spanId"] = c["span_id"]
-            rec["attributes"] = [
-                _kv("gen_ai.evaluation.name", ANNOTATION_NAME), _kv("gen_ai.evaluation.score.value", _score(c)),
+            # The event belongs on the evaluated span: ids in the hex form OTLP/JSON takes (ids.py), whatever the
+            # source carried; ids that are no OTel id (chat logs) stay attributes only.
+            tid, sid = _hex_ids(a, c)
+            if tid:
+                rec["traceId"] = tid
+                if sid:
+                    rec["spanId"] = sid
+            attrs = [_kv("gen_ai.evaluation.name", ANNOTATION_NAME)]
+            if txt.score(a, r) is not None:  # [0, 1]: the verdict's confidence; none for a lower candidate
+                attrs.append(_kv("gen_ai.evaluation.score.value", txt.score(a, r)))
+            rec["attributes"] = attrs + [
                 _kv("gen_ai.evaluation.score.label", _label(r)),
-                _kv("gen_ai.evaluation.explanation", _explain(a, c, r)),
+                _kv("gen_ai.evaluation.explanation", txt.explain(a, c, r)),
                 _kv("masprism.trace_id", a["trace_id"]), _kv("masprism.source", a["source"]),
                 _kv("masprism.step", int(c["step"])), _kv("masprism.step_agent", c["agent"]),
                 _kv("masprism.span_id", c.get("span_id")), _kv("masprism.rank", r),
+                _kv("masprism.raw_score", txt.raw_score(c)),
                 _kv("masprism.blamed_step", int(a["pred_step"])), _kv("masprism.blamed_agent", a["pred_agent"]),
-                _kv("masprism.agent_rule", _rule(a)),
+                _kv("masprism.agent_rule", _rule(a)), _kv("masprism.verdict_by", a.get("verdict_by")),
                 _kv("masprism.model_id", a["model_id"]), _kv("masprism.config_hash", a["config_hash"])]
             yield rec
 
 
 def jsonl_records(outdir: Path) -> Iterator[dict[str, Any]]:
+    """One object per trace: `custom_id` (= trace_id as the source carried it), every attribution field, and
+    the trace and blamed span ids in OTel hex form (`otel_trace_id`, `otel_span_id`; null where none)."""
     for a in _attributions(outdir):
         when = a.pop("attributed_at")
-        yield {"custom_id": a["trace_id"], **a, "attributed_at": when.isoformat() if when else None}
+        tid, sid = _hex_ids(a, {"span_id": a.get("pred_span_id")})
+        yield {"custom_id": a["trace_id"], **a, "attributed_at": when.isoformat() if when else None,
+               "otel_trace_id": tid, "otel_span_id": sid}
 
 
 def read_jsonl(path: Path | str) -> dict[str, dict[str, Any]]:
@@ -229,24 +204,18 @@ def export_files(outdir: Path | str, to: str, out: Path | str, top_k: int = 1) -
     if not out.parent.is_dir():
         raise FileNotFoundError(f"output folder {out.parent} does not exist (it is not created for you)")
     if to == "phoenix":
-        rows, skipped = phoenix_rows(outdir, top_k)
-        trace_rows = phoenix_trace_rows(outdir, top_k) if skipped else []
-        if not rows and not trace_rows:
+        rows = phoenix_rows(outdir, top_k)
+        if not rows:
             raise NothingToExport(f"nothing to export: {attr.num_rows} attributed trace(s), none with a ranked "
                                   f"candidate; no file written")
-        written: dict[Path, int] = {}
-        for path, recs, sch in ((out, rows, PHOENIX_SCHEMA), (trace_annotations_path(out), trace_rows, TRACE_SCHEMA)):
-            if not recs:
-                continue
-            if path.suffix == ".parquet":
-                io.write_table_atomic(pa.Table.from_pylist(recs, schema=sch), path)
-            else:
-                _write_lines(recs, path)
-            written[path] = len(recs)
-        if trace_rows:
-            log.info("%d trace(s) without span ids (chat logs) -> Phoenix trace annotations in %s", len(trace_rows),
-                     trace_annotations_path(out))
-        return written
+        if out.suffix == ".parquet":
+            io.write_table_atomic(pa.Table.from_pylist(rows, schema=PHOENIX_SCHEMA), out)
+        else:
+            _write_lines(rows, out)
+        n_trace = sum(r["span_id"] is None for r in rows)
+        log.info("%d span annotation(s), %d trace annotation(s) (traces without span ids) -> %s",
+                 len(rows) - n_trace, n_trace, out)
+        return {out: len(rows)}
     if to == "otel":
         n = 0
         if not any(True for _ in otel_records(outdir, top_k)):

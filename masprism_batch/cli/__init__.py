@@ -49,7 +49,7 @@ WORKFLOW = [
     ("Measure and fit", "fit-heads", "masprism-batch fit-heads ./logs -o heads.json"),
     ("Read the results", "stats", "masprism-batch stats out/"),
     ("Read the results", "report", "masprism-batch report out/ -o report.html"),
-    ("Read the results", "export", "masprism-batch export out/ --to phoenix -o annotations.jsonl"),
+    ("Read the results", "export", "masprism-batch export out/ --to phoenix -o annotations.parquet"),
     ("Models", "models", "masprism-batch models"),
 ]
 

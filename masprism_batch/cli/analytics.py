@@ -23,6 +23,17 @@ def _fail(exc: Exception) -> typer.Exit:
     return typer.Exit(EXIT_FATAL)
 
 
+ForceOpt = typer.Option(False, "--force", help="replace FILE if it exists (default: refuse, exit 1)")
+VerboseOpt = typer.Option(False, "--verbose", "-v", help="debug logging")
+
+
+def _check_new_file(out: Path, force: bool) -> None:
+    """Like `attribute` with its OUTDIR, an existing result is never replaced by accident."""
+    check_out_file(out)
+    if out.exists() and not force:
+        raise fail(f"{out} exists; pass --force to replace it or choose another -o")
+
+
 def _check_run_dir(outdir: Path) -> None:
     if not outdir.exists():
         raise fail(f"input not found: {outdir}")
@@ -32,7 +43,7 @@ def _check_run_dir(outdir: Path) -> None:
 
 
 @app.command()
-def stats(outdir: Path = OutdirArg, verbose: bool = typer.Option(False, "--verbose", "-v")) -> None:
+def stats(outdir: Path = OutdirArg, verbose: bool = VerboseOpt) -> None:
     """Write dashboard tables to OUTDIR/stats/*.parquet (blamed agents, positions, words, NLL, accuracy, throughput)."""
     from ..analytics import AnalyticsInputError, write_stats
     from ..analytics.stats import stats_tables_for_terminal
@@ -56,14 +67,14 @@ def report(outdir: Path = OutdirArg,
            out: Path = typer.Option(Path("report.html"), "--out", "-o", help="HTML file to write"),
            max_traces: int = typer.Option(1000, "--max-traces", min=0, help="traces in the drill-down sample"),
            trace: list[str] = typer.Option(None, "--trace", help="trace id to include in the drill-down (repeat)"),
-           verbose: bool = typer.Option(False, "--verbose", "-v")) -> None:
+           force: bool = ForceOpt, verbose: bool = VerboseOpt) -> None:
     """One self-contained offline HTML report: overview of all traces + a sampled per-trace drill-down."""
     from ..analytics import AnalyticsInputError, build_report
     from ..analytics.report_data import DrillLimits
 
     setup_logging(verbose)
     _check_run_dir(outdir)
-    check_out_file(out)
+    _check_new_file(out, force)
     try:
         s = build_report(outdir, out, DrillLimits(max_traces=max_traces), include=trace or [], strict_include=True)
     except (AnalyticsInputError, DamagedOutput, OSError) as exc:
@@ -76,12 +87,14 @@ def report(outdir: Path = OutdirArg,
 @app.command()
 def export(outdir: Path = OutdirArg,
            to: str = typer.Option(..., "--to", help="phoenix | otel | jsonl"),
-           out: Path = typer.Option(..., "--out", "-o", help="file to write (phoenix: .parquet or JSON lines)"),
+           out: Path = typer.Option(..., "--out", "-o", help="the one file to write (phoenix: .parquet, else JSON "
+                                    "lines)"),
            top_k: int = typer.Option(1, "--top-k", min=1, help="candidates per trace (phoenix, otel)"),
-           verbose: bool = typer.Option(False, "--verbose", "-v")) -> None:
-    """Export attributions for Phoenix (span annotations; chat logs without span ids: trace annotations in
-    FILE's sibling <stem>.trace_annotations<suffix>), OpenTelemetry (gen_ai.evaluation.result) or JSONL. Writes
-    nothing and exits 1 when there is no record to export; FILE's folder must exist."""
+           force: bool = ForceOpt, verbose: bool = VerboseOpt) -> None:
+    """Export attributions, all in FILE: for Phoenix (span annotations, and a trace annotation with span_id
+    null for each chat log without span ids), OpenTelemetry (gen_ai.evaluation.result log records) or JSONL.
+    Ids in the hex form backends expect (the source's form in metadata); score = the verdict's confidence in
+    [0, 1]. Writes nothing and exits 1 when there is no record to export; FILE's folder must exist."""
     from ..analytics import AnalyticsInputError
     from ..analytics.export import FORMATS, NothingToExport, export_files
 
@@ -89,7 +102,7 @@ def export(outdir: Path = OutdirArg,
     if to not in FORMATS:
         raise usage(f"unknown --to {to!r}; choose one of {', '.join(FORMATS)}")
     _check_run_dir(outdir)
-    check_out_file(out)
+    _check_new_file(out, force)
     try:
         written = export_files(outdir, to, out, top_k=top_k)
     except NothingToExport as exc:  # nothing written: an empty file would look like a successful export
@@ -97,6 +110,5 @@ def export(outdir: Path = OutdirArg,
     except (AnalyticsInputError, ValueError, OSError) as exc:  # DamagedOutput is a ValueError
         raise _fail(exc) from None
     for path, n in written.items():
-        kind = "trace annotation" if path != out else f"{to}"
-        console.print(f"{n:,} {escape(kind)} records -> {escape(str(path))}", soft_wrap=True)
+        console.print(f"{n:,} {escape(to)} records -> {escape(str(path))}", soft_wrap=True)
     raise typer.Exit(EXIT_OK)

@@ -41,7 +41,9 @@ def write_outdir(outdir: Path, specs: list[dict], errors: list[dict] | None = No
                       "model_id": sp.get("model_id", "tiny-random"), "config_hash": "c0ffee",
                       "tokens_pass1": sp.get("tokens", 100), "tokens_pass2": sp.get("tokens2", 50),
                       "seconds_pass1": sp.get("seconds", 1.0), "seconds_pass2": sp.get("seconds2", 0.5),
-                      "trace_start": start, "attributed_at": sp.get("attributed_at", T0)})
+                      "trace_start": start, "attributed_at": sp.get("attributed_at", T0),
+                      "confidence": sp.get("confidence"), "verdict_by": sp.get("verdict_by"),
+                      "pred_agent_rule": sp.get("pred_agent_rule")})
             rank = {k: r + 1 for r, k in enumerate(ranked)}
             for i, s in enumerate(steps):
                 ws.write({"trace_id": sp["trace_id"], "step": i, "agent": s["agent"], "span_id": s.get("span_id"),

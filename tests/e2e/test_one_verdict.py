@@ -90,11 +90,11 @@ def _doctor(outdir: Path, dst: Path, **changes) -> Path:
 def _outputs(outdir: Path, tmp: Path) -> dict[str, tuple]:
     """(step, agent) as each output names the verdict of the single trace."""
     got: dict[str, tuple] = {}
-    # exports: the trace has no span ids, so Phoenix writes trace annotations
+    # exports: the trace has no span ids, so Phoenix gets a trace annotation (span_id null), in the one file
     ph = tmp / "ann.jsonl"
     files = export.export_files(outdir, "phoenix", ph, top_k=3)
-    (rec, *_) = [json.loads(x) for x in export.trace_annotations_path(ph).read_text().splitlines()]
-    assert rec["label"] == "failure_source" and set(files) == {export.trace_annotations_path(ph)}
+    (rec, *_) = [json.loads(x) for x in ph.read_text().splitlines()]
+    assert rec["label"] == "failure_source" and set(files) == {ph} and rec["span_id"] is None
     assert rec["metadata"]["step"] == rec["metadata"]["blamed_step"]
     got["phoenix"] = (rec["metadata"]["blamed_step"], rec["metadata"]["blamed_agent"])
     m = re.search(r"Blamed: step (\d+) \(written by [^)]*\); blamed agent (\S+) ", rec["explanation"])

@@ -1,0 +1,78 @@
+"""Trace and span ids in the form tracing backends expect: 32 (trace) or 16 (span) lower-case hex digits.
+
+Sources carry ids in several forms, and a backend matches an annotation to its span only by the exact hex
+text (OpenTelemetry's `format_trace_id` / `format_span_id`, Phoenix, Jaeger, Tempo):
+
+- hex, any case, optionally `0x`-prefixed, possibly without its leading zeros (Jaeger drops them);
+- decimal text of the integer (OTel SDK span dumps: `json.dumps` of `SpanContext.trace_id`), e.g.
+  `115825058289444712299650141807529952578`;
+- base64 of the big-endian bytes (OTLP protobuf JSON as written by some exporters);
+- a UUID (Langfuse, LangSmith trace ids): its 128 bits.
+
+`otel_trace_id` / `otel_span_id` return the hex form, or None where the text is no id of that width (a chat
+log's `chat-3`, an all-zero id, which OTel defines as invalid). Exports keep the source's text beside it.
+"""
+
+from __future__ import annotations
+
+import base64
+import binascii
+import re
+
+_HEX = re.compile(r"^[0-9a-f]+$")
+_DEC = re.compile(r"^[0-9]+$")
+_UUID = re.compile(r"^[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}$")
+_B64 = re.compile(r"^[A-Za-z0-9+/_-]+={0,2}$")
+
+
+def _normalise(raw: object, digits: int, decimal_hint: bool) -> str | None:
+    if raw is None or isinstance(raw, bool):
+        return None
+    if isinstance(raw, int):
+        value = raw
+    else:
+        text = str(raw).strip()
+        low = text.lower()
+        low = low[2:] if low.startswith("0x") else low
+        value = None
+        if _UUID.match(low):
+            low = low.replace("-", "")  # Langfuse / LangSmith UUIDs: the same 128 bits their OTel exports carry
+        if _DEC.match(low) and (len(low) > digits or (decimal_hint and len(low) != digits)):
+            value = int(low)  # more digits than hex of this width can have: decimal text of the integer
+        elif _HEX.match(low) and len(low) <= digits:
+            value = int(low, 16)
+        elif _B64.match(text):
+            value = _from_base64(text, digits // 2)
+        if value is None:
+            return None
+    if not 0 < value < 1 << (4 * digits):
+        return None  # all-zero ids are invalid in OTel; a larger integer is no id of this width
+    return f"{value:0{digits}x}"
+
+
+def _from_base64(text: str, nbytes: int) -> int | None:
+    padded = text + "=" * (-len(text) % 4)
+    try:
+        raw = base64.b64decode(padded.replace("-", "+").replace("_", "/"), validate=True)
+    except (binascii.Error, ValueError):
+        return None
+    return int.from_bytes(raw, "big") if len(raw) == nbytes else None
+
+
+def otel_trace_id(raw: object) -> str | None:
+    """32 lower-case hex digits, or None when `raw` is no 128-bit id."""
+    return _normalise(raw, 32, False)
+
+
+def decimal_ids(trace_id: object) -> bool:
+    """Whether a trace's ids are decimal text: its trace id has more digits than 32 hex digits can hold. Its
+    span ids are then decimal too, also the rare one short enough to read as hex (the one case the span id's
+    text alone cannot decide)."""
+    text = str(trace_id or "").strip()
+    return bool(_DEC.match(text)) and len(text) > 32
+
+
+def otel_span_id(raw: object, decimal: bool = False) -> str | None:
+    """16 lower-case hex digits, or None when `raw` is no 64-bit id; `decimal`: the trace's ids are decimal
+    text (`decimal_ids`)."""
+    return _normalise(raw, 16, decimal)
