@@ -43,6 +43,7 @@ TRACES = pa.schema(
         pa.field("steps", pa.list_(pa.field("item", STEP_TYPE, nullable=False))),
         pa.field("labels", LABELS_TYPE),  # null when the trace has no (valid) labels
         pa.field("metadata", pa.large_string()),  # JSON object as text
+        pa.field("run_status", pa.string()),  # failed | succeeded | unknown, as the log records it (ingest/status.py)
     ],
     metadata=_META,
 )

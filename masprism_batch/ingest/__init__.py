@@ -28,7 +28,7 @@ from ..schema import error_row
 from ..trace import Trace
 from .common import WARNING_REASONS, Context, IngestError, short, trace_bytes
 from .detect import FORMATS, read_file
-from .sources import LIMITS, expand, file_size
+from .sources import LIMITS, expand, file_size, path_ids
 from .validate import validate
 
 log = logging.getLogger(__name__)
@@ -53,9 +53,12 @@ def read_inputs(paths: list[str] | str, fmt: str = "auto", on_error: Callable[[d
     sink = on_error or (lambda row: None)
     seen: set[bytes] = set()  # 16-byte digests, so hostile 1 kB ids cost no more than short ones
     limits = limits or IngestConfig()  # caps (config section `ingest`): sources.py and common.apply_caps
-    for path in expand([str(p) for p in paths], sink):
+    files = list(expand([str(p) for p in paths], sink))
+    ids = path_ids(files)  # ids taken from paths (Who&When) are unique over the whole input, not per folder
+    for path in files:
         token = LIMITS.set(limits)
         ctx = Context(path, sink)
+        ctx.path_id = ids[path]
         ctx.forced = fmt != "auto"
         try:
             for trace in read_file(path, fmt, ctx):

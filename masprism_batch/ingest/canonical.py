@@ -15,6 +15,7 @@ from typing import Any
 from ..trace import Labels, Step, Trace
 from .common import Context, IngestError, check_trace_id, short
 from .spantree import parse_time
+from .status import of_field
 
 _STEP_FIELDS = {f.name for f in dataclasses.fields(Step)}
 _LABEL_FIELDS = {f.name for f in dataclasses.fields(Labels)}
@@ -60,7 +61,8 @@ def from_obj(obj: Any, record_id: str | None, default_source: str = "jsonl") -> 
     if meta is not None and not isinstance(meta, dict):
         raise IngestError("invalid_record", f"'metadata' must be an object, got {type(meta).__name__}", tid)
     return Trace(trace_id=tid, source=obj.get("source") or default_source, steps=steps, system=obj.get("system"),
-                 question=obj.get("question"), labels=labels, metadata=meta or {})
+                 question=obj.get("question"), labels=labels, metadata=meta or {},
+                 run_status=of_field(obj.get("run_status")))
 
 
 def parse_jsonl(lines: Iterator[tuple[int, str]], ctx: Context, loads) -> Iterator[Trace]:

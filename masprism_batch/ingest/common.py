@@ -64,6 +64,8 @@ class Context:
         # something was not read: checked by `validate`. Off for verbatim formats (canonical, Who&When),
         # whose empty text is the source's own.
         self.rendered = False
+        # a trace id taken from the file's path, unique over the whole input (sources.path_ids; set by read_inputs)
+        self.path_id: str | None = None
 
     def label(self, e: IngestError) -> str:
         """The rejection message, led by the format that was tried, so a user knows what was assumed."""

@@ -33,6 +33,7 @@ from collections.abc import Iterator
 from typing import Any
 
 from ..trace import Trace
+from . import status
 from .common import Context, IngestError, check_trace_id, short
 from .envelopes import maybe_json, output_text, value_text
 from .genai_attrs import agent_name, llm_output, tool_text
@@ -170,7 +171,7 @@ def _trace(head: dict, observations: list, ctx: Context) -> Trace:
         if isinstance(head.get(k), str):
             facts[k] = head[k]
     return Trace(trace_id=tid, source="langfuse", system=name, question=question_of(maybe_json(head.get("input"))),
-                 steps=steps, labels=None, metadata=facts)
+                 steps=steps, labels=None, metadata=facts, run_status=status.of_langfuse(head, obs))
 
 
 def is_download(d: Any) -> bool:

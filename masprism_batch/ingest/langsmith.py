@@ -21,6 +21,7 @@ from collections.abc import Iterator
 from typing import Any
 
 from ..trace import Trace
+from . import status
 from .common import Context, IngestError, check_trace_id, short
 from .envelopes import output_text
 from .messages import content_text, dumps, join, question_of, tool_calls_text
@@ -174,7 +175,8 @@ def parse_runs(runs: list, ctx: Context, record: str | None = None) -> Iterator[
             system = root.get("name") if isinstance(root.get("name"), str) else None
             facts["format"] = "langsmith"
             yield Trace(trace_id=tid, source="langsmith", system=system, question=question_of(root.get("inputs")),
-                        steps=steps, labels=None, metadata=facts)
+                        steps=steps, labels=None, metadata=facts,
+                        run_status=status.of_langsmith((r for r, _ in members), root))
         except IngestError as e:
             e.record_id = e.record_id or short(raw_tid, 200)
             ctx.reject(e)

@@ -20,6 +20,7 @@ from collections.abc import Iterator
 from typing import Any
 
 from ..trace import Step, Trace
+from . import status
 from .common import Context, IngestError
 from .messages import content_text, dumps, join, require_list, require_obj, tool_call_line
 from .sources import base_name
@@ -105,4 +106,5 @@ def parse(doc: Any, ctx: Context) -> Iterator[Trace]:
         else:
             raise IngestError("invalid_record", f"events[{i}] has neither 'action' nor 'observation'", tid)
     yield Trace(trace_id=tid, source="openhands", system="openhands", question=question, steps=steps,
-                labels=None, metadata={"format": "openhands", "n_events": len(events)})
+                labels=None, metadata={"format": "openhands", "n_events": len(events)},
+                run_status=status.of_openhands(events))

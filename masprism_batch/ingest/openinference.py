@@ -23,6 +23,7 @@ from functools import lru_cache
 from typing import Any
 
 from ..trace import Labels, Trace
+from . import status
 from .common import Context, IngestError, check_trace_id, decode_utf8, loads, short
 from .sources import base_name, read_bytes
 from .spantree import Node, build_steps, parse_time
@@ -125,7 +126,8 @@ def to_nodes(spans: list[Any], trace_id: str) -> tuple[list[Node], str | None]:
         name = name if isinstance(name, str) else None
         node = Node(id=sid, parent=enclosing if enclosing is not None else _norm_id(span.get("parent_span_id")),
                     name=name, kind=kind if isinstance(kind, str) else None, start=parse_time(span.get("timestamp")),
-                    service=span.get("service_name") if isinstance(span.get("service_name"), str) else None)
+                    service=span.get("service_name") if isinstance(span.get("service_name"), str) else None,
+                    status=status.span_status(span, a))
         if node.kind == "LLM":
             node.content, node.role = _llm_content(a, span)
         elif node.kind == "TOOL":
@@ -218,4 +220,5 @@ def parse(doc: Any, ctx: Context) -> Iterator[Trace]:
     system = "smolagents" if any(n.name and (n.kind == "AGENT" and n.name.endswith("Agent.run") or
                                              n.kind == "CHAIN" and _SMOL_STEP.match(n.name)) for n in nodes) else None
     yield Trace(trace_id=tid, source=f"trail/{dataset}" if dataset else "openinference", system=system,
-                question=question, steps=steps, labels=labels, metadata=meta)
+                question=question, steps=steps, labels=labels, metadata=meta,
+                run_status=status.FAILED if labels is not None else status.combine(n.status for n in nodes))

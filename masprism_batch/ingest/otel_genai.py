@@ -17,6 +17,7 @@ from collections.abc import Iterator
 from typing import Any
 
 from ..trace import Trace
+from . import status
 from .common import Context, IngestError, check_trace_id, short
 from .envelopes import value_text
 from .genai_attrs import agent_name, llm_output, tool_text
@@ -92,7 +93,8 @@ def node_of(span: dict[str, Any], service: str | None) -> Node:
     name = span.get("name") if isinstance(span.get("name"), str) else None
     kind = _kind(a, name)
     n = Node(id=str(span["spanId"]), parent=str(span["parentSpanId"]) if span.get("parentSpanId") else None,
-             name=name, kind=kind, start=parse_time(span.get("startTimeUnixNano")), service=service)
+             name=name, kind=kind, start=parse_time(span.get("startTimeUnixNano")), service=service,
+             status=status.span_status(span, a))
     if kind == "LLM":
         n.content, n.role = llm_output(a, events), "assistant"
         for ev in events:
@@ -163,7 +165,8 @@ def traces_from_groups(groups: dict[str, list[Node]], ctx: Context, fmt: str) ->
             roots = [n for n in nodes if n.parent is None]
             facts["format"] = fmt
             yield Trace(trace_id=tid, source="otel", system=(roots[0].service if roots else nodes[0].service),
-                        question=None, steps=steps, labels=None, metadata=facts)
+                        question=None, steps=steps, labels=None, metadata=facts,
+                        run_status=status.combine(n.status for n in nodes))
         except IngestError as e:
             if e.record_id is None:
                 e.record_id = raw_tid

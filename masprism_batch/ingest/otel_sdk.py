@@ -55,7 +55,7 @@ def _sdk_span(s: Any, i: int) -> tuple[str, dict[str, Any], str | None]:
     res = s.get("resource") if isinstance(s.get("resource"), dict) else {}
     service = (res.get("attributes") or {}).get("service.name") if isinstance(res.get("attributes"), dict) else None
     span = {"spanId": _id(ctx_["span_id"]), "parentSpanId": _id(parent), "name": s.get("name"),
-            "startTimeUnixNano": s.get("start_time"), "attributes": attrs, "events": events}
+            "startTimeUnixNano": s.get("start_time"), "attributes": attrs, "events": events, "status": s.get("status")}
     return str(ctx_["trace_id"]), span, service if isinstance(service, str) else None
 
 

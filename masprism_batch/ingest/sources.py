@@ -242,3 +242,35 @@ def file_size(path: str) -> int:
         return Path(path).stat().st_size
     except OSError:
         return 0
+
+
+def path_ids(files: list[str]) -> dict[str, str]:
+    """A trace id for each file whose format takes its id from the path (Who&When): `<parent>/<stem>`, with more
+    leading folders only where two files of this input would otherwise share it, so two folders holding the same
+    file names give distinct ids, and a benchmark folder keeps the short id its published results use
+    (`Algorithm-Generated/0`). Depends on the set of files only, never on their order (a resumed run gets the
+    same ids); the same file named twice keeps one id (ingest then rejects the copy as a duplicate)."""
+    full = {f: os.path.normpath(os.path.abspath(f)) for f in files}
+    stems: dict[tuple[str, str], set[str]] = {}
+    for p in full.values():
+        stems.setdefault((os.path.dirname(p), base_name(p)), set()).add(p)
+    # one folder holding x.json and x.json.gz: no folder tells them apart, their whole file names do
+    name = {f: base_name(p) if len(stems[(os.path.dirname(p), base_name(p))]) == 1 else os.path.basename(p)
+            for f, p in full.items()}
+    parts = {f: tuple(c for c in os.path.dirname(p).split(os.sep) if c) + (name[f],) for f, p in full.items()}
+    depth = dict.fromkeys(parts, 2)
+
+    def owners() -> dict[tuple[str, ...], set[str]]:
+        out: dict[tuple[str, ...], set[str]] = {}
+        for f, comps in parts.items():
+            out.setdefault(comps[-depth[f]:], set()).add(full[f])
+        return out
+
+    while True:
+        own = owners()
+        clash = [f for f, comps in parts.items() if len(own[comps[-depth[f]:]]) > 1 and depth[f] < len(comps)]
+        if not clash:
+            break
+        for f in clash:  # only the colliding ids grow, one folder at a time
+            depth[f] += 1
+    return {f: "/".join(comps[-depth[f]:]) for f, comps in parts.items()}

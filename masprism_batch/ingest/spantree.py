@@ -29,6 +29,7 @@ class Node:
     content: str = ""  # LLM / TOOL nodes: the step text
     role: str | None = None
     service: str | None = None  # service.name of the emitting resource, the agent of last resort
+    status: str | None = None  # the span's own status (ingest/status.py), read for Trace.run_status
 
 
 def parse_time(v: Any) -> datetime | None:

@@ -18,6 +18,7 @@ from collections.abc import Iterator
 from typing import Any
 
 from ..trace import Step, Trace
+from . import status
 from .common import Context, IngestError
 from .messages import content_text, join, opt_str, require_list, require_obj, tool_calls_text
 from .sources import base_name
@@ -94,4 +95,4 @@ def parse(doc: Any, ctx: Context) -> Iterator[Trace]:
         meta["submitted"] = True
     question = content_text(first_user.get("content")) or None
     yield Trace(trace_id=tid, source="swe-agent", system="swe-agent", question=question, steps=steps,
-                labels=None, metadata=meta)
+                labels=None, metadata=meta, run_status=status.of_exit_status(info.get("exit_status")))

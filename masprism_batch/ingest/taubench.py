@@ -19,6 +19,7 @@ from collections.abc import Iterator
 from typing import Any
 
 from ..trace import Step, Trace
+from . import status
 from .common import Context, IngestError
 from .messages import question_of, require_list
 from .openai_chat import chat_steps
@@ -47,7 +48,7 @@ def _result_trace(d: dict, tid: str) -> Trace:
     if isinstance(task.get("user_id"), str):
         meta["user_id"] = task["user_id"]
     return Trace(trace_id=tid, source="tau-bench", system="tau-bench", question=question_of(traj), steps=steps,
-                 labels=None, metadata=meta)
+                 labels=None, metadata=meta, run_status=status.of_reward(d.get("reward")))
 
 
 def _transcript_trace(text: str, tid: str) -> Trace:

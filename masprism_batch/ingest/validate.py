@@ -18,6 +18,7 @@ from typing import Any
 from ..config import IngestConfig
 from ..trace import Labels, Step, Trace
 from .common import MAX_EMPTY_STEP_ROWS, Context, IngestError, apply_caps, check_trace_id, short
+from .status import of_field
 
 _INT32 = 2**31 - 1
 _repairs = threading.local()
@@ -144,7 +145,7 @@ def _validate(trace: Trace, tid: str) -> Trace:
             json.dumps(meta, ensure_ascii=False, default=str).encode("utf-8")
         return Trace(trace_id=tid, source=text_or_none(trace.source) or "unknown", steps=steps,
                      system=text_or_none(trace.system), question=text_or_none(trace.question), labels=labels,
-                     metadata=meta)
+                     metadata=meta, run_status=of_field(trace.run_status))
     except (TypeError, ValueError, OverflowError) as e:
         raise IngestError("invalid_record", str(e), tid) from None
     except RecursionError:

@@ -34,8 +34,9 @@ JSONL_REJECTS = {"nul\\x00id": "invalid_trace_id", "dup-id": "duplicate_trace_id
                  "surrogate\\ud800id": "invalid_trace_id", "line 10": "invalid_json", "no-steps": "invalid_record",
                  "line 12": "invalid_trace_id", "bad-step-content": "invalid_record",
                  "bad-start-time": "invalid_record", "huge-mistake-step": "invalid_record"}
-KEPT_IDS = {"../../../../tmp/escape", "/abs/path/id", "a/b/../c", "dup-id", "Hand-Crafted/bad_label",
-            "Hand-Crafted/non_utf8", "0123456789abcdef0123456789abcdef"}
+# Who&When files take their id from their path (`<folder>/<stem>`), never a benchmark subset guessed from content
+KEPT_IDS = {"../../../../tmp/escape", "/abs/path/id", "a/b/../c", "dup-id", "in/bad_label",
+            "in/non_utf8", "0123456789abcdef0123456789abcdef"}
 
 
 def _tree(root: Path) -> set[str]:

@@ -35,13 +35,19 @@ def _otlp(r, trace_id: str) -> tuple[dict, list[tuple]]:
                       "events": list(events)})
 
     span("root", "", "invoke_agent planner", {"gen_ai.operation.name": "invoke_agent", "gen_ai.agent.name": "planner"})
+    # every call's input repeats the system instruction, the task and the earlier answers: only the first two
+    # are steps, once, before the first call (issue 34)
+    history = [{"role": "system", "content": f"SYSTEM {text(r, 5, 40)}"}, {"role": "user", "content": f"TASK {text(r, 5, 40)}"}]
+    expected += [("llm0#input0", "planner", "message", history[0]["content"]),
+                 ("llm0#input1", "user", "message", history[1]["content"])]
     for k in range(r.randint(1, 5)):
         t += timedelta(seconds=1)
         out = text(r)
-        msgs = json.dumps([{"role": "assistant", "parts": [{"type": "text", "content": out},
-                                                            {"type": "tool_call", "name": "search", "arguments": {"q": k}}]}])
-        span(f"llm{k}", "root", "chat gpt", {"gen_ai.operation.name": "chat", "gen_ai.output.messages": msgs,
-                                             "gen_ai.input.messages": "HISTORY"})
+        said = [{"role": "assistant", "parts": [{"type": "text", "content": out},
+                                                {"type": "tool_call", "name": "search", "arguments": {"q": k}}]}]
+        span(f"llm{k}", "root", "chat gpt", {"gen_ai.operation.name": "chat", "gen_ai.output.messages": json.dumps(said),
+                                             "gen_ai.input.messages": json.dumps(history)})
+        history = history + said
         expected.append((f"llm{k}", "planner", "llm", out))
         if r.random() < 0.6:
             t += timedelta(seconds=1)
@@ -75,11 +81,12 @@ def test_otel_genai_export(tmp_path):
         for t, (_, exp) in zip(traces, docs, strict=True):
             assert t.source == "otel" and t.system == "my-mas"
             assert [(s.span_id, s.agent, s.kind) for s in t.steps] == [e[:3] for e in exp]
+            assert t.question == exp[1][3]
             for s, e in zip(t.steps, exp, strict=True):
-                assert e[3] in s.content and "HISTORY" not in s.content
+                assert e[3] in s.content and ("TASK" in s.content) == (s.span_id == "llm0#input1")
                 if s.kind == "llm":
                     assert 'Tool call: search({"q"' in s.content
-                else:
+                elif s.kind == "tool":
                     assert "Timeout: slow" in s.content
 
 
@@ -127,14 +134,30 @@ def test_canonical_round_trip_jsonl_parquet(tmp_path):
 
 def test_duplicate_ids_across_formats_keep_first(tmp_path):
     r = rng("dup")
+    tid = text(r, 5, 30)
+    line = {"trace_id": tid, "source": "jsonl", "steps": [{"index": 0, "agent": "A", "content": text(r)}]}
+    (tmp_path / "a").mkdir()
+    (tmp_path / "b").mkdir()
+    (tmp_path / "a" / "x.jsonl").write_text(json.dumps({**line, "question": "first"}) + "\n")
+    (tmp_path / "b" / "x.jsonl").write_text(json.dumps({**line, "question": "other"}) + "\n")
+    errors: list[dict] = []
+    traces = list(read_inputs([str(tmp_path / "a"), str(tmp_path / "b")], on_error=errors.append))
+    assert [t.question for t in traces] == ["first"]
+    assert [(e["reason"], e["record_id"]) for e in errors] == [("duplicate_trace_id", tid)]
+    assert errors[0]["input_path"].startswith(str(tmp_path / "b"))
+
+
+def test_who_and_when_ids_from_two_folders_with_the_same_names_are_distinct(tmp_path):
+    """Issue 32: ids taken from paths are unique per input path (`a/Algorithm-Generated/5` and
+    `b/Algorithm-Generated/5`), also when the folders are given as two inputs, and whatever the input order."""
+    r = rng("dup-wnw")
     doc, _ = who_and_when(r, False)
     write_json(tmp_path / "a" / "Algorithm-Generated" / "5.json", doc)
     write_json(tmp_path / "b" / "Algorithm-Generated" / "5.json", {**doc, "question": "other"})
-    errors: list[dict] = []
-    traces = list(read_inputs([str(tmp_path / "a"), str(tmp_path / "b")], on_error=errors.append))
-    assert [t.question for t in traces] == [doc["question"]]
-    assert [(e["reason"], e["record_id"]) for e in errors] == [("duplicate_trace_id", "Algorithm-Generated/5")]
-    assert errors[0]["input_path"].startswith(str(tmp_path / "b"))
+    for inputs in ([tmp_path / "a", tmp_path / "b"], [tmp_path / "b", tmp_path / "a"], [tmp_path]):
+        errors: list[dict] = []
+        got = {t.trace_id: t.question for t in read_inputs([str(p) for p in inputs], on_error=errors.append)}
+        assert errors == [] and got == {"a/Algorithm-Generated/5": doc["question"], "b/Algorithm-Generated/5": "other"}
 
 
 def test_deep_metadata_line_is_rejected_alone(tmp_path):

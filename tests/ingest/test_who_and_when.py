@@ -76,3 +76,19 @@ def test_real_who_and_when(shared_data):
     # the few exceptions are label noise of the dataset, not of the adapter
     agree = sum(t.steps[t.labels.mistake_step].agent.lower() == t.labels.mistake_agent.lower() for t in traces)
     assert agree / len(traces) > 0.9
+
+
+@pytest.mark.parametrize("hand", [False, True])
+def test_shape_outside_the_benchmark_folders_is_not_the_benchmark(tmp_path, hand):
+    """Issue 32: a log in the Who&When shape is a benchmark system's only in that benchmark's folder; elsewhere its
+    system is unknown (the user names it), its id comes from its own path, and agents are read as logged."""
+    r = rng(f"any-folder-{hand}")
+    folder = "team-" + "".join(r.choice("abcdefgh") for _ in range(6))
+    doc, expect = who_and_when(r, hand)
+    write_json(tmp_path / folder / "0.json", doc)
+    errors: list[dict] = []
+    [t] = list(read_inputs([str(tmp_path)], on_error=errors.append))
+    assert errors == [], f"seed {SEED}"
+    assert (t.trace_id, t.source, t.system) == (f"{folder}/0", "who-and-when", None)
+    assert "subset" not in t.metadata
+    assert [s.agent for s in t.steps] == [a for a, _ in expect]
