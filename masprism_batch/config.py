@@ -170,6 +170,9 @@ class IngestConfig(_Section):
     max_trace_bytes: int = Field(16 * 1024**2, ge=1024)  # more step text after step caps: rejected (`trace_too_large`)
     max_record_bytes: int = Field(64 * 1024**2, ge=1024)  # one JSON line (decompressed): longer -> file error
     max_file_bytes: int = Field(512 * 1024**2, ge=1024)  # one whole JSON document, decompressed; counted as read
+    # attribute runs whose log records success too (`--all-runs`); default: failed and unknown runs only, the
+    # succeeded ones listed in errors/ as `succeeded_run` (ingest/status.py)
+    all_runs: bool = False
 
 
 class PipelineConfig(BaseModel):

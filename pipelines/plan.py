@@ -25,6 +25,7 @@ import pyarrow.parquet as pq
 from masprism_batch import schema
 from masprism_batch.config import IngestConfig
 from masprism_batch.ingest.common import IngestError, apply_caps
+from masprism_batch.ingest.status import skip_succeeded
 from masprism_batch.io import DatasetWriter, write_json_atomic
 from masprism_batch.schema import error_row
 from masprism_batch.trace import Trace
@@ -272,4 +273,6 @@ def read_shard(shard: Shard, limits: IngestConfig | None = None) -> tuple[list[T
         except Exception as e:  # noqa: BLE001 - a malformed row is rejected, not fatal
             errors.append(error_row(input_path=shard.label, record_id=tid or f"row:{i}", stage="ingest",
                                     reason="invalid_row", message=f"{e}"[:2000]))
+    if limits is None or not limits.all_runs:  # succeeded runs: counted and listed, not attributed (issue 35)
+        traces = skip_succeeded(traces, errors.append, shard.label)
     return traces, errors

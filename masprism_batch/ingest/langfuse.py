@@ -35,6 +35,7 @@ from typing import Any
 from ..trace import Trace
 from . import status
 from .common import Context, IngestError, check_trace_id, short
+from .context import attr_inputs, input_messages, with_context
 from .envelopes import maybe_json, output_text, value_text
 from .genai_attrs import agent_name, llm_output, tool_text
 from .messages import join, question_of
@@ -80,7 +81,17 @@ def _is_router(o: dict, a: dict[str, Any], name: str | None, called: set[str]) -
 _CALLED = re.compile(r"^Tool call: ([^(\n]{1,200})\(", re.M)
 
 
-def _nodes(obs: list[dict], trace_name: str | None) -> list[Node]:
+def _inputs(o: dict, a: dict[str, Any]) -> list[dict]:
+    """A generation's input history; a Responses object's `instructions` (kept only in the output) first."""
+    msgs = input_messages(o.get("input")) or attr_inputs(a)
+    out = maybe_json(o.get("output"))
+    if isinstance(out, dict) and isinstance(out.get("instructions"), str) and not any(
+            m["role"] == "system" for m in msgs):
+        msgs = input_messages({"instructions": out["instructions"]}) + msgs
+    return msgs
+
+
+def _nodes(obs: list[dict], trace_name: str | None) -> tuple[list[Node], dict[str, list[dict]]]:
     by_id = {str(o["id"]): o for o in obs}
     kids: dict[str, list[str]] = {}
     for o in obs:
@@ -88,13 +99,18 @@ def _nodes(obs: list[dict], trace_name: str | None) -> list[Node]:
             kids.setdefault(str(o["parentObservationId"]), []).append(str(o["id"]))
     attrs = {oid: _obs_attrs(o) for oid, o in by_id.items()}
     nodes: dict[str, Node] = {}
+    inputs: dict[str, list[dict]] = {}
     for oid, o in by_id.items():  # generations first: the tools they call decide which spans are tools
         if str(o.get("type")).upper() != "GENERATION":
             continue
         n = _node(o, trace_name)
         pid = n.parent
         if pid is not None and str(by_id.get(pid, {}).get("type", "")).upper() == "GENERATION":
-            continue  # an instrumentation's copy of its parent generation
+            # an instrumentation's copy of its parent generation: one step; its input read if the parent's is not
+            if not inputs.get(pid):
+                inputs[pid] = _inputs(o, attrs[oid])
+            continue
+        inputs[oid] = inputs.get(oid) or _inputs(o, attrs[oid])
         text = output_text(o.get("output")) or llm_output(attrs[oid], [])
         n.kind, n.role, n.content = "LLM", "assistant", join(text, _status(o))
         nodes[oid] = n
@@ -121,7 +137,7 @@ def _nodes(obs: list[dict], trace_name: str | None) -> list[Node]:
         else:
             n.kind = typ
         nodes[oid] = n
-    return [nodes[oid] for oid in by_id if oid in nodes]
+    return [nodes[oid] for oid in by_id if oid in nodes], inputs
 
 
 def _agent_of(typ: str, a: dict[str, Any], name: str | None, root: bool, child_types: list[str]) -> str | None:
@@ -161,7 +177,13 @@ def _trace(head: dict, observations: list, ctx: Context) -> Trace:
                               f"'id' and 'type' in {sorted(OBS_TYPES)}): {short(o, 120)}", tid)
         obs.append(o)
     name = head.get("name") if isinstance(head.get("name"), str) else None
-    steps, facts = build_steps(_nodes(obs, name), tid, STEP_KINDS)
+    nodes, inputs = _nodes(obs, name)
+    steps, facts = build_steps(nodes, tid, STEP_KINDS)
+    task = question_of(maybe_json(head.get("input")))
+    if task is None and "input" not in head:  # a server download keeps no trace object: its root's input
+        task = next((q for o in obs if o.get("parentObservationId") in (None, "", "None")
+                     and (q := question_of(maybe_json(o.get("input"))))), None)
+    steps, question = with_context(steps, inputs, task, task_step=task is not None)
     if not steps:
         raise IngestError("empty_trace", f"no GENERATION, TOOL or EVENT observations among {len(obs)}", tid)
     if facts["n_duplicate_spans_dropped"]:
@@ -170,7 +192,7 @@ def _trace(head: dict, observations: list, ctx: Context) -> Trace:
     for k in ("sessionId", "userId"):
         if isinstance(head.get(k), str):
             facts[k] = head[k]
-    return Trace(trace_id=tid, source="langfuse", system=name, question=question_of(maybe_json(head.get("input"))),
+    return Trace(trace_id=tid, source="langfuse", system=name, question=question,
                  steps=steps, labels=None, metadata=facts, run_status=status.of_langfuse(head, obs))
 
 

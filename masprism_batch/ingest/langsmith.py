@@ -23,6 +23,7 @@ from typing import Any
 from ..trace import Trace
 from . import status
 from .common import Context, IngestError, check_trace_id, short
+from .context import input_messages, with_context
 from .envelopes import output_text
 from .messages import content_text, dumps, join, question_of, tool_calls_text
 from .spantree import Node, build_steps, parse_time
@@ -165,6 +166,7 @@ def parse_runs(runs: list, ctx: Context, record: str | None = None) -> Iterator[
         try:
             tid = check_trace_id(raw_tid)
             nodes = [_node(r, p) for r, p in members]
+            ins = {str(r["id"]): input_messages(r.get("inputs")) for r, _ in members if r.get("run_type") == "llm"}
             roots = [r for r, p in members if p is None or p not in by_id]
             root = roots[0] if roots else members[0][0]
             steps, facts = build_steps(nodes, tid)
@@ -174,7 +176,9 @@ def parse_runs(runs: list, ctx: Context, record: str | None = None) -> Iterator[
                 ctx.warn("duplicate_span", f"{facts['n_duplicate_spans_dropped']} exact copies of runs dropped", tid)
             system = root.get("name") if isinstance(root.get("name"), str) else None
             facts["format"] = "langsmith"
-            yield Trace(trace_id=tid, source="langsmith", system=system, question=question_of(root.get("inputs")),
+            task = question_of(root.get("inputs"))
+            steps, question = with_context(steps, ins, task, task_step=task is not None)
+            yield Trace(trace_id=tid, source="langsmith", system=system, question=question,
                         steps=steps, labels=None, metadata=facts,
                         run_status=status.of_langsmith((r for r, _ in members), root))
         except IngestError as e:

@@ -81,7 +81,11 @@ def chat_steps(msgs: list, tid: str, what: str = "messages") -> list[Step]:
         if role in ("tool", "function"):
             tcid = m.get("tool_call_id")
             fn = name or (call_names.get(tcid) if isinstance(tcid, str) else None) or "tool"
-            steps.append(Step(index=i, agent=fn, content=text, role=role, kind="tool"))
+            if not text.strip() and steps and steps[-1].role == "assistant":
+                # an empty result (τ-bench's `think` returns "") is no action: it is named in the call's step
+                steps[-1].content = join(steps[-1].content, f"Tool result {fn}: (empty)")
+                continue
+            steps.append(Step(index=i, agent=fn, content=text or "(empty result)", role=role, kind="tool"))
         else:
             steps.append(Step(index=i, agent=name or role, content=text, role=role, kind="message"))
     return steps

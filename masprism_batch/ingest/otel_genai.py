@@ -19,6 +19,7 @@ from typing import Any
 from ..trace import Trace
 from . import status
 from .common import Context, IngestError, check_trace_id, short
+from .context import attr_inputs, event_inputs, with_context
 from .envelopes import value_text
 from .genai_attrs import agent_name, llm_output, tool_text
 from .messages import join
@@ -85,9 +86,10 @@ def _kind(a: dict[str, Any], name: str | None) -> str | None:
     return None
 
 
-def node_of(span: dict[str, Any], service: str | None) -> Node:
+def node_of(span: dict[str, Any], service: str | None, inputs: dict[str, list[dict]] | None = None) -> Node:
     """One span in OTLP/JSON key names (`spanId`, `parentSpanId`, `name`, `startTimeUnixNano`, `attributes`
-    as a KeyValue list or a map, `events` with `attributes` either way) -> Node with its step text."""
+    as a KeyValue list or a map, `events` with `attributes` either way) -> Node with its step text; an LLM
+    span's input history (`context.attr_inputs`, prompt events) goes into `inputs` by span id."""
     a = attrs(span.get("attributes"))
     events = [{**e, "attributes": attrs(e.get("attributes"))} for e in span.get("events") or [] if isinstance(e, dict)]
     name = span.get("name") if isinstance(span.get("name"), str) else None
@@ -97,6 +99,10 @@ def node_of(span: dict[str, Any], service: str | None) -> Node:
              status=status.span_status(span, a))
     if kind == "LLM":
         n.content, n.role = llm_output(a, events), "assistant"
+        if inputs is not None:
+            msgs = attr_inputs(a) or event_inputs(events)
+            if msgs:
+                inputs[n.id] = msgs
         for ev in events:
             if ev.get("name") == "exception":
                 ea = ev["attributes"]
@@ -150,11 +156,43 @@ def _log_only_nodes(events: list[dict], tid: str, sid: str) -> list[Node]:
     return nodes
 
 
-def traces_from_groups(groups: dict[str, list[Node]], ctx: Context, fmt: str) -> Iterator[Trace]:
+_UNNAMED = ("unknown_service", "")  # the SDK's default service.name names no agent
+
+
+def _merge_nested(nodes: list[Node], inputs: dict[str, list[dict]]) -> None:
+    """A framework's LLM span and the client library's LLM span inside it (ADK `call_llm` around
+    `generate_content`, agent frameworks around OpenAI calls) are one model call: the outer one stays the step,
+    taking the inner one's text or input history when it has none."""
+    by_id = {n.id: n for n in nodes}
+    for n in nodes:
+        if n.kind != "LLM":
+            continue
+        cur, hops = by_id.get(n.parent or ""), 0
+        while cur is not None and cur.kind != "LLM" and hops < 64:
+            cur, hops = by_id.get(cur.parent or ""), hops + 1
+        if cur is None or cur.kind != "LLM" or cur is n:
+            continue
+        if not cur.content.strip():
+            cur.content = n.content
+        if n.id in inputs and not inputs.get(cur.id):
+            inputs[cur.id] = inputs[n.id]
+        n.kind = "LLM_COPY"  # structure only from here on
+
+
+def _root_agent(r: Node) -> str | None:
+    """A root span names the agent only as a service someone named (never a span's housekeeping name)."""
+    return r.service if r.service and not r.service.startswith(_UNNAMED[0]) else None
+
+
+def traces_from_groups(groups: dict[str, list[Node]], ctx: Context, fmt: str,
+                       inputs: dict[str, dict[str, list[dict]]] | None = None) -> Iterator[Trace]:
+    """Traces of grouped span nodes; `inputs`: trace id -> span id -> input history (`context.with_context`)."""
     for raw_tid, nodes in groups.items():
         try:
             tid = check_trace_id(raw_tid)
-            steps, facts = build_steps(nodes, tid)
+            ins = (inputs or {}).get(raw_tid, {})
+            _merge_nested(nodes, ins)
+            steps, facts = build_steps(nodes, tid, root_agent=_root_agent)
             if not steps:
                 raise IngestError("empty_trace", f"none of {len(nodes)} spans is an LLM call or a tool call (no "
                                   "gen_ai.operation.name chat/execute_tool, openinference.span.kind LLM/TOOL or "
@@ -162,15 +200,24 @@ def traces_from_groups(groups: dict[str, list[Node]], ctx: Context, fmt: str) ->
             if facts["n_duplicate_spans_dropped"]:
                 ctx.warn("duplicate_span", f"{facts['n_duplicate_spans_dropped']} exact copies of spans dropped",
                          tid)
+            for s in steps:  # no enclosing agent: the model speaks as `assistant`, a tool as itself
+                if s.agent is None:
+                    s.agent = "assistant" if s.kind == "llm" else tool_of(s.content)
+            steps, question = with_context(steps, ins)
             roots = [n for n in nodes if n.parent is None]
             facts["format"] = fmt
             yield Trace(trace_id=tid, source="otel", system=(roots[0].service if roots else nodes[0].service),
-                        question=None, steps=steps, labels=None, metadata=facts,
+                        question=question, steps=steps, labels=None, metadata=facts,
                         run_status=status.combine(n.status for n in nodes))
         except IngestError as e:
             if e.record_id is None:
                 e.record_id = raw_tid
             ctx.reject(e)
+
+
+def tool_of(content: str) -> str:
+    head = content.split("\n", 1)[0]
+    return head[len("Tool: "):][:200] if head.startswith("Tool: ") else "tool"
 
 
 def resource_spans(doc: dict) -> Any:
@@ -184,6 +231,7 @@ def parse(docs: list[Any], ctx: Context) -> Iterator[Trace]:
     """`docs`: the export requests of one file (one object, or one per JSON line): `resourceSpans` (or
     Tempo's `batches`) and/or `resourceLogs` (GenAI events, attached to their spans)."""
     groups: dict[str, list[Node]] = {}
+    inputs: dict[str, dict[str, list[dict]]] = {}
     logs = _log_events(docs)
     bad = 0
     for i, doc in enumerate(docs):
@@ -209,10 +257,11 @@ def parse(docs: list[Any], ctx: Context) -> Iterator[Trace]:
                     ev = logs.pop((str(span["traceId"]), str(span["spanId"])), None)
                     if ev:
                         span = {**span, "events": list(span.get("events") or []) + ev}
-                    groups.setdefault(str(span["traceId"]), []).append(node_of(span, service))
+                    tid = str(span["traceId"])
+                    groups.setdefault(tid, []).append(node_of(span, service, inputs.setdefault(tid, {})))
     for (tid, sid), evs in logs.items():  # events of spans this file does not hold
         if tid:
             groups.setdefault(tid, []).extend(_log_only_nodes(evs, tid, sid))
     if not groups and not bad:
         raise IngestError("empty_trace", "no spans in the OTLP export")
-    yield from traces_from_groups(groups, ctx, "otlp")
+    yield from traces_from_groups(groups, ctx, "otlp", inputs)

@@ -66,10 +66,11 @@ def parse_sdk(doc: Any, ctx: Context) -> Iterator[Trace]:
     if not spans:
         raise IngestError("empty_trace", "'spans' is empty")
     groups: dict[str, list[Node]] = {}
+    inputs: dict[str, dict[str, list[dict]]] = {}
     for i, s in enumerate(spans):
         tid, span, service = _sdk_span(s, i)
-        groups.setdefault(tid, []).append(node_of(span, service))
-    yield from traces_from_groups(groups, ctx, "otel-sdk")
+        groups.setdefault(tid, []).append(node_of(span, service, inputs.setdefault(tid, {})))
+    yield from traces_from_groups(groups, ctx, "otel-sdk", inputs)
 
 
 def _list(v: Any) -> list:
@@ -86,6 +87,7 @@ def parse_jaeger(doc: Any, ctx: Context) -> Iterator[Trace]:
     if not isinstance(data, list):
         raise IngestError("invalid_record", "'data' must be a list of Jaeger traces")
     groups: dict[str, list[Node]] = {}
+    inputs: dict[str, dict[str, list[dict]]] = {}
     for i, tr in enumerate(data):
         if not isinstance(tr, dict) or not isinstance(tr.get("spans"), list):
             raise IngestError("invalid_record", f"data[{i}].spans must be a list (a Jaeger trace)")
@@ -107,7 +109,7 @@ def parse_jaeger(doc: Any, ctx: Context) -> Iterator[Trace]:
             tid = _id(s.get("traceID")) or _id(tr.get("traceID"))
             if tid is None:
                 raise IngestError("invalid_record", f"data[{i}].spans[{j}].traceID is missing")
-            groups.setdefault(tid, []).append(node_of(span, proc.get("serviceName")))
+            groups.setdefault(tid, []).append(node_of(span, proc.get("serviceName"), inputs.setdefault(tid, {})))
     if not groups:
         raise IngestError("empty_trace", "no spans in the Jaeger export")
-    yield from traces_from_groups(groups, ctx, "jaeger")
+    yield from traces_from_groups(groups, ctx, "jaeger", inputs)

@@ -8,6 +8,7 @@ so a 5,000-deep tree costs memory, not Python stack frames.
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass
 from datetime import datetime, timedelta, timezone
 from typing import Any
@@ -56,11 +57,12 @@ def parse_time(v: Any) -> datetime | None:
     return None
 
 
-def build_steps(nodes: list[Node], trace_id: str,
-                step_kinds: dict[str, str] | None = None) -> tuple[list[Step], dict[str, Any]]:
+def build_steps(nodes: list[Node], trace_id: str, step_kinds: dict[str, str] | None = None,
+                root_agent: Callable[[Node], str | None] | None = None) -> tuple[list[Step], dict[str, Any]]:
     """Ordered steps of one trace plus facts for its metadata (orphan spans, span count).
 
-    `step_kinds`: node kind -> Step.kind of the nodes that become steps (default `STEP_KINDS`)."""
+    `step_kinds`: node kind -> Step.kind of the nodes that become steps (default `STEP_KINDS`). `root_agent`:
+    the agent a root names before any AGENT node (default: its service, else its name)."""
     step_kinds = STEP_KINDS if step_kinds is None else step_kinds
     by_id: dict[str, Node] = {}
     unique: list[Node] = []
@@ -85,7 +87,8 @@ def build_steps(nodes: list[Node], trace_id: str,
 
     # Pre-order walk; each stack entry carries the agent that encloses the node.
     order: list[tuple[Node, str | None, int]] = []
-    stack: list[tuple[Node, str | None]] = [(r, r.service or r.name) for r in reversed(roots)]
+    stack: list[tuple[Node, str | None]] = [(r, root_agent(r) if root_agent else r.service or r.name)
+                                            for r in reversed(roots)]
     while stack:
         n, agent = stack.pop()
         if n.kind == "AGENT" and n.agent_name:

@@ -62,8 +62,12 @@ def _transcript_trace(text: str, tid: str) -> Trace:
         if role == "assistant" and body.strip() == "None":
             body = "Tool call (not shown in messages_display)"
         elif role == "tool" and not body.strip():
+            if steps and steps[-1].role == "assistant":  # an empty result is named in its call's step, no step
+                steps[-1].content += "\nTool result: (empty)"
+                continue
             body = "[the tool returned nothing]"  # said, so the step is not blank text
-        steps.append(Step(index=j, agent=role, content=body, role=role, kind="tool" if role == "tool" else "message"))
+        steps.append(Step(index=len(steps), agent=role, content=body, role=role,
+                          kind="tool" if role == "tool" else "message"))
     question = next((s.content for s in steps if s.role == "user"), None)
     return Trace(trace_id=tid, source="tau-bench", system="tau-bench", question=question, steps=steps,
                  labels=None, metadata={"format": "tau-bench-transcript"})

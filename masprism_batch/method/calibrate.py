@@ -1,8 +1,10 @@
-"""Confidence: P(the blamed step is right), from a verdict's raw top score (issue 23, item 4).
+"""Confidence: P(the blamed step is right), from a verdict's evidence (issue 32, item 4; issue 23, item 4).
 
-Platt scaling on held-out (raw, hit) pairs: p = sigmoid(a * logit(raw) + b). Both parameters carry a small L2
-pull (a toward 0, b toward the smoothed base rate) so that 5 labels cannot produce a certainty of 0 or 1: with
-few labels the calibration says little more than the held-out hit rate, which is what it knows.
+`fit_evidence`: logistic regression of held-out hits on the verdict's evidence features (method/confidence.py),
+standardised; the weights carry an L2 pull toward 0 and the intercept toward the smoothed base rate, so that 5
+labels cannot produce a certainty of 0 or 1: with few labels the calibration says little more than the held-out
+hit rate, which is what it knows. `fit_platt` (ranker files before issue 32): the same on one raw top score,
+p = sigmoid(a * logit(raw) + b). `confidence` applies either kind and floors it at 1/(number of steps).
 """
 
 from __future__ import annotations
@@ -41,6 +43,47 @@ def fit_platt(raw, hits) -> dict:
         if abs(da) + abs(db) < 1e-10:
             break
     return {"a": a, "b": b, "n": n, "base_rate": float(rate)}
+
+
+def fit_evidence(X, hits, names) -> dict:
+    """{"kind": "evidence", "features", "mean", "std", "w", "b", "n", "base_rate"} from held-out verdicts'
+    evidence features X [n, d] (columns `names`) and whether each verdict was right."""
+    X, y = np.asarray(X, dtype=np.float64).reshape(len(hits), len(names)), np.asarray(hits, dtype=np.float64)
+    n = len(y)
+    rate = (y.sum() + 1.0) / (n + 2.0)
+    b0 = math.log(rate / (1 - rate))
+    mean = X.mean(0) if n else np.zeros(len(names))
+    std = X.std(0) if n else np.ones(len(names))
+    std = np.where(std > 1e-9, std, 1.0)
+    Z = np.concatenate([(X - mean) / std, np.ones((n, 1))], axis=1)
+    theta = np.append(np.zeros(len(names)), b0)
+    prior = np.append(np.zeros(len(names)), b0)
+    for _ in range(100):  # Newton: log loss plus the pull is strictly convex
+        p = 1 / (1 + np.exp(-(Z @ theta)))
+        g = Z.T @ (p - y) + PULL * (theta - prior)
+        H = (Z * (p * (1 - p))[:, None]).T @ Z + PULL * np.eye(len(theta))
+        step = np.linalg.solve(H, g)
+        theta = theta - step
+        if np.abs(step).sum() < 1e-10:
+            break
+    return {"kind": "evidence", "features": list(names), "mean": mean.tolist(), "std": std.tolist(),
+            "w": theta[:-1].tolist(), "b": float(theta[-1]), "n": n, "base_rate": float(rate)}
+
+
+def confidence(cal: dict | None, raw: float | None, feats: dict | None, n_steps: int) -> float | None:
+    """P(right) of one verdict under `cal` (an evidence calibration reads `feats`, a Platt one `raw`), never
+    below 1/n_steps: a uniform guess among the log's steps does that well."""
+    if cal is None:
+        return None
+    if cal.get("kind") == "evidence":
+        if feats is None:
+            return None
+        x = (np.array([feats[f] for f in cal["features"]]) - np.asarray(cal["mean"])) / np.asarray(cal["std"])
+        s = float(x @ np.asarray(cal["w"])) + cal["b"]
+        p = 1 / (1 + math.exp(-max(min(s, 50.0), -50.0)))
+    else:
+        p = apply(cal, raw)
+    return None if p is None else max(p, 1.0 / max(n_steps, 1))
 
 
 def apply(cal: dict | None, raw: float) -> float | None:

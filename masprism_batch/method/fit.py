@@ -155,17 +155,25 @@ def design(c: FitCase, priors: Priors, loo: bool) -> np.ndarray:
 # - "rule": the zero-training rule's order at OFFSET_SCALE;
 # - "rule_free": the rule's order with its scale learned beside w, unpenalised: where the rule is weak on a
 #   system (Hand-Crafted 2.8%), the fit can turn it down instead of spending w against it;
-# - "prior": the label prior's order (OFFSET_SCALE x each index's share of the blamed positions / the top share):
-#   a system whose failures sit at a few positions gets a correction of that, not of a rule it beats.
+# - "prior": the rule's candidates re-ranked by the label prior (prior_offset): a system whose failures sit at a
+#   few positions gets a correction of that order; only the log's own candidates score, so even at infinite
+#   strength the verdict is one of the places this log's signals point at, never a fixed position (issue 32).
 OFFSETS = ("rule", "rule_free", "prior")
 FREE_PEN = 1e-3  # L2 on the learned rule scale: unpenalised in effect, but keeps Newton well posed
 POS_COL = len(BASE_FEATURES)  # pos_prior's column in design()
 
 
-def prior_offset(x: np.ndarray, scale: float = OFFSET_SCALE) -> np.ndarray:
+def prior_offset(x: np.ndarray, ranked: list[int], scale: float = OFFSET_SCALE) -> np.ndarray:
+    """The label prior re-ranking the log's own candidates: candidate k at position pos of the rule's order scores
+    scale x (share(k) + 1/(pos + 1)) / 2, share = its index's share of the blamed positions over the top share
+    (x: design() rows); every other step 0. The most blamed position goes first only where it is a candidate."""
     p = x[:, POS_COL]
     top = p.max() if p.size else 0.0
-    return scale * p / top if top > 0 else np.zeros(len(p))
+    off = np.zeros(len(p))
+    for pos, k in enumerate(ranked):
+        # ties (a blamed position one place down the rule's order) go to the rule's order
+        off[k] = scale * (((p[k] / top if top > 0 else 0.0) + 1.0 / (pos + 1)) / 2 - 1e-3 * pos)
+    return off
 
 
 @dataclass
@@ -192,7 +200,7 @@ class Fitted:
 
 def _offset(kind: str, c: FitCase, x: np.ndarray, scale: float) -> np.ndarray:
     if kind == "prior":
-        return prior_offset(x, scale)
+        return prior_offset(x, c.ranked, scale)
     return rule_offset(len(c.trace.steps), c.ranked, scale)
 
 
@@ -233,11 +241,29 @@ def top_of(p: np.ndarray) -> int:
 
 
 def rule_confidence(c: FitCase) -> float:
-    """Raw confidence of the zero-training verdict: the top candidate's share of the rule's scores."""
+    """Raw confidence of the zero-training verdict: the top candidate's share of the rule's scores (the Platt
+    calibrations of ranker files before issue 32 read it)."""
     scores = [max(float(r.get("score") or 0.0), 0.0) for r in c.rows]
     vals = [scores[k] for k in c.ranked]
     tot = sum(vals)
     return vals[0] / tot if vals and tot > 0 else (1.0 / max(len(c.ranked), 1))
+
+
+def prior_verdict(c: FitCase, priors: Priors) -> tuple[list[int], np.ndarray]:
+    """(every step best first, scores) of the label-prior verdict: the log's candidates re-ranked by the prior
+    (prior_offset), then the other steps in index order."""
+    off = prior_offset(np.concatenate([np.zeros((len(c.trace.steps), POS_COL)), priors.features(c.trace)], axis=1),
+                       c.ranked)
+    order = sorted(c.ranked, key=lambda k: -off[k])
+    return order + [i for i in range(len(c.trace.steps)) if i not in set(c.ranked)], off
+
+
+def evidence(c: FitCase, order: list[int], probs: np.ndarray | None = None, scores=None) -> dict[str, float]:
+    """The verdict's evidence features (method/confidence.py): a ranker's step probabilities, else `scores`
+    (the label prior's), else MASPrism's Score over the rule's candidates."""
+    from . import confidence as cf
+
+    return cf.evidence(len(c.trace.steps), c.rows, order, probs if probs is not None else scores)
 
 
 def agent_pick(rule: str, c: FitCase, probs: np.ndarray | None, top: int, priors: Priors | None,

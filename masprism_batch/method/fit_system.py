@@ -16,11 +16,13 @@ from __future__ import annotations
 
 import hashlib
 import logging
+from collections import Counter
 from dataclasses import dataclass
 
 import numpy as np
 
-from . import calibrate
+from . import calibrate, rules
+from . import confidence as cf
 from . import fit as ft
 
 log = logging.getLogger(__name__)
@@ -39,6 +41,9 @@ Z = 1.0
 Z_PRIOR_AGENT = 0.5
 Z_AGENT = 2.0
 MIN_K = 10  # labelled logs below which the zero-training verdict is kept whatever the internal estimates say
+# the largest share of a system's logs a verdict may give one step index (held out): above it the verdict names a
+# position, not what the log says (issue 32: every Hand-Crafted log got step 8). Fixed a priori: "most logs".
+MAX_MODAL = 0.5
 
 
 @dataclass
@@ -51,8 +56,9 @@ class SystemFit:
 
 
 def _oof(cases: list[ft.FitCase], opts, rule_agent: str) -> dict:
-    """Held-out predictions of every option, per case: (offset, l2) -> (step, raw conf, probs, priors); "rule";
-    "pos_prior" and "agent_prior" baselines learned from the training folds only."""
+    """Held-out predictions of every option, per case: (offset, l2) -> (step, (order, scores), probs, priors);
+    "rule", "prior" (the label prior re-ranking the log's candidates); "pos_prior" and "agent_prior" baselines,
+    learned from the training folds only. (order, scores) is what the verdict's confidence reads (evidence)."""
     folds = ft.folds_of(len(cases))
     out = {i: {} for i in range(len(cases))}
     for f in sorted(set(folds.tolist())):
@@ -66,16 +72,29 @@ def _oof(cases: list[ft.FitCase], opts, rule_agent: str) -> dict:
             for o, m in fitted.items():
                 p = m.probs(c)
                 t = ft.top_of(p)
-                out[i][o] = (t, float(p[t]), p, pri)
+                out[i][o] = (t, (None, None), p, pri)
             top = c.ranked[0] if c.ranked else 0
-            out[i]["rule"] = (top, ft.rule_confidence(c), None, pri)
+            out[i]["rule"] = (top, (c.ranked, None), None, pri)
             ti = pri.top_index()
             out[i]["pos_prior"] = min(ti, n - 1) if ti is not None else top
-            # the label-prior verdict: the most often blamed index (its share of the labels as raw confidence)
-            out[i]["prior"] = (out[i]["pos_prior"], pri.pos.get(ti, 0.0) / max(pri.n, 1), None, pri)
-            out[i]["agent_prior"] = pri.top_agent(c.trace) or ft.agent_pick("active", c, None, top, None)
+            order, off = ft.prior_verdict(c, pri) if c.ranked else ([top], None)
+            out[i]["prior"] = (order[0], (order, off), None, pri)
+            out[i]["agent_prior"] = pri.top_agent(c.trace) or ft.agent_pick(rules.FLOOR, c, None, top, None)
             out[i]["rule_agent"] = ft.agent_pick(rule_agent, c, None, top, None)
     return out
+
+
+def modal_share(steps: list[int]) -> float:
+    """The share of logs given the most common blamed step index (1.0: the same step for every log)."""
+    return max(Counter(steps).values()) / len(steps) if steps else 0.0
+
+
+def _evidence(c: ft.FitCase, pred) -> dict:
+    step, (order, scores), probs, _ = pred
+    if probs is not None:
+        order = sorted(range(len(probs)), key=lambda k: (-probs[k], k))
+    order = list(order) if order else [step]
+    return ft.evidence(c, order, probs, scores)
 
 
 def fit_system(cases: list[ft.FitCase], system: str, rule: str = "faithful", rule_agent: str = "author",
@@ -92,17 +111,25 @@ def fit_system(cases: list[ft.FitCase], system: str, rule: str = "faithful", rul
     step_opts = [*opts, "rule", "prior"]
     hits = {o: [ft.hit(cases[i], oof[i][o][0]) if o in oof[i] else None for i in ok] for o in step_opts}
     step_acc = {o: ft.mean(h) for o, h in hits.items()}
+    # a verdict that names one step index for most of the system's logs reads the position, not the log: never
+    # shipped (issue 32); the rule (the log's own evidence) is exempt
+    modal = {o: modal_share([oof[i][o][0] for i in ok if o in oof[i]]) for o in step_opts}
+    constant = {o for o in step_opts if o != "rule" and step_acc[o] is not None and modal[o] > MAX_MODAL}
     fitted_opts = [o for o in step_acc if o not in ("rule", "prior") and step_acc[o] is not None]
-    best = max(fitted_opts, key=lambda o: step_acc[o], default=None)  # first max: the strongest shrinkage
+    best = max((o for o in fitted_opts if o not in constant), key=lambda o: step_acc[o], default=None)
     overridable = len(cases) >= MIN_K  # below it one lucky held-out hit is 10+ points: the rule stays
     chosen = "rule"
-    if overridable and step_acc["prior"] is not None and beats(hits["prior"], hits["rule"], Z):
+    if overridable and "prior" not in constant and step_acc["prior"] is not None and beats(hits["prior"], hits["rule"], Z):
         chosen = "prior"
     if overridable and best is not None and beats(hits[best], hits[chosen], Z):
         chosen = best
+    notes = _constant_notes(constant, step_acc, modal, hits, chosen, oof, ok)
     use_ranker = chosen not in ("rule", "prior")
     agent_rule, agent_acc = _agent_choice(cases, oof, ok, chosen, rule_agent, overridable, use_ranker)
-    cal = calibrate.fit_platt([oof[i][chosen][1] for i in ok], [ft.hit(cases[i], oof[i][chosen][0]) for i in ok])
+    cal = calibrate.fit_evidence([cf.vector(_evidence(cases[i], oof[i][chosen])) for i in ok],
+                                 [ft.hit(cases[i], oof[i][chosen][0]) for i in ok], cf.FEATURES)
+    conf = [calibrate.confidence(cal, None, _evidence(cases[i], oof[i][chosen]), len(cases[i].trace.steps))
+            for i in ok]
     est = {
         "fitted": step_acc[chosen], "rule": step_acc["rule"],
         "pos_prior": ft.mean(ft.hit(cases[i], oof[i]["pos_prior"]) for i in ok),
@@ -111,10 +138,12 @@ def fit_system(cases: list[ft.FitCase], system: str, rule: str = "faithful", rul
         "agent_prior": ft.mean(ft.agent_hit(cases[i], oof[i]["agent_prior"]) for i in ok),
         "best_l2": best[1] if best else None, "best_offset": best[0] if best else None,
         "folds": "leave-one-out" if len(cases) <= 20 else "5-fold",
+        "auroc": cf.auroc(conf, [ft.hit(cases[i], oof[i][chosen][0]) for i in ok]),
+        "modal_share": modal[chosen],
     }
     entry = {"system": system, "verdict": "ranker" if use_ranker else chosen, "rule": rule,
              "agent_rule": agent_rule, "rule_agent": rule_agent, "k": len(cases), "calibration": cal,
-             "heldout": {k: v for k, v in est.items()},
+             "heldout": {k: v for k, v in est.items()}, "notes": notes,
              "fitted_on": sorted(hashlib.sha256(c.trace.trace_id.encode()).hexdigest()[:16] for c in cases)}
     if use_ranker or chosen == "prior" or agent_rule.startswith("prior"):
         # the label counts are all a prior verdict or a prior agent needs: a ranker is fitted only when it ships
@@ -124,8 +153,23 @@ def fit_system(cases: list[ft.FitCase], system: str, rule: str = "faithful", rul
             entry.update(features=ft.BASE_FEATURES + ft.PRIOR_FEATURES, weights=m.w.tolist(),
                          mean=m.mean.tolist(), std=m.std.tolist(), l2=best[1], offset=best[0],
                          offset_scale=m.offset_scale)
+    for note in notes:
+        log.info("%s: %s", system, note)
     log.debug("%s: k=%d, held-out %s", system, len(cases), est)
     return SystemFit(system, len(cases), entry["verdict"], est, entry)
+
+
+def _constant_notes(constant, step_acc, modal, hits, chosen, oof, ok) -> list[str]:
+    """What the fit says when the options it set aside for naming one position were ahead of what it uses: the
+    label prior is then all it learned."""
+    lost = [o for o in constant if step_acc[o] is not None and step_acc[o] > (step_acc[chosen] or 0.0)]
+    if not lost:
+        return []
+    o = max(lost, key=lambda x: step_acc[x])
+    where = Counter(oof[i][o][0] for i in ok if o in oof[i]).most_common(1)[0][0]
+    return [f"the label prior is all it learned: its best held-out option ({100 * step_acc[o]:.1f}% against "
+            f"{100 * (step_acc[chosen] or 0.0):.1f}% for the verdict used) names step {where} for "
+            f"{100 * modal[o]:.0f}% of the logs whatever they say; not used (a verdict must read the log)"]
 
 
 def _agent_choice(cases, oof, ok, chosen, rule_agent: str, overridable: bool, use_ranker: bool):

@@ -83,6 +83,7 @@ class SystemRanker:
         `ranked`: the zero-training rule's order of its candidates."""
         c = ft.FitCase(trace, rows, [], [], ranked)
         pri = self.priors()
+        p, scores, prior_step = None, None, False
         if self.verdict == "ranker":
             allf = ft.BASE_FEATURES + ft.PRIOR_FEATURES
             feats = self.entry.get("features") or allf
@@ -93,20 +94,18 @@ class SystemRanker:
             p = m.probs(c)
             order = sorted(range(len(p)), key=lambda i: (-p[i], i))
             raw = float(p[order[0]])
-        elif self.verdict == "prior" and pri is not None and pri.top_index() is not None:
-            p = None  # the label prior's step first, then the rule's order
-            top = min(pri.top_index(), len(trace.steps) - 1)
-            order = [top] + [i for i in list(ranked) + list(range(len(trace.steps))) if i != top]
-            order = list(dict.fromkeys(order))
-            raw = pri.pos.get(pri.top_index(), 0.0) / max(pri.n, 1)
+        elif self.verdict == "prior" and pri is not None and pri.top_index() is not None and ranked:
+            # the label prior re-ranks this log's own candidates (never a fixed position: issue 32)
+            order, scores = ft.prior_verdict(c, pri)
+            raw, prior_step = pri.pos.get(pri.top_index(), 0.0) / max(pri.n, 1), True  # raw: old Platt files
         else:
-            p = None
             order = list(ranked) + [i for i in range(len(trace.steps)) if i not in set(ranked)]
             raw = ft.rule_confidence(c) if ranked else None
         agent = ft.agent_pick(self.agent_rule, c, p, order[0], pri,
-                              ft.prior_agent_order(list(ranked), order[0]) if p is None and self.verdict == "prior"
-                              and pri is not None and pri.top_index() is not None else None) if order else None
-        return order, p, agent, calibrate.apply(self.entry.get("calibration"), raw)
+                              ft.prior_agent_order(list(ranked), order[0]) if prior_step else None) if order else None
+        cal = self.entry.get("calibration")
+        feats = ft.evidence(c, order, p, scores) if order and cal and cal.get("kind") == "evidence" else None
+        return order, p, agent, calibrate.confidence(cal, raw, feats, len(trace.steps))
 
 
 @dataclass

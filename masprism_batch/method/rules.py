@@ -23,13 +23,18 @@ from . import weights_dir
 
 log = logging.getLogger(__name__)
 RULES = ("faithful", "earliest", "counterfactual", "learned_heads")
-# Zero-training agent rules (issue 23, item 7): "author" blames the blamed step's author; "active" the agent
-# with most acting steps; "mix:<beta>" scores each agent by (1 - beta) * its share of the log's steps + beta * its share
-# of the candidates' votes (1/position in the rule's order), so a confident step verdict moves the blame to its
-# author while a log where the signals are spread leaves it with the most active agent. Which one ships is chosen
-# by leave-one-system-out (benchmarks/agent_rules.py); the grid is fixed a priori because a finer one overfits.
+# Zero-training agent rules (issue 23, item 7; issue 32, item 3): "most_active" is the "most active agent"
+# baseline itself (most steps of any kind, ties to the first to speak, as eval counts it): the floor, equal to the
+# baseline on every system by construction. "guard:<tau>" keeps that floor unless the step verdict's top-5
+# candidates (1/position votes) give one other agent at least a `tau` share of their votes. "author" blames the
+# blamed step's author; "active" the agent with most acting steps; "mix:<beta>" scores each agent by
+# (1 - beta) * its share of the acting steps + beta * its share of the candidates' votes. Which one ships is chosen
+# by leave-one-system-out (benchmarks/agent_rules.py), and a rule other than the floor only where, picked on other
+# systems, it helped on a held-out one; the grids are fixed a priori because a finer one overfits.
 AGENT_MIX = (0.25, 0.5, 0.75)
-AGENT_RULES = ("author", "active", *[f"mix:{b}" for b in AGENT_MIX])
+AGENT_GUARD = (0.5, 0.75)
+FLOOR = "most_active"
+AGENT_RULES = (FLOOR, *[f"guard:{t}" for t in AGENT_GUARD], "author", "active", *[f"mix:{b}" for b in AGENT_MIX])
 RELAY_ROLES = {"tool", "system"}
 PERSON_ROLES = {"user", "human"}
 
@@ -70,6 +75,8 @@ def agent_ranking(rule: str, trace, order: list[int]) -> list[tuple[str, float]]
     from ..eval.common import norm_agent
 
     steps = trace.steps
+    if rule == FLOOR or rule.startswith("guard:"):
+        return _guarded(rule, steps, order)
     beta = 0.0 if rule == "active" else float(rule.split(":", 1)[1]) if rule.startswith("mix:") else None
     if beta is None:
         raise ValueError(f"unknown agent rule {rule!r}; expected one of {', '.join(AGENT_RULES)}")
@@ -96,6 +103,45 @@ def agent_ranking(rule: str, trace, order: list[int]) -> list[tuple[str, float]]
     return [(names[a], score[a]) for a in sorted(score, key=lambda a: (-score[a], a != author, first.get(a, 0)))]
 
 
+def _votes(steps, order: list[int]) -> dict[str, float]:
+    """Each agent's share of the top-5 candidates' votes (1/position)."""
+    from ..eval.common import norm_agent
+
+    votes: dict[str, float] = {}
+    for pos, k in enumerate(order[:5]):
+        a = norm_agent(steps[k].agent)
+        if a is not None:
+            votes[a] = votes.get(a, 0.0) + 1.0 / (pos + 1)
+    tot = sum(votes.values()) or 1.0
+    return {a: v / tot for a, v in votes.items()}
+
+
+def _guarded(rule: str, steps, order: list[int]) -> list[tuple[str, float]]:
+    """most_active: agents by their share of all steps, ties to the first to speak (eval's "most active agent");
+    guard:<tau>: the same, unless one other agent holds at least `tau` of the candidates' votes: it goes first."""
+    from ..eval.common import norm_agent
+
+    names: dict[str, str] = {}
+    count: dict[str, int] = {}
+    first: dict[str, int] = {}
+    for i, s in enumerate(steps):
+        a = norm_agent(s.agent)
+        if a is not None:
+            names.setdefault(a, s.agent)
+            count[a] = count.get(a, 0) + 1
+            first.setdefault(a, i)
+    ranked = sorted(count, key=lambda a: (-count[a], first[a]))
+    score = {a: count[a] / len(steps) for a in ranked}
+    if rule.startswith("guard:") and ranked:
+        tau = float(rule.split(":", 1)[1])
+        votes = _votes(steps, order)
+        mover = min(votes, key=lambda a: (-votes[a], first.get(a, 0))) if votes else None
+        if mover is not None and mover != ranked[0] and mover in score and votes[mover] >= tau:
+            ranked = [mover] + [a for a in ranked if a != mover]
+            score[mover] = max(score.values()) + votes[mover]  # first, and by how much the votes moved it
+    return [(names[a], score[a]) for a in ranked]
+
+
 def acts(step) -> bool:
     """Whether `step` is an agent acting: tool outputs and system turns relay, they do not decide; a user / human
     turn is the person's unless the step names an agent of its own (AG2 group chats log the other agents'
@@ -110,12 +156,22 @@ def acts(step) -> bool:
 
 def fallback_agent_rule(path: str | None) -> str:
     """The zero-training agent rule chosen by leave-one-system-out (`fallback.json` "agent_rule"); without one,
-    "active": the rule closest to the "most active agent" baseline ("author" fell below it on unseen systems)."""
-    rule = _fallback(path).get("agent_rule", "active")
-    if rule not in AGENT_RULES:
-        log.warning("fallback.json names unknown agent rule %r: using 'active'", rule)
-        return "active"
+    the floor "most_active": the "most active agent" baseline itself ("author" and "mix:0.5" fell below it on
+    unseen systems, issue 32)."""
+    rule = _fallback(path).get("agent_rule", FLOOR)
+    if rule not in AGENT_RULES and not _known_agent_rule(rule):
+        log.warning("fallback.json names unknown agent rule %r: using %r", rule, FLOOR)
+        return FLOOR
     return rule
+
+
+def _known_agent_rule(rule: str) -> bool:
+    """A guard / mix rule off the shipped grids (e.g. benchmarks' finer grids) is still well formed."""
+    head, _, tail = rule.partition(":")
+    try:
+        return head in ("guard", "mix") and 0.0 <= float(tail) <= 1.0
+    except ValueError:
+        return False
 
 
 def fallback_calibration(path: str | None) -> dict | None:

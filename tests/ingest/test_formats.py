@@ -102,18 +102,23 @@ def test_openai_responses_items():
 def test_langgraph_run_tree(fmt):
     t = _one("langsmith_langgraph_run.json", fmt)
     assert (t.source, t.system, t.trace_id) == ("langsmith", "LangGraph", "1f0a8c1e-0000-4000-8000-000000000001")
-    assert _cols(t) == [("agent", "assistant", "llm"), ("tools", "tool", "tool"), ("agent", "assistant", "llm")]
-    assert "Tool call: tavily_search_results_json" in t.steps[0].content
-    assert "Mbappe won the Golden Boot" in t.steps[1].content
-    assert t.steps[2].content.startswith("France won") and t.steps[2].span_id.endswith("7")
-    assert t.steps[2].parent_span_id.endswith("6") and t.question.startswith("Who won the 2022")
+    # the task, kept only in the first model call's input, is the first step (issue 34)
+    assert _cols(t) == [("user", "user", "message"), ("agent", "assistant", "llm"), ("tools", "tool", "tool"),
+                        ("agent", "assistant", "llm")]
+    assert t.steps[0].content == t.question and t.question.startswith("Who won the 2022")
+    assert "Tool call: tavily_search_results_json" in t.steps[1].content
+    assert "Mbappe won the Golden Boot" in t.steps[2].content
+    assert t.steps[3].content.startswith("France won") and t.steps[3].span_id.endswith("7")
+    assert t.steps[3].parent_span_id.endswith("6")
 
 
 def test_langsmith_flat_runs_jsonl_with_parent_run_id():
     t = _one("langsmith_runs.jsonl")
-    assert t.system == "AgentExecutor" and [s.kind for s in t.steps] == ["llm", "tool", "llm"]
-    assert "Tool call: calculator" in t.steps[0].content
-    assert t.steps[1].content.endswith("Error: ValueError: unsupported operand")
+    # the root run's input is the task, a step of its own (no model call's input repeats it)
+    assert t.system == "AgentExecutor" and [s.kind for s in t.steps] == ["message", "llm", "tool", "llm"]
+    assert t.steps[0].content == t.question == "What is 17 * 23?"
+    assert "Tool call: calculator" in t.steps[1].content
+    assert t.steps[2].content.endswith("Error: ValueError: unsupported operand")
 
 
 def test_langsmith_list_order_independent(tmp_path):
@@ -131,10 +136,14 @@ def test_langsmith_list_order_independent(tmp_path):
 def test_langfuse_trace(fmt):
     t = _one("langfuse_trace.json", fmt)
     assert (t.source, t.system) == ("langfuse", "research-crew")
-    assert _cols(t) == [("researcher", "assistant", "llm"), ("researcher", "tool", "tool"),
-                        ("researcher", "event", "other"), ("writer", "assistant", "llm")]
-    assert t.steps[0].content == 'Tool call: web_search({"q": "Mars rover news"})'
-    assert "organic molecules" in t.steps[1].content and "WARNING: search cache unavailable" in t.steps[2].content
+    # the trace's input (the task) first, then each generation's new input message before it (issue 34)
+    assert _cols(t) == [("user", "user", "message"), ("user", "user", "message"), ("researcher", "assistant", "llm"),
+                        ("researcher", "tool", "tool"), ("researcher", "event", "other"),
+                        ("user", "user", "message"), ("writer", "assistant", "llm")]
+    assert [t.steps[i].content for i in (0, 1, 5)] == [
+        "Summarise the latest Mars rover findings", "Find news about the Mars rover", "Write the summary"]
+    assert t.steps[2].content == 'Tool call: web_search({"q": "Mars rover news"})'
+    assert "organic molecules" in t.steps[3].content and "WARNING: search cache unavailable" in t.steps[4].content
     assert t.question == "Summarise the latest Mars rover findings" and t.metadata["sessionId"] == "session-17"
 
 
@@ -142,7 +151,9 @@ def test_langfuse_observations_alone_grouped_by_trace(tmp_path):
     doc = json.loads((FIX / "langfuse_trace.json").read_text())
     (tmp_path / "obs.jsonl").write_text("\n".join(json.dumps(o) for o in doc["observations"][::-1]) + "\n")
     (t,), errors = _read(tmp_path / "obs.jsonl")
-    assert errors == [] and t.trace_id == doc["id"] and len(t.steps) == 4
+    # no trace object: the generations' inputs are the only context (2 steps), the first one the task
+    assert errors == [] and t.trace_id == doc["id"] and len(t.steps) == 6
+    assert t.question == "Find news about the Mars rover"
 
 
 # ---------------------------------------------------------------- malformed instances, forcing, unknown

@@ -22,25 +22,25 @@ ENVELOPE = ('"usage"', '"billing"', "system_fingerprint", "prompt_tokens", "chat
 
 # file -> (forced format, traces, agents per trace (first trace), texts that must appear in the steps)
 SHAPES = {
-    "langfuse_ui_download.json": ("langfuse", 1, ["planner", "tools", "planner"],
+    "langfuse_ui_download.json": ("langfuse", 1, ["user", "planner", "tools", "planner"],
                                   ["Tool call: hotel_search", '"city": "Lyon"', "Hotel Bellecour: 2 rooms free",
                                    "2 rooms on May 3 at 140 EUR."]),
     "langfuse_server_download.json": ("langfuse", 1, ["scout", "scout", "scout", "writer", "checker"],
                                       ["Tool call: get_forecast", "Oslo: snow, -3 C", "Snow in Oslo today",
                                        "Pack a warm coat", "The advice matches the forecast."]),
-    "otel_adk.json": ("otel", 1, ["weather_agent"] * 3,
+    "otel_adk.json": ("otel", 1, ["user"] + ["weather_agent"] * 3,
                       ["Tool call: get_weather", '"city": "Rome"', "Rome: sunny, 24 C", "It is sunny in Rome"]),
-    "otel_dialects.json": ("otel", 3, ["librarian"] * 3,
+    "otel_dialects.json": ("otel", 3, ["user"] + ["librarian"] * 3,
                            ["Tool call: lookup_book", "Dune (1965) by Frank Herbert", "Frank Herbert wrote Dune.",
                             "Tool call: calculator", "Output: 4", "2+2 is 4.", "Hi there!"]),
-    "otel_logs.jsonl": ("otel", 1, ["triage"], ["Routing you to billing."]),
+    "otel_logs.jsonl": ("otel", 1, ["user", "triage"], ["My card was charged twice.", "Routing you to billing."]),
     "tempo_batches.json": ("tempo", 1, ["support"] * 3,
                            ["Tool call: refund", "refund issued", "Your refund for A17 is on its way."]),
     "otel_sdk_spans.json": ("otel-sdk", 1, ["researcher"] * 3,
                             ["Tool call: search_papers", "TimeoutError: arxiv did not answer", "no papers found"]),
     "otel_sdk_console.json": ("otel-sdk", 1, ["researcher"] * 3, ["Tool call: search_papers", "no papers found"]),
     "jaeger.json": ("jaeger", 1, ["coder", "coder"], ["def add(a, b)", "Tool: run_tests", "3 passed"]),
-    "langsmith_batch.json": ("langsmith", 1, ["qa_chain"], ["Lima is the capital of Peru."]),
+    "langsmith_batch.json": ("langsmith", 1, ["user", "qa_chain"], ["Capital of Peru?", "Lima is the capital of Peru."]),
     "openai_chat_response.json": ("openai", 1, ["assistant"], ['Tool call: get_stock({"ticker": "ACME"})']),
     "openai_chat_pair.json": ("openai", 1, ["system", "user", "assistant", "get_stock", "assistant"],
                               ["Tool call: get_stock", "ACME 12.40 USD", "ACME trades at 12.40 USD."]),
@@ -101,7 +101,7 @@ def test_every_shape_in_one_folder_ingests(tmp_path):
 def test_langfuse_router_spans_and_duplicate_generations_are_not_steps():
     (t,), _ = _read(FIX / "langfuse_ui_download.json")
     assert not any("route_after_planner" in s.content or s.content.endswith("end") for s in t.steps)
-    assert [s.kind for s in t.steps] == ["llm", "tool", "llm"]
+    assert [s.kind for s in t.steps] == ["message", "llm", "tool", "llm"]  # the task first (issue 34)
     (t,), _ = _read(FIX / "langfuse_server_download.json")
     assert not any(s.content == "None" for s in t.steps)  # the instrumentation's copy inside the ADK call
     assert "running 1 tool" not in [s.agent for s in t.steps]  # a wrapper of tool calls is not an agent
