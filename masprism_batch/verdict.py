@@ -42,13 +42,14 @@ def fitted_verdict(t: Trace, rows: list[dict], base: mp.Ranking, cfg: PipelineCo
     rule = sr.rule if sr is not None else _fallback_rule(weights)
     order = rules.order(rule, rows, base.ranked)
     if sr is None or sr.verdict != "ranker":
-        if sr is not None and sr.verdict == "prior":  # the label prior's step first, then the rule's candidates
-            top = sr.apply(t, rows, order)[0][0]
+        fitted = sr.apply(t, rows, order) if sr is not None else None  # once, on the rule's own order
+        if sr is not None and sr.verdict == "prior":  # the label prior re-ranked the log's own candidates
+            top = fitted[0][0]
             order = [top] + [k for k in order if k != top]
         ranking = mp.Ranking(order, base.scores, base.support, base.symptoms, base.nll, base.notes)
         v = masprism_verdict(t, ranking)
         if sr is not None:  # the system was fitted but its ranker did not beat the rule: its agent rule and
-            _, _, v.agent, v.confidence = sr.apply(t, rows, order)  # calibration still apply
+            _, _, v.agent, v.confidence = fitted  # calibration still apply
             v.rule = sr.agent_rule
         else:
             v.rule = rules.fallback_agent_rule(weights)
@@ -72,12 +73,17 @@ def fitted_verdict(t: Trace, rows: list[dict], base: mp.Ranking, cfg: PipelineCo
 
 
 def rule_confidence(t: Trace, rows: list[dict], ranking: mp.Ranking, weights: str | None) -> float | None:
-    """Calibrated confidence of a zero-training verdict (calibration fitted on the dev systems)."""
+    """Calibrated confidence of a zero-training verdict from its own evidence (method/confidence.py; calibration
+    fitted on the dev systems, leave-one-system-out measured in docs/results.md), never below 1/(steps)."""
     from .method import calibrate
     from .method import fit as ft
 
+    if not ranking.ranked:
+        return None
     c = ft.FitCase(t, rows, [], [], list(ranking.ranked))
-    return calibrate.apply(rules.fallback_calibration(weights), ft.rule_confidence(c)) if ranking.ranked else None
+    cal = rules.fallback_calibration(weights)
+    feats = ft.evidence(c, list(ranking.ranked)) if cal and cal.get("kind") == "evidence" else None
+    return calibrate.confidence(cal, ft.rule_confidence(c), feats, len(t.steps))
 
 
 @lru_cache(maxsize=8)
