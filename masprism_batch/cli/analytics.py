@@ -11,7 +11,7 @@ from rich.markup import escape
 
 from ..manifest import DamagedOutput
 from . import EXIT_FATAL, EXIT_OK, app, setup_logging
-from .common import check_out_file, fail, refuse_links, usage
+from .common import VerboseOpt, check_out_file, fail, refuse_links, usage
 
 log = logging.getLogger("masprism_batch.cli")
 console = Console(stderr=True)
@@ -24,7 +24,6 @@ def _fail(exc: Exception) -> typer.Exit:
 
 
 ForceOpt = typer.Option(False, "--force", help="replace FILE if it exists (default: refuse, exit 1)")
-VerboseOpt = typer.Option(False, "--verbose", "-v", help="debug logging")
 
 
 def _check_new_file(out: Path, force: bool) -> None:

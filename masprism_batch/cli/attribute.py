@@ -14,6 +14,9 @@ from rich.table import Table
 
 from . import EXIT_FATAL, EXIT_OK, app, setup_logging
 from .common import (
+    AllRunsOpt,
+    FormatHelp,
+    VerboseOpt,
     check_inputs,
     check_outdir,
     fail,
@@ -81,16 +84,16 @@ def attribute(
     traces_per_shard: int = typer.Option(None, help="traces per committed output shard"),
     threads: int = typer.Option(None, help="torch CPU threads"),
     all_features: bool = AllFeaturesOpt,
-    fmt: str = typer.Option("auto", "--format", help="input format for raw inputs (see `ingest`)"),
+    fmt: str = typer.Option("auto", "--format", "-f", help=FormatHelp), all_runs: bool = AllRunsOpt,
     limit: int = LimitOpt, sample: int = SampleOpt, seed: int = SeedOpt,
     progress: bool = typer.Option(True, help="live progress bar (traces/s, tokens/s, ETA)"),
     progress_interval: float = IntervalOpt,
-    verbose: bool = typer.Option(False, "-v"),
+    verbose: bool = VerboseOpt,
 ):
     run(inputs, out, engine=Engine.local, workers=None, address=None, num_cpus=None, model=model, config=config,
         max_context=max_context, method=method, ranker=ranker, token_budget=token_budget,
         traces_per_shard=traces_per_shard,
-        threads=threads, all_features=all_features, fmt=fmt, limit=limit, sample=sample, seed=seed, progress=progress,
+        threads=threads, all_features=all_features, fmt=fmt, all_runs=all_runs, limit=limit, sample=sample, seed=seed, progress=progress,
         progress_interval=progress_interval, verbose=verbose)
 
 
@@ -140,9 +143,10 @@ def _print_attributions(outdir: Path, top: int = 3) -> None:
 @app.command()
 def demo(
     model: str = ModelOpt,
-    out: Path = typer.Option(None, "-o", "--out", help="output directory (default: a temporary one)"),
+    out: Path = typer.Option(None, "-o", "--out", help="output directory (default: ~/.cache/masprism-batch/demo, "
+                             "replaced by each demo run)"),
     progress_interval: float = IntervalOpt,
-    verbose: bool = typer.Option(False, "-v"),
+    verbose: bool = VerboseOpt,
 ):
     """Attribute the bundled sample (4 Who&When + 2 TRAIL real traces) with the offline default model."""
     setup_logging(verbose)
@@ -150,15 +154,33 @@ def demo(
         check_outdir(out)
     cfg = _config(None, model, None)
     loaded = load_model_or_fail(cfg)
-    outdir = out or Path(tempfile.mkdtemp(prefix="masprism-demo-"))
+    outdir = out or _demo_dir(cfg)
     sample = _sample_dir()
     try:
         summary = _run([str(sample / "who_and_when"), str(sample / "trail")], outdir, cfg, loaded, progress_interval)
     except (FileNotFoundError, ValueError) as exc:
         raise fail(str(exc)) from None
     _print_attributions(outdir)
-    console.print(f"sample data: {sample} (licences: NOTICE.md there)")
-    raise typer.Exit(_print_summary(summary, outdir))
+    console.print(f"sample data: {sample} (licences: NOTICE.md there)", soft_wrap=True)
+    code = _print_summary(summary, outdir)
+    console.print(f"outputs: {outdir}" + ("" if out else " (replaced by the next demo; -o DIR keeps them)"),
+                  soft_wrap=True)
+    console.print(f"next: masprism-batch report {outdir} -o report.html", soft_wrap=True)
+    raise typer.Exit(code)
+
+
+def _demo_dir(cfg) -> Path:
+    """One demo folder, emptied at each run (they piled up in /tmp, one per run): ours by its place in the
+    model cache root, so clearing it removes nothing of the user's."""
+    import shutil
+
+    from ..model.loader import cache_root
+
+    d = cache_root(cfg.model.cache_dir) / "demo"
+    if d.is_dir() and not d.is_symlink():
+        shutil.rmtree(d)
+    check_outdir(d)
+    return d
 
 
 @app.command("eval")
@@ -176,7 +198,7 @@ def eval_(
     threads: int = typer.Option(None, help="torch CPU threads"),
     all_features: bool = AllFeaturesOpt,
     progress_interval: float = IntervalOpt,
-    verbose: bool = typer.Option(False, "-v"),
+    verbose: bool = VerboseOpt,
 ):
     """Attribute labelled traces and score them by exact match, trivial baselines beside (method doc)."""
     from ..eval import score_trail, score_who_and_when, tables

@@ -23,6 +23,13 @@ EXIT_OK, EXIT_FATAL, EXIT_USAGE, EXIT_REJECTED = 0, 1, 2, 3
 console = Console(stderr=True)
 
 
+VerboseOpt = typer.Option(False, "--verbose", "-v", help="debug logging (each stage's log lines)")
+AllRunsOpt = typer.Option(False, "--all-runs", help="also attribute runs whose log records success (default: only "
+                          "failed runs and runs of unknown status; the succeeded ones are counted and listed in "
+                          "OUT/errors/ as succeeded_run)")
+FormatHelp = "input format for raw inputs (see `ingest`); a forced one is checked on the first files"
+
+
 def fail(message: str, code: int = EXIT_FATAL) -> typer.Exit:
     """Print one `error:` line (paths stay copyable: no wrapping) and return the Exit to raise."""
     console.print(f"[red]error:[/] {escape(message)}", soft_wrap=True)

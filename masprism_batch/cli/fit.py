@@ -12,7 +12,7 @@ from rich.console import Console
 from rich.markup import escape
 
 from . import EXIT_OK, app, setup_logging
-from .common import check_out_file, fail
+from .common import VerboseOpt, check_out_file, fail
 
 console = Console(stderr=True)
 log = logging.getLogger(__name__)
@@ -138,7 +138,7 @@ def fit(
                                 "optional agent; replaces the labels carried by the traces"),
     system: str = typer.Option(None, "--system", help="fit every labelled log as this one system (default: "
                                "per system, from each log's source / system field)"),
-    verbose: bool = typer.Option(False, "-v", "--verbose"),
+    verbose: bool = VerboseOpt,
 ) -> None:
     """Fit a ranker per system from finished runs on labelled logs (no new prefill): a correction of a simple
     order (the zero-training rule's, or the label prior's: the positions your labels blame most), shrunk toward

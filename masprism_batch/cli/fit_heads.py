@@ -8,7 +8,7 @@ import typer
 from rich.console import Console
 
 from . import EXIT_OK, app, setup_logging
-from .common import check_inputs, check_out_file, fail, load_model_or_fail
+from .common import VerboseOpt, check_inputs, check_out_file, fail, load_model_or_fail
 
 console = Console(stderr=True)
 
@@ -20,7 +20,7 @@ def fit_heads(
     model: str = typer.Option(None, "--model", help="model name or path (default: the config's)"),
     config: str = typer.Option(None, "--config", help="JSON/TOML config file"),
     max_traces: int = typer.Option(200, "--max-traces", min=1, help="use at most this many traces (in input order)"),
-    verbose: bool = typer.Option(False, "--verbose", "-v"),
+    verbose: bool = VerboseOpt,
 ) -> None:
     """Fit which attention heads carry blame, without labels: head weights that predict how much later steps'
     surprise rises when a step is removed (counterfactuals by prefill). Writes OUT; point

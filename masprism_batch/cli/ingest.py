@@ -11,7 +11,8 @@ from rich.console import Console
 from rich.table import Table
 
 from . import EXIT_OK, EXIT_REJECTED, app, setup_logging
-from .common import check_inputs, check_outdir, fail, no_traces_message, usage
+from .common import VerboseOpt, check_inputs, check_outdir, fail, no_traces_message, usage
+from .probe import check_format
 
 log = logging.getLogger("masprism_batch.cli")
 console = Console(stderr=True)
@@ -49,7 +50,7 @@ def ingest(
     progress: bool = typer.Option(True, "--progress/--no-progress", help="progress bar on stderr"),
     summary_json: bool = typer.Option(False, "--json", help="print the summary as JSON on stdout"),
     config: str = typer.Option(None, "--config", help="JSON or TOML config; its `ingest` section sets the size caps"),
-    verbose: bool = typer.Option(False, "--verbose", "-v"),
+    verbose: bool = VerboseOpt,
 ) -> None:
     from ..ingest import FORMATS
     from ..ingest import ingest as run_ingest
@@ -58,6 +59,7 @@ def ingest(
     if fmt not in FORMATS:
         raise usage(f"unknown --format {fmt!r}; choose one of {', '.join(FORMATS)}")
     check_inputs(inputs)
+    check_format(list(inputs), fmt)  # before OUT exists: a wrong --format leaves nothing behind
     check_outdir(out)
     limits = None
     if config:

@@ -10,6 +10,7 @@ from rich.console import Console
 from rich.table import Table
 
 from . import EXIT_FATAL, app, setup_logging
+from .common import VerboseOpt
 
 console = Console(stderr=True)
 
@@ -19,7 +20,7 @@ def models(
     name: str = typer.Argument(None, help="load this model (name, HF folder or .gguf) and show its details"),
     cache_dir: str = typer.Option(None, "--cache-dir", help="converted-weights cache (default ~/.cache/masprism-batch)"),
     as_json: bool = typer.Option(False, "--json", help="print JSON on stdout"),
-    verbose: bool = typer.Option(False, "--verbose", "-v"),
+    verbose: bool = VerboseOpt,
 ) -> None:
     """List the named models (available here or how to get them); with NAME, load it and describe it."""
     from ..model import ModelNotFoundError, list_models

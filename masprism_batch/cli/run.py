@@ -10,7 +10,17 @@ import typer
 from rich.console import Console
 
 from . import app, setup_logging
-from .common import check_inputs, check_outdir, fail, load_model_or_fail, no_traces_message, usage
+from .common import (
+    AllRunsOpt,
+    FormatHelp,
+    VerboseOpt,
+    check_inputs,
+    check_outdir,
+    fail,
+    load_model_or_fail,
+    no_traces_message,
+    usage,
+)
 from .progress import DEFAULT_INTERVAL, heartbeat
 
 log = logging.getLogger("masprism_batch.cli")
@@ -51,12 +61,12 @@ def run(
     traces_per_shard: int = typer.Option(None, help="traces per committed output shard"),
     threads: int = typer.Option(None, help="torch CPU threads per model (default: CPUs / workers)"),
     all_features: bool = typer.Option(False, "--all-features", help=ALL_FEATURES_HELP),
-    fmt: str = typer.Option("auto", "--format", help="input format for raw inputs (see `ingest`)"),
+    fmt: str = typer.Option("auto", "--format", "-f", help=FormatHelp), all_runs: bool = AllRunsOpt,
     limit: int = LimitOpt, sample: int = SampleOpt, seed: int = SeedOpt,
     progress: bool = typer.Option(True, help="live progress bar (traces/s, tokens/s, ETA)"),
     progress_interval: float = typer.Option(DEFAULT_INTERVAL, "--progress-interval", min=0,
                                             help="seconds between progress lines when stderr is not a terminal"),
-    verbose: bool = typer.Option(False, "-v"),
+    verbose: bool = VerboseOpt,
 ):
     """The overnight job: attribute millions of logs on a Ray cluster (or embedded), resumable and exactly-once
     per shard. Same outputs as `attribute` (OUT/{traces,attributions,step_scores,errors}/, OUT/run.json) plus
@@ -77,11 +87,15 @@ def run(
     if fmt not in FORMATS:
         raise usage(f"unknown --format {fmt!r}; choose one of {', '.join(FORMATS)}")
     check_inputs(inputs)
+    from .probe import check_format
+
+    check_format(list(inputs), fmt)  # before OUT exists: a wrong --format leaves nothing behind
     check_outdir(out)
     try:
         cfg = load_config(config, model__name=model, render__max_context=max_context, model__threads=threads,
                           method__name=method, method__ranker_weights=str(ranker) if ranker else None,
                           batch__token_budget=token_budget, engine__traces_per_shard=traces_per_shard,
+                          ingest__all_runs=True if all_runs else None,
                           method__features="all" if all_features else None)
     except (OSError, ValueError) as exc:  # pydantic's ValidationError is a ValueError
         raise fail(f"bad configuration: {exc}") from None
@@ -122,6 +136,12 @@ def run(
         f"{summary.tokens_per_second:,.0f} tokens/s ({summary.engine}, {summary.workers} worker(s)) -> {out}")
     if summary.breakdown:
         console.print(f"time: {summary.breakdown}", soft_wrap=True)
+    succeeded = summary.warnings_by_reason.get("succeeded_run", 0)
+    if succeeded:
+        console.print(f"{succeeded} run(s) whose log records success were not attributed (listed in "
+                      f"{out / 'errors'} as succeeded_run; --all-runs attributes them)", soft_wrap=True)
+    if summary.attributed == 0 and succeeded:
+        raise typer.Exit(summary.exit_code)  # every run succeeded: nothing to blame, and nothing went wrong
     if summary.attributed == 0:
         raise fail(no_traces_message(list(inputs), summary.rejected_by_reason))
     raise typer.Exit(summary.exit_code)

@@ -1,6 +1,8 @@
 """Every real export in ../shared/data/real_exports (files other projects' own code wrote; README there names
 each source) ingests exactly: exit 0, the right number of traces, the speaking agents, no empty step, the run's
-answers, tool calls and tool results in the steps, and no provider envelope. Skipped when the folder is absent."""
+answers, tool calls and tool results in the steps, and no provider envelope; and (issue 34) the task in
+`question` and as a step, the system instruction and earlier turns each exactly one step, one step per action.
+Skipped when the folder is absent."""
 
 from __future__ import annotations
 
@@ -51,6 +53,38 @@ EXPECTED = {
     "taubench/MockAirlineDomainEnv-few_shot.jsonl": (19, {"user", "assistant", "tool"}, set(), [
         "I need to cancel my flights from MCO to CLT", "Error: user not found"]),
 }
+# file -> (the task, as read from the file by hand; steps of the first trace: one per context message, model call and
+# tool call; texts of the system instruction and earlier turns, each in exactly one step). None: the file has no
+# user input (a response alone).
+CONTEXT = {
+    "langfuse/agno-2025-06-11.json": ("What is currently trending on Twitter?", 5, [
+        "- Use markdown to format your answers."]),
+    "langfuse/autogen-2025-06-06.json": ("Say 'Hello World!'", 3, [
+        "You are a helpful AI assistant. Solve tasks using your tools. Reply with TERMINATE"]),
+    "langfuse/google-adk-2025-08-28.json": ("hi", 5, ["Always greet using the say_hello tool."]),
+    "langfuse/langgraph-2025-08-22.json": ("Search the web for 'example' and summarize.", 5, ["Be helpful!"]),
+    "langfuse/openai-agents-2025-09-30.json": ("What's the weather in Tokyo?", 5, ["You are a helpful agent."]),
+    "langfuse/pydantic-ai-tools-2025-12-04.json": (
+        "Select and call THREE of the available tools to get joke suggestions about 'programming'.", 12, [
+            "You are a creative joke writer.", "Now write a funny joke about 'programming'",
+            "You are a joke critic.", "Rate this joke:"]),
+    "langsmith/langsmith_js_wrap_openai_default.json": ("howdy", 2, []),
+    "langsmith/langsmith_py_wrap_openai_stream.json": ("howdy", 2, []),
+    "openai-chat/pydai-multiple_agent_tool_calls.request.json": ("What is the capital of France?", 7, [
+        "What is the capital of England?"]),
+    "openai-chat/pydai-multiple_agent_tool_calls.response.json": (None, 1, []),
+    "openai-responses/pydai-resp_web_search_tool.request.json": ("What is the weather in San Francisco today?", 5, [
+        "You are a helpful assistant.", "how about Mexico City?"]),
+    "openhands/basic.json": ("Please create a simple 2048 game. No need to run it.", 4, []),
+    "otel-sdk-spans/anyagent-LANGCHAIN_trace.json": ("Find what year it is in the America/New_York timezone", 8, [
+        "Use the available tools to answer."]),
+    "otel-sdk-spans/anyagent-OPENAI_trace.json": ("Find what year it is in the America/New_York timezone", 7, [
+        "Use the available tools to answer."]),
+    "swe-agent/function_calling_simple.traj": ("We're currently solving the following issue", 12, [
+        "SETTING: You are an autonomous programmer"]),
+    "taubench/MockAirlineDomainEnv-few_shot.jsonl": ("Hi, I need to cancel my flights from MCO to CLT, please.", 11,
+                                                     []),
+}
 WARNINGS = {"openai-responses/pydai-resp_web_search_tool.request.json": {"unreadable_reasoning"}}
 ENVELOPE = ('"usage"', "system_fingerprint", "prompt_tokens", "chatcmpl-", "usage_metadata", "encrypted_content",
             "candidates_token_count", '"billing"')
@@ -80,8 +114,19 @@ def test_real_export_reads_exactly(real_exports, rel):
     text = "\n".join(s.content for t in traces for s in t.steps)
     for want in texts:
         assert want in text, want
+    task, n_steps, context = CONTEXT[rel]
+    first = traces[0]
+    assert len(first.steps) == n_steps, [s.content[:60] for s in first.steps]
+    if task is None:
+        assert not first.question and not any(s.role == "user" for s in first.steps)
+    else:  # the task fills `question` and is a user step, once
+        assert first.question and first.question.startswith(task), first.question
+        assert [s.role for s in first.steps if s.content == first.question] == ["user"]
+    for want in context:  # the system instruction and earlier turns: each exactly once
+        assert sum(want in s.content for s in first.steps) == 1, want
     far = datetime.max.replace(tzinfo=timezone.utc)
     for t in traces:
+        assert t.question or task is None, "no task"
         assert t.steps and all(s.content.strip() for s in t.steps), "an empty step"
         assert not any(e in s.content for s in t.steps for e in ENVELOPE)
         times = [s.start_time or far for s in t.steps]
