@@ -42,6 +42,9 @@ class Trace:
     question: str | None = None
     labels: Labels | None = None
     metadata: dict[str, Any] = field(default_factory=dict)
+    # failed | succeeded | unknown, as the log records it (ingest/status.py); only failed and unknown runs are
+    # attributed unless --all-runs
+    run_status: str = "unknown"
 
     def to_row(self) -> dict[str, Any]:
         """The one row encoder (ingest, staging, packs). Fields are read, not `asdict`-copied: the deep copy
@@ -55,6 +58,7 @@ class Trace:
             "steps": [{k: getattr(s, k) for k in _STEP_FIELDS} for s in self.steps],
             "labels": None if labels is None else {k: getattr(labels, k) for k in _LABEL_FIELDS},
             "metadata": json.dumps(self.metadata, ensure_ascii=False, default=str),
+            "run_status": self.run_status,
         }
 
     @classmethod
@@ -69,6 +73,7 @@ class Trace:
             steps=[Step(**s) for s in (row.get("steps") or [])],
             labels=Labels(**labels) if labels is not None else None,
             metadata=json.loads(meta) if meta else {},
+            run_status=row.get("run_status") or "unknown",  # outputs written before the field: unknown
         )
 
     @property

@@ -96,6 +96,10 @@ def _overview(stats, attr, errors) -> str:
     parts.append('<div class="kpis">' + "".join(
         f'<div class="kpi"><div class="kv">{escape(v)}</div><div class="kl">{escape(k)}</div></div>'
         for k, v in kpis) + "</div>")
+    if "run_status" in stats:  # which runs were attributed, by the status their logs record (issue 35)
+        from .run_status import split_line
+
+        parts.append(f'<p class="note">{escape(split_line(stats["run_status"]))}</p>')
     pos = _by_source(stats["step_position"].to_pylist())
     ag = _by_source(stats["blamed_agents"].to_pylist())
     parts.append(_rollup(stats, pos, ag))

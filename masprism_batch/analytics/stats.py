@@ -24,6 +24,8 @@ from ..config import MethodConfig
 from ..method.masprism import failure_word_regex
 from . import load
 from .accuracy import AccuracyAccumulator
+from .run_status import SCHEMA as RUN_STATUS_SCHEMA
+from .run_status import run_status_table
 from .runs import RUNS_SCHEMA, previous_runs, runs
 
 log = logging.getLogger(__name__)
@@ -46,6 +48,7 @@ STATS_SCHEMAS: dict[str, pa.Schema] = {
     # what decided the verdicts (issue 23): a fitted ranker of the system or a zero-training rule
     "verdicts": pa.schema([("source", _S), ("system", _S), ("verdict_by", _S), ("n_traces", _I),
                            ("mean_confidence", _F)]),
+    "run_status": RUN_STATUS_SCHEMA,  # attributed runs by status, succeeded runs listed only (issue 35)
 }
 RELATIVE_BINS = 10
 _EPOCH = datetime(1970, 1, 1, tzinfo=timezone.utc)
@@ -64,7 +67,8 @@ def compute_stats(outdir: Path | str, failure_words: tuple[str, ...] | None = No
     log.info("stats over %d attributed traces in %s", attr.num_rows, outdir)
     out = {"blamed_agents": blamed_agents(attr), "blamed_by_day": blamed_by_day(attr),
            "step_position": step_position(attr), "throughput": throughput(attr), "verdicts": verdicts(attr),
-           "runs": runs(load.run_records(outdir), previous_runs(outdir), load.committed_shards(outdir))}
+           "runs": runs(load.run_records(outdir), previous_runs(outdir), load.committed_shards(outdir)),
+           "run_status": run_status_table(outdir, set(attr["trace_id"].to_pylist()))}
     out["nll_by_agent"] = nll_by_agent(attr, load.read(
         outdir, "step_scores", columns=["trace_id", "step", "agent", "nll_pass1", "nll_pass2"]), dups)
     out["symptom_words"], out["accuracy"] = _trace_pass(outdir, attr, failure_words or MethodConfig().failure_words)

@@ -56,6 +56,12 @@ def stats(outdir: Path = OutdirArg, verbose: bool = VerboseOpt) -> None:
     out = Console(width=max(Console().width, 100))  # stdout: the tables are the command's result
     for table in stats_tables_for_terminal(outdir):
         out.print(table)
+    if "run_status" in paths:
+        import pyarrow.parquet as pq
+
+        from ..analytics.run_status import split_line
+
+        out.print(split_line(pq.read_table(paths["run_status"])), soft_wrap=True)
     for name, p in paths.items():
         console.print(f"{name:15s} -> {escape(str(p))}", soft_wrap=True)
     raise typer.Exit(EXIT_OK)

@@ -1,0 +1,41 @@
+"""`stats` table `run_status`: how many runs of each status (as their logs record it, ingest/status.py) were
+attributed, and how many succeeded runs were only listed (errors/ rows `succeeded_run`; `--all-runs` attributes
+them). Older outputs without the column count their attributed runs as "unknown"."""
+
+from __future__ import annotations
+
+from collections import Counter
+from pathlib import Path
+
+import pyarrow as pa
+
+from . import load
+
+SCHEMA = pa.schema([("run_status", pa.string()), ("attributed", pa.bool_()), ("n_traces", pa.int64())])
+
+
+def run_status_table(outdir: Path, attributed_ids: set[str]) -> pa.Table:
+    counts: Counter = Counter()
+    traces = load.read(outdir, "traces", columns=["trace_id", "run_status"], trace_ids=attributed_ids)
+    seen = set()
+    for tid, st in zip(traces["trace_id"].to_pylist(), traces["run_status"].to_pylist(), strict=True):
+        if tid not in seen:  # a trace staged twice (a resumed run) counts once
+            seen.add(tid)
+            counts[(st or "unknown", True)] += 1
+    counts[("unknown", True)] += len(attributed_ids - seen)
+    errors = load.read(outdir, "errors", columns=["record_id", "reason"])
+    skipped = {r for r, why in zip(errors["record_id"].to_pylist(), errors["reason"].to_pylist(), strict=True)
+               if why == "succeeded_run"} - attributed_ids
+    if skipped:
+        counts[("succeeded", False)] += len(skipped)
+    rows = [{"run_status": s, "attributed": a, "n_traces": n} for (s, a), n in sorted(counts.items()) if n]
+    return pa.Table.from_pylist(rows, schema=SCHEMA)
+
+
+def split_line(table: pa.Table) -> str:
+    """One line for terminals and the report: attributed runs by status, and the succeeded runs listed only."""
+    rows = table.to_pylist()
+    done = ", ".join(f"{r['n_traces']:,} {r['run_status']}" for r in rows if r["attributed"])
+    skipped = sum(r["n_traces"] for r in rows if not r["attributed"])
+    return (f"runs attributed: {done or 'none'}; succeeded runs not attributed: {skipped:,}"
+            + (" (errors/ reason succeeded_run; --all-runs attributes them)" if skipped else ""))

@@ -1,0 +1,121 @@
+"""A run's status as its log records it (`Trace.run_status`): "failed", "succeeded" or "unknown".
+
+Attribution asks which step caused a failure, so by default only failed runs and runs of unknown status are
+attributed (`--all-runs` attributes all). "succeeded" means the format recorded a normal end and no error:
+it does not say the answer was right, except where the format scores the answer (tau-bench's reward).
+Each reader calls one function here with what it already holds, so the rule per format lives in one place:
+
+| format | failed | succeeded |
+|---|---|---|
+| OTLP, OTel SDK dumps, Jaeger, OpenInference / TRAIL | a span with status ERROR (or an `error` tag) | a span OK, none ERROR |
+| Langfuse | an observation with level ERROR | none ERROR and the trace has an output |
+| LangSmith | a run with an `error` or status "error" | the root run's status "success", or its outputs and no error |
+| tau-bench | reward < 1 | reward 1 |
+| SWE-agent, mini-swe-agent | `exit_status` an error / limit (anything but a submission) | never (a submission is not graded) |
+| OpenHands | an error observation or agent state "error" | never (finishing is not being right) |
+| Who&When | always (the data set holds failed runs only) | never |
+| canonical JSONL / Parquet | the `run_status` field as written | |
+
+Everything else (OpenAI chat, AG2, traces without a status) is "unknown".
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+from typing import Any
+
+FAILED, SUCCEEDED, UNKNOWN = "failed", "succeeded", "unknown"
+STATUSES = (FAILED, SUCCEEDED, UNKNOWN)
+_ERROR_CODES = {"2", "error", "status_code_error"}
+_OK_CODES = {"1", "ok", "status_code_ok"}
+
+
+def span_status(span: dict[str, Any], attrs: dict[str, Any] | None = None) -> str | None:
+    """One span's status from OTLP (`status.code` 2 / "STATUS_CODE_ERROR"), OTel SDK dumps
+    (`status.status_code` "error"), OpenInference / TRAIL (`status_code` "Error") or Jaeger (`error` tag);
+    `attrs`: its attributes already read as a map (else `span["attributes"]` when it is one)."""
+    st = span.get("status")
+    code = st.get("code", st.get("status_code")) if isinstance(st, dict) else st
+    if code is None:
+        code = span.get("status_code")
+    text = str(code).strip().lower() if code is not None else ""
+    if text in _ERROR_CODES:
+        return FAILED
+    if text in _OK_CODES:
+        return SUCCEEDED
+    tags = attrs if attrs is not None else span.get("attributes")
+    if isinstance(tags, dict) and (tags.get("error") is True or str(tags.get("otel.status_code", "")).lower() == "error"):
+        return FAILED
+    return None
+
+
+def combine(statuses: Iterable[str | None]) -> str:
+    """A run of spans: failed if any failed, succeeded if any succeeded and none failed, else unknown."""
+    seen = set(statuses)
+    return FAILED if FAILED in seen else SUCCEEDED if SUCCEEDED in seen else UNKNOWN
+
+
+def of_spans(spans: Iterable[dict[str, Any]]) -> str:
+    return combine(span_status(s) for s in spans if isinstance(s, dict))
+
+
+def of_langfuse(head: dict[str, Any], observations: Iterable[dict[str, Any]]) -> str:
+    obs = [o for o in observations if isinstance(o, dict)]
+    if any(str(o.get("level", "")).upper() == "ERROR" for o in obs):
+        return FAILED
+    return SUCCEEDED if head.get("output") not in (None, "", [], {}) else UNKNOWN
+
+
+def of_langsmith(runs: Iterable[dict[str, Any]], root: dict[str, Any]) -> str:
+    runs = [r for r in runs if isinstance(r, dict)]
+    if any(r.get("error") or str(r.get("status", "")).lower() == "error" for r in runs):
+        return FAILED
+    if str(root.get("status", "")).lower() == "success" or root.get("outputs") not in (None, "", [], {}):
+        return SUCCEEDED
+    return UNKNOWN
+
+
+def of_reward(reward: Any) -> str:
+    """tau-bench: the task's reward (1 = solved)."""
+    if isinstance(reward, bool) or not isinstance(reward, (int, float)):
+        return UNKNOWN
+    return SUCCEEDED if reward >= 1 else FAILED
+
+
+def of_exit_status(exit_status: Any) -> str:
+    """SWE-agent / mini-swe-agent `info.exit_status`: a submission is ungraded (unknown), anything else (exit_cost,
+    exit_context, exit_format, exit_error, LimitsExceeded, FormatError, ...) ended the run early: failed."""
+    if not isinstance(exit_status, str) or not exit_status.strip():
+        return UNKNOWN
+    return UNKNOWN if exit_status.strip().lower() == "submitted" else FAILED
+
+
+def of_openhands(events: Iterable[Any]) -> str:
+    for e in events:
+        if not isinstance(e, dict):
+            continue
+        extras = e.get("extras") if isinstance(e.get("extras"), dict) else {}
+        if e.get("observation") == "error" or extras.get("agent_state") == "error":
+            return FAILED
+    return UNKNOWN
+
+
+def of_field(value: Any) -> str:
+    """A canonical row's `run_status` as written (anything else: unknown)."""
+    return value if value in STATUSES else UNKNOWN
+
+
+def skip_succeeded(traces: list, on_skip, input_path: str | None = None) -> list:
+    """The traces to attribute by default: failed and unknown runs. Each succeeded one becomes one
+    `succeeded_run` row of errors/ (a warning: counted and listed, not a rejection)."""
+    from ..schema import error_row
+
+    kept = []
+    for t in traces:
+        if t.run_status == SUCCEEDED:
+            on_skip(error_row(input_path=input_path, record_id=t.trace_id, stage="select", reason="succeeded_run",
+                              message=f"{t.source}: the log records a successful run; not attributed (--all-runs "
+                                      f"attributes it)"))
+        else:
+            kept.append(t)
+    return kept
