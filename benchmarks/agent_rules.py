@@ -11,8 +11,12 @@ single CodeAgent, so its agent question is empty and it does not count.
 Choice: for each held-out system, every rule in `rules.AGENT_RULES` is judged on the other systems by the worst
 (over systems) one-sided 95% lower bound of its per-trace margin over "most active agent" (the baseline as
 eval.who_and_when_metrics counts it), ties by the worst mean margin, then the average mean margin, then the least
-reliance on the step verdict (active before mix:b by b, author last): where the labels cannot tell rules apart,
-the rule closest to the baseline is the safe one. The rule picked on all systems ships (fallback.json "agent_rule").
+reliance on the step verdict (the floor `most_active` first, author last): where the labels cannot tell rules
+apart, the rule closest to the baseline is the safe one. What ships (fallback.json "agent_rule", `ship`): the
+floor `most_active` (the baseline itself), unless the rule picked on all systems was also picked for some held-out
+system on the others and there beat the baseline, and no held-out system's pick fell below it: the step evidence
+may move the blame only where moving it has been shown to help on a system it was not chosen on (issue 32: a
+rule picked by its gain on one system fell 16 points below the baseline on a system in none of the data).
 """
 
 from __future__ import annotations
@@ -26,8 +30,10 @@ from masprism_batch.eval.who_and_when_metrics import _majority
 from masprism_batch.method import rules as zr
 
 DERIVED = ("trail/GAIA",)  # TRAIL systems with more than one agent: their agent labels are derived
-FINE = ("author", "active", *[f"mix:{b / 10:g}" for b in range(1, 10)])  # sensitivity grid, never shipped
+FINE = (zr.FLOOR, *[f"guard:{t / 10:g}" for t in range(3, 10)], "author", "active",
+        *[f"mix:{b / 10:g}" for b in range(1, 10)])  # sensitivity grid, never shipped
 BASELINE = "baseline: majority_agent"
+RANDOM = "baseline: random"
 
 
 def trail_agent_label(trace) -> tuple[str | None, str]:
@@ -81,12 +87,19 @@ def lower_bound(d, z: float = 1.64) -> float:
 
 
 def reliance(ar: str) -> float:
-    """How much `ar` leans on the step verdict (0 active ... 1 author): the tie-break, least first."""
-    return 1.0 if ar == "author" else 0.0 if ar == "active" else float(ar.split(":", 1)[1])
+    """How much `ar` leans on the step verdict (the floor most_active 0, active 0.01, guard:t 1 - t, mix:b b,
+    author 1): the tie-break, least first."""
+    if ar in (zr.FLOOR, "active", "author"):
+        return {zr.FLOOR: 0.0, "active": 0.01, "author": 1.0}[ar]
+    head, _, x = ar.partition(":")
+    return 1.0 - float(x) if head == "guard" else float(x)
 
 
 def pick(margins: dict[str, dict[str, list[float]]], systems: list[str]) -> str:
-    """The rule most surely not below "most active agent" on every one of `systems` (see the module doc)."""
+    """The rule most surely not below "most active agent" on every one of `systems` (see the module doc); the
+    floor where there is no other system to judge on."""
+    if not systems:
+        return zr.FLOOR
     def key(ar):
         m = margins[ar]
         means = [float(np.mean(m[s])) if m.get(s) else -1.0 for s in systems]
@@ -105,6 +118,9 @@ def hits(cases, orders: dict[str, list[int]], agent_rules) -> tuple[dict, dict]:
             continue
         order = orders[c.trace.trace_id]
         base.setdefault(c.system, []).append(float(_majority(c.trace) == gold))
+        # random agent (eval's baseline): a uniformly random step's author, in expectation
+        per.setdefault(RANDOM, {}).setdefault(c.system, []).append(
+            sum(norm_agent(s.agent) == gold for s in c.trace.steps) / max(len(c.trace.steps), 1))
         for ar in agent_rules:
             got = norm_agent(zr.agent_verdict(ar, c.trace, c.rows, order)) == gold
             per[ar].setdefault(c.system, []).append(float(got))
@@ -116,15 +132,28 @@ def agent_loso(cases, orders: dict[str, list[int]], agent_rules=zr.AGENT_RULES) 
     step rule's). Returns accuracies per rule and system, the baseline's, the pick per held-out system and the
     rule picked on all systems."""
     per, base = hits(cases, orders, agent_rules)
+    rand = per.pop(RANDOM)
     systems = sorted(base)
     margins = {ar: {s: list(np.subtract(per[ar][s], base[s])) for s in systems} for ar in agent_rules}
     picked = {held: pick(margins, [s for s in systems if s != held]) for held in systems}
-    return {"systems": systems, "n": {s: len(base[s]) for s in systems},
-            "acc": {ar: {s: float(np.mean(per[ar][s])) for s in systems} for ar in agent_rules},
-            "base": {s: float(np.mean(base[s])) for s in systems},
-            "lb": {ar: {s: lower_bound(margins[ar][s]) for s in systems} for ar in agent_rules},
-            "picked": picked, "chosen": {h: float(np.mean(per[picked[h]][h])) for h in systems},
-            "shipped": pick(margins, systems)}
+    res = {"systems": systems, "n": {s: len(base[s]) for s in systems},
+           "acc": {ar: {s: float(np.mean(per[ar][s])) for s in systems} for ar in agent_rules},
+           "base": {s: float(np.mean(base[s])) for s in systems},
+           "random": {s: float(np.mean(rand[s])) for s in systems},
+           "lb": {ar: {s: lower_bound(margins[ar][s]) for s in systems} for ar in agent_rules},
+           "picked": picked, "chosen": {h: float(np.mean(per[picked[h]][h])) for h in systems},
+           "best_on_all": pick(margins, systems)}
+    res["shipped"] = ship(res)
+    return res
+
+
+def ship(res: dict) -> str:
+    """The floor `most_active`, unless the rule picked on every system was picked for a held-out system on the
+    others and beat the baseline there, while no held-out pick fell below it (module doc)."""
+    best = res["best_on_all"]
+    below = [s for s in res["systems"] if res["chosen"][s] < res["base"][s] - 1e-9]
+    helped = [s for s in res["systems"] if res["picked"][s] == best and res["chosen"][s] > res["base"][s] + 1e-9]
+    return best if best == zr.FLOOR or (helped and not below) else zr.FLOOR
 
 
 def emit(res: dict, out: list) -> None:
@@ -137,31 +166,48 @@ def emit(res: dict, out: list) -> None:
         for ar, acc in res["acc"].items():
             row(s, f"zero-training agent rule: {ar}", "no training", acc[s])
         row(s, "zero-training agent rule chosen by leave-one-system-out", "leave-one-system-out", res["chosen"][s])
+        row(s, "zero-training agent rule shipped: " + res["shipped"], "leave-one-system-out (shipping guard)",
+            res["acc"][res["shipped"]][s])
         if s in DERIVED:  # Who&When's baseline row comes from its scorer; TRAIL's has no agent metric
             row(s, BASELINE, "no training (derived agent labels)", res["base"][s])
+            row(s, RANDOM, "no training (derived agent labels)", res["random"][s])
 
 
 def markdown_section(res: dict, fine: dict, census: dict, step_rule: str, bare: dict | None = None) -> list[str]:
     """The "Zero-training agent rule" section of docs/results.md."""
     rules = list(res["acc"])
+    shipped = res["shipped"]
     out = ["## Zero-training agent rule (systems without a ranker)", "",
+           "Protocol: **leave-one-system-out** over the dev systems with agent labels (`benchmarks/agent_rules.py`). "
            f"Agent accuracy (exact) of each zero-training agent rule on the step order of the zero-training rule "
-           f"`{step_rule}`, and the rule chosen for each held-out system on the *other* systems with agent labels "
-           "(leave-one-system-out; `benchmarks/agent_rules.py`): the best worst-case one-sided 95% lower bound of "
-           "its per-trace margin over \"most active agent\", ties by the worst then the average mean margin, then "
-           "the rule leaning least on the step verdict. `author`: the blamed step's author; `active`: the agent with most acting "
-           "steps (tool outputs, system turns and unnamed user turns do not count; ties: the author); `mix:b` "
-           "scores an agent by (1-b) x that share + b x its share of the top-5 candidates' votes (1/position).", "",
-           "| held-out system | labelled logs | chosen on the others | its agent accuracy (LOSO) | most active agent | "
-           + " | ".join(rules) + " |", "|---|---|---|---|---|" + "---|" * len(rules)]
+           f"`{step_rule}`, and the rule chosen for each held-out system on the *other* systems: the best "
+           "worst-case one-sided 95% lower bound of its per-trace margin over \"most active agent\", ties by the "
+           "worst then the average mean margin, then the rule leaning least on the step verdict. `most_active`: the "
+           "baseline itself (most steps, ties to the first to speak), the floor; `guard:t`: the floor unless the "
+           "top-5 candidates (1/position votes) give one other agent at least a share t of their votes; `author`: "
+           "the blamed step's author; `active`: the agent with most acting steps (tool outputs, system turns and "
+           "unnamed user turns do not count; ties: the author); `mix:b`: (1-b) x that share + b x the agent's share "
+           "of the candidates' votes. Random: a uniformly random step's author, in expectation.", "",
+           "| held-out system | labelled logs | chosen on the others | its agent accuracy (LOSO) | shipped "
+           f"(`{shipped}`) | most active agent | random | " + " | ".join(rules) + " |",
+           "|---|---|---|---|---|---|---|" + "---|" * len(rules)]
     for s in res["systems"]:
-        out.append(f"| {s} | {res['n'][s]} | {res['picked'][s]} | {res['chosen'][s]:.3f} | {res['base'][s]:.3f} | "
+        out.append(f"| {s} | {res['n'][s]} | {res['picked'][s]} | {res['chosen'][s]:.3f} | "
+                   f"{res['acc'][shipped][s]:.3f} | {res['base'][s]:.3f} | {res['random'][s]:.3f} | "
                    + " | ".join(f"{res['acc'][ar][s]:.3f}" for ar in rules) + " |")
     below = [s for s in res["systems"] if res["chosen"][s] < res["base"][s] - 1e-9]
-    out += ["", f"Shipped for any system without a ranker: **`{res['shipped']}`** (the same criterion on all "
-            f"{len(res['systems'])} systems; its margin over most active agent: " + ", ".join(
-                f"{s} {res['acc'][res['shipped']][s] - res['base'][s]:+.3f}" for s in res["systems"])
-            + "). Held out, the chosen rule is "
+    best = res["best_on_all"]
+    helped = [s for s in res["systems"] if res["picked"][s] == best and res["chosen"][s] > res["base"][s] + 1e-9]
+    why = ("it is the floor" if best == shipped == zr.FLOOR else
+           f"picked on the others for {', '.join(helped)}, it beat the baseline there, and no held-out pick fell "
+           "below it" if shipped == best else
+           f"the rule best on all systems, `{best}`, " + (
+               "was never picked for a held-out system where it then beat the baseline" if not helped else
+               "beat the baseline where picked held out, but the held-out picks fell below it on " + ", ".join(below))
+           + ": the step evidence has not been shown to help on a system it was not chosen on, so the floor ships")
+    out += ["", f"Shipped for any system without a ranker: **`{shipped}`** ({why}). Its margin over most active "
+            "agent: " + ", ".join(f"{s} {res['acc'][shipped][s] - res['base'][s]:+.3f}" for s in res["systems"])
+            + "; held out, the rule picked on the other systems is "
             + ("at or above \"most active agent\" on every system." if not below else
                "below \"most active agent\" on " + ", ".join(below) + "."), ""]
     for s, (cnt, agents) in sorted(census.items()):
@@ -172,19 +218,18 @@ def markdown_section(res: dict, fine: dict, census: dict, step_rule: str, bare: 
                    f"labelled (skipped: {skipped or 'none'}); in {contested} of them two agents act twice or more "
                    "(in the others the manager never delegated); blamed: " + ", ".join(f"{a} {n}" for a, n in agents.most_common())
                    + ". TRAIL SWE-Bench has one agent and does not count.")
-    flip = [s for s in fine["systems"] if fine["picked"][s] != res["picked"][s]]
     fine_below = [s for s in fine["systems"] if fine["chosen"][s] < fine["base"][s] - 1e-9]
-    out += ["", "How fragile the choice is: with a finer grid (`mix:0.1` ... `mix:0.9`, not shipped) LOSO picks "
-            + ", ".join(f"{s}: `{fine['picked'][s]}` {fine['chosen'][s]:.3f}" for s in fine["systems"])
-            + (f" (a different pick on {', '.join(flip)})" if flip else " (the same picks)")
-            + (f"; below the baseline on {', '.join(fine_below)}: the mixes that win on one system lose on "
-               "another, so the grid is kept coarse and fixed a priori." if fine_below else "; never below the "
-               "baseline.") + " Per-system lower bounds of the margin over most active agent: "
-            + "; ".join(f"{ar} " + "/".join(f"{res['lb'][ar][s]:+.3f}" for s in res["systems"]) for ar in rules)
-            + f" ({' / '.join(res['systems'])})."]
+    out += ["", "How fragile the choice is: with finer grids (`guard:0.3` ... `guard:0.9`, `mix:0.1` ... `mix:0.9`, "
+            "never shipped) LOSO picks " + ", ".join(f"{s}: `{fine['picked'][s]}` {fine['chosen'][s]:.3f}"
+                                                  for s in fine["systems"])
+            + (f"; below the baseline on {', '.join(fine_below)}" if fine_below else "; never below the baseline")
+            + f", and the shipping guard would ship `{fine['shipped']}`. Per-system lower bounds of the margin over "
+            "most active agent: " + "; ".join(f"{ar} " + "/".join(f"{res['lb'][ar][s]:+.3f}" for s in res["systems"])
+                                              for ar in rules) + f" ({' / '.join(res['systems'])})."]
     if bare:  # the same LOSO without the derived labels: what the derived system changes
         bad = [s for s in bare["systems"] if bare["chosen"][s] < bare["base"][s] - 1e-9]
         out[-1] += (" Without the derived labels (" + ", ".join(DERIVED) + ") LOSO picks " + ", ".join(
             f"{s}: `{bare['picked'][s]}` {bare['chosen'][s]:.3f} (most active {bare['base'][s]:.3f})"
-            for s in bare["systems"]) + (f": below the baseline on {', '.join(bad)}." if bad else "."))
+            for s in bare["systems"]) + (f": below the baseline on {', '.join(bad)}" if bad else "")
+            + f"; the shipping guard would ship `{bare['shipped']}`.")
     return out + [""]

@@ -32,11 +32,12 @@ import agent_rules as agr
 import numpy as np
 from accuracy_cases import (
     Case,
+    _kfold_scores,
     _unlabelled,
     available_rules,
     faithful_rows,
     fit_cases,
-    fitted_kfold,
+    fitted_rows,
     headline_mean,
     load_cases,
     pass1_rows,
@@ -49,6 +50,7 @@ from accuracy_rankers import agent_orders, fit_heads, kfold, loso, rules_loso, w
 from accuracy_report import METRIC, write_markdown
 
 from masprism_batch.method import calibrate, rankfile
+from masprism_batch.method import confidence as cf
 from masprism_batch.method import fit as ft
 from masprism_batch.method import heads as hd
 from masprism_batch.method import ranker as rk
@@ -128,7 +130,7 @@ def main() -> None:
          loso(cases, rk.FEATURES, args.l2, agent_rule, model_id))
     m, sd = kfold(cases, rk.PORTABLE, args.l2, agent_rule, model_id)
     emit(out, "ranked, portable features", "5-fold CV within system x3 seeds", m, sd)
-    fk, fsd = fitted_kfold(cases, fallback, agent_rule0)
+    fk, fsd = fitted_confidence(cases, fallback, agent_rule0, out)  # the product's fit, 5-fold x3 seeds
     emit(out, FITTED, "5-fold CV within system x3 seeds", fk, fsd)
     loso_ranker = headline_mean(loso(cases, rk.PORTABLE, args.l2, agent_rule, model_id))
     per_sys = {s: (headline_mean({k: v for k, v in fk.items() if k[0] == s}),
@@ -161,22 +163,62 @@ def extract_overrides(args) -> dict:
 
 
 def rule_calibration(cases: list[Case], rule: str, out: list) -> dict:
-    """Confidence of the zero-training verdict, calibrated by leave-one-system-out (Platt on the other systems),
-    reported as accuracy at coverage; returns the calibration fitted on every system (what ships)."""
+    """Confidence of the zero-training verdict from its own evidence (method/confidence.py), calibrated by
+    leave-one-system-out (fitted on the other systems, applied to the held-out one), reported per system as
+    accuracy at 25/50/100% coverage and the AUROC against a right step, beside the raw top-share Platt
+    calibration it replaces (issue 32); returns the calibration fitted on every system (what ships)."""
     fc = fit_cases(cases, rule)
-    raw = {c.trace.trace_id: ft.rule_confidence(c) for c in fc}
     sys_of = {c.trace.trace_id: c.system for c in cases}
-    hits = {c.trace.trace_id: ft.hit(c, c.ranked[0] if c.ranked else -1) for c in fc}
+    feats = {c.trace.trace_id: ft.evidence(c, c.ranked) for c in fc if c.ranked}
+    raw = {c.trace.trace_id: ft.rule_confidence(c) for c in fc if c.ranked}
+    n = {c.trace.trace_id: len(c.trace.steps) for c in fc}
+    hits = {c.trace.trace_id: ft.hit(c, c.ranked[0]) for c in fc if c.ranked}
     for held in sorted({c.system for c in cases}):
-        train = [t for t in raw if sys_of[t] != held]
-        cal = calibrate.fit_platt([raw[t] for t in train], [hits[t] for t in train])
-        test = [t for t in raw if sys_of[t] == held]
-        conf = [calibrate.apply(cal, raw[t]) for t in test]
-        for frac, (_n, acc) in calibrate.accuracy_at_coverage(conf, [hits[t] for t in test]).items():
-            out.append({"system": held, "method": f"zero-training rule {rule}: most confident {int(frac * 100)}%",
-                        "protocol": "confidence calibrated leave-one-system-out", "metric": "step_hit",
-                        "value": round(acc, 4) if acc is not None else "", "spread": ""})
-    return calibrate.fit_platt(list(raw.values()), list(hits.values()))
+        train = [t for t in feats if sys_of[t] != held]
+        test = [t for t in feats if sys_of[t] == held]
+        ev = calibrate.fit_evidence([cf.vector(feats[t]) for t in train], [hits[t] for t in train], cf.FEATURES)
+        platt = calibrate.fit_platt([raw[t] for t in train], [hits[t] for t in train])
+        for name, conf in ((CONF_EVIDENCE, [calibrate.confidence(ev, None, feats[t], n[t]) for t in test]),
+                           (CONF_RAW, [calibrate.apply(platt, raw[t]) for t in test])):
+            emit_confidence(out, held, f"zero-training rule {rule}: {name}", conf, [hits[t] for t in test])
+    return calibrate.fit_evidence([cf.vector(feats[t]) for t in feats], list(hits.values()), cf.FEATURES)
+
+
+CONF_EVIDENCE, CONF_RAW = "confidence from its evidence", "confidence from the top share (before issue 32)"
+CONF_PROTOCOL = "confidence calibrated leave-one-system-out"
+
+
+def emit_confidence(out: list, system: str, method: str, conf, hits, protocol: str = CONF_PROTOCOL) -> None:
+    """Rows: step hit rate of the most confident 25/50/100% and the AUROC of confidence against a right step."""
+    for frac, (_n, acc) in calibrate.accuracy_at_coverage(conf, hits).items():
+        out.append({"system": system, "method": method, "protocol": protocol,
+                    "metric": f"step_hit@{int(frac * 100)}%", "value": round(acc, 4) if acc is not None else "",
+                    "spread": ""})
+    auc = cf.auroc(conf, hits)
+    out.append({"system": system, "method": method, "protocol": protocol, "metric": "auroc",
+                "value": round(auc, 4) if auc is not None else "", "spread": ""})
+
+
+def fitted_confidence(cases: list[Case], rule: str, rule_agent: str, out: list) -> tuple[dict, dict]:
+    """The product's fit 5-fold within each system x3 seeds (accuracy_cases.fitted_kfold's protocol: its scores
+    are returned) and its verdicts' confidence (calibrated on each fit's internal folds), pooled over the seeds'
+    test logs: accuracy at coverage and AUROC per system."""
+    got: dict[str, tuple[list, list]] = {}
+
+    def rows_of(system, train, test) -> dict:
+        rows = fitted_rows(train, test, system, rule, rule_agent) if test and fit_cases(train) else {}
+        gold = {c.trace.trace_id: c for c in fit_cases(test, rule)}
+        for tid, r in rows.items():
+            if tid in gold:
+                got.setdefault(system, ([], []))[0].append(r["confidence"])
+                got[system][1].append(ft.hit(gold[tid], r["pred_step"]))
+        return rows
+
+    scores = _kfold_scores(cases, rows_of, 5, (0, 1, 2))
+    for system, (conf, hits) in sorted(got.items()):
+        emit_confidence(out, system, FITTED, conf, hits, "5-fold CV within system x3 seeds (confidence: the fit's "
+                        "internal folds)")
+    return scores
 
 
 def train_weights(cases, args, policy, model_id, out, calibration) -> None:

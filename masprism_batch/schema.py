@@ -6,6 +6,8 @@ multi-megabyte step never overflows 32-bit offsets when many traces share a batc
 
 from __future__ import annotations
 
+import re
+
 import pyarrow as pa
 
 SCHEMA_VERSION = "1"
@@ -131,11 +133,34 @@ STEP_SCORES = pa.schema(
 
 def error_row(*, stage: str, reason: str, message: str, input_path: str | None = None,
               record_id: str | None = None) -> dict:
-    """One row of ERRORS (every stage writes its rejections with this; keyword-only so the fields never swap)."""
+    """One row of ERRORS (every stage writes its rejections with this; keyword-only so the fields never swap).
+    Every text is made valid UTF-8 here (`clean_text`): a rejected record's lone surrogate or a file name that is
+    not UTF-8 must cost that row's exactness, never the Parquet part it is written to (issue 37)."""
+_SURROGATES = re.compile("[\ud800-\udfff]")
+
+
+def _surrogate_text(m: re.Match) -> str:
+    c = ord(m.group())
+    # U+DC80..U+DCFF is how Python carries a byte that is not UTF-8 (a file name, surrogateescape): shown as
+    # \xNN so the name stays recognisable; any other lone surrogate (a JSON "\ud800" escape) becomes U+FFFD
+    return f"\\x{c - 0xDC00:02x}" if 0xDC80 <= c <= 0xDCFF else "\ufffd"
+
+
+def clean_text(s: str | None) -> str | None:
+    """`s` as valid UTF-8 (Arrow, JSON and terminals refuse lone surrogates): unchanged when it already is."""
+    if s is None or s.isascii():
+        return s
+    try:
+        s.encode("utf-8")
+        return s
+    except UnicodeEncodeError:
+        return _SURROGATES.sub(_surrogate_text, s)
+
+
     from datetime import datetime, timezone
 
-    return {"input_path": input_path, "record_id": record_id, "stage": stage, "reason": reason,
-            "message": message, "time": datetime.now(timezone.utc)}
+    return {"input_path": clean_text(input_path), "record_id": clean_text(record_id), "stage": clean_text(stage),
+            "reason": clean_text(reason), "message": clean_text(message), "time": datetime.now(timezone.utc)}
 
 
 TABLES = {"traces": TRACES, "errors": ERRORS, "attributions": ATTRIBUTIONS, "step_scores": STEP_SCORES}

@@ -14,6 +14,7 @@ from typing import Any
 from ..eval import evaluate
 from ..eval.common import ranked_steps
 from ..method.calibrate import accuracy_at_coverage
+from ..method.confidence import auroc
 from ..trace import Labels, Step, Trace
 from .insample import RANKED, InSample
 
@@ -106,17 +107,25 @@ class AccuracyAccumulator:
             for frac, (n, acc) in accuracy_at_coverage([c for c, _ in pairs], [h for _, h in pairs]).items():
                 out.append({"source": s, "metric": f"{COVERAGE}@{int(frac * 100)}", "n_traces": n, "value": acc,
                             "random_baseline": None, "n_in_sample": ins, "sample": label})
+            # does confidence rank the verdicts of this source (not pooled: pooling measures which is easier)?
+            out.append({"source": s, "metric": AUROC, "n_traces": len(pairs), "random_baseline": 0.5,
+                        "value": auroc([c for c, _ in pairs], [h for _, h in pairs]), "n_in_sample": ins,
+                        "sample": label})
         return out
 
 
 # top-1 (step; TRAIL: the blamed span is a labelled one) of the most confident N% of labelled verdicts
 COVERAGE = "top1_most_confident"
+# AUROC of confidence against a right top-1 (0.5: confidence does not rank; null with only one outcome)
+AUROC = "confidence_auroc"
 
 
 def _order(metric: str) -> tuple:
     fixed = ("step_top1", "step_top3", "step_within1", "agent")
     if metric.startswith(COVERAGE):
         return (2, int(metric.rpartition("@")[2]), "")
+    if metric == AUROC:
+        return (3, 0, "")
     if metric in fixed:
         return (0, fixed.index(metric), "")
     name, _, k = metric.partition("@")

@@ -319,6 +319,11 @@ def test_accuracy_at_coverage_and_what_decided_the_verdicts(tmp_path):
     acc.add_batch(attrs, rows)
     got = {r["metric"]: (r["n_traces"], r["value"]) for r in acc.rows() if r["metric"].startswith(COVERAGE)}
     assert got == {f"{COVERAGE}@25": (1, 1.0), f"{COVERAGE}@50": (2, 1.0), f"{COVERAGE}@100": (4, 0.75)}
+    # issue 32: and whether confidence ranks them (2 of the 3 right verdicts are above the wrong one)
+    from masprism_batch.analytics.accuracy import AUROC
+
+    auc = next(r for r in acc.rows() if r["metric"] == AUROC)
+    assert auc["value"] == pytest.approx(2 / 3) and auc["random_baseline"] == 0.5 and auc["n_traces"] == 4
     attr = pa.Table.from_pylist([
         {"source": "s", "system": "x", "verdict_by": "ranker:x", "confidence": 0.5},
         {"source": "s", "system": "x", "verdict_by": "ranker:x", "confidence": 0.7},
