@@ -131,11 +131,6 @@ STEP_SCORES = pa.schema(
     metadata=_META,
 )
 
-def error_row(*, stage: str, reason: str, message: str, input_path: str | None = None,
-              record_id: str | None = None) -> dict:
-    """One row of ERRORS (every stage writes its rejections with this; keyword-only so the fields never swap).
-    Every text is made valid UTF-8 here (`clean_text`): a rejected record's lone surrogate or a file name that is
-    not UTF-8 must cost that row's exactness, never the Parquet part it is written to (issue 37)."""
 _SURROGATES = re.compile("[\ud800-\udfff]")
 
 
@@ -157,6 +152,11 @@ def clean_text(s: str | None) -> str | None:
         return _SURROGATES.sub(_surrogate_text, s)
 
 
+def error_row(*, stage: str, reason: str, message: str, input_path: str | None = None,
+              record_id: str | None = None) -> dict:
+    """One row of ERRORS (every stage writes its rejections with this; keyword-only so the fields never swap).
+    Every text is made valid UTF-8 here (`clean_text`): a rejected record's lone surrogate or a file name that is
+    not UTF-8 must cost that row's exactness, never the Parquet part it is written to (issue 37)."""
     from datetime import datetime, timezone
 
     return {"input_path": clean_text(input_path), "record_id": clean_text(record_id), "stage": clean_text(stage),

@@ -65,6 +65,8 @@ def read_inputs(paths: list[str] | str, fmt: str = "auto", on_error: Callable[[d
                 try:
                     trace = validate(trace, ctx, limits)
                 except IngestError as e:
+                    if ctx.where and e.record_id != ctx.where:  # the line of a JSON-lines record, to find it
+                        e.message = f"{ctx.where}: {e.message}"
                     ctx.reject(e)
                     continue
                 except Exception as e:  # a validation bug costs this record, not the rest of the file

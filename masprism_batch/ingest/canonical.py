@@ -13,7 +13,7 @@ from collections.abc import Iterator
 from typing import Any
 
 from ..trace import Labels, Step, Trace
-from .common import Context, IngestError, check_trace_id, short
+from .common import Context, IngestError, as_record_error, check_trace_id, short
 from .spantree import parse_time
 from .status import of_field
 
@@ -21,6 +21,7 @@ _STEP_FIELDS = {f.name for f in dataclasses.fields(Step)}
 _LABEL_FIELDS = {f.name for f in dataclasses.fields(Labels)}
 REQUIRED_COLUMNS = ("trace_id", "source", "steps")
 PARQUET_BATCH_ROWS = 16
+MAX_TIME_CHARS = 64  # longest start_time text read: ISO-8601 with nanoseconds and an offset is ~35
 
 
 def from_obj(obj: Any, record_id: str | None, default_source: str = "jsonl") -> Trace:
@@ -43,9 +44,7 @@ def from_obj(obj: Any, record_id: str | None, default_source: str = "jsonl") -> 
         kw.setdefault("content", None)
         st = kw.get("start_time")
         if st is not None and not hasattr(st, "tzinfo"):
-            kw["start_time"] = parse_time(st)
-            if kw["start_time"] is None:
-                raise IngestError("invalid_record", f"steps[{i}].start_time {short(st)} is not a time", tid)
+            kw["start_time"] = _time(st, i, tid)
         steps.append(Step(**kw))
     labels = obj.get("labels")
     if labels is not None:
@@ -56,6 +55,8 @@ def from_obj(obj: Any, record_id: str | None, default_source: str = "jsonl") -> 
     if isinstance(meta, str):
         try:
             meta = json.loads(meta) if meta else {}
+        except RecursionError:  # no deep-JSON fallback here: metadata this deep is refused, not parsed on
+            raise IngestError("invalid_record", "'metadata' JSON text nested too deeply", tid) from None
         except ValueError:
             raise IngestError("invalid_record", "'metadata' is not valid JSON text", tid) from None
     if meta is not None and not isinstance(meta, dict):
@@ -65,16 +66,35 @@ def from_obj(obj: Any, record_id: str | None, default_source: str = "jsonl") -> 
                  run_status=of_field(obj.get("run_status")))
 
 
+def _time(st: Any, i: int, tid: str):
+    bad = IngestError("invalid_record", f"steps[{i}].start_time {short(st)} is not a time", tid)
+    if isinstance(st, str) and len(st) > MAX_TIME_CHARS:  # no digit string this long is a time: not parsed
+        raise bad
+    try:
+        t = parse_time(st)
+    except (ValueError, OverflowError):  # int()'s digit limit, float() of a huge integer
+        raise bad from None
+    if t is None:
+        raise bad
+    return t
+
+
 def parse_jsonl(lines: Iterator[tuple[int, str]], ctx: Context, loads) -> Iterator[Trace]:
     """`lines`: (line number, decoded text). A bad line is rejected alone; the file goes on."""
     for n, text in lines:
         if not text.strip():
             continue
         try:
-            yield from_obj(loads(text, f"line {n}"), f"line {n}")
-        except IngestError as e:
-            e.record_id = e.record_id or f"line {n}"
+            trace = from_obj(loads(text, f"line {n}"), f"line {n}")
+        except Exception as e:  # noqa: BLE001 - any failure is this line's rejection, the file goes on
+            e = as_record_error(e, f"line {n}")
+            if e.record_id != f"line {n}":  # named by its trace id: the line too, so it can be found
+                e.message = f"line {n}: {e.message}"
             ctx.reject(e)
+            continue
+        ctx.where = f"line {n}"
+        yield trace
+        ctx.where = None
 
 
 def parse_parquet(path: str, ctx: Context) -> Iterator[Trace]:
@@ -95,8 +115,10 @@ def parse_parquet(path: str, ctx: Context) -> Iterator[Trace]:
             for r in batch.to_pylist():
                 row += 1
                 try:
-                    yield from_obj(r, f"row {row}", default_source="parquet")
-                except IngestError as e:
-                    ctx.reject(e)
+                    trace = from_obj(r, f"row {row}", default_source="parquet")
+                except Exception as e:  # noqa: BLE001 - any failure is this row's rejection
+                    ctx.reject_any(e, f"row {row}")
+                    continue
+                yield trace
     except (OSError, pa.ArrowException) as e:
         raise IngestError("invalid_parquet", f"Parquet read failed after row {row}: {short(str(e), 300)}") from None

@@ -64,6 +64,7 @@ class Context:
         # something was not read: checked by `validate`. Off for verbatim formats (canonical, Who&When),
         # whose empty text is the source's own.
         self.rendered = False
+        self.where: str | None = None  # the record being read ("line 12"), named in its validation rejection
         # a trace id taken from the file's path, unique over the whole input (sources.path_ids; set by read_inputs)
         self.path_id: str | None = None
 
@@ -79,12 +80,29 @@ class Context:
         self.on_error(error_row(input_path=input_path or self.input_path, record_id=record_id, stage="ingest",
                                 reason=reason, message=message))
 
+    def reject_any(self, e: BaseException, record_id: str | None) -> None:
+        """`reject` for any exception raised while one record was read (`as_record_error`)."""
+        self.reject(as_record_error(e, record_id))
+
     def reject(self, e: IngestError) -> None:
         """One record of a multi-record file is rejected; the rest of the file goes on."""
         msg = self.label(e)
         log.warning("%s: rejected %s: %s (%s)", self.input_path, short(e.record_id), msg, e.reason)
         self.on_error(error_row(input_path=self.input_path, record_id=e.record_id, stage="ingest", reason=e.reason,
                                 message=msg))
+
+
+def as_record_error(e: BaseException, record_id: str | None) -> IngestError:
+    """Any failure while one record of a multi-record file is read, as that record's rejection: untrusted values
+    reach the standard library (int()'s 4,300-digit limit, float() overflow, recursion on deep values), and one
+    record's failure must never end the reading of the records after it (issue 37)."""
+    if isinstance(e, IngestError):
+        e.record_id = e.record_id or record_id
+        return e
+    if isinstance(e, RecursionError):
+        return IngestError("invalid_record", "a value nested too deeply to read", record_id)
+    log.debug("record %s: %s", short(record_id), e, exc_info=e)  # the traceback, for a reader bug
+    return IngestError("invalid_record", f"{type(e).__name__}: {short(str(e), 300)}", record_id)
 
 
 def _loads_deep(text: str) -> Any:

@@ -21,6 +21,7 @@ from .common import MAX_EMPTY_STEP_ROWS, Context, IngestError, apply_caps, check
 from .status import of_field
 
 _INT32 = 2**31 - 1
+MAX_METADATA_DEPTH = 100  # nesting levels of a trace's metadata; a real export's facts are a few levels deep
 _repairs = threading.local()
 
 
@@ -52,6 +53,21 @@ def _clean_meta(v: Any, depth: int = 0) -> Any:
     if isinstance(v, (list, tuple)):
         return [_clean_meta(x, depth + 1) for x in v]
     return v
+
+
+def _too_deep(v: Any, limit: int) -> bool:
+    """Whether `v` nests containers deeper than `limit` (an explicit stack: no recursion on untrusted depth)."""
+    stack = [(v, 1)]
+    while stack:
+        x, d = stack.pop()
+        if isinstance(x, dict):
+            x = x.values()
+        elif not isinstance(x, (list, tuple)):
+            continue
+        if d > limit:
+            return True
+        stack.extend((y, d + 1) for y in x if isinstance(y, (dict, list, tuple)))
+    return False
 
 
 def text_or_none(v: Any) -> str | None:
@@ -138,6 +154,8 @@ def _validate(trace: Trace, tid: str) -> Trace:
                             error_impacts=_str_list(labels.error_impacts),
                             error_categories=_str_list(labels.error_categories))
         meta = trace.metadata if isinstance(trace.metadata, dict) else {"metadata": trace.metadata}
+        if _too_deep(meta, MAX_METADATA_DEPTH):  # every later reader (json, Arrow, the report) recurses on it
+            raise IngestError("invalid_record", f"metadata nested deeper than {MAX_METADATA_DEPTH} levels", tid)
         try:
             json.dumps(meta, ensure_ascii=False, default=str).encode("utf-8")  # must serialise
         except UnicodeEncodeError:  # lone surrogates: repaired like step text, not a rejection
