@@ -156,6 +156,9 @@ class EngineConfig(_Section):
     traces_per_shard: int = Field(256, ge=1)  # output rows committed together (shard identity on resume)
     cpu_stage_cpus: float = Field(0.25, gt=0)  # Ray CPUs per render/pack task: light, schedulable beside actors
     attempts_per_trace: int = Field(2, ge=1)  # a trace that raises this often alone goes to errors/
+    # finished packs of an unfinished shard are committed (as pieces) once this many seconds passed since the
+    # last commit, and on an interruption: what a kill -9 can lose (issue 37); 0 = after every pack
+    commit_seconds: float = Field(60.0, ge=0, allow_inf_nan=False)
     # threads building pass-2 prompts while the next pass-1 prefills run (pass2_prep.py); 0: inline, after them
     pass2_render_threads: int = Field(1, ge=0)
 

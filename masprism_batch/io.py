@@ -149,10 +149,11 @@ def _open_dataset(directory: Path | str):
 
     directory = Path(directory)
     marker = directory.parent / "_INGEST.json"  # an `ingest` OUTDIR: complete only once the marker says so
-    if marker.is_file():
+    text = manifest.read_control(marker)  # never blocks: a FIFO planted here is refused (OutdirUnsafe)
+    if text is not None:
         try:
-            complete = json.loads(marker.read_text(encoding="utf-8")).get("complete") is True
-        except (OSError, ValueError):
+            complete = json.loads(text).get("complete") is True
+        except (AttributeError, ValueError):
             complete = False
         if not complete:
             log.warning("%s: the ingest that wrote it did not finish (%s): reading a partial output",
@@ -206,9 +207,10 @@ class ShardStore:
         return self.manifest_dir / f"shard-{self._check_id(shard_id)}.json"
 
     def committed(self) -> dict[str, dict[str, Any]]:
-        """Committed shards: a readable manifest entry whose parts all match it. A shard whose parts are all
-        missing is simply not committed (a resume may be rewriting it); any other mismatch, and an unreadable
-        entry, lands in `self.damaged` (shard id -> the file and what is wrong with it)."""
+        """Committed shards: a readable manifest entry whose parts all match it. Any mismatch, a missing part
+        included (a resume removes an entry before its parts, so no live writer leaves one), and an unreadable
+        entry, lands in `self.damaged` (shard id -> the file and what is wrong with it). Entries are read
+        without blocking and only if regular files (`manifest.read_control`)."""
         out: dict[str, dict[str, Any]] = {}
         self.damaged = {}
         if not self.manifest_dir.is_dir():
@@ -217,9 +219,11 @@ class ShardStore:
         for p in sorted(self.manifest_dir.glob("shard-*.json")):
             sid = p.stem[len("shard-"):]
             try:
-                entry = json.loads(p.read_text(encoding="utf-8"))
+                entry = json.loads(manifest.read_control(p) or "null")
                 if not isinstance(entry, dict) or entry.get("shard_id") != sid:
                     raise ValueError("not the entry of this shard")
+            except manifest.OutdirUnsafe:
+                raise
             except (OSError, ValueError) as e:
                 self.damaged[sid] = f"{p}: unreadable manifest entry ({e})"
                 continue
@@ -232,8 +236,6 @@ class ShardStore:
             bad = {t: why for t, why in problems.items() if why}
             if not bad:
                 out[sid] = entry
-            elif set(bad.values()) == {"missing"}:
-                log.warning("manifest entry %s has missing parts: treating the shard as not committed", sid)
             else:
                 t, why = next(iter(bad.items()))
                 self.damaged[sid] = f"{self.part_path(t, sid)}: {why}"
@@ -266,7 +268,9 @@ class ShardStore:
         for sid, why in sorted(self.damaged.items()):
             log.warning("damaged shard %s (%s): its files are removed and it is run again", sid, why)
         removed = 0
-        for d in [self.outdir / t for t in OUTPUT_TABLES] + [self.manifest_dir]:
+        # entries first: a reader beside this clean-up then sees a shard uncommitted, never an entry whose
+        # parts are gone (which it must report as damage)
+        for d in [self.manifest_dir] + [self.outdir / t for t in OUTPUT_TABLES]:
             self._own(d)
             if not d.is_dir():
                 continue
@@ -301,10 +305,11 @@ class ShardStore:
 
     def read_header(self) -> dict[str, Any] | None:
         p = self.manifest_dir / "HEADER.json"
-        if not p.exists():
+        text = manifest.read_control(p)
+        if text is None:
             return None
         try:
-            header = json.loads(p.read_text(encoding="utf-8"))
+            header = json.loads(text)
             if not isinstance(header, dict):
                 raise ValueError(f"a {type(header).__name__}, not an object")
         except (OSError, ValueError) as e:

@@ -8,6 +8,9 @@ parts that are checked against their manifest entry before anything reads or res
   count, size and SHA-256, and carries the run id of its OUTDIR in its Parquet metadata. A part that is missing,
   truncated, replaced (by another shard's or another run's part) or is a link is *damaged*: readers refuse the
   OUTDIR naming the file, a resume re-runs exactly the damaged shards.
+- `read_control` / `require_regular`: the tool's own control files (`_ledger.json`, manifest entries, markers,
+  staged parts) are opened without blocking and only if they are regular files, so a FIFO or device planted
+  under one of their names is refused at once instead of hanging a run or a reader (issue 37).
 
 Hashing reads every part once per process: digests are cached by (device, inode, size, mtime), so the many
 reads of one `report` cost one pass over the files.
@@ -15,6 +18,7 @@ reads of one `report` cost one pass over the files.
 
 from __future__ import annotations
 
+import errno
 import hashlib
 import os
 import stat
@@ -61,6 +65,43 @@ def refuse_links(outdir: Path | str) -> None:
             f"remove the link or use a new OUTDIR")
 
 
+def require_regular(path: Path | str) -> None:
+    """Refuse (OutdirUnsafe) a control file or part that exists but is not a regular file; never opens it."""
+    try:
+        st = os.lstat(path)
+    except FileNotFoundError:
+        return
+    if not stat.S_ISREG(st.st_mode):
+        raise OutdirUnsafe(f"{path} is not a regular file (a link, FIFO, socket or device): this tool only "
+                           f"ever writes regular files there; remove it or use a new OUTDIR")
+
+
+def read_control(path: Path | str, limit: int = 64 * 1024**2) -> str | None:
+    """Text of one of the tool's control files (None: it does not exist). Opened with O_NONBLOCK and O_NOFOLLOW
+    and checked on the descriptor, so a FIFO never blocks and a link is never followed (both: OutdirUnsafe);
+    at most `limit` bytes are read (a control file is small; more is damage, not something to load)."""
+    flags = os.O_RDONLY | os.O_NONBLOCK | getattr(os, "O_NOFOLLOW", 0)
+    try:
+        fd = os.open(path, flags)
+    except FileNotFoundError:
+        return None
+    except OSError as exc:
+        if exc.errno in (errno.ELOOP, errno.ENXIO):  # a link (O_NOFOLLOW), or a socket/FIFO without a writer
+            raise OutdirUnsafe(f"{path} is not a regular file ({exc.strerror}): remove it or use a new OUTDIR") from None
+        raise
+    try:
+        if not stat.S_ISREG(os.fstat(fd).st_mode):
+            raise OutdirUnsafe(f"{path} is not a regular file (a FIFO, socket or device): this tool only ever "
+                               f"writes regular files there; remove it or use a new OUTDIR")
+        with os.fdopen(os.dup(fd), "rb") as f:
+            data = f.read(limit + 1)
+    finally:
+        os.close(fd)
+    if len(data) > limit:
+        raise DamagedOutput(f"{path} is larger than {limit} bytes: not a file this tool wrote")
+    return data.decode("utf-8-sig", errors="replace")
+
+
 def sha256_of(path: Path) -> str:
     st = os.stat(path, follow_symlinks=False)
     key = (st.st_dev, st.st_ino, st.st_size, st.st_mtime_ns)
@@ -90,7 +131,7 @@ def check_part(path: Path, rec: dict[str, Any] | None, run_id: str | None) -> st
     try:
         st = os.stat(path, follow_symlinks=False)
     except FileNotFoundError:
-        return "missing"
+        return "missing (deleted after it was committed)"
     if not stat.S_ISREG(st.st_mode):
         return "not a regular file (a link or a special file)"
     if rec is None:

@@ -1,17 +1,19 @@
-"""Driver side of a run, shared by both engines: resume, per-shard commit, progress, run record.
+"""Driver side of a run, shared by both engines: resume, commits, progress, run record.
 
-Only the driver writes outputs (through `io.ShardStore`), so workers need no access to OUTDIR and a shard is
-committed once, after all of its packs came back: parts first, manifest entry last.
+Only the driver writes outputs (through `io.ShardStore`), so workers need no access to OUTDIR. A shard is
+committed once, when its last pack comes back (entry `shard-<id>`: the shard is done); packs that finished
+before are committed as *pieces* of it (`shard-<id>_<k>`, recording the trace ids they settle) whenever
+`engine.commit_seconds` passed since the last commit, and on an interruption, so a kill loses at most that
+much finished work plus the packs that were running (issue 37). A resume skips done shards and, in a shard
+committed in part, the traces its pieces hold. Every commit: parts first, manifest entry last.
 """
 
 from __future__ import annotations
 
-import contextlib
+import dataclasses
 import logging
 import platform
-import signal
 import sys
-import threading
 import time
 import uuid
 from collections import Counter
@@ -27,8 +29,9 @@ from masprism_batch.config import PipelineConfig
 from masprism_batch.ingest.common import WARNING_REASONS
 from masprism_batch.io import OUTPUT_TABLES, OutdirLock, ShardStore, read_dataset, write_json_atomic
 
+from .interrupts import Interrupted, exit_status, interruptible  # noqa: F401 - re-exported (engines, CLI)
 from .packs import now_utc
-from .plan import INGEST_SHARD, InputPlan, Shard
+from .plan import INGEST_SHARD, InputPlan, Shard, read_marker
 from .work import result_to_tables
 
 log = logging.getLogger(__name__)
@@ -69,41 +72,6 @@ def breakdown(record: dict) -> str:
         *([part("model load", load)] if load else []), part("wall", inv.get("wall_seconds", 0.0))])
 
 
-class Interrupted(KeyboardInterrupt):
-    """The run was stopped by SIGTERM or SIGHUP (SIGINT raises a plain KeyboardInterrupt): no failure of any
-    trace. Committed shards stay; re-running the same command resumes. Exit status 128 + signal number."""
-
-    def __init__(self, signum: int):
-        super().__init__(signal.Signals(signum).name)
-        self.signum = signum
-
-
-def exit_status(exc: KeyboardInterrupt) -> int:
-    return 128 + (exc.signum if isinstance(exc, Interrupted) else signal.SIGINT)
-
-
-@contextlib.contextmanager
-def interruptible():
-    """SIGTERM/SIGHUP end the run through the normal unwinding path (finally blocks: the ledger takes back
-    the interrupted starts, Ray's private cluster is shut down, the OUTDIR lock released) instead of the
-    default abrupt death. Only the main thread can install handlers; elsewhere this is a no-op."""
-    if threading.current_thread() is not threading.main_thread():
-        yield
-        return
-
-    def stop(signum, frame):
-        for sig in old:  # a second SIGTERM (docker stop's retry) must not break the unwinding of the first
-            signal.signal(sig, signal.SIG_IGN)
-        raise Interrupted(signum)
-
-    old = {sig: signal.signal(sig, stop) for sig in (signal.SIGTERM, signal.SIGHUP)}
-    try:
-        yield
-    finally:
-        for sig, h in old.items():
-            signal.signal(sig, h)
-
-
 @dataclass
 class RunSummary:
     outdir: str
@@ -140,12 +108,10 @@ def resume_config(outdir: Path, cfg: PipelineConfig) -> PipelineConfig:
     """Shard identity must not change on resume: a different `traces_per_shard` would plan other row ranges
     and write committed traces a second time. The value recorded when OUTDIR was first planned (HEADER, or
     the staging marker of an older OUTDIR) wins over the option, with a warning."""
-    import json
-
     old = (ShardStore(outdir).read_header() or {}).get("traces_per_shard")
-    marker = Path(outdir) / "_staging" / "_COMPLETE.json"
-    if old is None and marker.is_file():
-        old = json.loads(marker.read_text(encoding="utf-8")).get("key", {}).get("traces_per_shard")
+    if old is None:
+        old = ((read_marker(Path(outdir) / "_staging" / "_COMPLETE.json") or {}).get("key") or {}).get(
+            "traces_per_shard")
     if old is None or int(old) == cfg.engine.traces_per_shard:
         return cfg
     log.warning("%s was planned with traces_per_shard=%d; resuming with it (shard identity), not %d",
@@ -153,8 +119,38 @@ def resume_config(outdir: Path, cfg: PipelineConfig) -> PipelineConfig:
     return cfg.model_copy(update={"engine": cfg.engine.model_copy(update={"traces_per_shard": int(old)})})
 
 
+def piece_parts(committed: dict[str, dict[str, Any]]) -> dict[str, list[dict[str, Any]]]:
+    """Committed pieces (entries with `piece_of`) by the shard they belong to."""
+    out: dict[str, list[dict[str, Any]]] = {}
+    for e in committed.values():
+        if e.get("piece_of"):
+            out.setdefault(e["piece_of"], []).append(e)
+    return out
+
+
+def _resume_of(shard: Shard, pieces: list[dict[str, Any]]) -> Shard:
+    """`shard` with what its committed pieces already settled (its traces, its read rejections)."""
+    if not pieces:
+        return shard
+    done = sorted({t for e in pieces for t in e.get("trace_ids") or []})
+    return dataclasses.replace(shard, done=tuple(done), errors_done=any(e.get("shard_errors") for e in pieces))
+
+
+def _settled_ids(tables: dict[str, pa.Table]) -> list[str]:
+    """Trace ids a committed pack settles: its traces, and the traces its CPU stage rejected for crashing a
+    worker (they are in no pack). The shard's read rejections are settled as a whole (`shard_errors`)."""
+    ids = set(tables["traces"].column("trace_id").to_pylist())
+    errs = tables["errors"]
+    if errs.num_rows:
+        for e in errs.select(["record_id", "stage", "reason"]).to_pylist():
+            if e["stage"] == "render" and e["reason"] == "worker_crashed" and e["record_id"]:
+                ids.add(e["record_id"])
+    return sorted(ids)
+
+
 class Committer:
-    """Collects pack results per shard and commits a shard when its last pack arrives."""
+    """Collects pack results per shard; commits a shard when its last pack arrives, and the packs that finished
+    before as pieces of it every `engine.commit_seconds` and on `flush` (an interruption)."""
 
     def __init__(self, outdir: Path, cfg: PipelineConfig, plan: InputPlan, engine: str, workers: int,
                  progress: bool = True, lock: OutdirLock | None = None):
@@ -163,11 +159,18 @@ class Committer:
         self.store = ShardStore(self.outdir)
         self.t0 = time.perf_counter()
         self.started_at = now_utc()
-        self._open: dict[str, list[dict[str, Any]]] = {}
+        self._open: dict[str, list[dict[str, Any]]] = {}  # finished packs not committed yet, per shard
+        self._seen: dict[str, set[int]] = {}  # pack indices received per shard (this invocation)
         self._done: set[str] = set()
+        self._next_piece: dict[str, int] = {}
+        self.commit_seconds = float(getattr(cfg.engine, "commit_seconds", 60.0))
+        self._last_commit = time.perf_counter()
         self.shards_run = 0
+        self.pieces_run = 0
         self.traces_done = 0
         self.tokens_done = 0
+        self.traces_committed = 0  # by this invocation (shards and pieces)
+        self.tokens_committed = 0
         self._check_header()
         self.store.clean()
         committed = self.store.committed()
@@ -175,14 +178,29 @@ class Committer:
             tables = {"traces": schema.TRACES.empty_table(), "attributions": schema.ATTRIBUTIONS.empty_table(),
                       "step_scores": schema.STEP_SCORES.empty_table(), "errors": plan.ingest_errors}
             self.store.commit(INGEST_SHARD, tables, self._entry(INGEST_SHARD, tables, {}, "raw inputs"), self.run_id)
-        self.pending: list[Shard] = [s for s in plan.shards if s.shard_id not in committed]
+        pieces = piece_parts(committed)
+        for sid, es in pieces.items():
+            self._next_piece[sid] = 1 + max(int(e["shard_id"].rsplit("_", 1)[1]) for e in es)
+        self.pending: list[Shard] = [_resume_of(s, pieces.get(s.shard_id, [])) for s in plan.shards
+                                     if s.shard_id not in committed]
         self.skipped = len(plan.shards) - len(self.pending)
-        total = sum(s.stop - s.start for s in self.pending)
-        self.bar = tqdm(total=total, unit="trace", desc=f"attribute ({engine})", dynamic_ncols=True,
+        self.traces_total = sum(s.stop - s.start for s in plan.shards)
+        left = sum(s.stop - s.start - len(s.done) for s in self.pending)
+        self.traces_before = self.traces_total - left
+        self.bar = tqdm(total=left, unit="trace", desc=f"attribute ({engine})", dynamic_ncols=True,
                         disable=not progress or None, smoothing=0.1)
         self._last_log = time.perf_counter()
-        if self.skipped:
-            log.info("resuming: %d of %d shards already committed", self.skipped, len(plan.shards))
+        if self.traces_before and self.pending:
+            log.info("resuming: %d of %d done (%d of %d shards whole, %d in part); %d traces to run",
+                     self.traces_before, self.traces_total, self.skipped, len(plan.shards),
+                     sum(1 for s in self.pending if s.done), left)
+
+    def progress_counts(self) -> tuple[int, int]:
+        """(traces committed in OUTDIR, traces planned): what an interruption message reports."""
+        return self.traces_before + self.traces_committed, self.traces_total
+
+    def elapsed(self) -> float:
+        return time.perf_counter() - self.t0
 
     def _check_header(self) -> None:
         header = {"config_hash": self.cfg.config_hash(), "model": self.cfg.model.name, "staged": self.plan.staged,
@@ -236,13 +254,14 @@ class Committer:
                 "committed_at": now_utc().isoformat()}
 
     def add(self, result: dict[str, Any]) -> None:
-        sid = result["shard_id"]
-        parts = self._open.setdefault(sid, []) if sid not in self._done else None
-        if parts is None or any(p["pack_index"] == result["pack_index"] for p in parts):
+        sid, idx = result["shard_id"], int(result["pack_index"])
+        seen = self._seen.setdefault(sid, set())
+        if sid in self._done or idx in seen:
             # never expected from Ray Data, but a duplicated result must not become a duplicated row
-            log.warning("ignoring a repeated result for shard %s pack %s", sid, result["pack_index"])
+            log.warning("ignoring a repeated result for shard %s pack %s", sid, idx)
             return
-        parts.append(result)
+        seen.add(idx)
+        self._open.setdefault(sid, []).append(result)
         self.traces_done += int(result["n_traces"])
         self.tokens_done += int(result["tokens"])
         self.bar.update(int(result["n_records"]))
@@ -252,10 +271,19 @@ class Committer:
             self._last_log = time.perf_counter()
             log.info("progress: %d traces, %.2f traces/s, %.0f tokens/s", self.traces_done,
                      self.traces_done / elapsed, self.tokens_done / elapsed)
-        if len(parts) == int(result["n_packs"]):
+        if len(seen) == int(result["n_packs"]):
             self._commit(sid, self._open.pop(sid))
+        elif time.perf_counter() - self._last_commit >= self.commit_seconds:
+            self.flush()
 
-    def _commit(self, sid: str, parts: list[dict[str, Any]]) -> None:
+    def flush(self) -> None:
+        """Commit every finished pack now, as pieces of their shards (the time bound, or an interruption)."""
+        for sid in list(self._open):
+            parts = self._open.pop(sid)
+            if parts:
+                self._commit(sid, parts, piece=True)
+
+    def _commit(self, sid: str, parts: list[dict[str, Any]], piece: bool = False) -> None:
         t0 = time.perf_counter()
         parts.sort(key=lambda p: p["pack_index"])
         per = [result_to_tables(p) for p in parts]
@@ -264,11 +292,25 @@ class Committer:
         stats["tokens"] = int(sum(p["tokens"] for p in parts))
         stats.update(pass_stats(tables["attributions"], parts))
         stats["seconds_commit"] = time.perf_counter() - t0
-        self.store.commit(sid, tables, self._entry(sid, tables, stats, parts[0]["label"]), self.run_id)
+        entry = self._entry(sid, tables, stats, parts[0]["label"])
+        cid = sid
+        if piece:
+            k = self._next_piece.get(sid, 0)
+            self._next_piece[sid] = k + 1
+            cid = f"{sid}_{k}"
+            entry.update(piece_of=sid, trace_ids=_settled_ids(tables),
+                         shard_errors=any(int(p["pack_index"]) == 0 for p in parts))
+        self.store.commit(cid, tables, entry, self.run_id)
         if self.lock is not None:
             self.lock.touch()
-        self._done.add(sid)
-        self.shards_run += 1
+        self._last_commit = time.perf_counter()
+        self.traces_committed += sum(int(p["n_traces"]) for p in parts)
+        self.tokens_committed += int(stats["tokens"])
+        if piece:
+            self.pieces_run += 1
+        else:
+            self._done.add(sid)
+            self.shards_run += 1
 
     def finish(self, extra: dict[str, Any] | None = None) -> RunSummary:
         self.bar.close()
@@ -288,6 +330,7 @@ class Committer:
             stage.update(e["stage_seconds"])
             tokens.update(e.get("stage_tokens", {}))
         rej_by, warn_by = split_reasons(dict(reasons))
+        whole = sum(1 for e in committed.values() if not e.get("piece_of"))
         attributed = sum(e["attributed"] for e in committed.values())
         rejected, warnings = sum(rej_by.values()), sum(warn_by.values())
         distinct = self._distinct_inputs()
@@ -300,7 +343,8 @@ class Committer:
             "counts": {"in": distinct, "attributed": attributed, "rejected": rejected,
                        "rejected_by_reason": rej_by, "warnings": warnings, "warnings_by_reason": warn_by,
                        "tokens": sum(e["tokens"] for e in committed.values())},
-            "shards": {"total": len(committed), "run": self.shards_run, "skipped": self.skipped},
+            "shards": {"total": whole, "run": self.shards_run, "skipped": self.skipped,
+                       "pieces": len(committed) - whole, "pieces_run": self.pieces_run},
             "stage_seconds_total": {k: round(v, 3) for k, v in stage.items()},
             "stage_tokens_total": {k: int(tokens.get(k, 0)) for k in TOKEN_KEYS},
             "this_invocation": {
@@ -315,7 +359,7 @@ class Committer:
         write_json_atomic(record, path)
         inv = record["this_invocation"]
         return RunSummary(str(self.outdir), self.engine, self.workers, record["counts"]["in"], attributed,
-                          rejected, rej_by, len(committed), self.shards_run,
+                          rejected, rej_by, whole, self.shards_run,
                           self.skipped, wall, inv["traces_per_second"], inv["tokens_per_second"], str(path),
                           extra or {}, warnings, warn_by, breakdown=breakdown(record))
 

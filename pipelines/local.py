@@ -7,7 +7,8 @@ The OUTDIR lock is held for the whole run. A crash of the process itself (segfau
 here, so the rule of the Ray engine is applied across resumes through `OUTDIR/_ledger.json` (`FileLedger`):
 a shard's CPU stage or a pack that crashed the process twice is re-run one trace at a time, and a trace that
 crashed it on its own twice is written to errors/ (`worker_crashed`) instead of crashing every resume. SIGTERM,
-SIGHUP and Ctrl-C are no crash: the run unwinds and the ledger takes back the starts they interrupted.
+SIGHUP and Ctrl-C are no crash: the run unwinds, commits the packs that finished (`interrupts.record_interruption`)
+and the ledger takes back the starts they interrupted.
 """
 
 from __future__ import annotations
@@ -20,6 +21,7 @@ from masprism_batch.config import PipelineConfig
 from masprism_batch.io import OutdirLock
 
 from .driver import Committer, RunSummary, interruptible, resume_config
+from .interrupts import record_interruption
 from .packs import PACK_CRASHES_BEFORE_ONE_BY_ONE, CrashGuard, FileLedger, attribute_traces, load_model
 from .plan import plan_inputs
 from .select import Selection
@@ -61,11 +63,21 @@ def run_local(inputs: list[str], outdir: str | Path, cfg: PipelineConfig, *, fmt
             ledger = FileLedger(outdir / LEDGER_NAME)
             try:
                 _work(committer, model, cfg, ledger, attribute)
-            except KeyboardInterrupt:  # SIGTERM/SIGHUP/SIGINT: not a crash of what was running
-                log.warning("interrupted: committed shards are kept; re-run the same command to resume")
+            except KeyboardInterrupt as exc:  # SIGTERM/SIGHUP/SIGINT: not a crash of what was running
                 ledger.interrupted()
+                record_interruption(committer, exc, extra)
+                raise
+            except Exception:
+                flush_quietly(committer)  # whatever stopped the run, the packs that finished are kept
                 raise
         return committer.finish(extra)
+
+
+def flush_quietly(committer: Committer) -> None:
+    try:
+        committer.flush()
+    except Exception as e:  # noqa: BLE001 - the run's own error is the one to report
+        log.warning("could not commit the finished packs (%s): they will be redone", e)
 
 
 def _work(committer: Committer, model, cfg: PipelineConfig, ledger: FileLedger, attribute) -> None:
@@ -74,6 +86,6 @@ def _work(committer: Committer, model, cfg: PipelineConfig, ledger: FileLedger, 
         tasks = prepare_shard(shard, model.tokenizer, model.max_context, cfg, guard=_guard(ledger, key))
         ledger.done(key)
         for task in tasks:
-            pkey = f"{task['shard_id']}/{task['pack_index']}"
+            pkey = f"{task['shard_id']}/{task['pack_key']}"  # by content: the same after a partial commit
             committer.add(attribute_pack(task, model, cfg, guard=_guard(ledger, pkey), attribute=attribute))
             ledger.done(pkey)

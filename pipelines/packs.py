@@ -75,7 +75,10 @@ class CrashGuard:
     the error reason when this trace already crashed a worker TRACE_CRASHES_BEFORE_REJECT times on its own: the
     caller then rejects it. (An interruption by a signal is no crash: `FileLedger.interrupted` takes its starts
     back. A kill -9 or an OOM kill of the whole process cannot be told from a crash the trace caused, hence two
-    crashes alone, not one: three such kills in a row still reject no trace.)"""
+    crashes alone, not one: three such kills in a row still reject no trace.) A rejected trace keeps its count
+    until its unit (pack or CPU stage) finishes, whose `done` drops the unit's trace keys with it: if another
+    trace of the unit crashes the process before the unit is committed, the rerun rejects the first one again
+    at once instead of running it from zero (k poison traces in one unit: 2 + 2k crashes, issue 37)."""
 
     def __init__(self, begin_fn, done_fn, prefix: str):
         self.begin_fn, self.done_fn, self.prefix = begin_fn, done_fn, prefix
@@ -83,8 +86,7 @@ class CrashGuard:
     def begin(self, trace_id: str) -> str | None:
         if self.begin_fn(self.prefix + trace_id) < TRACE_CRASHES_BEFORE_REJECT:
             return None
-        self.done_fn(self.prefix + trace_id)  # settled: the trace is rejected, not run again
-        return "worker_crashed"
+        return "worker_crashed"  # its key stays until the unit is done (see the class docstring)
 
     def done(self, trace_id: str) -> None:
         self.done_fn(self.prefix + trace_id)
@@ -95,20 +97,26 @@ TRACE_CRASHES_BEFORE_REJECT = 2  # a trace is rejected only after it crashed its
 
 
 class FileLedger:
-    """Start/finish counts per key in one JSON file (OUTDIR/_ledger.json) that outlives the process: the local
-    engine's memory of crashes across resumes (Ray's is an actor). Keys are deterministic (shard id, pack
-    index, trace id), so a resumed run finds them; a key whose starts and finishes match is dropped."""
+    """Start/finish counts per key in one JSON file (OUTDIR/_ledger.json) that outlives the process: the crash
+    memory of the local engine across resumes, and of the Ray engine's ledger actor across its restarts and the
+    driver's. Keys are deterministic (shard id, pack content, trace id), so a resumed run finds them; a key
+    whose starts and finishes match is dropped, and `done(unit)` drops the unit's trace keys (`unit/...`)."""
 
     def __init__(self, path):
         import json
         from pathlib import Path
 
+        from masprism_batch.manifest import read_control
+
         self.path = Path(path)
         self._mine: set[str] = set()  # keys begun by this process and not finished yet
+        text = read_control(self.path)  # never blocks: a FIFO in its place is refused (OutdirUnsafe)
         try:
-            self.started: dict[str, int] = json.loads(self.path.read_text(encoding="utf-8")) if self.path.exists() else {}
+            loaded = json.loads(text) if text else {}
         except ValueError:
-            self.started = {}
+            loaded = {}
+        ok = isinstance(loaded, dict) and all(isinstance(v, int) and not isinstance(v, bool) for v in loaded.values())
+        self.started: dict[str, int] = {str(k): int(v) for k, v in loaded.items()} if ok else {}
 
     def _save(self) -> None:
         from masprism_batch.io import write_json_atomic
@@ -124,7 +132,11 @@ class FileLedger:
 
     def done(self, key: str) -> None:
         self._mine.discard(key)
-        if self.started.pop(key, None) is not None:
+        inner = [k for k in self.started if k.startswith(key + "/")]
+        for k in inner:
+            self.started.pop(k)
+            self._mine.discard(k)
+        if self.started.pop(key, None) is not None or inner:
             self._save()
 
     def interrupted(self) -> None:

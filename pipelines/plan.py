@@ -25,8 +25,9 @@ import pyarrow.parquet as pq
 from masprism_batch import schema
 from masprism_batch.config import IngestConfig
 from masprism_batch.ingest.common import IngestError, apply_caps
-from masprism_batch.ingest.status import skip_succeeded
+from masprism_batch.ingest.status import attributable
 from masprism_batch.io import DatasetWriter, write_json_atomic
+from masprism_batch.manifest import read_control, require_regular
 from masprism_batch.schema import error_row
 from masprism_batch.trace import Trace
 
@@ -47,6 +48,10 @@ class Shard:
     label: str  # input as the user named it (errors/.input_path); never used to build a path
     partition: dict[str, str] = field(default_factory=dict)  # hive keys missing from the file's columns
     skip: tuple[int, ...] = ()  # file-relative rows that repeat an earlier trace_id
+    # resume of a shard committed in part (driver.Committer pieces): trace ids already committed, and whether
+    # the shard's read rejections were (they travel with its first pack)
+    done: tuple[str, ...] = ()
+    errors_done: bool = False
 
     def to_json(self) -> str:
         return json.dumps(asdict(self), sort_keys=True)
@@ -55,6 +60,7 @@ class Shard:
     def from_json(cls, text: str) -> Shard:
         d = json.loads(text)
         d["skip"] = tuple(d["skip"])
+        d["done"] = tuple(d.get("done", ()))
         return cls(**d)
 
 
@@ -102,8 +108,29 @@ def _fragments(path: str) -> list[tuple[str, dict[str, str]]]:
 
 
 def _staged_rows(staging: Path) -> dict[str, int]:
-    return {f"{d}/{f.name}": pq.ParquetFile(f).metadata.num_rows
+    return {f"{d}/{f.name}": _parquet(f).metadata.num_rows
             for d in ("traces", "errors") for f in sorted((staging / d).glob("part-*.parquet"))}
+
+
+def _parquet(path: Path) -> pq.ParquetFile:
+    """A staged part, refused unless a regular file (a FIFO would block the open forever)."""
+    require_regular(path)
+    return pq.ParquetFile(path)
+
+
+def read_marker(marker: Path, strict: bool = False) -> dict | None:
+    """The staging's `_COMPLETE.json` (None: absent, or unreadable unless `strict`: then a ValueError), read
+    without blocking (a FIFO is refused)."""
+    text = read_control(marker)
+    try:
+        done = json.loads(text) if text is not None else None
+        if done is not None and not isinstance(done, dict):
+            raise ValueError("not a JSON object")
+    except ValueError as exc:
+        if strict:
+            raise ValueError(f"{marker} is unreadable ({exc}): use a new OUTDIR") from None
+        return None
+    return done
 
 
 def _describe(key: dict) -> str:
@@ -136,11 +163,10 @@ def staging_conflict(outdir: Path, inputs: list[str], fmt: str, select: Selectio
     """Read-only early answer, before a model is loaded: why OUTDIR's finished staging is not these inputs and
     this selection (None: no staging, or the same). `stage_raw` makes the binding check under the OUTDIR lock;
     shard size is left to it, since a resume may take it from the run's header."""
-    marker = Path(outdir) / "_staging" / "_COMPLETE.json"
-    try:
-        staged = json.loads(marker.read_text(encoding="utf-8")).get("key") or {}
-    except (OSError, ValueError):
+    done = read_marker(Path(outdir) / "_staging" / "_COMPLETE.json")
+    if done is None:
         return None
+    staged = done.get("key") or {}
     asked = _staging_key(inputs, fmt, staged.get("traces_per_shard"), select)
     return None if staged == asked else _conflict(Path(outdir), staged, asked)
 
@@ -158,8 +184,8 @@ def stage_raw(inputs: list[str], staging: Path, fmt: str, traces_per_shard: int,
     marker = staging / "_COMPLETE.json"
     select = select or Selection()
     key = _staging_key(inputs, fmt, traces_per_shard, select)
-    if marker.exists():
-        done = json.loads(marker.read_text(encoding="utf-8"))
+    done = read_marker(marker, strict=True)
+    if done is not None:
         if done.get("key") != key:
             raise ValueError(_conflict(staging.parent, done.get("key") or {}, key))
         if "parts" in done and _staged_rows(staging) != done["parts"]:
@@ -174,7 +200,10 @@ def stage_raw(inputs: list[str], staging: Path, fmt: str, traces_per_shard: int,
     traces = DatasetWriter(partial / "traces", schema.TRACES, rows_per_part=traces_per_shard, prefix="part")
     errors = DatasetWriter(partial / "errors", schema.ERRORS, rows_per_part=4096, prefix="part")
     n, buffered = 0, 0
-    for t in select.apply(ingest.read_inputs(list(inputs), fmt=fmt, on_error=errors.write, limits=limits)):
+    read = ingest.read_inputs(list(inputs), fmt=fmt, on_error=errors.write, limits=limits)
+    if limits is None or not limits.all_runs:  # before the selection: --sample N / --limit N count attributed runs
+        read = attributable(read, errors.write)
+    for t in select.apply(read):
         traces.write(t.to_row())
         n += 1
         buffered += sum(len(s.content or "") for s in t.steps)
@@ -214,13 +243,15 @@ def plan_inputs(inputs: list[str], outdir: Path, fmt: str, traces_per_shard: int
         for f in sorted((staging / "traces").glob("part-*.parquet")):
             files.append((str(f.resolve()), f"_staging/{f.name}", label, {}))
         err_files = sorted((staging / "errors").glob("part-*.parquet"))
-        ingest_errors = (pa.concat_tables([pq.read_table(f, schema=schema.ERRORS) for f in err_files])
+        ingest_errors = (pa.concat_tables([pq.read_table(f, schema=schema.ERRORS) for f in err_files
+                                           if require_regular(f) is None])
                          if err_files else schema.ERRORS.empty_table())
     else:
         for p in inputs:
             files += [(f, f, p, part) for f, part in _fragments(p)]
     shards, seen = [], set()
     for path, key, label, part in files:
+        require_regular(path)
         ids = pq.read_table(path, columns=["trace_id"]).column("trace_id").to_pylist()
         dup = []
         for i, tid in enumerate(ids):
@@ -238,7 +269,7 @@ def read_shard(shard: Shard, limits: IngestConfig | None = None) -> tuple[list[T
     """Rows [start, stop) of the shard's file as Traces; unreadable rows and repeated ids become errors. The
     ingest caps (`limits`) apply here too, so canonical Parquet read in place is bounded like raw input
     (a no-op on staged input, already capped)."""
-    pf = pq.ParquetFile(shard.path)
+    pf = _parquet(Path(shard.path))
     cols = [c for c in schema.TRACES.names if c in pf.schema_arrow.names]
     groups, offset = [], 0
     first_row = None
@@ -274,5 +305,5 @@ def read_shard(shard: Shard, limits: IngestConfig | None = None) -> tuple[list[T
             errors.append(error_row(input_path=shard.label, record_id=tid or f"row:{i}", stage="ingest",
                                     reason="invalid_row", message=f"{e}"[:2000]))
     if limits is None or not limits.all_runs:  # succeeded runs: counted and listed, not attributed (issue 35)
-        traces = skip_succeeded(traces, errors.append, shard.label)
+        traces = list(attributable(traces, errors.append, shard.label))
     return traces, errors

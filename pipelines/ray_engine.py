@@ -9,7 +9,9 @@ restart without limit and their tasks are retried (Ray Data's defaults for actor
 how often each shard's CPU stage, each pack and each trace was started and finished, so a unit whose worker
 died twice is re-run one trace at a time and a trace that killed a worker on its own twice is written to errors/
 (`worker_crashed`, stage `render` or `prefill`) instead of killing workers forever: the same rule in both
-stages, and in the local engine (across resumes, `local.FileLedger`).
+stages, and in the local engine (across resumes, `packs.FileLedger`). The ledger keeps its counts in
+OUTDIR/_ledger.json (a `FileLedger`, on the driver's node), so a ledger actor that is killed restarts with them
+(`max_restarts=-1`), and every call to it is retried (`ledger_call`) instead of failing the run.
 
 A cluster started here (no `--address`) is private and stopped when the run ends (`ray_cluster.py`).
 """
@@ -21,7 +23,6 @@ import math
 import os
 import sys
 import time
-from collections import Counter
 from pathlib import Path
 from typing import Any
 
@@ -29,7 +30,15 @@ from masprism_batch.config import PipelineConfig
 from masprism_batch.io import OutdirLock
 
 from .driver import Committer, RunSummary, interruptible, resume_config
-from .packs import PACK_CRASHES_BEFORE_ONE_BY_ONE, CrashGuard, attribute_traces, load_model, load_tokenizer
+from .interrupts import record_interruption
+from .packs import (
+    PACK_CRASHES_BEFORE_ONE_BY_ONE,
+    CrashGuard,
+    FileLedger,
+    attribute_traces,
+    load_model,
+    load_tokenizer,
+)
 from .plan import Shard, plan_inputs
 from .ray_cluster import ray_cluster
 from .select import Selection
@@ -46,19 +55,43 @@ _CTX = {  # Ray Data settings of a run (restored afterwards: the context is proc
 _TOKENIZERS: dict[Any, Any] = {}  # per worker process: the tokenizer is loaded once, not once per shard
 
 
-def _ledger_guard(ledger, key: str) -> CrashGuard | None:
-    """begin(key) on the ledger actor; past the crash rule, a guard that pins crashes to single traces."""
+LEDGER_ATTEMPTS = 6  # calls to the ledger actor: tried this often, waits doubling from 0.5 s (~30 s in all)
+
+
+def retry(call, retryable: tuple[type[BaseException], ...], attempts: int = LEDGER_ATTEMPTS, wait: float = 0.5,
+          sleep=time.sleep):
+    """`call()` again after a `retryable` error (the ledger actor died and is restarting), `attempts` times in
+    all with doubling waits; the last error is raised."""
+    for i in range(attempts):
+        try:
+            return call()
+        except retryable as exc:
+            if i == attempts - 1:
+                raise
+            log.warning("ledger call failed (%s: %s): retrying", type(exc).__name__, exc)
+            sleep(wait * 2**i)
+    raise AssertionError("unreachable")
+
+
+def ledger_call(ledger, method: str, *args):
+    """One call to the ledger actor, retried while it restarts (a killed ledger must not abort the run)."""
     import ray
 
-    crashes = ray.get(ledger.begin.remote(key))
+    errors = (ray.exceptions.RayActorError, ray.exceptions.GetTimeoutError,
+              getattr(ray.exceptions, "ActorUnavailableError", ray.exceptions.RayActorError))
+    return retry(lambda: ray.get(getattr(ledger, method).remote(*args), timeout=60), errors)
+
+
+def _ledger_guard(ledger, key: str) -> CrashGuard | None:
+    """begin(key) on the ledger actor; past the crash rule, a guard that pins crashes to single traces."""
+    crashes = ledger_call(ledger, "begin", key)
     if crashes < PACK_CRASHES_BEFORE_ONE_BY_ONE:
         return None
     log.warning("%s crashed a worker %d times: running its traces one by one", key, crashes)
-    return CrashGuard(lambda k: ray.get(ledger.begin.remote(k)), lambda k: ray.get(ledger.done.remote(k)), key + "/")
+    return CrashGuard(lambda k: ledger_call(ledger, "begin", k), lambda k: ledger_call(ledger, "done", k), key + "/")
 
 
 def _prepare(row: dict[str, Any], cfg_json: str, load_tokenizer, ledger=None) -> list[dict[str, Any]]:
-    import ray
 
     cfg = PipelineConfig.model_validate_json(cfg_json)
     key = (cfg.model.model_dump_json(), load_tokenizer)  # the loader too: another run may pass another one
@@ -69,24 +102,13 @@ def _prepare(row: dict[str, Any], cfg_json: str, load_tokenizer, ledger=None) ->
         return prepare_shard(shard, *_TOKENIZERS[key], cfg)
     lkey = f"{shard.shard_id}/prepare"  # Ray retries a task whose worker died: the ledger bounds it
     out = prepare_shard(shard, *_TOKENIZERS[key], cfg, guard=_ledger_guard(ledger, lkey))
-    ray.get(ledger.done.remote(lkey))
+    ledger_call(ledger, "done", lkey)
     return out
 
 
-class Ledger:
-    """Start/finish counts per key, held by one actor; a crash leaves a start without a finish."""
-
-    def __init__(self):
-        self.started: Counter = Counter()
-        self.finished: Counter = Counter()
-
-    def begin(self, key: str) -> int:
-        crashes = self.started[key] - self.finished[key]
-        self.started[key] += 1
-        return crashes
-
-    def done(self, key: str) -> None:
-        self.finished[key] += 1
+class Ledger(FileLedger):
+    """Start/finish counts per key, held by one actor; a crash leaves a start without a finish. Kept in
+    OUTDIR/_ledger.json (`FileLedger`): a restarted actor, and a resumed run, start from the counts."""
 
 
 class ModelActor:
@@ -102,14 +124,13 @@ class ModelActor:
 
     def __call__(self, batch):
         import pyarrow as pa
-        import ray
 
         out = []
         for task in batch.to_pylist():
-            key = f"{task['shard_id']}/{task['pack_index']}"
+            key = f"{task['shard_id']}/{task['pack_key']}"  # by content: the same after a partial commit
             guard = _ledger_guard(self.ledger, key)
             out.append(attribute_pack(task, self.model, self.cfg, guard=guard, attribute=self.attribute))
-            ray.get(self.ledger.done.remote(key))
+            ledger_call(self.ledger, "done", key)
         return pa.Table.from_pylist(out)
 
 
@@ -157,8 +178,17 @@ def run_ray(inputs: list[str], outdir: str | Path, cfg: PipelineConfig, *, worke
             n, resources, threads = actor_resources(workers, cfg)
             committer.workers = n
             extra.update(actor_resources=resources, actor_threads=threads)
-            _execute(committer, committer.pending, cfg, n, resources, threads,
-                     load_model=load_model, load_tokenizer=load_tokenizer, attribute=attribute)
+            try:
+                _execute(committer, committer.pending, cfg, n, resources, threads,
+                         load_model=load_model, load_tokenizer=load_tokenizer, attribute=attribute)
+            except KeyboardInterrupt as exc:  # the ledger took its starts back (`_execute`)
+                record_interruption(committer, exc, extra)
+                raise
+            except Exception:
+                from .local import flush_quietly
+
+                flush_quietly(committer)  # whatever stopped the run, the packs that finished are kept
+                raise
             return committer.finish(extra)
 
 
@@ -172,7 +202,14 @@ def _execute(committer: Committer, pending: list[Shard], cfg: PipelineConfig, n:
     for k, v in _CTX.items():
         setattr(ctx, k, v)
     ctx.execution_options.preserve_order = False
-    ledger = ray.remote(num_cpus=0, max_restarts=-1)(Ledger).remote()
+    from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
+
+    from .local import LEDGER_NAME
+
+    # on the driver's node, where OUTDIR is: its counts file survives the actor (and the run)
+    here = NodeAffinitySchedulingStrategy(ray.get_runtime_context().get_node_id(), soft=False)
+    ledger = ray.remote(num_cpus=0, max_restarts=-1, max_task_retries=-1, scheduling_strategy=here)(Ledger).remote(
+        str(committer.outdir / LEDGER_NAME))
     cfg_json = cfg.model_dump_json()
     t0 = time.perf_counter()
     try:
@@ -187,6 +224,12 @@ def _execute(committer: Committer, pending: list[Shard], cfg: PipelineConfig, n:
                                                    "load_model": load_model, "attribute": attribute}, **resources)
         for row in ds.iter_rows():
             committer.add(row)
+    except KeyboardInterrupt:  # not a crash of what was running: its starts are taken back, as locally
+        try:
+            ray.get(ledger.interrupted.remote(), timeout=10)
+        except Exception as e:  # noqa: BLE001 - unwinding: the interruption is what gets reported
+            log.warning("the ledger could not take back the interrupted starts (%s)", e)
+        raise
     finally:
         ray.kill(ledger)
         for k, v in saved.items():

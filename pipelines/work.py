@@ -9,6 +9,7 @@ the very same bytes through the very same functions.
 
 from __future__ import annotations
 
+import hashlib
 import time
 from typing import Any
 
@@ -28,9 +29,15 @@ def prepare_shard(shard: Shard, tokenizer, model_context: int, cfg: PipelineConf
     """One shard -> its packs, each with its traces' pass-1 renders (Arrow, `pass1.RENDERED`). Pack 0 also
     carries the shard's read rejections (and caps warnings); an empty shard is one empty pack, so every shard
     reaches the committer. `model_context`: the model's context, which bounds the render like the model
-    stage's own. `guard`: see `make_packs`."""
+    stage's own. `guard`: see `make_packs`. A shard committed in part (`shard.done`, `shard.errors_done`: a
+    resume after an interruption) packs only the traces its committed pieces do not hold."""
     t0 = time.perf_counter()
     traces, errors = read_shard(shard, cfg.ingest)
+    if shard.done:
+        done = set(shard.done)
+        traces = [t for t in traces if t.trace_id not in done]
+    if shard.errors_done:
+        errors = []
     t1 = time.perf_counter()
     packs = make_packs(traces, tokenizer, pass1.render_config(cfg, model_context), cfg, guard, shard.label,
                        errors)
@@ -42,6 +49,7 @@ def prepare_shard(shard: Shard, tokenizer, model_context: int, cfg: PipelineConf
             "shard_id": shard.shard_id,
             "label": shard.label,
             "pack_index": i,
+            "pack_key": pack_key(t.trace_id for t in pack),
             "n_packs": len(packs),
             "n_traces": len(pack),
             "n_records": len(pack) + (len(errors) if i == 0 else 0),  # what the progress bar counts
@@ -54,6 +62,12 @@ def prepare_shard(shard: Shard, tokenizer, model_context: int, cfg: PipelineConf
             "seconds_render": (t2 - t1) if i == 0 else 0.0,
         })
     return out
+
+
+def pack_key(trace_ids) -> str:
+    """A pack's name in the crash ledger, from the traces it holds (not its index): a resume that packs only
+    the traces not yet committed finds the same pack under the same key, so its crash count carries over."""
+    return hashlib.sha256("\0".join(sorted(trace_ids)).encode()).hexdigest()[:16]
 
 
 def attribute_pack(task: dict[str, Any], model, cfg: PipelineConfig, guard=None,

@@ -82,8 +82,26 @@ def iter_trace_batches(outdir: Path, columns: list[str], batch_size: int = 256) 
 
 
 def run_records(outdir: Path) -> list[dict[str, Any]]:
-    """Run records from OUTDIR/run.json: one object, a list of them, or an object holding `runs`/`history`."""
-    p = Path(outdir) / "run.json"
+    """Run records from OUTDIR/run.json (one object, a list of them, or an object holding `runs`/`history`),
+    then those of invocations stopped by a signal (`_manifest/interrupted-*.json`)."""
+    return _run_json(Path(outdir)) + _interrupted(Path(outdir))
+
+
+def _interrupted(outdir: Path) -> list[dict[str, Any]]:
+    out = []
+    for p in sorted((outdir / io.MANIFEST_DIR).glob("interrupted-*.json")):
+        try:
+            rec = json.loads(io.manifest.read_control(p) or "null")
+        except (OSError, ValueError) as exc:
+            log.warning("%s unreadable (%s): that interrupted invocation is not listed", p, exc)
+            continue
+        if isinstance(rec, dict):
+            out.append(rec)
+    return out
+
+
+def _run_json(outdir: Path) -> list[dict[str, Any]]:
+    p = outdir / "run.json"
     if not p.is_file():
         return []
     try:

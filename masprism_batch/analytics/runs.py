@@ -4,6 +4,8 @@ run.json holds only the latest invocation, so each `stats` call folds it into th
 OUTDIR/stats/runs.parquet (one row per invocation, keyed by its start time). Rules:
 - times are typed (`started_at`, `finished_at`: UTC timestamps); an older runs.parquet with text times is
   converted, not dropped;
+- an invocation stopped by a signal leaves `_manifest/interrupted-*.json` (pipelines/interrupts.py): one row,
+  `status` `interrupted`, with what it committed;
 - an invocation that did nothing (a resume that found every shard committed: 0 traces, 0 shards run) adds
   no row;
 - an invocation killed before it wrote run.json still counts: shards it committed (OUTDIR/_manifest/) that no
@@ -30,7 +32,7 @@ _TS = pa.timestamp("us", tz="UTC")
 RUNS_SCHEMA = pa.schema([("run_index", _I), ("started_at", _TS), ("finished_at", _TS), ("status", _S),
                          ("engine", _S), ("model_id", _S), ("traces", _I), ("tokens", _I), ("seconds", _F),
                          ("traces_per_s", _F), ("tokens_per_s", _F), ("record_json", pa.large_string())])
-FINISHED, KILLED = "finished", "killed"
+FINISHED, KILLED, INTERRUPTED = "finished", "killed", "interrupted"
 
 
 def parse_ts(v: Any) -> datetime | None:
@@ -117,7 +119,8 @@ def runs(records: list[dict[str, Any]], previous: pa.Table | None = None,
         if _noop(flat):
             log.info("run.json records a no-op resume (nothing left to do): no history row")
             continue
-        row: dict[str, Any] = {"run_index": len(rows), "status": FINISHED,
+        status = INTERRUPTED if rec.get("status") == INTERRUPTED else FINISHED
+        row: dict[str, Any] = {"run_index": len(rows), "status": status,
                                "record_json": json.dumps(rec, default=str, sort_keys=True)}
         for col, names in _RUN_FIELDS.items():
             hit = next((flat[k] for k in flat if k.rsplit(".", 1)[-1] in names and flat[k] is not None), None)
@@ -150,7 +153,7 @@ def killed_rows(committed: dict[str, dict[str, Any]], known: list[dict[str, Any]
     between recorded invocations (each gap holds at most one killed invocation's commits... or several killed
     ones in a row, which the manifest cannot tell apart)."""
     windows = [(r["started_at"], r["finished_at"]) for r in known
-               if r.get("status", FINISHED) == FINISHED and r["started_at"] is not None and r["finished_at"] is not None]
+               if r.get("status", FINISHED) in (FINISHED, INTERRUPTED) and r["started_at"] is not None and r["finished_at"] is not None]
     starts = sorted(w[0] for w in windows)
     groups: dict[int, list[tuple[datetime, dict]]] = {}
     for e in committed.values():

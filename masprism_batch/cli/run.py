@@ -121,10 +121,11 @@ def run(
                 summary = run_ray(inputs, out, cfg, workers=workers, address=address, num_cpus=num_cpus, fmt=fmt,
                                   progress=progress, select=select)
     except KeyboardInterrupt as exc:  # SIGTERM/SIGHUP/SIGINT: a clean stop, never blamed on a trace
-        from ..pipelines.driver import exit_status
+        from ..pipelines.interrupts import exit_status, signal_name
 
-        raise fail(f"interrupted ({exc or 'SIGINT'}): committed shards are kept in {out}; re-run the same command "
-                   f"to resume", exit_status(exc)) from None
+        kept = getattr(exc, "kept", None) or f"what was committed is kept in {out}"  # (set by the engine)
+        raise fail(f"interrupted ({signal_name(exc)}): {kept}; re-run the same command to resume",
+                   exit_status(exc)) from None
     except (FileNotFoundError, ValueError) as exc:
         raise fail(str(exc)) from None
     except OSError as exc:

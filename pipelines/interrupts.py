@@ -1,0 +1,97 @@
+"""Stopping a run by a signal, and what an interrupted run tells its user and leaves behind (issues 27, 35, 37).
+
+SIGTERM/SIGHUP end the run through the normal unwinding path (`interruptible`), SIGINT raises Python's own
+KeyboardInterrupt; either way the engine commits the packs that had finished (`Committer.flush`), then
+`record_interruption` writes what was kept and what will be redone: a line for the user (attached to the
+exception as `kept`, printed by the CLI with the signal's name) and a record `OUTDIR/_manifest/interrupted-*.json`
+that `stats` turns into a row of `stats/runs.parquet` (status `interrupted`). run.json is not written: it is the
+record of a finished run.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import logging
+import signal
+import threading
+import uuid
+from typing import Any
+
+log = logging.getLogger(__name__)
+RECORD_GLOB = "interrupted-*.json"
+
+
+class Interrupted(KeyboardInterrupt):
+    """The run was stopped by SIGTERM or SIGHUP (SIGINT raises a plain KeyboardInterrupt): no failure of any
+    trace. Committed work stays; re-running the same command resumes. Exit status 128 + signal number."""
+
+    def __init__(self, signum: int):
+        super().__init__(signal.Signals(signum).name)
+        self.signum = signum
+
+
+def exit_status(exc: KeyboardInterrupt) -> int:
+    return 128 + (exc.signum if isinstance(exc, Interrupted) else signal.SIGINT)
+
+
+def signal_name(exc: BaseException) -> str:
+    """SIGTERM / SIGHUP for `Interrupted`, SIGINT for Python's own KeyboardInterrupt (whose text is empty)."""
+    return signal.Signals(exc.signum).name if isinstance(exc, Interrupted) else "SIGINT"
+
+
+@contextlib.contextmanager
+def interruptible():
+    """SIGTERM/SIGHUP end the run through the normal unwinding path (finally blocks: the ledger takes back
+    the interrupted starts, Ray's private cluster is shut down, the OUTDIR lock released) instead of the
+    default abrupt death. Only the main thread can install handlers; elsewhere this is a no-op."""
+    if threading.current_thread() is not threading.main_thread():
+        yield
+        return
+
+    def stop(signum, frame):
+        for sig in old:  # a second SIGTERM (docker stop's retry) must not break the unwinding of the first
+            signal.signal(sig, signal.SIG_IGN)
+        raise Interrupted(signum)
+
+    old = {sig: signal.signal(sig, stop) for sig in (signal.SIGTERM, signal.SIGHUP)}
+    try:
+        yield
+    finally:
+        for sig, h in old.items():
+            signal.signal(sig, h)
+
+
+def kept_line(done: int, total: int, this_run: int, outdir) -> str:
+    """What the user reads after the signal's name: what is committed and what a resume will redo."""
+    left = max(total - done, 0)
+    return (f"{done:,} of {total:,} traces are committed in {outdir} ({this_run:,} by this run); "
+            f"{left:,} will be run on resume")
+
+
+def record_interruption(committer, exc: KeyboardInterrupt, extra: dict[str, Any] | None = None) -> None:
+    """Commit what finished, then say so: `exc.kept` (the user's line) and the invocation record for `stats`.
+    Never raises: a failure here must not hide the interruption itself."""
+    from masprism_batch.io import write_json_atomic
+
+    from .packs import now_utc
+
+    try:
+        committer.flush()
+    except Exception as e:  # noqa: BLE001 - a second failure while unwinding: the work stays uncommitted
+        log.warning("could not commit the finished packs while stopping (%s): they will be redone", e)
+    done, total = committer.progress_counts()
+    exc.kept = kept_line(done, total, committer.traces_committed, committer.outdir)  # type: ignore[attr-defined]
+    wall = committer.elapsed()
+    record = {"status": "interrupted", "signal": signal_name(exc), "engine": committer.engine,
+              "model": committer.cfg.model.name, "config_hash": committer.cfg.config_hash(),
+              "counts": {"committed": done, "total": total, "left": max(total - done, 0)},
+              "this_invocation": {"started_at": committer.started_at.isoformat(), "finished_at": now_utc().isoformat(),
+                                  "wall_seconds": round(wall, 3), "traces": committer.traces_committed,
+                                  "tokens": committer.tokens_committed,
+                                  "traces_per_second": round(committer.traces_committed / wall, 4) if wall else 0.0,
+                                  **(extra or {})}}
+    try:
+        write_json_atomic(record, committer.store.manifest_dir / f"interrupted-{uuid.uuid4().hex[:12]}.json")
+    except OSError as e:
+        log.warning("could not record the interruption (%s)", e)
+    log.warning("interrupted (%s): %s", record["signal"], exc.kept)  # type: ignore[attr-defined]
