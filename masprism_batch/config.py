@@ -118,7 +118,12 @@ class MethodConfig(_Section):
     # masprism: the faithful method. ranked (ours): MASPrism's passes, then a learned linear ranker over every
     # step's prefill features and agent-level aggregation (docs/method.md, docs/results.md).
     name: Literal["masprism", "ranked"] = "ranked"  # (ours) held-out results in docs/results.md
-    ranker_weights: str | None = None  # (ours) a ranker file from `masprism-batch fit`; None: packaged weights
+    # (ours) a ranker file from `masprism-batch fit` (or a folder holding rankers.json); "packaged": the rankers
+    # fitted on the benchmark systems (eval --dataset names them); None: no ranker, the zero-training verdict
+    ranker_weights: str | None = None
+    # (ours, issue 32) the system every log of the run belongs to (`--system`), matched against a ranker file's
+    # entries; None: each log's recorded system (method/rankfile.system_key), never guessed from its shape
+    system: str | None = None
     # (ours, ranked only) True: agent = argmax of summed step probabilities; False: the blamed step's author;
     # None: the rule shipped with the ranker weights (chosen by leave-one-system-out, docs/results.md)
     agent_aggregation: bool | None = None
@@ -250,3 +255,5 @@ def load_config(path: str | None = None, **overrides) -> PipelineConfig:
             raise ValueError(f"{path}: config section {section!r} must be a table, not {data[section]!r}")
         data[section][name] = value
     return PipelineConfig.model_validate(data)
+        if data["method"].get("system") is None:
+            data["method"].pop("system", None)  # no named system: the same hash as before the option

@@ -8,6 +8,8 @@ from __future__ import annotations
 
 import numpy as np
 
+from .verdict import agent_by
+
 
 def final_columns(rows: list[dict], v) -> None:
     """step_scores: the paper's internal rank under its own name, and the final method's probability and rank."""
@@ -27,7 +29,8 @@ def attribution_row(t, ranking, model_id, chash, cfg, r1, r2, sec1, sec2, now, v
     assert top == (verdict.order[0] if verdict.order else None)
     starts = [s.start_time for s in steps if s.start_time is not None]
     return {
-        "trace_id": t.trace_id, "source": t.source, "system": t.system, "n_steps": len(steps),
+        # the system the run names (--system) wins over the one the log records: a ranker was matched by it
+        "trace_id": t.trace_id, "source": t.source, "system": cfg.method.system or t.system, "n_steps": len(steps),
         "pred_step": top, "pred_agent": verdict.agent,
         "pred_span_id": steps[top].span_id if top is not None else None,
         "candidates": cands, "symptoms": list(ranking.symptoms), "method": cfg.method.name,
@@ -37,7 +40,7 @@ def attribution_row(t, ranking, model_id, chash, cfg, r1, r2, sec1, sec2, now, v
         "trace_start": min(starts) if starts else None, "attributed_at": now,
         "pred_step_agent": steps[top].agent if top is not None else None,
         "pred_agent_rule": verdict.rule, "agent_ranking": verdict.agent_ranking,
-        "verdict_by": verdict.by, "confidence": verdict.confidence,
+        "verdict_by": verdict.by, "confidence": verdict.confidence, "agent_by": agent_by(t, verdict),
     }
 
 

@@ -98,8 +98,11 @@ ATTRIBUTIONS = pa.schema(
         pa.field("pred_step_agent", pa.string()),  # author of pred_step
         pa.field("pred_agent_rule", pa.string()),  # how pred_agent was chosen: "author" | "aggregate" | "prior" | ...
         pa.field("agent_ranking", pa.list_(pa.field("item", AGENT_SCORE_TYPE, nullable=False))),  # best first
-        pa.field("verdict_by", pa.string()),  # what decided pred_step: "ranker:<system>" | "rule:<name>"
+        pa.field("verdict_by", pa.string()),  # what decided pred_step: "ranker:<system>" | "prior:<system>" | "rule:<name>"
         pa.field("confidence", pa.float64()),  # calibrated P(pred_step is right) (docs/method.md); null: none
+        # why pred_agent is who it is, beside pred_step_agent (issue 32): "<pred_agent_rule>: <evidence>"; null in
+        # older outputs and where nothing is blamed
+        pa.field("agent_by", pa.string()),
     ],
     metadata=_META,
 )

@@ -1,5 +1,7 @@
 """A trace's final verdict from its MASPrism ranking (the model stage's last step): a fitted ranker of its
-system (`--ranker`, the packaged rankers), else the zero-training rule and agent rule, else the paper method.
+system (`--ranker`: a `fit` file, or `packaged`, the benchmark systems' rankers, which `eval --dataset` names),
+else the zero-training rule and agent rule, else the paper method. The system is the one the run names
+(`--system`) or the log records, never inferred from its shape (issue 32).
 Every output (attributions, step_scores' final columns, exports, stats, report, demo) names this verdict.
 """
 
@@ -38,7 +40,7 @@ def fitted_verdict(t: Trace, rows: list[dict], base: mp.Ranking, cfg: PipelineCo
     (the one that held up best across systems by leave-one-system-out, docs/results.md) reordering MASPrism's
     candidates. Step rows keep MASPrism's own score/rank (the features)."""
     weights = cfg.method.ranker_weights
-    sr = rankfile.ranker_for(weights, t, model_id)
+    sr = rankfile.ranker_for(weights, t, model_id, cfg.method.system)  # only a named ranker, for the named system
     rule = sr.rule if sr is not None else _fallback_rule(weights)
     order = rules.order(rule, rows, base.ranked)
     if sr is None or sr.verdict != "ranker":
@@ -61,14 +63,16 @@ def fitted_verdict(t: Trace, rows: list[dict], base: mp.Ranking, cfg: PipelineCo
         return ranking, v
     full, probs, agent, conf = sr.apply(t, rows, order)
     p = {i: float(probs[i]) for i in range(len(probs))}
+    agent_rule = sr.agent_rule
     if cfg.method.agent_aggregation is not None:  # an explicit override of the fitted agent rule
         agg = ranker.agent_scores(t, probs)
         agent = min(agg, key=lambda a: (-agg[a], a)) if cfg.method.agent_aggregation and agg else t.steps[full[0]].agent
+        agent_rule = "aggregate" if cfg.method.agent_aggregation and agg else "author"  # named as it was chosen
     top = full[: cfg.method.top_k_candidates]
     support = {k: base.support.get(k, []) for k in top}
     ag = ranker.agent_scores(t, probs)
     agent_ranking = [{"agent": a, "score": float(v)} for a, v in sorted(ag.items(), key=lambda kv: (-kv[1], kv[0]))]
-    verdict = Verdict(full, p, agent, sr.agent_rule, agent_ranking, sr.verdict_by, conf)
+    verdict = Verdict(full, p, agent, agent_rule, agent_ranking, sr.verdict_by, conf)
     return mp.Ranking(top, {k: p[k] for k in top}, support, base.symptoms, base.nll), verdict
 
 
@@ -100,3 +104,49 @@ def masprism_verdict(t: Trace, ranking: mp.Ranking) -> Verdict:
     top = ranking.ranked[0] if ranking.ranked else None
     return Verdict(list(ranking.ranked), None, t.steps[top].agent if top is not None else None, "author",
                    [{"agent": a, "score": v} for a, v in best.items()])
+
+
+def agent_by(t: Trace, v: Verdict) -> str | None:
+    """Why the blamed agent is who it is, beside the blamed step's author (attributions `agent_by`, issue 32):
+    "author" when the agent rule blames the author; else the rule, its evidence for the agent and, where they
+    differ, the author's score under the same rule. None when nothing is blamed."""
+    if not v.order or v.agent is None:
+        return None
+    author = t.steps[v.order[0]].agent
+    if v.rule == "author":
+        return "author: the blamed step's author"
+    score = {r["agent"]: r["score"] for r in v.agent_ranking or []}
+    base = v.rule.split("|", 1)[0]
+    if base == "prior":
+        why = "the agent this system's labels blame most often, among this log's agents"
+    elif base in ("active", "most_active") or (base.startswith("guard:") and _most_steps(t, v.agent)):
+        # active counts acting steps; most_active (and a guard that kept it) every step, as eval's baseline does
+        steps = [s for s in t.steps if rules.acts(s)] or t.steps if base == "active" else t.steps
+        n = {a: sum(s.agent == a for s in steps) for a in (v.agent, author)}
+        why = f"most {'acting ' if base == 'active' else ''}steps ({n[v.agent]} of {len(steps)})"
+        return f"{v.rule}: {why}" + ("" if v.agent == author else f"; the step's author {author}: {n[author]}")
+    elif base.startswith("guard:"):
+        why = f"at least {base.split(':', 1)[1]} of the top candidates' votes, over the most active agent"
+    elif base == "aggregate":
+        why = "highest summed step probability"
+    elif base.startswith("mix:"):
+        why = "highest share of acting steps and of the candidates' votes"
+    else:
+        why = "the agent rule's pick"
+    if v.agent == author:
+        return f"{v.rule}: {why} (also the step's author)"
+    # scores only where agent_ranking is the ranking that chose the agent (a kept zero-training order under a
+    # fitted agent rule carries the paper's per-agent scores instead)
+    ranked_by_rule = base != "prior" and bool(v.agent_ranking) and v.agent_ranking[0]["agent"] == v.agent
+    mine, theirs = score.get(v.agent), score.get(author)
+    if ranked_by_rule and mine is not None and theirs is not None:
+        return f"{v.rule}: {why} ({mine:.3g}; the step's author {author}: {theirs:.3g})"
+    return f"{v.rule}: {why}; the step's author is {author}"
+
+
+def _most_steps(t: Trace, agent: str) -> bool:
+    """Whether `agent` wrote the most steps of `t` (a guard rule that kept its floor)."""
+    n: dict[str | None, int] = {}
+    for s in t.steps:
+        n[s.agent] = n.get(s.agent, 0) + 1
+    return n.get(agent, 0) == max(n.values(), default=0)

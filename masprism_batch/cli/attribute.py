@@ -35,7 +35,10 @@ ConfigOpt = typer.Option(None, "--config", help="JSON or TOML file with Pipeline
 ContextOpt = typer.Option(None, "--max-context", help="tokens per prompt (default from config)")
 MethodOpt = typer.Option(None, "--method", help="ranked (default) | masprism (the faithful paper method)")
 RankerOpt = typer.Option(None, "--ranker", help="ranker file from `masprism-batch fit` (logs of its systems get "
-                         "their fitted verdict, others the zero-training rule)")
+                         "their fitted verdict, others the zero-training rule), or `packaged`: the rankers fitted on "
+                         "the benchmark systems (Who&When, TRAIL folders)")
+SystemOpt = typer.Option(None, "--system", help="the system these logs come from, as your ranker file names it "
+                         "(default: what each log records: service name, framework; never guessed from its shape)")
 AllFeaturesOpt = typer.Option(False, "--all-features", help=ALL_FEATURES_HELP)
 IntervalOpt = typer.Option(DEFAULT_INTERVAL, "--progress-interval", min=0,
                            help="seconds between progress lines when stderr is not a terminal (0: none)")
@@ -47,7 +50,7 @@ def _config(config, model, max_context, threads=None, method=None, ranker=None, 
     try:
         return load_config(config, model__name=model, render__max_context=max_context, model__threads=threads,
                            method__name=method, method__ranker_weights=str(ranker) if ranker else None,
-                           method__features="all" if all_features else None)
+                           method__features="all" if all_features else None, method__system=system)
     except (OSError, ValueError) as exc:  # pydantic's ValidationError is a ValueError
         console.print(f"[red]error:[/] bad configuration: {exc}")
         raise typer.Exit(EXIT_FATAL) from None
@@ -79,7 +82,7 @@ def attribute(
     inputs: list[str] = typer.Argument(..., help="raw trace files/dirs (auto-ingested) or a canonical traces dataset"),
     out: Path = typer.Option(..., "-o", "--out", help="output directory"),
     model: str = ModelOpt, config: str = ConfigOpt, max_context: int = ContextOpt, method: str = MethodOpt,
-    ranker: Path = RankerOpt,
+    ranker: Path = RankerOpt, system: str = SystemOpt,
     token_budget: int = typer.Option(None, help="max tokens per packed prefill batch"),
     traces_per_shard: int = typer.Option(None, help="traces per committed output shard"),
     threads: int = typer.Option(None, help="torch CPU threads"),
@@ -91,7 +94,7 @@ def attribute(
     verbose: bool = VerboseOpt,
 ):
     run(inputs, out, engine=Engine.local, workers=None, address=None, num_cpus=None, model=model, config=config,
-        max_context=max_context, method=method, ranker=ranker, token_budget=token_budget,
+        max_context=max_context, method=method, ranker=ranker, system=system, token_budget=token_budget,
         traces_per_shard=traces_per_shard,
         threads=threads, all_features=all_features, fmt=fmt, all_runs=all_runs, limit=limit, sample=sample, seed=seed, progress=progress,
         progress_interval=progress_interval, verbose=verbose)
@@ -218,6 +221,10 @@ def eval_(
         from .common import check_out_file
         check_out_file(json_out)
     cfg = _config(config, model, max_context, threads, method, ranker, all_features)
+    if cfg.method.ranker_weights is None:  # eval scores the benchmarks themselves: their packaged rankers apply
+        from ..method.rankfile import PACKAGED_NAME
+
+        cfg = cfg.model_copy(update={"method": cfg.method.model_copy(update={"ranker_weights": PACKAGED_NAME})})
     loaded = load_model_or_fail(cfg)
     from .fit import check_ranker
 

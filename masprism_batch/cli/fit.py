@@ -21,13 +21,26 @@ STEP_COLUMNS = ["trace_id", "step", "nll_pass1", "nll_pass2", "h_score", "score"
                 "is_symptom", "is_candidate", "has_failure_word", "attention_pass1", "cf_effect", "attn_in_learned"]
 
 
-def load_runs(runs: list[Path]):
-    """(traces by id, step_scores rows by trace id, model id) of finished runs; every run must be of one model."""
+def named_system(run: Path) -> str | None:
+    """The system a run named (`attribute/run --system`, recorded in run.json's config), else None."""
+    import json
+
+    try:
+        cfg = json.loads((run / "run.json").read_text(encoding="utf-8")).get("config") or {}
+    except (OSError, ValueError, AttributeError):
+        return None
+    return (cfg.get("method") or {}).get("system") if isinstance(cfg, dict) else None
+
+
+def load_runs(runs: list[Path], named: dict | None = None):
+    """(traces by id, step_scores rows by trace id, model id) of finished runs; every run must be of one model.
+    `named` (filled when given): trace id -> the system its run named with `--system`."""
     from ..analytics import load
     from ..trace import Trace
 
     traces, rows, models = {}, {}, {}
     for run in runs:
+        system = named_system(run)
         if not load.has_dataset(run, "attributions"):
             raise fail(f"{run}: no attributions/ (a run directory made by `attribute` or `run` is expected)")
         for name in ("traces", "step_scores"):
@@ -40,6 +53,8 @@ def load_runs(runs: list[Path]):
         for r in load.read(run, "traces").to_pylist():
             if r["trace_id"] in done:
                 traces[r["trace_id"]] = Trace.from_row(r)
+                if named is not None and system:
+                    named[r["trace_id"]] = system
         here: dict[str, dict[int, dict]] = {}
         for r in load.read(run, "step_scores", STEP_COLUMNS).to_pylist():
             here.setdefault(r["trace_id"], {})[r["step"]] = r  # a step written twice (a resumed run) counts once
@@ -63,8 +78,9 @@ def lacking_features(rows: dict[str, list[dict]]) -> list[str]:
     return [name for name, col in columns.items() if steps and all(r.get(col) is None for r in steps)]
 
 
-def build_cases(traces, rows, labels_file: Path | None, system: str | None):
-    """{system: [FitCase]} and the label problems to report."""
+def build_cases(traces, rows, labels_file: Path | None, system: str | None, named: dict | None = None):
+    """{system: [FitCase]} and the label problems to report; a log's system: `system` (fit --system), else the
+    one its run named (`named`), else what it records (rankfile.system_key), as `--ranker` will match it."""
     from ..method import fit as ft
     from ..method import labels as lb
     from ..method import rules
@@ -88,7 +104,7 @@ def build_cases(traces, rows, labels_file: Path | None, system: str | None):
         base = sorted((x for x in r if (x.get("masprism_rank") or x.get("rank"))),
                       key=lambda x: x.get("masprism_rank") or x.get("rank"))
         ranked = rules.order(rule, r, [x["step"] for x in base])
-        out.setdefault(system or system_key(t), []).append(ft.FitCase(t, r, sorted(g.steps), g.agents, ranked))
+        out.setdefault(system or system_key(t, (named or {}).get(tid)), []).append(ft.FitCase(t, r, sorted(g.steps), g.agents, ranked))
     return out, problems, rule
 
 
@@ -100,6 +116,14 @@ def check_ranker(cfg, model_id: str | None) -> None:
 
     path = cfg.method.ranker_weights
     if path is None:
+        return
+    if rankfile.is_packaged(path):  # fitted on the default model: on another one they simply do not apply
+        from ..method import weights_dir
+
+        packaged = rankfile.RankerFile.read(weights_dir() / rankfile.PACKAGED).model_id
+        if model_id and model_id != packaged:
+            console.print(f"[yellow]note:[/] the packaged rankers were fitted on {packaged}; with {model_id} every "
+                          "log gets the zero-training verdict", soft_wrap=True)
         return
     target = Path(path) / rankfile.PACKAGED if Path(path).is_dir() else Path(path)
     if not target.is_file():
@@ -137,7 +161,8 @@ def fit(
     labels: Path = typer.Option(None, "--labels", help="JSON lines or CSV: trace_id, step (0-based) or span_id, "
                                 "optional agent; replaces the labels carried by the traces"),
     system: str = typer.Option(None, "--system", help="fit every labelled log as this one system (default: "
-                               "per system, from each log's source / system field)"),
+                               "per system: the --system its run was given, else each log's recorded system "
+                               "field / source); apply with the same --system or on logs recording it"),
     verbose: bool = VerboseOpt,
 ) -> None:
     """Fit a ranker per system from finished runs on labelled logs (no new prefill): a correction of a simple
@@ -157,12 +182,13 @@ def fit(
     if labels is not None and not labels.is_file():
         raise fail(f"labels file not found: {labels}")
     check_out_file(out)
-    traces, rows, model_id = load_runs(runs)
+    named: dict[str, str] = {}
+    traces, rows, model_id = load_runs(runs, named)
     lacking = lacking_features(rows)
     if lacking:
         console.print(f"the runs lack {', '.join(lacking)} (made without --all-features); the fitted rankers do not "
                       "read them, so nothing is lost", soft_wrap=True)
-    cases, problems, rule = build_cases(traces, rows, labels, system)
+    cases, problems, rule = build_cases(traces, rows, labels, system, named)
     for p in problems:
         console.print(f"[yellow]warning:[/] {escape(p)}", soft_wrap=True)
     if not cases:

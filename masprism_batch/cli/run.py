@@ -56,7 +56,10 @@ def run(
     max_context: int = typer.Option(None, "--max-context", help="tokens per prompt (default from config)"),
     method: str = typer.Option(None, "--method", help="ranked (default) | masprism (the faithful paper method)"),
     ranker: Path = typer.Option(None, "--ranker", help="ranker file from `masprism-batch fit` (logs of the systems "
-                                "it holds get their fitted verdict, others the zero-training rule)"),
+                                "it holds get their fitted verdict, others the zero-training rule), or `packaged`: "
+                                "the rankers fitted on the benchmark systems"),
+    system: str = typer.Option(None, "--system", help="the system these logs come from, as your ranker file names "
+                               "it (default: what each log records; never guessed from its shape)"),
     token_budget: int = typer.Option(None, help="max tokens per packed prefill batch"),
     traces_per_shard: int = typer.Option(None, help="traces per committed output shard"),
     threads: int = typer.Option(None, help="torch CPU threads per model (default: CPUs / workers)"),
@@ -96,7 +99,7 @@ def run(
                           method__name=method, method__ranker_weights=str(ranker) if ranker else None,
                           batch__token_budget=token_budget, engine__traces_per_shard=traces_per_shard,
                           ingest__all_runs=True if all_runs else None,
-                          method__features="all" if all_features else None)
+                          method__features="all" if all_features else None, method__system=system)
     except (OSError, ValueError) as exc:  # pydantic's ValidationError is a ValueError
         raise fail(f"bad configuration: {exc}") from None
     conflict = staging_conflict(out, list(inputs), fmt, select)

@@ -6,7 +6,10 @@
                               "offset": "rule" | "rule_free" | "prior", "offset_scale": 2.0,
                               "calibration": {"a", "b", ...}, "heldout": {...}, "k": 20, "fitted_on": [...]}}}
 
-A log is matched to an entry by its system (`system_key`); logs of other systems get the zero-training rule.
+A log is matched to an entry by its system (`system_key`: the name the user gave with `--system`, else what the
+source recorded); logs of other systems get the zero-training rule. The packaged file (`weights/rankers.json`,
+fitted on the benchmark systems) applies only when a run names it (`--ranker packaged`, or `eval --dataset`,
+which scores the benchmarks themselves): a log is never given a benchmark system's ranker because of its shape.
 The features were computed by one model's prefill, so a file is refused for a run of another model.
 """
 
@@ -37,9 +40,13 @@ class RankerFileError(ValueError):
     """A ranker file that cannot be applied: not one, a newer version, or fitted with another model."""
 
 
-def system_key(trace: Trace) -> str:
-    """The system a log belongs to: a dataset-qualified source (who-and-when/<subset>, trail/<dataset>) names it;
-    else the trace's `system` field, else its source."""
+def system_key(trace: Trace, named: str | None = None) -> str:
+    """The system a log belongs to: `named` (the run's `--system`, config `method.system`) when given; else a
+    dataset-qualified source (who-and-when/<subset>, trail/<dataset>: set by ingest only for a benchmark's own
+    folders), else the trace's `system` field (service name, framework, as the source recorded it), else its
+    source."""
+    if named:
+        return named
     src = trace.source or "unknown"
     return src if "/" in src else (trace.system or src)
 
@@ -159,38 +166,50 @@ class RankerFile:
                                   f"uses {model_id!r}. Its weights mean nothing for another model: refit with "
                                   f"`masprism-batch fit` on runs of {model_id!r}, or drop --ranker")
 
-    def for_trace(self, trace: Trace) -> SystemRanker | None:
-        e = self.systems.get(system_key(trace))
+    def for_trace(self, trace: Trace, named: str | None = None) -> SystemRanker | None:
+        e = self.systems.get(system_key(trace, named))
         return SystemRanker(e, self.model_id) if e is not None else None
 
 
 PACKAGED = "rankers.json"  # the packaged per-system rankers, written by benchmarks/bench_accuracy.py --train-weights
+# `--ranker packaged` (config method.ranker_weights = "packaged"): the packaged rankers of the benchmark systems,
+# named explicitly; `eval --dataset` names them itself. Without a name no packaged ranker applies.
+PACKAGED_NAME = "packaged"
 
 
-def ranker_for(path: str | None, trace: Trace, model_id: str | None = None):
-    """The fitted entry (`SystemRanker`) for `trace`'s system, or None: then the zero-training
-    rule (rules.fallback_rule) decides. `.features` says which step features its verdict reads.
+def is_packaged(path: str | None) -> bool:
+    return path is not None and str(path) == PACKAGED_NAME
 
-    `path`: a ranker file from `masprism-batch fit` (or a folder holding `rankers.json`); None: the packaged
-    rankers of the dev systems. With `model_id`, a file `path` fitted on another model is refused
-    (RankerFileError); the packaged rankers then simply do not apply (they were fitted on the default model).
+
+def ranker_for(path: str | None, trace: Trace, model_id: str | None = None, system: str | None = None):
+    """The fitted entry (`SystemRanker`) for `trace`'s system (`system`: the name the run gives every log, see
+    `system_key`), or None: then the zero-training rule (rules.fallback_rule) decides. `.features` says which
+    step features its verdict reads.
+
+    `path`: a ranker file from `masprism-batch fit` (or a folder holding `rankers.json`); "packaged": the packaged
+    rankers of the benchmark systems; None: no ranker (every log gets the zero-training verdict). With
+    `model_id`, a file `path` fitted on another model is refused (RankerFileError); the packaged rankers then
+    simply do not apply (they were fitted on the default model).
     """
-    target = weights_dir() / PACKAGED if path is None else Path(path)
+    if path is None:
+        return None
+    packaged = is_packaged(path)
+    target = weights_dir() / PACKAGED if packaged else Path(path)
     if target.is_dir():  # a weights folder: its rankers.json if any (a folder with only fallback.json has none)
         target = target / PACKAGED
         if not target.is_file():
             return None
     if not target.is_file():
-        if path is None:
+        if packaged:
             return None
         raise FileNotFoundError(f"ranker file not found: {target}")
     rf = _cached(target)
     if model_id and rf.model_id != model_id:
-        if path is None:
+        if packaged:
             return None
         rf.check_model(model_id, target)
     try:
-        return rf.for_trace(trace)
+        return rf.for_trace(trace, system)
     except KeyError as exc:  # pragma: no cover - a malformed entry
         raise RankerFileError(f"{target}: malformed entry {exc}") from exc
 

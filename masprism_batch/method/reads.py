@@ -17,7 +17,6 @@ that answers the question; the ranker file format may change (issue 23) and only
 
 from __future__ import annotations
 
-import inspect
 import logging
 
 from ..trace import Trace
@@ -47,11 +46,8 @@ def enabled(cfg) -> frozenset[str]:
     return frozenset(out)
 
 
-def _ranker_for(weights, trace: Trace, model_id: str | None):
-    fn = rankfile.ranker_for
-    if model_id is not None and "model_id" in inspect.signature(fn).parameters:
-        return fn(weights, trace, model_id)
-    return fn(weights, trace)
+def _ranker_for(weights, trace: Trace, model_id: str | None, system: str | None = None):
+    return rankfile.ranker_for(weights, trace, model_id, system)  # looked up at call time (tests replace it)
 
 
 def _ranker_reads(rk) -> set[str]:
@@ -67,7 +63,7 @@ def verdict_reads(cfg, trace: Trace, model_id: str | None = None) -> frozenset[s
     m = cfg.method
     if m.name != "ranked":  # the faithful method: the pass-2 score order, nothing costly
         return frozenset()
-    rk = _ranker_for(m.ranker_weights, trace, model_id)
+    rk = _ranker_for(m.ranker_weights, trace, model_id, getattr(m, "system", None))
     if rk is not None:
         return frozenset(_ranker_reads(rk))
     rule = rules.fallback_rule(m.ranker_weights)
@@ -85,7 +81,7 @@ def needed(cfg, traces: list[Trace], model_id: str | None = None, *, everything:
     memo: dict[tuple, frozenset] = {}
     out = []
     for t in traces:
-        key = (t.source, t.system)  # rankers are per system (source, or its `system` field); the rule is global
+        key = (t.source, t.system)  # rankers are per system (named, else source or `system` field); rule: global
         if key not in memo:
             try:
                 memo[key] = verdict_reads(cfg, t, model_id) & on
