@@ -21,7 +21,7 @@ Everything else (OpenAI chat, AG2, traces without a status) is "unknown".
 
 from __future__ import annotations
 
-from collections.abc import Iterable
+from collections.abc import Iterable, Iterator
 from typing import Any
 
 FAILED, SUCCEEDED, UNKNOWN = "failed", "succeeded", "unknown"
@@ -105,17 +105,15 @@ def of_field(value: Any) -> str:
     return value if value in STATUSES else UNKNOWN
 
 
-def skip_succeeded(traces: list, on_skip, input_path: str | None = None) -> list:
-    """The traces to attribute by default: failed and unknown runs. Each succeeded one becomes one
+def attributable(traces: Iterable, on_skip, input_path: str | None = None) -> Iterator:
+    """The traces to attribute by default: failed and unknown runs, streamed. Each succeeded one becomes one
     `succeeded_run` row of errors/ (a warning: counted and listed, not a rejection)."""
     from ..schema import error_row
 
-    kept = []
     for t in traces:
         if t.run_status == SUCCEEDED:
             on_skip(error_row(input_path=input_path, record_id=t.trace_id, stage="select", reason="succeeded_run",
                               message=f"{t.source}: the log records a successful run; not attributed (--all-runs "
                                       f"attributes it)"))
         else:
-            kept.append(t)
-    return kept
+            yield t

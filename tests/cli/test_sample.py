@@ -32,7 +32,8 @@ def test_sample_is_deterministic_and_covers_every_source(tmp_path):
 
 
 def test_attribute_sample_end_to_end_and_exclusive_with_limit(tmp_path):
-    args = ["attribute", str(FORMATS), "--model", "tiny-random", "--sample", "7"]
+    # --all-runs: the sample covers every source, the succeeded Langfuse run's too
+    args = ["attribute", str(FORMATS), "--model", "tiny-random", "--sample", "7", "--all-runs"]
     res = runner.invoke(app, [*args, "-o", str(tmp_path / "A")])
     assert res.exit_code == EXIT_OK, res.output
     t = ds.dataset(str(tmp_path / "A" / "attributions")).to_table(columns=["source"]).to_pylist()
@@ -77,7 +78,7 @@ def test_rerun_with_another_sample_or_other_inputs_into_one_out_is_refused(tmp_p
             (bad / f.name).write_bytes(f.read_bytes())
     (bad / "broken.jsonl").write_text("{not json\n")
     out = tmp_path / "OUT"
-    first = ["attribute", str(bad), "--model", "tiny-random", "-o", str(out), "--no-progress"]
+    first = ["attribute", str(bad), "--model", "tiny-random", "-o", str(out), "--no-progress", "--all-runs"]
     res = runner.invoke(app, [*first, "--sample", "8"])
     assert res.exit_code == 3, res.output  # done, with the broken file rejected
     ids, errors = _outcome(out)
