@@ -13,7 +13,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from . import ag2, langfuse, langsmith, openai_chat, openhands, otel_sdk, swe_agent, taubench
+from . import ag2, inspect_ai, langfuse, langsmith, openai_chat, openhands, otel_sdk, swe_agent, taubench
 
 # Who&When's own fields: a `history` without any of them is an AG2 chat, not a Who&When log
 _WW_KEYS = ("question", "question_ID", "mistake_agent", "mistake_step", "mistake_reason", "ground_truth",
@@ -72,6 +72,8 @@ def _classify_dict(doc: dict) -> str | None:
     if isinstance(doc.get("data"), list) and doc["data"] and (
             langfuse.is_trace(doc["data"][0]) or langfuse.is_observation(doc["data"][0])):
         return "langfuse"
+    if inspect_ai.is_log(doc):
+        return "inspect"
     if taubench.is_transcript(doc) or taubench.is_result(doc):
         return "tau-bench"
     if openhands.events_of(doc) is not None:

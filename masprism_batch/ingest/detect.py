@@ -21,6 +21,8 @@ from ..trace import Trace
 from . import (
     ag2,
     canonical,
+    containers,
+    inspect_ai,
     langfuse,
     langsmith,
     openai_chat,
@@ -38,14 +40,15 @@ from .near_miss import near_misses
 from .sources import iter_lines, read_bytes
 
 FORMATS = ("auto", "who-and-when", "trail", "otel", "tempo", "otel-sdk", "jaeger", "ag2", "autogen", "openai",
-           "langsmith", "langgraph", "langfuse", "swe-agent", "openhands", "tau-bench", "jsonl", "parquet")
+           "langsmith", "langgraph", "langfuse", "swe-agent", "openhands", "tau-bench", "inspect", "jsonl", "parquet")
 ALIASES = {"autogen": "ag2", "langgraph": "langsmith", "tempo": "otel"}
 # what each kind is called in messages (a rejection names the format it assumed)
 LABELS = {"who-and-when": "Who&When", "trail": "TRAIL/OpenInference", "otel": "OTLP JSON", "otel-sdk":
           "OTel SDK span dump", "jaeger": "Jaeger JSON", "ag2": "AG2/AutoGen", "openai": "OpenAI messages",
           "langgraph-messages": "LangGraph message state",
           "langsmith": "LangSmith/LangGraph", "langfuse": "Langfuse", "swe-agent": "SWE-agent trajectory",
-          "openhands": "OpenHands events", "tau-bench": "τ-bench", "jsonl": "canonical JSON lines",
+          "openhands": "OpenHands events", "tau-bench": "τ-bench", "inspect": "Inspect AI log",
+          "jsonl": "canonical JSON lines",
           "trail-annotation": "TRAIL annotation", "parquet": "canonical Parquet"}
 TRIED = ", ".join(v for k, v in LABELS.items() if k not in ("trail-annotation", "parquet"))
 CANONICAL_EXAMPLE = ('{"trace_id": "t1", "source": "my-app", "steps": [{"agent": "planner", "role": "assistant", '
@@ -54,6 +57,7 @@ _LINE_SUFFIXES = (".jsonl", ".ndjson", ".jsonl.gz", ".ndjson.gz")
 _GROUPED = ("otel", "otel-sdk", "langsmith", "langfuse")  # JSON lines whose records are grouped into traces per file
 _PER_LINE = ("ag2", "openai", "langgraph-messages", "tau-bench")  # JSON lines with one trace per line
 _VERBATIM = ("jsonl", "parquet", "who-and-when")  # step text copied as given: no empty-step check
+MAX_HELD = 1000  # unknown JSON lines held back before a file of no known format is rejected whole
 
 
 def unknown_format(doc: Any) -> IngestError:
@@ -98,6 +102,8 @@ def parse_doc(doc: Any, kind: str | None, ctx: Context, line: int | None = None)
         yield from openhands.parse(doc, ctx)
     elif kind == "tau-bench":
         yield from taubench.parse(doc, ctx, line)
+    elif kind == "inspect":
+        yield from inspect_ai.parse(doc, ctx)
     elif kind == "jsonl":
         yield canonical.from_obj(doc, None)
     elif kind == "trail-annotation":
@@ -109,8 +115,26 @@ def parse_doc(doc: Any, kind: str | None, ctx: Context, line: int | None = None)
 
 def _lines(path: str, ctx: Context) -> Iterator[tuple[int, str]]:
     for n, raw in iter_lines(path):
+        if n == 1 and containers.bom_codec(raw[:4]):  # UTF-16/32: lines are not split at a 0x0A byte
+            data = read_bytes(path)
+            ctx.nbytes += len(data)
+            yield from enumerate(containers.decode_text(data, ctx).splitlines(), 1)
+            return
         ctx.nbytes += len(raw)
         yield n, decode_utf8(raw, ctx)
+
+
+def _line_kind(doc: Any, kind: str, fmt: str) -> str:
+    """The format of one JSON line: its own (auto), so a file mixing formats reads each line as what it is."""
+    if fmt != "auto":
+        return kind
+    k = classify(doc)
+    if k in _GROUPED or k is None:  # a grouped record among message lines, or no known format
+        if isinstance(doc, dict) and ("trace_id" in doc or "steps" in doc):
+            return "jsonl"
+        if k is None:
+            raise unknown_format(doc)
+    return k
 
 
 def _from_lines(lines: Iterator[tuple[int, str]], fmt: str, ctx: Context) -> Iterator[Trace]:
@@ -129,9 +153,6 @@ def _from_lines(lines: Iterator[tuple[int, str]], fmt: str, ctx: Context) -> Ite
             head = None  # a bad first line is rejected alone by the reader below
     kind = ALIASES.get(fmt, fmt) if fmt != "auto" else (classify(head) if head is not None else None) or "jsonl"
     ctx.fmt, ctx.rendered = LABELS.get(kind, kind), kind not in _VERBATIM
-    if fmt == "auto" and kind == "jsonl" and isinstance(head, dict) and head and not (
-            "trace_id" in head or "steps" in head):
-        raise unknown_format(head)  # the first record is an object of no known format, not canonical: name them
 
     def again() -> Iterator[tuple[int, str]]:
         yield first
@@ -154,17 +175,41 @@ def _from_lines(lines: Iterator[tuple[int, str]], fmt: str, ctx: Context) -> Ite
         else:
             yield from langfuse.parse_docs(docs, ctx)
         return
-    if kind in _PER_LINE:
-        for n, t in again():
-            if not t.strip():
-                continue
-            try:
-                yield from parse_doc(loads(t, f"line {n}"), kind, ctx, line=n)
-            except IngestError as e:
-                e.record_id = e.record_id or f"line {n}"
-                ctx.reject(e)
+    if fmt == "jsonl":
+        yield from canonical.parse_jsonl(again(), ctx, loads)
         return
-    yield from canonical.parse_jsonl(again(), ctx, loads)
+    # unknown lines before any known one are held back: a file none of whose lines is known (an application
+    # log) is one `unknown_format` row, not one per line; after a known line each is rejected alone
+    known, held = False, []
+    for n, t in again():  # one trace per line, each line in its own format (auto)
+        if not t.strip():
+            continue
+        try:
+            doc = loads(t, f"line {n}")
+            k = _line_kind(doc, kind, fmt)
+        except Exception as e:  # noqa: BLE001 - any failure is this line's rejection (issue 37)
+            if not known and isinstance(e, IngestError) and e.reason == "unknown_format":
+                held.append((n, e))
+                if len(held) >= MAX_HELD:
+                    raise held[0][1] from None
+            else:
+                ctx.reject_any(e, f"line {n}")
+            continue
+        if not known:
+            known = True
+            for m, e in held:
+                ctx.reject_any(e, f"line {m}")
+            held = []
+        if k == "jsonl":  # canonical: its reader, handed the parsed line
+            ctx.fmt, ctx.rendered = LABELS["jsonl"], False
+            yield from canonical.parse_jsonl(iter(((n, t),)), ctx, lambda _t, _r, d=doc: d)
+            continue
+        try:
+            yield from parse_doc(doc, k, ctx, line=n)
+        except Exception as e:  # noqa: BLE001 - any failure is this line's rejection (issue 37)
+            ctx.reject_any(e, f"line {n}")
+    if held:
+        raise held[0][1]
 
 
 def _one_per_line(text: str) -> bool:
@@ -200,8 +245,40 @@ def read_file(path: str, fmt: str, ctx: Context) -> Iterator[Trace]:
         return
     data = read_bytes(path)
     ctx.nbytes += len(data)
-    text = decode_utf8(data, ctx)
+    if containers.is_zip(data):
+        yield from _zip(path, data, fmt, ctx)
+        return
+    yield from _read_text(containers.decode_text(data, ctx), low, fmt, ctx)
+
+
+def _zip(path: str, data: bytes, fmt: str, ctx: Context) -> Iterator[Trace]:
+    """A zip container: an Inspect AI `.eval` log as one, else each data member as the file it would be alone."""
+    found = list(containers.members(data))
     del data
+    if fmt in ("auto", "inspect") and inspect_ai.is_eval_zip([n for n, _ in found]):
+        ctx.fmt, ctx.rendered = LABELS["inspect"], True
+        yield from inspect_ai.parse_zip(found, ctx)
+        return
+    if not found:
+        raise IngestError("unknown_format", "a zip archive without .json / .jsonl / .traj members")
+    outer = ctx.input_path
+    try:
+        for name, body in found:
+            ctx.input_path = f"{outer}/{name}"  # rows name the member; ids built from file names use its stem
+            try:
+                yield from _read_text(containers.decode_text(body, ctx), name.lower(), fmt, ctx)
+            except IngestError as e:
+                e.record_id = e.record_id or name
+                ctx.reject(e)
+    finally:
+        ctx.input_path = outer
+
+
+def _read_text(text: str, low: str, fmt: str, ctx: Context) -> Iterator[Trace]:
+    by_line = fmt not in ("who-and-when", "trail", "parquet")
+    if by_line and low.endswith(_LINE_SUFFIXES):
+        yield from _from_lines(enumerate(text.splitlines(), 1), fmt, ctx)
+        return
     if not text.strip():
         raise IngestError("empty_file", "file is empty")
     try:

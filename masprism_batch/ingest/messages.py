@@ -82,7 +82,9 @@ def tool_call_line(call: Any) -> str:
     if not isinstance(call, dict):
         return f"Tool call: {dumps(call)}"
     fn = call.get("function") if isinstance(call.get("function"), dict) else call
-    name = fn.get("name") or call.get("type") or "?"
+    # Inspect AI names the function as plain text: {"function": "bash", "arguments": {...}}
+    name = fn.get("name") or (call["function"] if isinstance(call.get("function"), str) else None) or call.get(
+        "type") or "?"
     args = fn.get("arguments", fn.get("args", fn.get("input")))
     return f"Tool call: {name}({args if isinstance(args, str) else dumps(args) if args is not None else ''})"
 
