@@ -13,6 +13,8 @@ from typing import Literal, get_args
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationInfo, field_validator, model_validator
 
+from . import config_checks as checks
+
 TINY_CONTEXT = 8192  # byte-level tokens of the built-in tiny-random model
 
 
@@ -38,7 +40,17 @@ class ModelConfig(_Section):
     dtype: Literal["auto", "float32", "bfloat16", "float16"] = "auto"
     device: str = "auto"  # auto | cpu | cuda | cuda:N
     cache_dir: str | None = None  # converted-weights cache; default ~/.cache/masprism-batch
-    threads: int | None = Field(None, ge=1)  # torch intra-op threads on CPU (None: torch default)
+    threads: int | None = Field(None, ge=1)  # torch intra-op threads on CPU (None: torch default); <= the CPUs
+
+    @field_validator("threads")
+    @classmethod
+    def _threads(cls, v):
+        return checks.clamp_threads(v)
+
+    @field_validator("cache_dir")
+    @classmethod
+    def _cache_dir(cls, v):
+        return checks.check_folder(v, "model.cache_dir")
 
 
 def cpu_has_native_bf16() -> bool:
@@ -106,6 +118,27 @@ class RenderConfig(_Section):
     window_digest_share: float = Field(0.25, ge=0, lt=1)  # at most this share of a window holds the digest of older steps
     window_digest_step_tokens: int = Field(16, ge=0)  # content tokens of each older step in the digest
 
+    # templates parsed and texts bounded at load (config_checks.py), not found out per trace
+    @field_validator("header_template")
+    @classmethod
+    def _header(cls, v):
+        return checks.check_template(v, ("index", "agent"), "render.header_template")
+
+    @field_validator("question_template")
+    @classmethod
+    def _question(cls, v):
+        return checks.check_template(v, ("question",), "render.question_template")
+
+    @field_validator("truncation_marker")
+    @classmethod
+    def _marker(cls, v):
+        return checks.check_text(v, checks.MAX_MARKER_CHARS, "render.truncation_marker")
+
+    @field_validator("pass1_preamble", "pass2_preamble", "anomaly_note")
+    @classmethod
+    def _prompt_text(cls, v, info: ValidationInfo):
+        return checks.check_text(v, checks.MAX_PROMPT_TEXT_CHARS, f"render.{info.field_name}")
+
 
 class SignalsConfig(_Section):
     backend: Literal["auto", "triton", "cpp", "torch"] = "auto"
@@ -143,15 +176,22 @@ class MethodConfig(_Section):
     # (ours, issue 13) per-(layer, head) attention weighted by head weights fitted without labels
     # (method/heads.py); None: the packaged weights of the model if any
     learned_heads: bool = True
-    head_weights: str | None = None
+    head_weights: str | None = None  # a `fit-heads` file, checked at load (exists, regular, a finite table)
     # (ours, issue 24) "verdict": counterfactuals and per-head attention only for the traces whose verdict reads
     # them (method/reads.py; other traces' cf_effect / attn_in_learned are null); "all": for every trace, as a
     # run made to fit a ranker needs (CLI --all-features). Verdicts are the same either way.
     features: Literal["verdict", "all"] = "verdict"
 
+    @field_validator("head_weights")
+    @classmethod
+    def _head_weights(cls, v):
+        return checks.check_head_weights(v)
+
 
 class BatchConfig(_Section):
-    token_budget: int = Field(8192, ge=1)  # (ours) max tokens per packed prefill batch
+    # (ours) max tokens per packed prefill batch. Left unset (no option, not in the config file) it is sized for
+    # the device when the model is loaded (batching.with_token_budget): 8192 on CPU, from free memory on CUDA
+    token_budget: int = Field(8192, ge=1)
 
 
 class EngineConfig(_Section):
@@ -224,6 +264,8 @@ class PipelineConfig(BaseModel):
         data.pop("engine", None)  # execution only; without it the hash equals the one before the section existed
         if data["method"].get("features") == "verdict":
             data["method"].pop("features")  # the default: verdicts as before the option, same hash
+        if data["method"].get("system") is None:
+            data["method"].pop("system", None)  # no named system: the same hash as before the option
         if data.get("ingest") == IngestConfig().model_dump(mode="json"):
             data.pop("ingest")  # default caps: same hash as before the section existed
         blob = json.dumps(data, sort_keys=True).encode()
@@ -255,5 +297,3 @@ def load_config(path: str | None = None, **overrides) -> PipelineConfig:
             raise ValueError(f"{path}: config section {section!r} must be a table, not {data[section]!r}")
         data[section][name] = value
     return PipelineConfig.model_validate(data)
-        if data["method"].get("system") is None:
-            data["method"].pop("system", None)  # no named system: the same hash as before the option

@@ -11,6 +11,7 @@ from typer.testing import CliRunner
 
 from masprism_batch.cli import app
 from masprism_batch.config import PipelineConfig, load_config
+from masprism_batch.config_checks import machine_cpus
 
 BOOLEANS = [("batch", "token_budget", "true"), ("method", "symptom_ratio", "false"), ("model", "threads", "true"),
             ("render", "window_step_cap", "true"), ("engine", "cpu_stage_cpus", "true"),
@@ -29,11 +30,12 @@ def test_boolean_for_a_number_is_refused_naming_the_field(tmp_path, section, key
 
 def test_numbers_still_load_and_booleans_stay_booleans(tmp_path):
     path = tmp_path / "cfg.toml"
+    threads = machine_cpus()  # model.threads is clamped to the CPUs of the machine (issue 37)
     path.write_text("[batch]\ntoken_budget = 4096\n[method]\nsymptom_ratio = 1\nvote_weight = 0\nrun_pass2 = false\n"
                     "agent_aggregation = true\ncounterfactual_k = 0\n[render]\nwindow_digest_share = 0.5\n"
-                    "window_step_cap = 64\n[engine]\ncpu_stage_cpus = 2\n[model]\nthreads = 3\n")
+                    f"window_step_cap = 64\n[engine]\ncpu_stage_cpus = 2\n[model]\nthreads = {threads}\n")
     cfg = load_config(str(path))
-    assert cfg.batch.token_budget == 4096 and cfg.model.threads == 3 and cfg.render.window_step_cap == 64
+    assert cfg.batch.token_budget == 4096 and cfg.model.threads == threads and cfg.render.window_step_cap == 64
     assert cfg.method.symptom_ratio == 1.0 and isinstance(cfg.method.symptom_ratio, float)
     assert cfg.method.vote_weight == 0.0 and cfg.engine.cpu_stage_cpus == 2.0
     assert cfg.method.run_pass2 is False and cfg.method.agent_aggregation is True

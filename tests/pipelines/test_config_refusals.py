@@ -5,12 +5,18 @@
 from __future__ import annotations
 
 import json
+import logging
+import os
+import random
+from pathlib import Path
 
 import pytest
 from pipeline_fakes import make_corpus
 from typer.testing import CliRunner
 
 from masprism_batch.cli import app
+from masprism_batch.config import load_config
+from masprism_batch.config_checks import machine_cpus
 
 BAD = [
     ({"batch": {"token_budget": 0}}, "batch.token_budget"),
@@ -31,6 +37,15 @@ BAD = [
     ({"render": {"max_context": "many"}}, "render.max_context"),
     ({"render": 5}, "render"),
     ([{"batch": {"token_budget": 100}}], "not a list"),
+    # issue 37 item 5: templates parsed, texts bounded, at load (before: per trace, every trace rejected)
+    ({"render": {"header_template": "[Step {index:>100000000}] {agent}:"}}, "render.header_template"),
+    ({"render": {"header_template": "{agent.__class__}"}}, "render.header_template"),
+    ({"render": {"header_template": "[Step {index] {agent}:"}}, "render.header_template"),
+    ({"render": {"header_template": "{step} {agent}"}}, "render.header_template"),
+    ({"render": {"question_template": "Task: {question!r:>99999}"}}, "render.question_template"),
+    ({"render": {"pass1_preamble": "Log. " * 20_000}}, "render.pass1_preamble"),
+    ({"render": {"anomaly_note": "x" * 10_000}}, "render.anomaly_note"),
+    ({"render": {"truncation_marker": "." * 1000}}, "render.truncation_marker"),
 ]
 
 
@@ -47,3 +62,48 @@ def test_bad_config_value_is_refused_before_outdir_is_touched(tmp_path, config, 
     assert "bad configuration" in res.output and field in res.output, res.output
     assert "internal error" not in res.output and "cannot load model" not in res.output
     assert not out.exists(), "OUTDIR was touched by a run whose configuration cannot work"
+
+
+def _head_weights_files(tmp: Path) -> dict[str, str]:
+    """Paths that are not what `method.head_weights` claims (each refused at load, issue 37 item 5)."""
+    r = random.Random()
+    (tmp / "hw").mkdir()
+    rows = [[r.random() for _ in range(4)] for _ in range(3)]
+    nan = tmp / "hw" / "nan.json"
+    nan.write_text(json.dumps({"model_id": "m", "weights": [*rows, [float("nan")] * 4]}))
+    ragged = tmp / "hw" / "ragged.json"
+    ragged.write_text(json.dumps({"model_id": "m", "weights": [rows[0], rows[1][:2]]}))
+    fifo = tmp / "hw" / "fifo.json"
+    os.mkfifo(fifo)
+    return {"missing": str(tmp / "hw" / "nope.json"), "folder": str(tmp / "hw"), "fifo": str(fifo),
+            "nan": str(nan), "ragged": str(ragged), "not_json": __file__}
+
+
+@pytest.mark.parametrize("case", ["missing", "folder", "fifo", "nan", "ragged", "not_json"])
+def test_head_weights_path_checked_before_outdir(tmp_path, case):
+    make_corpus(tmp_path / "in", 2, 1)
+    cfg = tmp_path / "cfg.json"
+    cfg.write_text(json.dumps({"method": {"head_weights": _head_weights_files(tmp_path)[case]}}))
+    out = tmp_path / "out"
+    res = CliRunner().invoke(app, ["attribute", str(tmp_path / "in"), "-o", str(out), "--config", str(cfg),
+                                   "--model", "tiny-random", "--no-progress"])
+    assert res.exit_code == 1 and "bad configuration" in res.output and "method.head_weights" in res.output, res.output
+    assert not out.exists()
+
+
+def test_good_head_weights_and_templates_load(tmp_path):
+    r = random.Random()
+    hw = tmp_path / "hw.json"
+    hw.write_text(json.dumps({"model_id": "m", "weights": [[r.uniform(-1, 1) for _ in range(3)] for _ in range(2)]}))
+    cfg = load_config(None, method__head_weights=str(hw), render__header_template="<{agent}> #{index} {{x}}",
+                      render__question_template="Q {{literal}}: {question}")
+    assert cfg.method.head_weights == str(hw)
+
+
+def test_threads_clamped_to_the_machine(caplog):
+    cpus = machine_cpus()
+    with caplog.at_level(logging.WARNING, logger="masprism_batch.config_checks"):
+        cfg = load_config(None, model__threads=cpus * 1000 + random.randrange(1000))
+    assert cfg.model.threads == cpus
+    assert "model.threads" in caplog.text and f"{cpus} CPU" in caplog.text
+    assert load_config(None, model__threads=1).model.threads == 1

@@ -1,0 +1,116 @@
+"""The domains a config field's type cannot state: prompt templates, prompt text sizes, the CPU thread count and
+files named by path. `config.py` runs these when a config is loaded, so a value that cannot work is refused (or,
+for the thread count, clamped with a warning) before OUTDIR is touched, never found per trace after every trace
+was rejected and committed under that config (issue 37).
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import math
+import os
+import stat
+import string
+from collections.abc import Iterable
+
+log = logging.getLogger(__name__)
+
+MAX_TEMPLATE_CHARS = 256  # a header / question template: the defaults are ~25 characters
+MAX_MARKER_CHARS = 64  # the truncation marker is repeated in every cut step
+MAX_PROMPT_TEXT_CHARS = 8192  # a preamble or the anomaly note: the defaults are ~150; 8,192 is ~2k tokens already
+MAX_HEAD_WEIGHTS_BYTES = 16 * 1024**2  # a head-weights file is layers x heads numbers: ~100 kB for a 7B model
+PROMPT_SHARE = 0.5  # the fixed text of a prompt may take at most this share of the context; the log needs the rest
+
+
+def check_template(value: str, fields: Iterable[str], name: str) -> str:
+    """`value` as a `str.format` template that uses only `fields`, each plainly: no format spec (a width of
+    100,000,000 builds gigabytes per header), no conversion, no attribute or index access."""
+    fields = tuple(fields)
+    allowed = " and ".join("{" + f + "}" for f in fields)
+    if len(value) > MAX_TEMPLATE_CHARS:
+        raise ValueError(f"{name}: {len(value)} characters, at most {MAX_TEMPLATE_CHARS}")
+    try:
+        parts = list(string.Formatter().parse(value))
+    except ValueError as e:  # an unmatched brace
+        raise ValueError(f"{name} {value!r} is not a template ({e}); write a literal brace as {{{{ or }}}}") from None
+    for _, field, spec, conversion in parts:
+        if field is None:
+            continue
+        if field not in fields:
+            raise ValueError(f"{name} {value!r} may only use {allowed}, not {{{field}}}")
+        if spec or conversion:
+            raise ValueError(f"{name} {value!r}: {{{field}}} takes no format spec or conversion "
+                             f"({'!' + conversion if conversion else ':' + spec!r})")
+    return value
+
+
+def check_text(value: str, limit: int, name: str) -> str:
+    if len(value) > limit:
+        raise ValueError(f"{name}: {len(value)} characters, at most {limit}")
+    return value
+
+
+def machine_cpus() -> int:
+    """CPUs this process may run on (its affinity mask, which containers and `taskset` narrow)."""
+    try:
+        return max(1, len(os.sched_getaffinity(0)))
+    except (AttributeError, OSError):  # no affinity call on this platform
+        return max(1, os.cpu_count() or 1)
+
+
+def clamp_threads(value: int | None, name: str = "model.threads") -> int | None:
+    """More intra-op threads than CPUs only adds contention (and 100,000 fails inside torch as an ImportError):
+    clamped to the machine, with a warning naming both numbers."""
+    cap = machine_cpus()
+    if value is not None and value > cap:
+        log.warning("%s = %d is more than the %d CPU(s) this process may use: %d used", name, value, cap, cap)
+        return cap
+    return value
+
+
+def _regular_file(path: str, name: str) -> os.stat_result:
+    # stat() follows a link and never blocks; a FIFO or device is refused before anything opens it
+    try:
+        st = os.stat(path)
+    except OSError as e:
+        raise ValueError(f"{name}: {path!r}: {e.strerror or e}") from None
+    if not stat.S_ISREG(st.st_mode):
+        raise ValueError(f"{name}: {path!r} is not a regular file")
+    return st
+
+
+def check_head_weights(path: str | None, name: str = "method.head_weights") -> str | None:
+    """A head-weights file (`fit-heads` output) that exists, is a regular file of bounded size, and holds
+    `model_id` and a rectangular layers x heads table of finite numbers. Whether its shape fits the model is
+    checked when the model is loaded (method/heads.load_for)."""
+    if path is None:
+        return None
+    st = _regular_file(os.path.expanduser(path), name)
+    if st.st_size > MAX_HEAD_WEIGHTS_BYTES:
+        raise ValueError(f"{name}: {path!r} is {st.st_size} bytes, more than a head-weights file "
+                         f"({MAX_HEAD_WEIGHTS_BYTES})")
+    try:
+        fd = os.open(os.path.expanduser(path), os.O_RDONLY | os.O_NONBLOCK | os.O_CLOEXEC)
+        with os.fdopen(fd, "rb") as f:
+            doc = json.loads(f.read(MAX_HEAD_WEIGHTS_BYTES + 1).decode("utf-8"))
+    except (OSError, ValueError, RecursionError) as e:  # UnicodeDecodeError and JSONDecodeError are ValueErrors
+        raise ValueError(f"{name}: {path!r} is not a head-weights JSON file ({type(e).__name__})") from None
+    weights = doc.get("weights") if isinstance(doc, dict) else None
+    if not isinstance(doc, dict) or not isinstance(doc.get("model_id"), str) or not isinstance(weights, list):
+        raise ValueError(f"{name}: {path!r} is not a head-weights file (needs \"model_id\" and \"weights\")")
+    width = len(weights[0]) if weights and isinstance(weights[0], list) else 0
+    ok = width > 0 and all(isinstance(row, list) and len(row) == width and all(
+        isinstance(x, (int, float)) and not isinstance(x, bool) and math.isfinite(x) for x in row) for row in weights)
+    if not ok:
+        raise ValueError(f"{name}: {path!r}: \"weights\" must be a non-empty layers x heads table of finite numbers")
+    return path
+
+
+def check_folder(path: str | None, name: str) -> str | None:
+    """A folder the run may create: absent, or a directory (not a file, FIFO or device)."""
+    if path is not None:
+        p = os.path.expanduser(path)
+        if os.path.lexists(p) and not os.path.isdir(p):
+            raise ValueError(f"{name}: {path!r} exists and is not a folder")
+    return path
