@@ -65,6 +65,11 @@ def refuse_links(outdir: Path | str) -> None:
             f"remove the link or use a new OUTDIR")
 
 
+class NotRegular(OutdirUnsafe, DamagedOutput):
+    """A control file or part of OUTDIR that is not a regular file (FIFO, socket, device, link): refused by the
+    commands that write OUTDIR (unsafe) and by its readers (damage), never opened in a way that could block."""
+
+
 def require_regular(path: Path | str) -> None:
     """Refuse (OutdirUnsafe) a control file or part that exists but is not a regular file; never opens it."""
     try:
@@ -72,7 +77,7 @@ def require_regular(path: Path | str) -> None:
     except FileNotFoundError:
         return
     if not stat.S_ISREG(st.st_mode):
-        raise OutdirUnsafe(f"{path} is not a regular file (a link, FIFO, socket or device): this tool only "
+        raise NotRegular(f"{path} is not a regular file (a link, FIFO, socket or device): this tool only "
                            f"ever writes regular files there; remove it or use a new OUTDIR")
 
 
@@ -87,11 +92,11 @@ def read_control(path: Path | str, limit: int = 64 * 1024**2) -> str | None:
         return None
     except OSError as exc:
         if exc.errno in (errno.ELOOP, errno.ENXIO):  # a link (O_NOFOLLOW), or a socket/FIFO without a writer
-            raise OutdirUnsafe(f"{path} is not a regular file ({exc.strerror}): remove it or use a new OUTDIR") from None
+            raise NotRegular(f"{path} is not a regular file ({exc.strerror}): remove it or use a new OUTDIR") from None
         raise
     try:
         if not stat.S_ISREG(os.fstat(fd).st_mode):
-            raise OutdirUnsafe(f"{path} is not a regular file (a FIFO, socket or device): this tool only ever "
+            raise NotRegular(f"{path} is not a regular file (a FIFO, socket or device): this tool only ever "
                                f"writes regular files there; remove it or use a new OUTDIR")
         with os.fdopen(os.dup(fd), "rb") as f:
             data = f.read(limit + 1)

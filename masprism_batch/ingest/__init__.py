@@ -137,7 +137,13 @@ class IngestSummary:
 
 
 def prepare_outdir(outdir: Path, overwrite: bool) -> None:
-    """Refuse to mix runs: existing parts are an error unless `overwrite`, which removes only our parts."""
+    """Refuse to mix runs: existing parts are an error unless `overwrite`, which removes only our parts. An
+    OUTDIR that holds a `run`/`attribute` (its manifest or staging) is refused either way: overwriting its
+    traces/ and errors/ would make its committed attributions unreachable and the run unable to resume."""
+    held = [n for n in ("_manifest", "_staging", "_staging.partial", "attributions") if (outdir / n).exists()]
+    if held:
+        raise FileExistsError(f"{outdir} holds a run of `run`/`attribute` ({outdir / held[0]}); `ingest` never "
+                              f"writes into one, --overwrite or not: use a new OUTDIR")
     for sub in ("traces", "errors"):
         d = outdir / sub
         parts = [p for p in d.glob("*.parquet")] + list(d.glob(".tmp-*")) if d.is_dir() else []
