@@ -147,7 +147,7 @@ def agent_by(rule: str) -> str:
 
 CORRECTS = {"rule": "a correction of the zero-training rule's order",
             "rule_free": "a correction of the zero-training rule's order at a learned weight",
-            "prior": "a correction of the label prior's order (most often blamed positions)"}
+            "prior": "a correction of the label prior's re-ranking of each log's own candidates"}
 
 
 def _pct(x) -> str:
@@ -215,6 +215,8 @@ def fit(
                       f"fitted {_pct(e['fitted_agent'])}, zero-training rule {_pct(e['rule_agent'])}, label prior "
                       f"(most common blamed agent) {_pct(e['agent_prior'])} | verdict: {escape(verdict)}; agent: "
                       f"{escape(agent_by(f.entry['agent_rule']))}", soft_wrap=True)
+        for note in f.entry.get("notes") or []:  # e.g. the label prior is all it learned (issue 32)
+            console.print(f"  [yellow]note:[/] {escape(note)}", soft_wrap=True)
     meta = {"date": dt.date.today().isoformat(), "fitted_by": "masprism-batch fit",
             "runs": [str(r) for r in runs], "labels": str(labels) if labels else "traces"}
     RankerFile(model_id or "", {n: f.entry for n, f in fits.items()}, meta).write(out)

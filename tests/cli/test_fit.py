@@ -45,7 +45,7 @@ def run_dir(tmp_path_factory):
 
 def test_fit_from_trace_labels_prints_estimates_and_applies(run_dir, tmp_path):
     out = tmp_path / "ranker.json"
-    res = runner.invoke(app, ["fit", str(run_dir / "run"), "-o", str(out)])
+    res = res_fit = runner.invoke(app, ["fit", str(run_dir / "run"), "-o", str(out)])
     assert res.exit_code == EXIT_OK, res.output
     line = next(ln for ln in res.output.splitlines() if ln.startswith("billing-bot: k=12"))
     for word in ("step: fitted", "zero-training rule", "label prior (most common blamed position) 100.0%",
@@ -65,19 +65,21 @@ def test_fit_from_trace_labels_prints_estimates_and_applies(run_dir, tmp_path):
     assert "; agent: " in line
     # applied: the system's logs get the fitted verdict, with what decided it and a confidence
     cfg = run_dir / "c.json"
-    new = _logs(tmp_path / "new.jsonl", 3, 5, labelled=False)
+    new = _logs(tmp_path / "new.jsonl", 8, 5, labelled=False)
     res = runner.invoke(app, ["attribute", str(new), "-o", str(tmp_path / "applied"), "--config", str(cfg),
                               "--ranker", str(out), "--no-progress"])
     assert res.exit_code == EXIT_OK, res.output
     rows = read_dataset(tmp_path / "applied" / "attributions").to_pylist()
     by = e["verdict"]
-    assert by in ("ranker", "prior")  # the position prior is perfect held out: the fit must not keep the rule
-    if by == "ranker":  # and a ranker says which order it corrects, in the file and in words
+    if by == "ranker":  # a ranker says which order it corrects, in the file and in words
         assert e["offset"] in ("rule", "rule_free", "prior") and "a correction of the" in line
-    assert {r["verdict_by"] for r in rows} == {f"{by}:billing-bot"}
+    assert {r["verdict_by"] for r in rows} == {f"{by}:billing-bot" if by != "rule" else f"rule:{e['rule']}"}
     assert all(0 < r["confidence"] < 1 for r in rows)
-    # the position learned from 12 labels moves the verdicts to step 1 (by Coder)
-    assert sum(r["pred_step"] == 1 and r["pred_agent"] == "Coder" for r in rows) >= 2
+    # issue 32: the labels all blame step 1, yet no verdict names step 1 for every log whatever it says: the fit
+    # sets such a verdict aside, says the prior is all it learned, and the verdicts differ between logs
+    assert by == "rule" or e["heldout"]["modal_share"] <= 0.5  # the rule reads each log: it is never set aside
+    assert "label prior is all it learned" in " ".join(res_fit.output.split())
+    assert len({r["pred_step"] for r in rows}) > 1
 
 
 def test_labels_file_outcomes(run_dir, tmp_path):

@@ -162,15 +162,43 @@ def test_active_ties_go_to_the_author_then_the_first_speaker(trial):
     assert [v for _, v in ranking] == sorted((v for _, v in ranking), reverse=True)
 
 
-def test_fallback_agent_rule_defaults_to_active(tmp_path, caplog):
-    """Without an agent rule in fallback.json (or with an unknown one) the rule nearest the baseline, not author."""
+def test_fallback_agent_rule_defaults_to_the_floor(tmp_path, caplog):
+    """Without an agent rule in fallback.json (or with an unknown one) the floor: the most active agent itself."""
     from masprism_batch.method import rules as zr
 
-    assert zr.fallback_agent_rule(str(tmp_path)) == "active"  # no fallback.json in the folder
+    assert zr.fallback_agent_rule(str(tmp_path)) == zr.FLOOR == "most_active"  # no fallback.json in the folder
     (tmp_path / "fallback.json").write_text(json.dumps({"rule": "faithful"}))
-    assert zr.fallback_agent_rule(str(tmp_path)) == "active"
+    assert zr.fallback_agent_rule(str(tmp_path)) == zr.FLOOR
     (tmp_path / "fallback.json").write_text(json.dumps({"agent_rule": "loudest"}))
-    assert zr.fallback_agent_rule(str(tmp_path)) == "active"
+    assert zr.fallback_agent_rule(str(tmp_path)) == zr.FLOOR
     assert "loudest" in caplog.text
     (tmp_path / "fallback.json").write_text(json.dumps({"agent_rule": "mix:0.5"}))
     assert zr.fallback_agent_rule(str(tmp_path)) == "mix:0.5"
+
+
+@pytest.mark.parametrize("trial", range(5))
+def test_the_floor_is_the_most_active_baseline_and_the_guard_moves_only_on_concentrated_votes(trial):
+    """Issue 32: `most_active` blames exactly whom eval's "most active agent" baseline blames, whatever the step
+    order; `guard:t` keeps it unless one other agent holds at least t of the top-5 candidates' votes."""
+    from masprism_batch.eval.who_and_when_metrics import _majority
+    from masprism_batch.method import rules as zr
+    from masprism_batch.trace import Step, Trace
+
+    rng = np.random.default_rng()
+    names = [f"Agent{i}" for i in range(int(rng.integers(2, 5)))] + ["user"]
+    n = int(rng.integers(3, 30))
+    steps = [Step(i, str(rng.choice(names)), "x", role=str(rng.choice(["assistant", "user", "tool"])))
+             for i in range(n)]
+    t = Trace("t", "s", steps)
+    order = [int(x) for x in rng.permutation(n)[: int(rng.integers(1, 6))]]
+    floor = zr.agent_verdict(zr.FLOOR, t, [], order)
+    assert floor.casefold() == _majority(t)
+    votes = zr._votes(steps, order)  # noqa: SLF001 - the guard's own evidence
+    mover = max(votes, key=votes.get)
+    tau = float(rng.uniform(0.3, 0.95))
+    got = zr.agent_verdict(f"guard:{tau:.3f}", t, [], order)
+    if votes[mover] >= round(tau, 3) and list(votes.values()).count(votes[mover]) == 1:
+        assert got.casefold() == mover  # concentrated votes move the blame to their agent
+    elif votes[mover] < round(tau, 3):
+        assert got == floor  # otherwise the floor stands
+    assert zr.agent_verdict("guard:1.0", t, [], order) in (floor, steps[order[0]].agent)
