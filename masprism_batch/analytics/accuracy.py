@@ -68,7 +68,10 @@ class AccuracyAccumulator:
                 c[0] += 1
                 if attrs[r["trace_id"]].get("method", RANKED) == RANKED:
                     c[1] += 1
-                    c[2] += bool(self._in_sample(r["trace_id"]))
+                    # in-sample only where a fitted entry decided: a zero-training verdict ("rule:...") read no
+                    # label, wherever its log came from (issue 32: packaged rankers apply only when named)
+                    by = attrs[r["trace_id"]].get("verdict_by") or ""
+                    c[2] += bool(self._in_sample(r["trace_id"])) and not by.startswith("rule:")
         if not traces:
             return
         res = evaluate([attrs[t.trace_id] for t in traces], traces, on_missing="skip", ks=KS)

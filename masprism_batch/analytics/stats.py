@@ -57,6 +57,18 @@ ATTR_COLS = ["trace_id", "source", "system", "n_steps", "pred_step", "pred_agent
               "attributed_at", "method", "pred_step_agent", "pred_agent_rule", "verdict_by", "confidence"]
 
 
+# what each `verdict_by` value means (README, docs/schema.md list the same), shown under the verdicts table
+VERDICT_BY = {
+    "ranker": "ranker:<system>: a ranker fitted on that system's labelled logs re-ranked every step (`fit`, "
+              "applied with --ranker; the packaged benchmark rankers only when named: --ranker packaged, eval)",
+    "prior": "prior:<system>: that system's fit learned only where its labels blame (the label prior); the prior "
+             "re-ranked this log's own candidates",
+    "rule": "rule:<name>: zero-training, no label read: MASPrism's candidates in the order of rule <name> "
+            "(faithful = the paper's); every log of a system no ranker was fitted on or named for",
+    "unknown (older run)": "unknown (older run): written before attributions recorded what decided",
+}
+
+
 def _table(name: str, rows: list[dict[str, Any]]) -> pa.Table:
     return pa.Table.from_pylist(rows, schema=STATS_SCHEMAS[name])
 
@@ -296,8 +308,8 @@ def stats_tables_for_terminal(outdir: Path | str, top: int = 10) -> list:
         t.add_row(src, *[f"{bins.get(b, 0) / n:.0%}" if n else "-" for b in range(RELATIVE_BINS)], f"{n:,}")
     out.append(t)
     if read.get("verdicts"):
-        t = Table(title="What decided the verdicts (ranker:<system> = fitted by `fit`; rule:<name> = zero-training)",
-                  title_justify="left")
+        t = Table(title="What decided the verdicts (verdict_by: ranker:<system> / prior:<system> = fitted on that "
+                        "system's labels; rule:<name> = zero-training)", title_justify="left")
         for c, j in (("source", "left"), ("system", "left"), ("verdict by", "left"), ("traces", "right"),
                      ("mean confidence", "right")):
             t.add_column(c, justify=j, overflow="fold")
@@ -305,6 +317,9 @@ def stats_tables_for_terminal(outdir: Path | str, top: int = 10) -> list:
             mc = r["mean_confidence"]
             t.add_row(r["source"] or "-", r["system"] or "-", r["verdict_by"], f"{r['n_traces']:,}",
                       "-" if mc is None else f"{mc:.2f}")
+        seen = sorted({(r["verdict_by"] or "").split(":", 1)[0] for r in read["verdicts"]})
+        t.caption = "\n".join(f"{k}: {VERDICT_BY[k]}" for k in seen if k in VERDICT_BY)
+        t.caption_justify = "left"
         out.append(t)
     acc = read.get("accuracy", [])
     if acc:
