@@ -218,6 +218,9 @@ class IngestConfig(_Section):
     max_trace_bytes: int = Field(16 * 1024**2, ge=1024)  # more step text after step caps: rejected (`trace_too_large`)
     max_record_bytes: int = Field(64 * 1024**2, ge=1024)  # one JSON line (decompressed): longer -> file error
     max_file_bytes: int = Field(512 * 1024**2, ge=1024)  # one whole JSON document, decompressed; counted as read
+    # an agent name (and a label's mistake_agent) longer than this is cut, with a warning: a name is repeated in
+    # every step header, so a 1 MiB name would cost ~1M pass-1 tokens per step (issue 37)
+    max_agent_bytes: int = Field(256, ge=16)
     # attribute runs whose log records success too (`--all-runs`); default: failed and unknown runs only, the
     # succeeded ones listed in errors/ as `succeeded_run` (ingest/status.py)
     all_runs: bool = False

@@ -220,7 +220,8 @@ def apply_caps(trace: Trace, limits: IngestConfig | None = None,
                warn: Callable[..., None] | None = None) -> Trace:
     """The per-trace memory bound (IngestConfig): too many steps or too much text -> IngestError (the trace is
     rejected); a step longer than max_step_bytes is cut (head + marker + tail) with one `step_truncated`
-    warning; NaN/Infinity in metadata become null with one `non_finite_metadata` warning. Idempotent."""
+    warning, an agent name longer than max_agent_bytes (and a label naming it) is cut likewise; NaN/Infinity in
+    metadata become null with one `non_finite_metadata` warning. Idempotent."""
     lim = limits or _DEFAULT_LIMITS
     tid = trace.trace_id
     if len(trace.steps) > lim.max_steps:
@@ -228,24 +229,41 @@ def apply_caps(trace: Trace, limits: IngestConfig | None = None,
     question, removed = cap_text(trace.question, lim.max_step_bytes) if trace.question else (trace.question, 0)
     cut, total = int(removed > 0), len((question or "").encode("utf-8", errors="replace"))
     steps = list(trace.steps)
+    names = 0  # agent names cut
     for i, st in enumerate(steps):
         content, r = cap_text(st.content, lim.max_step_bytes)
-        if r:
-            steps[i] = dataclasses.replace(st, content=content)
-            cut, removed = cut + 1, removed + r
+        agent = cap_name(st.agent, lim.max_agent_bytes)
+        if r or agent is not st.agent:
+            steps[i] = dataclasses.replace(st, content=content, agent=agent)
+            cut, removed = cut + bool(r), removed + r
+            names += agent is not st.agent
         total += len(content) if content.isascii() else len(content.encode("utf-8", errors="replace"))
         if total > lim.max_trace_bytes:
             raise IngestError("trace_too_large", f"more than {lim.max_trace_bytes} bytes of step text after the "
                               f"step cap (max_trace_bytes)", tid)
     meta, bad = json_safe(trace.metadata) if trace.metadata else (trace.metadata, 0)
-    if not cut and not bad:
+    labels = trace.labels
+    if labels is not None and cap_name(labels.mistake_agent, lim.max_agent_bytes) is not labels.mistake_agent:
+        # cut like the step agents, so the label still names the agent it did
+        labels = dataclasses.replace(labels, mistake_agent=cap_name(labels.mistake_agent, lim.max_agent_bytes))
+    if not cut and not bad and not names and labels is trace.labels:
         return trace
+    if names and warn is not None:
+        warn("step_truncated", f"{names} agent name(s) longer than max_agent_bytes={lim.max_agent_bytes} cut "
+             "(head kept, ending in …)", tid)
     if cut and warn is not None:
         warn("step_truncated", f"{cut} step(s) (or the question) longer than max_step_bytes={lim.max_step_bytes} cut "
              f"({removed} bytes removed; head and tail kept)", tid)
     if bad and warn is not None:
         warn("non_finite_metadata", f"{bad} NaN/Infinity value(s) in metadata stored as null", tid)
-    return dataclasses.replace(trace, steps=steps, question=question, metadata=meta)
+    return dataclasses.replace(trace, steps=steps, question=question, metadata=meta, labels=labels)
+
+
+def cap_name(name: str | None, cap: int) -> str | None:
+    """`name` itself when it fits in `cap` UTF-8 bytes, else its head and "…" within `cap` (idempotent)."""
+    if name is None or len(name) * 4 <= cap or len(name.encode("utf-8", errors="replace")) <= cap:
+        return name
+    return _utf8_cut(name.encode("utf-8", errors="replace"), cap - 3) + "…"
 
 
 _DEFAULT_LIMITS = IngestConfig()
