@@ -17,7 +17,7 @@ from functools import partial
 
 import numpy as np
 
-from . import batching, pass1, render, windows
+from . import batching, pass1, progress_events, render, windows
 from . import rows as rows_mod
 from .config import PipelineConfig
 from .method import counterfactual, heads, reads
@@ -88,6 +88,7 @@ def _prefill(model, rendered: dict, cfg: PipelineConfig, stage: str, on_group=No
                 run([i], ph)
         if on_group is not None:
             on_group({i: results[i] for i in idx})
+        progress_events.prefill_done(stage, len(idx), sum(len(rendered[i].input_ids) for i in idx))
     return results
 
 

@@ -1,9 +1,15 @@
 """Progress of `attribute` / `run` / `eval` / `demo` when stderr is not a terminal (a log file, CI, nohup).
 
 On a terminal the driver's tqdm bar is shown as before. Without one, tqdm draws nothing, and finished packs
-can be minutes apart, so a timer logs one line every `interval` seconds instead:
+can be minutes apart, so lines are logged instead:
 
     progress: 120/2,000 traces (6.0%), 0.41 traces/s, 1,850 tokens/s, elapsed 4m53s, ETA 1h16m
+
+- as prefill groups finish inside a pack (`progress_events`; local engine): tokens/s from the first pass-1 group
+  on, and the traces of each pass-2 group counted as done (their verdict follows at once); at most one line
+  every `interval / 6` seconds;
+- every `interval` seconds while no line was logged (a long prefill);
+- one at the end, never twice the same line.
 
 `heartbeat(interval)` swaps the bar class the run driver (`masprism_batch.pipelines.driver`) creates for the
 duration of one command; the driver itself is unchanged (it calls `tqdm(total=..., disable=...)`, `update(n)`,
@@ -21,6 +27,8 @@ import time
 from collections.abc import Iterator
 
 from tqdm import tqdm
+
+from .. import progress_events
 
 log = logging.getLogger("masprism_batch.progress")
 DEFAULT_INTERVAL = 30.0
@@ -47,12 +55,16 @@ def progress_line(done: int, total: int | None, elapsed: float, tokens_per_s: fl
 
 
 class HeartbeatBar(tqdm):
-    """tqdm that, when stderr is not a terminal, logs `progress_line` every `interval` seconds from a timer."""
+    """tqdm that, when stderr is not a terminal, logs `progress_line` as traces finish and from a timer."""
 
     interval = DEFAULT_INTERVAL
 
     def __init__(self, *args, **kwargs):
         self._hb_done, self._hb_toks = 0, None
+        # traces finished in the running pack (not yet counted by the driver's update) and tokens prefilled
+        self._hb_inflight, self._hb_tokens = 0, 0
+        self._hb_lock = threading.Lock()
+        self._hb_last, self._hb_last_line = time.perf_counter(), None
         self._hb_total = kwargs.get("total")
         want = kwargs.get("disable")
         tty = bool(getattr(sys.stderr, "isatty", lambda: False)())
@@ -61,17 +73,42 @@ class HeartbeatBar(tqdm):
         self._hb_stop = threading.Event()
         super().__init__(*args, **kwargs)
         if self._hb_on:
-            log.info("%s", progress_line(0, self._hb_total, 0.0, None))
+            self._hb_log()
+            progress_events.subscribe(self._hb_event)
             self._hb_thread = threading.Thread(target=self._beat, name="progress-heartbeat", daemon=True)
             self._hb_thread.start()
 
+    def _hb_log(self, final: bool = False) -> None:
+        with self._hb_lock:
+            elapsed = time.perf_counter() - self._hb_t0
+            done = self._hb_done if final else self._hb_done + self._hb_inflight
+            if self._hb_total:
+                done = min(done, self._hb_total)
+            toks = self._hb_tokens / elapsed if self._hb_tokens and elapsed > 0 else self._hb_toks
+            line = progress_line(done, self._hb_total, elapsed, toks)
+            if line == self._hb_last_line:
+                return  # never the same line twice
+            self._hb_last, self._hb_last_line = time.perf_counter(), line
+        log.info("%s", line)
+
+    def _hb_event(self, stage: str, n_items: int, tokens: int) -> None:
+        with self._hb_lock:
+            self._hb_tokens += tokens
+            if stage == "pass2":
+                self._hb_inflight += n_items
+            due = time.perf_counter() - self._hb_last >= self.interval / 6
+        if due:  # a pass-1 group: tokens/s from the first one; a pass-2 group: its traces are about done
+            self._hb_log()
+
     def _beat(self) -> None:
         while not self._hb_stop.wait(self.interval):
-            log.info("%s", progress_line(self._hb_done, self._hb_total, time.perf_counter() - self._hb_t0,
-                                         self._hb_toks))
+            if time.perf_counter() - self._hb_last >= self.interval * 0.99:  # quiet for a whole interval
+                self._hb_log()
 
     def update(self, n=1):
-        self._hb_done += n or 0
+        with self._hb_lock:
+            self._hb_done += n or 0
+            self._hb_inflight = 0  # the pack is committed: its traces are in _hb_done now
         return super().update(n)
 
     def set_postfix_str(self, s="", refresh=True):
@@ -83,8 +120,8 @@ class HeartbeatBar(tqdm):
     def close(self):
         if getattr(self, "_hb_on", False) and not self._hb_stop.is_set():
             self._hb_stop.set()
-            log.info("%s", progress_line(self._hb_done, self._hb_total, time.perf_counter() - self._hb_t0,
-                                         self._hb_toks))
+            progress_events.unsubscribe(self._hb_event)
+            self._hb_log(final=True)
         return super().close()
 
 

@@ -56,7 +56,7 @@ def test_heartbeat_is_silent_when_progress_is_off(caplog):
 def test_attribute_logs_progress_lines(tmp_path, caplog):
     caplog.set_level(logging.INFO, logger="masprism_batch.progress")
     res = CliRunner().invoke(app, ["attribute", str(FORMATS), "-o", str(tmp_path / "A"), "--model", "tiny-random",
-                                   "--progress-interval", "0.2"])
+                                   "--progress-interval", "0.2", "--all-runs"])
     assert res.exit_code == EXIT_OK, res.output
     lines = [r.getMessage() for r in caplog.records if r.name == "masprism_batch.progress"]
     assert lines[0] == "progress: 0/12 traces (0.0%), 0.00 traces/s, elapsed 0s, ETA -"
@@ -73,3 +73,38 @@ def test_driver_per_pack_line_is_dropped_while_the_timer_runs(caplog):
     driver.log.info("progress: %d traces, %.2f traces/s, %.0f tokens/s", 4, 0.1, 10.0)
     msgs = [r.getMessage() for r in caplog.records if r.name == driver.log.name]
     assert msgs == ["resuming: 1 of 2 shards already committed", "progress: 4 traces, 0.10 traces/s, 10 tokens/s"]
+
+
+def test_progress_moves_before_the_first_pack_is_committed(tmp_path, caplog, monkeypatch):
+    """Issue 35, item 5: off a terminal, a line with tokens/s and traces done comes from inside the first pack
+    (its prefill groups), not only when the driver commits it; the same line is never logged twice."""
+    from masprism_batch.cli import progress
+
+    order: list[tuple[str, str]] = []
+    real_update = progress.HeartbeatBar.update
+
+    def update(self, n=1):
+        order.append(("commit", str(n)))
+        return real_update(self, n)
+
+    class Spy(logging.Handler):
+        def emit(self, record):
+            order.append(("line", record.getMessage()))
+
+    monkeypatch.setattr(progress.HeartbeatBar, "update", update)
+    spy = Spy(level=logging.INFO)
+    logging.getLogger("masprism_batch.progress").addHandler(spy)
+    caplog.set_level(logging.INFO, logger="masprism_batch.progress")
+    try:
+        res = CliRunner().invoke(app, ["attribute", str(FORMATS), "-o", str(tmp_path / "A"), "--model", "tiny-random",
+                                       "--progress-interval", "0.06", "--all-runs"])
+    finally:
+        logging.getLogger("masprism_batch.progress").removeHandler(spy)
+    assert res.exit_code == EXIT_OK, res.output
+    first_commit = next(i for i, (kind, _) in enumerate(order) if kind == "commit")
+    before = [msg for kind, msg in order[:first_commit] if kind == "line"]
+    assert any("tokens/s" in m for m in before), order[:first_commit + 1]
+    assert any(not m.startswith("progress: 0/") for m in before), before  # traces counted inside the pack
+    lines = [msg for kind, msg in order if kind == "line"]
+    assert all(a != b for a, b in zip(lines, lines[1:], strict=False)), lines
+    assert lines[-1].endswith("done")
