@@ -37,7 +37,8 @@ MODELS = {
     "smollm2-135m": dict(hq=9, hk=3, d=64, hidden=576, vocab=49_152, inter=1536),
 }
 KERNELS = {"_attn_fwd": "masprism_batch.kernels.step_attention",
-           "_step_mass": "masprism_batch.kernels.step_attention",
+           "_step_mass": "masprism_batch.kernels.step_mass",
+           "_step_mass_dot": "masprism_batch.kernels.step_mass",
            "_nll_partial": "masprism_batch.kernels.token_nll",
            "_rms_norm": "masprism_batch.kernels.elementwise",
            "_qk_norm_rope": "masprism_batch.kernels.elementwise",
@@ -153,10 +154,22 @@ def collect(capability: int, dtypes=tuple(DTYPES), models=tuple(MODELS)) -> list
                 q, k, v, cu, sid, ns, scale = _attn_inputs(model, dtype)
                 step_attention.step_attention(q, k, v, cu, sid, ns, scale)
                 variants += [(c, model) for c in calls]
+            lse = torch.empty(q.shape[1], q.shape[0])
             with intercept(capability) as calls:
-                step_attention.step_mass(q, k, torch.empty(q.shape[1], q.shape[0]), cu, sid, ns, scale,
-                                         per_head=True)
+                step_attention.step_mass(q, k, lse, cu, sid, ns, scale, per_head=True)
                 variants += [(c, f"{model} per_head") for c in calls]
+            # the dot kernel's widest window (steps of BLOCK_N / STEPS tokens: a key tile spans STEPS ids) and the
+            # loop kernel, the fallback for packs whose tiles span more
+            cfg = step_attention.mass_config(dtype, MODELS[model]["d"], MODELS[model]["hq"] // MODELS[model]["hk"],
+                                             capability, per_head=False)
+            width = max(1, cfg["BLOCK_N"] // cfg["STEPS"])
+            wide = torch.cat([torch.arange(n) // width for n in torch.diff(cu).tolist()]).to(torch.int32)
+            with intercept(capability) as calls:
+                step_attention.step_mass(q, k, lse, cu, wide, torch.diff(cu).to(torch.int32), scale)
+                variants += [(c, f"{model} widest window") for c in calls]
+            with intercept(capability) as calls:
+                step_attention.step_mass(q, k, lse, cu, sid, ns, scale, config={**cfg, "STEPS": 0})
+                variants += [(c, f"{model} loop fallback") for c in calls]
             with intercept(capability) as calls:
                 m = MODELS[model]
                 T = 1023

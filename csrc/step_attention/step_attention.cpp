@@ -54,25 +54,29 @@ std::vector<Run> key_runs(const int32_t* sid, int64_t len, int64_t n) {
   return runs;
 }
 
+// Layout (no copy per sequence or block, issue 33 item 4): qp = Q as [Hk, T, G, D] (one permuted copy per
+// pack), so a block's queries are the view [Hk, rows * G, D], row r * G + g = (token r, head hk * G + g);
+// K and V are read through strided views of the caller's [T, Hk, D] tensors (BLAS takes the leading
+// dimension Hk * D); O is written in place into op [Hk, T, G, D], permuted into [T, Hq, D] once per pack.
 template <typename scalar_t>
-void attend_one_sequence(const at::Tensor& q, const at::Tensor& k, const at::Tensor& v, const int32_t* sid,
-                         int64_t s, int64_t L, int64_t n, double scale, at::Tensor& o, at::Tensor& lse,
+void attend_one_sequence(const at::Tensor& qp, const at::Tensor& k, const at::Tensor& v, const int32_t* sid,
+                         int64_t s, int64_t L, int64_t n, double scale, at::Tensor& op, at::Tensor& lse,
                          scalar_t* mass_b, int64_t n_max) {
-  const int64_t Hq = q.size(1), Hk = k.size(1), D = q.size(2), G = Hq / Hk, T = q.size(0);
-  const at::Tensor kt = k.slice(0, s, s + L).transpose(0, 1).contiguous().transpose(1, 2);  // [Hk, D, L]
-  const at::Tensor vc = v.slice(0, s, s + L).transpose(0, 1).contiguous();                  // [Hk, L, D]
+  const int64_t Hk = qp.size(0), T = qp.size(1), G = qp.size(2), D = qp.size(3), Hq = Hk * G;
+  const at::Tensor kt = k.slice(0, s, s + L).permute({1, 2, 0});  // [Hk, D, L] view
+  const at::Tensor vc = v.slice(0, s, s + L).transpose(0, 1);      // [Hk, L, D] view
   const std::vector<Run> runs = n > 0 ? key_runs(sid, L, n) : std::vector<Run>{};
   const int64_t bq = std::max<int64_t>(16, std::min<int64_t>(256, kScoreBudget / std::max<int64_t>(1, Hq * L)));
   std::vector<double> acc(n * n, 0.0);
   // one scores buffer for all blocks of the sequence: a fresh multi-MB allocation per block would be
   // mmapped and page-faulted (zeroed by the kernel) every time
-  at::Tensor s_buf = at::empty({Hq * bq * L}, q.options());
+  at::Tensor s_buf = at::empty({Hq * bq * L}, qp.options());
   scalar_t* lse_p = lse.data_ptr<scalar_t>();
   const scalar_t sc = static_cast<scalar_t>(scale);
   for (int64_t a = 0; a < L; a += bq) {
     const int64_t b = std::min(a + bq, L), rows = b - a;
-    const at::Tensor qg = q.slice(0, s + a, s + b).view({rows, Hk, G, D}).permute({1, 2, 0, 3}).reshape({Hk, G * rows, D});
-    at::Tensor S = s_buf.narrow(0, 0, Hq * rows * b).view({Hk, G * rows, b});  // (hk, g*rows + r, u)
+    const at::Tensor qg = qp.slice(1, s + a, s + b).view({Hk, rows * G, D});
+    at::Tensor S = s_buf.narrow(0, 0, Hq * rows * b).view({Hk, rows * G, b});  // (hk, r*G + g, u)
     at::bmm_out(S, qg, kt.narrow(2, 0, b));
     scalar_t* Sp = S.data_ptr<scalar_t>();
     at::Tensor inv_l = at::empty({Hq * rows}, S.options());
@@ -84,12 +88,13 @@ void attend_one_sequence(const at::Tensor& q, const at::Tensor& k, const at::Ten
         const bool in_step = n > 0 && sid[t] >= 0;
         double* out = rowbuf.data() + r * n;
         for (int64_t h = 0; h < Hq; ++h) {
-          scalar_t* x = Sp + (h * rows + r) * b;
+          const int64_t row = (h / G * rows + r) * G + h % G;  // (hk, r*G + g)
+          scalar_t* x = Sp + row * b;
           const scalar_t m = max_of(x, len);
           const scalar_t l = exp_inplace_sum(x, len, sc, sc * m);
           std::fill(x + len, x + b, scalar_t(0));
           lse_p[h * T + s + t] = sc * m + std::log(l);
-          inv_lp[h * rows + r] = scalar_t(1) / l;
+          inv_lp[row] = scalar_t(1) / l;
           if (!in_step) continue;
           const double inv = 1.0 / static_cast<double>(l);
           for (const Run& run : runs) {
@@ -99,8 +104,8 @@ void attend_one_sequence(const at::Tensor& q, const at::Tensor& k, const at::Ten
         }
       }
     });
-    const at::Tensor ob = at::bmm(S.view({Hk, G * rows, b}), vc.narrow(1, 0, b)) * inv_l.view({Hk, G * rows, 1});
-    o.slice(0, s + a, s + b).copy_(ob.view({Hk, G, rows, D}).permute({2, 0, 1, 3}).reshape({rows, Hq, D}));
+    at::Tensor ob = op.slice(1, s + a, s + b).view({Hk, rows * G, D});
+    at::mul_out(ob, at::bmm(S, vc.narrow(1, 0, b)), inv_l.view({Hk, rows * G, 1}));
     for (int64_t r = 0; r < rows && n > 0; ++r) {  // fixed order: independent of the thread count
       if (sid[a + r] < 0) continue;
       double* dst = acc.data() + sid[a + r] * n;
@@ -120,24 +125,31 @@ std::tuple<at::Tensor, at::Tensor, at::Tensor> step_attention_cpu(const at::Tens
   TORCH_CHECK(q_in.size(1) % k_in.size(1) == 0, "Hq must be a multiple of Hk");
   TORCH_CHECK(q_in.scalar_type() == k_in.scalar_type() && k_in.scalar_type() == v_in.scalar_type(), "q/k/v dtypes differ");
   const auto cdt = q_in.scalar_type() == at::kDouble ? at::kDouble : at::kFloat;
-  const at::Tensor q = q_in.to(cdt).contiguous(), k = k_in.to(cdt).contiguous(), v = v_in.to(cdt).contiguous();
-  const int64_t T = q.size(0), Hq = q.size(1), G = Hq / k.size(1), B = cu_seqlens.numel() - 1;
+  // k/v may be strided views (the model passes slices of one qkv tensor): only cast, never copied
+  const at::Tensor k = k_in.to(cdt), v = v_in.to(cdt);
+  const int64_t T = q_in.size(0), Hq = q_in.size(1), Hk = k.size(1), G = Hq / Hk, D = q_in.size(2);
+  const int64_t B = cu_seqlens.numel() - 1;
+  // q: any token stride (a view of the model's qkv tensor) as long as heads and head dim are dense
+  const at::Tensor qd = q_in.stride(2) == 1 && q_in.stride(1) == D ? q_in : q_in.contiguous();
+  const at::Tensor qp = qd.to(cdt).view({T, Hk, G, D}).permute({1, 0, 2, 3}).contiguous();  // [Hk, T, G, D]
   const at::Tensor cu = cu_seqlens.to(at::kLong).contiguous(), ns = n_steps.to(at::kLong).contiguous();
   const at::Tensor sid_t = step_ids.to(at::kInt).contiguous();
   const int64_t* cu_p = cu.data_ptr<int64_t>();
   const int64_t* ns_p = ns.data_ptr<int64_t>();
-  at::Tensor o = at::empty_like(q_in);
-  at::Tensor lse = at::empty({Hq, T}, q.options());
-  at::Tensor mass = at::zeros({B, n_max, n_max}, q.options());
+  at::Tensor op = at::empty({Hk, T, G, D}, qp.options());
+  at::Tensor lse = at::empty({Hq, T}, qp.options());
+  at::Tensor mass = at::zeros({B, n_max, n_max}, qp.options());
   for (int64_t b = 0; b < B; ++b) {
     const int64_t s = cu_p[b], L = cu_p[b + 1] - s;
     TORCH_CHECK(L >= 0 && ns_p[b] <= n_max, "bad cu_seqlens or n_steps > n_max");
     if (L == 0) continue;
-    AT_DISPATCH_FLOATING_TYPES(q.scalar_type(), "masprism_step_attention", [&] {
-      attend_one_sequence<scalar_t>(q, k, v, sid_t.data_ptr<int32_t>() + s, s, L, ns_p[b], scale, o, lse,
+    AT_DISPATCH_FLOATING_TYPES(qp.scalar_type(), "masprism_step_attention", [&] {
+      attend_one_sequence<scalar_t>(qp, k, v, sid_t.data_ptr<int32_t>() + s, s, L, ns_p[b], scale, op, lse,
                                     mass.data_ptr<scalar_t>() + b * n_max * n_max, n_max);
     });
   }
+  at::Tensor o = at::empty_like(q_in, at::MemoryFormat::Contiguous);
+  o.view({T, Hk, G, D}).copy_(op.permute({1, 0, 2, 3}));  // the pack's one output copy (and cast back)
   return {o, lse, mass};
 }
 

@@ -114,7 +114,9 @@ def load_model_or_fail(cfg):
     """Load the model before OUTDIR is touched: a model that cannot be loaded leaves nothing behind that would
     refuse a retry with another --model (the run header records the model)."""
     from ..pipelines.packs import load_model
+    from .probe import check_ranker_file
 
+    check_ranker_file(cfg)  # a missing or unreadable --ranker is said before the model's load time is spent
     try:
         return load_model(cfg)
     except (OSError, ValueError, RuntimeError, KeyError) as exc:  # ModelNotFoundError is a FileNotFoundError

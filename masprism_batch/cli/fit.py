@@ -190,9 +190,13 @@ def fit(
                       "read them, so nothing is lost", soft_wrap=True)
     cases, problems, rule = build_cases(traces, rows, labels, system, named)
     for p in problems:
-        console.print(f"[yellow]warning:[/] {escape(p)}", soft_wrap=True)
+        log.debug("%s", p)  # each row with --verbose; one summary line otherwise
+    if problems:
+        from .fit_messages import skipped_summary
+
+        console.print(f"[yellow]warning:[/] {escape(skipped_summary(problems))}", soft_wrap=True)
     if not cases:
-        raise fail("no labelled log to fit on" + (f" ({len(problems)} label rows skipped, see above)" if problems
+        raise fail("no labelled log to fit on" + (f" ({len(problems)} label rows skipped, see above; -v lists each)" if problems
                                                   else ": the runs' traces carry no labels; give --labels FILE"))
     fits = {}
     for name, cs in sorted(cases.items()):

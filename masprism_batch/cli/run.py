@@ -112,6 +112,9 @@ def run(
 
         check_ranker(cfg, loaded.model_id)
     else:
+        from .probe import check_ranker_file
+
+        check_ranker_file(cfg)
         try:
             require_model(cfg.model.name)  # the actors load it; here only that it exists
         except ModelNotFoundError as exc:

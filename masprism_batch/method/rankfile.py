@@ -133,6 +133,9 @@ class RankerFile:
         try:
             with os.fdopen(fd, "w", encoding="utf-8") as f:
                 f.write(text)
+            umask = os.umask(0)
+            os.umask(umask)
+            os.chmod(tmp, 0o666 & ~umask)  # mkstemp makes it 0600: readable like every other output instead
             os.replace(tmp, path)
         except BaseException:
             Path(tmp).unlink(missing_ok=True)

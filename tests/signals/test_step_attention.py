@@ -177,6 +177,46 @@ def test_noncontiguous_steps(backend):
     check_attention(c, _call(c, backend, out=poisoned_attn_out(c)), TOL[torch.float32])
 
 
+# the default (dot) path on rendered-like steps runs in every other triton case; here: the loop fallback, and the
+# dot kernel forced onto interleaved ids (windows left and re-opened). Small packs: the interpreter is slow.
+@pytest.mark.parametrize("pattern,kernel", [("ones", "dot"), ("noncontiguous", "dot"), ("ragged", "loop"),
+                                            ("noncontiguous", "loop")])
+@pytest.mark.parametrize("backend", backend_params("triton"))
+def test_triton_mass_kernels_match_oracle(backend, pattern, kernel):
+    """Both pass-2 kernels (kernels/step_mass.py) on the same pack: the one-hot dot kernel (the normal path;
+    "ones" = 1-token steps, a key tile spans BLOCK_N ids, the widest window) and the per-step loop kernel
+    (the fallback, forced with STEPS=0), per head and head mean, against the fp64 oracle."""
+    from masprism_batch.kernels import step_attention as tk
+    from masprism_batch.kernels import step_mass as sm
+
+    c = make_attn_case([70, 9, 1], 4, 2, 64, torch.float32, new_seed(), "ones" if pattern == "ones" else "ragged",
+                       device=device_of(backend))
+    if pattern == "noncontiguous":  # random ids, -1 included: windows are left and re-opened (read-modify-write)
+        g = torch.Generator().manual_seed(abs(hash(c.desc)) % 2**31)
+        sid = c.step_ids.cpu().clone()
+        for b, (s, e) in enumerate(zip(c.cu_seqlens.tolist()[:-1], c.cu_seqlens.tolist()[1:], strict=True)):
+            if int(c.n_steps[b]):
+                sid[s:e] = torch.randint(-1, int(c.n_steps[b]), (e - s,), generator=g, dtype=torch.int32)
+        c.step_ids = sid.to(c.q.device)
+        c.desc += " noncontiguous"
+    o, lse = tk.attention_lse(c.q, c.k, c.v, c.cu_seqlens, c.scale)
+    cfg = tk.mass_config(c.q.dtype, c.q.shape[2], 2, 80, per_head=False)
+    plan = sm.Plan(c.cu_seqlens, c.step_ids, c.n_steps, c.q.device)
+    if pattern != "noncontiguous":  # rendered-like steps always take the dot kernel by default
+        assert sm.window_steps(plan.max_span(cfg["BLOCK_N"]), cfg["STEPS"]) > 0, c.desc
+    if kernel == "loop":
+        cfg["STEPS"] = 0
+    else:
+        cfg["STEPS"] = 1 << 20  # the dot kernel even where the default would fall back (noncontiguous)
+    mass = tk.step_mass(c.q, c.k, lse, c.cu_seqlens, c.step_ids, c.n_steps, c.scale, config=dict(cfg))
+    check_attention(c, (o, lse, mass), TOL[torch.float32])
+    cfg1 = tk.mass_config(c.q.dtype, c.q.shape[2], 2, 80, per_head=True) | {"STEPS": cfg["STEPS"]}
+    heads = tk.step_mass(c.q, c.k, lse, c.cu_seqlens, c.step_ids, c.n_steps, c.scale, config=cfg1, per_head=True)
+    want = dense_step_mass_per_head(c)
+    rows = want.sum(-1, keepdim=True).clamp_min(1.0)
+    assert_close("mass per head", heads.cpu().double() / rows, want / rows, TOL[torch.float32]["mass"], c.desc)
+
+
 PER_HEAD_SHAPES = SHAPES[:2] + [([47, 123, 5, 1], 8, 2, 64, "ragged")]
 TRITON_PER_HEAD_SHAPES = [([123, 47, 1], 4, 2, 64, "ragged"), ([47, 9], 6, 2, 128, "ragged")]
 
