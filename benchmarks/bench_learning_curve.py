@@ -61,7 +61,7 @@ def evaluate(train: list[ft.FitCase], test: list[ft.FitCase], system: str, rule:
         got = {"fitted": (order[0], agent), ABLATION: (ab_order[0], ab_agent),
                "zero-training rule": (top, zr.agent_verdict(rule_agent, c.trace, c.rows, c.ranked or [top])),
                "label prior: position": (min(ti, len(c.trace.steps) - 1) if ti is not None else top, None),
-               "label prior: agent": (None, pri.top_agent(c.trace) or zr.agent_verdict("active", c.trace, c.rows,
+               "label prior: agent": (None, pri.top_agent(c.trace) or zr.agent_verdict(zr.FLOOR, c.trace, c.rows,
                                                                                        c.ranked or [top]))}
         for m, (step, ag) in got.items():
             if step is not None:
@@ -201,9 +201,11 @@ def markdown(rows, cases, rule, rule_agent, args) -> str:
              f"{args.draws} random draws of k labelled logs of the system fitted by the product's fit and tested "
              "on the system's remaining logs (k = all: 5-fold within the system x 3 seeds); mean ± spread (std) over "
              "draws. "
-             "Label-prior baselines are learned from the same k labels. Step: top-1 (TRAIL: P@1) over logs with a "
+             "Label-prior baselines are learned from the same k labels (`prior position`: the most often blamed "
+             "position for every log, a baseline no shipped verdict may be: issue 32). Step: top-1 (TRAIL: P@1) over logs with a "
              f"labelled step; agent: exact (Who&When only). Zero-training: rule `{rule}`, agent rule `{rule_agent}`. "
-             "`verdicts used`: share of draws where the fit's internal CV chose, for the step, the label prior / "
+             "`verdicts used`: share of draws where the fit's internal CV chose, for the step, the label prior "
+             "re-ranking each log's own candidates / "
              "the ranker (else the rule), and for the agent the label prior's agent / the author or the ranker's "
              "summed probabilities (else the rule's agent).", ""]
     for s in sorted({r["system"] for r in rows}):

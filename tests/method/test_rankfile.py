@@ -98,18 +98,156 @@ def test_atomic_write_keeps_the_old_file_on_failure(tmp_path, synth, monkeypatch
     assert path.read_text() == before and [p.name for p in tmp_path.iterdir()] == ["ranker.json"]
 
 
-def test_label_prior_verdict_blames_the_most_often_blamed_position(synth):
+def test_label_prior_verdict_re_ranks_the_logs_own_candidates(synth):
+    """Issue 32: the label prior moves the most often blamed position first only where it is one of the log's
+    own candidates; elsewhere the rule's order stands. Never one fixed step for every log."""
+    import numpy as np
+
     from masprism_batch.method import fit as ft
     from masprism_batch.method.rankfile import SystemRanker
 
-    cases = synth(10, seed=11)
+    seed = int(np.random.default_rng().integers(1 << 30))
+    cases = synth(10, seed=seed)
     pri = ft.Priors.count(cases)
     entry = {"system": "team/agents", "verdict": "prior", "rule": "faithful", "agent_rule": "author",
              "priors": pri.to_json(), "calibration": {"a": 0.0, "b": 0.0}}
     sr = SystemRanker(entry, "m")
-    c = synth(1, seed=12)[0]
-    order, probs, agent, conf = sr.apply(c.trace, c.rows, c.ranked)
-    top = min(pri.top_index(), len(c.trace.steps) - 1)
-    assert order[0] == top and sorted(order) == list(range(len(c.trace.steps))) and probs is None
-    assert agent == c.trace.steps[top].agent and conf == 0.5 and sr.verdict_by == "prior:team/agents"
+    tops = []
+    for c in synth(30, seed=seed + 1):
+        order, probs, agent, conf = sr.apply(c.trace, c.rows, c.ranked)
+        assert sorted(order) == list(range(len(c.trace.steps))) and probs is None, seed
+        assert order[0] in c.ranked and agent == c.trace.steps[order[0]].agent, seed
+        # the prior only moves a more often blamed candidate ahead, and the most blamed one when it leads anyway
+        assert pri.pos.get(order[0], 0.0) >= pri.pos.get(c.ranked[0], 0.0), seed
+        if c.ranked[0] == pri.top_index():
+            assert order[0] == c.ranked[0], seed
+        if not any(pri.pos.get(k, 0.0) for k in c.ranked):
+            assert order[0] == c.ranked[0], seed  # no candidate was ever blamed: the rule's order stands
+        assert 1 / len(c.trace.steps) <= conf < 1, seed
+        tops.append(order[0])
+    assert len(set(tops)) > 1 and sr.verdict_by == "prior:team/agents"
     assert sr.features == []  # a label prior reads no costly signal
+
+
+def test_packaged_rankers_give_verdicts_that_differ_between_logs(synth):
+    """Issue 32: no packaged entry names one step for every log of its system: applied to random logs of that
+    system, each gives several distinct verdicts, none for most of them; the zero-training agent rule shipped is
+    a known one and the shipped confidence reads the verdict's evidence."""
+    import numpy as np
+
+    from masprism_batch.method import rules, weights_dir
+    from masprism_batch.method.rankfile import PACKAGED, RankerFile, SystemRanker
+
+    rf = RankerFile.read(weights_dir() / PACKAGED)
+    seed = int(np.random.default_rng().integers(1 << 30))
+    for name, entry in rf.systems.items():
+        sr = SystemRanker(entry, rf.model_id)
+        tops = [sr.apply(c.trace, c.rows, c.ranked)[0][0] for c in synth(40, seed=seed, source=name)]
+        share = max(tops.count(x) for x in tops) / len(tops)
+        assert len(set(tops)) > 1 and share <= 0.75, (name, seed, entry["verdict"], share)
+    assert rules.fallback_agent_rule(None) in rules.AGENT_RULES
+    assert (rules.fallback_calibration(None) or {}).get("kind") == "evidence"
+
+
+# Issue 37: a ranker file is a user's input, checked completely before any of it is applied.
+def _tampered(d: dict, how: str, rng) -> str:
+    """Change one field of a valid file `d` the way `how` says; returns the field the error must name."""
+    e = d["systems"]["team/agents"]
+    i = int(rng.integers(0, len(e["weights"])))
+    if how == "negative prior index":
+        e["priors"]["pos"] = {str(-int(rng.integers(1, 9))): 100.0}
+        return "priors.pos"
+    if how == "relpos bin out of range":
+        e["priors"]["relpos"] = {str(int(rng.integers(10, 99))): 1.0}
+        return "priors.relpos"
+    if how == "NaN weight":
+        e["weights"][i] = float("nan")
+        return f"weights[{i}]"
+    if how == "infinite mean":
+        e["mean"][i] = float("inf") * (1 if rng.random() < .5 else -1)
+        return f"mean[{i}]"
+    if how == "zero std":
+        e["std"][i] = 0.0
+        return f"std[{i}]"
+    if how == "string weight":
+        e["weights"][i] = "0.5"
+        return f"weights[{i}]"
+    if how == "short weights":
+        e["weights"] = e["weights"][: int(rng.integers(0, len(e["weights"])))]
+        return "weights"
+    if how == "missing std":
+        del e["std"]
+        return "std"
+    if how == "NaN calibration":
+        e["calibration"] = {"a": float("nan"), "b": 0.1}
+        return "calibration.a"
+    if how == "boolean prior count":
+        e["priors"]["n"] = True
+        return "priors.n"
+    if how == "unknown verdict":
+        e["verdict"] = "oracle"
+        return "verdict"
+    if how == "unknown rule":
+        e["rule"] = "magic"
+        return "rule"
+    if how == "unknown agent rule":
+        e["agent_rule"] = "prior|oracle"
+        return "agent_rule"
+    if how == "entry not an object":
+        d["systems"]["team/agents"] = [1, 2]
+        return "systems['team/agents']"
+    if how == "version not a number":
+        d["version"] = "three"
+        return "version"
+    if how == "deep value":
+        node: list = []
+        d["notes"] = node
+        for _ in range(int(rng.integers(20, 60))):
+            node.append([])
+            node = node[0]
+        return "nested deeper"
+    raise AssertionError(how)
+
+
+TAMPERS = ["negative prior index", "relpos bin out of range", "NaN weight", "infinite mean", "zero std",
+           "string weight", "short weights", "missing std", "NaN calibration", "boolean prior count",
+           "unknown verdict", "unknown rule", "unknown agent rule", "entry not an object", "version not a number",
+           "deep value"]
+
+
+@pytest.mark.parametrize("how", TAMPERS)
+def test_each_tampered_value_is_refused_naming_its_field(tmp_path, synth, how):
+    path, _ = _file(tmp_path, synth)
+    d = json.loads(path.read_text())
+    assert d["systems"]["team/agents"]["verdict"] == "ranker"
+    field = _tampered(d, how, np.random.default_rng())
+    path.write_text(json.dumps(d))  # NaN and Infinity written as JSON's common extension, as Python writes them
+    rk._CACHE.clear()
+    with pytest.raises(RankerFileError) as err:
+        RankerFile.read(path)
+    assert field in str(err.value) and str(path) in str(err.value)
+
+
+def test_a_5000_deep_file_or_a_fifo_is_one_error_not_a_crash(tmp_path):
+    import os
+
+    deep = tmp_path / "deep.json"
+    deep.write_text('{"format": "masprism-batch ranker", "x": ' + "[" * 5000 + "]" * 5000 + "}")
+    with pytest.raises(RankerFileError, match="deep.json"):
+        RankerFile.read(deep)
+    fifo = tmp_path / "fifo.json"
+    os.mkfifo(fifo)  # opened without blocking: refused at once, not waited on for a writer
+    with pytest.raises(RankerFileError, match="not a regular file"):
+        RankerFile.read(fifo)
+
+
+def test_a_valid_file_passes_and_its_digest_follows_its_content(tmp_path, synth):
+    from masprism_batch.method import rankcheck
+
+    path, _ = _file(tmp_path, synth)
+    RankerFile.read(path)  # every field of a fitted file is in its domain
+    before = rankcheck.digest(str(path))
+    d = json.loads(path.read_text())
+    d["date"] = "2026-11-27"
+    path.write_text(json.dumps(d))
+    assert rankcheck.digest(str(path)) != before and rankcheck.digest(None) is None
