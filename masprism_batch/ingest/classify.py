@@ -13,7 +13,19 @@ from __future__ import annotations
 
 from typing import Any
 
-from . import ag2, inspect_ai, langfuse, langsmith, openai_chat, openhands, otel_sdk, swe_agent, taubench
+from . import (
+    ag2,
+    agent_logs,
+    claude_code,
+    inspect_ai,
+    langfuse,
+    langsmith,
+    openai_chat,
+    openhands,
+    otel_sdk,
+    swe_agent,
+    taubench,
+)
 
 # Who&When's own fields: a `history` without any of them is an AG2 chat, not a Who&When log
 _WW_KEYS = ("question", "question_ID", "mistake_agent", "mistake_step", "mistake_reason", "ground_truth",
@@ -58,6 +70,8 @@ def _classify_dict(doc: dict) -> str | None:
         return "otel-sdk" if isinstance(s0, dict) and ("context" in s0 and "span_id" not in s0) else "trail"
     if "trace_id" in doc and "steps" in doc:
         return "jsonl"
+    if claude_code.is_line(doc):
+        return "claude-code"
     if isinstance(doc.get("errors"), list) and ("scores" in doc or "trace_id" in doc):
         return "trail-annotation"
     if "chat_history" in doc:
@@ -78,8 +92,12 @@ def _classify_dict(doc: dict) -> str | None:
         return "tau-bench"
     if openhands.events_of(doc) is not None:
         return "openhands"
+    if agent_logs.is_mini_swe(doc):
+        return "mini-swe-agent"
     if isinstance(doc.get("messages"), list):
         msgs = doc["messages"][:64]
+        if agent_logs.is_smolagents(msgs):
+            return "smolagents"
         if any(ag2.is_autogen_message(m) for m in msgs):
             return "ag2"
         return "langgraph-messages" if any(openai_chat.is_langchain_message(m) for m in msgs) else "openai"
@@ -109,6 +127,12 @@ def classify(doc: Any) -> str | None:
             return "langsmith"
         if langfuse.is_trace(doc[0]) or langfuse.is_observation(doc[0]) or langfuse.is_download(doc[0]):
             return "langfuse"
+        if claude_code.is_line(doc[0]):
+            return "claude-code"
+        if agent_logs.is_smolagents(doc):
+            return "smolagents"
+        if agent_logs.is_mini_swe(doc):
+            return "mini-swe-agent"
         return _chat_list_kind(doc)
     return None
 

@@ -20,7 +20,9 @@ from typing import Any
 from ..trace import Trace
 from . import (
     ag2,
+    agent_logs,
     canonical,
+    claude_code,
     containers,
     inspect_ai,
     langfuse,
@@ -40,7 +42,8 @@ from .near_miss import near_misses
 from .sources import iter_lines, read_bytes
 
 FORMATS = ("auto", "who-and-when", "trail", "otel", "tempo", "otel-sdk", "jaeger", "ag2", "autogen", "openai",
-           "langsmith", "langgraph", "langfuse", "swe-agent", "openhands", "tau-bench", "inspect", "jsonl", "parquet")
+           "langsmith", "langgraph", "langfuse", "swe-agent", "openhands", "tau-bench", "inspect", "smolagents",
+           "mini-swe-agent", "claude-code", "jsonl", "parquet")
 ALIASES = {"autogen": "ag2", "langgraph": "langsmith", "tempo": "otel"}
 # what each kind is called in messages (a rejection names the format it assumed)
 LABELS = {"who-and-when": "Who&When", "trail": "TRAIL/OpenInference", "otel": "OTLP JSON", "otel-sdk":
@@ -48,13 +51,15 @@ LABELS = {"who-and-when": "Who&When", "trail": "TRAIL/OpenInference", "otel": "O
           "langgraph-messages": "LangGraph message state",
           "langsmith": "LangSmith/LangGraph", "langfuse": "Langfuse", "swe-agent": "SWE-agent trajectory",
           "openhands": "OpenHands events", "tau-bench": "τ-bench", "inspect": "Inspect AI log",
+          "smolagents": "smolagents memory", "mini-swe-agent": "mini-swe-agent trajectory",
+          "claude-code": "Claude Code transcript",
           "jsonl": "canonical JSON lines",
           "trail-annotation": "TRAIL annotation", "parquet": "canonical Parquet"}
 TRIED = ", ".join(v for k, v in LABELS.items() if k not in ("trail-annotation", "parquet"))
 CANONICAL_EXAMPLE = ('{"trace_id": "t1", "source": "my-app", "steps": [{"agent": "planner", "role": "assistant", '
                      '"content": "..."}]}')
 _LINE_SUFFIXES = (".jsonl", ".ndjson", ".jsonl.gz", ".ndjson.gz")
-_GROUPED = ("otel", "otel-sdk", "langsmith", "langfuse")  # JSON lines whose records are grouped into traces per file
+_GROUPED = ("otel", "otel-sdk", "langsmith", "langfuse", "claude-code")  # JSON lines whose records are grouped into traces per file
 _PER_LINE = ("ag2", "openai", "langgraph-messages", "tau-bench")  # JSON lines with one trace per line
 _VERBATIM = ("jsonl", "parquet", "who-and-when")  # step text copied as given: no empty-step check
 MAX_HELD = 1000  # unknown JSON lines held back before a file of no known format is rejected whole
@@ -69,6 +74,11 @@ def unknown_format(doc: Any) -> IngestError:
                        f"canonical JSON lines (docs/schema.md), one trace per line: {CANONICAL_EXAMPLE}")
 
 
+_DOC_READERS = {"who-and-when": who_and_when.parse, "trail": openinference.parse, "otel-sdk": otel_sdk.parse_sdk,
+                "jaeger": otel_sdk.parse_jaeger, "langsmith": langsmith.parse, "langfuse": langfuse.parse,
+                "swe-agent": swe_agent.parse, "openhands": openhands.parse, "inspect": inspect_ai.parse}
+
+
 def parse_doc(doc: Any, kind: str | None, ctx: Context, line: int | None = None) -> Iterator[Trace]:
     """One parsed JSON document of a known kind (None: not recognised)."""
     kind = ALIASES.get(kind, kind)
@@ -78,32 +88,17 @@ def parse_doc(doc: Any, kind: str | None, ctx: Context, line: int | None = None)
             langsmith.is_run(doc) or "runs" in doc):
         kind = "langgraph-messages"  # --format langgraph on a graph's message state, not a run tree
         ctx.fmt = LABELS[kind]
-    if kind == "who-and-when":
-        yield from who_and_when.parse(doc, ctx)
-    elif kind == "trail":
-        yield from openinference.parse(doc, ctx)
+    simple = _DOC_READERS.get(kind)
+    if simple is not None:
+        yield from simple(doc, ctx)
     elif kind == "otel":
         yield from otel_genai.parse([doc], ctx)
-    elif kind == "otel-sdk":
-        yield from otel_sdk.parse_sdk(doc, ctx)
-    elif kind == "jaeger":
-        yield from otel_sdk.parse_jaeger(doc, ctx)
-    elif kind == "ag2":
-        yield from ag2.parse(doc, ctx, line)
-    elif kind in ("openai", "langgraph-messages"):
-        yield from openai_chat.parse(doc, ctx, line)
-    elif kind == "langsmith":
-        yield from langsmith.parse(doc, ctx)
-    elif kind == "langfuse":
-        yield from langfuse.parse(doc, ctx)
-    elif kind == "swe-agent":
-        yield from swe_agent.parse(doc, ctx)
-    elif kind == "openhands":
-        yield from openhands.parse(doc, ctx)
-    elif kind == "tau-bench":
-        yield from taubench.parse(doc, ctx, line)
-    elif kind == "inspect":
-        yield from inspect_ai.parse(doc, ctx)
+    elif kind in ("ag2", "openai", "langgraph-messages", "tau-bench"):
+        yield from {"ag2": ag2.parse, "tau-bench": taubench.parse}.get(kind, openai_chat.parse)(doc, ctx, line)
+    elif kind in ("smolagents", "mini-swe-agent"):
+        yield from agent_logs.parse(doc, ctx, kind, line)
+    elif kind == "claude-code":
+        yield from claude_code.parse_lines(doc if isinstance(doc, list) else [doc], ctx)
     elif kind == "jsonl":
         yield canonical.from_obj(doc, None)
     elif kind == "trail-annotation":
@@ -172,6 +167,8 @@ def _from_lines(lines: Iterator[tuple[int, str]], fmt: str, ctx: Context) -> Ite
             yield from otel_sdk.parse_sdk(docs, ctx)
         elif kind == "langsmith":
             yield from langsmith.parse_lines(docs, ctx)
+        elif kind == "claude-code":
+            yield from claude_code.parse_lines(docs, ctx)
         else:
             yield from langfuse.parse_docs(docs, ctx)
         return

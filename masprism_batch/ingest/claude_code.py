@@ -1,0 +1,144 @@
+"""Claude Code session transcripts (`--format claude-code`, source `claude-code`): the JSON lines Claude Code
+writes under `~/.claude/projects/<project>/<session>.jsonl` (and sub-agents' `agent-<id>.jsonl`).
+
+A line: `type` (`user` | `assistant` | `system` | `summary` | `file-history-snapshot`), `uuid`, `parentUuid`,
+`sessionId`, `timestamp`, `isSidechain` (true: a sub-agent started with the `Task` tool), `agentId`, `isMeta`
+(client-injected text), `message: {"role", "content": text | [{"type": "text" | "thinking" | "tool_use" |
+"tool_result", ...}]}` (one content block per line for assistant messages, sharing `message.id`).
+
+One trace per `sessionId`, steps in time order: the user's prompts (agent `user`), the main agent's turns
+(agent `claude-code`: text, `Reasoning:` thinking, `Tool call: name(input)`; blocks of one message joined),
+tool results (agent = the tool, `Error:` when `is_error`; an empty result named in its call's step). A
+sidechain is a sub-agent: its turns speak as the `Task` call's `subagent_type` (else `subagent`), its prompt
+as the main agent. question = the first user prompt; metadata: version, git branch, summaries.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from typing import Any
+
+from ..trace import Step, Trace
+from .common import Context, IngestError, check_trace_id, short
+from .messages import content_text, join, tool_call_line
+from .sources import base_name
+from .spantree import parse_time
+
+LINE_TYPES = {"user", "assistant", "system", "summary", "file-history-snapshot"}
+MAIN = "claude-code"
+
+
+def is_line(d: Any) -> bool:
+    return isinstance(d, dict) and d.get("type") in LINE_TYPES and (
+        "sessionId" in d and ("message" in d or "uuid" in d) or d.get("type") == "summary" and "leafUuid" in d)
+
+
+def _blocks(content: Any) -> list:
+    return content if isinstance(content, list) else [{"type": "text", "text": content}] if content else []
+
+
+def _result_text(b: dict) -> str:
+    text = content_text(b.get("content")).strip()
+    return f"Error: {text}" if b.get("is_error") and text else text
+
+
+def _session(lines: list[dict], tid: str) -> Trace:
+    lines = sorted(lines, key=lambda d: (parse_time(d.get("timestamp")) is None, str(d.get("timestamp") or "")))
+    calls: dict[str, str] = {}  # tool_use id -> tool name
+    sub_by_call: dict[str, str] = {}  # Task tool_use id -> subagent_type
+    sub_by_agent: dict[str, str] = {}  # agentId -> subagent_type (from the Task result that names it)
+    for d in lines:
+        for b in _blocks((d.get("message") or {}).get("content") if isinstance(d.get("message"), dict) else None):
+            if isinstance(b, dict) and b.get("type") == "tool_use" and isinstance(b.get("id"), str):
+                calls[b["id"]] = str(b.get("name") or "tool")
+                inp = b.get("input") if isinstance(b.get("input"), dict) else {}
+                if isinstance(inp.get("subagent_type"), str):
+                    sub_by_call[b["id"]] = inp["subagent_type"]
+            if isinstance(b, dict) and b.get("type") == "tool_result" and isinstance(d.get("agentId"), str) and \
+                    b.get("tool_use_id") in sub_by_call and not d.get("isSidechain"):
+                sub_by_agent[d["agentId"]] = sub_by_call[b["tool_use_id"]]
+    steps: list[Step] = []
+    question, last_msg = None, None
+    meta: dict[str, Any] = {"format": "claude-code"}
+    for d in lines:
+        if d.get("type") == "summary":
+            if isinstance(d.get("summary"), str):
+                meta.setdefault("summaries", []).append(d["summary"])
+            continue
+        msg = d.get("message") if isinstance(d.get("message"), dict) else None
+        if msg is None or d.get("isMeta"):
+            continue
+        for k in ("version", "gitBranch"):
+            if isinstance(d.get(k), str) and d[k]:
+                meta[k] = d[k]
+        side = bool(d.get("isSidechain"))
+        agent = (sub_by_agent.get(d.get("agentId")) or "subagent") if side else MAIN
+        when = parse_time(d.get("timestamp"))
+        if d.get("type") == "assistant":
+            text = join(*(_assistant_block(b) for b in _blocks(msg.get("content"))))
+            if not text:
+                continue
+            if steps and msg.get("id") and msg.get("id") == last_msg and steps[-1].agent == agent:
+                steps[-1].content = join(steps[-1].content, text)  # blocks of one message: one step
+                continue
+            last_msg = msg.get("id")
+            steps.append(Step(index=len(steps), agent=agent, content=text, role="assistant", kind="message",
+                              span_id=d.get("uuid"), start_time=when))
+            continue
+        last_msg = None
+        for b in _blocks(msg.get("content")):
+            if isinstance(b, dict) and b.get("type") == "tool_result":
+                tool = calls.get(b.get("tool_use_id"), "tool")
+                text = _result_text(b)
+                if not text and steps and steps[-1].role == "assistant":
+                    steps[-1].content = join(steps[-1].content, f"Tool result {tool}: (empty)")
+                    continue
+                steps.append(Step(index=len(steps), agent=tool, content=text or "(empty result)", role="tool",
+                                  kind="tool", span_id=d.get("uuid"), start_time=when))
+            else:
+                text = content_text([b]).strip()
+                if not text:
+                    continue
+                role = "system" if d.get("type") == "system" else "user"
+                who = ("system" if role == "system" else MAIN if side else "user")
+                if role == "user" and not side and question is None:
+                    question = text
+                steps.append(Step(index=len(steps), agent=who, content=text, role=role, kind="message",
+                                  span_id=d.get("uuid"), start_time=when))
+    if not steps:
+        raise IngestError("empty_trace", "no user prompts, assistant turns or tool results in the session", tid)
+    return Trace(trace_id=tid, source="claude-code", system="claude-code", question=question, steps=steps,
+                 labels=None, metadata=meta)
+
+
+def _assistant_block(b: Any) -> str:
+    if not isinstance(b, dict):
+        return content_text(b)
+    if b.get("type") == "tool_use":
+        return tool_call_line({"name": b.get("name"), "arguments": b.get("input")})
+    if b.get("type") in ("thinking", "redacted_thinking"):
+        t = b.get("thinking")
+        return f"Reasoning: {t}" if isinstance(t, str) and t.strip() else ""
+    return content_text([b]).strip()
+
+
+def parse_lines(docs: list, ctx: Context) -> Iterator[Trace]:
+    """The lines of one transcript file, one trace per `sessionId` (a line of another shape is rejected)."""
+    sessions: dict[str, list[dict]] = {}
+    for i, d in enumerate(docs):
+        if not is_line(d):
+            ctx.reject(IngestError("invalid_record", f"not a Claude Code transcript line (needs 'type' in "
+                                   f"{sorted(LINE_TYPES)} and 'sessionId'): {short(d, 120)}", f"record {i + 1}"))
+            continue
+        if d.get("type") != "file-history-snapshot":
+            sid = d.get("sessionId")
+            sessions.setdefault(str(sid) if sid else f"claude-code/{base_name(ctx.input_path)}", []).append(d)
+    summaries = sessions.pop(f"claude-code/{base_name(ctx.input_path)}", None) if len(sessions) > 1 else None
+    for sid, lines in sessions.items():
+        try:
+            yield _session(lines + (summaries or []), check_trace_id(sid))
+        except IngestError as e:
+            e.record_id = e.record_id or short(sid, 200)
+            ctx.reject(e)
+    if not sessions:
+        raise IngestError("empty_trace", f"no Claude Code session lines among {len(docs)} records")
