@@ -148,6 +148,10 @@ def _settled_ids(tables: dict[str, pa.Table]) -> list[str]:
     return sorted(ids)
 
 
+def _ranker_part(header: dict) -> dict:
+    return {"ranker_sha256": header["ranker_sha256"]} if "ranker_sha256" in header else {}
+
+
 class Committer:
     """Collects pack results per shard; commits a shard when its last pack arrives, and the packs that finished
     before as pieces of it every `engine.commit_seconds` and on `flush` (an interruption)."""
@@ -203,8 +207,13 @@ class Committer:
         return time.perf_counter() - self.t0
 
     def _check_header(self) -> None:
+        from masprism_batch.method.rankcheck import digest
+
         header = {"config_hash": self.cfg.config_hash(), "model": self.cfg.model.name, "staged": self.plan.staged,
                   "traces_per_shard": self.cfg.engine.traces_per_shard}
+        ranker = digest(self.cfg.method.ranker_weights)  # the file's content, not only its path (config hash)
+        if ranker is not None:
+            header["ranker_sha256"] = ranker
         self.run_id: str | None = None
         old = self.store.read_header()
         foreign = [p for t in OUTPUT_TABLES for p in (self.outdir / t).glob("[!.]*.parquet")
@@ -219,18 +228,29 @@ class Committer:
             self.run_id = uuid.uuid4().hex
             self.store.write_header({**header, "run_id": self.run_id, "created_at": now_utc().isoformat(),
                                      "ingest": self.cfg.ingest.model_dump(mode="json")})
+        elif self._other_config(old, header) and not self._other_config({**old, **_ranker_part(header)}, header):
+            raise ValueError(f"the ranker file {self.cfg.method.ranker_weights} changed since this OUTDIR's run began "
+                             f"(SHA-256 {old['ranker_sha256'][:12]}... then, {header['ranker_sha256'][:12]}... now): "
+                             f"resuming would mix two rankers' verdicts in {self.outdir}; restore the file, or use a "
+                             f"new OUTDIR for the new ranker")
         elif self._other_config(old, header):
             raise ValueError(f"{self.outdir} holds results of another configuration ({old}); "
                              f"this run is {header}: use a new OUTDIR")
-        elif not old.get("run_id"):  # an OUTDIR of an older version: bound to a run id from now on
-            self.run_id = uuid.uuid4().hex
-            self.store.write_header({**old, "run_id": self.run_id})
+        elif not old.get("run_id") or ("ranker_sha256" in header and "ranker_sha256" not in old):
+            # an OUTDIR of an older version: bound to a run id and its ranker's content from now on
+            self.run_id = old.get("run_id") or uuid.uuid4().hex
+            self.store.write_header({**old, **_ranker_part(header), "run_id": self.run_id})
         else:
             self.run_id = old["run_id"]
 
     @staticmethod
     def _other_config(old: dict, header: dict) -> bool:
-        return any(old.get(k, v) != v if k == "traces_per_shard" else old.get(k) != v for k, v in header.items())
+        """Another configuration than OUTDIR's header; an older header without a key (shard size, ranker digest)
+        is bound by the others. The ranker's digest only ever differs with the same path (the path is in the
+        config hash)."""
+        keys = set(header) | ({"ranker_sha256"} & set(old))
+        return any(k in old and old[k] != header.get(k) if k in ("traces_per_shard", "ranker_sha256") else
+                   old.get(k) != header.get(k) for k in keys)
 
     def _nothing_attributed(self, old: dict, header: dict) -> bool:
         """A header whose run committed nothing but the staging's rejections (it failed on its configuration

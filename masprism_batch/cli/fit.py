@@ -68,6 +68,19 @@ def load_runs(runs: list[Path], named: dict | None = None):
     return traces, rows, next(iter(models), None)
 
 
+def unfinished(runs: list[Path], allow: bool) -> None:
+    """A run without run.json did not finish (interrupted, killed, or still running): its committed part is a
+    sample chosen by when it stopped, so `fit` refuses it unless told (`--allow-partial`, then a warning)."""
+    partial = [r for r in runs if not (r / "run.json").is_file()]
+    if not partial:
+        return
+    what = (f"{', '.join(map(str, partial))}: the run did not finish (no run.json: interrupted, killed or still "
+            f"running), so only its committed part would be fitted")
+    if not allow:
+        raise fail(f"{what}; resume it (re-run the same command) or pass --allow-partial")
+    console.print(f"[yellow]warning:[/] {escape(what)} (--allow-partial)", soft_wrap=True)
+
+
 def lacking_features(rows: dict[str, list[dict]]) -> list[str]:
     """The costly features (method/reads.py) no step of the runs carries: their step_scores column is null where
     the model stage skipped them because no verdict read them."""
@@ -163,6 +176,8 @@ def fit(
     system: str = typer.Option(None, "--system", help="fit every labelled log as this one system (default: "
                                "per system: the --system its run was given, else each log's recorded system "
                                "field / source); apply with the same --system or on logs recording it"),
+    allow_partial: bool = typer.Option(False, "--allow-partial", help="fit on the committed part of a run that "
+                                       "did not finish (interrupted, killed or still running); refused otherwise"),
     verbose: bool = VerboseOpt,
 ) -> None:
     """Fit a ranker per system from finished runs on labelled logs (no new prefill): a correction of a simple
@@ -182,6 +197,7 @@ def fit(
     if labels is not None and not labels.is_file():
         raise fail(f"labels file not found: {labels}")
     check_out_file(out)
+    unfinished(runs, allow_partial)
     named: dict[str, str] = {}
     traces, rows, model_id = load_runs(runs, named)
     lacking = lacking_features(rows)

@@ -4,6 +4,9 @@ Labels file: JSON lines or CSV, one labelled step per row, columns `trace_id`, `
 trace's steps) or `span_id`, and optionally `agent` (the blamed agent). Outcomes, per row:
 - a trace id that is in none of the runs, a step out of range, a span id the trace does not have, or a row with
   neither step nor span id: the row is skipped and reported with its line number and reason;
+- a line that does not parse (invalid JSON or UTF-8, `Infinity`/`NaN`, nesting past the parser, an unterminated
+  CSV quote, a field over 128 KiB) or whose values are not label values (`"step": true`, an agent that is an
+  object): skipped and reported alike, never a crash; CSV rows are one per line (a quote never spans lines);
 - several rows of one trace: a trace with several labelled steps (a verdict naming any of them is a hit);
   their agents are all accepted.
 With a labels file, labels carried by the traces are not used.
@@ -12,7 +15,6 @@ With a labels file, labels carried by the traces are not used.
 from __future__ import annotations
 
 import csv
-import io
 import json
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -45,59 +47,135 @@ def from_trace(t: Trace) -> Gold | None:
     return Gold(steps, agents) if steps else None
 
 
-def read_rows(path: Path) -> list[tuple[int, dict]]:
-    """(line number, row) of a JSON-lines or CSV labels file (CSV when the first line is not a JSON object)."""
-    text = Path(path).read_text(encoding="utf-8-sig")
-    first = next((ln for ln in text.splitlines() if ln.strip()), "")
+MAX_FIELD_BYTES = 128 * 1024  # a label field (trace id, agent, span id) is short; longer is not a label row
+
+
+def _reject_constant(name: str):
+    raise ValueError(f"{name} is not a number a label can hold")
+
+
+def _json_row(line: str) -> dict:
+    obj = json.loads(line, parse_constant=_reject_constant)  # Infinity / NaN: refused, not int() overflow
+    if not isinstance(obj, dict):
+        raise ValueError(f"a JSON {type(obj).__name__}, not an object")
+    return obj
+
+
+def _csv_fields(line: str) -> list[str]:
+    """One physical line as CSV (a label row never spans lines): an unterminated quote or an oversized field
+    is this line's error, never a quote that swallows the rows after it."""
+    if len(line.encode("utf-8", "surrogatepass")) > 8 * MAX_FIELD_BYTES:
+        raise ValueError(f"line longer than {8 * MAX_FIELD_BYTES:,} bytes")
+    try:
+        fields = next(csv.reader([line], strict=True))
+    except csv.Error as exc:
+        raise ValueError(f"not one CSV row ({exc})") from None
+    if any(len(f.encode("utf-8", "surrogatepass")) > MAX_FIELD_BYTES for f in fields):
+        raise ValueError(f"a field longer than {MAX_FIELD_BYTES // 1024} KiB")
+    return fields
+
+
+def read_rows(path: Path, problems: list[str] | None = None) -> list[tuple[int, dict]]:
+    """(line number, row) of a JSON-lines or CSV labels file (CSV when the first line is not a JSON object). A
+    line that does not parse (invalid JSON or UTF-8, Infinity, nesting past the parser, a bad CSV quote, an
+    oversized field) is skipped, with its line number appended to `problems`; only a file with no usable
+    structure at all (no trace_id column, no row) is a LabelsFileError."""
+    problems = [] if problems is None else problems
+    raw = Path(path).read_bytes()
+    lines: list[tuple[int, str]] = []
+    for n, b in enumerate(raw.removeprefix(b"\xef\xbb\xbf").split(b"\n"), 1):
+        b = b.removesuffix(b"\r")
+        try:
+            text = b.decode("utf-8")
+        except UnicodeDecodeError as exc:
+            problems.append(f"{Path(path).name}:{n}: not UTF-8 text (byte {exc.start + 1}): row skipped")
+            continue
+        if text.strip():
+            lines.append((n, text))
     rows: list[tuple[int, dict]] = []
-    if first.lstrip().startswith("{"):
-        for n, line in enumerate(text.splitlines(), 1):
-            if not line.strip():
-                continue
+    if lines and lines[0][1].lstrip().startswith("{"):
+        for n, line in lines:
             try:
-                obj = json.loads(line)
-            except json.JSONDecodeError as exc:
-                raise LabelsFileError(f"{path}:{n}: not a JSON object ({exc.msg})") from None
-            if not isinstance(obj, dict):
-                raise LabelsFileError(f"{path}:{n}: not a JSON object")
-            rows.append((n, obj))
-    else:
-        reader = csv.DictReader(io.StringIO(text))
-        if not reader.fieldnames or "trace_id" not in reader.fieldnames:
+                rows.append((n, _json_row(line)))
+            except (ValueError, RecursionError) as exc:
+                problems.append(f"{Path(path).name}:{n}: not a JSON object "
+                                f"({type(exc).__name__}: {str(exc)[:120]}): row skipped")
+    elif lines:
+        try:
+            header = _csv_fields(lines[0][1])
+        except ValueError as exc:
+            raise LabelsFileError(f"{path}:{lines[0][0]}: the CSV header does not parse ({exc})") from None
+        if "trace_id" not in header:
             raise LabelsFileError(f"{path}: no trace_id column (JSON lines or CSV with trace_id, step or span_id, "
                                   "agent)")
-        rows = [(n, {k: (v if v != "" else None) for k, v in r.items()}) for n, r in enumerate(reader, 2)]
-    if not rows:
+        for n, line in lines[1:]:
+            try:
+                fields = _csv_fields(line)
+            except ValueError as exc:
+                problems.append(f"{Path(path).name}:{n}: does not parse as a CSV row ({exc}): row skipped")
+                continue
+            if len(fields) > len(header):
+                problems.append(f"{Path(path).name}:{n}: {len(fields)} fields for {len(header)} columns: row skipped")
+                continue
+            rows.append((n, {k: (v if v != "" else None) for k, v in zip(header, fields, strict=False)}))
+    if not rows and not problems:
         raise LabelsFileError(f"{path}: no labelled rows")
     return rows
+
+
+def _text(v) -> str | None:
+    """A label's id or agent: text (CSV), or a JSON string or integer; anything else (a dict, a list, a
+    boolean, a float) is no label value."""
+    if isinstance(v, str):
+        return v
+    if isinstance(v, int) and not isinstance(v, bool):
+        return str(v)
+    return None
+
+
+def _step(v) -> int | None:
+    """A 0-based step index: a JSON integer or a CSV text of digits; `true` is no step (int(True) == 1)."""
+    if isinstance(v, bool):
+        return None
+    if isinstance(v, int):
+        return v
+    if isinstance(v, str) and v.strip().lstrip("-").isdigit() and len(v.strip()) <= 12:
+        return int(v.strip())
+    return None
 
 
 def from_file(path: Path, traces: dict[str, Trace]) -> tuple[dict[str, Gold], list[str]]:
     """({trace_id: Gold}, problems: one message per skipped row)."""
     gold: dict[str, Gold] = {}
     problems: list[str] = []
-    for n, r in read_rows(path):
+    for n, r in read_rows(path, problems):
         where = f"{Path(path).name}:{n}"
-        tid = r.get("trace_id")
-        t = traces.get(str(tid)) if tid is not None else None
+        tid = _text(r.get("trace_id"))
+        if tid is None and r.get("trace_id") is not None:
+            problems.append(f"{where}: trace_id is not a string: row skipped")
+            continue
+        t = traces.get(tid) if tid is not None else None
+        if t is not None and r.get("agent") is not None and _text(r.get("agent")) is None:
+            problems.append(f"{where}: agent is not a string: row skipped")
+            continue
         if t is None:
-            problems.append(f"{where}: unknown trace {tid!r} (in none of the runs given): row skipped")
+            problems.append(f"{where}: unknown trace {tid[:80] if tid else tid!r} (in none of the runs given): row skipped")
             continue
         step = r.get("step")
         if step is not None:
-            try:
-                step = int(step)
-            except (TypeError, ValueError):
-                problems.append(f"{where}: step {step!r} is not an integer: row skipped")
+            if _step(step) is None:
+                problems.append(f"{where}: step {str(step)[:40]!r} is not an integer: row skipped")
                 continue
+            step = _step(step)
             if not 0 <= step < len(t.steps):
                 problems.append(f"{where}: step {step} out of range (trace {tid!r} has {len(t.steps)} steps, "
                                 "0-based): row skipped")
                 continue
         elif r.get("span_id") is not None:
-            idx = [i for i, s in enumerate(t.steps) if s.span_id == str(r["span_id"])]
+            span = _text(r["span_id"])
+            idx = [i for i, s in enumerate(t.steps) if span is not None and s.span_id == span]
             if not idx:
-                problems.append(f"{where}: span {r['span_id']!r} is not a step of trace {tid!r}: row skipped")
+                problems.append(f"{where}: span {str(r['span_id'])[:80]!r} is not a step of trace {tid!r}: row skipped")
                 continue
             step = idx[0]
         else:
@@ -106,7 +184,7 @@ def from_file(path: Path, traces: dict[str, Trace]) -> tuple[dict[str, Gold], li
         g = gold.setdefault(t.trace_id, Gold())
         if step not in g.steps:
             g.steps.append(step)
-        a = norm_agent(r.get("agent")) if r.get("agent") is not None else None
+        a = norm_agent(_text(r.get("agent"))) if r.get("agent") is not None else None
         if a and a not in g.agents:
             g.agents.append(a)
     return gold, problems

@@ -144,10 +144,9 @@ class RankerFile:
     @classmethod
     def read(cls, path: Path) -> RankerFile:
         path = Path(path)
-        try:
-            d = json.loads(path.read_text(encoding="utf-8"))
-        except (OSError, json.JSONDecodeError) as exc:
-            raise RankerFileError(f"{path}: not a readable ranker file ({exc})") from exc
+        from .rankcheck import load  # bounded read and parse, every field checked (issue 37)
+
+        d = load(path)
         if not isinstance(d, dict) or d.get("format") != FORMAT:
             raise RankerFileError(f"{path}: not a masprism-batch ranker file (write one with `masprism-batch fit`)")
         if int(d.get("version", 0)) > VERSION:

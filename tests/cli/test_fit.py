@@ -128,7 +128,7 @@ def test_bad_input_never_leaves_a_partial_file(run_dir, tmp_path):
     garbage = tmp_path / "g.jsonl"
     garbage.write_text('{"trace_id": \n')
     res = runner.invoke(app, ["fit", str(run_dir / "run"), "-o", str(out), "--labels", str(garbage)])
-    assert res.exit_code == EXIT_FATAL and "not a JSON object" in res.output
+    assert res.exit_code == EXIT_FATAL and "g.jsonl:1" in res.output  # the line skipped, named (issue 37)
     res = runner.invoke(app, ["fit", str(tmp_path / "absent"), "-o", str(out)])
     assert res.exit_code == EXIT_FATAL and "not found" in res.output
     assert out.read_text() == "previous" and sorted(p.name for p in tmp_path.iterdir()) == ["bad.jsonl", "g.jsonl",

@@ -148,3 +148,35 @@ def test_kill_9_loses_at_most_one_pack_then_resume_is_exactly_once(tmp_path):
     assert not assert_exactly_once(out, ids)
     mine = piddir / f"calls-{os.getpid()}"
     assert sum(int(x) for x in mine.read_text().split()) == 20 - len(kept)
+
+
+def test_a_changed_ranker_file_refuses_the_resume(tmp_path):
+    """The ranker's content is bound to OUTDIR, not only its path: re-fitting the file between a crash and the
+    resume would mix two rankers' verdicts in one OUTDIR."""
+    from masprism_batch.method.rankfile import RankerFile
+
+    make_corpus(tmp_path / "in", 10, 1, seed=None)
+    ranker = tmp_path / "ranker.json"
+    RankerFile("fake-model", {}, {"date": "2026-11-26", "nonce": os.urandom(4).hex()}).write(ranker)
+    base = _cfg(per_shard=4, budget=90)
+    cfg = base.model_copy(update={"method": base.method.model_copy(update={"ranker_weights": str(ranker)})})
+    out = tmp_path / "out"
+    finished: list[int] = []
+    with pytest.raises(KeyboardInterrupt):
+        run_local([str(tmp_path / "in")], out, cfg, **StopsLater(2, signal.SIGINT, finished).kwargs(), progress=False)
+    RankerFile("fake-model", {}, {"date": "2026-11-27", "nonce": os.urandom(4).hex()}).write(ranker)  # re-fitted
+    with pytest.raises(ValueError, match=r"ranker file .*ranker.json changed since this OUTDIR's run began"):
+        run_local([str(tmp_path / "in")], out, cfg, **Fakes().kwargs(), progress=False)
+
+
+def test_fit_refuses_an_unfinished_run_unless_told(tmp_path):
+    make_corpus(tmp_path / "in", 8, 1, seed=None)
+    out = tmp_path / "out"
+    with pytest.raises(KeyboardInterrupt):
+        run_local([str(tmp_path / "in")], out, _cfg(per_shard=4, budget=90),
+                  **StopsLater(2, signal.SIGINT, []).kwargs(), progress=False)
+    res = CliRunner().invoke(app, ["fit", str(out), "-o", str(tmp_path / "r.json")])
+    assert res.exit_code == 1 and "did not finish" in res.output and "--allow-partial" in res.output, res.output
+    res = CliRunner().invoke(app, ["fit", str(out), "-o", str(tmp_path / "r.json"), "--allow-partial"])
+    assert "did not finish" in res.output and "warning" in res.output  # told: it goes on to the labels
+    assert "resume it" not in res.output

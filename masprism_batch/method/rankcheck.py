@@ -1,0 +1,231 @@
+"""A ranker file (`--ranker`, `fit -o`) checked completely before any of it is applied (issue 37).
+
+A file is a user's input: it is read bounded (size, nesting depth), parsed, and every field a verdict reads is
+checked against its real domain: numbers finite and of the right type, vectors as long as the features they
+weigh, standard deviations positive, prior counts at indices >= 0 (a negative index would blame step -5, or an
+agent by Python's negative indexing), rules and orders this version knows. The first problem is one
+`RankerFileError` naming the file and the field (`systems['x'].weights[3]: NaN is not a finite number`).
+`digest` is the content hash a run binds to its OUTDIR, so a file changed between a crash and the resume is
+refused instead of mixing two rankers' verdicts in one OUTDIR.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import math
+import os
+import stat
+from pathlib import Path
+from typing import Any
+
+MAX_BYTES = 64 * 1024**2  # a fitted file is a few hundred KB; far more is not a ranker file
+MAX_DEPTH = 8  # the deepest a valid file nests: systems -> entry -> priors -> pos -> value
+MAX_SYSTEMS = 10_000
+MAX_FEATURES = 256
+MAX_PRIOR_KEYS = 100_000
+
+
+def _error(path, where: str, what: str):
+    from .rankfile import RankerFileError
+
+    return RankerFileError(f"{path}: {where}: {what}" if where else f"{path}: {what}")
+
+
+def read_bounded(path: Path) -> bytes:
+    """The file's bytes: a regular file (never a FIFO that would block), at most MAX_BYTES."""
+    try:
+        fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK)
+    except OSError as exc:
+        raise _error(path, "", f"not a readable ranker file ({exc.strerror or exc})") from None
+    try:
+        st = os.fstat(fd)
+        if not stat.S_ISREG(st.st_mode):
+            raise _error(path, "", "not a regular file")
+        if st.st_size > MAX_BYTES:
+            raise _error(path, "", f"{st.st_size:,} bytes: larger than any ranker file ({MAX_BYTES:,} at most)")
+        with os.fdopen(os.dup(fd), "rb") as f:
+            return f.read(MAX_BYTES + 1)
+    finally:
+        os.close(fd)
+
+
+def load(path: Path) -> dict:
+    """Read, parse and check a ranker file; the parsed object (every field checked, `check`)."""
+    from .rankfile import FORMAT
+
+    data = read_bounded(Path(path))
+    try:
+        d = json.loads(data.decode("utf-8"))
+    except (UnicodeDecodeError, ValueError, RecursionError) as exc:  # RecursionError: nesting past the parser's
+        raise _error(path, "", f"not a readable ranker file ({type(exc).__name__}: {str(exc)[:200]})") from None
+    if not isinstance(d, dict) or d.get("format") != FORMAT:
+        raise _error(path, "", "not a masprism-batch ranker file (write one with `masprism-batch fit`)")
+    check(d, path)
+    return d
+
+
+def _depth(obj: Any) -> int:
+    """Nesting depth without recursion (a hostile file must not crash the checker itself)."""
+    deepest, stack = 0, [(obj, 1)]
+    while stack:
+        o, d = stack.pop()
+        deepest = max(deepest, d)
+        if deepest > MAX_DEPTH:
+            return deepest
+        if isinstance(o, dict):
+            stack += [(v, d + 1) for v in o.values()]
+        elif isinstance(o, list):
+            stack += [(v, d + 1) for v in o]
+    return deepest
+
+
+def _num(path, where: str, v, lo: float | None = None, positive: bool = False, integer: bool = False) -> None:
+    if isinstance(v, bool) or not isinstance(v, (int, float)) or (integer and not isinstance(v, int)):
+        raise _error(path, where, f"{json.dumps(v)[:60]} is not {'an integer' if integer else 'a number'}")
+    if not math.isfinite(v):
+        raise _error(path, where, f"{v} is not a finite number")
+    if positive and not v > 0:
+        raise _error(path, where, f"{v} must be > 0")
+    if lo is not None and v < lo:
+        raise _error(path, where, f"{v} must be >= {lo:g}")
+
+
+def _vector(path, where: str, v, n: int, positive: bool = False) -> None:
+    if not isinstance(v, list):
+        raise _error(path, where, "missing or not a list of numbers")
+    if len(v) != n:
+        raise _error(path, where, f"{len(v)} values for {n} features")
+    for i, x in enumerate(v):
+        _num(path, f"{where}[{i}]", x, positive=positive)
+
+
+def _str_list(path, where: str, v, known: list[str] | None = None) -> list[str]:
+    if not isinstance(v, list) or not v or len(v) > MAX_FEATURES or not all(isinstance(x, str) for x in v):
+        raise _error(path, where, f"must be a non-empty list of at most {MAX_FEATURES} names")
+    if len(set(v)) != len(v):
+        raise _error(path, where, "names a feature twice")
+    unknown = [x for x in v if known is not None and x not in known]
+    if unknown:
+        raise _error(path, where, f"features this version does not compute: {unknown[:5]}")
+    return v
+
+
+def _agent_rule(path, where: str, rule) -> None:
+    from . import rules
+
+    base = rule.split("|", 1)[1] if isinstance(rule, str) and rule.startswith("prior|") else rule
+    ok = isinstance(base, str) and (base in ("author", "aggregate", "prior") or base in rules.AGENT_RULES
+                                    or rules._known_agent_rule(base))  # noqa: SLF001 - the one parser of rule names
+    if not ok:
+        raise _error(path, where, f"unknown agent rule {json.dumps(rule)[:60]}")
+
+
+def _priors(path, where: str, p) -> None:
+    from .fit import RELPOS_BINS
+
+    if not isinstance(p, dict):
+        raise _error(path, where, "must be an object with pos, relpos, agent, n")
+    for key, top in (("pos", None), ("relpos", RELPOS_BINS)):
+        counts = p.get(key)
+        if not isinstance(counts, dict) or len(counts) > MAX_PRIOR_KEYS:
+            raise _error(path, f"{where}.{key}", "missing or not an object of counts")
+        for k, v in counts.items():
+            if not (isinstance(k, str) and k.isascii() and k.isdigit() and len(k) <= 9) or \
+                    (top is not None and int(k) >= top):
+                bound = f"in [0, {top})" if top is not None else ">= 0"
+                raise _error(path, f"{where}.{key}", f"index {k!r} is not an integer {bound}")
+            _num(path, f"{where}.{key}[{k!r}]", v, lo=0)
+    agents = p.get("agent")
+    if not isinstance(agents, dict) or len(agents) > MAX_PRIOR_KEYS:
+        raise _error(path, f"{where}.agent", "missing or not an object of counts")
+    for k, v in agents.items():
+        _num(path, f"{where}.agent[{k[:40]!r}]", v, lo=0)
+    _num(path, f"{where}.n", p.get("n"), lo=0, integer=True)
+
+
+def _calibration(path, where: str, cal) -> None:
+    if cal is None:
+        return
+    if not isinstance(cal, dict):
+        raise _error(path, where, "must be an object")
+    if cal.get("kind") == "evidence":
+        feats = _str_list(path, f"{where}.features", cal.get("features"))
+        _vector(path, f"{where}.mean", cal.get("mean"), len(feats))
+        _vector(path, f"{where}.std", cal.get("std"), len(feats), positive=True)
+        _vector(path, f"{where}.w", cal.get("w"), len(feats))
+        _num(path, f"{where}.b", cal.get("b"))
+    else:
+        _num(path, f"{where}.a", cal.get("a"))
+        _num(path, f"{where}.b", cal.get("b"))
+
+
+def check_entry(path, name: str, e) -> None:
+    from . import fit as ft
+    from . import rules
+
+    where = f"systems[{name[:80]!r}]"
+    if not isinstance(e, dict):
+        raise _error(path, where, "must be an object")
+    verdict = e.get("verdict", "rule")
+    if verdict not in ("ranker", "prior", "rule"):
+        raise _error(path, f"{where}.verdict", f"unknown verdict {json.dumps(verdict)[:60]}")
+    if e.get("rule", "faithful") not in rules.RULES:
+        raise _error(path, f"{where}.rule", f"unknown zero-training rule {json.dumps(e.get('rule'))[:60]}")
+    for key in ("agent_rule", "rule_agent"):
+        if key in e or key == "agent_rule":
+            _agent_rule(path, f"{where}.{key}", e.get(key, "author"))
+    if e.get("offset", "rule") not in ft.OFFSETS:
+        raise _error(path, f"{where}.offset", f"corrects an order this version does not know: "
+                                             f"{json.dumps(e.get('offset'))[:60]} (one of {', '.join(ft.OFFSETS)})")
+    for key in ("offset_scale", "l2"):
+        if key in e:
+            _num(path, f"{where}.{key}", e[key], lo=0)
+    if "k" in e:
+        _num(path, f"{where}.k", e["k"], lo=0, integer=True)
+    if e.get("priors") is not None or verdict == "prior":
+        _priors(path, f"{where}.priors", e.get("priors"))
+    if verdict == "ranker":
+        feats = _str_list(path, f"{where}.features", e.get("features") or ft.BASE_FEATURES + ft.PRIOR_FEATURES,
+                          ft.BASE_FEATURES + ft.PRIOR_FEATURES)
+        _vector(path, f"{where}.weights", e.get("weights"), len(feats))
+        _vector(path, f"{where}.mean", e.get("mean"), len(feats))
+        _vector(path, f"{where}.std", e.get("std"), len(feats), positive=True)
+    _calibration(path, f"{where}.calibration", e.get("calibration"))
+
+
+def check(d: dict, path) -> None:
+    """Every field of a parsed ranker file a run reads, or RankerFileError naming the first bad one."""
+    from .rankfile import VERSION
+
+    if _depth(d) > MAX_DEPTH:
+        raise _error(path, "", f"nested deeper than a ranker file ({MAX_DEPTH} levels)")
+    v = d.get("version", 0)
+    if isinstance(v, bool) or not isinstance(v, int) or v < 0:
+        raise _error(path, "version", f"{json.dumps(v)[:60]} is not a version number")
+    if v > VERSION:
+        raise _error(path, "", f"ranker file version {v} is newer than this masprism-batch reads ({VERSION}): "
+                               f"upgrade masprism-batch")
+    if not isinstance(d.get("model_id"), str):
+        raise _error(path, "model_id", "missing or not a string")
+    systems = d.get("systems", {})
+    if not isinstance(systems, dict) or len(systems) > MAX_SYSTEMS:
+        raise _error(path, "systems", f"must be an object of at most {MAX_SYSTEMS:,} systems")
+    for name, e in systems.items():
+        check_entry(path, name, e)
+
+
+def digest(setting: str | None) -> str | None:
+    """SHA-256 of the ranker file a run applies (`method.ranker_weights`: a file, a folder holding rankers.json,
+    or "packaged"); None without one. Bound to the OUTDIR by the run's header."""
+    if setting is None:
+        return None
+    from . import weights_dir
+    from .rankfile import PACKAGED, is_packaged
+
+    target = weights_dir() / PACKAGED if is_packaged(setting) else Path(setting)
+    if target.is_dir():
+        target = target / PACKAGED
+    if not target.is_file():
+        return None
+    return hashlib.sha256(read_bounded(target)).hexdigest()

@@ -1,0 +1,73 @@
+"""Issue 37: a labels file is a user's input: a row that does not parse, or holds no label value, is skipped and
+reported with its line number, never a crash, and never swallows the rows after it."""
+
+from __future__ import annotations
+
+import json
+import random
+
+import pytest
+
+from masprism_batch.method.labels import from_file
+from masprism_batch.trace import Step, Trace
+
+
+def _traces(rng: random.Random, n: int) -> dict[str, Trace]:
+    out = {}
+    for i in range(n):
+        tid = f"t{i}-{rng.randrange(16**6):06x}"
+        out[tid] = Trace(tid, "jsonl", [Step(j, rng.choice(["Planner", "Coder"]), f"s{j} {rng.random()}")
+                                        for j in range(rng.randint(3, 8))])
+    return out
+
+
+HOSTILE_JSON = {
+    "infinite step": '{{"trace_id": "{tid}", "step": Infinity}}',
+    "NaN step": '{{"trace_id": "{tid}", "step": NaN}}',
+    "boolean step": '{{"trace_id": "{tid}", "step": true}}',
+    "dict agent": '{{"trace_id": "{tid}", "step": 0, "agent": {{"name": "Coder"}}}}',
+    "list trace id": '{{"trace_id": ["{tid}"], "step": 0}}',
+    "5,000-deep value": '{{"trace_id": "{tid}", "step": 0, "note": ' + "[" * 5000 + "]" * 5000 + "}}",
+    "not JSON": '{{"trace_id": "{tid}", "step": ',
+}
+
+
+@pytest.mark.parametrize("how", sorted(HOSTILE_JSON))
+def test_a_hostile_json_line_is_skipped_with_its_line_the_others_kept(tmp_path, how):
+    rng = random.Random()
+    traces = _traces(rng, 6)
+    ids = list(traces)
+    bad_at = rng.randrange(1, 5)  # a good row before it (so the file is JSON lines) and after it
+    lines = [json.dumps({"trace_id": t, "step": rng.randrange(len(traces[t].steps))}) for t in ids[:5]]
+    lines.insert(bad_at, HOSTILE_JSON[how].format(tid=ids[5]))
+    f = tmp_path / "labels.jsonl"
+    f.write_text("\n".join(lines) + "\n")
+    gold, problems = from_file(f, traces)
+    assert sorted(gold) == sorted(ids[:5])
+    assert len(problems) == 1 and problems[0].startswith(f"labels.jsonl:{bad_at + 1}:"), problems
+
+
+def test_non_utf8_bytes_skip_their_line_only(tmp_path):
+    rng = random.Random()
+    traces = _traces(rng, 4)
+    ids = list(traces)
+    rows = [json.dumps({"trace_id": t, "step": 0}).encode() for t in ids[:3]]
+    rows.insert(1, b'{"trace_id": "\xff\xfe", "step": 0}')
+    f = tmp_path / "labels.jsonl"
+    f.write_bytes(b"\n".join(rows) + b"\n")
+    gold, problems = from_file(f, traces)
+    assert sorted(gold) == sorted(ids[:3]) and len(problems) == 1 and "labels.jsonl:2:" in problems[0]
+
+
+def test_csv_oversized_field_and_unterminated_quote_skip_their_lines_only(tmp_path):
+    rng = random.Random()
+    traces = _traces(rng, 6)
+    ids = list(traces)
+    big = "x" * (128 * 1024 + rng.randrange(1, 5000))
+    lines = ["trace_id,step,agent", f"{ids[0]},0,Coder", f"{ids[1]},1,{big}", f'{ids[2]},0,"Coder',
+             f"{ids[3]},1,Planner", f"{ids[4]},true,Planner", f"{ids[5]},2,"]
+    f = tmp_path / "labels.csv"
+    f.write_text("\n".join(lines) + "\n")
+    gold, problems = from_file(f, traces)
+    assert sorted(gold) == sorted([ids[0], ids[3], ids[5]])  # the rows after the open quote are not swallowed
+    assert [p.split(": ", 1)[0] for p in problems] == ["labels.csv:3", "labels.csv:4", "labels.csv:6"], problems
