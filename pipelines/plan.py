@@ -25,6 +25,7 @@ import pyarrow.parquet as pq
 from masprism_batch import schema
 from masprism_batch.config import IngestConfig
 from masprism_batch.ingest.common import IngestError, apply_caps
+from masprism_batch.ingest.parquet_rows import read_rows, trace_id_keys
 from masprism_batch.ingest.status import attributable
 from masprism_batch.io import DatasetWriter, write_json_atomic
 from masprism_batch.manifest import read_control, require_regular
@@ -252,7 +253,7 @@ def plan_inputs(inputs: list[str], outdir: Path, fmt: str, traces_per_shard: int
     shards, seen = [], set()
     for path, key, label, part in files:
         require_regular(path)
-        ids = pq.read_table(path, columns=["trace_id"]).column("trace_id").to_pylist()
+        ids = trace_id_keys(path, limits or IngestConfig())  # bounded: a repeated 1 MB id is never decoded per row
         dup = []
         for i, tid in enumerate(ids):
             if tid is not None and tid in seen:
@@ -269,21 +270,17 @@ def read_shard(shard: Shard, limits: IngestConfig | None = None) -> tuple[list[T
     """Rows [start, stop) of the shard's file as Traces; unreadable rows and repeated ids become errors. The
     ingest caps (`limits`) apply here too, so canonical Parquet read in place is bounded like raw input
     (a no-op on staged input, already capped)."""
-    pf = _parquet(Path(shard.path))
-    cols = [c for c in schema.TRACES.names if c in pf.schema_arrow.names]
-    groups, offset = [], 0
-    first_row = None
-    for g in range(pf.metadata.num_row_groups):
-        n = pf.metadata.row_group(g).num_rows
-        if offset < shard.stop and offset + n > shard.start:
-            groups.append(g)
-            first_row = offset if first_row is None else first_row
-        offset += n
-    table = pf.read_row_groups(groups, columns=cols) if groups else schema.TRACES.empty_table()
-    table = table.slice(shard.start - (first_row or 0), shard.stop - shard.start)
+    require_regular(Path(shard.path))  # a FIFO would block the open forever
+    limits = limits or IngestConfig()
     skip = set(shard.skip)
     traces, errors = [], []
-    for i, row in enumerate(table.to_pylist(), start=shard.start):
+    # bounded pieces (ingest/parquet_rows.py): oversized row groups and rows are rejected before they are decoded
+    for first, end, row in read_rows(shard.path, limits, shard.start, shard.stop):
+        if isinstance(row, IngestError):
+            errors.extend(error_row(input_path=shard.label, record_id=f"row:{i}", stage="ingest", reason=row.reason,
+                                    message=row.message) for i in range(first, end))
+            continue
+        i = first
         for k, v in shard.partition.items():
             row.setdefault(k, v)
         tid = row.get("trace_id")

@@ -2,7 +2,7 @@
 
 A JSON trace object has the field names of `schema.TRACES` (`metadata` may be an object or JSON text,
 `start_time` ISO-8601 text or epoch). Unknown top-level or step fields are ignored. Parquet files are read
-in small row batches, so memory stays bounded by a batch, not the file.
+in bounded pieces (`parquet_rows.py`: row groups, dictionary expansion and rows capped before they are decoded).
 """
 
 from __future__ import annotations
@@ -20,7 +20,6 @@ from .status import of_field
 _STEP_FIELDS = {f.name for f in dataclasses.fields(Step)}
 _LABEL_FIELDS = {f.name for f in dataclasses.fields(Labels)}
 REQUIRED_COLUMNS = ("trace_id", "source", "steps")
-PARQUET_BATCH_ROWS = 16
 MAX_TIME_CHARS = 64  # longest start_time text read: ISO-8601 with nanoseconds and an offset is ~35
 
 
@@ -98,27 +97,24 @@ def parse_jsonl(lines: Iterator[tuple[int, str]], ctx: Context, loads) -> Iterat
 
 
 def parse_parquet(path: str, ctx: Context) -> Iterator[Trace]:
-    import pyarrow as pa
-    import pyarrow.parquet as pq
+    """Rows of a canonical Parquet file, read in bounded pieces (`parquet_rows`); a bad or oversized row is
+    rejected alone."""
+    from .parquet_rows import open_file, read_rows
+    from .sources import LIMITS
 
-    try:
-        pf = pq.ParquetFile(path)
-        names = set(pf.schema_arrow.names)
-    except (OSError, pa.ArrowException) as e:
-        raise IngestError("invalid_parquet", f"not a readable Parquet file: {e}") from None
-    missing = [c for c in REQUIRED_COLUMNS if c not in names]
+    _, cols = open_file(path)
+    missing = [c for c in REQUIRED_COLUMNS if c not in cols]
     if missing:
         raise IngestError("invalid_schema", f"not a canonical traces table: missing columns {missing}")
-    row = 0
-    try:
-        for batch in pf.iter_batches(batch_size=PARQUET_BATCH_ROWS):
-            for r in batch.to_pylist():
-                row += 1
-                try:
-                    trace = from_obj(r, f"row {row}", default_source="parquet")
-                except Exception as e:  # noqa: BLE001 - any failure is this row's rejection
-                    ctx.reject_any(e, f"row {row}")
-                    continue
-                yield trace
-    except (OSError, pa.ArrowException) as e:
-        raise IngestError("invalid_parquet", f"Parquet read failed after row {row}: {short(str(e), 300)}") from None
+    for first, _end, r in read_rows(path, LIMITS.get()):
+        if isinstance(r, IngestError):
+            ctx.reject(r)
+            continue
+        try:
+            trace = from_obj(r, f"row {first + 1}", default_source="parquet")
+        except Exception as e:  # noqa: BLE001 - any failure is this row's rejection
+            ctx.reject_any(e, f"row {first + 1}")
+            continue
+        ctx.where = f"row {first + 1}"
+        yield trace
+        ctx.where = None
