@@ -95,10 +95,9 @@ def test_labels_file_outcomes(run_dir, tmp_path):
     res = runner.invoke(app, ["fit", str(run_dir / "run"), "-o", str(out), "--labels", str(labels)])
     assert res.exit_code == EXIT_OK, res.output
     text = " ".join(res.output.split())
-    assert "labels.jsonl:1: unknown trace 'nope'" in text
-    assert "labels.jsonl:2: step 99 out of range" in text
-    assert "labels.jsonl:3: span 's-absent' is not a step" in text
-    assert "labels.jsonl:6: neither step nor span_id" in text
+    # one summary line (issue 35): each reason counted, the first rows by trace id (file:line without one)
+    assert ("4 label row(s) skipped: 1 trace in none of the runs, 1 step out of range, 1 span not a step of its "
+            "trace, 1 no step or span_id; first: nope, billing-bot-0, billing-bot-1, … (1 more)") in text
     e = json.loads(out.read_text())["systems"]["billing-bot"]
     assert e["k"] == 1  # one trace, labelled with two steps
 
