@@ -10,12 +10,10 @@ committed in part, the traces its pieces hold. Every commit: parts first, manife
 
 from __future__ import annotations
 
-import dataclasses
 import logging
 import platform
 import sys
 import time
-import uuid
 from collections import Counter
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -31,7 +29,8 @@ from masprism_batch.io import OUTPUT_TABLES, OutdirLock, ShardStore, read_datase
 
 from .interrupts import Interrupted, exit_status, interruptible  # noqa: F401 - re-exported (engines, CLI)
 from .packs import now_utc
-from .plan import INGEST_SHARD, InputPlan, Shard, read_marker
+from .plan import INGEST_SHARD, InputPlan, Shard
+from .resume import bind_header, piece_parts, resume_config, resume_of, settled_ids  # noqa: F401 - re-exported
 from .work import result_to_tables
 
 log = logging.getLogger(__name__)
@@ -104,54 +103,6 @@ def split_reasons(reasons: dict[str, int]) -> tuple[dict[str, int], dict[str, in
     return rej, {k: v for k, v in sorted(reasons.items()) if k in WARNING_REASONS}
 
 
-def resume_config(outdir: Path, cfg: PipelineConfig) -> PipelineConfig:
-    """Shard identity must not change on resume: a different `traces_per_shard` would plan other row ranges
-    and write committed traces a second time. The value recorded when OUTDIR was first planned (HEADER, or
-    the staging marker of an older OUTDIR) wins over the option, with a warning."""
-    old = (ShardStore(outdir).read_header() or {}).get("traces_per_shard")
-    if old is None:
-        old = ((read_marker(Path(outdir) / "_staging" / "_COMPLETE.json") or {}).get("key") or {}).get(
-            "traces_per_shard")
-    if old is None or int(old) == cfg.engine.traces_per_shard:
-        return cfg
-    log.warning("%s was planned with traces_per_shard=%d; resuming with it (shard identity), not %d",
-                outdir, int(old), cfg.engine.traces_per_shard)
-    return cfg.model_copy(update={"engine": cfg.engine.model_copy(update={"traces_per_shard": int(old)})})
-
-
-def piece_parts(committed: dict[str, dict[str, Any]]) -> dict[str, list[dict[str, Any]]]:
-    """Committed pieces (entries with `piece_of`) by the shard they belong to."""
-    out: dict[str, list[dict[str, Any]]] = {}
-    for e in committed.values():
-        if e.get("piece_of"):
-            out.setdefault(e["piece_of"], []).append(e)
-    return out
-
-
-def _resume_of(shard: Shard, pieces: list[dict[str, Any]]) -> Shard:
-    """`shard` with what its committed pieces already settled (its traces, its read rejections)."""
-    if not pieces:
-        return shard
-    done = sorted({t for e in pieces for t in e.get("trace_ids") or []})
-    return dataclasses.replace(shard, done=tuple(done), errors_done=any(e.get("shard_errors") for e in pieces))
-
-
-def _settled_ids(tables: dict[str, pa.Table]) -> list[str]:
-    """Trace ids a committed pack settles: its traces, and the traces its CPU stage rejected for crashing a
-    worker (they are in no pack). The shard's read rejections are settled as a whole (`shard_errors`)."""
-    ids = set(tables["traces"].column("trace_id").to_pylist())
-    errs = tables["errors"]
-    if errs.num_rows:
-        for e in errs.select(["record_id", "stage", "reason"]).to_pylist():
-            if e["stage"] == "render" and e["reason"] == "worker_crashed" and e["record_id"]:
-                ids.add(e["record_id"])
-    return sorted(ids)
-
-
-def _ranker_part(header: dict) -> dict:
-    return {"ranker_sha256": header["ranker_sha256"]} if "ranker_sha256" in header else {}
-
-
 class Committer:
     """Collects pack results per shard; commits a shard when its last pack arrives, and the packs that finished
     before as pieces of it every `engine.commit_seconds` and on `flush` (an interruption)."""
@@ -185,7 +136,7 @@ class Committer:
         pieces = piece_parts(committed)
         for sid, es in pieces.items():
             self._next_piece[sid] = 1 + max(int(e["shard_id"].rsplit("_", 1)[1]) for e in es)
-        self.pending: list[Shard] = [_resume_of(s, pieces.get(s.shard_id, [])) for s in plan.shards
+        self.pending: list[Shard] = [resume_of(s, pieces.get(s.shard_id, [])) for s in plan.shards
                                      if s.shard_id not in committed]
         self.skipped = len(plan.shards) - len(self.pending)
         self.traces_total = sum(s.stop - s.start for s in plan.shards)
@@ -207,60 +158,7 @@ class Committer:
         return time.perf_counter() - self.t0
 
     def _check_header(self) -> None:
-        from masprism_batch.method.rankcheck import digest
-
-        header = {"config_hash": self.cfg.config_hash(), "model": self.cfg.model.name, "staged": self.plan.staged,
-                  "traces_per_shard": self.cfg.engine.traces_per_shard}
-        ranker = digest(self.cfg.method.ranker_weights)  # the file's content, not only its path (config hash)
-        if ranker is not None:
-            header["ranker_sha256"] = ranker
-        self.run_id: str | None = None
-        old = self.store.read_header()
-        foreign = [p for t in OUTPUT_TABLES for p in (self.outdir / t).glob("[!.]*.parquet")
-                   if not p.name.startswith("shard-")]
-        if foreign:  # e.g. an `attribute` run: mixing would duplicate traces
-            raise ValueError(f"{self.outdir} holds outputs not written by `run` ({foreign[0]}); use a new OUTDIR")
-        if old is not None and self._other_config(old, header) and self._nothing_attributed(old, header):
-            log.warning("%s: its run of another configuration (%s) committed no attribution: this run takes "
-                        "it over", self.outdir, old.get("config_hash"))
-            old = None
-        if old is None:
-            self.run_id = uuid.uuid4().hex
-            self.store.write_header({**header, "run_id": self.run_id, "created_at": now_utc().isoformat(),
-                                     "ingest": self.cfg.ingest.model_dump(mode="json")})
-        elif self._other_config(old, header) and not self._other_config({**old, **_ranker_part(header)}, header):
-            raise ValueError(f"the ranker file {self.cfg.method.ranker_weights} changed since this OUTDIR's run began "
-                             f"(SHA-256 {old['ranker_sha256'][:12]}... then, {header['ranker_sha256'][:12]}... now): "
-                             f"resuming would mix two rankers' verdicts in {self.outdir}; restore the file, or use a "
-                             f"new OUTDIR for the new ranker")
-        elif self._other_config(old, header):
-            raise ValueError(f"{self.outdir} holds results of another configuration ({old}); "
-                             f"this run is {header}: use a new OUTDIR")
-        elif not old.get("run_id") or ("ranker_sha256" in header and "ranker_sha256" not in old):
-            # an OUTDIR of an older version: bound to a run id and its ranker's content from now on
-            self.run_id = old.get("run_id") or uuid.uuid4().hex
-            self.store.write_header({**old, **_ranker_part(header), "run_id": self.run_id})
-        else:
-            self.run_id = old["run_id"]
-
-    @staticmethod
-    def _other_config(old: dict, header: dict) -> bool:
-        """Another configuration than OUTDIR's header; an older header without a key (shard size, ranker digest)
-        is bound by the others. The ranker's digest only ever differs with the same path (the path is in the
-        config hash)."""
-        keys = set(header) | ({"ranker_sha256"} & set(old))
-        return any(k in old and old[k] != header.get(k) if k in ("traces_per_shard", "ranker_sha256") else
-                   old.get(k) != header.get(k) for k in keys)
-
-    def _nothing_attributed(self, old: dict, header: dict) -> bool:
-        """A header whose run committed nothing but the staging's rejections (it failed on its configuration
-        before any shard) binds no result: another configuration may take the OUTDIR over, provided the staging
-        it reuses is the same (same ingest caps, shard size and staging)."""
-        same_staging = (old.get("staged") == header["staged"]
-                        and old.get("traces_per_shard") == header["traces_per_shard"]
-                        and old.get("ingest") == self.cfg.ingest.model_dump(mode="json"))
-        entries = {p.stem for p in self.store.manifest_dir.glob("shard-*.json")}
-        return same_staging and entries <= {f"shard-{INGEST_SHARD}"}
+        self.run_id = bind_header(self.store, self.cfg, self.plan.staged)
 
     def _entry(self, sid: str, tables: dict[str, pa.Table], stats: dict[str, float], label: str) -> dict:
         errs = tables["errors"]
@@ -318,7 +216,7 @@ class Committer:
             k = self._next_piece.get(sid, 0)
             self._next_piece[sid] = k + 1
             cid = f"{sid}_{k}"
-            entry.update(piece_of=sid, trace_ids=_settled_ids(tables),
+            entry.update(piece_of=sid, trace_ids=settled_ids(tables),
                          shard_errors=any(int(p["pack_index"]) == 0 for p in parts))
         self.store.commit(cid, tables, entry, self.run_id)
         if self.lock is not None:

@@ -55,6 +55,7 @@ _CTX = {  # Ray Data settings of a run (restored afterwards: the context is proc
 _TOKENIZERS: dict[Any, Any] = {}  # per worker process: the tokenizer is loaded once, not once per shard
 
 
+LEDGER_ACTOR = "masprism-ledger"  # + the OUTDIR's run id: named, so an operator (or a test) can find it
 LEDGER_ATTEMPTS = 6  # calls to the ledger actor: tried this often, waits doubling from 0.5 s (~30 s in all)
 
 
@@ -208,8 +209,8 @@ def _execute(committer: Committer, pending: list[Shard], cfg: PipelineConfig, n:
 
     # on the driver's node, where OUTDIR is: its counts file survives the actor (and the run)
     here = NodeAffinitySchedulingStrategy(ray.get_runtime_context().get_node_id(), soft=False)
-    ledger = ray.remote(num_cpus=0, max_restarts=-1, max_task_retries=-1, scheduling_strategy=here)(Ledger).remote(
-        str(committer.outdir / LEDGER_NAME))
+    ledger = ray.remote(num_cpus=0, max_restarts=-1, max_task_retries=-1, scheduling_strategy=here)(Ledger).options(
+        name=f"{LEDGER_ACTOR}-{committer.run_id}").remote(str(committer.outdir / LEDGER_NAME))
     cfg_json = cfg.model_dump_json()
     t0 = time.perf_counter()
     try:
