@@ -40,7 +40,8 @@ def cpp_available() -> str | None:
     try:
         from masprism_batch import _C  # noqa: F401  (registers torch.ops.masprism.*)
     except Exception as exc:
-        return f"C++ extension not built ({exc}); reinstall without MASPRISM_NO_EXT=1"
+        return (f"C++ CPU ops not built ({exc}): the torch reference runs instead; `pip install --no-build-isolation "
+                f"-e .` in the source tree builds them (~1 CPU-minute, a C++ compiler; not with MASPRISM_NO_EXT=1)")
     return None
 
 
