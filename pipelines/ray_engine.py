@@ -143,12 +143,21 @@ def actor_resources(workers: int | None, cfg: PipelineConfig) -> tuple[int, dict
     res = ray.cluster_resources()
     gpus, cpus = int(res.get("GPU", 0)), float(res.get("CPU", 1))
     if gpus and cfg.model.device != "cpu":
-        n = workers or gpus
+        n = _capped(workers or gpus, gpus, "GPU(s)")
         return n, {"num_gpus": 1, "num_cpus": 1}, cfg.model.threads
-    n = workers or 1
+    # at most one model actor per CPU: each holds a copy of the model, so 50 actors on 2 CPUs was 20 models in
+    # memory (6.1 GB) that only contended for the same cores (issue 37)
+    n = _capped(workers or 1, max(1, math.floor(cpus)), "CPU(s)")
     share = max(0.1, (cpus - cfg.engine.cpu_stage_cpus) / n)
     threads = cfg.model.threads or max(1, math.floor(cpus / n))
     return n, {"num_cpus": share}, threads
+
+
+def _capped(asked: int, room: int, what: str) -> int:
+    if asked > room:
+        log.warning("--workers %d: the cluster has %d %s; %d model actor(s) started", asked, room, what, room)
+        return room
+    return asked
 
 
 def run_ray(inputs: list[str], outdir: str | Path, cfg: PipelineConfig, *, workers: int | None = None,

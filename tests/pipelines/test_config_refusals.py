@@ -107,3 +107,24 @@ def test_threads_clamped_to_the_machine(caplog):
     assert cfg.model.threads == cpus
     assert "model.threads" in caplog.text and f"{cpus} CPU" in caplog.text
     assert load_config(None, model__threads=1).model.threads == 1
+
+
+@pytest.mark.parametrize("gpus", [0, 2])
+def test_workers_capped_to_the_machine(monkeypatch, caplog, gpus):
+    """Issue 37 item 6: `--workers 50` on 2 CPUs started 20 model actors (6.1 GB); now at most one per CPU (one
+    per GPU on GPUs), with a warning."""
+    import ray
+    from masprism_batch.pipelines.ray_engine import actor_resources
+
+    from masprism_batch.config import PipelineConfig
+
+    cpus = random.randint(2, 6)
+    monkeypatch.setattr(ray, "cluster_resources", lambda: {"CPU": float(cpus), **({"GPU": float(gpus)} if gpus else {})})
+    cfg = PipelineConfig()
+    room = gpus or cpus
+    with caplog.at_level(logging.WARNING):
+        n, resources, _ = actor_resources(room * 10 + random.randint(1, 9), cfg)
+    assert n == room and "--workers" in caplog.text
+    assert actor_resources(1, cfg)[0] == 1
+    if not gpus:
+        assert n * resources["num_cpus"] <= cpus
