@@ -7,11 +7,13 @@ torch reference backend is the fallback.
 import os
 import sys
 
-from setuptools import find_packages, setup
+from setuptools import find_namespace_packages, find_packages, setup
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))  # csrc_build.py (PEP 517 builds omit the cwd)
 
-packages = find_packages(include=["masprism_batch", "masprism_batch.*"])
+# Namespace packages too: the data folders (analytics/assets, data/sample/..., method/weights) are importable
+# names, and setuptools warns ("Package ... would be ignored") for each one `packages` leaves out.
+packages = find_namespace_packages(include=["masprism_batch", "masprism_batch.*"], exclude=["*__pycache__*"])
 packages += ["masprism_batch.kernels"] + ["masprism_batch.kernels." + p for p in find_packages("kernels")]
 packages += ["masprism_batch.pipelines"] + ["masprism_batch.pipelines." + p for p in find_packages("pipelines")]
 

@@ -1,7 +1,7 @@
 """load_model: ModelConfig -> PrefillModel. The only place that reads weights.
 
 HF folders are read directly (config.json, *.safetensors, tokenizer files). A GGUF file is converted once
-through transformers' GGUF loader (~20 s) into an HF folder under the cache, keyed by the file's name,
+through transformers' GGUF loader (36 s for SmolLM2-135M on a 2-core CPU) into an HF folder under the cache, keyed by the file's name,
 size and mtime; later loads read that folder. Everything is local: offline flags are set and every
 transformers call passes local_files_only=True; remote code is never trusted.
 """
@@ -15,6 +15,7 @@ import os
 import re
 import shutil
 import tempfile
+import time
 from pathlib import Path
 
 import torch
@@ -71,7 +72,11 @@ def convert_gguf(gguf: Path, cache_dir: str | None) -> Path:
         return final
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
-    log.info("converting %s to an HF folder (once; ~20 s) -> %s", gguf.name, final)
+    # what the wait is: every tensor dequantized to fp32 and written; SmolLM2-135M's 98 MB Q4_1 file took 36 s
+    # on the 2-core shared CPU (first `demo` of a fresh clone, 2026-11-26); the time taken is logged after
+    log.info("converting %s (%.0f MB GGUF) to an fp32 HF folder, once: every tensor is dequantized and written "
+             "(36 s for SmolLM2-135M on a 2-core CPU) -> %s", gguf.name, gguf.stat().st_size / 1e6, final)
+    t0 = time.perf_counter()
     final.parent.mkdir(parents=True, exist_ok=True)
     tmp = Path(tempfile.mkdtemp(prefix=".convert-", dir=final.parent))
     try:
@@ -94,6 +99,7 @@ def convert_gguf(gguf: Path, cache_dir: str | None) -> Path:
         (tmp / "masprism-source.json").write_text(json.dumps(
             {"source": str(gguf), "size": gguf.stat().st_size, "convert_version": CONVERT_VERSION}))
         del model
+        log.info("converted %s in %.1f s", gguf.name, time.perf_counter() - t0)
         try:
             os.replace(tmp, final)  # atomic: a reader sees no folder or a complete one
         except OSError:
@@ -209,4 +215,9 @@ def load_model(model_cfg, signals_cfg) -> PrefillModel:
     arch = model.arch
     log.info("loaded %s (%s, %d layers, %s on %s; signal layers %s)", model_id, arch.family, arch.num_layers,
              str(dtype).removeprefix("torch."), device, model.instrument_layers)
+    if str(device).startswith("cpu"):
+        from ..signals import cpp_available
+
+        if (why := cpp_available()) is not None:  # said once per load: the run is slower without the C++ ops
+            log.warning("%s", why)
     return model
