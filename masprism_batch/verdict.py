@@ -52,7 +52,9 @@ def fitted_verdict(t: Trace, rows: list[dict], base: mp.Ranking, cfg: PipelineCo
         v = masprism_verdict(t, ranking)
         if sr is not None:  # the system was fitted but its ranker did not beat the rule: its agent rule and
             _, _, v.agent, v.confidence = fitted  # calibration still apply
-            v.rule = sr.agent_rule
+            v.rule, agents = _agent_rule_used(sr, t, order)
+            if agents and agents[0]["agent"] == v.agent:  # the rule's own ranking, so every output names one agent
+                v.agent_ranking = agents
         else:
             v.rule = rules.fallback_agent_rule(weights)
             if order and v.rule != "author":  # the agent rule's own ranking, so every output names one agent
@@ -88,6 +90,25 @@ def rule_confidence(t: Trace, rows: list[dict], ranking: mp.Ranking, weights: st
     cal = rules.fallback_calibration(weights)
     feats = ft.evidence(c, list(ranking.ranked)) if cal and cal.get("kind") == "evidence" else None
     return calibrate.confidence(cal, ft.rule_confidence(c), feats, len(t.steps))
+
+
+def _agent_rule_used(sr, t: Trace, order: list[int]) -> tuple[str, list[dict] | None]:
+    """The agent rule that chose a fitted system's agent where its ranker did not decide the step (issue 32:
+    `pred_agent_rule` / `agent_by` say what decided): "prior|<rule>" whose agent is absent from this log fell back
+    to <rule>, "aggregate" without step probabilities to the author; with a zero-training agent rule, its own
+    ranking of the agents, on the order that rule read (method/fit.py agent_pick)."""
+    rule, pri = sr.agent_rule, sr.priors()
+    if rule.startswith("prior"):
+        if pri is not None and pri.top_agent(t):
+            return rule, None
+        rule = rule.split("|", 1)[1] if "|" in rule else "author"
+    if rule in ("author", "aggregate") or not order:
+        return ("author" if rule == "aggregate" else rule), None
+    from .method import fit as ft
+
+    prior_step = sr.verdict == "prior" and pri is not None and pri.top_index() is not None
+    read = ft.prior_agent_order(order, order[0]) if prior_step else order
+    return rule, [{"agent": a, "score": float(x)} for a, x in rules.agent_ranking(rule, t, read)]
 
 
 @lru_cache(maxsize=8)
@@ -135,9 +156,10 @@ def agent_by(t: Trace, v: Verdict) -> str | None:
         why = "the agent rule's pick"
     if v.agent == author:
         return f"{v.rule}: {why} (also the step's author)"
-    # scores only where agent_ranking is the ranking that chose the agent (a kept zero-training order under a
-    # fitted agent rule carries the paper's per-agent scores instead)
-    ranked_by_rule = base != "prior" and bool(v.agent_ranking) and v.agent_ranking[0]["agent"] == v.agent
+    # scores only where agent_ranking is the ranking that chose the agent: a ranker's agent_ranking is its summed
+    # step probabilities ("aggregate"); without step probabilities it is the zero-training agent rule's own
+    own = base == "aggregate" if v.probs is not None else base not in ("prior", "author", "aggregate")
+    ranked_by_rule = own and bool(v.agent_ranking) and v.agent_ranking[0]["agent"] == v.agent
     mine, theirs = score.get(v.agent), score.get(author)
     if ranked_by_rule and mine is not None and theirs is not None:
         return f"{v.rule}: {why} ({mine:.3g}; the step's author {author}: {theirs:.3g})"

@@ -48,13 +48,14 @@ def logs(tmp_path):
     """The same kind of Who&When-shaped logs in a team's own folder and in the benchmark's folder."""
     r = random.Random(SEED)
     team = "team-" + "".join(r.choice("abcdefghij") for _ in range(8))
-    for folder in (team, "Algorithm-Generated"):
+    for folder in (team, "Algorithm-Generated", "Hand-Crafted"):
         for i in range(3):
-            doc, _ = who_and_when(r, False)
+            doc, _ = who_and_when(r, folder == "Hand-Crafted")
             doc["history"] += [{"content": f"step {k}", "role": "assistant", "name": "Expert_A"} for k in range(3)]
             write_json(tmp_path / "logs" / folder / f"{i}.json", doc)
     traces = list(read_inputs([str(tmp_path / "logs")]))
-    return {f: [t for t in traces if t.trace_id.startswith(f + "/")] for f in (team, "Algorithm-Generated")}, team
+    return {f: [t for t in traces if t.trace_id.startswith(f + "/")]
+            for f in (team, "Algorithm-Generated", "Hand-Crafted")}, team
 
 
 def _by(t, cfg, rng):
@@ -74,19 +75,22 @@ def test_who_and_when_shape_gets_the_zero_training_verdict_unless_a_ranker_is_na
             # the packaged rankers named: only the benchmark's own folder is the benchmark system
             v = _by(t, _cfg(ranker_weights=rk.PACKAGED_NAME), rng)
             assert v.by.startswith("rule:") == (folder == team), (folder, v.by, SEED)
+            assert folder == team or v.by.endswith(f":who-and-when/{folder}"), (folder, v.by, SEED)
             # a team may name a benchmark system for its logs: then its ranker is what they asked for
             named = _cfg(ranker_weights=rk.PACKAGED_NAME, system="who-and-when/Algorithm-Generated")
             assert _by(t, named, rng).by == "ranker:who-and-when/Algorithm-Generated", (folder, SEED)
 
 
 def test_a_fitted_ranker_applies_only_to_its_named_system(tmp_path, synth, logs):
-    f = fs.fit_system(synth(40, seed=SEED % 1000), "billing-bot")
+    # a fixed synthetic fit (as test_rankfile.py): only a valid entry is needed here; some random fits learn a
+    # negative offset_scale that the ranker-file check refuses (reported, not this test's subject)
+    f = fs.fit_system(synth(40, seed=7), "billing-bot")
     path = tmp_path / "ranker.json"
     rk.RankerFile(PACKAGED_MODEL, {"billing-bot": f.entry}, {}).write(path)
     by_folder, team = logs
     rng = np.random.default_rng(SEED)
     sr = rk.SystemRanker(f.entry, PACKAGED_MODEL)
-    for t in by_folder[team] + by_folder["Algorithm-Generated"]:
+    for t in by_folder[team] + by_folder["Algorithm-Generated"] + by_folder["Hand-Crafted"]:
         assert rk.ranker_for(str(path), t, PACKAGED_MODEL) is None  # recorded/unknown system: not billing-bot
         assert _by(t, _cfg(ranker_weights=str(path)), rng).by.startswith("rule:")
         got = rk.ranker_for(str(path), t, PACKAGED_MODEL, system="billing-bot")
@@ -100,10 +104,13 @@ def test_a_fitted_ranker_applies_only_to_its_named_system(tmp_path, synth, logs)
 def test_agent_by_says_why_the_blamed_agent_differs_from_the_step_author(logs):
     by_folder, team = logs
     rng = np.random.default_rng(SEED)
-    for t in by_folder[team]:
-        v = _by(t, _cfg(), rng)
+    packaged = _cfg(ranker_weights=rk.PACKAGED_NAME)
+    for t, cfg in [(t, c) for ts in by_folder.values() for t in ts for c in (_cfg(), packaged)]:
+        v = _by(t, cfg, rng)
         why = agent_by(t, v)
         author = t.steps[v.order[0]].agent
-        assert why.startswith(f"{v.rule}: ") or v.rule == "author", (why, SEED)
+        assert why.startswith(f"{v.rule}: "), (why, SEED)
+        if v.probs is None and not v.rule.startswith(("prior", "author")):  # the rule's own ranking: agent first
+            assert v.agent_ranking[0]["agent"] == v.agent, (v.rule, v.agent_ranking, v.agent, SEED)
         if v.agent != author:  # the author is named beside the blamed agent, with the rule that moved the blame
             assert f"the step's author {author}" in why or f"the step's author is {author}" in why, (why, SEED)
