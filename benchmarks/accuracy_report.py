@@ -169,13 +169,17 @@ def _confidence_section(rows, rule) -> list[str]:
            "the AUROC of confidence against a right step, within each system. Zero-training verdict: confidence "
            "calibrated on the other systems only (**leave-one-system-out**), from the verdict's own evidence "
            "(`method/confidence.py`: the top candidate's share and margin, the symptoms pointing at it, the NLL "
-           "contrast, the numbers of steps and candidates), beside the top-share calibration it replaces. Fitted "
+           "contrast, the numbers of steps and candidates; each counts the same in its a-priori direction, only the "
+           "scale and intercept are fitted), beside one learned weight per feature (not shipped) and the top-share "
+           "calibration it replaces. A confidence is never below 1/(steps). Fitted "
            "verdict: `masprism-batch fit` **5-fold within the system x3 seeds**, confidence calibrated on each "
            "fit's internal folds. Issue 32's target: AUROC >= 0.65 in every system and the top 25% >= 1.4x the "
            "overall rate.", "",
            "| system | verdict | protocol | top 25% | top 50% | all | top 25% / all | AUROC |",
            "|---|---|---|---|---|---|---|---|"]
     variants = [(f"zero-training rule {rule}: confidence from its evidence", "leave-one-system-out", "zero-training"),
+                (f"zero-training rule {rule}: confidence from its evidence, one learned weight per feature (not "
+                 "shipped)", "leave-one-system-out", "zero-training, learned feature weights (not shipped)"),
                 (f"zero-training rule {rule}: confidence from the top share (before issue 32)",
                  "leave-one-system-out", "zero-training, top-share confidence (before)"),
                 ("fitted (masprism-batch fit)", "5-fold within system", "fitted by `fit`")]

@@ -177,14 +177,18 @@ def rule_calibration(cases: list[Case], rule: str, out: list) -> dict:
         train = [t for t in feats if sys_of[t] != held]
         test = [t for t in feats if sys_of[t] == held]
         ev = calibrate.fit_evidence([cf.vector(feats[t]) for t in train], [hits[t] for t in train], cf.FEATURES)
+        learned = calibrate.fit_evidence([cf.vector(feats[t]) for t in train], [hits[t] for t in train],
+                                         cf.FEATURES, weights="fitted")
         platt = calibrate.fit_platt([raw[t] for t in train], [hits[t] for t in train])
         for name, conf in ((CONF_EVIDENCE, [calibrate.confidence(ev, None, feats[t], n[t]) for t in test]),
+                           (CONF_LEARNED, [calibrate.confidence(learned, None, feats[t], n[t]) for t in test]),
                            (CONF_RAW, [calibrate.apply(platt, raw[t]) for t in test])):
             emit_confidence(out, held, f"zero-training rule {rule}: {name}", conf, [hits[t] for t in test])
     return calibrate.fit_evidence([cf.vector(feats[t]) for t in feats], list(hits.values()), cf.FEATURES)
 
 
 CONF_EVIDENCE, CONF_RAW = "confidence from its evidence", "confidence from the top share (before issue 32)"
+CONF_LEARNED = "confidence from its evidence, one learned weight per feature (not shipped)"
 CONF_PROTOCOL = "confidence calibrated leave-one-system-out"
 
 

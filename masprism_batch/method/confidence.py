@@ -24,6 +24,9 @@ import math
 import numpy as np
 
 FEATURES = ("top_share", "margin", "support", "nll_contrast", "log_steps", "log_candidates")
+# the direction each feature may move the confidence, fixed a priori by what it means (calibrate.fit_evidence
+# drops a feature whose weight comes out the other way): clearer evidence up, more places to look down
+SIGNS = {"top_share": 1, "margin": 1, "support": 1, "nll_contrast": 1, "log_steps": -1, "log_candidates": -1}
 TOP_TARGETS = 5  # a symptom "points at" a step among its five strongest attention targets (the paper's V_k)
 
 
