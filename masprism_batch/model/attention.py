@@ -76,7 +76,7 @@ def sdpa_per_sequence(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, bounds:
                       scale: float) -> torch.Tensor:
     groups = q.shape[1] // k.shape[1]
     native_gqa = _SDPA_GQA and q.device.type == "cpu" and groups > 1
-    o = q.new_empty(q.shape)  # contiguous even when q is a strided view (empty_like would keep its strides)
+    outs = []
     for s, e in zip(bounds[:-1], bounds[1:], strict=True):
         if e == s:
             continue
@@ -85,5 +85,9 @@ def sdpa_per_sequence(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, bounds:
         qs = q[s:e].transpose(0, 1)[None]
         ks, vs = (_expand_kv(x[s:e], groups, native_gqa, dim=1).transpose(0, 1)[None] for x in (k, v))
         kw = {"enable_gqa": True} if native_gqa else {}
-        o[s:e] = F.scaled_dot_product_attention(qs, ks, vs, is_causal=True, scale=scale, **kw)[0].transpose(0, 1)
-    return o
+        outs.append(F.scaled_dot_product_attention(qs, ks, vs, is_causal=True, scale=scale, **kw)[0].transpose(0, 1))
+    # the CPU flash kernel allocates its output token-major, so each [L, H, D] view is contiguous: one pack
+    # needs no copy at all, several take one cat (not a copy per sequence into a preallocated o: issue 33)
+    if len(outs) == 1 and outs[0].is_contiguous():
+        return outs[0]
+    return torch.cat(outs).contiguous()

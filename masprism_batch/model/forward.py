@@ -61,6 +61,7 @@ class PrefillTiming:
 @dataclass
 class _Pack:
     ids: torch.Tensor  # [T] int64
+    host_ids: np.ndarray  # [T] int64, the same ids on the host
     positions: torch.Tensor  # [T] int64, restart at 0 per sequence
     cu_seqlens: torch.Tensor  # [B+1] int32
     bounds: list[int]
@@ -203,12 +204,14 @@ class PrefillModel:
         for b, n in enumerate(lengths):
             if n == 0 or n > self.max_context:
                 raise ValueError(f"sequence {b} has {n} tokens; need 1..{self.max_context} (model context)")
-        ids = torch.tensor([t for s in seqs for t in s], dtype=torch.int64)
-        if int(ids.min()) < 0 or int(ids.max()) >= self.arch.vocab_size:
+        host_ids = np.fromiter((t for s in seqs for t in s), dtype=np.int64, count=sum(lengths))
+        if int(host_ids.min()) < 0 or int(host_ids.max()) >= self.arch.vocab_size:
             raise ValueError(f"token id out of range [0, {self.arch.vocab_size})")
         bounds = np.concatenate([[0], np.cumsum(lengths)]).tolist()
-        positions = torch.cat([torch.arange(n) for n in lengths])
-        return _Pack(ids=ids.to(self.device), positions=positions.to(self.device),
+        starts = np.repeat(np.asarray(bounds[:-1], dtype=np.int64), lengths)
+        positions = torch.from_numpy(np.arange(bounds[-1], dtype=np.int64) - starts)
+        return _Pack(ids=torch.from_numpy(host_ids).to(self.device), host_ids=host_ids,
+                     positions=positions.to(self.device),
                      cu_seqlens=torch.tensor(bounds, dtype=torch.int32, device=self.device),
                      bounds=bounds, max_seqlen=max(lengths))
 
@@ -227,8 +230,9 @@ class PrefillModel:
                 kv[0].append(k.contiguous())
                 kv[1].append(v.contiguous())
             if step_ids is not None and i in self._instrumented:
-                # contiguous: signal backends may assume it (6 of 30 layers, cheap next to the op itself)
-                q, k, v = q.contiguous(), k.contiguous(), v.contiguous()
+                # q/k/v stay strided views of the qkv projection: every backend reads them as they are (the
+                # Triton kernels take strides, the C++ op permutes q once, the reference views them), so no
+                # per-layer copy (issue 33 item 4)
                 o, _lse, mass = sig.step_attention(q, k, v, pack.cu_seqlens, step_ids, n_steps, a.scale,
                                                    backend=self.signals_cfg.backend,
                                                    block=self.signals_cfg.attn_block, per_head=per_head)
@@ -256,12 +260,14 @@ class PrefillModel:
         return unread.to(pack.ids.device)
 
     def _token_nll(self, hidden: torch.Tensor, pack: _Pack, unread: torch.Tensor | None = None) -> torch.Tensor:
-        # position t predicts token t+1 of the same sequence; the last token of each sequence predicts nothing
-        targets = torch.full_like(pack.ids, -100)
-        targets[:-1] = pack.ids[1:]
-        targets[pack.cu_seqlens[1:].long() - 1] = -100
+        # position t predicts token t+1 of the same sequence; the last token of each sequence predicts nothing.
+        # Built on the host from the pack's host ids (numpy: no device scatter ops, one transfer).
+        targets = np.full(pack.bounds[-1], -100, dtype=np.int64)
+        targets[:-1] = pack.host_ids[1:]
+        targets[np.asarray(pack.bounds[1:], dtype=np.int64) - 1] = -100
         if unread is not None:
-            targets[:-1][unread[1:]] = -100
+            targets[:-1][unread[1:].cpu().numpy()] = -100
+        targets = torch.from_numpy(targets).to(pack.ids.device)
         return sig.token_nll(hidden, self.weights.lm_head, targets, backend=self.signals_cfg.backend,
                              chunk=self.signals_cfg.nll_chunk)
 
@@ -273,18 +279,20 @@ class PrefillModel:
             mass = heads.mean(dim=2).sum(dim=1)
         mass = mass.cpu() / len(self.instrument_layers) if mass is not None else None
         out = []
+        sid_all = sid_t.numpy()
+        mass_np = mass.numpy() if mass is not None else None
+        heads_np = heads.numpy() if heads is not None else None
         for b, (s, e) in enumerate(zip(pack.bounds[:-1], pack.bounds[1:], strict=True)):
             tok = np.full(e - s, np.nan, dtype=np.float32)
             tok[1:] = nll[s : e - 1]
             n = n_steps[b]
-            sid = sid_t[s:e].long()
-            sizes = torch.bincount(sid[sid >= 0], minlength=n).float() if n else torch.zeros(0)
-            A = mass[b, :n, :n] / sizes.clamp_min(1.0)[:, None] if n else torch.zeros(0, 0)
-            Ah = None
-            if heads is not None:
-                Ah = (heads[b, :, :, :n, :n] / sizes.clamp_min(1.0)[:, None]).numpy().astype(np.float32, copy=False)
-            out.append(SeqSignals(token_nll=tok, step_attn=A.numpy().astype(np.float32, copy=False),
-                                  n_tokens=e - s, step_attn_heads=Ah))
+            # host bookkeeping in numpy (no aten op per sequence); fp32 division as before
+            sid = sid_all[s:e]
+            rows = np.maximum(np.bincount(sid[sid >= 0], minlength=n).astype(np.float32), np.float32(1.0))[:, None]
+            A = mass_np[b, :n, :n] / rows if n else np.zeros((0, 0), dtype=np.float32)
+            Ah = heads_np[b, :, :, :n, :n] / rows if heads_np is not None else None
+            out.append(SeqSignals(token_nll=tok, step_attn=A.astype(np.float32, copy=False), n_tokens=e - s,
+                                  step_attn_heads=None if Ah is None else Ah.astype(np.float32, copy=False)))
         return out
 
     def _timed(self, t0: float, pack: _Pack, with_signals: bool) -> None:

@@ -123,20 +123,30 @@ def _fused(x: torch.Tensor, head_dim: int | None = None):
     return ew if ew is not None and ew.supports(x, head_dim) else None
 
 
+@functools.cache
+def _scalar(value: float) -> torch.Tensor:
+    """A 0-dim fp32 CPU tensor of `value`: an in-place op with a Python float wraps it in a double tensor
+    and converts it (an aten::to + copy_ per call, issue 33 item 4); a 0-dim fp32 operand is taken as the
+    same fp32 scalar (bitwise the same result), on any device."""
+    return torch.tensor(value, dtype=torch.float32)
+
+
 def rms_norm(x: torch.Tensor, weight: torch.Tensor, eps: float) -> torch.Tensor:
     """x * rsqrt(mean(x^2) + eps) * weight over the last dim, in fp32 like transformers, then back to the
     activation dtype before the weight multiply. Returns a fresh tensor; x is not modified."""
     if weight.dim() == 1 and (ew := _fused(x)) is not None:
         return ew.rms_norm(x, weight, eps)
     xf = x.float()
-    ms = torch.linalg.vector_norm(xf, dim=-1, keepdim=True).square_().div_(x.shape[-1])
-    return (xf * ms.add_(eps).rsqrt_()).to(x.dtype).mul_(weight)
+    ms = torch.linalg.vector_norm(xf, dim=-1, keepdim=True).square_().div_(_scalar(float(x.shape[-1])))
+    return (xf * ms.add_(_scalar(eps)).rsqrt_()).to(x.dtype).mul_(weight)
 
 
 def rope_cos_sin(positions: torch.Tensor, inv_freq: torch.Tensor, scaling: float, dtype: torch.dtype):
     """cos/sin [T, D/2] for each token's position inside its own sequence (the two halves of the HF
     rotate-half layout use the same frequencies, so only one half is kept)."""
     freqs = positions[:, None].float() * inv_freq[None, :]
+    if scaling == 1.0:  # x * 1.0 == x: skip the two multiplies (and their scalar conversions)
+        return freqs.cos().to(dtype), freqs.sin().to(dtype)
     return (freqs.cos() * scaling).to(dtype), (freqs.sin() * scaling).to(dtype)
 
 

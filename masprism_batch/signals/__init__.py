@@ -15,6 +15,7 @@ import functools
 import logging
 import os
 
+import numpy as np
 import torch
 
 from . import reference
@@ -101,6 +102,38 @@ def _version(t: torch.Tensor):
         return None
 
 
+def _check_pack_host(cu, sid, ns, T):
+    """The data checks of one pack on host arrays (numpy: no aten op, no device round trip)."""
+    if cu[0] != 0 or cu[-1] != T:
+        raise ValueError(f"cu_seqlens must be prefix sums from 0 to T={T}; got {cu.tolist()[:8]}...")
+    if (np.diff(cu) < 0).any():
+        raise ValueError("cu_seqlens must be non-decreasing")
+    if T:
+        if (sid < -1).any():
+            raise ValueError("step_ids must be >= -1 (-1 = token outside every step)")
+        if (sid.astype(np.int64) >= np.repeat(ns.astype(np.int64), np.diff(cu))).any():
+            raise ValueError("a step id is >= its sequence's n_steps")
+
+
+def _check_pack_device(cu_seqlens, step_ids, n_steps, T):
+    """The same checks on device tensors: one sync for the three flags, one for the two step-id flags."""
+    first_ok, last_ok, monotone = (bool(x) for x in torch.stack(
+        [cu_seqlens[0] == 0, cu_seqlens[-1] == T, (cu_seqlens[1:] >= cu_seqlens[:-1]).all()]).tolist())
+    if not (first_ok and last_ok):
+        raise ValueError(f"cu_seqlens must be prefix sums from 0 to T={T}; got {cu_seqlens.tolist()[:8]}...")
+    if not monotone:
+        raise ValueError("cu_seqlens must be non-decreasing")
+    if T:
+        seq_of_tok = torch.repeat_interleave(torch.arange(n_steps.numel(), device=step_ids.device),
+                                             (cu_seqlens[1:] - cu_seqlens[:-1]).long(), output_size=T)
+        below, above = torch.stack([(step_ids < -1).any(),
+                                    (step_ids.long() >= n_steps.long()[seq_of_tok]).any()]).tolist()
+        if below:
+            raise ValueError("step_ids must be >= -1 (-1 = token outside every step)")
+        if above:
+            raise ValueError("a step id is >= its sequence's n_steps")
+
+
 def _check_attention(q, k, v, cu_seqlens, step_ids, n_steps):
     """Shape checks every call; the data checks (host syncs) once per pack: a forward passes the same
     cu_seqlens / step_ids / n_steps tensors to every instrumented layer, so the layers after the first skip
@@ -121,21 +154,10 @@ def _check_attention(q, k, v, cu_seqlens, step_ids, n_steps):
     if last is not None and last[2] == T and last[1] == versions and all(a is b for a, b in zip(last[0], pack, strict=True)):
         return
     _PACK_OK = None
-    first_ok, last_ok, monotone = (bool(x) for x in torch.stack(
-        [cu_seqlens[0] == 0, cu_seqlens[-1] == T, (cu_seqlens[1:] >= cu_seqlens[:-1]).all()]).tolist())
-    if not (first_ok and last_ok):
-        raise ValueError(f"cu_seqlens must be prefix sums from 0 to T={T}; got {cu_seqlens.tolist()[:8]}...")
-    if not monotone:
-        raise ValueError("cu_seqlens must be non-decreasing")
-    if T:
-        seq_of_tok = torch.repeat_interleave(torch.arange(n_steps.numel(), device=step_ids.device),
-                                             (cu_seqlens[1:] - cu_seqlens[:-1]).long(), output_size=T)
-        below, above = torch.stack([(step_ids < -1).any(),
-                                    (step_ids.long() >= n_steps.long()[seq_of_tok]).any()]).tolist()
-        if below:
-            raise ValueError("step_ids must be >= -1 (-1 = token outside every step)")
-        if above:
-            raise ValueError("a step id is >= its sequence's n_steps")
+    if all(t.device.type == "cpu" for t in pack):
+        _check_pack_host(cu_seqlens.numpy(), step_ids.numpy(), n_steps.numpy(), T)
+    else:
+        _check_pack_device(cu_seqlens, step_ids, n_steps, T)
     _PACK_OK = (pack, versions, T)
 
 
@@ -182,7 +204,7 @@ def token_nll(hidden, weight, targets, *, backend="auto", chunk=1024, ignore_ind
         raise ValueError(f"target ids outside [0, {weight.shape[0]}) at positions {bad.nonzero()[:5, 0].tolist()}")
     chosen = resolve_backend(backend, hidden.device, dtype=hidden.dtype)
     op = _backend_module(chosen).token_nll
-    n_valid = int(valid.sum())
+    n_valid = int(torch.count_nonzero(valid))  # (a bool sum would first convert the mask: an extra copy)
     if n_valid > COMPACT_NLL_SHARE * targets.shape[0]:
         return op(hidden, weight, targets, chunk=chunk, ignore_index=ignore_index, out=out)
     # most rows unread (issue 24: a window's re-read context and digest, prompt heads): the LM head, a quarter

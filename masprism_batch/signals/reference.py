@@ -19,6 +19,7 @@ the step mass costs one extra blockwise pass that recomputes QK^T once with the 
 from __future__ import annotations
 
 import torch
+import torch.nn.functional as F
 
 # Elements of one block of scores [Hq, bq, keys] in the mass pass: bounds the pass's extra memory
 # (16 MiB in fp32) independently of T, so the signal path's peak memory stays linear in T. 2^22 was
@@ -184,7 +185,13 @@ def token_nll(hidden, weight, targets, *, chunk: int = 1024, ignore_index: int =
             m = m_new
         tgt = targets[cs:ce].long()
         valid = tgt != ignore_index
-        picked = (h * weight[tgt.clamp(0, V - 1)].to(cdt)).sum(dim=1)
+        # the target rows by embedding lookup (index_select; the same rows as weight[idx] without an
+        # advanced-indexing op), the result written straight into `out` where dtypes match (no extra copy)
+        picked = (h * F.embedding(tgt.clamp(0, V - 1), weight).to(cdt)).sum(dim=1)
         nll = m + torch.log(ssum) - picked
-        out[cs:ce] = torch.where(valid, nll, torch.full_like(nll, float("nan"))).float()
+        nan = torch.full_like(nll, float("nan"))
+        if nll.dtype == out.dtype:
+            torch.where(valid, nll, nan, out=out[cs:ce])
+        else:
+            out[cs:ce] = torch.where(valid, nll, nan).float()
     return out
