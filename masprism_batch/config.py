@@ -119,25 +119,11 @@ class RenderConfig(_Section):
     window_digest_step_tokens: int = Field(16, ge=0)  # content tokens of each older step in the digest
 
     # templates parsed and texts bounded at load (config_checks.py), not found out per trace
-    @field_validator("header_template")
+    @field_validator("header_template", "question_template", "truncation_marker", "pass1_preamble", "pass2_preamble",
+                     "anomaly_note")
     @classmethod
-    def _header(cls, v):
-        return checks.check_template(v, ("index", "agent"), "render.header_template")
-
-    @field_validator("question_template")
-    @classmethod
-    def _question(cls, v):
-        return checks.check_template(v, ("question",), "render.question_template")
-
-    @field_validator("truncation_marker")
-    @classmethod
-    def _marker(cls, v):
-        return checks.check_text(v, checks.MAX_MARKER_CHARS, "render.truncation_marker")
-
-    @field_validator("pass1_preamble", "pass2_preamble", "anomaly_note")
-    @classmethod
-    def _prompt_text(cls, v, info: ValidationInfo):
-        return checks.check_text(v, checks.MAX_PROMPT_TEXT_CHARS, f"render.{info.field_name}")
+    def _texts(cls, v, info: ValidationInfo):
+        return checks.check_render_text(info.field_name, v)
 
 
 class SignalsConfig(_Section):
@@ -221,6 +207,11 @@ class IngestConfig(_Section):
     # an agent name (and a label's mistake_agent) longer than this is cut, with a warning: a name is repeated in
     # every step header, so a 1 MiB name would cost ~1M pass-1 tokens per step (issue 37)
     max_agent_bytes: int = Field(256, ge=16)
+
+    @field_validator("max_steps")
+    @classmethod
+    def _max_steps(cls, v):  # one trace's memory grows with steps squared: bounded by the machine's memory
+        return checks.check_max_steps(v)
     # attribute runs whose log records success too (`--all-runs`); default: failed and unknown runs only, the
     # succeeded ones listed in errors/ as `succeeded_run` (ingest/status.py)
     all_runs: bool = False

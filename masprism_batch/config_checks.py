@@ -51,6 +51,17 @@ def check_text(value: str, limit: int, name: str) -> str:
     return value
 
 
+def check_render_text(field: str, value: str) -> str:
+    """One `render` prompt text by what it is: the templates parsed (header: {index} {agent}; question:
+    {question}), the marker and the preambles bounded in length."""
+    name = f"render.{field}"
+    if field == "header_template":
+        return check_template(value, ("index", "agent"), name)
+    if field == "question_template":
+        return check_template(value, ("question",), name)
+    return check_text(value, MAX_MARKER_CHARS if field == "truncation_marker" else MAX_PROMPT_TEXT_CHARS, name)
+
+
 def machine_cpus() -> int:
     """CPUs this process may run on (its affinity mask, which containers and `taskset` narrow)."""
     try:
@@ -66,6 +77,42 @@ def clamp_threads(value: int | None, name: str = "model.threads") -> int | None:
     if value is not None and value > cap:
         log.warning("%s = %d is more than the %d CPU(s) this process may use: %d used", name, value, cap, cap)
         return cap
+    return value
+
+
+# Peak memory of one trace grows with steps squared, by design: the method reads the step-attention matrix A
+# [N, N] (windows.combine accumulates it, and the learned-head view, in float64), counterfactual effects D [N, N],
+# and step_scores.attention_pass1 writes row i of A for every step (N^2 / 2 values per trace). Measured by the
+# issue 37 red team on the tiny-random model: 8,192 steps 2.35 GB, 20,000 over 8 GB, i.e. ~35 bytes per step pair.
+BYTES_PER_STEP_PAIR = 36
+
+
+def machine_memory() -> int:
+    """Bytes of memory this process may use: physical memory, or the container's cgroup limit when lower."""
+    try:
+        total = os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES")
+    except (AttributeError, ValueError, OSError):
+        return 1 << 62  # unknown: no bound from here
+    for limit in ("/sys/fs/cgroup/memory.max", "/sys/fs/cgroup/memory/memory.limit_in_bytes"):
+        try:
+            with open(limit, encoding="ascii") as f:
+                text = f.read(64).strip()
+        except OSError:
+            continue
+        if text.isdigit():
+            total = min(total, int(text))
+    return total
+
+
+def check_max_steps(value: int, name: str = "ingest.max_steps") -> int:
+    """A step count whose one trace would need more memory than the machine has (steps squared: see
+    BYTES_PER_STEP_PAIR) is refused, naming both numbers, instead of the run being killed on its largest trace."""
+    need, have = value * value * BYTES_PER_STEP_PAIR, machine_memory()
+    if need > have:
+        fits = math.isqrt(have // BYTES_PER_STEP_PAIR)
+        raise ValueError(f"{name} = {value}: one trace of that many steps needs ~{need / 1e9:.1f} GB (the step "
+                         f"attention A [N, N] and its per-step rows grow with steps squared), this machine has "
+                         f"{have / 1e9:.1f} GB; at most {fits} steps fit")
     return value
 
 

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import json
 import logging
+import math
 import os
 import random
 from pathlib import Path
@@ -46,6 +47,8 @@ BAD = [
     ({"render": {"pass1_preamble": "Log. " * 20_000}}, "render.pass1_preamble"),
     ({"render": {"anomaly_note": "x" * 10_000}}, "render.anomaly_note"),
     ({"render": {"truncation_marker": "." * 1000}}, "render.truncation_marker"),
+    # item 6: one trace's memory grows with steps squared (the step-attention matrix): bounded by the machine
+    ({"ingest": {"max_steps": 10_000_000}}, "ingest.max_steps"),
 ]
 
 
@@ -128,3 +131,14 @@ def test_workers_capped_to_the_machine(monkeypatch, caplog, gpus):
     assert actor_resources(1, cfg)[0] == 1
     if not gpus:
         assert n * resources["num_cpus"] <= cpus
+
+
+def test_max_steps_bounded_by_the_machines_memory(monkeypatch):
+    from masprism_batch import config_checks
+
+    gb = random.randint(2, 64)
+    monkeypatch.setattr(config_checks, "machine_memory", lambda: gb * 10**9)
+    fits = math.isqrt(gb * 10**9 // config_checks.BYTES_PER_STEP_PAIR)
+    assert load_config(None, ingest__max_steps=fits).ingest.max_steps == fits
+    with pytest.raises(ValueError, match=f"ingest.max_steps = {fits + 1}: .* at most {fits} steps fit"):
+        load_config(None, ingest__max_steps=fits + 1)
