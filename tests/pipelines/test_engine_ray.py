@@ -235,3 +235,36 @@ def test_ray_address_in_the_environment_joins_that_cluster(tmp_path, small_cfg, 
     assert res.returncode == 0, (res.stdout + res.stderr)[-3000:]
     assert f'SUMMARY "{cluster}"' in res.stdout
     assert not assert_exactly_once(tmp_path / "out", ids)
+
+
+def test_killed_ledger_mid_run_then_the_run_completes_exactly_once(tmp_path, small_cfg, cluster):
+    """Issue 37: the ledger actor's calls are retried and its counts kept (OUTDIR/_ledger.json) across its restart."""
+    import json
+
+    import ray
+    from masprism_batch.pipelines.ray_engine import LEDGER_ACTOR
+
+    ids = make_corpus(tmp_path / "in", 24, 2)
+    out = tmp_path / "out"
+    killed: dict = {}
+
+    def killer():
+        deadline = time.time() + 90
+        while time.time() < deadline and "at" not in killed:
+            try:
+                if list((out / "_manifest").glob("shard-[0-9a-f]*.json")):
+                    run_id = json.loads((out / "_manifest" / "HEADER.json").read_text())["run_id"]
+                    ray.kill(ray.get_actor(f"{LEDGER_ACTOR}-{run_id}"), no_restart=False)
+                    killed["at"] = len(list((out / "_manifest").glob("shard-[0-9a-f]*.json")))
+            except (ValueError, OSError):
+                pass  # not created yet
+            time.sleep(0.05)
+
+    th = threading.Thread(target=killer)
+    th.start()
+    s = run_ray([str(tmp_path / "in")], out, small_cfg(per_shard=4, budget=150), workers=1,
+                **Fakes(delay=0.1).kwargs(ray=True), progress=False)
+    th.join()
+    assert "at" in killed, "the ledger was never killed"
+    assert killed["at"] < s.shards_run, "the kill came after the run was over"
+    assert not assert_exactly_once(out, ids) and s.attributed == 24
