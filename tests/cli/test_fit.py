@@ -77,7 +77,7 @@ def test_fit_from_trace_labels_prints_estimates_and_applies(run_dir, tmp_path):
     assert all(0 < r["confidence"] < 1 for r in rows)
     # issue 32: the labels all blame step 1, yet no verdict names step 1 for every log whatever it says: the fit
     # sets such a verdict aside, says the prior is all it learned, and the verdicts differ between logs
-    assert by == "rule" or e["heldout"]["modal_share"] <= 0.5  # the rule reads each log: it is never set aside
+    assert by == "rule" or e["heldout"]["modal_share"] <= 0.75  # the rule reads each log: it is never set aside
     assert "label prior is all it learned" in " ".join(res_fit.output.split())
     assert len({r["pred_step"] for r in rows}) > 1
 

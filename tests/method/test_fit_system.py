@@ -188,4 +188,4 @@ def test_labels_on_one_position_never_give_one_verdict_for_every_log(synth):
     assert any("label prior is all it learned" in n for n in f.entry["notes"]), (seed, f.entry["notes"])
     sr = SystemRanker(f.entry, "m")
     got = [sr.apply(c.trace, c.rows, c.ranked)[0][0] for c in synth(40, seed=seed + 1)]
-    assert len(set(got)) > 1 and fs.modal_share(got) <= 0.75, (seed, got, f.verdict)
+    assert len(set(got)) > 1 and fs.modal_share(got) <= 0.85, (seed, got, f.verdict)
