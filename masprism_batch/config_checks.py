@@ -20,7 +20,7 @@ MAX_TEMPLATE_CHARS = 256  # a header / question template: the defaults are ~25 c
 MAX_MARKER_CHARS = 64  # the truncation marker is repeated in every cut step
 MAX_PROMPT_TEXT_CHARS = 8192  # a preamble or the anomaly note: the defaults are ~150; 8,192 is ~2k tokens already
 MAX_HEAD_WEIGHTS_BYTES = 16 * 1024**2  # a head-weights file is layers x heads numbers: ~100 kB for a 7B model
-PROMPT_SHARE = 0.5  # the fixed text of a prompt may take at most this share of the context; the log needs the rest
+MIN_LOG_TOKENS = 64  # tokens a prompt must leave for the log after its fixed text (a header and a few tokens)
 
 
 def check_template(value: str, fields: Iterable[str], name: str) -> str:
@@ -60,6 +60,24 @@ def check_render_text(field: str, value: str) -> str:
     if field == "question_template":
         return check_template(value, ("question",), name)
     return check_text(value, MAX_MARKER_CHARS if field == "truncation_marker" else MAX_PROMPT_TEXT_CHARS, name)
+
+
+def check_prompt_room(render, tokenizer, model_context: int) -> None:
+    """The fixed text of each pass's prompt (preamble, question template, anomaly note), in the model's own tokens,
+    must leave MIN_LOG_TOKENS of the context for the log; else every trace would be rejected as too long, one by
+    one, and the OUTDIR locked to that config. Checked when the model is loaded, before OUTDIR is touched."""
+    from .encoding import encoder_for
+
+    context = min(render.max_context, model_context)
+    pre_q, _, post_q = render.question_template.partition("{question}")
+    texts = {"render.pass1_preamble": render.pass1_preamble + pre_q + post_q,
+             "render.pass2_preamble (with render.anomaly_note)": render.pass2_preamble + render.anomaly_note + pre_q
+             + post_q}
+    for name, n in zip(texts, map(len, encoder_for(tokenizer).encode(list(texts.values()))), strict=True):
+        if n > context - MIN_LOG_TOKENS:
+            raise ValueError(f"{name}: the prompt's fixed text is {n} tokens of this model, which leaves fewer than "
+                             f"{MIN_LOG_TOKENS} of the {context}-token context (render.max_context, the model's) "
+                             f"for the log")
 
 
 def machine_cpus() -> int:

@@ -118,6 +118,13 @@ def load_model_or_fail(cfg):
 
     check_ranker_file(cfg)  # a missing or unreadable --ranker is said before the model's load time is spent
     try:
-        return load_model(cfg)
+        model = load_model(cfg)
     except (OSError, ValueError, RuntimeError, KeyError) as exc:  # ModelNotFoundError is a FileNotFoundError
         raise fail(f"cannot load model {cfg.model.name!r}: {exc}") from None
+    from ..config_checks import check_prompt_room
+
+    try:  # the prompt texts in this model's tokens: a preamble that leaves no room would reject every trace
+        check_prompt_room(cfg.render, model.tokenizer, model.max_context)
+    except ValueError as exc:
+        raise fail(f"bad configuration: {exc}") from None
+    return model

@@ -47,6 +47,9 @@ BAD = [
     ({"render": {"pass1_preamble": "Log. " * 20_000}}, "render.pass1_preamble"),
     ({"render": {"anomaly_note": "x" * 10_000}}, "render.anomaly_note"),
     ({"render": {"truncation_marker": "." * 1000}}, "render.truncation_marker"),
+    # under the length caps, but more tokens of this model than the context leaves for a log: checked at model load
+    ({"render": {"max_context": 2048, "pass1_preamble": "Log. " * 800}}, "render.pass1_preamble"),
+    ({"render": {"max_context": 1024, "anomaly_note": "Look! " * 200}}, "render.anomaly_note"),
     # item 6: one trace's memory grows with steps squared (the step-attention matrix): bounded by the machine
     ({"ingest": {"max_steps": 10_000_000}}, "ingest.max_steps"),
 ]
