@@ -34,8 +34,9 @@ from .resume import bind_header, piece_parts, resume_config, resume_of, settled_
 from .work import result_to_tables
 
 log = logging.getLogger(__name__)
-STAGE_KEYS = ("seconds_read", "seconds_render", "seconds_model", "seconds_render_pass2", "seconds_render_pass2_wait",
-              "seconds_commit")
+# seconds_input_wait (issue 33): the model stage's wait for its input, the CPU stage of a pack not done yet
+STAGE_KEYS = ("seconds_read", "seconds_render", "seconds_input_wait", "seconds_model", "seconds_render_pass2",
+              "seconds_render_pass2_wait", "seconds_commit")
 # where the model stage's time and tokens go (issue 24): pass 1, pass 2 (its prefill) and the counterfactual
 # suffix re-reads, from the attributions' own per-trace timings and the stage's counterfactual counters
 PASS_KEYS = ("seconds_pass1", "seconds_pass2", "seconds_counterfactual")
@@ -66,9 +67,11 @@ def breakdown(record: dict) -> str:
         part("pass 1", sec.get("seconds_pass1", 0.0), tok.get("tokens_pass1")),
         part("pass 2", sec.get("seconds_pass2", 0.0), tok.get("tokens_pass2")),
         part("counterfactuals", sec.get("seconds_counterfactual", 0.0), tok.get("tokens_counterfactual")),
-        part("render", sec.get("seconds_render", 0.0) + sec.get("seconds_render_pass2", 0.0)),
+        part("render", sec.get("seconds_render", 0.0) + sec.get("seconds_render_pass2", 0.0))
+        + f" (model waited {sec.get('seconds_input_wait', 0.0) + sec.get('seconds_render_pass2_wait', 0.0):,.1f} s)",
         part("write", sec.get("seconds_commit", 0.0)),
-        *([part("model load", load)] if load else []), part("wall", inv.get("wall_seconds", 0.0))])
+        *([part("model load", load)] if load else []), part("wall", inv.get("wall_seconds", 0.0)),
+        *([f"budget {inv['token_budget']:,} tok/pack"] if inv.get("token_budget") else [])])
 
 
 @dataclass

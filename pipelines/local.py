@@ -13,17 +13,23 @@ and the ledger takes back the starts they interrupted.
 
 from __future__ import annotations
 
+import contextlib
 import logging
+import os
+import threading
 import time
 from pathlib import Path
 
-from masprism_batch.config import PipelineConfig
+from masprism_batch import batching
+from masprism_batch.config import PipelineConfig, auto_device_type
 from masprism_batch.io import OutdirLock
+from masprism_batch.render_pool import RenderPool
 
 from .driver import Committer, RunSummary, interruptible, resume_config
 from .interrupts import record_interruption
 from .packs import PACK_CRASHES_BEFORE_ONE_BY_ONE, CrashGuard, FileLedger, attribute_traces, load_model
 from .plan import plan_inputs
+from .prefetch import Prefetcher
 from .select import Selection
 from .work import attribute_pack, prepare_shard
 
@@ -41,28 +47,36 @@ def _guard(ledger: FileLedger, key: str) -> CrashGuard | None:
 
 def run_local(inputs: list[str], outdir: str | Path, cfg: PipelineConfig, *, fmt: str = "auto", model=None,
               progress: bool = True, select: Selection | None = None, load_model=load_model,
-              attribute=attribute_traces) -> RunSummary:
+              attribute=attribute_traces, prefetch: int = 1, render_workers: int | None = None) -> RunSummary:
     """Attribute every trace of `inputs` into OUTDIR (resumable; see docs/scale-out.md).
 
     `model` lets a caller that already holds a loaded PrefillModel reuse it; else `load_model(cfg)` loads it
-    (only when a shard is pending). `attribute(traces, model, cfg, renders)`: the model stage on one pack.
+    (only when a shard is pending, or first when the token budget is to be sized for a CUDA device).
+    `attribute(traces, model, cfg, renders)`: the model stage on one pack. `prefetch`: shards whose CPU stage
+    may run ahead of the model stage (0: one after the other). `render_workers`: processes rendering pass 1
+    beside the model (`render_pool.RenderPool`); None: on a CUDA model up to 8, leaving 2 CPUs, else none.
     Raises `io.OutdirLocked` (a ValueError) when another live run holds OUTDIR.
     """
     outdir = Path(outdir)
     with OutdirLock(outdir, "run --engine local") as lock, interruptible():
         cfg = resume_config(outdir, cfg)
+        extra: dict = {"seconds_model_load": 0.0}
+        if model is None and "token_budget" not in cfg.batch.model_fields_set \
+                and auto_device_type(cfg.model.device) == "cuda":
+            model = _load(load_model, cfg, extra)  # the budget enters the config hash the committer checks
+        cfg, budget, why = batching.with_token_budget(cfg, model)
+        log.info("token budget: %s tokens per packed forward (%s)", f"{budget:,}", why)
+        extra.update(token_budget=budget, token_budget_source=why)
         plan = plan_inputs(list(inputs), outdir, fmt, cfg.engine.traces_per_shard, cfg.ingest, select)
         committer = Committer(outdir, cfg, plan, "local", 1, progress=progress, lock=lock)
-        extra: dict = {"seconds_model_load": 0.0}
+        committer.bar.set_description_str(f"attribute (local, {budget:,} tok/pack)", refresh=False)
         if committer.pending:
             if model is None:
-                t0 = time.perf_counter()
-                model = load_model(cfg)
-                extra["seconds_model_load"] = round(time.perf_counter() - t0, 3)
+                model = _load(load_model, cfg, extra)
             extra["model_id"] = getattr(model, "model_id", None)
             ledger = FileLedger(outdir / LEDGER_NAME)
             try:
-                _work(committer, model, cfg, ledger, attribute)
+                _work(committer, model, cfg, ledger, attribute, prefetch, _render_workers(render_workers, model))
             except KeyboardInterrupt as exc:  # SIGTERM/SIGHUP/SIGINT: not a crash of what was running
                 ledger.interrupted()
                 record_interruption(committer, exc, extra)
@@ -80,12 +94,66 @@ def flush_quietly(committer: Committer) -> None:
         log.warning("could not commit the finished packs (%s): they will be redone", e)
 
 
-def _work(committer: Committer, model, cfg: PipelineConfig, ledger: FileLedger, attribute) -> None:
-    for shard in committer.pending:
+def _load(load_model, cfg: PipelineConfig, extra: dict):
+    t0 = time.perf_counter()
+    model = load_model(cfg)
+    extra["seconds_model_load"] = round(time.perf_counter() - t0, 3)
+    return model
+
+
+def _render_workers(asked: int | None, model) -> int:
+    if asked is not None:
+        return asked
+    on_gpu = getattr(getattr(model, "device", None), "type", "cpu") == "cuda"
+    return min(8, (os.cpu_count() or 1) - 2) if on_gpu else 0  # on CPU the model wants every core
+
+
+def _work(committer: Committer, model, cfg: PipelineConfig, ledger: FileLedger, attribute, prefetch: int,
+          workers: int) -> None:
+    pool: RenderPool | None = None
+
+    def prepare(shard):
         key = f"{shard.shard_id}/prepare"
-        tasks = prepare_shard(shard, model.tokenizer, model.max_context, cfg, guard=_guard(ledger, key))
+        tasks = prepare_shard(shard, model.tokenizer, model.max_context, cfg, guard=_guard(ledger, key), render=pool)
         ledger.done(key)
-        for task in tasks:
-            pkey = f"{task['shard_id']}/{task['pack_key']}"  # by content: the same after a partial commit
-            committer.add(attribute_pack(task, model, cfg, guard=_guard(ledger, pkey), attribute=attribute))
-            ledger.done(pkey)
+        return tasks
+
+    def serial():
+        for shard in committer.pending:
+            t0 = time.perf_counter()
+            tasks = prepare(shard)
+            yield shard, tasks, time.perf_counter() - t0
+
+    ledger = _OneAtATime(ledger)
+    # a crash history: nothing runs beside anything else, so the next crash is pinned to what ran alone (with
+    # a render beside a pack, a crash would count against both)
+    ahead = prefetch if not ledger.started else 0
+    if ahead > 0 and workers > 0 and committer.pending:
+        pool = RenderPool(model.tokenizer, workers)
+    with contextlib.ExitStack() as stack:
+        if pool is not None:
+            stack.enter_context(pool)
+        pf = stack.enter_context(Prefetcher(prepare, committer.pending, ahead)) if ahead > 0 else serial()
+        for _shard, tasks, waited in pf:
+            for i, task in enumerate(tasks):
+                # the model stage's wait for this pack's input: all of it before the shard's first pack
+                task["seconds_input_wait"] = waited if i == 0 else 0.0
+                pkey = f"{task['shard_id']}/{task['pack_key']}"  # by content: the same after a partial commit
+                committer.add(attribute_pack(task, model, cfg, guard=_guard(ledger, pkey), attribute=attribute))
+                ledger.done(pkey)
+
+
+class _OneAtATime:
+    """The ledger as the main thread and the prefetch thread share it: one call at a time (each rewrites the
+    whole file from one dict)."""
+
+    def __init__(self, ledger: FileLedger):
+        self._ledger, self._lock, self.started = ledger, threading.Lock(), ledger.started
+
+    def begin(self, key: str) -> int:
+        with self._lock:
+            return self._ledger.begin(key)
+
+    def done(self, key: str) -> None:
+        with self._lock:
+            self._ledger.done(key)

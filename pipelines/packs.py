@@ -153,9 +153,12 @@ class FileLedger:
 
 
 def make_packs(traces: list[Trace], tokenizer, rcfg, cfg: PipelineConfig, guard: CrashGuard | None = None,
-               input_path: str | None = None, rejected: list[dict] | None = None) -> list[tuple[list[Trace], list, int]]:
+               input_path: str | None = None, rejected: list[dict] | None = None,
+               render=None) -> list[tuple[list[Trace], list, int]]:
     """Render pass 1 (the model stage's render config `rcfg`), then token-budget packs of (traces, renders,
-    tokens). The renders travel with the pack: the model stage does not render pass 1 again.
+    tokens). The renders travel with the pack: the model stage does not render pass 1 again. `render`: what
+    renders the traces without a guard (default `pass1.render_traces`; the local engine's `RenderPool` on a GPU
+    host gives the same renders from several processes).
 
     A trace the render rejects stays in its pack with its error row as its render (0 tokens): the model stage
     writes that row, so every trace is accounted for in one place. With a `guard` (the shard's CPU stage
@@ -166,7 +169,7 @@ def make_packs(traces: list[Trace], tokenizer, rcfg, cfg: PipelineConfig, guard:
 
     kept, renders = [], []
     if guard is None:
-        kept, renders = list(traces), list(pass1.render_traces(traces, tokenizer, rcfg)) if traces else []
+        kept, renders = list(traces), list((render or pass1.render_traces)(traces, tokenizer, rcfg)) if traces else []
     for t in traces if guard is not None else []:
         if guard.begin(t.trace_id) is not None:
             if rejected is not None:

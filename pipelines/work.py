@@ -25,11 +25,11 @@ from .plan import Shard, read_shard
 
 
 def prepare_shard(shard: Shard, tokenizer, model_context: int, cfg: PipelineConfig,
-                  guard: CrashGuard | None = None) -> list[dict[str, Any]]:
+                  guard: CrashGuard | None = None, render=None) -> list[dict[str, Any]]:
     """One shard -> its packs, each with its traces' pass-1 renders (Arrow, `pass1.RENDERED`). Pack 0 also
     carries the shard's read rejections (and caps warnings); an empty shard is one empty pack, so every shard
     reaches the committer. `model_context`: the model's context, which bounds the render like the model
-    stage's own. `guard`: see `make_packs`. A shard committed in part (`shard.done`, `shard.errors_done`: a
+    stage's own. `guard`, `render`: see `make_packs`. A shard committed in part (`shard.done`, `shard.errors_done`: a
     resume after an interruption) packs only the traces its committed pieces do not hold."""
     t0 = time.perf_counter()
     traces, errors = read_shard(shard, cfg.ingest)
@@ -40,7 +40,7 @@ def prepare_shard(shard: Shard, tokenizer, model_context: int, cfg: PipelineConf
         errors = []
     t1 = time.perf_counter()
     packs = make_packs(traces, tokenizer, pass1.render_config(cfg, model_context), cfg, guard, shard.label,
-                       errors)
+                       errors, render=render)
     t2 = time.perf_counter()
     packs = packs or [([], [], 0)]
     out = []
@@ -92,6 +92,8 @@ def attribute_pack(task: dict[str, Any], model, cfg: PipelineConfig, guard=None,
         "errors": to_ipc(shard_errors + res["errors"], schema.ERRORS),
         "seconds_read": float(task["seconds_read"]),
         "seconds_render": float(task["seconds_render"]),
+        # the model stage's wait for this pack (local engine: its CPU stage not done yet; Ray streams: 0)
+        "seconds_input_wait": float(task.get("seconds_input_wait", 0.0)),
         "seconds_model": float(res["seconds"]),
         "seconds_render_pass2": float(res["seconds_render_pass2"]),
         "seconds_render_pass2_wait": float(res["seconds_render_pass2_wait"]),

@@ -83,7 +83,7 @@ def attribute(
     out: Path = typer.Option(..., "-o", "--out", help="output directory"),
     model: str = ModelOpt, config: str = ConfigOpt, max_context: int = ContextOpt, method: str = MethodOpt,
     ranker: Path = RankerOpt, system: str = SystemOpt,
-    token_budget: int = typer.Option(None, help="max tokens per packed prefill batch"),
+    token_budget: int = typer.Option(None, help="max tokens per packed prefill batch (default: sized for the device: 8,192 on CPU, from free memory on CUDA; run.json names it)"),
     traces_per_shard: int = typer.Option(None, help="traces per committed output shard"),
     threads: int = typer.Option(None, help="torch CPU threads"),
     all_features: bool = AllFeaturesOpt,

@@ -60,7 +60,7 @@ def run(
                                 "the rankers fitted on the benchmark systems"),
     system: str = typer.Option(None, "--system", help="the system these logs come from, as your ranker file names "
                                "it (default: what each log records; never guessed from its shape)"),
-    token_budget: int = typer.Option(None, help="max tokens per packed prefill batch"),
+    token_budget: int = typer.Option(None, help="max tokens per packed prefill batch (default: sized for the device: 8,192 on CPU, from free memory on CUDA; run.json names it)"),
     traces_per_shard: int = typer.Option(None, help="traces per committed output shard"),
     threads: int = typer.Option(None, help="torch CPU threads per model (default: CPUs / workers)"),
     all_features: bool = typer.Option(False, "--all-features", help=ALL_FEATURES_HELP),

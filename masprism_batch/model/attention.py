@@ -1,7 +1,9 @@
 """Plain causal attention over a packed varlen batch, for the layers that produce no signal.
 
 - GPU with flash-attn importable: its varlen kernel, one launch for the whole pack, GQA native.
-- GPU without flash-attn: ONE SDPA call over the pack laid out as [B, H, Lmax, D] (each sequence left-aligned,
+- GPU without flash-attn, head dim / dtype the Triton kernels take: the Triton varlen forward
+  (kernels/step_attention.py pass 1), no padding and no scatter/gather glue.
+- Otherwise on GPU: ONE SDPA call over the pack laid out as [B, H, Lmax, D] (each sequence left-aligned,
   zero padding after it; is_causal, so a real query never sees a padded key: padding sits after every real
   key of its row). The scatter/gather indices are built on the device from cu_seqlens (no host sync, no
   per-sequence Python loop). When padding would more than double the work (one long sequence packed with
@@ -14,6 +16,7 @@
 from __future__ import annotations
 
 import logging
+import os
 
 import torch
 import torch.nn.functional as F
@@ -39,9 +42,25 @@ def causal_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, cu_seqle
         return _flash_varlen(q, k, v, cu_seqlens, cu_seqlens, max_seqlen, max_seqlen,
                              softmax_scale=scale, causal=True)
     B = len(bounds) - 1
+    if B > 1 and (fwd := _triton_varlen(q)) is not None:
+        return fwd(q, k, v, cu_seqlens, scale)[0]
     if q.device.type != "cpu" and B > 1 and B * max_seqlen <= PAD_WASTE_LIMIT * q.shape[0]:
         return sdpa_padded(q, k, v, cu_seqlens, B, max_seqlen, scale)
     return sdpa_per_sequence(q, k, v, bounds, scale)
+
+
+def _triton_varlen(q: torch.Tensor):
+    """The Triton varlen forward (pass 1 of step_attention: varlen and GQA native, strided q/k/v) for a CUDA
+    pack, or None. Issue 33 item 4: without flash-attn the padded SDPA path scattered q, k and v into padded
+    buffers (index_put_, 17.3 of 145.7 ms CUDA time of a 16 x 2,048 pack on an H200) and gathered O back;
+    this kernel reads the pack as it is. MASPRISM_NO_TRITON_ATTN=1 keeps the padded SDPA path."""
+    if q.device.type != "cuda" or os.environ.get("MASPRISM_NO_TRITON_ATTN", "0") == "1":
+        return None
+    try:
+        from masprism_batch.kernels import step_attention as kernels
+    except Exception:  # noqa: BLE001 - no triton: the SDPA paths below
+        return None
+    return kernels.attention_lse if kernels.supports(q.shape[2], q.dtype) is None else None
 
 
 def _expand_kv(k: torch.Tensor, groups: int, native_gqa: bool, dim: int) -> torch.Tensor:

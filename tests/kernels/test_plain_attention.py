@@ -44,6 +44,7 @@ def test_padded_sdpa_matches_per_sequence_and_oracle(lengths, hq, hk, d):
 
 def test_causal_attention_picks_padded_path_off_cpu_only_when_padding_is_cheap(monkeypatch):
     calls = []
+    monkeypatch.setattr(attention, "_triton_varlen", lambda q: None)  # (no Triton kernel for this device)
     monkeypatch.setattr(attention, "sdpa_padded", lambda *a: calls.append("padded") or a[0])
     monkeypatch.setattr(attention, "sdpa_per_sequence", lambda *a: calls.append("loop") or a[0])
 
@@ -60,3 +61,35 @@ def test_causal_attention_picks_padded_path_off_cpu_only_when_padding_is_cheap(m
     attention.causal_attention(q, q, q, None, [0, 290, 295, 300], 290, 0.1)  # B*Lmax = 2.9 T
     attention.causal_attention(torch.zeros(3, 1, 8), None, None, None, [0, 1, 2, 3], 1, 0.1)  # CPU
     assert calls == ["padded", "loop", "loop"]
+
+
+def test_cuda_pack_takes_the_triton_varlen_forward_when_it_applies(monkeypatch):
+    """On CUDA without flash-attn a pack of several sequences goes to the Triton varlen forward (no padded
+    scatter/gather, issue 33 item 4) when the kernels take its head dim and dtype; MASPRISM_NO_TRITON_ATTN=1
+    and unsupported head dims keep SDPA. (The kernel's numerics: tests/signals/test_step_attention.py.)"""
+    pytest.importorskip("triton")
+
+    class FakeDev:
+        type = "cuda"
+
+    class Q:
+        device = FakeDev()
+        dtype = torch.bfloat16
+
+        def __init__(self, d):
+            self.shape = (300, 4, d)
+
+    got = attention._triton_varlen(Q(128))
+    from masprism_batch.kernels import step_attention
+
+    assert got is step_attention.attention_lse
+    assert attention._triton_varlen(Q(16)) is None  # tiny-random's head dim: SDPA
+    monkeypatch.setenv("MASPRISM_NO_TRITON_ATTN", "1")
+    assert attention._triton_varlen(Q(128)) is None
+    monkeypatch.delenv("MASPRISM_NO_TRITON_ATTN")
+    assert attention._triton_varlen(torch.zeros(3, 4, 128)) is None  # CPU tensors never
+    calls = []
+    monkeypatch.setattr(attention, "_triton_varlen", lambda q: lambda *a: (calls.append("triton") or a[0], None))
+    monkeypatch.setattr(attention, "sdpa_padded", lambda *a: calls.append("padded") or a[0])
+    attention.causal_attention(Q(128), None, None, None, [0, 100, 200, 300], 100, 0.1)
+    assert calls == ["triton"]

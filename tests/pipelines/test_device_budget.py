@@ -1,0 +1,45 @@
+"""Issue 33 item 1 through the local engine: on a (fake) GPU with the budget left unset, run.json's config and
+invocation and the time line name the budget sized for the device (tests/test_token_budget.py: the sizing)."""
+
+from __future__ import annotations
+
+import json
+import random
+
+import torch
+from masprism_batch.pipelines import run_local
+from pipeline_fakes import Fakes, make_corpus
+
+from masprism_batch import batching
+from masprism_batch.config import SignalsConfig, load_config
+from masprism_batch.model.arch import ArchSpec
+
+GiB = 2**30
+
+
+def _fake_gpu(monkeypatch, free: int) -> None:
+    monkeypatch.setattr(torch.cuda, "mem_get_info", lambda device=None: (free, 2 * free))
+    monkeypatch.setattr(torch.cuda, "memory_reserved", lambda device=None: 0)
+    monkeypatch.setattr(torch.cuda, "memory_allocated", lambda device=None: 0)
+
+
+def test_run_json_and_time_line_name_the_budget_sized_for_a_fake_gpu(tmp_path, monkeypatch):
+    rng = random.Random()
+    arch = ArchSpec("qwen3", rng.randint(1000, 200_000), 1024, rng.randint(1000, 4000), rng.randint(2, 30), 16, 8, 128,
+                    1e-6, 32768, False, False, False, True, True)
+    _fake_gpu(monkeypatch, 200 * GiB)
+
+    class OnGpu(Fakes):
+        def load_model(self, cfg):  # the fake model stage, on a device that says it is a GPU
+            fake = super().load_model(cfg)
+            fake.device, fake.dtype, fake.arch, fake.signals_cfg = torch.device("cuda:0"), torch.bfloat16, arch, SignalsConfig()
+            return fake
+
+    make_corpus(tmp_path / "in", 5, 1)
+    cfg = load_config(None, model__device="cuda")
+    s = run_local([str(tmp_path / "in")], tmp_path / "out", cfg, **OnGpu().kwargs(), progress=False)
+    run = json.loads((tmp_path / "out" / "run.json").read_text())
+    n = batching.CUDA_MAX_TOKEN_BUDGET
+    assert run["config"]["batch"]["token_budget"] == run["this_invocation"]["token_budget"] == n
+    assert "GiB free" in run["this_invocation"]["token_budget_source"]
+    assert f"budget {n:,} tok/pack" in s.breakdown and s.attributed == 5
