@@ -121,8 +121,8 @@ def _lines(path: str, ctx: Context) -> Iterator[tuple[int, str]]:
 
 def _line_kind(doc: Any, kind: str, fmt: str) -> str:
     """The format of one JSON line: its own (auto), so a file mixing formats reads each line as what it is."""
-    if fmt != "auto":
-        return kind
+    if fmt != "auto" or kind == "jsonl" and isinstance(doc, dict) and "trace_id" in doc and "steps" in doc:
+        return kind  # forced, or canonical among canonical lines (the common case, not classified again)
     k = classify(doc)
     if k in _GROUPED or k is None:  # a grouped record among message lines, or no known format
         if isinstance(doc, dict) and ("trace_id" in doc or "steps" in doc):
@@ -179,7 +179,7 @@ def _from_lines(lines: Iterator[tuple[int, str]], fmt: str, ctx: Context) -> Ite
     # log) is one `unknown_format` row, not one per line; after a known line each is rejected alone
     known, held = False, []
     for n, t in again():  # one trace per line, each line in its own format (auto)
-        if not t.strip():
+        if not t or t.isspace():  # (no strip(): it copies every long line)
             continue
         try:
             doc = loads(t, f"line {n}")
@@ -198,8 +198,8 @@ def _from_lines(lines: Iterator[tuple[int, str]], fmt: str, ctx: Context) -> Ite
                 ctx.reject_any(e, f"line {m}")
             held = []
         if k == "jsonl":  # canonical: its reader, handed the parsed line
-            ctx.fmt, ctx.rendered = LABELS["jsonl"], False
-            yield from canonical.parse_jsonl(iter(((n, t),)), ctx, lambda _t, _r, d=doc: d)
+            ctx.fmt, ctx.rendered = LABELS["jsonl"], False  # handed the parsed line ("{}" stands for its text)
+            yield from canonical.parse_jsonl((((n, "{}"),)), ctx, lambda _t, _r, d=doc: d)
             continue
         try:
             yield from parse_doc(doc, k, ctx, line=n)
@@ -245,7 +245,9 @@ def read_file(path: str, fmt: str, ctx: Context) -> Iterator[Trace]:
     if containers.is_zip(data):
         yield from _zip(path, data, fmt, ctx)
         return
-    yield from _read_text(containers.decode_text(data, ctx), low, fmt, ctx)
+    held = [containers.decode_text(data, ctx)]
+    del data  # the bytes, then the text (popped by the reader), are freed as soon as they are parsed
+    yield from _read_text(held, low, fmt, ctx)
 
 
 def _zip(path: str, data: bytes, fmt: str, ctx: Context) -> Iterator[Trace]:
@@ -263,7 +265,7 @@ def _zip(path: str, data: bytes, fmt: str, ctx: Context) -> Iterator[Trace]:
         for name, body in found:
             ctx.input_path = f"{outer}/{name}"  # rows name the member; ids built from file names use its stem
             try:
-                yield from _read_text(containers.decode_text(body, ctx), name.lower(), fmt, ctx)
+                yield from _read_text([containers.decode_text(body, ctx)], name.lower(), fmt, ctx)
             except IngestError as e:
                 e.record_id = e.record_id or name
                 ctx.reject(e)
@@ -271,7 +273,8 @@ def _zip(path: str, data: bytes, fmt: str, ctx: Context) -> Iterator[Trace]:
         ctx.input_path = outer
 
 
-def _read_text(text: str, low: str, fmt: str, ctx: Context) -> Iterator[Trace]:
+def _read_text(held: list[str], low: str, fmt: str, ctx: Context) -> Iterator[Trace]:
+    text = held.pop()  # the caller keeps no reference, so the text is freed once parsed (big files)
     by_line = fmt not in ("who-and-when", "trail", "parquet")
     if by_line and low.endswith(_LINE_SUFFIXES):
         yield from _from_lines(enumerate(text.splitlines(), 1), fmt, ctx)

@@ -161,6 +161,17 @@ def _node(o: dict, trace_name: str | None) -> Node:
                 start=parse_time(o.get("startTime")), service=trace_name)
 
 
+def _fold_bare_events(steps: list) -> list:
+    """An EVENT with nothing but its name is no action: its `Event: name` line joins the step before it."""
+    out: list = []
+    for s in steps:
+        if s.kind == "other" and out and "\n" not in s.content and s.content.startswith("Event: "):
+            out[-1].content = join(out[-1].content, s.content)
+        else:
+            out.append(s)
+    return out
+
+
 def _trace(head: dict, observations: list, ctx: Context) -> Trace:
     raw_tid = head.get("id")
     if raw_tid is None:
@@ -179,6 +190,7 @@ def _trace(head: dict, observations: list, ctx: Context) -> Trace:
     name = head.get("name") if isinstance(head.get("name"), str) else None
     nodes, inputs = _nodes(obs, name)
     steps, facts = build_steps(nodes, tid, STEP_KINDS)
+    steps = _fold_bare_events(steps)
     task = question_of(maybe_json(head.get("input")))
     if task is None and "input" not in head:  # a server download keeps no trace object: its root's input
         task = next((q for o in obs if o.get("parentObservationId") in (None, "", "None")
@@ -230,15 +242,13 @@ def parse_docs(docs: list, ctx: Context) -> Iterator[Trace]:
         tid = str(t.get("id"))
         try:
             yield _trace(t, list(t["observations"]) + loose.pop(tid, []), ctx)
-        except IngestError as e:
-            e.record_id = e.record_id or short(tid, 200)
-            ctx.reject(e)
+        except Exception as e:  # noqa: BLE001 - any failure is this trace's rejection, the file goes on (issue 37)
+            ctx.reject_any(e, short(tid, 200))
     for tid, obs in loose.items():
         try:
             yield _trace({"id": tid}, obs, ctx)
-        except IngestError as e:
-            e.record_id = e.record_id or short(tid, 200)
-            ctx.reject(e)
+        except Exception as e:  # noqa: BLE001 - any failure is this trace's rejection, the file goes on (issue 37)
+            ctx.reject_any(e, short(tid, 200))
 
 
 def parse(doc: Any, ctx: Context) -> Iterator[Trace]:

@@ -110,3 +110,14 @@ def test_framework_llm_span_and_inner_llm_span_are_one_step(tmp_path):
     assert errors == [] and [(s.role, s.content) for s in t.steps] == [("user", task), ("assistant", answer)]
     assert t.question == task and t.steps[1].span_id == "02"
     assert t.steps[1].agent == "assistant"  # neither `agent.react.start-4` nor `unknown_service`
+
+
+def test_langfuse_bare_event_joins_the_step_before_it(tmp_path):
+    r = rng("event")
+    answer, name = _words(r), f"ev-{r.getrandbits(20)}"
+    obs = [{"id": "g", "traceId": "t", "type": "GENERATION", "name": "llm", "startTime": "2025-01-01T00:00:01Z",
+            "output": {"role": "assistant", "content": answer}},
+           {"id": "e", "traceId": "t", "type": "EVENT", "name": name, "startTime": "2025-01-01T00:00:02Z"}]
+    (tmp_path / "lf.json").write_text(json.dumps({"id": "t", "name": "app", "observations": obs}))
+    (t,), errors = _read(tmp_path / "lf.json")
+    assert errors == [] and [s.content for s in t.steps] == [f"{answer}\nEvent: {name}"]
