@@ -27,9 +27,10 @@ def pytest_terminal_summary(terminalreporter, exitstatus, config):
     from collections import Counter
 
     markers = {m.split(":", 1)[0].strip(): m.split(":", 1)[1].strip() for m in config.getini("markers") if ":" in m}
-    why = Counter(next((m.name for m in item.iter_markers() if m.name in markers), "-k / node selection")
-                  for item in _DESELECTED)
     expr = config.getoption("markexpr") or ""
+    named = {n for n in markers if n in expr.replace("(", " ").replace(")", " ").split()}  # what -m selects on
+    why = Counter(next((m.name for m in item.iter_markers() if m.name in named), "-k / node selection")
+                  for item in _DESELECTED)
     terminalreporter.section("deselected")
     for name, n in why.most_common():
         detail = f"marked {name}: {markers[name]}" if name in markers else "not matched by -k or the node ids given"
