@@ -209,10 +209,8 @@ def traces_from_groups(groups: dict[str, list[Node]], ctx: Context, fmt: str,
             yield Trace(trace_id=tid, source="otel", system=(roots[0].service if roots else nodes[0].service),
                         question=question, steps=steps, labels=None, metadata=facts,
                         run_status=status.combine(n.status for n in nodes))
-        except IngestError as e:
-            if e.record_id is None:
-                e.record_id = raw_tid
-            ctx.reject(e)
+        except Exception as e:  # noqa: BLE001 - any failure is this trace's rejection, the file goes on (issue 37)
+            ctx.reject_any(e, raw_tid)
 
 
 def tool_of(content: str) -> str:

@@ -39,6 +39,8 @@ def parse_time(v: Any) -> datetime | None:
         return None
     if isinstance(v, str):
         s = v.strip()
+        if len(s) > 64:  # no time is written this long; int() of 4,300+ digits would raise (issue 37)
+            return None
         if s.isdigit():
             v = int(s)
         else:
@@ -48,7 +50,10 @@ def parse_time(v: Any) -> datetime | None:
                 return None
             return t.replace(tzinfo=timezone.utc) if t.tzinfo is None else t.astimezone(timezone.utc)
     if isinstance(v, (int, float)) and not isinstance(v, bool):
-        x = float(v)
+        try:
+            x = float(v)
+        except OverflowError:  # an integer beyond any float: not a time
+            return None
         scale = 1e9 if abs(x) >= 1e17 else 1e6 if abs(x) >= 1e14 else 1e3 if abs(x) >= 1e11 else 1.0
         try:
             return datetime(1970, 1, 1, tzinfo=timezone.utc) + timedelta(microseconds=int(x / scale * 1e6))

@@ -94,3 +94,26 @@ def test_surrogate_role_and_non_utf8_file_name_rejected_alone(tmp_path, command)
     want = {g["trace_id"] for g in good} | {f"openai/chat#{n}" for n in (1, 3)}
     table = "traces" if command == "ingest" else "attributions"
     assert {t["trace_id"] for t in read_dataset(out / table).to_pylist()} == want, f"seed {SEED}"
+
+
+@pytest.mark.parametrize("bad_time", ["9" * 5000, 10**400])
+def test_hostile_span_time_costs_only_its_trace(tmp_path, bad_time):
+    """A grouped format (OTLP: several traces per file): a span time of 5,000 digits (int()'s limit) or an integer
+    beyond any float ended the file as one internal_error; now that span's time is unknown and every trace reads."""
+    r = rng("otlp-time")
+
+    def span(tid: str, k: int, t) -> dict:
+        said = [{"role": "assistant", "parts": [{"type": "text", "content": text(r, 5, 40)}]}]
+        attrs = {"gen_ai.operation.name": "chat", "gen_ai.output.messages": json.dumps(said)}
+        return {"traceId": tid, "spanId": f"{k:016x}", "name": "chat", "startTimeUnixNano": t,
+                "attributes": [{"key": a, "value": {"stringValue": v}} for a, v in attrs.items()]}
+
+    tids = [f"{r.randrange(16**32):032x}" for _ in range(3)]
+    spans = [span(tid, k, str(1_700_000_000_000_000_000 + k)) for k, tid in enumerate(tids)]
+    spans[1]["startTimeUnixNano"] = bad_time
+    doc = {"resourceSpans": [{"resource": {"attributes": []}, "scopeSpans": [{"spans": spans}]}]}
+    (tmp_path / "otel.json").write_text(json.dumps(doc), encoding="utf-8")
+    errors: list[dict] = []
+    got = {t.trace_id: t for t in read_inputs([str(tmp_path / "otel.json")], "auto", errors.append)}
+    assert set(got) == set(tids) and errors == [], (errors, f"seed {SEED}")
+    assert got[tids[1]].steps[0].start_time is None and got[tids[0]].steps[0].start_time is not None
