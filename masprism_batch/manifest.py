@@ -107,6 +107,23 @@ def read_control(path: Path | str, limit: int = 64 * 1024**2) -> str | None:
     return data.decode("utf-8-sig", errors="replace")
 
 
+def read_json(path: Path | str, strict: bool = False) -> dict | None:
+    """A JSON-object control file (a marker, `_COMPLETE.json`) read by `read_control`: None when absent, or when
+    unreadable unless `strict` (then a ValueError naming it)."""
+    import json
+
+    text = read_control(path)
+    try:
+        obj = json.loads(text) if text is not None else None
+        if obj is not None and not isinstance(obj, dict):
+            raise ValueError("not a JSON object")
+    except ValueError as exc:
+        if strict:
+            raise ValueError(f"{path} is unreadable ({exc}): use a new OUTDIR") from None
+        return None
+    return obj
+
+
 def sha256_of(path: Path) -> str:
     st = os.stat(path, follow_symlinks=False)
     key = (st.st_dev, st.st_ino, st.st_size, st.st_mtime_ns)

@@ -28,7 +28,8 @@ from masprism_batch.ingest.common import IngestError, apply_caps
 from masprism_batch.ingest.parquet_rows import read_rows, trace_id_keys
 from masprism_batch.ingest.status import attributable
 from masprism_batch.io import DatasetWriter, write_json_atomic
-from masprism_batch.manifest import read_control, require_regular
+from masprism_batch.manifest import read_json as read_marker
+from masprism_batch.manifest import require_regular
 from masprism_batch.schema import error_row
 from masprism_batch.trace import Trace
 
@@ -114,24 +115,8 @@ def _staged_rows(staging: Path) -> dict[str, int]:
 
 
 def _parquet(path: Path) -> pq.ParquetFile:
-    """A staged part, refused unless a regular file (a FIFO would block the open forever)."""
-    require_regular(path)
+    require_regular(path)  # a FIFO would block the open forever
     return pq.ParquetFile(path)
-
-
-def read_marker(marker: Path, strict: bool = False) -> dict | None:
-    """The staging's `_COMPLETE.json` (None: absent, or unreadable unless `strict`: then a ValueError), read
-    without blocking (a FIFO is refused)."""
-    text = read_control(marker)
-    try:
-        done = json.loads(text) if text is not None else None
-        if done is not None and not isinstance(done, dict):
-            raise ValueError("not a JSON object")
-    except ValueError as exc:
-        if strict:
-            raise ValueError(f"{marker} is unreadable ({exc}): use a new OUTDIR") from None
-        return None
-    return done
 
 
 def _describe(key: dict) -> str:
