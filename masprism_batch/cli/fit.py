@@ -133,8 +133,9 @@ def check_ranker(cfg, model_id: str | None) -> None:
     if rankfile.is_packaged(path):  # fitted on the default model: on another one they simply do not apply
         from ..method import weights_dir
 
-        packaged = rankfile.RankerFile.read(weights_dir() / rankfile.PACKAGED).model_id
-        if model_id and model_id != packaged:
+        target = weights_dir() / rankfile.PACKAGED
+        packaged = rankfile._cached(target).model_id if target.is_file() else None  # noqa: SLF001 - the stage's read
+        if model_id and packaged and model_id != packaged:
             console.print(f"[yellow]note:[/] the packaged rankers were fitted on {packaged}; with {model_id} every "
                           "log gets the zero-training verdict", soft_wrap=True)
         return
