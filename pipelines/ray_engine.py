@@ -109,7 +109,17 @@ def _prepare(row: dict[str, Any], cfg_json: str, load_tokenizer, ledger=None) ->
 
 class Ledger(FileLedger):
     """Start/finish counts per key, held by one actor; a crash leaves a start without a finish. Kept in
-    OUTDIR/_ledger.json (`FileLedger`): a restarted actor, and a resumed run, start from the counts."""
+    OUTDIR/_ledger.json (`FileLedger`): a restarted actor, and a resumed run, start from the counts. Where the
+    actor's node cannot write OUTDIR (a cluster without the shared filesystem the docs ask for), the counts stay
+    in memory, as before, with one warning: crash counting must not fail the run."""
+
+    def _save(self) -> None:
+        try:
+            super()._save()
+        except OSError as exc:
+            if not getattr(self, "_warned", False):
+                self._warned = True
+                log.warning("ledger %s not writable here (%s): crash counts kept in memory only", self.path, exc)
 
 
 class ModelActor:

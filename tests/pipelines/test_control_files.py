@@ -148,6 +148,10 @@ def test_ray_ledger_keeps_counts_across_restarts_and_its_calls_are_retried(tmp_p
     assert restarted.begin(key) == 1 and restarted.begin(key + "/t1") == 1
     restarted.done(key)  # the unit's finish drops its traces' keys too
     assert json.loads(path.read_text()) == {}
+    blocked = tmp_path / "a-file"
+    blocked.write_text("not a folder")
+    memory_only = Ledger(str(blocked / "_ledger.json"))  # OUTDIR not writable from the actor's node
+    assert memory_only.begin(key) == 0 and memory_only.begin(key) == 1
 
     class Gone(Exception):
         pass
