@@ -271,15 +271,16 @@ def load_config(path: str | None = None, **overrides) -> PipelineConfig:
     `model.name="tiny-random"` given as keyword `model__name`. Unknown keys are errors, not ignored."""
     data: dict = {}
     if path:
-        import pathlib
+        text = checks.read_config_file(str(path))  # a regular file of bounded size: a FIFO would block
+        try:
+            if str(path).endswith(".toml"):
+                import tomllib
 
-        text = pathlib.Path(path).read_text(encoding="utf-8")
-        if str(path).endswith(".toml"):
-            import tomllib
-
-            data = tomllib.loads(text)
-        else:
-            data = json.loads(text)
+                data = tomllib.loads(text)
+            else:
+                data = json.loads(text)
+        except RecursionError:  # not a ValueError: would be an internal error
+            raise ValueError(f"{path}: nested too deeply to be a config file") from None
     if not isinstance(data, dict):  # a JSON list or scalar: say so, never an internal AttributeError later
         raise ValueError(f"{path}: a config file holds a table of sections (model, render, ...), "
                          f"not a {type(data).__name__}")

@@ -19,6 +19,7 @@ log = logging.getLogger(__name__)
 MAX_TEMPLATE_CHARS = 256  # a header / question template: the defaults are ~25 characters
 MAX_MARKER_CHARS = 64  # the truncation marker is repeated in every cut step
 MAX_PROMPT_TEXT_CHARS = 8192  # a preamble or the anomaly note: the defaults are ~150; 8,192 is ~2k tokens already
+MAX_CONFIG_BYTES = 1024**2  # a config file: the full default config is ~3 kB
 MAX_HEAD_WEIGHTS_BYTES = 16 * 1024**2  # a head-weights file is layers x heads numbers: ~100 kB for a 7B model
 MIN_LOG_TOKENS = 64  # tokens a prompt must leave for the log after its fixed text (a header and a few tokens)
 
@@ -143,6 +144,24 @@ def _regular_file(path: str, name: str) -> os.stat_result:
     if not stat.S_ISREG(st.st_mode):
         raise ValueError(f"{name}: {path!r} is not a regular file")
     return st
+
+
+def read_config_file(path: str) -> str:
+    """A `--config` file's text: a regular file (a FIFO is refused, never opened to block), at most
+    MAX_CONFIG_BYTES, UTF-8."""
+    _regular_file(path, "--config")
+    try:
+        fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK | os.O_CLOEXEC)
+        with os.fdopen(fd, "rb") as f:
+            data = f.read(MAX_CONFIG_BYTES + 1)
+    except OSError as e:
+        raise ValueError(f"--config: {path!r}: {e.strerror or e}") from None
+    if len(data) > MAX_CONFIG_BYTES:
+        raise ValueError(f"--config: {path!r} is larger than a config file ({MAX_CONFIG_BYTES} bytes)")
+    try:
+        return data.decode("utf-8")
+    except UnicodeDecodeError as e:
+        raise ValueError(f"--config: {path!r} is not UTF-8 text (byte {e.start})") from None
 
 
 def check_head_weights(path: str | None, name: str = "method.head_weights") -> str | None:

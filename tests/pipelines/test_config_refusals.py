@@ -145,3 +145,25 @@ def test_max_steps_bounded_by_the_machines_memory(monkeypatch):
     assert load_config(None, ingest__max_steps=fits).ingest.max_steps == fits
     with pytest.raises(ValueError, match=f"ingest.max_steps = {fits + 1}: .* at most {fits} steps fit"):
         load_config(None, ingest__max_steps=fits + 1)
+
+
+@pytest.mark.parametrize("case", ["fifo", "deep", "huge", "not_utf8"])
+def test_config_file_itself_checked(tmp_path, case):
+    """The --config file is input too: a FIFO (would block the read forever), JSON nested 100,000 deep (a
+    RecursionError, an internal error before), a 2 MB file, bytes that are not UTF-8: each one `bad configuration`
+    line, nothing written."""
+    make_corpus(tmp_path / "in", 2, 1)
+    cfg = tmp_path / "cfg.json"
+    if case == "fifo":
+        os.mkfifo(cfg)
+    elif case == "deep":
+        cfg.write_text('{"render": ' + "[" * 100_000 + "]" * 100_000 + "}")
+    elif case == "huge":
+        cfg.write_text(json.dumps({"render": {"pass1_preamble": "x" * 2_000_000}}))
+    else:
+        cfg.write_bytes(b'{"render": {"truncation_marker": "\xff"}}')
+    out = tmp_path / "out"
+    res = CliRunner().invoke(app, ["attribute", str(tmp_path / "in"), "-o", str(out), "--config", str(cfg),
+                                   "--model", "tiny-random", "--no-progress"])
+    assert res.exit_code == 1 and "bad configuration" in res.output, res.output
+    assert "internal error" not in res.output and not out.exists()
