@@ -113,6 +113,14 @@ class Ledger(FileLedger):
     actor's node cannot write OUTDIR (a cluster without the shared filesystem the docs ask for), the counts stay
     in memory, as before, with one warning: crash counting must not fail the run."""
 
+    def __init__(self, path):
+        try:
+            super().__init__(path)
+        except OSError as exc:  # OutdirUnsafe (a FIFO there) is a ValueError and still refuses the run
+            self.path, self._mine, self.started = Path(path), set(), {}
+            self._warned = True
+            log.warning("ledger %s not readable here (%s): crash counts kept in memory only", path, exc)
+
     def _save(self) -> None:
         try:
             super()._save()
