@@ -193,6 +193,11 @@ class EngineConfig(_Section):
     # threads building pass-2 prompts while the next pass-1 prefills run (pass2_prep.py); 0: inline, after them
     pass2_render_threads: int = Field(1, ge=0)
 
+    @field_validator("pass2_render_threads")
+    @classmethod
+    def _render_threads(cls, v):  # like model.threads: no more threads than CPUs (a warning, then clamped)
+        return checks.clamp_threads(v, "engine.pass2_render_threads")
+
 
 class IngestConfig(_Section):
     """Caps applied when traces enter (ingest, `run`/`attribute` staging, canonical Parquet read in place), so no

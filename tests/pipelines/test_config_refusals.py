@@ -113,6 +113,10 @@ def test_threads_clamped_to_the_machine(caplog):
     assert cfg.model.threads == cpus
     assert "model.threads" in caplog.text and f"{cpus} CPU" in caplog.text
     assert load_config(None, model__threads=1).model.threads == 1
+    caplog.clear()
+    with caplog.at_level(logging.WARNING, logger="masprism_batch.config_checks"):
+        cfg = load_config(None, engine__pass2_render_threads=cpus + random.randint(1, 10**6))
+    assert cfg.engine.pass2_render_threads == cpus and "engine.pass2_render_threads" in caplog.text
 
 
 @pytest.mark.parametrize("gpus", [0, 2])
