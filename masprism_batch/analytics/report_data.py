@@ -168,4 +168,5 @@ def _payload(a: dict, scores: list[dict], trace: dict | None, limits: DrillLimit
         "ok": ok, "steps": steps, "attn": heat,
         # issue 23: what decided the step (ranker:<system> | rule:<name>) and P(it is right), calibrated
         "by": mark_bidi(a.get("verdict_by")), "conf": _num(a.get("confidence")),
+        "why": mark_bidi(a.get("agent_by")),  # issue 32: why the blamed agent, beside the step's author
     }

@@ -54,7 +54,7 @@ RELATIVE_BINS = 10
 _EPOCH = datetime(1970, 1, 1, tzinfo=timezone.utc)
 ATTR_COLS = ["trace_id", "source", "system", "n_steps", "pred_step", "pred_agent", "candidates", "symptoms",
               "model_id", "tokens_pass1", "tokens_pass2", "seconds_pass1", "seconds_pass2", "trace_start",
-              "attributed_at", "method", "pred_step_agent", "pred_agent_rule", "verdict_by", "confidence"]
+              "attributed_at", "method", "pred_step_agent", "pred_agent_rule", "verdict_by", "confidence", "agent_by"]
 
 
 # what each `verdict_by` value means (README, docs/schema.md list the same), shown under the verdicts table

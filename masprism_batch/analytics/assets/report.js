@@ -98,7 +98,8 @@
     var info = el("p");
     info.appendChild(document.createTextNode("source " + t.src + " · system " + (t.sys || "-") + " · " + t.n +
       " steps · blamed step " + t.pred + " (written by " + (t.pa || "-") + ") · blamed agent " + (t.agent || "-") +
-      (t.rule === "aggregate" ? " (step probabilities summed per agent)" : "") +
+      (t.why && t.agent !== t.pa ? " (" + t.why + ")" :
+        t.rule === "aggregate" ? " (step probabilities summed per agent)" : "") +
       (t.by ? " · decided by " + t.by : "") +
       (t.conf !== null && t.conf !== undefined ? " · confidence " + t.conf.toFixed(2) : "")));
     if (t.gold) {
