@@ -121,10 +121,24 @@ def load_model_or_fail(cfg):
         model = load_model(cfg)
     except (OSError, ValueError, RuntimeError, KeyError) as exc:  # ModelNotFoundError is a FileNotFoundError
         raise fail(f"cannot load model {cfg.model.name!r}: {exc}") from None
+    check_prompt_or_fail(cfg, model.tokenizer, model.max_context)
+    return model
+
+
+def check_prompt_or_fail(cfg, tokenizer=None, context: int | None = None) -> None:
+    """The prompt texts in the model's own tokens (`config_checks.check_prompt_room`), before OUTDIR is touched:
+    a preamble that leaves no room would reject every trace. Without a loaded model (Ray: the actors load it),
+    its tokenizer alone is loaded here."""
     from ..config_checks import check_prompt_room
 
-    try:  # the prompt texts in this model's tokens: a preamble that leaves no room would reject every trace
-        check_prompt_room(cfg.render, model.tokenizer, model.max_context)
+    if tokenizer is None:
+        from ..pipelines.packs import load_tokenizer
+
+        try:
+            tokenizer, context = load_tokenizer(cfg)
+        except (OSError, ValueError, RuntimeError, KeyError) as exc:
+            raise fail(f"cannot load the tokenizer of {cfg.model.name!r}: {exc}") from None
+    try:
+        check_prompt_room(cfg.render, tokenizer, context)
     except ValueError as exc:
         raise fail(f"bad configuration: {exc}") from None
-    return model

@@ -16,6 +16,7 @@ from .common import (
     VerboseOpt,
     check_inputs,
     check_outdir,
+    check_prompt_or_fail,
     fail,
     load_model_or_fail,
     no_traces_message,
@@ -119,6 +120,7 @@ def run(
             require_model(cfg.model.name)  # the actors load it; here only that it exists
         except ModelNotFoundError as exc:
             raise fail(f"cannot load model {cfg.model.name!r}: {exc}") from None
+        check_prompt_or_fail(cfg)  # its tokenizer only: the prompt texts leave room for a log
     try:
         with heartbeat(progress_interval if progress else 0):
             if engine is Engine.local:
@@ -139,7 +141,9 @@ def run(
     rej = f"{summary.rejected} rejected {summary.rejected_by_reason}" if summary.rejected else "0 rejected"
     console.print(
         f"[bold]{summary.attributed}[/] attributed, {rej}; {summary.shards_run} shards run, "
-        f"{summary.shards_skipped} already committed; {summary.traces_per_second:.2f} traces/s, "
+        f"{summary.shards_skipped} already committed"
+        + (f" ({summary.traces_resumed:,} traces committed before this run)" if summary.traces_resumed else "")
+        + f"; {summary.traces_per_second:.2f} traces/s, "
         f"{summary.tokens_per_second:,.0f} tokens/s ({summary.engine}, {summary.workers} worker(s)) -> {out}")
     if summary.breakdown:
         console.print(f"time: {summary.breakdown}", soft_wrap=True)

@@ -171,3 +171,15 @@ def test_config_file_itself_checked(tmp_path, case):
                                    "--model", "tiny-random", "--no-progress"])
     assert res.exit_code == 1 and "bad configuration" in res.output, res.output
     assert "internal error" not in res.output and not out.exists()
+
+
+def test_ray_run_checks_prompt_room_before_outdir(tmp_path):
+    """`run --engine ray` loads no model in the driver: the prompt texts are checked with the model's tokenizer."""
+    make_corpus(tmp_path / "in", 2, 1)
+    cfg = tmp_path / "cfg.json"
+    cfg.write_text(json.dumps({"render": {"max_context": 1024, "pass2_preamble": "Reconstructed. " * 80}}))
+    out = tmp_path / "out"
+    res = CliRunner().invoke(app, ["run", str(tmp_path / "in"), "-o", str(out), "--config", str(cfg), "--engine",
+                                   "ray", "--model", "tiny-random", "--no-progress"])
+    assert res.exit_code == 1 and "bad configuration" in res.output and "render.pass2_preamble" in res.output, res.output
+    assert not out.exists()
