@@ -44,7 +44,7 @@ IntervalOpt = typer.Option(DEFAULT_INTERVAL, "--progress-interval", min=0,
                            help="seconds between progress lines when stderr is not a terminal (0: none)")
 
 
-def _config(config, model, max_context, threads=None, method=None, ranker=None, all_features=False):
+def _config(config, model, max_context, threads=None, method=None, ranker=None, all_features=False, system=None):
     from ..config import load_config
 
     try:
