@@ -94,6 +94,7 @@ class RunSummary:
     warnings: int = 0  # rows of errors/ for traces that were kept (repaired/truncated): not rejections
     warnings_by_reason: dict[str, int] = field(default_factory=dict)
     breakdown: str = ""  # one line: seconds and tokens per stage (driver.breakdown)
+    traces_resumed: int = 0  # traces committed before this invocation (whole shards and pieces)
 
     @property
     def exit_code(self) -> int:
@@ -282,7 +283,8 @@ class Committer:
         return RunSummary(str(self.outdir), self.engine, self.workers, record["counts"]["in"], attributed,
                           rejected, rej_by, whole, self.shards_run,
                           self.skipped, wall, inv["traces_per_second"], inv["tokens_per_second"], str(path),
-                          extra or {}, warnings, warn_by, breakdown=breakdown(record))
+                          extra or {}, warnings, warn_by, breakdown=breakdown(record),
+                          traces_resumed=self.traces_before)
 
     def _distinct_inputs(self) -> int:
         """Distinct input records over committed shards: attributed trace ids, plus rejection rows distinct by

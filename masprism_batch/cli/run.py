@@ -141,7 +141,9 @@ def run(
     rej = f"{summary.rejected} rejected {summary.rejected_by_reason}" if summary.rejected else "0 rejected"
     console.print(
         f"[bold]{summary.attributed}[/] attributed, {rej}; {summary.shards_run} shards run, "
-        f"{summary.shards_skipped} already committed; {summary.traces_per_second:.2f} traces/s, "
+        f"{summary.shards_skipped} already committed"
+        + (f" ({summary.traces_resumed:,} traces committed before this run)" if summary.traces_resumed else "")
+        + f"; {summary.traces_per_second:.2f} traces/s, "
         f"{summary.tokens_per_second:,.0f} tokens/s ({summary.engine}, {summary.workers} worker(s)) -> {out}")
     if summary.breakdown:
         console.print(f"time: {summary.breakdown}", soft_wrap=True)

@@ -98,7 +98,7 @@ def test_interrupted_run_keeps_finished_packs_and_says_so(tmp_path, sig, caplog)
     with caplog.at_level(logging.INFO, logger="masprism_batch.pipelines.driver"):
         s = run_local([str(tmp_path / "in")], out, cfg, **Fakes(piddir=str(calls)).kwargs(), progress=False)
     assert f"resuming: {len(kept)} of 23 done" in caplog.text
-    assert s.attributed == 23 and s.exit_code == 0
+    assert s.attributed == 23 and s.exit_code == 0 and s.traces_resumed == len(kept)
     redone = sum(int(x) for f in calls.glob("calls-*") for x in f.read_text().split())
     assert redone == 23 - len(kept), "the resume ran traces that were already committed"
     assert_exactly_once(out, ids)
