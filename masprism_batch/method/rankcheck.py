@@ -178,9 +178,11 @@ def check_entry(path, name: str, e) -> None:
     if e.get("offset", "rule") not in ft.OFFSETS:
         raise _error(path, f"{where}.offset", f"corrects an order this version does not know: "
                                              f"{json.dumps(e.get('offset'))[:60]} (one of {', '.join(ft.OFFSETS)})")
-    for key in ("offset_scale", "l2"):
-        if key in e:
-            _num(path, f"{where}.{key}", e[key], lo=0)
+    # offset_scale is a learned, unpenalised weight: a fit may turn the rule's order down or around (< 0)
+    if "offset_scale" in e:
+        _num(path, f"{where}.offset_scale", e["offset_scale"])
+    if "l2" in e:
+        _num(path, f"{where}.l2", e["l2"], lo=0)
     if "k" in e:
         _num(path, f"{where}.k", e["k"], lo=0, integer=True)
     if e.get("priors") is not None or verdict == "prior":
