@@ -95,10 +95,13 @@ def write_markdown(path: Path, rows, cases, heads_rows, policy, chosen, cfg, arg
     lines += ["", f"The portable ranker's agent rule, chosen by leave-one-system-out on the Who&When systems: "
               f"**{port}** (mean LOSO agent accuracy: " + ", ".join(f"{k} {v:.3f}" for k, v in chosen.items()) +
               "); the portable ranker itself does not ship (below).", "",
-              "**What the shipped default does** (`--method ranked`, packaged `weights/rankers.json`, written by "
-              "the same fit as `masprism-batch fit`): a log of a dev system gets that system's fitted verdict where "
-              f"the fit's internal held-out estimate beat the zero-training rule ({ranked}; `prior`: the most "
-              "often blamed position); every other log "
+              "**What ships** (`--method ranked`): the packaged `weights/rankers.json`, written by the same fit as "
+              "`masprism-batch fit` on all of each dev system's logs, applies only where a run names it (`--ranker "
+              "packaged`, or `eval --dataset` on the benchmarks themselves): a log of a dev system then gets that "
+              "system's fitted verdict where the fit's internal held-out estimate beat the zero-training rule "
+              f"({ranked}; `prior`: the label prior re-ranking each log's own candidates; no verdict may name one "
+              "step for more than three logs in four" + ("; " + "; ".join(policy["notes"]) if policy.get("notes")
+                                                         else "") + "); every other log "
               f"gets the zero-training rule `{fb}` (`masprism_batch/method/rules.py`; rule picked per held-out "
               f"system by LOSO: {picked}; mean LOSO headline {policy['rules_loso']:.3f} against the faithful "
               f"method's {policy['faithful']:.3f}; the portable ranker under LOSO: {policy['loso_ranker']:.3f}, "
@@ -173,7 +176,7 @@ def _confidence_section(rows, rule) -> list[str]:
            "scale and intercept are fitted), beside one learned weight per feature (not shipped) and the top-share "
            "calibration it replaces. A confidence is never below 1/(steps). Fitted "
            "verdict: `masprism-batch fit` **5-fold within the system x3 seeds**, confidence calibrated on each "
-           "fit's internal folds. Issue 32's target: AUROC >= 0.65 in every system and the top 25% >= 1.4x the "
+           "fit's internal folds (AUROC within each fit's test fold, averaged over folds). Issue 32's target: AUROC >= 0.65 in every system and the top 25% >= 1.4x the "
            "overall rate.", "",
            "| system | verdict | protocol | top 25% | top 50% | all | top 25% / all | AUROC |",
            "|---|---|---|---|---|---|---|---|"]

@@ -205,23 +205,31 @@ def emit_confidence(out: list, system: str, method: str, conf, hits, protocol: s
 
 def fitted_confidence(cases: list[Case], rule: str, rule_agent: str, out: list) -> tuple[dict, dict]:
     """The product's fit 5-fold within each system x3 seeds (accuracy_cases.fitted_kfold's protocol: its scores
-    are returned) and its verdicts' confidence (calibrated on each fit's internal folds), pooled over the seeds'
-    test logs: accuracy at coverage and AUROC per system."""
+    are returned) and its verdicts' confidence (calibrated on each fit's internal folds): accuracy at coverage
+    over the seeds' pooled test logs, and the AUROC within each fit's own test fold, averaged over folds
+    (weighted by their pairs): pooling folds would score how each fold's intercept differs, not whether one
+    fit's confidence ranks its verdicts."""
     got: dict[str, tuple[list, list]] = {}
+    aucs: dict[str, list[tuple[float, int]]] = {}
 
     def rows_of(system, train, test) -> dict:
         rows = fitted_rows(train, test, system, rule, rule_agent) if test and fit_cases(train) else {}
         gold = {c.trace.trace_id: c for c in fit_cases(test, rule)}
-        for tid, r in rows.items():
-            if tid in gold:
-                got.setdefault(system, ([], []))[0].append(r["confidence"])
-                got[system][1].append(ft.hit(gold[tid], r["pred_step"]))
+        conf = [rows[t]["confidence"] for t in gold if t in rows]
+        hits = [ft.hit(gold[t], rows[t]["pred_step"]) for t in gold if t in rows]
+        got.setdefault(system, ([], []))[0].extend(conf)
+        got[system][1].extend(hits)
+        auc = cf.auroc(conf, hits)
+        if auc is not None:
+            aucs.setdefault(system, []).append((auc, sum(hits) * (len(hits) - sum(hits))))
         return rows
 
     scores = _kfold_scores(cases, rows_of, 5, (0, 1, 2))
     for system, (conf, hits) in sorted(got.items()):
         emit_confidence(out, system, FITTED, conf, hits, "5-fold CV within system x3 seeds (confidence: the fit's "
                         "internal folds)")
+        a = aucs.get(system)
+        out[-1]["value"] = round(float(np.average([x for x, _ in a], weights=[w for _, w in a])), 4) if a else ""
     return scores
 
 
@@ -243,7 +251,9 @@ def train_weights(cases, args, policy, model_id, out, calibration) -> None:
         f = system_fit(sub, system, policy["fallback_rule"], policy["agent_rule"])
         entries[system] = f.entry
         if f.verdict != "rule":
-            policy["ranked_systems"].append(f"{system} ({f.verdict})")
+            policy["ranked_systems"].append(f"{system} ({f.verdict}; held out it names its most common step for "
+                                            f"{100 * f.estimates['modal_share']:.0f}% of the logs)")
+        policy.setdefault("notes", []).extend(f"{system}: {n}" for n in f.entry.get("notes") or [])
         sr = SystemRanker(f.entry, model_id)
         for c in fit_cases(sub, policy["fallback_rule"]) + _unlabelled(sub, policy["fallback_rule"]):
             order, _, agent, _ = sr.apply(c.trace, c.rows, c.ranked)
