@@ -16,6 +16,7 @@ from typing import Any
 from . import (
     ag2,
     agent_logs,
+    agentops,
     claude_code,
     inspect_ai,
     langfuse,
@@ -64,6 +65,8 @@ def _classify_dict(doc: dict) -> str | None:
             isinstance(doc.get("trace"), dict) and "resourceSpans" in doc["trace"]):
         return "otel"
     if "spans" in doc:
+        if agentops.is_export(doc):
+            return "agentops"
         spans = doc["spans"]
         s0 = spans[0] if isinstance(spans, list) and spans else None
         # an SDK span names its ids in `context`: even a broken one is reported as an SDK dump, not as TRAIL

@@ -258,7 +258,8 @@ def with_context(steps: list[Step], inputs: dict[str, list[dict]], question: str
         note(s)
         out.append(s)
     question = question or first_user
-    if task_step and question and squash(question) not in seen_text:
+    asked = squash(question or "")
+    if task_step and asked and not any(asked in t for t in seen_text):  # no input repeats it (even inside)
         first = out[0] if out else None
         out.insert(0, Step(index=0, agent="user", content=question, role="user", kind="message",
                            span_id="trace-input", start_time=first.start_time if first else None))

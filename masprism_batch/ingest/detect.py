@@ -21,6 +21,7 @@ from ..trace import Trace
 from . import (
     ag2,
     agent_logs,
+    agentops,
     canonical,
     claude_code,
     containers,
@@ -43,7 +44,7 @@ from .sources import iter_lines, read_bytes
 
 FORMATS = ("auto", "who-and-when", "trail", "otel", "tempo", "otel-sdk", "jaeger", "ag2", "autogen", "openai",
            "langsmith", "langgraph", "langfuse", "swe-agent", "openhands", "tau-bench", "inspect", "smolagents",
-           "mini-swe-agent", "claude-code", "jsonl", "parquet")
+           "mini-swe-agent", "claude-code", "agentops", "jsonl", "parquet")
 ALIASES = {"autogen": "ag2", "langgraph": "langsmith", "tempo": "otel"}
 # what each kind is called in messages (a rejection names the format it assumed)
 LABELS = {"who-and-when": "Who&When", "trail": "TRAIL/OpenInference", "otel": "OTLP JSON", "otel-sdk":
@@ -52,7 +53,7 @@ LABELS = {"who-and-when": "Who&When", "trail": "TRAIL/OpenInference", "otel": "O
           "langsmith": "LangSmith/LangGraph", "langfuse": "Langfuse", "swe-agent": "SWE-agent trajectory",
           "openhands": "OpenHands events", "tau-bench": "τ-bench", "inspect": "Inspect AI log",
           "smolagents": "smolagents memory", "mini-swe-agent": "mini-swe-agent trajectory",
-          "claude-code": "Claude Code transcript",
+          "claude-code": "Claude Code transcript", "agentops": "AgentOps trace export",
           "jsonl": "canonical JSON lines",
           "trail-annotation": "TRAIL annotation", "parquet": "canonical Parquet"}
 TRIED = ", ".join(v for k, v in LABELS.items() if k not in ("trail-annotation", "parquet"))
@@ -76,7 +77,8 @@ def unknown_format(doc: Any) -> IngestError:
 
 _DOC_READERS = {"who-and-when": who_and_when.parse, "trail": openinference.parse, "otel-sdk": otel_sdk.parse_sdk,
                 "jaeger": otel_sdk.parse_jaeger, "langsmith": langsmith.parse, "langfuse": langfuse.parse,
-                "swe-agent": swe_agent.parse, "openhands": openhands.parse, "inspect": inspect_ai.parse}
+                "swe-agent": swe_agent.parse, "openhands": openhands.parse, "inspect": inspect_ai.parse,
+                "agentops": agentops.parse}
 
 
 def parse_doc(doc: Any, kind: str | None, ctx: Context, line: int | None = None) -> Iterator[Trace]:

@@ -185,8 +185,10 @@ def _root_agent(r: Node) -> str | None:
 
 
 def traces_from_groups(groups: dict[str, list[Node]], ctx: Context, fmt: str,
-                       inputs: dict[str, dict[str, list[dict]]] | None = None) -> Iterator[Trace]:
-    """Traces of grouped span nodes; `inputs`: trace id -> span id -> input history (`context.with_context`)."""
+                       inputs: dict[str, dict[str, list[dict]]] | None = None, source: str = "otel",
+                       task: str | None = None) -> Iterator[Trace]:
+    """Traces of grouped span nodes; `inputs`: trace id -> span id -> input history (`context.with_context`);
+    `task`: the run's task where the source records it outside model calls (a step unless an input repeats it)."""
     for raw_tid, nodes in groups.items():
         try:
             tid = check_trace_id(raw_tid)
@@ -203,10 +205,10 @@ def traces_from_groups(groups: dict[str, list[Node]], ctx: Context, fmt: str,
             for s in steps:  # no enclosing agent: the model speaks as `assistant`, a tool as itself
                 if s.agent is None:
                     s.agent = "assistant" if s.kind == "llm" else tool_of(s.content)
-            steps, question = with_context(steps, ins)
+            steps, question = with_context(steps, ins, task, task_step=task is not None)
             roots = [n for n in nodes if n.parent is None]
             facts["format"] = fmt
-            yield Trace(trace_id=tid, source="otel", system=(roots[0].service if roots else nodes[0].service),
+            yield Trace(trace_id=tid, source=source, system=(roots[0].service if roots else nodes[0].service),
                         question=question, steps=steps, labels=None, metadata=facts,
                         run_status=status.combine(n.status for n in nodes))
         except Exception as e:  # noqa: BLE001 - any failure is this trace's rejection, the file goes on (issue 37)

@@ -131,3 +131,39 @@ def test_claude_code_sidechains_speak_as_their_subagent(tmp_path):
     assert t.steps[3].content == 'Tool call: Grep({"pattern": "x"})\nTool result Grep: (empty)'
     assert t.steps[2].content == sub_prompt and t.steps[-1].content == answer
     assert not any('"usage"' in s.content for s in t.steps)
+
+
+def _ao_span(sid, parent, name, t, attrs):
+    return {"freeplan_truncated": False, "span_id": sid, "parent_span_id": parent, "span_name": name,
+            "span_kind": "Client", "span_type": "agent", "service_name": "agentops", "status_code": "OK",
+            "start_time": f"2025-08-04T15:12:{t:02d}.000000+00:00", "attributes": {}, "span_attributes": attrs,
+            "resource_attributes": {"service": {"name": "agentops"}}, "metrics": {"total_tokens": 9}}
+
+
+def test_agentops_crew_export(tmp_path):
+    """The AgentOps API's trace export of a CrewAI crew (nested span attributes), as seen in a real export."""
+    r = rng("agentops")
+    task, sys_, out, q, res = _words(r), _words(r), _words(r), _words(r, 2), _words(r)
+    llm = {"agentops": {"entity": {"name": "LLM"}, "span": {"kind": "llm"}}, "gen_ai": {
+        "prompt": [{"role": "system", "content": sys_}, {"role": "user", "content": f"\nCurrent Task: {task}"}],
+        "completion": [{"role": "assistant", "content": out}], "usage": {"prompt_tokens": "3"}}}
+    spans = [
+        _ao_span("01", "", "crewai.workflow", 1, {"agentops": {"entity": {"name": "Crew"}, "span": {"kind": "workflow"}}}),
+        _ao_span("02", "01", f"{task}.task", 2, {"agentops": {"entity": {"input": task, "name": "Task"},
+                                                              "span": {"kind": "workflow.step"}}}),
+        _ao_span("03", "02", "Researcher.agent", 3, {"agent": {"role": "Researcher"}, "agentops": {
+            "entity": {"name": "Agent"}, "span": {"kind": "agent"}}}),
+        _ao_span("04", "03", "search.tool", 4, {"agentops": {"entity": {"input": q, "output": res}, "span": {
+            "kind": "tool"}}, "tool": {"name": "search"}}),
+        _ao_span("05", "03", "m.llm", 5, llm),
+    ]
+    doc = {"trace": {"trace_id": f"{r.getrandbits(128):032x}", "root_span_name": "crewai.workflow"}, "spans": spans}
+    (tmp_path / "ao.json").write_text(json.dumps(doc))
+    (t,), errors = _read(tmp_path / "ao.json")
+    assert errors == [] and t.source == "agentops" and t.question == task, f"seed {SEED}"
+    # the task is inside the model's prompt (`Current Task: ...`): that message is its step, not a second copy
+    assert [(s.agent, s.role) for s in t.steps] == [("Researcher", "tool"), ("Researcher", "system"),
+                                                    ("user", "user"), ("Researcher", "assistant")]
+    assert "Tool: search" in t.steps[0].content and t.steps[1].content == sys_ and task in t.steps[2].content
+    assert t.steps[3].content == out
+    assert not any("total_tokens" in s.content for s in t.steps)
