@@ -142,21 +142,24 @@ def write_markdown(path: Path, rows, cases, heads_rows, policy, chosen, cfg, arg
         lines.append("")
     text = "\n".join(lines) + "\n"
     old = path.read_text(encoding="utf-8") if path.exists() else ""
-    if CURVE_BEGIN in old and CURVE_END in old:  # the learning-curve section (bench_learning_curve.py) is kept
-        block = old[old.index(CURVE_BEGIN): old.index(CURVE_END) + len(CURVE_END)]
-        text = text.replace("## Seconds per trace", block + "\n\n## Seconds per trace", 1)
+    for begin, end in BLOCKS:  # sections other benchmarks write (learning curve, the prior-guard ablation) are kept
+        if begin in old and end in old:
+            block = old[old.index(begin): old.index(end) + len(end)]
+            text = text.replace("## Seconds per trace", block + "\n\n## Seconds per trace", 1)
     path.write_text(text, encoding="utf-8")
     _ = np  # numpy kept for callers formatting arrays
 
 
 CURVE_BEGIN, CURVE_END = "<!-- learning-curve: begin -->", "<!-- learning-curve: end -->"
+GUARD_BEGIN, GUARD_END = "<!-- prior-guard: begin -->", "<!-- prior-guard: end -->"
+BLOCKS = ((GUARD_BEGIN, GUARD_END), (CURVE_BEGIN, CURVE_END))
 
 
-def replace_block(path: Path, block: str) -> None:
+def replace_block(path: Path, block: str, begin: str = CURVE_BEGIN, end: str = CURVE_END) -> None:
     """Put `block` (with its markers) into results.md: in place of the old one, else before the speed table."""
     text = path.read_text(encoding="utf-8") if path.exists() else "# Results\n"
-    if CURVE_BEGIN in text and CURVE_END in text:
-        text = text[: text.index(CURVE_BEGIN)] + block + text[text.index(CURVE_END) + len(CURVE_END):]
+    if begin in text and end in text:
+        text = text[: text.index(begin)] + block + text[text.index(end) + len(end):]
     elif "## Seconds per trace" in text:
         text = text.replace("## Seconds per trace", block + "\n\n## Seconds per trace", 1)
     else:
