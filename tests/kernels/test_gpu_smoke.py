@@ -21,7 +21,7 @@ def test_gpu_smoke_dry_run_names_the_plan(tmp_path):
                           cwd=ROOT, env=env, capture_output=True, text=True, timeout=300)
     assert proc.returncode == 0, proc.stdout + proc.stderr
     steps = dict(line.split("\t")[:2] for line in (tmp_path / "steps.tsv").read_text().splitlines())
-    assert set(steps) == {"env", "aot", "triton", "kernels_bf16", "kernels_fp32", "prefill"}
+    assert set(steps) == {"env", "aot", "triton", "kernels_bf16", "kernels_fp32", "prefill", "e2e"}
     assert all(v in ("dry-run", "skipped") for v in steps.values()), steps
     for needle in ("tests/kernels", "tests/signals/test_step_attention.py", "bench_step_attention.py --gpu --dtypes bf16",
                    "bench_token_nll.py --gpu --dtypes fp32", "nothing above was executed on a GPU"):

@@ -52,10 +52,10 @@ def random_hf_model(config, seed: int):
     return model
 
 
-def ours_from_hf(model, signals_cfg: SignalsConfig | None = None):
+def ours_from_hf(model, signals_cfg: SignalsConfig | None = None, device: str = "cpu"):
     state = {k: v.detach().clone() for k, v in model.state_dict().items()}
     return build_model(model.config, state, tiny_tokenizer(), signals_cfg or SignalsConfig(backend="torch"),
-                       model_id="test")
+                       model_id="test", device=device)
 
 
 def rel_err(a: torch.Tensor, b: torch.Tensor) -> float:
