@@ -34,16 +34,18 @@ def _summary_table(s) -> Table:
     return t
 
 
-FORMATS_HELP = ("auto (per file) | who-and-when | trail | otel (alias tempo) | otel-sdk | jaeger | ag2 (alias autogen) "
-                "| openai | langsmith (alias langgraph) | langfuse | swe-agent | openhands | tau-bench | jsonl "
-                "(canonical) | parquet (canonical); docs/formats.md")
+FORMATS_HELP = ("auto (per file; per line in JSON lines) | who-and-when | trail | otel (alias tempo) | otel-sdk | jaeger "
+                "| ag2 (alias autogen) | openai | langsmith (alias langgraph) | langfuse | swe-agent | openhands | tau-bench "
+                "| inspect | smolagents | mini-swe-agent | claude-code | agentops | jsonl (canonical) | parquet "
+                "(canonical); docs/formats.md")
 
 
 @app.command(help="Check and convert your logs (any supported format, auto-detected) to the canonical schema "
                   "without a model: OUT/traces/ and OUT/errors/ (one row per rejected or repaired file or record). "
                   "`attribute` ingests by itself; use this to see what will be read.")
 def ingest(
-    inputs: list[str] = typer.Argument(..., help="files or directories (recursive); .gz is decompressed"),
+    inputs: list[str] = typer.Argument(..., help="files or directories (recursive); .gz is decompressed, .zip / "
+                                                 ".eval read member by member"),
     out: Path = typer.Option(..., "--out", "-o", help="OUTDIR: writes OUTDIR/traces/ and OUTDIR/errors/"),
     fmt: str = typer.Option("auto", "--format", "-f", help=FORMATS_HELP),
     overwrite: bool = typer.Option(False, "--overwrite", help="replace Parquet parts of an earlier ingest in OUTDIR"),
