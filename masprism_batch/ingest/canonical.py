@@ -102,7 +102,7 @@ def parse_parquet(path: str, ctx: Context) -> Iterator[Trace]:
     from .parquet_rows import open_file, read_rows
     from .sources import LIMITS
 
-    _, cols = open_file(path)
+    _, cols, _ = open_file(path)
     missing = [c for c in REQUIRED_COLUMNS if c not in cols]
     if missing:
         raise IngestError("invalid_schema", f"not a canonical traces table: missing columns {missing}")

@@ -8,7 +8,8 @@ Three bounds, each checked before the values are decoded:
 - string columns are read as dictionaries (`read_dictionary`), so a value repeated a million times is held once,
   and the decoded size of every row is computed from the dictionary lengths; a row over `max_record_bytes` is
   rejected alone (`record_too_large`), as a JSON line over it is;
-- rows are read `BATCH_ROWS` at a time and decoded one at a time.
+- rows are read `BATCH_ROWS` at a time, decoded together when the batch is within one record's cap, else one
+  at a time.
 """
 
 from __future__ import annotations
@@ -26,17 +27,19 @@ from .. import schema
 from ..config import IngestConfig
 from .common import MAX_TRACE_ID_CHARS, IngestError, short
 
-BATCH_ROWS = 16
+BATCH_ROWS = 64  # rows per batch: each batch carries its row group's dictionaries, so not fewer
 
 
-def open_file(path: str, columns: list[str] | None = None) -> tuple[pq.ParquetFile, list[str]]:
-    """(file opened with its string columns kept as dictionaries, the canonical columns it has)."""
+def open_file(path: str, columns: list[str] | None = None) -> tuple[pq.ParquetFile, list[str], pa.DataType]:
+    """(file opened with its string columns kept as dictionaries, the canonical columns it has, a row of them
+    with plain strings: what a row is decoded to)."""
     try:
         plain = pq.ParquetFile(path)
         names = plain.schema_arrow.names
         cols = [c for c in (columns or schema.TRACES.names) if c in names]
         strings = [c.path for c in plain.schema if c.physical_type == "BYTE_ARRAY" and c.path.split(".")[0] in cols]
-        return pq.ParquetFile(path, read_dictionary=strings), cols
+        dense = pa.struct([plain.schema_arrow.field(c) for c in cols])
+        return pq.ParquetFile(path, read_dictionary=strings), cols, dense
     except (OSError, pa.ArrowException) as e:
         raise IngestError("invalid_parquet", f"not a readable Parquet file: {short(str(e), 300)}") from None
 
@@ -47,10 +50,9 @@ def value_bytes(arr: pa.Array) -> np.ndarray:
     n = len(arr)
     t = arr.type
     if pa.types.is_dictionary(t):
-        per_entry = pa.array(value_bytes(arr.dictionary))
-        return pc.take(per_entry, arr.indices).fill_null(0).to_numpy(zero_copy_only=False).astype(np.int64)
+        return _ints(pc.take(pa.array(value_bytes(arr.dictionary)), arr.indices))
     if pa.types.is_string(t) or pa.types.is_large_string(t) or pa.types.is_binary(t) or pa.types.is_large_binary(t):
-        return pc.binary_length(arr).fill_null(0).to_numpy(zero_copy_only=False).astype(np.int64)
+        return _ints(pc.binary_length(arr))
     if pa.types.is_struct(t):
         out = np.zeros(n, dtype=np.int64)
         for child in arr.flatten():
@@ -62,6 +64,11 @@ def value_bytes(arr: pa.Array) -> np.ndarray:
         return np.bincount(parents, weights=child, minlength=n).astype(np.int64)
     width = getattr(t, "bit_width", 64)
     return np.full(n, max(1, width // 8), dtype=np.int64)
+
+
+def _ints(arr: pa.Array) -> np.ndarray:
+    # nulls count 0 (to_numpy gives NaN for them; pyarrow's fill_null would import pandas, ~1.4 s once)
+    return np.nan_to_num(arr.to_numpy(zero_copy_only=False)).astype(np.int64)
 
 
 def _group_bytes(pf: pq.ParquetFile, g: int, cols: list[str]) -> int:
@@ -83,7 +90,7 @@ def read_rows(path: str, limits: IngestConfig, start: int = 0, stop: int | None 
               columns: list[str] | None = None) -> Iterator[tuple[int, int, dict[str, Any] | IngestError]]:
     """(first row, end row, the row as a dict or the IngestError that rejects rows [first, end)) for the rows of
     [start, stop) (0-based), in order; a row group refused whole is one item spanning its rows in range."""
-    pf, cols = open_file(path, columns)
+    pf, cols, dense = open_file(path, columns)
     for g, lo, hi in _groups(pf, start, stop):
         first, end = max(lo, start), hi if stop is None else min(hi, stop)
         size = _group_bytes(pf, g, cols)
@@ -95,11 +102,16 @@ def read_rows(path: str, limits: IngestConfig, start: int = 0, stop: int | None 
         row = lo
         try:
             for batch in pf.iter_batches(batch_size=BATCH_ROWS, row_groups=[g], columns=cols):
-                sizes = value_bytes(batch.to_struct_array())
+                struct = batch.to_struct_array()
+                sizes = value_bytes(struct)
+                # decoded (dictionaries cast to plain strings: to_pylist on a dictionary array is ~20x slower)
+                # together when the whole batch is within one record's cap, else one row at a time
+                rows = struct.cast(dense).to_pylist() if sizes.sum() <= limits.max_record_bytes else None
                 for j in range(batch.num_rows):
                     i = row + j
                     if first <= i < end:
-                        yield i, i + 1, _row(batch, j, int(sizes[j]), i, limits)
+                        yield i, i + 1, rows[j] if rows is not None else _row(struct, dense, j, int(sizes[j]), i,
+                                                                              limits)
                 row += batch.num_rows
                 if row >= end:
                     break
@@ -107,17 +119,18 @@ def read_rows(path: str, limits: IngestConfig, start: int = 0, stop: int | None 
             raise IngestError("invalid_parquet", f"Parquet read failed after row {row}: {short(str(e), 300)}") from None
 
 
-def _row(batch: pa.RecordBatch, j: int, size: int, i: int, limits: IngestConfig) -> dict[str, Any] | IngestError:
+def _row(struct: pa.StructArray, dense: pa.DataType, j: int, size: int, i: int,
+         limits: IngestConfig) -> dict[str, Any] | IngestError:
     if size > limits.max_record_bytes:
         return IngestError("record_too_large", f"row {i + 1} decodes to {size} bytes, more than max_record_bytes "
                            f"({limits.max_record_bytes}): not read", f"row {i + 1}")
-    return batch.slice(j, 1).to_pylist()[0]
+    return struct.slice(j, 1).cast(dense).to_pylist()[0]
 
 
 def trace_id_keys(path: str, limits: IngestConfig) -> list[str | None]:
     """Per row, its trace id for duplicate checks, read in bounded pieces: an id longer than MAX_TRACE_ID_CHARS
     (rejected when its row is read) stands as a digest, so a repeated 1 MB id is never decoded per row."""
-    pf, cols = open_file(path, ["trace_id"])
+    pf, cols, _ = open_file(path, ["trace_id"])
     keys: list[str | None] = []
     for g, lo, hi in _groups(pf, 0, None):
         if _group_bytes(pf, g, cols) > limits.max_file_bytes:
