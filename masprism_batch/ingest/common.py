@@ -65,6 +65,7 @@ class Context:
         # whose empty text is the source's own.
         self.rendered = False
         self.where: str | None = None  # the record being read ("line 12"), named in its validation rejection
+        self.rejected = 0  # records of this file rejected so far
         # a trace id taken from the file's path, unique over the whole input (sources.path_ids; set by read_inputs)
         self.path_id: str | None = None
 
@@ -86,6 +87,7 @@ class Context:
 
     def reject(self, e: IngestError) -> None:
         """One record of a multi-record file is rejected; the rest of the file goes on."""
+        self.rejected += 1
         msg = self.label(e)
         log.warning("%s: rejected %s: %s (%s)", self.input_path, short(e.record_id), msg, e.reason)
         self.on_error(error_row(input_path=self.input_path, record_id=e.record_id, stage="ingest", reason=e.reason,

@@ -111,7 +111,7 @@ def parse_doc(doc: Any, kind: str | None, ctx: Context, line: int | None = None)
 
 
 def _lines(path: str, ctx: Context) -> Iterator[tuple[int, str]]:
-    for n, raw in iter_lines(path):
+    for n, raw in iter_lines(path, ctx.reject):  # an overlong line is rejected alone, the file goes on
         if n == 1 and containers.bom_codec(raw[:4]):  # UTF-16/32: lines are not split at a 0x0A byte
             data = read_bytes(path)
             ctx.nbytes += len(data)
@@ -141,6 +141,8 @@ def _from_lines(lines: Iterator[tuple[int, str]], fmt: str, ctx: Context) -> Ite
             first = (n, text)
             break
     if first is None:
+        if ctx.rejected:  # its lines were rejected one by one (a row each): not an empty file
+            return
         raise IngestError("empty_file", "no JSON lines in file")
     head = None
     if fmt != "jsonl":

@@ -213,10 +213,14 @@ def read_bytes(path: str) -> bytes | bytearray:
         raise IngestError("unreadable_file", f"cannot read file: {e.strerror or e}") from None
 
 
-def iter_lines(path: str) -> Iterator[tuple[int, bytes]]:
+def iter_lines(path: str, reject: Callable[[IngestError], None] | None = None) -> Iterator[tuple[int, bytes]]:
     """(1-based line number, raw line) of a possibly gzipped text file, streamed (memory: one line). A line
-    longer than `max_record_bytes` (decompressed, counted as read) ends the file with `record_too_large`."""
-    cap = LIMITS.get().max_record_bytes
+    longer than `max_record_bytes` (decompressed, counted as read) is that line's rejection (`record_too_large`,
+    handed to `reject`): the rest of it is skipped in bounded chunks and the lines after it are read, unless the
+    skipped part passes `max_file_bytes` (a one-line bomb), which ends the file. Without `reject` the long line
+    ends the file, raised."""
+    lim = LIMITS.get()
+    cap = lim.max_record_bytes
     with open_regular(path) as raw:
         gz = raw.read(2) == b"\x1f\x8b" or path.endswith(".gz")
         raw.seek(0)
@@ -229,13 +233,31 @@ def iter_lines(path: str) -> Iterator[tuple[int, bytes]]:
                     break
                 n += 1
                 if len(line) > cap:
-                    raise IngestError("record_too_large", f"line {n} is longer than {cap} bytes (max_record_bytes); "
-                                      f"it and the rest of the file were not read", f"line {n}")
+                    if reject is None:
+                        raise IngestError("record_too_large", f"line {n} is longer than {cap} bytes "
+                                          "(max_record_bytes); it and the rest of the file were not read", f"line {n}")
+                    reject(_skip_line(f, line, n, cap, lim.max_file_bytes))
+                    continue
                 yield n, line
         except (EOFError, gzip.BadGzipFile, zlib.error) as e:
             raise IngestError("invalid_gzip", f"corrupt or truncated gzip after line {n}: {e}") from None
         except OSError as e:
             raise IngestError("unreadable_file", f"read failed after line {n}: {e.strerror or e}") from None
+
+
+def _skip_line(f: BinaryIO, line: bytes, n: int, cap: int, budget: int) -> IngestError:
+    """Read past the rest of an overlong line in chunks of `cap` (memory: one chunk); its rejection."""
+    skipped = len(line)
+    while not line.endswith(b"\n"):
+        line = f.readline(cap + 1)
+        if not line:
+            break
+        skipped += len(line)
+        if skipped > budget:  # one line of gigabytes: stop here rather than decompress all of it
+            raise IngestError("record_too_large", f"line {n} is longer than {budget} bytes (max_file_bytes); it and "
+                            f"the rest of the file were not read", f"line {n}")
+    return IngestError("record_too_large", f"line {n} is {skipped} bytes, longer than {cap} (max_record_bytes): "
+                       "skipped; the lines after it were read", f"line {n}")
 
 
 def file_size(path: str) -> int:

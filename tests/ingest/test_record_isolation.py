@@ -117,3 +117,26 @@ def test_hostile_span_time_costs_only_its_trace(tmp_path, bad_time):
     got = {t.trace_id: t for t in read_inputs([str(tmp_path / "otel.json")], "auto", errors.append)}
     assert set(got) == set(tids) and errors == [], (errors, f"seed {SEED}")
     assert got[tids[1]].steps[0].start_time is None and got[tids[0]].steps[0].start_time is not None
+
+
+def test_overlong_line_is_rejected_alone(tmp_path):
+    """A JSON line over max_record_bytes ended the reading of its file; now it is skipped in bounded chunks and
+    the lines after it are read. Only a line past max_file_bytes (a one-line bomb) still ends the file."""
+    from masprism_batch.config import IngestConfig
+
+    r = rng("long-line")
+    good = [_good(r, i) for i in range(r.randint(20, 60))]
+    lines = [json.dumps(g) for g in good]
+    at = r.randrange(len(lines))
+    lines.insert(at, json.dumps({"trace_id": "long", "steps": [{"agent": "a", "content": "x" * 5000}]}))
+    (tmp_path / "in.jsonl").write_text("\n".join(lines) + "\n", encoding="utf-8")
+    errors: list[dict] = []
+    limits = IngestConfig(max_record_bytes=2048, max_file_bytes=1 << 20)
+    got = [t.trace_id for t in read_inputs([str(tmp_path / "in.jsonl")], "auto", errors.append, limits=limits)]
+    assert got == [g["trace_id"] for g in good], f"seed {SEED}"
+    assert [(e["reason"], e["record_id"]) for e in errors] == [("record_too_large", f"line {at + 1}")]
+    errors.clear()
+    got = list(read_inputs([str(tmp_path / "in.jsonl")], "auto", errors.append,
+                           limits=IngestConfig(max_record_bytes=2048, max_file_bytes=4096)))
+    assert len(got) == at and [e["reason"] for e in errors] == ["record_too_large"]
+    assert "rest of the file" in errors[0]["message"]
