@@ -113,3 +113,72 @@ def test_only_failed_and_unknown_runs_are_attributed(tmp_path, rng):
                               "--progress-interval", "0", "--all-runs"])
     assert res.exit_code == EXIT_OK, res.output
     assert _attributed(out2) == set(want) | real_ok | {"swe-agent/function_calling_simple"}
+
+
+SHAPES = Path(__file__).resolve().parents[1] / "data" / "formats"
+
+
+def _statuses(path: Path) -> list[str]:
+    from masprism_batch.ingest import read_inputs
+
+    return [t.run_status for t in read_inputs([str(path)], on_error=lambda e: None)]
+
+
+def _write(tmp_path: Path, name: str, doc) -> Path:
+    p = tmp_path / name
+    p.write_text(json.dumps(doc), encoding="utf-8")
+    return p
+
+
+def test_each_reader_sets_the_status_its_format_records(tmp_path, rng):
+    """The readers, not only the rules: a status field flipped at random in each format's fixture."""
+    # OTLP JSON: a span with status code 2 (ERROR) fails the run; OK spans and none in error: succeeded
+    doc = json.loads((SHAPES / "otel_genai.json").read_text())
+    spans = doc["resourceSpans"][0]["scopeSpans"][0]["spans"]
+    assert set(_statuses(_write(tmp_path, "o0.json", doc))) == {"unknown"}
+    for s in spans:
+        s["status"] = {"code": rng.choice([1, "STATUS_CODE_OK"])}
+    assert set(_statuses(_write(tmp_path, "o1.json", doc))) == {"succeeded"}
+    rng.choice(spans)["status"] = {"code": rng.choice([2, "STATUS_CODE_ERROR"])}
+    assert set(_statuses(_write(tmp_path, "o2.json", doc))) == {"failed"}
+    # OTel SDK span dumps
+    doc = json.loads((SHAPES / "_shapes" / "otel_sdk_spans.json").read_text())
+    assert set(_statuses(_write(tmp_path, "s0.json", doc))) == {"unknown"}  # UNSET everywhere
+    rng.choice(doc["spans"])["status"] = {"status_code": rng.choice(["ERROR", "error"])}
+    assert set(_statuses(_write(tmp_path, "s1.json", doc))) == {"failed"}
+    # Jaeger: an `error` tag
+    doc = json.loads((SHAPES / "_shapes" / "jaeger.json").read_text())
+    rng.choice(doc["data"][0]["spans"])["tags"].append({"key": "error", "type": "bool", "value": True})
+    assert set(_statuses(_write(tmp_path, "j.json", doc))) == {"failed"}
+    # Langfuse: an observation at level ERROR
+    doc = json.loads((SHAPES / "_shapes" / "langfuse_ui_download.json").read_text())
+    assert set(_statuses(_write(tmp_path, "l0.json", doc))) == {"unknown"}  # no output, no error
+    doc["trace"]["output"] = f"done {rng.random()}"
+    assert set(_statuses(_write(tmp_path, "l1.json", doc))) == {"succeeded"}
+    rng.choice(doc["observations"])["level"] = "ERROR"
+    assert set(_statuses(_write(tmp_path, "l2.json", doc))) == {"failed"}
+    # tau-bench results: the reward
+    doc = json.loads((SHAPES / "_shapes" / "taubench_results.json").read_text())
+    rewards = [rng.choice([0.0, 1.0, round(rng.random(), 3)]) for _ in doc]
+    for r, w in zip(doc, rewards, strict=True):
+        r["reward"] = w
+    assert _statuses(_write(tmp_path, "t.json", doc)) == ["succeeded" if w >= 1 else "failed" for w in rewards]
+    # SWE-agent: exit_status (a submission is not graded)
+    doc = json.loads((SHAPES / "_shapes" / "swe_agent" / "fix_typo.traj").read_text())
+    assert _statuses(_write(tmp_path, "a.traj", doc)) == ["unknown"]
+    doc["info"]["exit_status"] = rng.choice(["exit_cost", "exit_context", "exit_format", "exit_error"])
+    assert _statuses(_write(tmp_path, "b.traj", doc)) == ["failed"]
+    # OpenHands: an error observation / agent state
+    doc = json.loads((SHAPES / "_shapes" / "openhands_events.json").read_text())
+    assert _statuses(_write(tmp_path, "h0.json", doc)) == ["unknown"]
+    obs = next(e for e in doc if "observation" in e)
+    obs.setdefault("extras", {})["agent_state"] = "error"
+    assert _statuses(_write(tmp_path, "h1.json", doc)) == ["failed"]
+    # LangSmith run trees: a run with an error (the fixture's tool run) fails it; without: the root's outputs
+    lines = [json.loads(x) for x in (SHAPES / "langsmith_runs.jsonl").read_text().splitlines() if x.strip()]
+    assert _statuses(SHAPES / "langsmith_runs.jsonl") == ["failed"]
+    for r in lines:
+        r["error"] = None
+    clean = tmp_path / "ls.jsonl"
+    clean.write_text("".join(json.dumps(r) + "\n" for r in lines), encoding="utf-8")
+    assert _statuses(clean) == ["succeeded"]
