@@ -36,6 +36,10 @@ def _render(traces, rcfg):
     return pass1.render_traces(traces, _TOKENIZER, rcfg)
 
 
+def _ready() -> None:
+    return None
+
+
 class RenderPool:
     """`pool(traces, tokenizer, rcfg)`: `pass1.render_traces` on `workers` processes, results in input order."""
 
@@ -58,6 +62,13 @@ class RenderPool:
             log.warning("a render process died (%s): rendering in this process from now on", exc)
             self.close()
             return pass1.render_traces(traces, tokenizer, rcfg)
+
+    def warm(self) -> RenderPool:
+        """Start every worker now (a no-op task each), so their start-up overlaps the caller's next work."""
+        if self._pool is not None:
+            for _ in range(self.workers):
+                self._pool.submit(_ready)
+        return self
 
     def close(self) -> None:
         if self._pool is not None:

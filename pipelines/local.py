@@ -58,7 +58,7 @@ def run_local(inputs: list[str], outdir: str | Path, cfg: PipelineConfig, *, fmt
     Raises `io.OutdirLocked` (a ValueError) when another live run holds OUTDIR.
     """
     outdir = Path(outdir)
-    with OutdirLock(outdir, "run --engine local") as lock, interruptible():
+    with OutdirLock(outdir, "run --engine local") as lock, interruptible(), contextlib.ExitStack() as stack:
         cfg = resume_config(outdir, cfg)
         extra: dict = {"seconds_model_load": 0.0}
         if model is None and "token_budget" not in cfg.batch.model_fields_set \
@@ -67,6 +67,10 @@ def run_local(inputs: list[str], outdir: str | Path, cfg: PipelineConfig, *, fmt
         cfg, budget, why = batching.with_token_budget(cfg, model)
         log.info("token budget: %s tokens per packed forward (%s)", f"{budget:,}", why)
         extra.update(token_budget=budget, token_budget_source=why)
+        workers = _render_workers(render_workers, model) if prefetch > 0 else 0
+        pool = None
+        if workers > 0 and model is not None:  # its processes start (imports, tokenizer) while staging runs
+            pool = stack.enter_context(RenderPool(model.tokenizer, workers)).warm()
         plan = plan_inputs(list(inputs), outdir, fmt, cfg.engine.traces_per_shard, cfg.ingest, select)
         committer = Committer(outdir, cfg, plan, "local", 1, progress=progress, lock=lock)
         committer.bar.set_description_str(f"attribute (local, {budget:,} tok/pack)", refresh=False)
@@ -76,7 +80,7 @@ def run_local(inputs: list[str], outdir: str | Path, cfg: PipelineConfig, *, fmt
             extra["model_id"] = getattr(model, "model_id", None)
             ledger = FileLedger(outdir / LEDGER_NAME)
             try:
-                _work(committer, model, cfg, ledger, attribute, prefetch, _render_workers(render_workers, model))
+                _work(committer, model, cfg, ledger, attribute, prefetch, workers, pool)
             except KeyboardInterrupt as exc:  # SIGTERM/SIGHUP/SIGINT: not a crash of what was running
                 ledger.interrupted()
                 record_interruption(committer, exc, extra)
@@ -109,8 +113,7 @@ def _render_workers(asked: int | None, model) -> int:
 
 
 def _work(committer: Committer, model, cfg: PipelineConfig, ledger: FileLedger, attribute, prefetch: int,
-          workers: int) -> None:
-    pool: RenderPool | None = None
+          workers: int, pool: RenderPool | None) -> None:
 
     def prepare(shard):
         key = f"{shard.shard_id}/prepare"
@@ -128,11 +131,11 @@ def _work(committer: Committer, model, cfg: PipelineConfig, ledger: FileLedger, 
     # a crash history: nothing runs beside anything else, so the next crash is pinned to what ran alone (with
     # a render beside a pack, a crash would count against both)
     ahead = prefetch if not ledger.started else 0
-    if ahead > 0 and workers > 0 and committer.pending:
-        pool = RenderPool(model.tokenizer, workers)
+    if not ahead:
+        pool = None  # one thing at a time: the render runs in this process
     with contextlib.ExitStack() as stack:
-        if pool is not None:
-            stack.enter_context(pool)
+        if ahead and workers > 0 and pool is None:
+            pool = stack.enter_context(RenderPool(model.tokenizer, workers))
         pf = stack.enter_context(Prefetcher(prepare, committer.pending, ahead)) if ahead > 0 else serial()
         for _shard, tasks, waited in pf:
             for i, task in enumerate(tasks):

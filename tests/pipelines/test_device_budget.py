@@ -37,7 +37,8 @@ def test_run_json_and_time_line_name_the_budget_sized_for_a_fake_gpu(tmp_path, m
 
     make_corpus(tmp_path / "in", 5, 1)
     cfg = load_config(None, model__device="cuda")
-    s = run_local([str(tmp_path / "in")], tmp_path / "out", cfg, **OnGpu().kwargs(), progress=False)
+    s = run_local([str(tmp_path / "in")], tmp_path / "out", cfg, **OnGpu().kwargs(), progress=False,
+                  render_workers=0)  # a fake GPU: no render processes (test_prefetch.py tests the pool)
     run = json.loads((tmp_path / "out" / "run.json").read_text())
     n = batching.CUDA_MAX_TOKEN_BUDGET
     assert run["config"]["batch"]["token_budget"] == run["this_invocation"]["token_budget"] == n

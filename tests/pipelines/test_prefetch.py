@@ -148,7 +148,9 @@ def test_render_pool_gives_the_renders_and_outputs_of_one_process(tmp_path, smal
     serial, pooled = Recording(0.0), Recording(0.0)
     out0, _, _ = _run(tmp_path, "serial", cfg, 0, serial)
     out1 = tmp_path / "pooled"
-    run_local([str(tmp_path / "in")], out1, cfg, **pooled.kwargs(), progress=False, prefetch=1, render_workers=2)
+    model = pooled.load_model(cfg)  # given, as the CLI does: the pool starts while the inputs are staged
+    run_local([str(tmp_path / "in")], out1, cfg, **pooled.kwargs(), model=model, progress=False, prefetch=1,
+              render_workers=2)
     assert pooled.packs == serial.packs
     assert_exactly_once(out1, ids)
     for table in OUTPUT_TABLES:
