@@ -52,6 +52,8 @@ def ingest(
     progress: bool = typer.Option(True, "--progress/--no-progress", help="progress bar on stderr"),
     summary_json: bool = typer.Option(False, "--json", help="print the summary as JSON on stdout"),
     config: str = typer.Option(None, "--config", help="JSON or TOML config; its `ingest` section sets the size caps"),
+    map_file: Path = typer.Option(None, "--map", help="a format ingest does not know: a TOML mapping saying where the "
+                                  "traces and steps are, by JSON path (docs/formats.md, *A format we do not know*)"),
     verbose: bool = VerboseOpt,
 ) -> None:
     from ..ingest import FORMATS
@@ -61,6 +63,16 @@ def ingest(
     if fmt not in FORMATS:
         raise usage(f"unknown --format {fmt!r}; choose one of {', '.join(FORMATS)}")
     check_inputs(inputs)
+    mapping = None
+    if map_file is not None:
+        from ..ingest.mapping import load_mapping
+
+        if fmt != "auto":
+            raise usage("--map and --format are exclusive: the mapping is the format")
+        try:
+            mapping = load_mapping(str(map_file))
+        except (OSError, ValueError) as exc:
+            raise fail(f"--map {map_file}: {exc}") from None
     check_format(list(inputs), fmt)  # before OUT exists: a wrong --format leaves nothing behind
     check_outdir(out)
     limits = None
@@ -72,7 +84,7 @@ def ingest(
         except (OSError, ValueError) as exc:  # pydantic's ValidationError is a ValueError
             raise fail(f"bad configuration: {exc}") from None
     try:
-        s = run_ingest(inputs, out, fmt, overwrite=overwrite, progress=progress, limits=limits)
+        s = run_ingest(inputs, out, fmt, overwrite=overwrite, progress=progress, limits=limits, mapping=mapping)
     except FileExistsError as e:
         raise fail(str(e)) from None
     except OSError as e:  # the output side: disk full, permissions changed under us

@@ -28,6 +28,7 @@ from ..schema import error_row
 from ..trace import Trace
 from .common import WARNING_REASONS, Context, IngestError, short, trace_bytes
 from .detect import FORMATS, read_file
+from .mapping import Mapping
 from .sources import LIMITS, expand, file_size, path_ids
 from .validate import validate
 
@@ -40,14 +41,18 @@ FileCallback = Callable[[str, int, int], None]  # (path, bytes on disk, decompre
 
 
 def read_inputs(paths: list[str] | str, fmt: str = "auto", on_error: Callable[[dict], None] | None = None,
-                *, on_file: FileCallback | None = None, limits: IngestConfig | None = None) -> Iterator[Trace]:
+                *, on_file: FileCallback | None = None, limits: IngestConfig | None = None,
+                mapping: Mapping | None = None) -> Iterator[Trace]:
     """Stream validated canonical traces from files, directories (recursive), .gz and Parquet datasets.
+    `mapping` (`ingest --map`): every document is read by that declarative mapping instead of a known format.
 
     Bad input never raises: each rejected file/record (and each repaired trace) is passed to `on_error`
     as a `schema.ERRORS` row. A trace id seen before is rejected (`duplicate_trace_id`); the first wins.
     """
     if fmt not in FORMATS:
         raise ValueError(f"unknown format {fmt!r}; choose one of {FORMATS}")
+    if mapping is not None:
+        fmt = "map"
     if isinstance(paths, (str, Path)):
         paths = [str(paths)]
     sink = on_error or (lambda row: None)
@@ -60,6 +65,7 @@ def read_inputs(paths: list[str] | str, fmt: str = "auto", on_error: Callable[[d
         ctx = Context(path, sink)
         ctx.path_id = ids[path]
         ctx.forced = fmt != "auto"
+        ctx.mapping = mapping
         try:
             for trace in read_file(path, fmt, ctx):
                 try:
@@ -170,16 +176,16 @@ def ingest_state(directory: str | Path) -> dict[str, Any] | None:
 
 
 def ingest(paths: list[str] | str, outdir: str | Path, fmt: str = "auto", *, overwrite: bool = False,
-           progress: bool = True, limits: IngestConfig | None = None) -> IngestSummary:
+           progress: bool = True, limits: IngestConfig | None = None, mapping: Mapping | None = None) -> IngestSummary:
     """Write OUTDIR/traces and OUTDIR/errors (Parquet datasets in `schema.TRACES` / `schema.ERRORS`), holding
     the OUTDIR lock; OUTDIR/_INGEST.json says `complete: true` only once everything is written (last)."""
     from ..io import OutdirLock
 
     with OutdirLock(outdir, "ingest"):
-        return _ingest(paths, Path(outdir), fmt, overwrite, progress, limits)
+        return _ingest(paths, Path(outdir), fmt, overwrite, progress, limits, mapping)
 
 
-def _ingest(paths, outdir: Path, fmt: str, overwrite: bool, progress: bool, limits) -> IngestSummary:
+def _ingest(paths, outdir: Path, fmt: str, overwrite: bool, progress: bool, limits, mapping=None) -> IngestSummary:
     from tqdm import tqdm
 
     from .. import schema
@@ -211,7 +217,7 @@ def _ingest(paths, outdir: Path, fmt: str, overwrite: bool, progress: bool, limi
                                 f"{s.error_rows} errors", refresh=False)
 
         buffered = 0
-        for trace in read_inputs(files, fmt, on_error, on_file=on_file, limits=limits):
+        for trace in read_inputs(files, fmt, on_error, on_file=on_file, limits=limits, mapping=mapping):
             w_tr.write(trace.to_row())
             s.traces += 1
             s.by_source[trace.source] += 1

@@ -1,14 +1,12 @@
 """One input file -> canonical traces: pick the format (by name, then by content) and call its adapter.
 
-`auto` decides per file: `.parquet` -> Parquet; `.jsonl`/`.ndjson` -> JSON lines; anything else is parsed as
-one JSON document and classified by its keys (`classify`; docs/formats.md has the table): Who&When, TRAIL,
-OTLP / Tempo, OTel SDK span dumps, Jaeger, canonical, AG2/AutoGen, OpenAI messages, Responses items and
-Chat Completions responses, LangGraph message state, LangSmith runs and batch payloads, Langfuse exports,
-SWE-agent `.traj`, OpenHands events, τ-bench results. A document followed by more documents ("Extra data")
-is read as JSON lines, or as concatenated pretty-printed OTel SDK spans. JSON lines are classified by their
-first record: grouped formats (OTLP, LangSmith, Langfuse) read the whole file, message formats (AG2,
-OpenAI, τ-bench) make one trace per line, anything else is canonical. `ctx.fmt` is set to the format
-assumed, so every rejection names it; `unknown_format` lists the near misses (`near_miss.py`).
+`auto` decides per file: `.parquet` -> Parquet; a zip (`.zip`, Inspect `.eval`) -> its members; `.jsonl` /
+`.ndjson` -> JSON lines, each line in its own format; anything else is one JSON document classified by its keys
+(`classify`; docs/formats.md has the table). Text is UTF-8, or UTF-16/32 by its BOM (`containers.py`). A document
+followed by more ("Extra data") is read as JSON lines, or as concatenated pretty-printed OTel SDK spans. Grouped
+formats (OTLP, SDK spans, LangSmith, Langfuse, Claude Code) read a whole JSON-lines file. `ctx.fmt` is the format
+assumed, so every rejection names it; `unknown_format` lists the near misses (`near_miss.py`). `--map`: every
+document is read by the user's declarative mapping (`mapping.py`).
 """
 
 from __future__ import annotations
@@ -28,6 +26,7 @@ from . import (
     inspect_ai,
     langfuse,
     langsmith,
+    mapping,
     openai_chat,
     openhands,
     openinference,
@@ -53,7 +52,7 @@ LABELS = {"who-and-when": "Who&When", "trail": "TRAIL/OpenInference", "otel": "O
           "langsmith": "LangSmith/LangGraph", "langfuse": "Langfuse", "swe-agent": "SWE-agent trajectory",
           "openhands": "OpenHands events", "tau-bench": "τ-bench", "inspect": "Inspect AI log",
           "smolagents": "smolagents memory", "mini-swe-agent": "mini-swe-agent trajectory",
-          "claude-code": "Claude Code transcript", "agentops": "AgentOps trace export",
+          "claude-code": "Claude Code transcript", "agentops": "AgentOps trace export", "map": "--map mapping",
           "jsonl": "canonical JSON lines",
           "trail-annotation": "TRAIL annotation", "parquet": "canonical Parquet"}
 TRIED = ", ".join(v for k, v in LABELS.items() if k not in ("trail-annotation", "parquet"))
@@ -101,6 +100,8 @@ def parse_doc(doc: Any, kind: str | None, ctx: Context, line: int | None = None)
         yield from agent_logs.parse(doc, ctx, kind, line)
     elif kind == "claude-code":
         yield from claude_code.parse_lines(doc if isinstance(doc, list) else [doc], ctx)
+    elif kind == "map":  # ingest --map: the user's declarative mapping (mapping.py)
+        yield from mapping.parse(doc, ctx, ctx.mapping, line)
     elif kind == "jsonl":
         yield canonical.from_obj(doc, None)
     elif kind == "trail-annotation":
@@ -165,16 +166,8 @@ def _from_lines(lines: Iterator[tuple[int, str]], fmt: str, ctx: Context) -> Ite
                     docs.append(loads(t, f"line {n}"))
                 except IngestError as e:
                     ctx.reject(e)
-        if kind == "otel":
-            yield from otel_genai.parse(docs, ctx)
-        elif kind == "otel-sdk":
-            yield from otel_sdk.parse_sdk(docs, ctx)
-        elif kind == "langsmith":
-            yield from langsmith.parse_lines(docs, ctx)
-        elif kind == "claude-code":
-            yield from claude_code.parse_lines(docs, ctx)
-        else:
-            yield from langfuse.parse_docs(docs, ctx)
+        yield from {"otel": otel_genai.parse, "otel-sdk": otel_sdk.parse_sdk, "langsmith": langsmith.parse_lines,
+                    "claude-code": claude_code.parse_lines, "langfuse": langfuse.parse_docs}[kind](docs, ctx)
         return
     if fmt == "jsonl":
         yield from canonical.parse_jsonl(again(), ctx, loads)
