@@ -7,6 +7,7 @@ Skipped when the folder is absent."""
 from __future__ import annotations
 
 from datetime import datetime, timezone
+from pathlib import Path
 
 import pytest
 from typer.testing import CliRunner
@@ -143,3 +144,37 @@ def test_real_exports_folder_cli_exit_0(real_exports, tmp_path):
     files = sorted(str(p.relative_to(real_exports)) for p in real_exports.rglob("*") if p.is_file()
                    and p.suffix != ".md")
     assert files == sorted(present)
+
+
+# Real files of the new sources kept in the repository (tests/data/formats/_real, NOTICE there): the same checks.
+# file -> (source, agents that must speak, the task, steps (one per message / action), texts in exactly one step)
+OURS = Path(__file__).resolve().parents[1] / "data" / "formats" / "_real"
+KEPT = {
+    "claude_code/representative_messages.jsonl": ("claude-code", {"user", "claude-code", "Edit", "Bash"},
+                                                  "Hello Claude! Can you help me understand", 11, [
+                                                      "Can you run that example to show the output?"]),
+    "inspect_ai/log_formats.eval": ("inspect", {"system", "user", "assistant"}, "Is the following statement", 3, [
+        "Please note: In the following EXERCISE"]),
+    "inspect_ai/log_formats.json": ("inspect", {"system", "user", "assistant"}, "Is the following statement", 3, [
+        "Please note: In the following EXERCISE"]),
+    "mini_swe_agent/github_issue.traj.json": ("mini-swe-agent", {"system", "user", "mini-swe-agent", "environment"},
+                                              "Please solve this issue: GitHub Issue", 22, [
+                                                  "You are a helpful assistant that can interact with a computer."]),
+}
+
+
+@pytest.mark.parametrize("rel", sorted(KEPT))
+def test_kept_real_file_reads_exactly(rel):
+    source, speak, task, n_steps, context = KEPT[rel]
+    errors: list[dict] = []
+    (t,) = read_inputs([str(OURS / rel)], "auto", errors.append)
+    assert errors == [] and t.source == source and speak <= {s.agent for s in t.steps}
+    assert t.question.startswith(task) and [s.role for s in t.steps if s.content == t.question] == ["user"]
+    assert len(t.steps) == n_steps and all(s.content.strip() for s in t.steps)
+    for want in context:
+        assert sum(want in s.content for s in t.steps) == 1, want
+
+
+def test_every_kept_real_file_is_checked():
+    files = sorted(str(p.relative_to(OURS)) for p in OURS.rglob("*") if p.is_file() and p.suffix != ".md")
+    assert files == sorted(KEPT)
