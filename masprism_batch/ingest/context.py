@@ -221,6 +221,7 @@ def with_context(steps: list[Step], inputs: dict[str, list[dict]], question: str
     source records `question` as a message (a trace's input): it leads the steps unless an input repeats it."""
     seen_text: set[str] = set()
     seen_said: set[tuple[str, tuple[str, ...]]] = set()
+    seen_calls: set[str] = set()  # tools earlier steps called (a logged call may be split one per message)
     tool_texts: list[str] = []
     out: list[Step] = []
     first_user = None
@@ -229,12 +230,16 @@ def with_context(steps: list[Step], inputs: dict[str, list[dict]], question: str
         if s.kind == "tool" or s.role == "tool":
             tool_texts.append(squash(s.content))
         elif s.role == "assistant":
-            seen_said.add(_said(s.content))
+            said = _said(s.content)
+            seen_said.add(said)
+            seen_calls.update(said[1])
         seen_text.add(squash(s.content))
 
     for s in steps:
         for j, m in enumerate(inputs.get(s.span_id or "", ())):
             role, text = m["role"], m["text"]
+            if role == "tool" and text.startswith("Tool call: "):
+                role = "assistant"  # a call logged under the tool role (Koog): the model's turn
             key = squash(text)
             if not key:
                 continue
@@ -244,7 +249,8 @@ def with_context(steps: list[Step], inputs: dict[str, list[dict]], question: str
                 agent = "user" if role == "user" else s.agent
                 first_user = first_user or (text if role == "user" else None)
             elif role == "assistant":
-                if _said(text) in seen_said:
+                said = _said(text)
+                if said in seen_said or (not said[0] and said[1] and seen_calls.issuperset(said[1])):
                     continue
                 agent = s.agent
             else:

@@ -90,6 +90,8 @@ def output_text(v: Any, depth: int = 0) -> str:
     if depth > MAX_DEPTH:
         return dumps(v)
     if isinstance(v, list):
+        if len(v) > 2 and all(isinstance(x, str) for x in v) and sum(map(len, v)) < 24 * len(v) and max(map(len, v)) <= 64:
+            return "".join(v)  # streamed chunks (BeeAI keeps the tokens as a list): joined as the text they are
         dicts = [x for x in v if isinstance(x, dict)]
         if dicts and len(dicts) == len(v):
             from .openai_chat import is_response_item

@@ -50,6 +50,9 @@ def _numbered(a: dict[str, Any]) -> str:
             msg["calls"].setdefault(int(c.group(1)), {})[c.group(2)] = v
         else:
             msg[m.group(3)] = v
+    plain = [m.get("content") for m in msgs.values() if not m["calls"]]
+    if len(plain) == len(msgs) > 2 and all(isinstance(c, str) for c in plain) and sum(map(len, plain)) < 24 * len(plain):
+        return "".join(str(msgs[k]["content"]) for k in sorted(msgs))  # streamed chunks, one per message: the text
     lines = []
     for key in sorted(msgs):
         msg = msgs[key]

@@ -39,6 +39,7 @@ from .context import attr_inputs, input_messages, with_context
 from .envelopes import maybe_json, output_text, value_text
 from .genai_attrs import agent_name, llm_output, tool_text
 from .messages import join, question_of
+from .otel_genai import tool_of
 from .spantree import Node, build_steps, parse_time
 
 OBS_TYPES = {"GENERATION", "SPAN", "EVENT", "AGENT", "TOOL", "CHAIN", "RETRIEVER", "EMBEDDING", "EVALUATOR",
@@ -112,6 +113,8 @@ def _nodes(obs: list[dict], trace_name: str | None) -> tuple[list[Node], dict[st
             continue
         inputs[oid] = inputs.get(oid) or _inputs(o, attrs[oid])
         text = output_text(o.get("output")) or llm_output(attrs[oid], [])
+        if not text and o.get("output") is None and not _status(o):
+            continue  # a stream's lifecycle record (BeeAI `chat.start-14`): no call's answer, no step
         n.kind, n.role, n.content = "LLM", "assistant", join(text, _status(o))
         nodes[oid] = n
     called = {m.group(1).strip() for n in nodes.values() for m in _CALLED.finditer(n.content)}
@@ -147,11 +150,21 @@ def _agent_of(typ: str, a: dict[str, Any], name: str | None, root: bool, child_t
         return named
     if "langgraph_node" in a:  # inside a graph only its nodes are agents
         return _graph_node(a) if name == _graph_node(a) else None
+    if housekeeping(name):
+        return None  # a framework's internal span name, never an agent's
     if typ == "AGENT" or root:
         return name[:-4] if name and name.endswith(".run") else name
     if child_types and all(t in ("TOOL", "RETRIEVER") for t in child_types):
         return None  # a wrapper that runs tool calls (pydantic-ai `running 3 tools`)
     return name
+
+
+# internal span names: ids (`run.<uuid>`, `agent.<uuid>`), counters (`agent.react.start-4`, `iteration-1`)
+_HOUSEKEEPING = re.compile(r"(?:^|[.\-_ ])[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-|^iteration-\d+$|^[a-z_]+(?:\.[a-z_]+)+-\d+$")
+
+
+def housekeeping(name: str | None) -> bool:
+    return bool(name) and _HOUSEKEEPING.search(name) is not None
 
 
 def _node(o: dict, trace_name: str | None) -> Node:
@@ -189,7 +202,11 @@ def _trace(head: dict, observations: list, ctx: Context) -> Trace:
         obs.append(o)
     name = head.get("name") if isinstance(head.get("name"), str) else None
     nodes, inputs = _nodes(obs, name)
-    steps, facts = build_steps(nodes, tid, STEP_KINDS)
+    steps, facts = build_steps(nodes, tid, STEP_KINDS,
+                               root_agent=lambda r: None if housekeeping(r.service or r.name) else r.service or r.name)
+    for s in steps:  # no agent named anywhere above: the model speaks as `assistant`, a tool as itself
+        if s.agent is None:
+            s.agent = "assistant" if s.kind == "llm" else tool_of(s.content)
     steps = _fold_bare_events(steps)
     task = question_of(maybe_json(head.get("input")))
     if task is None and "input" not in head:  # a server download keeps no trace object: its root's input

@@ -38,6 +38,8 @@ def _part_text(p: Any, depth: int) -> str:
         return p["text"]
     if t in ("tool_call", "tool_use", "function_call"):  # GenAI / pydantic-ai, Anthropic, Responses parts
         return tool_call_line(p)
+    if isinstance(p.get("function"), dict) and "name" in p["function"]:  # an OpenAI tool call as a part (Koog)
+        return tool_call_line(p)
     if isinstance(p.get("function_call"), dict):  # Gemini / Google ADK part
         return tool_call_line(p["function_call"])
     if t in ("tool_call_response", "tool_result") or isinstance(p.get("function_response"), dict):

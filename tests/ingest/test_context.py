@@ -121,3 +121,32 @@ def test_langfuse_bare_event_joins_the_step_before_it(tmp_path):
     (tmp_path / "lf.json").write_text(json.dumps({"id": "t", "name": "app", "observations": obs}))
     (t,), errors = _read(tmp_path / "lf.json")
     assert errors == [] and [s.content for s in t.steps] == [f"{answer}\nEvent: {name}"]
+
+
+def test_langfuse_framework_housekeeping_streams_and_call_parts(tmp_path):
+    """BeeAI / Koog shapes: counters and ids in span names are no agents, a stream's lifecycle records are no
+    steps, one chunk per output message is joined as text, an OpenAI tool call kept as a content part is a call."""
+    r = rng("lf-frameworks")
+    words = [text(r, 1, 6).replace("\n", " ") or "w" for _ in range(r.randint(5, 30))]
+    chunks = {f"llm.output_messages.{i}.message.content": w for i, w in enumerate(words)}
+    chunks.update({f"llm.output_messages.{i}.message.role": "assistant" for i in range(len(words))})
+    obs = [
+        {"id": "root", "traceId": "t", "type": "AGENT", "name": f"run.{r.getrandbits(32):08x}-1a2b-3c4d-5e6f-"
+                                                                 "00112233aabb", "startTime": "2025-01-01T00:00:00Z"},
+        {"id": "it", "traceId": "t", "type": "SPAN", "name": "iteration-1", "parentObservationId": "root",
+         "startTime": "2025-01-01T00:00:01Z"},
+        {"id": "st", "traceId": "t", "type": "SPAN", "name": "agent.react.start-4", "parentObservationId": "it",
+         "startTime": "2025-01-01T00:00:02Z", "output": None},
+        {"id": "g0", "traceId": "t", "type": "GENERATION", "name": "backend.openai.chat.start-14",
+         "parentObservationId": "st", "startTime": "2025-01-01T00:00:03Z", "output": None},
+        {"id": "g1", "traceId": "t", "type": "GENERATION", "name": "llm.chat", "parentObservationId": "it",
+         "startTime": "2025-01-01T00:00:04Z", "output": [{"role": "assistant", "content": [
+             {"function": {"name": "HelloTool", "arguments": {"name": "Bob"}}, "id": "c1", "type": "function"}]}]},
+        {"id": "g2", "traceId": "t", "type": "GENERATION", "name": "backend.openai.chat.success-16",
+         "parentObservationId": "it", "startTime": "2025-01-01T00:00:05Z", "metadata": {"attributes": chunks}},
+    ]
+    (tmp_path / "lf.json").write_text(json.dumps({"id": "t", "name": obs[0]["name"], "observations": obs}))
+    (t,), errors = _read(tmp_path / "lf.json")
+    assert errors == [], f"seed {SEED}"
+    assert [(s.agent, s.content) for s in t.steps] == [("assistant", 'Tool call: HelloTool({"name": "Bob"})'),
+                                                       ("assistant", "".join(words))]
