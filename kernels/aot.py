@@ -39,6 +39,7 @@ MODELS = {
 KERNELS = {"_attn_fwd": "masprism_batch.kernels.step_attention",
            "_step_mass": "masprism_batch.kernels.step_mass",
            "_step_mass_dot": "masprism_batch.kernels.step_mass",
+           "_sum_step_rows": "masprism_batch.kernels.step_plan",
            "_nll_partial": "masprism_batch.kernels.token_nll",
            "_rms_norm": "masprism_batch.kernels.elementwise",
            "_qk_norm_rope": "masprism_batch.kernels.elementwise",

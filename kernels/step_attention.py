@@ -41,6 +41,7 @@ import triton
 import triton.language as tl
 
 from . import step_mass as _sm
+from . import step_plan as _plan
 from .step_mass import mass_config  # noqa: F401  (re-exported: the configs of both passes)
 
 LOG2E = 1.4426950408889634
@@ -145,9 +146,31 @@ def _attn_fwd(Q, K, V, Out, LSE, CU, BLK_SEQ, BLK_START, qk_scale, T,
 
 
 # ---- host side -----------------------------------------------------------------------------------------
+_TABLES: dict = {}  # (block_m, T) -> (cu, its version, table): the current pack's block tables
+
+
 def _block_table(cu: torch.Tensor, block_m: int, T: int):
     """(blk_seq, blk_start, n_programs) without a host sync: n_programs = cdiv(T, BM) + B >= the real
-    number of query blocks sum_b cdiv(L_b, BM); the spare programs get seq = -1."""
+    number of query blocks sum_b cdiv(L_b, BM); the spare programs get seq = -1. Cached for the last pack
+    (same cu tensor, unchanged version): one forward's 28 layers build it once, not ~9 small ops per layer."""
+    hit = _TABLES.get((block_m, T))
+    if hit is not None and hit[0] is cu and hit[1] == _sm_version(cu):
+        return hit[2]
+    table = _build_block_table(cu, block_m, T)
+    for key in [k for k, v in _TABLES.items() if v[0] is not cu]:  # one pack at a time (both passes' tiles)
+        del _TABLES[key]
+    _TABLES[(block_m, T)] = (cu, _sm_version(cu), table)
+    return table
+
+
+def _sm_version(t: torch.Tensor):
+    try:
+        return t._version
+    except RuntimeError:  # inference tensors have no version counter
+        return None
+
+
+def _build_block_table(cu: torch.Tensor, block_m: int, T: int):
     B = cu.numel() - 1
     n_prog = triton.cdiv(T, block_m) + B
     lens = (cu[1:] - cu[:-1]).long()
@@ -199,15 +222,18 @@ def step_mass(q, k, lse, cu_seqlens, step_ids, n_steps, scale: float, *, out=Non
     groups = Hq // Hk
     q, k = (x if x.stride(2) == 1 else x.contiguous() for x in (q, k))
     cu = cu_seqlens.to(device=q.device, dtype=torch.int32)
-    plan = _sm.Plan.get(cu_seqlens, step_ids, n_steps, q.device)
+    plan = _plan.Plan.get(cu_seqlens, step_ids, n_steps, q.device)
     B, n_max = len(plan.n_list), plan.n_max
     shape = (B, Hq, n_max, n_max) if per_head else (B, n_max, n_max)
-    mass = torch.zeros(shape, dtype=torch.float32, device=q.device) if out is None else out.zero_()
+    if out is not None and not (out.is_contiguous() and out.dtype == torch.float32):
+        return out.copy_(step_mass(q, k, lse, cu_seqlens, step_ids, n_steps, scale, per_head=per_head,
+                                   config=config))
+    mass = torch.empty(shape, dtype=torch.float32, device=q.device) if out is None else out
     if n_max == 0 or T == 0:
-        return mass
+        return mass.zero_()
     cfg = dict(config or mass_config(q.dtype, D, groups, _capability(q.device), per_head))
     block_m, block_n, hpb = cfg.pop("BLOCK_M"), cfg.pop("BLOCK_N"), cfg.pop("HPB")
-    ns = _sm.window_steps(plan.max_span(block_n), cfg.pop("STEPS"))
+    ns = _plan.window_steps(plan.max_span(block_n), cfg.pop("STEPS"))
     if per_head and hpb != 1:
         raise ValueError("per_head needs one head per program (HPB=1)")
     r = torch.zeros(Hq // hpb, T, n_max, dtype=torch.float32, device=q.device)
@@ -219,17 +245,8 @@ def step_mass(q, k, lse, cu_seqlens, step_ids, n_steps, scale: float, *, out=Non
         _sm._step_mass_dot[(n_prog, Hq // hpb)](*args, NS=ns, SPLIT=q.dtype != torch.float32, **common)
     else:
         _sm._step_mass[(n_prog, Hq // hpb)](*args, **common)
-    if not per_head:
-        r = r.sum(0)  # fixed-order sum over head blocks -> [T, n_max]
-    for b, onehot in enumerate(plan.onehots):
-        if onehot is None:
-            continue
-        s, e, n = plan.bounds[b], plan.bounds[b + 1], plan.n_list[b]
-        if per_head:
-            mass[b, :, :n, :n] = torch.matmul(onehot, r[:, s:e, :n])[:, :n]
-        else:
-            mass[b, :n, :n] = (onehot @ r[s:e, :n])[:n] / Hq
-    return mass
+    # head blocks and the tokens of each query step summed in one fixed-order launch; writes every element
+    return _plan.sum_step_rows(plan, r, mass, per_head, Hq)
 
 
 def step_attention(q, k, v, cu_seqlens, step_ids, n_steps, scale: float, *, out=None, per_head: bool = False):

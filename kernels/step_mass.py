@@ -19,19 +19,15 @@ Two kernels, one chosen per pack by the host (`step_mass`):
 On-paper cost per tile against the attention forward: docs/gpu.md ("Step mass at forward speed").
 
 Ownership and determinism as in pass 1's module docstring (kernels/step_attention.py): one program owns its
-rows of R; head-block and per-(query step) sums are fixed-order torch ops, so results are bit-identical run
-to run.
+rows of R; the head-block and per-(query step) sums are one fixed-order kernel (kernels/step_plan.py), so
+results are bit-identical run to run.
 """
 
 from __future__ import annotations
 
-import numpy as np
 import torch
 import triton
 import triton.language as tl
-
-LOG2E = 1.4426950408889634
-MIN_NS = 16  # tl.dot needs N >= 16
 
 
 def mass_config(dtype: torch.dtype, head_dim: int, groups: int, capability: int, per_head: bool) -> dict:
@@ -222,78 +218,3 @@ def _step_mass(Q, K, LSE, STEP, CU, BLK_SEQ, BLK_START, R, qk_scale, T, n_r,
                 cur = st + tl.zeros([], tl.int32)
                 carry = contrib
     _flush(R_rows, cur, carry, cur_seen, row_ok)
-
-
-# ---- host side -----------------------------------------------------------------------------------------
-def _version(t: torch.Tensor):
-    try:
-        return t._version
-    except RuntimeError:  # inference tensors have no version counter
-        return None
-
-
-class Plan:
-    """Host-side view of one pack: sequence bounds, step counts, the per-sequence one-hot matrices of query
-    steps and the widest step span of a key tile. Built with one sync; reused while the same tensors are
-    passed (one forward)."""
-
-    _last: Plan | None = None
-
-    def __init__(self, cu, step_ids, n_steps, device):
-        self.keys = (cu, step_ids, n_steps)
-        self.device = device
-        self.versions = tuple(_version(t) for t in self.keys)
-        self.bounds = cu.tolist()
-        self.n_list = [int(n) for n in n_steps.tolist()]
-        self.n_max = max(self.n_list, default=0)
-        self.steps = step_ids.to(device=device, dtype=torch.int32).contiguous()
-        self._host_steps = step_ids.cpu().numpy().astype(np.int64)
-        self._spans: dict[int, int] = {}
-        self.onehots = []
-        for b in range(len(self.n_list)):
-            s, e, n = self.bounds[b], self.bounds[b + 1], self.n_list[b]
-            if n == 0 or e == s:
-                self.onehots.append(None)
-                continue
-            sid = self.steps[s:e].long()
-            onehot = torch.zeros(n + 1, e - s, dtype=torch.float32, device=device)
-            onehot[torch.where(sid >= 0, sid, n), torch.arange(e - s, device=device)] = 1.0
-            self.onehots.append(onehot)
-
-    def max_span(self, block_n: int) -> int:
-        """Widest (max - min + 1) step id range over the key tiles of width block_n (tiles start at each
-        sequence's first token, as in the kernels); 0 when no tile holds a step token."""
-        if block_n not in self._spans:
-            worst = 0
-            for s, e in zip(self.bounds[:-1], self.bounds[1:], strict=True):
-                if e == s:
-                    continue
-                ids = np.full(-(-(e - s) // block_n) * block_n, -1, dtype=np.int64)
-                ids[: e - s] = self._host_steps[s:e]
-                tiles = ids.reshape(-1, block_n)
-                has = (tiles >= 0).any(1)
-                if has.any():
-                    lo = np.where(tiles >= 0, tiles, np.iinfo(np.int64).max).min(1)
-                    worst = max(worst, int((tiles.max(1) - lo + 1)[has].max()))
-            self._spans[block_n] = worst
-        return self._spans[block_n]
-
-    def matches(self, cu, step_ids, n_steps, device) -> bool:
-        new = (cu, step_ids, n_steps)
-        return (self.device == device and all(a is b for a, b in zip(self.keys, new, strict=True))
-                and all(v == _version(t) for v, t in zip(self.versions, new, strict=True)))
-
-    @classmethod
-    def get(cls, cu, step_ids, n_steps, device) -> Plan:
-        last = cls._last
-        if last is not None and last.matches(cu, step_ids, n_steps, device):
-            return last
-        cls._last = plan = cls(cu, step_ids, n_steps, device)
-        return plan
-
-
-def window_steps(span: int, limit: int) -> int:
-    """NS of the dot kernel for a pack whose widest key tile spans `span` step ids, or 0 (loop kernel)."""
-    if span > limit:
-        return 0
-    return max(MIN_NS, triton.next_power_of_2(max(span, 1)))

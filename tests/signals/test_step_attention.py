@@ -179,18 +179,17 @@ def test_noncontiguous_steps(backend):
 
 # the default (dot) path on rendered-like steps runs in every other triton case; here: the loop fallback, and the
 # dot kernel forced onto interleaved ids (windows left and re-opened). Small packs: the interpreter is slow.
-@pytest.mark.parametrize("pattern,kernel", [("ones", "dot"), ("noncontiguous", "dot"), ("ragged", "loop"),
-                                            ("noncontiguous", "loop")])
+@pytest.mark.parametrize("pattern,kernel", [("noncontiguous", "dot"), ("ragged", "loop"), ("noncontiguous", "loop")])
 @pytest.mark.parametrize("backend", backend_params("triton"))
 def test_triton_mass_kernels_match_oracle(backend, pattern, kernel):
-    """Both pass-2 kernels (kernels/step_mass.py) on the same pack: the one-hot dot kernel (the normal path;
-    "ones" = 1-token steps, a key tile spans BLOCK_N ids, the widest window) and the per-step loop kernel
-    (the fallback, forced with STEPS=0), per head and head mean, against the fp64 oracle."""
+    """Both pass-2 kernels (kernels/step_mass.py): the one-hot dot kernel (the default path, which every other
+    triton case takes, 1-token steps included: a key tile then spans BLOCK_N ids, the widest window) forced onto
+    interleaved ids, and the per-step loop kernel (the fallback, forced with STEPS=0), per head and head mean,
+    against the fp64 oracle."""
     from masprism_batch.kernels import step_attention as tk
-    from masprism_batch.kernels import step_mass as sm
+    from masprism_batch.kernels import step_plan as sp
 
-    c = make_attn_case([70, 9, 1], 4, 2, 64, torch.float32, new_seed(), "ones" if pattern == "ones" else "ragged",
-                       device=device_of(backend))
+    c = make_attn_case([70, 9, 1], 4, 2, 64, torch.float32, new_seed(), "ragged", device=device_of(backend))
     if pattern == "noncontiguous":  # random ids, -1 included: windows are left and re-opened (read-modify-write)
         g = torch.Generator().manual_seed(abs(hash(c.desc)) % 2**31)
         sid = c.step_ids.cpu().clone()
@@ -201,9 +200,9 @@ def test_triton_mass_kernels_match_oracle(backend, pattern, kernel):
         c.desc += " noncontiguous"
     o, lse = tk.attention_lse(c.q, c.k, c.v, c.cu_seqlens, c.scale)
     cfg = tk.mass_config(c.q.dtype, c.q.shape[2], 2, 80, per_head=False)
-    plan = sm.Plan(c.cu_seqlens, c.step_ids, c.n_steps, c.q.device)
-    if pattern != "noncontiguous":  # rendered-like steps always take the dot kernel by default
-        assert sm.window_steps(plan.max_span(cfg["BLOCK_N"]), cfg["STEPS"]) > 0, c.desc
+    plan = sp.Plan(c.cu_seqlens, c.step_ids, c.n_steps, c.q.device)
+    if pattern == "ragged":  # rendered-like steps take the dot kernel by default
+        assert sp.window_steps(plan.max_span(cfg["BLOCK_N"]), cfg["STEPS"]) > 0, c.desc
     if kernel == "loop":
         cfg["STEPS"] = 0
     else:
