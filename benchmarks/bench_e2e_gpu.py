@@ -64,7 +64,12 @@ def random_model_dir(folder: Path, tok: Path, layers: int | None) -> Path:
         return folder
     from transformers import Qwen3ForCausalLM
 
-    cfg = hf_config("qwen3-0.6b" + (f"@{layers}" if layers else ""))
+    cfg = hf_config("qwen3-0.6b")
+    if layers:  # rebuilt, not patched: the config validates its per-layer lists against the layer count
+        d = cfg.to_dict()
+        d.update(num_hidden_layers=layers)
+        d.pop("layer_types", None)
+        cfg = type(cfg)(**d)
     torch.manual_seed(0)
     Qwen3ForCausalLM(cfg).to(torch.bfloat16).save_pretrained(folder)
     for f in tok.iterdir():
