@@ -79,7 +79,9 @@ class Launch:
 
     @property
     def key(self):
-        return (self.kernel, self.capability, repr(sorted(self.signature.items())),
+        # dtype included: a kernel whose launch does not depend on the model dtype (_sum_step_rows reads fp32
+        # R) still gets a row per dtype, so every dtype's table lists every kernel
+        return (self.kernel, self.dtype, self.capability, repr(sorted(self.signature.items())),
                 repr(sorted(self.constexprs.items())), repr(sorted(self.attrs.items())),
                 self.options.get("num_warps"), self.options.get("num_stages"))
 
