@@ -114,7 +114,6 @@ def _render_workers(asked: int | None, model) -> int:
 
 def _work(committer: Committer, model, cfg: PipelineConfig, ledger: FileLedger, attribute, prefetch: int,
           workers: int, pool: RenderPool | None) -> None:
-
     def prepare(shard):
         key = f"{shard.shard_id}/prepare"
         tasks = prepare_shard(shard, model.tokenizer, model.max_context, cfg, guard=_guard(ledger, key), render=pool)
@@ -130,7 +129,7 @@ def _work(committer: Committer, model, cfg: PipelineConfig, ledger: FileLedger, 
     ledger = _OneAtATime(ledger)
     # a crash history: nothing runs beside anything else, so the next crash is pinned to what ran alone (with
     # a render beside a pack, a crash would count against both)
-    ahead = prefetch if not ledger.started else 0
+    ahead = max(prefetch, 0) if not ledger.started else 0
     if not ahead:
         pool = None  # one thing at a time: the render runs in this process
     with contextlib.ExitStack() as stack:
