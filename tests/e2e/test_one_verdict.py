@@ -155,12 +155,15 @@ def test_every_output_names_the_same_step_and_agent(outdir, tmp_path):
     step, agent = a["pred_step"], a["pred_agent"]
     assert a["method"] == "ranked" and a["candidates"][0]["step"] == step
     assert a["pred_step_agent"] == AGENTS[step]
-    # author / aggregate, or a zero-training agent rule of fallback.json (active, mix:b: issue 23)
-    assert a["pred_agent_rule"] in ("author", "aggregate", "active") or a["pred_agent_rule"].startswith("mix:")
+    # author / aggregate, or a zero-training agent rule of fallback.json (most_active, guard:t, active, mix:b:
+    # issues 23, 32)
+    from masprism_batch.method import rules
+
+    assert a["pred_agent_rule"] in ("author", "aggregate", *rules.AGENT_RULES)
     assert a["agent_ranking"] and a["agent_ranking"][0]["agent"] == agent
-    if a["pred_agent_rule"] in ("aggregate", "active") or a["pred_agent_rule"].startswith("mix:"):
+    if a["pred_agent_rule"] in ("aggregate", "active", "most_active") or a["pred_agent_rule"].startswith("mix:"):
         assert sum(r["score"] for r in a["agent_ranking"]) == pytest.approx(1.0)
-    else:
+    elif not a["pred_agent_rule"].startswith("guard:"):  # a guard keeps the most active agent or moves to the votes'
         assert agent == AGENTS[step]
     rows = sorted(ds.dataset(str(outdir / "step_scores")).to_table().to_pylist(), key=lambda r: r["step"])
     ranked = sorted((r for r in rows if r["final_rank"] is not None), key=lambda r: r["final_rank"])
