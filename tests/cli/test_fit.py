@@ -166,7 +166,9 @@ def test_bench_accuracy_and_fit_share_the_fitting_function(run_dir, tmp_path):
         r = rows[tid]
         ranked = [x["step"] for x in sorted((x for x in r if x["masprism_rank"]), key=lambda x: x["masprism_rank"])]
         cases.append(ba.Case("billing-bot", t, {"rows": r, "ranking": {"ranked": ranked}}, {}))
-    f = ba.system_fit(cases, "billing-bot")
+    from masprism_batch.method import rules
+
+    f = ba.system_fit(cases, "billing-bot", rule_agent=rules.fallback_agent_rule(None))  # the agent rule fit uses
     e = json.loads(out.read_text())["systems"]["billing-bot"]
     assert f.entry["verdict"] == e["verdict"] and f.entry["heldout"] == e["heldout"]
     assert f.entry.get("weights") == e.get("weights") and f.entry["calibration"] == e["calibration"]
