@@ -40,6 +40,7 @@ log = logging.getLogger(__name__)
 Z = 1.0
 Z_PRIOR_AGENT = 0.5
 Z_AGENT = 2.0
+MIX_AGENT = "mix:0.5"
 MIN_K = 10  # labelled logs below which the zero-training verdict is kept whatever the internal estimates say
 # the largest share of a system's logs a verdict may give one step index (held out): above it the verdict names a
 # position, not what the log says (issue 32: every Hand-Crafted log got step 8). "Three logs in four": on TRAIL
@@ -178,12 +179,16 @@ def _constant_notes(constant, step_acc, modal, hits, chosen, oof, ok) -> list[st
 def _agent_choice(cases, oof, ok, chosen, rule_agent: str, overridable: bool, use_ranker: bool):
     """(agent rule, held-out agent accuracy per option) on top of the chosen step verdict: the zero-training
     agent rule, replaced by the label prior's agent (`prior|<rule>`: the most often blamed agent present in the
-    log, else the rule's) when it wins by Z_PRIOR_AGENT; then the author of the blamed step ("author") or, with a
-    ranker, its summed step probabilities ("aggregate") only by Z_AGENT."""
+    log, else the rule's) when it wins by Z_PRIOR_AGENT; then the author of the blamed step ("author"), the
+    evidence-mixing rule (MIX_AGENT) or, with a ranker, its summed step probabilities ("aggregate") only by
+    Z_AGENT."""
     if not any(c.gold_agents for c in cases):
         return rule_agent, {}
     prior = f"prior|{rule_agent}"
-    extra = [a for a in ("author", "aggregate" if use_ranker else None) if a and a != rule_agent]
+    # MIX_AGENT (the blamed steps' authors mixed with each agent's share of the log) is not shipped zero-training
+    # (it never beat the most active agent on a system it was not chosen on), but a system's own labels may
+    # show that it helps there: then, like the author, it must win by Z_AGENT on this system's held-out folds
+    extra = [a for a in ("author", MIX_AGENT, "aggregate" if use_ranker else None) if a and a != rule_agent]
     def pick(a, i):
         top = oof[i][chosen][0]
         order = ft.prior_agent_order(cases[i].ranked, top) if chosen == "prior" else None
