@@ -64,9 +64,11 @@ def main() -> None:
     ap.add_argument("--limit", type=int, default=12)
     ap.add_argument("--model", default="smollm2-135m")
     ap.add_argument("--threads", type=int, default=None)
+    ap.add_argument("--dtype", default=None, help="model dtype (auto | float32 | bfloat16 ...; default: the config's)")
     ap.add_argument("--csv", type=Path, default=RESULTS)
     args = ap.parse_args()
-    cfg = load_config(None, model__name=args.model, model__threads=args.threads)
+    extra = {} if args.dtype is None else {"model__dtype": args.dtype}
+    cfg = load_config(None, model__name=args.model, model__threads=args.threads, **extra)
     model = load_model(cfg.model, cfg.signals)
     with tempfile.TemporaryDirectory(prefix="bench-ratio-") as tmp:
         out = Path(tmp) / "out"
