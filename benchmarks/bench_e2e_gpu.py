@@ -18,7 +18,6 @@ Harness after ../shared/gpu/e2e_gpu.py (the first H200 run, 2026-11-26).
 from __future__ import annotations
 
 import argparse
-import csv
 import datetime as dt
 import json
 import logging
@@ -151,16 +150,6 @@ def run_budget(mdir: Path, data: list[str], budget: str, work: Path, hf: bool, c
     return rows, stages
 
 
-def _write(path: Path, rows: list[dict], fields: list[str]) -> None:
-    path.parent.mkdir(parents=True, exist_ok=True)
-    new = not path.exists()
-    with path.open("a", newline="") as f:
-        w = csv.DictWriter(f, fieldnames=fields, extrasaction="ignore")
-        if new:
-            w.writeheader()
-        w.writerows(rows)
-
-
 def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--data", nargs="+", default=[str(SHARED / "who_and_when"), str(SHARED / "trail")])
@@ -174,7 +163,7 @@ def main(argv=None) -> int:
     ap.add_argument("--stages-csv", type=Path, default=None, help="default: <csv stem>_stages.csv")
     args = ap.parse_args(argv)
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(name)s %(message)s")
-    from gpu_benchlib import _commit
+    from gpu_benchlib import _commit, append_rows
 
     missing = [d for d in args.data if not Path(d).exists()]
     if missing:
@@ -187,8 +176,8 @@ def main(argv=None) -> int:
         print(f"{'budget':>8} {'impl':<16}{'tokens':>10}{'seconds':>9}{'tok/s':>10}{'vs plain':>9}")
         for budget in args.budgets:
             rows, stages = run_budget(mdir, args.data, budget, work, not args.no_hf, _commit())
-            _write(args.csv, rows, FIELDS)
-            _write(args.stages_csv or args.csv.with_name(args.csv.stem + "_stages.csv"), stages,
+            append_rows(args.csv, rows, FIELDS)
+            append_rows(args.stages_csv or args.csv.with_name(args.csv.stem + "_stages.csv"), stages,
                    ["budget", "stage", "seconds"])
             for r in rows:
                 print(f"{r['budget']:>8} {r['impl']:<16}{r['tokens']:>10}{r['seconds']:>9.2f}{r['tokens_per_s']:>10}"

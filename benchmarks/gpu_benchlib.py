@@ -56,12 +56,13 @@ def gpu_row(bench: str, op: str, impl: str, model: str, T: int, dtype: str, ms: 
                 date=dt.date.today().isoformat())
 
 
-def append_rows(path: Path, rows: list[dict]) -> None:
+def append_rows(path: Path, rows: list[dict], fields: list[str] | None = None) -> None:
+    """Tidy rows appended to a CSV (header written once); `fields` default to the kernel rows' GPU_FIELDS."""
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
     new = not path.exists()
     with path.open("a", newline="") as f:
-        w = csv.DictWriter(f, fieldnames=GPU_FIELDS, extrasaction="ignore")
+        w = csv.DictWriter(f, fieldnames=fields or GPU_FIELDS, extrasaction="ignore")
         if new:
             w.writeheader()
         w.writerows(rows)

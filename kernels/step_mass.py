@@ -48,6 +48,39 @@ def mass_config(dtype: torch.dtype, head_dim: int, groups: int, capability: int,
     return dict(BLOCK_M=bm, BLOCK_N=bn, HPB=hpb, STEPS=steps, num_warps=warps, num_stages=stages)
 
 
+# ---- shared by both kernels ------------------------------------------------------------------------------
+@triton.jit
+def _program_rows(Q, LSE, STEP, CU, BLK_SEQ, BLK_START, R, T, n_r, sq_t, sq_h, sr_h,
+                  GROUPS: tl.constexpr, HPB: tl.constexpr, D: tl.constexpr, BLOCK_M: tl.constexpr):
+    """This program's query block: its KV head, sequence bounds, key range `[0, end)` (0 when the block holds
+    no step token, so its key loop is skipped), the HPB heads' queries stacked along rows (row r = g * BLOCK_M
+    + m) with their base-2 LSE, and the R rows it owns."""
+    pid = tl.program_id(0)
+    hb = tl.program_id(1)  # head block: query heads hb*HPB .. hb*HPB+HPB-1, all in KV group hk
+    h0 = hb * HPB
+    hk = h0 // GROUPS
+    seq = tl.load(BLK_SEQ + pid)
+    live = seq >= 0
+    start = tl.where(live, tl.load(BLK_START + pid), 0)
+    seq = tl.maximum(seq, 0)
+    s0 = tl.load(CU + seq)
+    L = tl.where(live, tl.load(CU + seq + 1) - s0, 0)
+    offs_m = start + tl.arange(0, BLOCK_M)
+    offs_d = tl.arange(0, D)
+    row_ok = offs_m < L
+    offs_r = tl.arange(0, HPB * BLOCK_M)
+    r_g = offs_r // BLOCK_M
+    r_m = start + offs_r % BLOCK_M
+    r_ok = r_m < L
+    q = tl.load(Q + (s0 + r_m)[:, None] * sq_t + (h0 + r_g)[:, None] * sq_h + offs_d[None, :],
+                mask=r_ok[:, None], other=0.0)
+    lse2 = tl.load(LSE + (h0 + r_g) * T + s0 + r_m, mask=r_ok, other=0.0) * 1.4426950408889634
+    qstep = tl.load(STEP + s0 + offs_m, mask=row_ok, other=-1)
+    end = tl.where(tl.max(qstep, 0) >= 0, tl.minimum(start + BLOCK_M, L), 0)
+    R_rows = R + hb * sr_h + (s0 + offs_m) * n_r
+    return hk, s0, L, start, end, offs_d, row_ok, r_m, r_ok, q, lse2, R_rows
+
+
 # ---- the dot kernel --------------------------------------------------------------------------------------
 @triton.jit
 def _mass_tile(q, K, STEP, s0, n0, L, r_m, offs_d, hk, sk_t, sk_h, lse2, qk_scale,
@@ -110,32 +143,9 @@ def _step_mass_dot(Q, K, LSE, STEP, CU, BLK_SEQ, BLK_START, R, qk_scale, T, n_r,
                    sq_t, sq_h, sk_t, sk_h, sr_h,
                    GROUPS: tl.constexpr, HPB: tl.constexpr, D: tl.constexpr, BLOCK_M: tl.constexpr,
                    BLOCK_N: tl.constexpr, NS: tl.constexpr, PREC: tl.constexpr, SPLIT: tl.constexpr):
-    pid = tl.program_id(0)
-    hb = tl.program_id(1)  # head block: query heads hb*HPB .. hb*HPB+HPB-1, all in KV group hk
-    h0 = hb * HPB
-    hk = h0 // GROUPS
-    seq = tl.load(BLK_SEQ + pid)
-    live = seq >= 0
-    start = tl.where(live, tl.load(BLK_START + pid), 0)
-    seq = tl.maximum(seq, 0)
-    s0 = tl.load(CU + seq)
-    L = tl.where(live, tl.load(CU + seq + 1) - s0, 0)
-    offs_m = start + tl.arange(0, BLOCK_M)
-    offs_d = tl.arange(0, D)
-    row_ok = offs_m < L
-    # the HPB heads stacked along rows: row r = g * BLOCK_M + m
-    offs_r = tl.arange(0, HPB * BLOCK_M)
-    r_g = offs_r // BLOCK_M
-    r_m = start + offs_r % BLOCK_M
-    r_ok = r_m < L
-    q = tl.load(Q + (s0 + r_m)[:, None] * sq_t + (h0 + r_g)[:, None] * sq_h + offs_d[None, :],
-                mask=r_ok[:, None], other=0.0)
-    lse2 = tl.load(LSE + (h0 + r_g) * T + s0 + r_m, mask=r_ok, other=0.0) * 1.4426950408889634
-    qstep = tl.load(STEP + s0 + offs_m, mask=row_ok, other=-1)
-    # a block with no step token contributes nothing: skip its key loop entirely
-    end = tl.where(tl.max(qstep, 0) >= 0, tl.minimum(start + BLOCK_M, L), 0)
+    hk, s0, L, start, end, offs_d, row_ok, r_m, r_ok, q, lse2, R_rows = _program_rows(
+        Q, LSE, STEP, CU, BLK_SEQ, BLK_START, R, T, n_r, sq_t, sq_h, sr_h, GROUPS, HPB, D, BLOCK_M)
     full = (tl.minimum(start, end) // BLOCK_N) * BLOCK_N  # key tiles wholly before the first query row
-    R_rows = R + hb * sr_h + (s0 + offs_m) * n_r
     base = tl.full([], -1073741824, tl.int32)  # no window yet: every first tile opens one
     acc = tl.zeros([BLOCK_M, NS], tl.float32)
     for n0 in range(0, full, BLOCK_N):
@@ -168,29 +178,8 @@ def _step_mass(Q, K, LSE, STEP, CU, BLK_SEQ, BLK_START, R, qk_scale, T, n_r,
                sq_t, sq_h, sk_t, sk_h, sr_h,
                GROUPS: tl.constexpr, HPB: tl.constexpr, D: tl.constexpr,
                BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, PREC: tl.constexpr):
-    pid = tl.program_id(0)
-    hb = tl.program_id(1)
-    h0 = hb * HPB
-    hk = h0 // GROUPS
-    seq = tl.load(BLK_SEQ + pid)
-    live = seq >= 0
-    start = tl.where(live, tl.load(BLK_START + pid), 0)
-    seq = tl.maximum(seq, 0)
-    s0 = tl.load(CU + seq)
-    L = tl.where(live, tl.load(CU + seq + 1) - s0, 0)
-    offs_m = start + tl.arange(0, BLOCK_M)
-    offs_d = tl.arange(0, D)
-    row_ok = offs_m < L
-    offs_r = tl.arange(0, HPB * BLOCK_M)
-    r_g = offs_r // BLOCK_M
-    r_m = start + offs_r % BLOCK_M
-    r_ok = r_m < L
-    q = tl.load(Q + (s0 + r_m)[:, None] * sq_t + (h0 + r_g)[:, None] * sq_h + offs_d[None, :],
-                mask=r_ok[:, None], other=0.0)
-    lse2 = tl.load(LSE + (h0 + r_g) * T + s0 + r_m, mask=r_ok, other=0.0) * 1.4426950408889634
-    qstep = tl.load(STEP + s0 + offs_m, mask=row_ok, other=-1)
-    end = tl.where(tl.max(qstep, 0) >= 0, tl.minimum(start + BLOCK_M, L), 0)
-    R_rows = R + hb * sr_h + (s0 + offs_m) * n_r
+    hk, s0, L, start, end, offs_d, row_ok, r_m, r_ok, q, lse2, R_rows = _program_rows(
+        Q, LSE, STEP, CU, BLK_SEQ, BLK_START, R, T, n_r, sq_t, sq_h, sr_h, GROUPS, HPB, D, BLOCK_M)
     cur = tl.full([], -1, tl.int32)  # key step being carried, -1 none
     cur_seen = tl.full([], 0, tl.int1)  # whether `cur` was already flushed once (non-contiguous ids)
     hi = tl.full([], -1, tl.int32)  # highest step id met so far

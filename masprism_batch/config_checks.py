@@ -135,6 +135,26 @@ def check_max_steps(value: int, name: str = "ingest.max_steps") -> int:
     return value
 
 
+class NotRegularFile(ValueError):
+    """A path that is not a regular file (a FIFO, socket, device or folder)."""
+
+
+def read_regular(path, limit: int) -> tuple[bytes, int]:
+    """(at most `limit` + 1 bytes, the size) of `path`, read only if it is a regular file: opened with
+    O_NONBLOCK so a FIFO never blocks, then checked on the descriptor (no check-then-open race). The open's
+    OSError propagates; the callers name the file in their own words."""
+    fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK | os.O_CLOEXEC)
+    try:
+        st = os.fstat(fd)
+        if not stat.S_ISREG(st.st_mode):
+            raise NotRegularFile(f"{path}: not a regular file")
+        os.set_blocking(fd, True)
+        with os.fdopen(os.dup(fd), "rb") as f:
+            return f.read(limit + 1), st.st_size
+    finally:
+        os.close(fd)
+
+
 def _regular_file(path: str, name: str) -> os.stat_result:
     # stat() follows a link and never blocks; a FIFO or device is refused before anything opens it
     try:
@@ -151,9 +171,7 @@ def read_config_file(path: str) -> str:
     MAX_CONFIG_BYTES, UTF-8."""
     _regular_file(path, "--config")
     try:
-        fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK | os.O_CLOEXEC)
-        with os.fdopen(fd, "rb") as f:
-            data = f.read(MAX_CONFIG_BYTES + 1)
+        data, _ = read_regular(path, MAX_CONFIG_BYTES)
     except OSError as e:
         raise ValueError(f"--config: {path!r}: {e.strerror or e}") from None
     if len(data) > MAX_CONFIG_BYTES:
@@ -175,9 +193,7 @@ def check_head_weights(path: str | None, name: str = "method.head_weights") -> s
         raise ValueError(f"{name}: {path!r} is {st.st_size} bytes, more than a head-weights file "
                          f"({MAX_HEAD_WEIGHTS_BYTES})")
     try:
-        fd = os.open(os.path.expanduser(path), os.O_RDONLY | os.O_NONBLOCK | os.O_CLOEXEC)
-        with os.fdopen(fd, "rb") as f:
-            doc = json.loads(f.read(MAX_HEAD_WEIGHTS_BYTES + 1).decode("utf-8"))
+        doc = json.loads(read_regular(os.path.expanduser(path), MAX_HEAD_WEIGHTS_BYTES)[0].decode("utf-8"))
     except (OSError, ValueError, RecursionError) as e:  # UnicodeDecodeError and JSONDecodeError are ValueErrors
         raise ValueError(f"{name}: {path!r} is not a head-weights JSON file ({type(e).__name__})") from None
     weights = doc.get("weights") if isinstance(doc, dict) else None

@@ -14,10 +14,10 @@ from __future__ import annotations
 import hashlib
 import json
 import math
-import os
-import stat
 from pathlib import Path
 from typing import Any
+
+from ..config_checks import NotRegularFile, read_regular
 
 MAX_BYTES = 64 * 1024**2  # a fitted file is a few hundred KB; far more is not a ranker file
 MAX_DEPTH = 8  # the deepest a valid file nests: systems -> entry -> priors -> pos -> value
@@ -35,19 +35,14 @@ def _error(path, where: str, what: str):
 def read_bounded(path: Path) -> bytes:
     """The file's bytes: a regular file (never a FIFO that would block), at most MAX_BYTES."""
     try:
-        fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK)
+        data, size = read_regular(path, MAX_BYTES)
+    except NotRegularFile:
+        raise _error(path, "", "not a regular file") from None
     except OSError as exc:
         raise _error(path, "", f"not a readable ranker file ({exc.strerror or exc})") from None
-    try:
-        st = os.fstat(fd)
-        if not stat.S_ISREG(st.st_mode):
-            raise _error(path, "", "not a regular file")
-        if st.st_size > MAX_BYTES:
-            raise _error(path, "", f"{st.st_size:,} bytes: larger than any ranker file ({MAX_BYTES:,} at most)")
-        with os.fdopen(os.dup(fd), "rb") as f:
-            return f.read(MAX_BYTES + 1)
-    finally:
-        os.close(fd)
+    if size > MAX_BYTES:
+        raise _error(path, "", f"{size:,} bytes: larger than any ranker file ({MAX_BYTES:,} at most)")
+    return data
 
 
 def load(path: Path) -> dict:
