@@ -144,15 +144,16 @@ def _surrogate_text(m: re.Match) -> str:
     return f"\\x{c - 0xDC00:02x}" if 0xDC80 <= c <= 0xDCFF else "\ufffd"
 
 
-def clean_text(s: str | None) -> str | None:
-    """`s` as valid UTF-8 (Arrow, JSON and terminals refuse lone surrogates): unchanged when it already is."""
+def clean_text(s: str | None, replace=_surrogate_text) -> str | None:
+    """`s` as valid UTF-8 (Arrow, JSON and terminals refuse lone surrogates): the same object when it already
+    is. `replace`: what a lone surrogate becomes (a string, or a function of its match)."""
     if s is None or s.isascii():
         return s
     try:
         s.encode("utf-8")
         return s
     except UnicodeEncodeError:
-        return _SURROGATES.sub(_surrogate_text, s)
+        return _SURROGATES.sub(replace, s)
 
 
 def error_row(*, stage: str, reason: str, message: str, input_path: str | None = None,

@@ -10,12 +10,12 @@ empty is reported (`empty_step` warning) and a trace whose every step is empty i
 from __future__ import annotations
 
 import json
-import re
 import threading
 from datetime import datetime, timezone
 from typing import Any
 
 from ..config import IngestConfig
+from ..schema import clean_text
 from ..trace import Labels, Step, Trace
 from .common import MAX_EMPTY_STEP_ROWS, Context, IngestError, apply_caps, check_trace_id, short
 from .status import of_field
@@ -25,20 +25,13 @@ MAX_METADATA_DEPTH = 100  # nesting levels of a trace's metadata; a real export'
 _repairs = threading.local()
 
 
-_SURROGATE = re.compile("[\ud800-\udfff]")
-
-
 def _clean_str(s: str) -> str:
     # Lone surrogates (legal in JSON "\ud800" escapes) cannot be encoded to UTF-8 for Arrow. Each becomes
     # U+FFFD, as documented (`encode(errors="replace")` would give "?", which reads as real text).
-    if s.isascii():
-        return s
-    try:
-        s.encode("utf-8")
-        return s
-    except UnicodeEncodeError:
+    out = clean_text(s, "\ufffd")
+    if out is not s:
         _repairs.n = getattr(_repairs, "n", 0) + 1
-        return _SURROGATE.sub("\ufffd", s)
+    return out
 
 
 def _clean_meta(v: Any, depth: int = 0) -> Any:
