@@ -18,10 +18,8 @@ import platform
 from pathlib import Path
 
 import numpy as np
-from accuracy_cases import fitted_kfold, headline_mean, load_cases
-from accuracy_extract import extract_config
+from accuracy_cases import add_cache_args, cached_cases, fitted_kfold, headline_mean
 from accuracy_report import GUARD_BEGIN, GUARD_END, replace_block
-from bench_accuracy import extract_overrides
 
 from masprism_batch.method import fit as ft
 from masprism_batch.method import fit_system as fs
@@ -55,18 +53,11 @@ def per_system(cases, rule: str, agent_rule: str) -> dict[str, tuple[float, floa
 
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    ap.add_argument("--data", default=str(ROOT.parent / "shared" / "data"))
-    ap.add_argument("--work", default="/tmp/masprism-accuracy")
-    ap.add_argument("--model", default="smollm2-135m")
-    ap.add_argument("--cache", default=None)
-    ap.add_argument("--counterfactual-k", type=int, default=None)
-    ap.add_argument("--no-learned-heads", action="store_true")
+    add_cache_args(ap)
     ap.add_argument("--md", default=str(ROOT / "docs" / "results.md"))
     args = ap.parse_args()
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(message)s")
-    cfg = extract_config(args.model, **extract_overrides(args))
-    cache = Path(args.cache) if args.cache else Path(args.work) / f"cache-{cfg.config_hash()}"
-    cases = load_cases(Path(args.data), cache)
+    cases, _ = cached_cases(args)
     rule, agent = zr.fallback_rule(None), zr.fallback_agent_rule(None)
     new = per_system(cases, rule, agent)
     saved = ft.prior_offset, ft.prior_verdict, fs.MAX_MODAL

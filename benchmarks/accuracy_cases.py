@@ -5,11 +5,12 @@ product's fit (`masprism-batch fit`: method/fit_system.py, called here, never re
 
 from __future__ import annotations
 
+import argparse
 import json
 from pathlib import Path
 
 import numpy as np
-from accuracy_extract import load_systems, trace_key
+from accuracy_extract import extract_config, load_systems, trace_key
 
 from masprism_batch.eval import score_trail, score_who_and_when
 from masprism_batch.eval.common import norm_agent
@@ -27,6 +28,34 @@ class Case:
     @property
     def dataset(self) -> str:
         return self.system.split("/")[0]
+
+
+
+ROOT = Path(__file__).resolve().parents[1]
+
+
+def add_cache_args(ap: argparse.ArgumentParser) -> None:
+    """The arguments every script reading the signal cache takes (as given to accuracy_extract.py)."""
+    ap.add_argument("--data", default=str(ROOT.parent / "shared" / "data"))
+    ap.add_argument("--work", default="/tmp/masprism-accuracy")
+    ap.add_argument("--model", default="smollm2-135m")
+    ap.add_argument("--cache", default=None, help="signal cache folder (default: WORK/cache-<config hash>)")
+    ap.add_argument("--counterfactual-k", type=int, default=None, help="as given to accuracy_extract.py")
+    ap.add_argument("--no-learned-heads", action="store_true", help="as given to accuracy_extract.py")
+
+
+def extract_overrides(args) -> dict:
+    extra = {} if args.counterfactual_k is None else {"method__counterfactual_k": args.counterfactual_k}
+    if args.no_learned_heads:
+        extra["method__learned_heads"] = False
+    return extra
+
+
+def cached_cases(args) -> tuple[list, object]:
+    """(the cached cases, the extraction config) named by `add_cache_args`' arguments."""
+    cfg = extract_config(args.model, **extract_overrides(args))
+    cache = Path(args.cache) if args.cache else Path(args.work) / f"cache-{cfg.config_hash()}"
+    return load_cases(Path(args.data), cache), cfg
 
 
 def load_cases(data: Path, cache: Path) -> list[Case]:

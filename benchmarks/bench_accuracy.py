@@ -34,18 +34,19 @@ from accuracy_cases import (
     Case,
     _kfold_scores,
     _unlabelled,
+    add_cache_args,
     available_rules,
+    cached_cases,
     faithful_rows,
     fit_cases,
     fitted_rows,
     headline_mean,
-    load_cases,
     pass1_rows,
     rule_rows,
     score,
     system_fit,
 )
-from accuracy_extract import SYSTEMS, extract_config, load_systems
+from accuracy_extract import SYSTEMS, load_systems
 from accuracy_rankers import agent_orders, fit_heads, kfold, loso, rules_loso, with_learned
 from accuracy_report import METRIC, write_markdown
 
@@ -74,21 +75,14 @@ def emit(out: list, method: str, protocol: str, flat: dict, spread: dict | None 
 
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    ap.add_argument("--data", default=str(ROOT.parent / "shared" / "data"))
-    ap.add_argument("--work", default="/tmp/masprism-accuracy")
-    ap.add_argument("--model", default="smollm2-135m")
+    add_cache_args(ap)
     ap.add_argument("--l2", type=float, default=1.0, help="portable ranker L2 (fixed a priori, not tuned on eval cases)")
-    ap.add_argument("--cache", default=None, help="signal cache folder (default: WORK/cache-<config hash>)")
-    ap.add_argument("--counterfactual-k", type=int, default=None, help="as given to accuracy_extract.py")
-    ap.add_argument("--no-learned-heads", action="store_true", help="as given to accuracy_extract.py")
     ap.add_argument("--train-weights", action="store_true")
     ap.add_argument("--csv", default=str(ROOT / "benchmarks" / "results" / "accuracy.csv"))
     ap.add_argument("--md", default=str(ROOT / "docs" / "results.md"))
     args = ap.parse_args()
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(message)s")
-    cfg = extract_config(args.model, **extract_overrides(args))
-    cache = Path(args.cache) if args.cache else Path(args.work) / f"cache-{cfg.config_hash()}"
-    cases = load_cases(Path(args.data), cache)
+    cases, cfg = cached_cases(args)
     model_id = next((c.meta["attribution"]["model_id"] for c in cases), args.model)
     log.info("%d cached traces: %s", len(cases), {s: sum(c.system == s for c in cases) for s in SYSTEMS})
     available = {s: len(v) for s, v in load_systems(Path(args.data)).items()}
@@ -153,13 +147,6 @@ def main() -> None:
 
 
 FITTED = "fitted (masprism-batch fit)"
-
-
-def extract_overrides(args) -> dict:
-    extra = {} if args.counterfactual_k is None else {"method__counterfactual_k": args.counterfactual_k}
-    if args.no_learned_heads:
-        extra["method__learned_heads"] = False
-    return extra
 
 
 def rule_calibration(cases: list[Case], rule: str, out: list) -> dict:

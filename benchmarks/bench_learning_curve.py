@@ -27,10 +27,8 @@ import zlib
 from pathlib import Path
 
 import numpy as np
-from accuracy_cases import fit_cases, load_cases
-from accuracy_extract import extract_config
+from accuracy_cases import add_cache_args, cached_cases, fit_cases
 from accuracy_report import CURVE_BEGIN, CURVE_END, replace_block
-from bench_accuracy import extract_overrides
 
 from masprism_batch.method import calibrate
 from masprism_batch.method import fit as ft
@@ -138,12 +136,7 @@ def time_fit(n: int, out: Path) -> str:
 
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    ap.add_argument("--data", default=str(ROOT.parent / "shared" / "data"))
-    ap.add_argument("--work", default="/tmp/masprism-accuracy")
-    ap.add_argument("--model", default="smollm2-135m")
-    ap.add_argument("--cache", default=None)
-    ap.add_argument("--counterfactual-k", type=int, default=None)
-    ap.add_argument("--no-learned-heads", action="store_true")
+    add_cache_args(ap)
     ap.add_argument("--draws", type=int, default=20)
     ap.add_argument("--time-fit", type=int, default=None, metavar="N",
                     help="only time `fit` on a synthetic N-log run OUTDIR and print the line")
@@ -157,9 +150,7 @@ def main() -> None:
         with tempfile.TemporaryDirectory() as d:
             print(time_fit(args.time_fit, Path(d)))  # noqa: T201 - a benchmark's result line
         return
-    cfg = extract_config(args.model, **extract_overrides(args))
-    cache = Path(args.cache) if args.cache else Path(args.work) / f"cache-{cfg.config_hash()}"
-    cases = load_cases(Path(args.data), cache)
+    cases, _ = cached_cases(args)
     rule, rule_agent = zr.fallback_rule(None), zr.fallback_agent_rule(None)
     rows, t0 = [], time.process_time()
     for system in sorted({c.system for c in cases}):
