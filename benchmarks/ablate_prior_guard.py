@@ -21,8 +21,8 @@ import numpy as np
 from accuracy_cases import add_cache_args, cached_cases, fitted_kfold, headline_mean
 from accuracy_report import GUARD_BEGIN, GUARD_END, replace_block
 
-from masprism_batch.method import fit as ft
-from masprism_batch.method import fit_system as fs
+from masprism_batch.fit import fitting as ft
+from masprism_batch.fit import system as fs
 from masprism_batch.method import rules as zr
 
 ROOT = Path(__file__).resolve().parents[1]

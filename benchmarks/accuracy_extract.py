@@ -71,7 +71,7 @@ def _save(path: Path, arrays: dict, meta: dict) -> None:
 
 
 def extract_one(t: Trace, model, cfg: PipelineConfig) -> tuple[dict, dict]:
-    from masprism_batch.model_stage import attribute_traces
+    from masprism_batch.stage.attribute import attribute_traces
 
     raw: dict = {}
     out = attribute_traces([t], model, cfg, raw_sink=lambda _t, d: raw.update(d))

@@ -49,7 +49,7 @@ def write_markdown(path: Path, rows, cases, heads_rows, policy, chosen, cfg, arg
         "",
         f"Pass 1 reads the whole log in windows of {r.max_context} tokens (each step up to "
         f"{r.window_step_cap} content tokens, {r.window_context} tokens of overlap, a digest of older steps: "
-        f"`masprism_batch/windows.py`); pass 2 is the paper's focused prompt ({r.max_context} tokens); " +
+        f"`masprism_batch/render/windows.py`); pass 2 is the paper's focused prompt ({r.max_context} tokens); " +
         (f"counterfactuals re-score the symptoms without each of the first {cfg.method.counterfactual_k} "
          "candidates from the cached prefix. " if cfg.method.counterfactual_k else
          "no counterfactuals and no per-head attention (the fitted rankers read neither; their ablations lost "

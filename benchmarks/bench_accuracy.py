@@ -50,12 +50,13 @@ from accuracy_extract import SYSTEMS, load_systems
 from accuracy_rankers import agent_orders, fit_heads, kfold, loso, rules_loso, with_learned
 from accuracy_report import METRIC, write_markdown
 
-from masprism_batch.method import calibrate, rankfile
+from masprism_batch.fit import fitting as ft
+from masprism_batch.fit import rankfile
+from masprism_batch.fit.rankfile import RankerFile, SystemRanker
+from masprism_batch.method import calibrate
 from masprism_batch.method import confidence as cf
-from masprism_batch.method import fit as ft
 from masprism_batch.method import heads as hd
 from masprism_batch.method import ranker as rk
-from masprism_batch.method.rankfile import RankerFile, SystemRanker
 
 ROOT = Path(__file__).resolve().parents[1]
 log = logging.getLogger("bench_accuracy")

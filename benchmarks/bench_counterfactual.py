@@ -30,13 +30,13 @@ import numpy as np
 import psutil
 import torch
 
-from masprism_batch import pass1
 from masprism_batch.config import load_config
 from masprism_batch.ingest import read_inputs
 from masprism_batch.method import counterfactual as cf
 from masprism_batch.model import load_model
-from masprism_batch.model_stage import _placeholder_ids
-from masprism_batch.pass2_prep import prepare_pass2
+from masprism_batch.render import pass1
+from masprism_batch.stage.attribute import _placeholder_ids
+from masprism_batch.stage.pass2 import prepare_pass2
 
 RESULTS = Path(__file__).parent / "results" / "counterfactual.csv"
 

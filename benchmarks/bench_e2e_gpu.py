@@ -92,9 +92,9 @@ def run_budget(mdir: Path, data: list[str], budget: str, work: Path, hf: bool, c
     from bench_pipeline_ratio import prefilled_lengths
     from masprism_batch.pipelines import run_local
 
-    from masprism_batch import batching
     from masprism_batch.config import load_config
     from masprism_batch.model import load_model
+    from masprism_batch.render import buckets
 
     over = {} if budget == "default" else {"batch__token_budget": int(budget)}
     cfg = load_config(None, model__name=str(mdir), **over)
@@ -112,7 +112,7 @@ def run_budget(mdir: Path, data: list[str], budget: str, work: Path, hf: bool, c
     tokens = int(run["counts"]["tokens"])
     lengths = prefilled_lengths(out, model, cfg)
     seqs = [np.random.default_rng(0).integers(0, model.arch.vocab_size, n).tolist() for n in lengths]
-    groups = batching.pack(lengths, int(used))
+    groups = buckets.pack(lengths, int(used))
     for g in groups[:2]:
         model.prefill([seqs[i] for i in g])  # warm-up (kernel compiles, allocator)
     _sync()

@@ -30,11 +30,11 @@ import numpy as np
 from accuracy_cases import add_cache_args, cached_cases, fit_cases
 from accuracy_report import CURVE_BEGIN, CURVE_END, replace_block
 
+from masprism_batch.fit import fitting as ft
+from masprism_batch.fit import system as fs
+from masprism_batch.fit.rankfile import SystemRanker
 from masprism_batch.method import calibrate
-from masprism_batch.method import fit as ft
-from masprism_batch.method import fit_system as fs
 from masprism_batch.method import rules as zr
-from masprism_batch.method.rankfile import SystemRanker
 
 ROOT = Path(__file__).resolve().parents[1]
 log = logging.getLogger("bench_learning_curve")

@@ -25,12 +25,12 @@ from pathlib import Path
 
 from kernel_benchlib import hardware
 
-from masprism_batch import pass1
 from masprism_batch.config import load_config
-from masprism_batch.encoding import encoder_for
 from masprism_batch.ingest import read_inputs
 from masprism_batch.model import load_model
-from masprism_batch.model_stage import attribute_traces
+from masprism_batch.render import pass1
+from masprism_batch.render.encoding import encoder_for
+from masprism_batch.stage.attribute import attribute_traces
 
 RESULTS = Path(__file__).parent / "results" / "pass2_overlap.csv"
 SAMPLE = Path(__file__).resolve().parents[1] / "masprism_batch" / "data" / "sample"

@@ -31,12 +31,12 @@ import psutil
 import torch
 from bench_counterfactual import repo_relative, timed  # one copy of the timing and path helpers
 from masprism_batch.pipelines import run_local
-from masprism_batch.pipelines.select import Selection
+from masprism_batch.pipelines.selection import Selection
 
-from masprism_batch import batching, pass1
 from masprism_batch.config import load_config
-from masprism_batch.io import read_dataset
 from masprism_batch.model import load_model
+from masprism_batch.outdir.parts import read_dataset
+from masprism_batch.render import buckets, pass1
 from masprism_batch.trace import Trace
 
 RESULTS = Path(__file__).parent / "results" / "pipeline_ratio.csv"
@@ -79,7 +79,7 @@ def main() -> None:
         lengths = prefilled_lengths(out, model, cfg)
     rng = np.random.default_rng(0)
     seqs = [rng.integers(0, model.arch.vocab_size, n).tolist() for n in lengths]
-    groups = batching.pack(lengths, cfg.batch.token_budget)
+    groups = buckets.pack(lengths, cfg.batch.token_budget)
     _, plain_s, plain_cpu = timed(lambda: [model.prefill([seqs[i] for i in g]) for g in groups])
     plain_tokens = sum(lengths)
     row = {

@@ -39,10 +39,9 @@ from __future__ import annotations
 import torch
 import triton
 import triton.language as tl
-
-from . import step_mass as _sm
-from . import step_plan as _plan
-from .step_mass import mass_config  # noqa: F401  (re-exported: the configs of both passes)
+from masprism_batch.kernels import step_mass as _sm
+from masprism_batch.kernels import step_plan as _plan
+from masprism_batch.kernels.step_mass import mass_config  # noqa: F401  (re-exported: the configs of both passes)
 
 LOG2E = 1.4426950408889634
 SUPPORTED_HEAD_DIMS = (64, 128)

@@ -13,7 +13,7 @@ from typing import Literal, get_args
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationInfo, field_validator, model_validator
 
-from . import config_checks as checks
+from masprism_batch import config_checks as checks
 
 TINY_CONTEXT = 8192  # byte-level tokens of the built-in tiny-random model
 
@@ -95,7 +95,7 @@ class RenderConfig(_Section):
     pass2_prefix_tokens: int = Field(128, ge=0)  # (ours, method doc) prefix kept of non-key steps in pass 2
     header_template: str = "[Step {index}] {agent}:"  # (ours) one header line per step
     truncation_marker: str = "[...]"
-    # Prompt texts of the two passes (ours: the paper's wording is not given; docs in masprism_batch/render.py)
+    # Prompt texts of the two passes (ours: the paper's wording is not given; docs in masprism_batch/render/prompt.py)
     pass1_preamble: str = (  # (ours) method doc: "the trace is truncated, omissions are expected"
         "Log of a multi-agent run that failed. It is truncated: every step is cut to the same length at [...]; "
         "omissions are expected, not errors.\n"
@@ -110,7 +110,7 @@ class RenderConfig(_Section):
         "[Note] The next step is anomalous: trace the cause backward.\n"
     )
     pass2_key_share: float = Field(0.5, ge=0, le=1)  # (ours) share of content tokens kept for key steps when pass 2 must shrink
-    # (ours, issue 13) pass 1 reads the whole log in windows of max_context (masprism_batch/windows.py);
+    # (ours, issue 13) pass 1 reads the whole log in windows of max_context (masprism_batch/render/windows.py);
     # "truncate" is the paper's single prompt with one equal step budget.
     pass1: Literal["windows", "truncate"] = "windows"
     window_step_cap: int | None = Field(128, ge=1)  # content tokens kept per step in the windows; None = every token (thorough)

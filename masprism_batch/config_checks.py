@@ -67,7 +67,7 @@ def check_prompt_room(render, tokenizer, model_context: int) -> None:
     """The fixed text of each pass's prompt (preamble, question template, anomaly note), in the model's own tokens,
     must leave MIN_LOG_TOKENS of the context for the log; else every trace would be rejected as too long, one by
     one, and the OUTDIR locked to that config. Checked when the model is loaded, before OUTDIR is touched."""
-    from .encoding import encoder_for
+    from masprism_batch.render.encoding import encoder_for
 
     context = min(render.max_context, model_context)
     pre_q, _, post_q = render.question_template.partition("{question}")

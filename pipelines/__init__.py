@@ -5,13 +5,13 @@ OUTDIR/{traces,attributions,step_scores,errors}/shard-<id>.parquet, OUTDIR/_mani
 See docs/scale-out.md.
 """
 
-from .driver import RunSummary
-from .local import run_local
+from masprism_batch.pipelines.driver import RunSummary
+from masprism_batch.pipelines.local import run_local
 
 
 def run_ray(*args, **kwargs) -> RunSummary:
     """Lazy wrapper: Ray is imported only when the Ray engine is used."""
-    from .ray_engine import run_ray as _run_ray
+    from masprism_batch.pipelines.ray_engine import run_ray as _run_ray
 
     return _run_ray(*args, **kwargs)
 

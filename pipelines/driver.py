@@ -20,18 +20,17 @@ from pathlib import Path
 from typing import Any
 
 import pyarrow as pa
+from masprism_batch.pipelines.interrupts import Interrupted, exit_status, interruptible  # noqa: F401 - re-exported (engines, CLI)
+from masprism_batch.pipelines.packs import now_utc
+from masprism_batch.pipelines.plan import INGEST_SHARD, InputPlan, Shard
+from masprism_batch.pipelines.resume import bind_header, piece_parts, resume_config, resume_of, settled_ids  # noqa: F401 - re-exported
+from masprism_batch.pipelines.work import result_to_tables
 from tqdm import tqdm
 
 from masprism_batch import __version__, schema
 from masprism_batch.config import PipelineConfig
 from masprism_batch.ingest.common import WARNING_REASONS
-from masprism_batch.io import OUTPUT_TABLES, OutdirLock, ShardStore, read_dataset, write_json_atomic
-
-from .interrupts import Interrupted, exit_status, interruptible  # noqa: F401 - re-exported (engines, CLI)
-from .packs import now_utc
-from .plan import INGEST_SHARD, InputPlan, Shard
-from .resume import bind_header, piece_parts, resume_config, resume_of, settled_ids  # noqa: F401 - re-exported
-from .work import result_to_tables
+from masprism_batch.outdir.parts import OUTPUT_TABLES, OutdirLock, ShardStore, read_dataset, write_json_atomic
 
 log = logging.getLogger(__name__)
 # seconds_input_wait (issue 33): the model stage's wait for its input, the CPU stage of a pack not done yet

@@ -20,18 +20,24 @@ import threading
 import time
 from pathlib import Path
 
-from masprism_batch import batching
-from masprism_batch.config import PipelineConfig, auto_device_type
-from masprism_batch.io import OutdirLock
-from masprism_batch.render_pool import RenderPool
+from masprism_batch.pipelines.driver import Committer, RunSummary, interruptible, resume_config
+from masprism_batch.pipelines.interrupts import record_interruption
+from masprism_batch.pipelines.packs import (
+    PACK_CRASHES_BEFORE_ONE_BY_ONE,
+    CrashGuard,
+    FileLedger,
+    attribute_traces,
+    load_model,
+)
+from masprism_batch.pipelines.plan import plan_inputs
+from masprism_batch.pipelines.prefetch import Prefetcher
+from masprism_batch.pipelines.selection import Selection
+from masprism_batch.pipelines.work import attribute_pack, prepare_shard
 
-from .driver import Committer, RunSummary, interruptible, resume_config
-from .interrupts import record_interruption
-from .packs import PACK_CRASHES_BEFORE_ONE_BY_ONE, CrashGuard, FileLedger, attribute_traces, load_model
-from .plan import plan_inputs
-from .prefetch import Prefetcher
-from .select import Selection
-from .work import attribute_pack, prepare_shard
+from masprism_batch.config import PipelineConfig, auto_device_type
+from masprism_batch.outdir.parts import OutdirLock
+from masprism_batch.render import buckets
+from masprism_batch.render.pool import RenderPool
 
 log = logging.getLogger(__name__)
 LEDGER_NAME = "_ledger.json"
@@ -64,7 +70,7 @@ def run_local(inputs: list[str], outdir: str | Path, cfg: PipelineConfig, *, fmt
         if model is None and "token_budget" not in cfg.batch.model_fields_set \
                 and auto_device_type(cfg.model.device) == "cuda":
             model = _load(load_model, cfg, extra)  # the budget enters the config hash the committer checks
-        cfg, budget, why = batching.with_token_budget(cfg, model)
+        cfg, budget, why = buckets.with_token_budget(cfg, model)
         log.info("token budget: %s tokens per packed forward (%s)", f"{budget:,}", why)
         extra.update(token_budget=budget, token_budget_source=why)
         workers = _render_workers(render_workers, model) if prefetch > 0 else 0

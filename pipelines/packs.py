@@ -1,8 +1,8 @@
 """The stage functions both engines call, and the per-shard work built from them.
 
 Both engines run exactly this code on a shard: `read_shard` (Parquet range -> Trace), `make_packs` (pass-1
-render, once, through `masprism_batch.pass1`, then token-budget packing), `process_pack` (the model stage on
-the shipped renders: prefill -> method -> pass 2 -> rows, through `model_stage.attribute_traces`, with failure
+render, once, through `masprism_batch.render.pass1`, then token-budget packing), `process_pack` (the model stage on
+the shipped renders: prefill -> method -> pass 2 -> rows, through `attribution.attribute_traces`, with failure
 isolation). Only where it runs differs: one process (local) or Ray tasks and actors (ray).
 
 The model stage is what tests and benchmarks replace, so the engines take its three functions as keyword
@@ -44,10 +44,10 @@ def load_tokenizer(cfg: PipelineConfig):
 
 
 def attribute_traces(traces: list[Trace], model, cfg: PipelineConfig, rendered: list):
-    """The model stage on one pack (`masprism_batch.model_stage.attribute_traces`): the engines' default `attribute`."""
-    from masprism_batch import model_stage
+    """The model stage on one pack (`masprism_batch.stage.attribute.attribute_traces`): the engines' default `attribute`."""
+    from masprism_batch.stage import attribute as attribution
 
-    return model_stage.attribute_traces(traces, model, cfg, rendered=rendered)
+    return attribution.attribute_traces(traces, model, cfg, rendered=rendered)
 
 
 def now_utc() -> datetime:
@@ -106,7 +106,7 @@ class FileLedger:
         import json
         from pathlib import Path
 
-        from masprism_batch.manifest import read_control
+        from masprism_batch.outdir.manifest import read_control
 
         self.path = Path(path)
         self._mine: set[str] = set()  # keys begun by this process and not finished yet
@@ -119,7 +119,7 @@ class FileLedger:
         self.started: dict[str, int] = {str(k): int(v) for k, v in loaded.items()} if ok else {}
 
     def _save(self) -> None:
-        from masprism_batch.io import write_json_atomic
+        from masprism_batch.outdir.parts import write_json_atomic
 
         write_json_atomic(self.started, self.path, durable=False)  # a process crash keeps the page cache
 
@@ -165,7 +165,7 @@ def make_packs(traces: list[Trace], tokenizer, rcfg, cfg: PipelineConfig, guard:
     crashed its worker before), each trace is rendered under it and a trace that already crashed a worker is
     left out, with an error row appended to `rejected`.
     """
-    from masprism_batch import batching, pass1
+    from masprism_batch.render import buckets, pass1
 
     kept, renders = [], []
     if guard is None:
@@ -183,7 +183,7 @@ def make_packs(traces: list[Trace], tokenizer, rcfg, cfg: PipelineConfig, guard:
     if len(renders) != len(kept):
         raise RuntimeError(f"{len(renders)} pass-1 renders for {len(kept)} traces")
     lengths = [pass1.n_tokens(r) for r in renders]
-    groups = batching.pack(lengths, cfg.batch.token_budget) if kept else []
+    groups = buckets.pack(lengths, cfg.batch.token_budget) if kept else []
     if sorted(i for g in groups for i in g) != list(range(len(kept))):
         raise RuntimeError(f"pack() returned groups that do not cover each trace once: {groups}")
     return [([kept[i] for i in g], [renders[i] for i in g], sum(lengths[i] for i in g)) for g in groups]

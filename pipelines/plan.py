@@ -21,19 +21,18 @@ from pathlib import Path
 import pyarrow as pa
 import pyarrow.dataset as pads
 import pyarrow.parquet as pq
+from masprism_batch.pipelines.selection import Selection
 
 from masprism_batch import schema
 from masprism_batch.config import IngestConfig
 from masprism_batch.ingest.common import IngestError, apply_caps
 from masprism_batch.ingest.parquet_rows import read_rows, trace_id_keys
 from masprism_batch.ingest.status import attributable
-from masprism_batch.io import DatasetWriter, write_json_atomic
-from masprism_batch.manifest import read_json as read_marker
-from masprism_batch.manifest import require_regular
+from masprism_batch.outdir.manifest import read_json as read_marker
+from masprism_batch.outdir.manifest import require_regular
+from masprism_batch.outdir.parts import DatasetWriter, write_json_atomic
 from masprism_batch.schema import error_row
 from masprism_batch.trace import Trace
-
-from .select import Selection
 
 log = logging.getLogger(__name__)
 

@@ -26,12 +26,9 @@ import time
 from pathlib import Path
 from typing import Any
 
-from masprism_batch.config import PipelineConfig
-from masprism_batch.io import OutdirLock
-
-from .driver import Committer, RunSummary, interruptible, resume_config
-from .interrupts import record_interruption
-from .packs import (
+from masprism_batch.pipelines.driver import Committer, RunSummary, interruptible, resume_config
+from masprism_batch.pipelines.interrupts import record_interruption
+from masprism_batch.pipelines.packs import (
     PACK_CRASHES_BEFORE_ONE_BY_ONE,
     CrashGuard,
     FileLedger,
@@ -39,10 +36,13 @@ from .packs import (
     load_model,
     load_tokenizer,
 )
-from .plan import Shard, plan_inputs
-from .ray_cluster import ray_cluster
-from .select import Selection
-from .work import attribute_pack, prepare_shard
+from masprism_batch.pipelines.plan import Shard, plan_inputs
+from masprism_batch.pipelines.ray_cluster import ray_cluster
+from masprism_batch.pipelines.selection import Selection
+from masprism_batch.pipelines.work import attribute_pack, prepare_shard
+
+from masprism_batch.config import PipelineConfig
+from masprism_batch.outdir.parts import OutdirLock
 
 log = logging.getLogger(__name__)
 
@@ -213,7 +213,7 @@ def run_ray(inputs: list[str], outdir: str | Path, cfg: PipelineConfig, *, worke
                 record_interruption(committer, exc, extra)
                 raise
             except Exception:
-                from .local import flush_quietly
+                from masprism_batch.pipelines.local import flush_quietly
 
                 flush_quietly(committer)  # whatever stopped the run, the packs that finished are kept
                 raise
@@ -230,9 +230,8 @@ def _execute(committer: Committer, pending: list[Shard], cfg: PipelineConfig, n:
     for k, v in _CTX.items():
         setattr(ctx, k, v)
     ctx.execution_options.preserve_order = False
+    from masprism_batch.pipelines.local import LEDGER_NAME
     from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
-
-    from .local import LEDGER_NAME
 
     # on the driver's node, where OUTDIR is: its counts file survives the actor (and the run)
     here = NodeAffinitySchedulingStrategy(ray.get_runtime_context().get_node_id(), soft=False)

@@ -17,13 +17,12 @@ from pathlib import Path
 from typing import Any
 
 import pyarrow as pa
+from masprism_batch.pipelines.packs import now_utc
+from masprism_batch.pipelines.plan import INGEST_SHARD, Shard, read_marker
 
 from masprism_batch.config import PipelineConfig
-from masprism_batch.io import OUTPUT_TABLES, ShardStore
-from masprism_batch.method.rankcheck import digest
-
-from .packs import now_utc
-from .plan import INGEST_SHARD, Shard, read_marker
+from masprism_batch.fit.rankcheck import digest
+from masprism_batch.outdir.parts import OUTPUT_TABLES, ShardStore
 
 log = logging.getLogger(__name__)
 

@@ -14,14 +14,22 @@ import time
 from typing import Any
 
 import pyarrow as pa
+from masprism_batch.pipelines.packs import (
+    CrashGuard,
+    attribute_traces,
+    from_ipc,
+    make_packs,
+    process_pack,
+    to_ipc,
+    tokens_of,
+)
+from masprism_batch.pipelines.plan import Shard, read_shard
 
-from masprism_batch import pass1, schema
+from masprism_batch import schema
 from masprism_batch.config import PipelineConfig
-from masprism_batch.io import OUTPUT_TABLES
+from masprism_batch.outdir.parts import OUTPUT_TABLES
+from masprism_batch.render import pass1
 from masprism_batch.trace import Trace
-
-from .packs import CrashGuard, attribute_traces, from_ipc, make_packs, process_pack, to_ipc, tokens_of
-from .plan import Shard, read_shard
 
 
 def prepare_shard(shard: Shard, tokenizer, model_context: int, cfg: PipelineConfig,

@@ -9,7 +9,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from masprism_batch.batching import bucket_stream, pack
+from masprism_batch.render.buckets import bucket_stream, pack
 
 
 @settings(max_examples=200, deadline=None)

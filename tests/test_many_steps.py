@@ -21,9 +21,9 @@ from pathlib import Path
 
 import pytest
 
-from masprism_batch import windows
 from masprism_batch.config import load_config
 from masprism_batch.model import load_model
+from masprism_batch.render import windows
 from masprism_batch.trace import Step, Trace
 
 GOLDEN = Path(__file__).parent / "data" / "many_steps_golden.json"
@@ -74,7 +74,7 @@ def _summary(out) -> dict:
 
 
 def _attribute(name: str, model) -> dict:
-    from masprism_batch.model_stage import attribute_traces
+    from masprism_batch.stage.attribute import attribute_traces
 
     make, over = CASES[name]
     out = attribute_traces([make()], model, _cfg(over))
@@ -146,7 +146,7 @@ def test_window_render_cost_grows_like_the_tokens(monkeypatch):
 def test_stage_asks_the_model_for_cells_linear_in_steps(tiny, monkeypatch):
     """Through the model stage: the step-attention cells of every prefill (n_steps^2, times the heads when per
     head) for 4x the steps grow about 4x; the attribution still covers every step."""
-    from masprism_batch.model_stage import attribute_traces
+    from masprism_batch.stage.attribute import attribute_traces
 
     asked: list[int] = []
     real = type(tiny).signals

@@ -7,10 +7,11 @@ import random
 
 import pytest
 
-from masprism_batch import pass1, render, windows
 from masprism_batch.config import load_config
 from masprism_batch.model import load_model, model_context
-from masprism_batch.model_stage import attribute_traces
+from masprism_batch.render import pass1, windows
+from masprism_batch.render import prompt as render
+from masprism_batch.stage.attribute import attribute_traces
 from masprism_batch.trace import Step, Trace
 from pipelines.packs import from_ipc, to_ipc
 

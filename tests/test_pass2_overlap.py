@@ -1,4 +1,4 @@
-"""Pass-2 prompts are built while the next pass-1 prefills run (masprism_batch/pass2_prep.py), and that changes
+"""Pass-2 prompts are built while the next pass-1 prefills run (masprism_batch/stage/pass2.py), and that changes
 nothing but when they are built: the same rows, errors and escaping exceptions as building them inline
 (`engine.pass2_render_threads = 0`)."""
 
@@ -10,10 +10,11 @@ import threading
 
 import pytest
 
-from masprism_batch import pass1, render, windows
 from masprism_batch.config import PipelineConfig, load_config
 from masprism_batch.model import load_model
-from masprism_batch.model_stage import attribute_traces
+from masprism_batch.render import pass1, windows
+from masprism_batch.render import prompt as render
+from masprism_batch.stage.attribute import attribute_traces
 from masprism_batch.trace import Step, Trace
 
 WORDS = "plan search the file error retry tool answer check result failed timeout agent".split()

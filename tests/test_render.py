@@ -17,7 +17,7 @@ from tokenizers import Tokenizer, decoders, models, pre_tokenizers, processors, 
 from transformers import PreTrainedTokenizerFast
 
 from masprism_batch.config import RenderConfig
-from masprism_batch.render import SEPARATOR, Rendered, TraceTooLong, render_pass1, render_pass2
+from masprism_batch.render.prompt import SEPARATOR, Rendered, TraceTooLong, render_pass1, render_pass2
 from masprism_batch.trace import Step, Trace
 
 WORDS = ["error", "agent", "step", "the", "result", "failed", "ok", "def", "print(x)", "über", "数据", "\n", "  "]
@@ -235,7 +235,7 @@ def test_pass1_is_deterministic_and_cache_reuses_ids():
     cfg = RenderConfig(max_context=600)
     a, b = render_pass1(trace, TOK, cfg), render_pass1(trace, TOK, cfg)
     assert a == b
-    from masprism_batch.encoding import encoder_for
+    from masprism_batch.render.encoding import encoder_for
     cache = encoder_for(TOK).cache
     assert all(s.content in cache for s in trace.steps)
 

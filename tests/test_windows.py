@@ -1,4 +1,4 @@
-"""Pass 1 over the whole log (masprism_batch/windows.py): every token owned once, windows within the context,
+"""Pass 1 over the whole log (masprism_batch/render/windows.py): every token owned once, windows within the context,
 the documented cross-window attention rule, and one-window logs read exactly as one prompt."""
 
 from __future__ import annotations
@@ -8,10 +8,10 @@ import random
 import numpy as np
 import pytest
 
-from masprism_batch import windows
 from masprism_batch.config import RenderConfig, load_config
 from masprism_batch.model import load_model
 from masprism_batch.model.forward import SeqSignals
+from masprism_batch.render import windows
 from masprism_batch.trace import Step, Trace
 
 WORDS = ["search", "result", "error", "file", "answer", "plan", "code", "value", "agent", "step"]
@@ -145,7 +145,7 @@ def test_learned_heads_applied_per_window_equal_applied_to_the_whole(monkeypatch
 
 def _digest_by_dropping(p, older: list[int], n: int, room: int, per_step: int):
     """The digest as first written (drop the oldest step until the rest fit): the reference of the bisection."""
-    from masprism_batch.render import fit_budget
+    from masprism_batch.render.prompt import fit_budget
 
     while older:
         fixed = sum(len(p.headers[j]) + len(p.sep) for j in older)
@@ -164,7 +164,7 @@ def _digest_by_dropping(p, older: list[int], n: int, room: int, per_step: int):
 
 @pytest.mark.parametrize("seed", range(4))
 def test_digest_bisection_keeps_what_dropping_one_by_one_kept(tiny, seed):
-    from masprism_batch.render import _Pieces
+    from masprism_batch.render.prompt import _Pieces
 
     cfg, model = tiny
     rng = random.Random(seed)
@@ -179,7 +179,7 @@ def test_digest_bisection_keeps_what_dropping_one_by_one_kept(tiny, seed):
 
 def test_windowed_stage_scores_long_logs_linearly(tiny):
     """The stage reads a log 4x longer than the context in windows: tokens read grow ~linearly."""
-    from masprism_batch.model_stage import attribute_traces
+    from masprism_batch.stage.attribute import attribute_traces
 
     cfg, model = tiny
     cfg = cfg.model_copy(update={"method": cfg.method.model_copy(update={"counterfactual_k": 1})})

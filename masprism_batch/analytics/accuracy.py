@@ -11,12 +11,12 @@ from __future__ import annotations
 from collections import defaultdict
 from typing import Any
 
-from ..eval import evaluate
-from ..eval.common import ranked_steps
-from ..method.calibrate import accuracy_at_coverage
-from ..method.confidence import auroc
-from ..trace import Labels, Step, Trace
-from .insample import RANKED, InSample
+from masprism_batch.analytics.insample import RANKED, InSample
+from masprism_batch.eval import evaluate
+from masprism_batch.eval.common import ranked_steps
+from masprism_batch.method.calibrate import accuracy_at_coverage
+from masprism_batch.method.confidence import auroc
+from masprism_batch.trace import Labels, Step, Trace
 
 KS = (1, 5)
 DEV_SOURCES = ("who-and-when/", "trail/")  # the datasets the packaged ranker weights were fitted on (README)

@@ -28,9 +28,9 @@ from typing import Any
 
 import pyarrow as pa
 
-from .. import io
-from . import export_text as txt
-from . import ids, load
+from masprism_batch.analytics import export_text as txt
+from masprism_batch.analytics import ids, load
+from masprism_batch.outdir import parts as outdir_parts
 
 log = logging.getLogger(__name__)
 FORMATS = ("phoenix", "otel", "jsonl")
@@ -209,7 +209,7 @@ def export_files(outdir: Path | str, to: str, out: Path | str, top_k: int = 1) -
             raise NothingToExport(f"nothing to export: {attr.num_rows} attributed trace(s), none with a ranked "
                                   f"candidate; no file written")
         if out.suffix == ".parquet":
-            io.write_table_atomic(pa.Table.from_pylist(rows, schema=PHOENIX_SCHEMA), out)
+            outdir_parts.write_table_atomic(pa.Table.from_pylist(rows, schema=PHOENIX_SCHEMA), out)
         else:
             _write_lines(rows, out)
         n_trace = sum(r["span_id"] is None for r in rows)
@@ -221,7 +221,7 @@ def export_files(outdir: Path | str, to: str, out: Path | str, top_k: int = 1) -
         if not any(True for _ in otel_records(outdir, top_k)):
             raise NothingToExport(f"nothing to export: {attr.num_rows} attributed trace(s), none with a ranked "
                                   f"candidate; no file written")
-        with io.atomic_output(out) as f:
+        with outdir_parts.atomic_output(out) as f:
             batch: list[dict] = []
             for rec in otel_records(outdir, top_k):
                 batch.append(rec)
@@ -245,7 +245,7 @@ def _otlp_line(records: list[dict]) -> str:
 
 def _write_lines(rows, out: Path) -> int:
     n = 0
-    with io.atomic_output(out) as f:
+    with outdir_parts.atomic_output(out) as f:
         for r in rows:
             f.write(json.dumps(r, ensure_ascii=False, default=str) + "\n")
             n += 1

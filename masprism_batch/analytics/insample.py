@@ -17,7 +17,7 @@ import json
 import logging
 from pathlib import Path
 
-from ..method import weights_dir
+from masprism_batch.method import weights_dir
 
 log = logging.getLogger(__name__)
 RANKED = "ranked"

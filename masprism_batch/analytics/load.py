@@ -1,7 +1,7 @@
 """Reading a run's OUTDIR for analytics: which datasets exist, and narrow column reads of them.
 
 attributions/ is required; step_scores/, errors/, traces/ and run.json are optional (a report of a run
-without them just leaves those panels out). Reads go through masprism_batch.io so temporary parts of a
+without them just leaves those panels out). Reads go through masprism_batch.outdir.parts so temporary parts of a
 run still in progress are ignored.
 """
 
@@ -17,7 +17,8 @@ import pyarrow as pa
 import pyarrow.compute as pc
 import pyarrow.dataset as ds
 
-from .. import io, schema
+from masprism_batch import schema
+from masprism_batch.outdir import parts as outdir_parts
 
 log = logging.getLogger(__name__)
 
@@ -44,13 +45,13 @@ def read(outdir: Path, name: str, columns: list[str] | None = None, trace_ids: s
     flt = ds.field("trace_id").isin(pa.array(sorted(trace_ids), pa.string())) if trace_ids is not None else None
     have = set(_schema(Path(outdir) / name).names) if columns else set()
     missing = [c for c in columns or [] if c not in have]
-    table = io.read_dataset(Path(outdir) / name, columns=[c for c in columns if c in have] if columns else None,
+    table = outdir_parts.read_dataset(Path(outdir) / name, columns=[c for c in columns if c in have] if columns else None,
                             filter=flt)
     return with_columns(table, name, columns, missing)
 
 
 def _schema(directory: Path) -> pa.Schema:
-    return io._open_dataset(directory).schema  # noqa: SLF001 - the same view of the parts as the reads
+    return outdir_parts._open_dataset(directory).schema  # noqa: SLF001 - the same view of the parts as the reads
 
 
 def with_columns(table: pa.Table, name: str, columns: list[str] | None, missing: list[str]) -> pa.Table:
@@ -67,7 +68,7 @@ def iter_batches(outdir: Path, name: str, columns: list[str]) -> Iterator[pa.Rec
     """Stream columns of one dataset; columns the OUTDIR's parts predate read as nulls."""
     have = set(_schema(Path(outdir) / name).names)
     missing = [c for c in columns if c not in have]
-    for b in io.iter_batches(Path(outdir) / name, columns=[c for c in columns if c in have]):
+    for b in outdir_parts.iter_batches(Path(outdir) / name, columns=[c for c in columns if c in have]):
         if missing:
             t = with_columns(pa.Table.from_batches([b]), name, columns, missing)
             yield from t.to_batches()
@@ -78,7 +79,7 @@ def iter_batches(outdir: Path, name: str, columns: list[str]) -> Iterator[pa.Rec
 def iter_trace_batches(outdir: Path, columns: list[str], batch_size: int = 256) -> Iterator[pa.RecordBatch]:
     """Stream traces/ (its step text can be gigabytes at scale); nothing when it is absent."""
     if has_dataset(outdir, "traces"):
-        yield from io.iter_batches(Path(outdir) / "traces", columns=columns, batch_size=batch_size)
+        yield from outdir_parts.iter_batches(Path(outdir) / "traces", columns=columns, batch_size=batch_size)
 
 
 def run_records(outdir: Path) -> list[dict[str, Any]]:
@@ -89,9 +90,9 @@ def run_records(outdir: Path) -> list[dict[str, Any]]:
 
 def _interrupted(outdir: Path) -> list[dict[str, Any]]:
     out = []
-    for p in sorted((outdir / io.MANIFEST_DIR).glob("interrupted-*.json")):
+    for p in sorted((outdir / outdir_parts.MANIFEST_DIR).glob("interrupted-*.json")):
         try:
-            rec = json.loads(io.manifest.read_control(p) or "null")
+            rec = json.loads(outdir_parts.manifest.read_control(p) or "null")
         except (OSError, ValueError) as exc:
             log.warning("%s unreadable (%s): that interrupted invocation is not listed", p, exc)
             continue
@@ -138,10 +139,10 @@ def latest_per_trace(attr: pa.Table) -> tuple[pa.Table, set[str]]:
 def committed_shards(outdir: Path) -> dict[str, dict[str, Any]]:
     """Manifest entries of a `run`/`attribute` OUTDIR (empty for other layouts): what each committed shard
     holds and when it was committed, for the work of invocations that never wrote run.json."""
-    if not (Path(outdir) / io.MANIFEST_DIR).is_dir():
+    if not (Path(outdir) / outdir_parts.MANIFEST_DIR).is_dir():
         return {}
     try:
-        return io.ShardStore(outdir).committed()
+        return outdir_parts.ShardStore(outdir).committed()
     except (OSError, ValueError) as exc:
         log.warning("manifest of %s unreadable (%s): killed invocations not counted", outdir, exc)
         return {}

@@ -18,11 +18,13 @@ from datetime import datetime, timezone
 from importlib import resources
 from pathlib import Path
 
-from .. import io
-from . import load, svg
-from .report_data import DrillLimits, build_payloads, sample_ids
-from .stats import ATTR_COLS, cached_or_compute
-from .svg import escape  # controls, bidi controls and lone surrogates shown escaped, then markup escaped
+from masprism_batch.analytics import load, svg
+from masprism_batch.analytics.report_data import DrillLimits, build_payloads, sample_ids
+from masprism_batch.analytics.stats import ATTR_COLS, cached_or_compute
+from masprism_batch.analytics.svg import (
+    escape,  # controls, bidi controls and lone surrogates shown escaped, then markup escaped
+)
+from masprism_batch.outdir import parts as outdir_parts
 
 log = logging.getLogger(__name__)
 _JSON_ESCAPES = {"<": "\\u003c", ">": "\\u003e", "&": "\\u0026", "\u2028": "\\u2028", "\u2029": "\\u2029"}
@@ -66,7 +68,7 @@ def build_report(outdir: Path | str, out: Path | str, limits: DrillLimits | None
     data = {"traces": payloads, "total": attr.num_rows, "limits": limits.__dict__}
     html = render_html(outdir, stats, attr, errors, data, csp)
     out = Path(out)
-    with io.atomic_output(out) as f:
+    with outdir_parts.atomic_output(out) as f:
         f.write(html)
     size = out.stat().st_size
     log.info("report %s: %d traces, %d in the drill-down, %.1f MB", out, attr.num_rows, len(payloads), size / 1e6)
@@ -97,7 +99,7 @@ def _overview(stats, attr, errors) -> str:
         f'<div class="kpi"><div class="kv">{escape(v)}</div><div class="kl">{escape(k)}</div></div>'
         for k, v in kpis) + "</div>")
     if "run_status" in stats:  # which runs were attributed, by the status their logs record (issue 35)
-        from .run_status import split_line
+        from masprism_batch.analytics.run_status import split_line
 
         parts.append(f'<p class="note">{escape(split_line(stats["run_status"]))}</p>')
     pos = _by_source(stats["step_position"].to_pylist())
@@ -160,7 +162,7 @@ ERROR_ROWS_SHOWN = 200
 
 def _errors_panel(errors) -> str:
     """Counts by (stage, reason), then which files and records, with the reason and message of each."""
-    from ..ingest.common import WARNING_REASONS
+    from masprism_batch.ingest.common import WARNING_REASONS
 
     rows = errors.to_pylist()
     c = Counter((r["stage"], r["reason"]) for r in rows)
@@ -172,7 +174,7 @@ def _errors_panel(errors) -> str:
     shown = rows[:ERROR_ROWS_SHOWN]
     more = (f"<p class=\"limits\">{len(rows) - len(shown):,} more rows: <code>duckdb -c \"SELECT * FROM "
             f"'OUTDIR/errors/*.parquet'\"</code></p>" if len(rows) > len(shown) else "")
-    from .report_data import mark_bidi  # ids and paths: bidi controls shown escaped
+    from masprism_batch.analytics.report_data import mark_bidi  # ids and paths: bidi controls shown escaped
 
     detail = svg.table(["reason", "stage", "file", "record", "message"],
                        [[r["reason"], r["stage"], mark_bidi(r["input_path"] or "-"), mark_bidi(r["record_id"] or "-"),
@@ -181,7 +183,7 @@ def _errors_panel(errors) -> str:
 
 
 def _accuracy_notes(acc: list[dict]) -> str:
-    from .insample import note
+    from masprism_batch.analytics.insample import note
 
     notes: dict[str, str] = {}
     for r in acc:

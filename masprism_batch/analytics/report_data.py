@@ -21,9 +21,9 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from . import load
-from .accuracy import top1_correct
-from .svg import visible
+from masprism_batch.analytics import load
+from masprism_batch.analytics.accuracy import top1_correct
+from masprism_batch.analytics.svg import visible
 
 log = logging.getLogger(__name__)
 

@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pyarrow as pa
 
-from . import load
+from masprism_batch.analytics import load
 
 SCHEMA = pa.schema([("run_status", pa.string()), ("attributed", pa.bool_()), ("n_traces", pa.int64())])
 

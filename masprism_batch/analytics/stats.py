@@ -19,14 +19,14 @@ import pyarrow.compute as pc
 import pyarrow.parquet as pq
 from tqdm.auto import tqdm
 
-from .. import io
-from ..config import MethodConfig
-from ..method.masprism import failure_word_regex
-from . import load
-from .accuracy import AccuracyAccumulator
-from .run_status import SCHEMA as RUN_STATUS_SCHEMA
-from .run_status import run_status_table
-from .runs import RUNS_SCHEMA, previous_runs, runs
+from masprism_batch.analytics import load
+from masprism_batch.analytics.accuracy import AccuracyAccumulator
+from masprism_batch.analytics.run_status import SCHEMA as RUN_STATUS_SCHEMA
+from masprism_batch.analytics.run_status import run_status_table
+from masprism_batch.analytics.runs import RUNS_SCHEMA, previous_runs, runs
+from masprism_batch.config import MethodConfig
+from masprism_batch.method.masprism import failure_word_regex
+from masprism_batch.outdir import parts as outdir_parts
 
 log = logging.getLogger(__name__)
 _S, _I, _F = pa.string(), pa.int64(), pa.float64()
@@ -121,7 +121,7 @@ def write_stats(outdir: Path | str, failure_words: tuple[str, ...] | None = None
     paths = {}
     for name, table in tables.items():
         paths[name] = Path(outdir) / "stats" / f"{name}.parquet"
-        io.write_table_atomic(table, paths[name])
+        outdir_parts.write_table_atomic(table, paths[name])
     return paths
 
 
@@ -277,7 +277,7 @@ def stats_tables_for_terminal(outdir: Path | str, top: int = 10) -> list:
     labels exist (with whether it is in-sample for the packaged ranker weights). Reads OUTDIR/stats/."""
     from rich.table import Table
 
-    from .insample import note
+    from masprism_batch.analytics.insample import note
 
     d = Path(outdir) / "stats"
     read = {n: pq.read_table(d / f"{n}.parquet").to_pylist()

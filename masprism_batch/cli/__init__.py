@@ -30,13 +30,13 @@ def setup_logging(verbose: bool = False) -> None:
 
 
 # Command modules register themselves on import (one module per command group).
-from . import analytics as _analytics  # noqa: E402,F401
-from . import attribute as _attribute  # noqa: E402,F401
-from . import fit as _fit  # noqa: E402,F401
-from . import fit_heads as _fit_heads  # noqa: E402,F401
-from . import ingest as _ingest  # noqa: E402,F401
-from . import models as _models  # noqa: E402,F401
-from . import run as _run  # noqa: E402,F401
+from masprism_batch.cli import analytics as _analytics  # noqa: E402,F401
+from masprism_batch.cli import attribute as _attribute  # noqa: E402,F401
+from masprism_batch.cli import fit as _fit  # noqa: E402,F401
+from masprism_batch.cli import fit_heads as _fit_heads  # noqa: E402,F401
+from masprism_batch.cli import ingest as _ingest  # noqa: E402,F401
+from masprism_batch.cli import models as _models  # noqa: E402,F401
+from masprism_batch.cli import run as _run  # noqa: E402,F401
 
 # (panel, command, example) in the order of a user's work: --help lists them this way.
 WORKFLOW = [

@@ -9,9 +9,9 @@ import typer
 from rich.console import Console
 from rich.markup import escape
 
-from ..manifest import DamagedOutput
-from . import EXIT_FATAL, EXIT_OK, app, setup_logging
-from .common import VerboseOpt, check_out_file, fail, refuse_links, usage
+from masprism_batch.cli import EXIT_FATAL, EXIT_OK, app, setup_logging
+from masprism_batch.cli.common import VerboseOpt, check_out_file, fail, refuse_links, usage
+from masprism_batch.outdir.manifest import DamagedOutput
 
 log = logging.getLogger("masprism_batch.cli")
 console = Console(stderr=True)
@@ -44,8 +44,8 @@ def _check_run_dir(outdir: Path) -> None:
 @app.command()
 def stats(outdir: Path = OutdirArg, verbose: bool = VerboseOpt) -> None:
     """Write dashboard tables to OUTDIR/stats/*.parquet (blamed agents, positions, words, NLL, accuracy, throughput)."""
-    from ..analytics import AnalyticsInputError, write_stats
-    from ..analytics.stats import stats_tables_for_terminal
+    from masprism_batch.analytics import AnalyticsInputError, write_stats
+    from masprism_batch.analytics.stats import stats_tables_for_terminal
 
     setup_logging(verbose)
     _check_run_dir(outdir)
@@ -59,7 +59,7 @@ def stats(outdir: Path = OutdirArg, verbose: bool = VerboseOpt) -> None:
     if "run_status" in paths:
         import pyarrow.parquet as pq
 
-        from ..analytics.run_status import split_line
+        from masprism_batch.analytics.run_status import split_line
 
         out.print(split_line(pq.read_table(paths["run_status"])), soft_wrap=True)
     for name, p in paths.items():
@@ -74,8 +74,8 @@ def report(outdir: Path = OutdirArg,
            trace: list[str] = typer.Option(None, "--trace", help="trace id to include in the drill-down (repeat)"),
            force: bool = ForceOpt, verbose: bool = VerboseOpt) -> None:
     """One self-contained offline HTML report: overview of all traces + a sampled per-trace drill-down."""
-    from ..analytics import AnalyticsInputError, build_report
-    from ..analytics.report_data import DrillLimits
+    from masprism_batch.analytics import AnalyticsInputError, build_report
+    from masprism_batch.analytics.report_data import DrillLimits
 
     setup_logging(verbose)
     _check_run_dir(outdir)
@@ -100,8 +100,8 @@ def export(outdir: Path = OutdirArg,
     null for each chat log without span ids), OpenTelemetry (gen_ai.evaluation.result log records) or JSONL.
     Ids in the hex form backends expect (the source's form in metadata); score = the verdict's confidence in
     [0, 1]. Writes nothing and exits 1 when there is no record to export; FILE's folder must exist."""
-    from ..analytics import AnalyticsInputError
-    from ..analytics.export import FORMATS, NothingToExport, export_files
+    from masprism_batch.analytics import AnalyticsInputError
+    from masprism_batch.analytics.export import FORMATS, NothingToExport, export_files
 
     setup_logging(verbose)
     if to not in FORMATS:

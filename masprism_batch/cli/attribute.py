@@ -12,8 +12,8 @@ import typer
 from rich.console import Console
 from rich.table import Table
 
-from . import EXIT_FATAL, EXIT_OK, app, setup_logging
-from .common import (
+from masprism_batch.cli import EXIT_FATAL, EXIT_OK, app, setup_logging
+from masprism_batch.cli.common import (
     AllRunsOpt,
     FormatHelp,
     VerboseOpt,
@@ -24,8 +24,8 @@ from .common import (
     no_traces_message,
     usage,
 )
-from .progress import DEFAULT_INTERVAL, heartbeat
-from .run import ALL_FEATURES_HELP, Engine, LimitOpt, SampleOpt, SeedOpt, run
+from masprism_batch.cli.progress import DEFAULT_INTERVAL, heartbeat
+from masprism_batch.cli.run import ALL_FEATURES_HELP, Engine, LimitOpt, SampleOpt, SeedOpt, run
 
 log = logging.getLogger("masprism_batch.cli")
 console = Console(stderr=True)
@@ -45,7 +45,7 @@ IntervalOpt = typer.Option(DEFAULT_INTERVAL, "--progress-interval", min=0,
 
 
 def _config(config, model, max_context, threads=None, method=None, ranker=None, all_features=False, system=None):
-    from ..config import load_config
+    from masprism_batch.config import load_config
 
     try:
         return load_config(config, model__name=model, render__max_context=max_context, model__threads=threads,
@@ -59,7 +59,7 @@ def _config(config, model, max_context, threads=None, method=None, ranker=None, 
 def _run(inputs: list[str], outdir: Path, cfg, model=None, interval: float = DEFAULT_INTERVAL, select=None):
     """ingest (+ selection) -> attribute -> write, on the local engine, every write under the OUTDIR lock
     (resumable: re-running skips committed shards)."""
-    from ..pipelines import run_local
+    from masprism_batch.pipelines import run_local
 
     with heartbeat(interval):
         return run_local(list(inputs), outdir, cfg, progress=True, model=model, select=select)
@@ -120,8 +120,8 @@ def verdict_line(a: dict, t=None) -> str:
 
 
 def _print_attributions(outdir: Path, top: int = 3) -> None:
-    from ..io import read_dataset
-    from ..trace import Trace
+    from masprism_batch.outdir.parts import read_dataset
+    from masprism_batch.trace import Trace
 
     attrs = read_dataset(outdir / "attributions").to_pylist()
     traces = {r["trace_id"]: Trace.from_row(r) for r in read_dataset(outdir / "traces").to_pylist()}
@@ -179,7 +179,7 @@ def _demo_dir(cfg) -> Path:
     model cache root, so clearing it removes nothing of the user's."""
     import shutil
 
-    from ..model.loader import cache_root
+    from masprism_batch.model.loader import cache_root
 
     d = cache_root(cfg.model.cache_dir) / "demo"
     if d.is_dir() and not d.is_symlink():
@@ -206,10 +206,10 @@ def eval_(
     verbose: bool = VerboseOpt,
 ):
     """Attribute labelled traces and score them by exact match, trivial baselines beside (method doc)."""
-    from ..eval import score_trail, score_who_and_when, tables
-    from ..io import read_dataset
-    from ..pipelines.select import Selection
-    from ..trace import Trace
+    from masprism_batch.eval import score_trail, score_who_and_when, tables
+    from masprism_batch.outdir.parts import read_dataset
+    from masprism_batch.pipelines.selection import Selection
+    from masprism_batch.trace import Trace
 
     setup_logging(verbose)
     if dataset not in ("who-and-when", "trail"):
@@ -220,15 +220,15 @@ def eval_(
     if out is not None:
         check_outdir(out)
     if json_out is not None:
-        from .common import check_out_file
+        from masprism_batch.cli.common import check_out_file
         check_out_file(json_out)
     cfg = _config(config, model, max_context, threads, method, ranker, all_features)
     if cfg.method.ranker_weights is None:  # eval scores the benchmarks themselves: their packaged rankers apply
-        from ..method.rankfile import PACKAGED_NAME
+        from masprism_batch.fit.rankfile import PACKAGED_NAME
 
         cfg = cfg.model_copy(update={"method": cfg.method.model_copy(update={"ranker_weights": PACKAGED_NAME})})
     loaded = load_model_or_fail(cfg)
-    from .fit import check_ranker
+    from masprism_batch.cli.fit import check_ranker
 
     check_ranker(cfg, loaded.model_id)
     outdir = out or Path(tempfile.mkdtemp(prefix="masprism-eval-"))
@@ -268,7 +268,7 @@ def eval_(
 
 def _in_sample_note(cfg, trace_ids: list[str]) -> str:
     """Whether these scores are in-sample for the packaged ranker weights (README: Accuracy)."""
-    from ..analytics.insample import InSample, note
+    from masprism_batch.analytics.insample import InSample, note
 
     if cfg.method.name != "ranked":
         return note(len(trace_ids), 0, False)

@@ -63,8 +63,8 @@ def check_outdir(out: Path) -> None:
 
 def refuse_links(outdir: Path) -> None:
     """OUTDIR is a tree the tool owns: one holding a symbolic link is refused (exit 1) before anything runs."""
-    from ..manifest import OutdirUnsafe
-    from ..manifest import refuse_links as check
+    from masprism_batch.outdir.manifest import OutdirUnsafe
+    from masprism_batch.outdir.manifest import refuse_links as check
 
     try:
         check(outdir)
@@ -91,7 +91,7 @@ def _listing(paths: list[str], n: int = 5) -> str:
 
 def no_traces_message(inputs: list[str], rejected: dict[str, int] | None = None) -> str:
     """What was looked at, skipped and rejected, for 'no traces found' (exit 1)."""
-    from ..ingest.sources import expand
+    from masprism_batch.ingest.sources import expand
 
     skipped: list[str] = []
     errors: list[dict] = []
@@ -113,8 +113,8 @@ def no_traces_message(inputs: list[str], rejected: dict[str, int] | None = None)
 def load_model_or_fail(cfg):
     """Load the model before OUTDIR is touched: a model that cannot be loaded leaves nothing behind that would
     refuse a retry with another --model (the run header records the model)."""
-    from ..pipelines.packs import load_model
-    from .probe import check_ranker_file
+    from masprism_batch.cli.probe import check_ranker_file
+    from masprism_batch.pipelines.packs import load_model
 
     check_ranker_file(cfg)  # a missing or unreadable --ranker is said before the model's load time is spent
     try:
@@ -129,10 +129,10 @@ def check_prompt_or_fail(cfg, tokenizer=None, context: int | None = None) -> Non
     """The prompt texts in the model's own tokens (`config_checks.check_prompt_room`), before OUTDIR is touched:
     a preamble that leaves no room would reject every trace. Without a loaded model (Ray: the actors load it),
     its tokenizer alone is loaded here."""
-    from ..config_checks import check_prompt_room
+    from masprism_batch.config_checks import check_prompt_room
 
     if tokenizer is None:
-        from ..pipelines.packs import load_tokenizer
+        from masprism_batch.pipelines.packs import load_tokenizer
 
         try:
             tokenizer, context = load_tokenizer(cfg)

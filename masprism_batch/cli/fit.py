@@ -11,8 +11,8 @@ import typer
 from rich.console import Console
 from rich.markup import escape
 
-from . import EXIT_OK, app, setup_logging
-from .common import VerboseOpt, check_out_file, fail
+from masprism_batch.cli import EXIT_OK, app, setup_logging
+from masprism_batch.cli.common import VerboseOpt, check_out_file, fail
 
 console = Console(stderr=True)
 log = logging.getLogger(__name__)
@@ -35,8 +35,8 @@ def named_system(run: Path) -> str | None:
 def load_runs(runs: list[Path], named: dict | None = None):
     """(traces by id, step_scores rows by trace id, model id) of finished runs; every run must be of one model.
     `named` (filled when given): trace id -> the system its run named with `--system`."""
-    from ..analytics import load
-    from ..trace import Trace
+    from masprism_batch.analytics import load
+    from masprism_batch.trace import Trace
 
     traces, rows, models = {}, {}, {}
     for run in runs:
@@ -84,7 +84,7 @@ def unfinished(runs: list[Path], allow: bool) -> None:
 def lacking_features(rows: dict[str, list[dict]]) -> list[str]:
     """The costly features (method/reads.py) no step of the runs carries: their step_scores column is null where
     the model stage skipped them because no verdict read them."""
-    from ..method import reads
+    from masprism_batch.method import reads
 
     columns = {reads.COUNTERFACTUAL: "cf_effect", reads.HEAD_ATTENTION: "attn_in_learned"}
     steps = [r for rs in rows.values() for r in rs]
@@ -94,10 +94,10 @@ def lacking_features(rows: dict[str, list[dict]]) -> list[str]:
 def build_cases(traces, rows, labels_file: Path | None, system: str | None, named: dict | None = None):
     """{system: [FitCase]} and the label problems to report; a log's system: `system` (fit --system), else the
     one its run named (`named`), else what it records (rankfile.system_key), as `--ranker` will match it."""
-    from ..method import fit as ft
-    from ..method import labels as lb
-    from ..method import rules
-    from ..method.rankfile import system_key
+    from masprism_batch.fit import fitting as ft
+    from masprism_batch.fit import labels as lb
+    from masprism_batch.fit.rankfile import system_key
+    from masprism_batch.method import rules
 
     if labels_file is not None:
         try:
@@ -124,14 +124,14 @@ def build_cases(traces, rows, labels_file: Path | None, system: str | None, name
 def check_ranker(cfg, model_id: str | None) -> None:
     """`--ranker` / method.ranker_weights: refused before anything runs when it is not a ranker file or was
     fitted on another model's signals (its weights would mean nothing)."""
-    from ..method import rankfile
-    from ..method.rankfile import RankerFileError
+    from masprism_batch.fit import rankfile
+    from masprism_batch.fit.rankfile import RankerFileError
 
     path = cfg.method.ranker_weights
     if path is None:
         return
     if rankfile.is_packaged(path):  # fitted on the default model: on another one they simply do not apply
-        from ..method import weights_dir
+        from masprism_batch.method import weights_dir
 
         target = weights_dir() / rankfile.PACKAGED
         packaged = rankfile._cached(target).model_id if target.is_file() else None  # noqa: SLF001 - the stage's read
@@ -187,9 +187,9 @@ def fit(
     chosen held out, simplest first: the zero-training rule, the label prior if it beats it, the ranker only if it
     beats that clearly. Prints per system the held-out estimates beside the rule's and the label-prior
     baselines' and the verdicts used; writes OUT only when every system fitted (never a partial file)."""
-    from ..method import fit_system as fs
-    from ..method import rules
-    from ..method.rankfile import RankerFile, SystemRanker
+    from masprism_batch.fit import system as fs
+    from masprism_batch.fit.rankfile import RankerFile, SystemRanker
+    from masprism_batch.method import rules
 
     setup_logging(verbose)
     missing = [str(r) for r in runs if not r.is_dir()]
@@ -209,7 +209,7 @@ def fit(
     for p in problems:
         log.debug("%s", p)  # each row with --verbose; one summary line otherwise
     if problems:
-        from .fit_messages import skipped_summary
+        from masprism_batch.cli.fit_messages import skipped_summary
 
         console.print(f"[yellow]warning:[/] {escape(skipped_summary(problems))}", soft_wrap=True)
     if not cases:

@@ -7,8 +7,8 @@ from pathlib import Path
 import typer
 from rich.console import Console
 
-from . import EXIT_OK, app, setup_logging
-from .common import VerboseOpt, check_inputs, check_out_file, fail, load_model_or_fail
+from masprism_batch.cli import EXIT_OK, app, setup_logging
+from masprism_batch.cli.common import VerboseOpt, check_inputs, check_out_file, fail, load_model_or_fail
 
 console = Console(stderr=True)
 
@@ -27,9 +27,9 @@ def fit_heads(
     `method.head_weights` at it (the packaged weights of the model are used otherwise)."""
     from tqdm import tqdm
 
-    from ..head_training import fit_model_heads
-    from ..ingest import read_inputs
-    from .attribute import _config
+    from masprism_batch.cli.attribute import _config
+    from masprism_batch.ingest import read_inputs
+    from masprism_batch.stage.head_harvest import fit_model_heads
 
     setup_logging(verbose)
     check_inputs(inputs)

@@ -10,9 +10,9 @@ import typer
 from rich.console import Console
 from rich.table import Table
 
-from . import EXIT_OK, EXIT_REJECTED, app, setup_logging
-from .common import VerboseOpt, check_inputs, check_outdir, fail, no_traces_message, usage
-from .probe import check_format
+from masprism_batch.cli import EXIT_OK, EXIT_REJECTED, app, setup_logging
+from masprism_batch.cli.common import VerboseOpt, check_inputs, check_outdir, fail, no_traces_message, usage
+from masprism_batch.cli.probe import check_format
 
 log = logging.getLogger("masprism_batch.cli")
 console = Console(stderr=True)
@@ -56,8 +56,8 @@ def ingest(
                                   "traces and steps are, by JSON path (docs/formats.md, *A format we do not know*)"),
     verbose: bool = VerboseOpt,
 ) -> None:
-    from ..ingest import FORMATS
-    from ..ingest import ingest as run_ingest
+    from masprism_batch.ingest import FORMATS
+    from masprism_batch.ingest import ingest as run_ingest
 
     setup_logging(verbose)
     if fmt not in FORMATS:
@@ -65,7 +65,7 @@ def ingest(
     check_inputs(inputs)
     mapping = None
     if map_file is not None:
-        from ..ingest.mapping import load_mapping
+        from masprism_batch.ingest.mapping import load_mapping
 
         if fmt != "auto":
             raise usage("--map and --format are exclusive: the mapping is the format")
@@ -77,7 +77,7 @@ def ingest(
     check_outdir(out)
     limits = None
     if config:
-        from ..config import load_config
+        from masprism_batch.config import load_config
 
         try:
             limits = load_config(config).ingest

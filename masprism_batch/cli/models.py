@@ -9,8 +9,8 @@ import typer
 from rich.console import Console
 from rich.table import Table
 
-from . import EXIT_FATAL, app, setup_logging
-from .common import VerboseOpt
+from masprism_batch.cli import EXIT_FATAL, app, setup_logging
+from masprism_batch.cli.common import VerboseOpt
 
 console = Console(stderr=True)
 
@@ -23,7 +23,7 @@ def models(
     verbose: bool = VerboseOpt,
 ) -> None:
     """List the named models (available here or how to get them); with NAME, load it and describe it."""
-    from ..model import ModelNotFoundError, list_models
+    from masprism_batch.model import ModelNotFoundError, list_models
 
     setup_logging(verbose)
     if name is None:
@@ -54,8 +54,8 @@ def models(
 
 
 def _describe(name: str, cache_dir: str | None) -> dict:
-    from ..config import ModelConfig, SignalsConfig
-    from ..model import load_model
+    from masprism_batch.config import ModelConfig, SignalsConfig
+    from masprism_batch.model import load_model
 
     t0 = time.perf_counter()
     m = load_model(ModelConfig(name=name, cache_dir=cache_dir), SignalsConfig())

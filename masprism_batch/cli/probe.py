@@ -11,14 +11,14 @@ from __future__ import annotations
 from itertools import islice
 from pathlib import Path
 
-from .common import fail
+from masprism_batch.cli.common import fail
 
 PROBE_FILES = 3  # files read to decide; one that parses under the forced format is enough
 
 
 def _first_trace(path: str, fmt: str):
-    from ..ingest.common import Context
-    from ..ingest.detect import read_file
+    from masprism_batch.ingest.common import Context
+    from masprism_batch.ingest.detect import read_file
 
     errors: list[dict] = []
     try:
@@ -29,7 +29,7 @@ def _first_trace(path: str, fmt: str):
 
 def _name_of(trace) -> str:
     """The `--format` value that reads this trace (what auto-detection chose)."""
-    from ..ingest import FORMATS
+    from masprism_batch.ingest import FORMATS
 
     for cand in (trace.metadata.get("format"), (trace.source or "").split("/")[0]):
         if isinstance(cand, str) and cand in FORMATS:
@@ -41,7 +41,7 @@ def check_format(inputs: list[str], fmt: str) -> None:
     """`--format fmt` must read at least one of the first files; else exit 1 naming the detected format."""
     if fmt == "auto":
         return
-    from ..ingest.sources import expand
+    from masprism_batch.ingest.sources import expand
 
     files = list(islice(expand(list(inputs), lambda _row: None), PROBE_FILES))
     if not files or any(p.endswith((".parquet",)) for p in files):
@@ -63,7 +63,7 @@ def check_format(inputs: list[str], fmt: str) -> None:
 
 def check_ranker_file(cfg) -> None:
     """`--ranker` exists and parses as a ranker file, with the loader the model stage uses; exit 1 otherwise."""
-    from ..method import rankfile
+    from masprism_batch.fit import rankfile
 
     path = cfg.method.ranker_weights
     if path is None or rankfile.is_packaged(path):

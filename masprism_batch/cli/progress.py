@@ -28,7 +28,7 @@ from collections.abc import Iterator
 
 from tqdm import tqdm
 
-from .. import progress_events
+from masprism_batch import progress_events
 
 log = logging.getLogger("masprism_batch.progress")
 DEFAULT_INTERVAL = 30.0

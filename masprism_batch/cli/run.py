@@ -9,8 +9,8 @@ from pathlib import Path
 import typer
 from rich.console import Console
 
-from . import app, setup_logging
-from .common import (
+from masprism_batch.cli import app, setup_logging
+from masprism_batch.cli.common import (
     AllRunsOpt,
     FormatHelp,
     VerboseOpt,
@@ -22,7 +22,7 @@ from .common import (
     no_traces_message,
     usage,
 )
-from .progress import DEFAULT_INTERVAL, heartbeat
+from masprism_batch.cli.progress import DEFAULT_INTERVAL, heartbeat
 
 log = logging.getLogger("masprism_batch.cli")
 console = Console(stderr=True)
@@ -75,12 +75,12 @@ def run(
     """The overnight job: attribute millions of logs on a Ray cluster (or embedded), resumable and exactly-once
     per shard. Same outputs as `attribute` (OUT/{traces,attributions,step_scores,errors}/, OUT/run.json) plus
     OUT/_manifest/; re-run the same command to resume."""
-    from ..config import load_config
-    from ..ingest import FORMATS
-    from ..model import ModelNotFoundError, require_model
-    from ..pipelines import run_local, run_ray
-    from ..pipelines.plan import staging_conflict
-    from ..pipelines.select import Selection
+    from masprism_batch.config import load_config
+    from masprism_batch.ingest import FORMATS
+    from masprism_batch.model import ModelNotFoundError, require_model
+    from masprism_batch.pipelines import run_local, run_ray
+    from masprism_batch.pipelines.plan import staging_conflict
+    from masprism_batch.pipelines.selection import Selection
 
     setup_logging(verbose)
     if engine is Engine.local and (workers not in (None, 1) or address):
@@ -91,7 +91,7 @@ def run(
     if fmt not in FORMATS:
         raise usage(f"unknown --format {fmt!r}; choose one of {', '.join(FORMATS)}")
     check_inputs(inputs)
-    from .probe import check_format
+    from masprism_batch.cli.probe import check_format
 
     check_format(list(inputs), fmt)  # before OUT exists: a wrong --format leaves nothing behind
     check_outdir(out)
@@ -109,11 +109,11 @@ def run(
     # The model is checked before OUTDIR is touched, so a bad --model leaves nothing that refuses a retry.
     if engine is Engine.local:
         loaded = load_model_or_fail(cfg)
-        from .fit import check_ranker
+        from masprism_batch.cli.fit import check_ranker
 
         check_ranker(cfg, loaded.model_id)
     else:
-        from .probe import check_ranker_file
+        from masprism_batch.cli.probe import check_ranker_file
 
         check_ranker_file(cfg)
         try:
@@ -129,7 +129,7 @@ def run(
                 summary = run_ray(inputs, out, cfg, workers=workers, address=address, num_cpus=num_cpus, fmt=fmt,
                                   progress=progress, select=select)
     except KeyboardInterrupt as exc:  # SIGTERM/SIGHUP/SIGINT: a clean stop, never blamed on a trace
-        from ..pipelines.interrupts import exit_status, signal_name
+        from masprism_batch.pipelines.interrupts import exit_status, signal_name
 
         kept = getattr(exc, "kept", None) or f"what was committed is kept in {out}"  # (set by the engine)
         raise fail(f"interrupted ({signal_name(exc)}): {kept}; re-run the same command to resume",

@@ -17,11 +17,11 @@ from collections import Counter
 from collections.abc import Iterable
 from typing import Any
 
-from ..trace import Trace
-from .common import index_rows, norm_agent, ranked_steps
-from .table import format_tables, tables
-from .trail_metrics import score_trail
-from .who_and_when_metrics import score_who_and_when
+from masprism_batch.eval.common import index_rows, norm_agent, ranked_steps
+from masprism_batch.eval.table import format_tables, tables
+from masprism_batch.eval.trail_metrics import score_trail
+from masprism_batch.eval.who_and_when_metrics import score_who_and_when
+from masprism_batch.trace import Trace
 
 log = logging.getLogger(__name__)
 

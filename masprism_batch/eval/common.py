@@ -11,7 +11,7 @@ import re
 from collections.abc import Iterable
 from typing import Any
 
-from ..trace import Trace
+from masprism_batch.trace import Trace
 
 _SUFFIX = re.compile(r"\s*\([^()]*\)\s*$")
 

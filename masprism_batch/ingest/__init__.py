@@ -23,14 +23,14 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from ..config import IngestConfig
-from ..schema import error_row
-from ..trace import Trace
-from .common import WARNING_REASONS, Context, IngestError, short, trace_bytes
-from .detect import FORMATS, read_file
-from .mapping import Mapping
-from .sources import LIMITS, expand, file_size, path_ids
-from .validate import validate
+from masprism_batch.config import IngestConfig
+from masprism_batch.ingest.common import WARNING_REASONS, Context, IngestError, short, trace_bytes
+from masprism_batch.ingest.detect import FORMATS, read_file
+from masprism_batch.ingest.mapping import Mapping
+from masprism_batch.ingest.sources import LIMITS, expand, file_size, path_ids
+from masprism_batch.ingest.validate import validate
+from masprism_batch.schema import error_row
+from masprism_batch.trace import Trace
 
 log = logging.getLogger(__name__)
 
@@ -179,7 +179,7 @@ def ingest(paths: list[str] | str, outdir: str | Path, fmt: str = "auto", *, ove
            progress: bool = True, limits: IngestConfig | None = None, mapping: Mapping | None = None) -> IngestSummary:
     """Write OUTDIR/traces and OUTDIR/errors (Parquet datasets in `schema.TRACES` / `schema.ERRORS`), holding
     the OUTDIR lock; OUTDIR/_INGEST.json says `complete: true` only once everything is written (last)."""
-    from ..io import OutdirLock
+    from masprism_batch.outdir.parts import OutdirLock
 
     with OutdirLock(outdir, "ingest"):
         return _ingest(paths, Path(outdir), fmt, overwrite, progress, limits, mapping)
@@ -188,8 +188,8 @@ def ingest(paths: list[str] | str, outdir: str | Path, fmt: str = "auto", *, ove
 def _ingest(paths, outdir: Path, fmt: str, overwrite: bool, progress: bool, limits, mapping=None) -> IngestSummary:
     from tqdm import tqdm
 
-    from .. import schema
-    from ..io import DatasetWriter, write_json_atomic
+    from masprism_batch import schema
+    from masprism_batch.outdir.parts import DatasetWriter, write_json_atomic
 
     prepare_outdir(outdir, overwrite)
     write_json_atomic({"complete": False, "started_at": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())},

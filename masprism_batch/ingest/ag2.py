@@ -22,9 +22,8 @@ from __future__ import annotations
 from collections.abc import Iterator
 from typing import Any
 
-from ..trace import Step, Trace
-from .common import Context, IngestError
-from .messages import (
+from masprism_batch.ingest.common import Context, IngestError
+from masprism_batch.ingest.messages import (
     content_text,
     dumps,
     join,
@@ -33,7 +32,8 @@ from .messages import (
     require_obj,
     tool_calls_text,
 )
-from .sources import base_name
+from masprism_batch.ingest.sources import base_name
+from masprism_batch.trace import Step, Trace
 
 _SKIP_TYPES = {"ModelClientStreamingChunkEvent", "CodeGenerationEvent", "UserInputRequestedEvent"}
 _META_KEYS = ("chat_id", "summary", "cost", "stop_reason", "human_input")

@@ -21,10 +21,10 @@ import re
 from collections.abc import Iterator
 from typing import Any
 
-from ..trace import Step, Trace
-from .common import Context, IngestError
-from .messages import content_text, dumps, join, tool_call_line
-from .sources import base_name
+from masprism_batch.ingest.common import Context, IngestError
+from masprism_batch.ingest.messages import content_text, dumps, join, tool_call_line
+from masprism_batch.ingest.sources import base_name
+from masprism_batch.trace import Step, Trace
 
 SMOL_ROLES = {"tool-call", "tool-response"}
 _CALL_ID = re.compile(r"^Call id: ?(\S+)\n", re.M)

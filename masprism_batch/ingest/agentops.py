@@ -15,10 +15,10 @@ from __future__ import annotations
 from collections.abc import Iterator
 from typing import Any
 
-from ..trace import Trace
-from .common import Context, IngestError
-from .otel_genai import node_of, traces_from_groups
-from .spantree import Node
+from masprism_batch.ingest.common import Context, IngestError
+from masprism_batch.ingest.otel_genai import node_of, traces_from_groups
+from masprism_batch.ingest.spantree import Node
+from masprism_batch.trace import Trace
 
 _KINDS = {"llm": {"llm.request.type": "chat"}, "tool": {"traceloop.span.kind": "tool"},
           "agent": {"traceloop.span.kind": "agent"}}

@@ -12,10 +12,10 @@ import json
 from collections.abc import Iterator
 from typing import Any
 
-from ..trace import Labels, Step, Trace
-from .common import Context, IngestError, as_record_error, check_trace_id, short
-from .spantree import parse_time
-from .status import of_field
+from masprism_batch.ingest.common import Context, IngestError, as_record_error, check_trace_id, short
+from masprism_batch.ingest.spantree import parse_time
+from masprism_batch.ingest.status import of_field
+from masprism_batch.trace import Labels, Step, Trace
 
 _STEP_FIELDS = {f.name for f in dataclasses.fields(Step)}
 _LABEL_FIELDS = {f.name for f in dataclasses.fields(Labels)}
@@ -99,8 +99,8 @@ def parse_jsonl(lines: Iterator[tuple[int, str]], ctx: Context, loads) -> Iterat
 def parse_parquet(path: str, ctx: Context) -> Iterator[Trace]:
     """Rows of a canonical Parquet file, read in bounded pieces (`parquet_rows`); a bad or oversized row is
     rejected alone."""
-    from .parquet_rows import open_file, read_rows
-    from .sources import LIMITS
+    from masprism_batch.ingest.parquet_rows import open_file, read_rows
+    from masprism_batch.ingest.sources import LIMITS
 
     _, cols, _ = open_file(path)
     missing = [c for c in REQUIRED_COLUMNS if c not in cols]

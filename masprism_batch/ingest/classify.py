@@ -13,7 +13,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from . import (
+from masprism_batch.ingest import (
     ag2,
     agent_logs,
     agentops,

@@ -17,9 +17,9 @@ import threading
 from collections.abc import Callable
 from typing import Any
 
-from ..config import IngestConfig
-from ..schema import error_row
-from ..trace import Trace
+from masprism_batch.config import IngestConfig
+from masprism_batch.schema import error_row
+from masprism_batch.trace import Trace
 
 log = logging.getLogger(__name__)
 

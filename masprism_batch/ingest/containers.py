@@ -14,8 +14,8 @@ import io
 import zipfile
 from collections.abc import Iterator
 
-from .common import Context, IngestError, decode_utf8
-from .sources import LIMITS
+from masprism_batch.ingest.common import Context, IngestError, decode_utf8
+from masprism_batch.ingest.sources import LIMITS
 
 # longest first: the UTF-32 LE mark starts with the UTF-16 LE one
 _BOMS = ((b"\xff\xfe\x00\x00", "utf-32-le"), (b"\x00\x00\xfe\xff", "utf-32-be"), (b"\xff\xfe", "utf-16-le"),

@@ -24,9 +24,9 @@ import re
 from dataclasses import replace
 from typing import Any
 
-from ..trace import Step
-from .envelopes import maybe_json
-from .messages import content_text, dumps, tool_calls_text
+from masprism_batch.ingest.envelopes import maybe_json
+from masprism_batch.ingest.messages import content_text, dumps, tool_calls_text
+from masprism_batch.trace import Step
 
 _ROLES = {"system": "system", "developer": "system", "user": "user", "human": "user", "assistant": "assistant",
           "ai": "assistant", "model": "assistant", "tool": "tool", "function": "tool", "HumanMessage": "user",

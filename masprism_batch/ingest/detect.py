@@ -15,8 +15,7 @@ import json
 from collections.abc import Iterator
 from typing import Any
 
-from ..trace import Trace
-from . import (
+from masprism_batch.ingest import (
     ag2,
     agent_logs,
     agentops,
@@ -36,10 +35,11 @@ from . import (
     taubench,
     who_and_when,
 )
-from .classify import classify
-from .common import Context, IngestError, decode_utf8, loads
-from .near_miss import near_misses
-from .sources import iter_lines, read_bytes
+from masprism_batch.ingest.classify import classify
+from masprism_batch.ingest.common import Context, IngestError, decode_utf8, loads
+from masprism_batch.ingest.near_miss import near_misses
+from masprism_batch.ingest.sources import iter_lines, read_bytes
+from masprism_batch.trace import Trace
 
 FORMATS = ("auto", "who-and-when", "trail", "otel", "tempo", "otel-sdk", "jaeger", "ag2", "autogen", "openai",
            "langsmith", "langgraph", "langfuse", "swe-agent", "openhands", "tau-bench", "inspect", "smolagents",

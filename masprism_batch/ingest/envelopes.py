@@ -15,7 +15,7 @@ from __future__ import annotations
 import json
 from typing import Any
 
-from .messages import MAX_DEPTH, content_text, dumps, join, tool_calls_text
+from masprism_batch.ingest.messages import MAX_DEPTH, content_text, dumps, join, tool_calls_text
 
 # envelope keys that are never what a person reads (usage, billing, ids, provider housekeeping)
 HOUSEKEEPING = frozenset({
@@ -75,7 +75,7 @@ def _is_message(d: dict) -> bool:
 
 def responses_items_text(items: list, depth: int = 0) -> str:
     """Responses API output items: messages, function calls, readable reasoning; encrypted reasoning omitted."""
-    from .openai_chat import item_text  # one reader of Responses items
+    from masprism_batch.ingest.openai_chat import item_text  # one reader of Responses items
 
     return join(*(t for t in (item_text(it) for it in items if isinstance(it, dict)) if t))
 
@@ -94,7 +94,7 @@ def output_text(v: Any, depth: int = 0) -> str:
             return "".join(v)  # streamed chunks (BeeAI keeps the tokens as a list): joined as the text they are
         dicts = [x for x in v if isinstance(x, dict)]
         if dicts and len(dicts) == len(v):
-            from .openai_chat import is_response_item
+            from masprism_batch.ingest.openai_chat import is_response_item
 
             if any(is_response_item(x) for x in dicts):
                 return responses_items_text(dicts, depth)

@@ -21,8 +21,8 @@ from __future__ import annotations
 import re
 from typing import Any
 
-from .envelopes import maybe_json, message_text, output_text, value_text
-from .messages import join, tool_call_line
+from masprism_batch.ingest.envelopes import maybe_json, message_text, output_text, value_text
+from masprism_batch.ingest.messages import join, tool_call_line
 
 _NUMBERED = re.compile(r"(gen_ai\.completion|llm\.output_messages)\.(\d+)\.(?:message\.)?(.+)$")
 _CALL = re.compile(r"tool_calls\.(\d+)\.(?:tool_call\.)?(?:function\.)?(name|arguments)$")

@@ -20,10 +20,10 @@ import json
 from collections.abc import Iterator
 from typing import Any
 
-from ..trace import Trace
-from .common import Context, IngestError, loads, short
-from .messages import question_of
-from .openai_chat import chat_steps
+from masprism_batch.ingest.common import Context, IngestError, loads, short
+from masprism_batch.ingest.messages import question_of
+from masprism_batch.ingest.openai_chat import chat_steps
+from masprism_batch.trace import Trace
 
 
 def is_log(d: Any) -> bool:

@@ -32,15 +32,15 @@ import re
 from collections.abc import Iterator
 from typing import Any
 
-from ..trace import Trace
-from . import status
-from .common import Context, IngestError, check_trace_id, short
-from .context import attr_inputs, input_messages, with_context
-from .envelopes import maybe_json, output_text, value_text
-from .genai_attrs import agent_name, llm_output, tool_text
-from .messages import join, question_of
-from .otel_genai import tool_of
-from .spantree import Node, build_steps, parse_time
+from masprism_batch.ingest import status
+from masprism_batch.ingest.common import Context, IngestError, check_trace_id, short
+from masprism_batch.ingest.context import attr_inputs, input_messages, with_context
+from masprism_batch.ingest.envelopes import maybe_json, output_text, value_text
+from masprism_batch.ingest.genai_attrs import agent_name, llm_output, tool_text
+from masprism_batch.ingest.messages import join, question_of
+from masprism_batch.ingest.otel_genai import tool_of
+from masprism_batch.ingest.spantree import Node, build_steps, parse_time
+from masprism_batch.trace import Trace
 
 OBS_TYPES = {"GENERATION", "SPAN", "EVENT", "AGENT", "TOOL", "CHAIN", "RETRIEVER", "EMBEDDING", "EVALUATOR",
              "GUARDRAIL"}

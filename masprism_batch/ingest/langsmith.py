@@ -20,13 +20,13 @@ from __future__ import annotations
 from collections.abc import Iterator
 from typing import Any
 
-from ..trace import Trace
-from . import status
-from .common import Context, IngestError, check_trace_id, short
-from .context import input_messages, with_context
-from .envelopes import output_text
-from .messages import content_text, dumps, join, question_of, tool_calls_text
-from .spantree import Node, build_steps, parse_time
+from masprism_batch.ingest import status
+from masprism_batch.ingest.common import Context, IngestError, check_trace_id, short
+from masprism_batch.ingest.context import input_messages, with_context
+from masprism_batch.ingest.envelopes import output_text
+from masprism_batch.ingest.messages import content_text, dumps, join, question_of, tool_calls_text
+from masprism_batch.ingest.spantree import Node, build_steps, parse_time
+from masprism_batch.trace import Trace
 
 RUN_TYPES = {"llm", "chain", "tool", "retriever", "prompt", "parser", "embedding"}
 MAX_TEXT = 200_000  # characters kept of one dumped input/output object

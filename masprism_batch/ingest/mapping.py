@@ -27,11 +27,11 @@ from collections.abc import Iterator
 from dataclasses import dataclass, field
 from typing import Any
 
-from ..trace import Step, Trace
-from .common import Context, IngestError, check_trace_id
-from .envelopes import value_text
-from .messages import join, tool_call_line
-from .sources import base_name
+from masprism_batch.ingest.common import Context, IngestError, check_trace_id
+from masprism_batch.ingest.envelopes import value_text
+from masprism_batch.ingest.messages import join, tool_call_line
+from masprism_batch.ingest.sources import base_name
+from masprism_batch.trace import Step, Trace
 
 _TOKEN = re.compile(r"\.([A-Za-z_][\w\-]*)|\[\s*(\*|-?\d+|\"[^\"]*\"|'[^']*')\s*\]")
 STEP_KEYS = ("agent", "role", "content", "tool_calls", "tool_name", "tool_args", "result")
@@ -89,7 +89,7 @@ def load_mapping(path: str) -> Mapping:
     """A mapping file, checked whole (ValueError names the first key that does not fit)."""
     import tomllib  # Python 3.11+, like config files
 
-    from .. import config_checks as checks
+    from masprism_batch import config_checks as checks
 
     try:
         raw = tomllib.loads(checks.read_config_file(path))  # a regular file of bounded size

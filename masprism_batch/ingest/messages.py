@@ -11,7 +11,7 @@ from __future__ import annotations
 import json
 from typing import Any
 
-from .common import IngestError
+from masprism_batch.ingest.common import IngestError
 
 MAX_DEPTH = 32  # nested content deeper than this is dumped as JSON, which bounds recursion
 

@@ -23,9 +23,8 @@ from __future__ import annotations
 from collections.abc import Iterator
 from typing import Any
 
-from ..trace import Step, Trace
-from .common import Context, IngestError, short
-from .messages import (
+from masprism_batch.ingest.common import Context, IngestError, short
+from masprism_batch.ingest.messages import (
     content_text,
     dumps,
     join,
@@ -35,7 +34,8 @@ from .messages import (
     require_obj,
     tool_calls_text,
 )
-from .sources import base_name
+from masprism_batch.ingest.sources import base_name
+from masprism_batch.trace import Step, Trace
 
 ROLES = {"system", "developer", "user", "assistant", "tool", "function"}
 RESPONSE_ITEM_TYPES = {"message", "function_call", "function_call_output", "reasoning", "web_search_call",

@@ -19,11 +19,18 @@ from __future__ import annotations
 from collections.abc import Iterator
 from typing import Any
 
-from ..trace import Step, Trace
-from . import status
-from .common import Context, IngestError
-from .messages import content_text, dumps, join, require_list, require_obj, tool_call_line
-from .sources import base_name
+from masprism_batch.ingest import status
+from masprism_batch.ingest.common import Context, IngestError
+from masprism_batch.ingest.messages import (
+    content_text,
+    dumps,
+    join,
+    require_list,
+    require_obj,
+    tool_call_line,
+)
+from masprism_batch.ingest.sources import base_name
+from masprism_batch.trace import Step, Trace
 
 _QUIET_ARGS = {"thought", "content", "image_urls", "wait_for_response", "outputs", "security_risk"}
 # bookkeeping events, not steps: the controller's state changes and the placeholder observation

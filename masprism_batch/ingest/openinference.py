@@ -22,11 +22,11 @@ from collections.abc import Iterator
 from functools import lru_cache
 from typing import Any
 
-from ..trace import Labels, Trace
-from . import status
-from .common import Context, IngestError, check_trace_id, decode_utf8, loads, short
-from .sources import base_name, read_bytes
-from .spantree import Node, build_steps, parse_time
+from masprism_batch.ingest import status
+from masprism_batch.ingest.common import Context, IngestError, check_trace_id, decode_utf8, loads, short
+from masprism_batch.ingest.sources import base_name, read_bytes
+from masprism_batch.ingest.spantree import Node, build_steps, parse_time
+from masprism_batch.trace import Labels, Trace
 
 _SMOL_STEP = re.compile(r"Step \d+$")
 _AGENT_NAMED = re.compile(r"agent named '([^'\n]{1,100})'")

@@ -16,14 +16,14 @@ from __future__ import annotations
 from collections.abc import Iterator
 from typing import Any
 
-from ..trace import Trace
-from . import status
-from .common import Context, IngestError, check_trace_id, short
-from .context import attr_inputs, event_inputs, with_context
-from .envelopes import value_text
-from .genai_attrs import agent_name, llm_output, tool_text
-from .messages import join
-from .spantree import Node, build_steps, parse_time
+from masprism_batch.ingest import status
+from masprism_batch.ingest.common import Context, IngestError, check_trace_id, short
+from masprism_batch.ingest.context import attr_inputs, event_inputs, with_context
+from masprism_batch.ingest.envelopes import value_text
+from masprism_batch.ingest.genai_attrs import agent_name, llm_output, tool_text
+from masprism_batch.ingest.messages import join
+from masprism_batch.ingest.spantree import Node, build_steps, parse_time
+from masprism_batch.trace import Trace
 
 _LLM_OPS = {"chat", "text_completion", "generate_content", "call_llm"}  # call_llm: any-agent
 _AGENT_OPS = {"invoke_agent", "create_agent"}

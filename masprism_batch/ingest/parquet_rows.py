@@ -23,9 +23,9 @@ import pyarrow as pa
 import pyarrow.compute as pc
 import pyarrow.parquet as pq
 
-from .. import schema
-from ..config import IngestConfig
-from .common import MAX_TRACE_ID_CHARS, IngestError, short
+from masprism_batch import schema
+from masprism_batch.config import IngestConfig
+from masprism_batch.ingest.common import MAX_TRACE_ID_CHARS, IngestError, short
 
 BATCH_ROWS = 64  # rows per batch: each batch carries its row group's dictionaries, so not fewer
 

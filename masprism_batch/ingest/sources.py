@@ -28,9 +28,9 @@ from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import BinaryIO
 
-from ..config import IngestConfig
-from ..schema import error_row
-from .common import IngestError
+from masprism_batch.config import IngestConfig
+from masprism_batch.ingest.common import IngestError
+from masprism_batch.schema import error_row
 
 log = logging.getLogger(__name__)
 

@@ -13,8 +13,8 @@ from dataclasses import dataclass
 from datetime import datetime, timedelta, timezone
 from typing import Any
 
-from ..trace import Step
-from .common import IngestError, short
+from masprism_batch.ingest.common import IngestError, short
+from masprism_batch.trace import Step
 
 STEP_KINDS = {"LLM": "llm", "TOOL": "tool"}  # span kind -> Step.kind; other spans only give structure
 

@@ -108,7 +108,7 @@ def of_field(value: Any) -> str:
 def attributable(traces: Iterable, on_skip, input_path: str | None = None) -> Iterator:
     """The traces to attribute by default: failed and unknown runs, streamed. Each succeeded one becomes one
     `succeeded_run` row of errors/ (a warning: counted and listed, not a rejection)."""
-    from ..schema import error_row
+    from masprism_batch.schema import error_row
 
     for t in traces:
         if t.run_status == SUCCEEDED:

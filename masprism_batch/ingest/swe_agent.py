@@ -17,11 +17,18 @@ from __future__ import annotations
 from collections.abc import Iterator
 from typing import Any
 
-from ..trace import Step, Trace
-from . import status
-from .common import Context, IngestError
-from .messages import content_text, join, opt_str, require_list, require_obj, tool_calls_text
-from .sources import base_name
+from masprism_batch.ingest import status
+from masprism_batch.ingest.common import Context, IngestError
+from masprism_batch.ingest.messages import (
+    content_text,
+    join,
+    opt_str,
+    require_list,
+    require_obj,
+    tool_calls_text,
+)
+from masprism_batch.ingest.sources import base_name
+from masprism_batch.trace import Step, Trace
 
 
 def is_traj(doc: Any) -> bool:

@@ -18,12 +18,12 @@ import re
 from collections.abc import Iterator
 from typing import Any
 
-from ..trace import Step, Trace
-from . import status
-from .common import Context, IngestError
-from .messages import question_of, require_list
-from .openai_chat import chat_steps
-from .sources import base_name
+from masprism_batch.ingest import status
+from masprism_batch.ingest.common import Context, IngestError
+from masprism_batch.ingest.messages import question_of, require_list
+from masprism_batch.ingest.openai_chat import chat_steps
+from masprism_batch.ingest.sources import base_name
+from masprism_batch.trace import Step, Trace
 
 _SPEAKER = re.compile(r"^(user|assistant|tool|system): ?", re.M)
 

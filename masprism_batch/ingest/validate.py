@@ -14,11 +14,18 @@ import threading
 from datetime import datetime, timezone
 from typing import Any
 
-from ..config import IngestConfig
-from ..schema import clean_text
-from ..trace import Labels, Step, Trace
-from .common import MAX_EMPTY_STEP_ROWS, Context, IngestError, apply_caps, check_trace_id, short
-from .status import of_field
+from masprism_batch.config import IngestConfig
+from masprism_batch.ingest.common import (
+    MAX_EMPTY_STEP_ROWS,
+    Context,
+    IngestError,
+    apply_caps,
+    check_trace_id,
+    short,
+)
+from masprism_batch.ingest.status import of_field
+from masprism_batch.schema import clean_text
+from masprism_batch.trace import Labels, Step, Trace
 
 _INT32 = 2**31 - 1
 MAX_METADATA_DEPTH = 100  # nesting levels of a trace's metadata; a real export's facts are a few levels deep

@@ -22,10 +22,10 @@ import re
 from collections.abc import Iterator
 from typing import Any
 
-from ..trace import Labels, Step, Trace
-from .common import Context, IngestError, short
-from .sources import base_name
-from .validate import text_or_none
+from masprism_batch.ingest.common import Context, IngestError, short
+from masprism_batch.ingest.sources import base_name
+from masprism_batch.ingest.validate import text_or_none
+from masprism_batch.trace import Labels, Step, Trace
 
 SUBSETS = {"Algorithm-Generated": "CaptainAgent", "Hand-Crafted": "Magentic-One"}
 _SUFFIX = re.compile(r"\s*\([^()]*\)\s*$")

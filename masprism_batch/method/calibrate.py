@@ -56,7 +56,7 @@ def fit_evidence(X, hits, names, signs=None, weights: str = "equal") -> dict:
     meaning more hits there) can invert the evidence on another system; in the leave-one-system-out
     comparison of docs/results.md the learned weights ranked a held-out system's verdicts worse. "fitted": one
     weight per feature, a feature whose weight points against its sign dropped and the rest refitted."""
-    from .confidence import SIGNS
+    from masprism_batch.method.confidence import SIGNS
 
     X, y = np.asarray(X, dtype=np.float64).reshape(len(hits), len(names)), np.asarray(hits, dtype=np.float64)
     signs = np.array([SIGNS.get(f, 0) for f in names] if signs is None else signs, dtype=np.float64)

@@ -21,7 +21,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from .. import batching
+from masprism_batch.render import buckets
 
 log = logging.getLogger(__name__)
 
@@ -81,7 +81,7 @@ class Request:
 
 def _jobs(req: Request, ph: list[int]):
     """[(c, SuffixJob, [k...])] of one request: the suffix of each candidate and the steps it scores."""
-    from ..model.suffix import SuffixJob
+    from masprism_batch.model.suffix import SuffixJob
 
     if req.base.kv is None:
         raise ValueError("counterfactual effects need the prompt's K/V cache (signals(..., keep_kv=True))")
@@ -118,7 +118,7 @@ def effects_batch(model, requests: list[Request], placeholder_ids: list[int], to
     request packed into batches of at most `token_budget` suffix tokens. A request whose jobs fail (alone
     after a failed batch is retried request by request) gets the exception instead of D. stats, when given,
     gets "suffixes" and "tokens" (suffix tokens read)."""
-    from ..model.suffix import suffix_nll_batch
+    from masprism_batch.model.suffix import suffix_nll_batch
 
     out: list = [None] * len(requests)
     jobs = []  # (request index, c, job, ks)
@@ -138,7 +138,7 @@ def effects_batch(model, requests: list[Request], placeholder_ids: list[int], to
 
     if stats is not None:
         stats.update(suffixes=len(jobs), tokens=sum(len(j[2]) for j in jobs))
-    for group in batching.pack([len(j[2]) for j in jobs], token_budget):
+    for group in buckets.pack([len(j[2]) for j in jobs], token_budget):
         try:
             run(group)
         except Exception as exc:  # noqa: BLE001 - e.g. out of memory: retry each request's jobs alone

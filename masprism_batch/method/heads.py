@@ -18,7 +18,7 @@ from pathlib import Path
 
 import numpy as np
 
-from . import weights_dir
+from masprism_batch.method import weights_dir
 
 log = logging.getLogger(__name__)
 

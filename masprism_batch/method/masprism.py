@@ -13,7 +13,7 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from ..config import MethodConfig
+from masprism_batch.config import MethodConfig
 
 
 def failure_word_regex(words: tuple[str, ...]) -> re.Pattern[str]:

@@ -16,7 +16,7 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from ..trace import Trace
+from masprism_batch.trace import Trace
 
 FEATURES = [
     "rel_pos", "log_index", "is_first", "is_last", "nll1_z", "nll2_z", "h_norm", "attn_in_norm",

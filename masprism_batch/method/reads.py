@@ -19,8 +19,9 @@ from __future__ import annotations
 
 import logging
 
-from ..trace import Trace
-from . import rankfile, rules
+from masprism_batch.fit import rankfile
+from masprism_batch.method import rules
+from masprism_batch.trace import Trace
 
 log = logging.getLogger(__name__)
 

@@ -5,9 +5,15 @@ Public API: load_model(model_cfg, signals_cfg) -> PrefillModel; load_tokenizer(m
 list_models(); SeqSignals.
 """
 
-from .forward import PrefillModel, PrefillTiming, SeqSignals
-from .loader import load_model, load_tokenizer, model_context
-from .registry import ModelNotFoundError, ModelSpec, list_models, require_model, resolve_model
+from masprism_batch.model.forward import PrefillModel, PrefillTiming, SeqSignals
+from masprism_batch.model.loader import load_model, load_tokenizer, model_context
+from masprism_batch.model.registry import (
+           ModelNotFoundError,
+           ModelSpec,
+           list_models,
+           require_model,
+           resolve_model,
+)
 
 __all__ = ["PrefillModel", "PrefillTiming", "SeqSignals", "load_model", "load_tokenizer", "model_context", "ModelNotFoundError", "ModelSpec",
            "list_models", "require_model", "resolve_model"]

@@ -16,10 +16,10 @@ import numpy as np
 import torch
 import torch.nn.functional as F
 
-from .. import signals as sig
-from .arch import ArchSpec, instrument_layers, rope_inv_freq
-from .attention import causal_attention
-from .layers import Weights, mlp, qkv_proj, rms_norm, rope_cos_sin
+from masprism_batch import signals as sig
+from masprism_batch.model.arch import ArchSpec, instrument_layers, rope_inv_freq
+from masprism_batch.model.attention import causal_attention
+from masprism_batch.model.layers import Weights, mlp, qkv_proj, rms_norm, rope_cos_sin
 
 log = logging.getLogger(__name__)
 SUFFIX_SCORE_BUDGET = 1 << 22  # score elements per query block of suffix_nll (16 MiB in fp32)

@@ -20,7 +20,7 @@ from dataclasses import dataclass
 import torch
 import torch.nn.functional as F
 
-from .arch import ArchSpec
+from masprism_batch.model.arch import ArchSpec
 
 log = logging.getLogger(__name__)
 

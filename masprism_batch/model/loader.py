@@ -20,12 +20,12 @@ from pathlib import Path
 
 import torch
 
-from ..config import auto_device_type, auto_dtype
-from .arch import arch_from_config
-from .forward import PrefillModel
-from .layers import weights_from_state_dict
-from .registry import ModelSpec, require_model
-from .tiny import tiny_config, tiny_state_dict, tiny_tokenizer
+from masprism_batch.config import auto_device_type, auto_dtype
+from masprism_batch.model.arch import arch_from_config
+from masprism_batch.model.forward import PrefillModel
+from masprism_batch.model.layers import weights_from_state_dict
+from masprism_batch.model.registry import ModelSpec, require_model
+from masprism_batch.model.tiny import tiny_config, tiny_state_dict, tiny_tokenizer
 
 log = logging.getLogger(__name__)
 
@@ -216,7 +216,7 @@ def load_model(model_cfg, signals_cfg) -> PrefillModel:
     log.info("loaded %s (%s, %d layers, %s on %s; signal layers %s)", model_id, arch.family, arch.num_layers,
              str(dtype).removeprefix("torch."), device, model.instrument_layers)
     if str(device).startswith("cpu"):
-        from ..signals import cpp_available
+        from masprism_batch.signals import cpp_available
 
         if (why := cpp_available()) is not None:  # said once per load: the run is slower without the C++ ops
             log.warning("%s", why)

@@ -24,8 +24,8 @@ import numpy as np
 import torch
 import torch.nn.functional as F
 
-from .. import signals as sig
-from .layers import mlp, qkv_proj, rms_norm, rope_cos_sin
+from masprism_batch import signals as sig
+from masprism_batch.model.layers import mlp, qkv_proj, rms_norm, rope_cos_sin
 
 MASK_BUDGET = 1 << 24  # mask elements per query block (16 MiB of bool)
 

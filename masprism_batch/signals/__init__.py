@@ -18,7 +18,7 @@ import os
 import numpy as np
 import torch
 
-from . import reference
+from masprism_batch.signals import reference
 
 log = logging.getLogger(__name__)
 BACKENDS = ("auto", "triton", "cpp", "torch")
@@ -166,11 +166,11 @@ def _backend_module(chosen: str):
     step_attention(q, k, v, cu_seqlens, step_ids, n_steps, scale, *, block, out, per_head) and
     token_nll(hidden, weight, targets, *, chunk, ignore_index, out)."""
     if chosen == "triton":
-        from . import triton
+        from masprism_batch.signals import triton
 
         return triton
     if chosen == "cpp":
-        from . import cpp
+        from masprism_batch.signals import cpp
 
         return cpp
     return reference

@@ -10,9 +10,8 @@ from __future__ import annotations
 import torch
 
 from masprism_batch import _C  # noqa: F401  (loads the library: registers torch.ops.masprism.*)
-
-from . import reference
-from .reference import compute_dtype
+from masprism_batch.signals import reference
+from masprism_batch.signals.reference import compute_dtype
 
 
 @torch.library.register_fake("masprism::step_attention")

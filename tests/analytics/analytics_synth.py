@@ -1,4 +1,4 @@
-"""Synthetic run OUTDIRs (the schemas of masprism_batch.schema, written with masprism_batch.io): no model."""
+"""Synthetic run OUTDIRs (the schemas of masprism_batch.schema, written with masprism_batch.outdir.parts): no model."""
 
 from __future__ import annotations
 
@@ -7,7 +7,7 @@ from datetime import datetime, timedelta, timezone
 from pathlib import Path
 
 from masprism_batch import schema
-from masprism_batch.io import DatasetWriter
+from masprism_batch.outdir.parts import DatasetWriter
 
 T0 = datetime(2026, 11, 20, 22, 30, tzinfo=timezone.utc)
 
@@ -98,7 +98,7 @@ def write_large_outdir(outdir: Path, n: int, seed: int, parts: int = 10, chars: 
     import numpy as np
     import pyarrow as pa
 
-    from masprism_batch.io import write_table_atomic
+    from masprism_batch.outdir.parts import write_table_atomic
 
     g = np.random.default_rng(seed)
     agents = np.array(AGENTS + [f"Expert_{i}" for i in range(40)], dtype=object)

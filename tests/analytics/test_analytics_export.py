@@ -4,7 +4,6 @@ import pandas as pd
 import pytest
 from analytics_synth import random_specs, write_outdir
 
-from masprism_batch import io
 from masprism_batch.analytics import AnalyticsInputError
 from masprism_batch.analytics.export import (
     ANNOTATION_NAME,
@@ -12,6 +11,7 @@ from masprism_batch.analytics.export import (
     export,
     read_jsonl,
 )
+from masprism_batch.outdir import parts as outdir_parts
 
 PHOENIX_COLUMNS = ["span_id", "trace_id", "name", "annotator_kind", "label", "score", "explanation", "metadata"]
 
@@ -126,7 +126,7 @@ def test_jsonl_round_trip(mixed_run, tmp_path):
     outdir, specs = mixed_run
     assert export(outdir, "jsonl", tmp_path / "a.jsonl") == len(specs)
     back = read_jsonl(tmp_path / "a.jsonl")
-    table = io.read_dataset(outdir / "attributions").to_pylist()
+    table = outdir_parts.read_dataset(outdir / "attributions").to_pylist()
     assert set(back) == {r["trace_id"] for r in table}
     for r in table:
         b = back[r["trace_id"]]

@@ -127,7 +127,7 @@ def test_empty_run_page_has_no_errors(browser, tmp_path):
     import pyarrow as pa
 
     from masprism_batch import schema
-    from masprism_batch.io import write_table_atomic
+    from masprism_batch.outdir.parts import write_table_atomic
 
     write_table_atomic(pa.Table.from_pylist([], schema=schema.ATTRIBUTIONS), tmp_path / "o" / "attributions" / "p.parquet")
     build_report(tmp_path / "o", tmp_path / "r.html")

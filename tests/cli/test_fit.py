@@ -11,7 +11,7 @@ import pytest
 from typer.testing import CliRunner
 
 from masprism_batch.cli import EXIT_FATAL, EXIT_OK, app
-from masprism_batch.io import read_dataset
+from masprism_batch.outdir.parts import read_dataset
 
 runner = CliRunner()
 WORDS = "plan search the file error retry tool answer check result failed timeout".split()
@@ -103,7 +103,7 @@ def test_labels_file_outcomes(run_dir, tmp_path):
 
 
 def test_labels_file_csv_with_span_ids_and_system_override(run_dir, tmp_path):
-    from masprism_batch.method.labels import from_file
+    from masprism_batch.fit.labels import from_file
     from masprism_batch.trace import Step, Trace
 
     t = Trace("x", "otel", [Step(0, "A", "a", span_id="s0"), Step(1, "B", "b", span_id="s1")])
@@ -175,7 +175,7 @@ def test_bench_accuracy_and_fit_share_the_fitting_function(run_dir, tmp_path):
     assert f.entry["priors"] == e["priors"]
     # and the ranker weights themselves, at every strength the fit tries, from either path's cases
     from masprism_batch.cli.fit import build_cases
-    from masprism_batch.method import fit as ft
+    from masprism_batch.fit import fitting as ft
 
     cli_cases = build_cases(traces, rows, None, None)[0]["billing-bot"]
     for off in ft.OFFSETS:

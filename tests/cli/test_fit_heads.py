@@ -28,7 +28,7 @@ def test_fit_heads_writes_weights_the_pipeline_loads(tmp_path):
     from masprism_batch.config import load_config
     from masprism_batch.ingest import read_inputs
     from masprism_batch.model import load_model
-    from masprism_batch.model_stage import attribute_traces
+    from masprism_batch.stage.attribute import attribute_traces
 
     # features "all": the faithful verdict reads no learned-head inflow, so by default it is not computed (issue 24)
     c = load_config(str(cfg), method__head_weights=str(out), method__name="masprism", method__features="all")

@@ -6,7 +6,7 @@ import json
 from pathlib import Path
 
 import pyarrow.dataset as ds
-from masprism_batch.pipelines.select import Selection
+from masprism_batch.pipelines.selection import Selection
 from typer.testing import CliRunner
 
 from masprism_batch.cli import EXIT_OK, EXIT_USAGE, app
@@ -119,7 +119,7 @@ def test_sample_into_a_locked_outdir_writes_nothing(tmp_path):
     (no staged subset written before the lock, as `attribute --sample` once did)."""
     import threading
 
-    from masprism_batch.io import OutdirLock
+    from masprism_batch.outdir.parts import OutdirLock
 
     out = tmp_path / "OUT"
     held, release = threading.Event(), threading.Event()

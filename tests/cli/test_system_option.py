@@ -12,7 +12,7 @@ from pathlib import Path
 from typer.testing import CliRunner
 
 from masprism_batch.cli import EXIT_OK, app
-from masprism_batch.io import read_dataset
+from masprism_batch.outdir.parts import read_dataset
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "ingest"))
 from ingest_synth import SEED, who_and_when, write_json  # noqa: E402
@@ -70,8 +70,8 @@ def test_system_option_names_the_system_and_a_ranker_applies_only_to_it(tmp_path
     assert list(json.loads((tmp_path / "fit.json").read_text())["systems"]) == [name]
 
     # a ranker fitted on `name` (here on synthetic rows) applies to these logs only when they are named so
-    from masprism_batch.method import fit_system as fs
-    from masprism_batch.method.rankfile import RankerFile
+    from masprism_batch.fit import system as fs
+    from masprism_batch.fit.rankfile import RankerFile
 
     entry = fs.fit_system(_synth(40, 7), name).entry
     assert entry["verdict"] == "ranker"

@@ -8,11 +8,11 @@ import random
 
 from ingest_synth import SEED, rng, text
 
-from masprism_batch import pass1
 from masprism_batch.config import IngestConfig, RenderConfig
 from masprism_batch.ingest import read_inputs
 from masprism_batch.ingest.common import apply_caps, cap_name
 from masprism_batch.model.tiny import tiny_tokenizer
+from masprism_batch.render import pass1
 
 
 def test_cap_name_is_bounded_utf8_and_idempotent():

@@ -3,7 +3,7 @@
 import numpy as np
 import pytest
 
-from masprism_batch.method import fit as ft
+from masprism_batch.fit import fitting as ft
 from masprism_batch.trace import Step, Trace
 
 

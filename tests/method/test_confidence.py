@@ -4,9 +4,9 @@ moving only in each feature's a-priori direction, never below 1/(steps), and an 
 import numpy as np
 import pytest
 
+from masprism_batch.fit import fitting as ft
 from masprism_batch.method import calibrate
 from masprism_batch.method import confidence as cf
-from masprism_batch.method import fit as ft
 
 
 def _brute_auroc(conf, hits):

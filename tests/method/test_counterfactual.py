@@ -7,10 +7,10 @@ import random
 import numpy as np
 import pytest
 
-from masprism_batch import render
 from masprism_batch.config import load_config
 from masprism_batch.method import counterfactual as cf
 from masprism_batch.model import load_model
+from masprism_batch.render import prompt as render
 from masprism_batch.trace import Step, Trace
 
 WORDS = ["search", "result", "error", "file", "answer", "plan", "code", "value"]
@@ -50,7 +50,7 @@ def test_effects_match_brute_force(tiny):
     n = len(t.steps)
     r = render.render_pass2(t, model.tokenizer, cfg.render, set(range(n)), None)
     base = model.signals([r.input_ids], [r.step_ids()], keep_kv=True)[0]
-    (ph,) = __import__("masprism_batch.encoding", fromlist=["x"]).encoder_for(model.tokenizer).encode([cf.PLACEHOLDER])
+    (ph,) = __import__("masprism_batch.render.encoding", fromlist=["x"]).encoder_for(model.tokenizer).encode([cf.PLACEHOLDER])
     cands, last = [0, n // 2], n - 1
     D = cf.effects(model, r, base, cands, last, ph)
     for c in cands:
@@ -81,7 +81,7 @@ def test_effects_need_the_cache(tiny):
 
 def _requests(cfg, model, rng, n_traces=3):
     reqs, ph = [], None
-    from masprism_batch.encoding import encoder_for
+    from masprism_batch.render.encoding import encoder_for
 
     (ph,) = encoder_for(model.tokenizer).encode([cf.PLACEHOLDER])
     for _ in range(n_traces):

@@ -2,9 +2,9 @@
 
 import numpy as np
 
+from masprism_batch.fit import fitting as ft
+from masprism_batch.fit import system as fs
 from masprism_batch.method import calibrate
-from masprism_batch.method import fit as ft
-from masprism_batch.method import fit_system as fs
 
 
 def test_shrinkage_limit_is_the_rule(synth):
@@ -90,8 +90,8 @@ def test_few_labels_keep_the_rule_and_margins_are_in_standard_errors(synth):
 
 
 def test_prior_agent_falls_back_to_the_rule_agent_and_old_files_to_the_author(synth):
+    from masprism_batch.fit.rankfile import SystemRanker
     from masprism_batch.method import rules
-    from masprism_batch.method.rankfile import SystemRanker
 
     seed = int(np.random.default_rng().integers(1 << 30))
     train = synth(12, seed=seed, agent_gold="auditor")  # an agent no log of this system has
@@ -108,7 +108,7 @@ def test_prior_agent_falls_back_to_the_rule_agent_and_old_files_to_the_author(sy
 def test_prior_step_verdict_gives_the_same_agent_whichever_order_the_stage_passes(synth):
     """The run's stage applies a label-prior verdict a second time with the prior's step moved first: the agent
     (a zero-training agent rule that reads the order) must not change, so the benchmark measures what runs."""
-    from masprism_batch.method.rankfile import SystemRanker
+    from masprism_batch.fit.rankfile import SystemRanker
 
     seed = int(np.random.default_rng().integers(1 << 30))
     pri = ft.Priors.count(synth(15, seed=seed, gold_by="random"))
@@ -147,7 +147,7 @@ def test_a_system_whose_failures_sit_at_a_few_positions_is_fitted_beyond_its_pri
     """Gold: step 1, 2 or 3, whichever carries a failure word (the others of the three carry none). The prior alone
     is right about a third of the time, the rule never is (its candidates avoid all three); the fitted ranker must
     beat both held out, applied through the ranker file entry, its verdicts spread over the three positions."""
-    from masprism_batch.method.rankfile import SystemRanker
+    from masprism_batch.fit.rankfile import SystemRanker
 
     seed = int(np.random.default_rng().integers(1 << 30))
 
@@ -177,7 +177,7 @@ def test_labels_on_one_position_never_give_one_verdict_for_every_log(synth):
     """Issue 32: every label blames step 1. A verdict that names step 1 for every log (what the label prior or a
     ranker leaning on it would ship) is set aside, the fit says the prior is all it learned, and the verdicts it
     ships differ between logs and stay among each log's own candidates or its evidence."""
-    from masprism_batch.method.rankfile import SystemRanker
+    from masprism_batch.fit.rankfile import SystemRanker
 
     seed = int(np.random.default_rng().integers(1 << 30))
     train = synth(30, seed=seed, gold_by="random")

@@ -8,7 +8,7 @@ import random
 
 import pytest
 
-from masprism_batch.method.labels import from_file
+from masprism_batch.fit.labels import from_file
 from masprism_batch.trace import Step, Trace
 
 

@@ -5,9 +5,9 @@ import json
 import numpy as np
 import pytest
 
-from masprism_batch.method import fit_system as fs
-from masprism_batch.method import rankfile as rk
-from masprism_batch.method.rankfile import FORMAT, RankerFile, RankerFileError, system_key
+from masprism_batch.fit import rankfile as rk
+from masprism_batch.fit import system as fs
+from masprism_batch.fit.rankfile import FORMAT, RankerFile, RankerFileError, system_key
 from masprism_batch.trace import Trace
 
 
@@ -73,7 +73,7 @@ def test_not_a_ranker_file_or_newer_version_or_unknown_feature(tmp_path, synth):
 
 def test_version_2_entry_without_offset_corrects_the_rule(tmp_path, synth):
     """A version 2 file has no "offset": its ranker is a correction of the rule's order, as it was fitted."""
-    from masprism_batch.method import fit as ft
+    from masprism_batch.fit import fitting as ft
 
     cases = synth(30, seed=11)
     m = ft.fit_correction(cases, 0.3)
@@ -103,8 +103,8 @@ def test_label_prior_verdict_re_ranks_the_logs_own_candidates(synth):
     own candidates; elsewhere the rule's order stands. Never one fixed step for every log."""
     import numpy as np
 
-    from masprism_batch.method import fit as ft
-    from masprism_batch.method.rankfile import SystemRanker
+    from masprism_batch.fit import fitting as ft
+    from masprism_batch.fit.rankfile import SystemRanker
 
     seed = int(np.random.default_rng().integers(1 << 30))
     cases = synth(10, seed=seed)
@@ -135,8 +135,8 @@ def test_packaged_rankers_give_verdicts_that_differ_between_logs(synth):
     a known one and the shipped confidence reads the verdict's evidence."""
     import numpy as np
 
+    from masprism_batch.fit.rankfile import PACKAGED, RankerFile, SystemRanker
     from masprism_batch.method import rules, weights_dir
-    from masprism_batch.method.rankfile import PACKAGED, RankerFile, SystemRanker
 
     rf = RankerFile.read(weights_dir() / PACKAGED)
     seed = int(np.random.default_rng().integers(1 << 30))
@@ -242,7 +242,7 @@ def test_a_5000_deep_file_or_a_fifo_is_one_error_not_a_crash(tmp_path):
 
 
 def test_a_valid_file_passes_and_its_digest_follows_its_content(tmp_path, synth):
-    from masprism_batch.method import rankcheck
+    from masprism_batch.fit import rankcheck
 
     path, _ = _file(tmp_path, synth)
     RankerFile.read(path)  # every field of a fitted file is in its domain

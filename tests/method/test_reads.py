@@ -10,9 +10,10 @@ import numpy as np
 import pytest
 
 from masprism_batch.config import load_config
-from masprism_batch.method import rankfile, reads
+from masprism_batch.fit import rankfile
+from masprism_batch.method import reads
 from masprism_batch.model import load_model
-from masprism_batch.model_stage import attribute_traces
+from masprism_batch.stage.attribute import attribute_traces
 from masprism_batch.trace import Step, Trace
 
 CF, HEADS = reads.COUNTERFACTUAL, reads.HEAD_ATTENTION

@@ -75,7 +75,7 @@ def test_stage_applies_the_fallback_rule_to_a_system_without_ranker(tmp_path):
 
     from masprism_batch.config import load_config
     from masprism_batch.model import load_model
-    from masprism_batch.model_stage import attribute_traces
+    from masprism_batch.stage.attribute import attribute_traces
     from masprism_batch.trace import Step, Trace
 
     # failure words only in the last step: it is a symptom, so every earlier step may be a candidate (with them

@@ -12,13 +12,13 @@ import numpy as np
 import pytest
 
 from masprism_batch.config import load_config
+from masprism_batch.fit import rankfile as rk
+from masprism_batch.fit import system as fs
 from masprism_batch.ingest import read_inputs
-from masprism_batch.method import fit_system as fs
 from masprism_batch.method import masprism as mp
-from masprism_batch.method import rankfile as rk
 from masprism_batch.method import weights_dir
+from masprism_batch.stage.verdict import agent_by, fitted_verdict
 from masprism_batch.trace import Trace
-from masprism_batch.verdict import agent_by, fitted_verdict
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "ingest"))
 from ingest_synth import SEED, who_and_when, write_json  # noqa: E402

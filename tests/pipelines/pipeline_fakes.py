@@ -18,7 +18,7 @@ from types import SimpleNamespace
 
 from masprism_batch.pipelines.packs import attribute_traces, load_model, load_tokenizer, now_utc
 
-from masprism_batch.io import read_dataset
+from masprism_batch.outdir.parts import read_dataset
 from masprism_batch.trace import Step, Trace
 
 FAKE_CONTEXT = 8192

@@ -23,7 +23,7 @@ from pipeline_fakes import Fakes, assert_exactly_once, make_corpus
 from typer.testing import CliRunner
 
 from masprism_batch.cli import app
-from masprism_batch.io import OutdirUnsafe
+from masprism_batch.outdir.parts import OutdirUnsafe
 
 
 def _run(tmp_path: Path, cfg, n: int = 12):

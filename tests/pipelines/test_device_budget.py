@@ -10,9 +10,9 @@ import torch
 from masprism_batch.pipelines import run_local
 from pipeline_fakes import Fakes, make_corpus
 
-from masprism_batch import batching
 from masprism_batch.config import SignalsConfig, load_config
 from masprism_batch.model.arch import ArchSpec
+from masprism_batch.render import buckets
 
 GiB = 2**30
 
@@ -40,7 +40,7 @@ def test_run_json_and_time_line_name_the_budget_sized_for_a_fake_gpu(tmp_path, m
     s = run_local([str(tmp_path / "in")], tmp_path / "out", cfg, **OnGpu().kwargs(), progress=False,
                   render_workers=0)  # a fake GPU: no render processes (test_prefetch.py tests the pool)
     run = json.loads((tmp_path / "out" / "run.json").read_text())
-    n = batching.CUDA_MAX_TOKEN_BUDGET
+    n = buckets.CUDA_MAX_TOKEN_BUDGET
     assert run["config"]["batch"]["token_budget"] == run["this_invocation"]["token_budget"] == n
     assert "GiB free" in run["this_invocation"]["token_budget_source"]
     assert f"budget {n:,} tok/pack" in s.breakdown and s.attributed == 5

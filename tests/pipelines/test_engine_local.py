@@ -9,9 +9,9 @@ import pytest
 from masprism_batch.pipelines import run_local
 from pipeline_fakes import Fakes, assert_exactly_once, make_corpus
 
-import masprism_batch.io as mio
+import masprism_batch.outdir.parts as mio
 from masprism_batch import schema
-from masprism_batch.io import read_dataset
+from masprism_batch.outdir.parts import read_dataset
 from masprism_batch.trace import Step, Trace
 
 

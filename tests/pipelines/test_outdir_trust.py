@@ -21,10 +21,10 @@ from masprism_batch.pipelines import run_local
 from pipeline_fakes import Fakes, assert_exactly_once, make_corpus
 from typer.testing import CliRunner
 
-from masprism_batch import io as mio
 from masprism_batch.cli import app
 from masprism_batch.config import BatchConfig, EngineConfig, MethodConfig, PipelineConfig
-from masprism_batch.manifest import DamagedOutput, OutdirUnsafe
+from masprism_batch.outdir import parts as mio
+from masprism_batch.outdir.manifest import DamagedOutput, OutdirUnsafe
 from masprism_batch.trace import Step, Trace
 
 

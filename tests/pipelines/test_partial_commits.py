@@ -25,7 +25,7 @@ from typer.testing import CliRunner
 
 from masprism_batch.cli import app
 from masprism_batch.config import BatchConfig, EngineConfig, ModelConfig, PipelineConfig
-from masprism_batch.io import read_dataset
+from masprism_batch.outdir.parts import read_dataset
 
 HERE = Path(__file__).resolve().parent
 
@@ -153,7 +153,7 @@ def test_kill_9_loses_at_most_one_pack_then_resume_is_exactly_once(tmp_path):
 def test_a_changed_ranker_file_refuses_the_resume(tmp_path):
     """The ranker's content is bound to OUTDIR, not only its path: re-fitting the file between a crash and the
     resume would mix two rankers' verdicts in one OUTDIR."""
-    from masprism_batch.method.rankfile import RankerFile
+    from masprism_batch.fit.rankfile import RankerFile
 
     make_corpus(tmp_path / "in", 10, 1, seed=None)
     ranker = tmp_path / "ranker.json"

@@ -18,8 +18,8 @@ from masprism_batch.pipelines import run_local
 from masprism_batch.pipelines.prefetch import Prefetcher
 from pipeline_fakes import Fakes, assert_exactly_once, make_corpus
 
-from masprism_batch import pass1
-from masprism_batch.io import OUTPUT_TABLES, read_dataset
+from masprism_batch.outdir.parts import OUTPUT_TABLES, read_dataset
+from masprism_batch.render import pass1
 
 
 def test_prefetcher_overlaps_keeps_order_and_stays_bounded():
@@ -126,7 +126,7 @@ def test_slow_render_and_slow_model_overlap_with_the_same_outputs(tmp_path, smal
 def test_render_pool_gives_the_renders_and_outputs_of_one_process(tmp_path, small_cfg):
     from masprism_batch.config import ModelConfig, PipelineConfig
     from masprism_batch.model import load_tokenizer
-    from masprism_batch.render_pool import RenderPool
+    from masprism_batch.render.pool import RenderPool
     from masprism_batch.trace import Step, Trace
 
     rng = random.Random()

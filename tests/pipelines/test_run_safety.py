@@ -21,11 +21,13 @@ from masprism_batch.pipelines import run_local
 from pipeline_fakes import Fakes, assert_exactly_once, make_corpus, outcome
 from typer.testing import CliRunner
 
-import masprism_batch.io as mio
-from masprism_batch import ingest, outdir_lock, pass1, schema
+import masprism_batch.outdir.parts as mio
+from masprism_batch import ingest, schema
 from masprism_batch.cli import EXIT_FATAL, app
 from masprism_batch.config import BatchConfig, EngineConfig, IngestConfig, PipelineConfig
-from masprism_batch.io import OutdirLock, OutdirLocked, read_dataset
+from masprism_batch.outdir import lock as outdir_lock
+from masprism_batch.outdir.parts import OutdirLock, OutdirLocked, read_dataset
+from masprism_batch.render import pass1
 from masprism_batch.trace import Step, Trace
 
 HERE = Path(__file__).resolve().parent
@@ -91,7 +93,7 @@ def test_two_processes_on_one_outdir(tmp_path):
         sys.path.insert(0, {str(HERE)!r})
         from pipeline_fakes import Fakes
         from masprism_batch.config import BatchConfig, EngineConfig, PipelineConfig
-        from masprism_batch.io import OutdirLocked
+        from masprism_batch.outdir.parts import OutdirLocked
         from masprism_batch.pipelines import run_local
         cfg = PipelineConfig(batch=BatchConfig(token_budget=80), engine=EngineConfig(traces_per_shard=5))
         try:

@@ -10,7 +10,7 @@ import pytest
 from masprism_batch import signals
 from masprism_batch.config import load_config
 from masprism_batch.model import load_model
-from masprism_batch.model_stage import attribute_traces
+from masprism_batch.stage.attribute import attribute_traces
 
 BACKENDS = ["torch"] + (["cpp"] if signals.cpp_available() is None else [])
 

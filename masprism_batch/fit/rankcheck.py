@@ -17,7 +17,7 @@ import math
 from pathlib import Path
 from typing import Any
 
-from ..config_checks import NotRegularFile, read_regular
+from masprism_batch.config_checks import NotRegularFile, read_regular
 
 MAX_BYTES = 64 * 1024**2  # a fitted file is a few hundred KB; far more is not a ranker file
 MAX_DEPTH = 8  # the deepest a valid file nests: systems -> entry -> priors -> pos -> value
@@ -27,7 +27,7 @@ MAX_PRIOR_KEYS = 100_000
 
 
 def _error(path, where: str, what: str):
-    from .rankfile import RankerFileError
+    from masprism_batch.fit.rankfile import RankerFileError
 
     return RankerFileError(f"{path}: {where}: {what}" if where else f"{path}: {what}")
 
@@ -47,7 +47,7 @@ def read_bounded(path: Path) -> bytes:
 
 def load(path: Path) -> dict:
     """Read, parse and check a ranker file; the parsed object (every field checked, `check`)."""
-    from .rankfile import FORMAT
+    from masprism_batch.fit.rankfile import FORMAT
 
     data = read_bounded(Path(path))
     try:
@@ -107,7 +107,7 @@ def _str_list(path, where: str, v, known: list[str] | None = None) -> list[str]:
 
 
 def _agent_rule(path, where: str, rule) -> None:
-    from . import rules
+    from masprism_batch.method import rules
 
     base = rule.split("|", 1)[1] if isinstance(rule, str) and rule.startswith("prior|") else rule
     ok = isinstance(base, str) and (base in ("author", "aggregate", "prior") or base in rules.AGENT_RULES
@@ -117,7 +117,7 @@ def _agent_rule(path, where: str, rule) -> None:
 
 
 def _priors(path, where: str, p) -> None:
-    from .fit import RELPOS_BINS
+    from masprism_batch.fit.fitting import RELPOS_BINS
 
     if not isinstance(p, dict):
         raise _error(path, where, "must be an object with pos, relpos, agent, n")
@@ -156,8 +156,8 @@ def _calibration(path, where: str, cal) -> None:
 
 
 def check_entry(path, name: str, e) -> None:
-    from . import fit as ft
-    from . import rules
+    from masprism_batch.fit import fitting as ft
+    from masprism_batch.method import rules
 
     where = f"systems[{name[:80]!r}]"
     if not isinstance(e, dict):
@@ -193,7 +193,7 @@ def check_entry(path, name: str, e) -> None:
 
 def check(d: dict, path) -> None:
     """Every field of a parsed ranker file a run reads, or RankerFileError naming the first bad one."""
-    from .rankfile import VERSION
+    from masprism_batch.fit.rankfile import VERSION
 
     if _depth(d) > MAX_DEPTH:
         raise _error(path, "", f"nested deeper than a ranker file ({MAX_DEPTH} levels)")
@@ -217,8 +217,8 @@ def digest(setting: str | None) -> str | None:
     or "packaged"); None without one. Bound to the OUTDIR by the run's header."""
     if setting is None:
         return None
-    from . import weights_dir
-    from .rankfile import PACKAGED, is_packaged
+    from masprism_batch.fit.rankfile import PACKAGED, is_packaged
+    from masprism_batch.method import weights_dir
 
     target = weights_dir() / PACKAGED if is_packaged(setting) else Path(setting)
     if target.is_dir():

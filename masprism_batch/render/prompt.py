@@ -31,9 +31,9 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from .config import RenderConfig
-from .encoding import encoder_for
-from .trace import Trace
+from masprism_batch.config import RenderConfig
+from masprism_batch.render.encoding import encoder_for
+from masprism_batch.trace import Trace
 
 log = logging.getLogger(__name__)
 

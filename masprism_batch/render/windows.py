@@ -37,9 +37,9 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from .config import RenderConfig
-from .render import Rendered, _Pieces, fit_budget
-from .trace import Trace
+from masprism_batch.config import RenderConfig
+from masprism_batch.render.prompt import Rendered, _Pieces, fit_budget
+from masprism_batch.trace import Trace
 
 log = logging.getLogger(__name__)
 # per-(layer, head) step attention of a combined log is kept whole up to this many cells (64 MiB in fp32):
@@ -162,7 +162,7 @@ def combine(wd: Windowed, sigs: list, n_steps: int, head_weights=None):
     windows were read per head) A per (layer, head) [L, H, N, N] if it fits `HEADS_BUDGET`, rows normalised by
     owned query tokens. head_weights (method/heads.HeadWeights): also the learned A [N, N], applied per window
     (linear, so equal to applying it to the whole per-head A) into `step_attn_learned`."""
-    from .model.forward import SeqSignals
+    from masprism_batch.model.forward import SeqSignals
 
     T = len(wd.full.input_ids)
     nll = np.full(T, np.nan, dtype=np.float32)

@@ -16,10 +16,11 @@ from __future__ import annotations
 
 import pyarrow as pa
 
-from . import render, windows
-from .config import PipelineConfig, RenderConfig
-from .schema import error_row
-from .trace import Trace
+from masprism_batch.config import PipelineConfig, RenderConfig
+from masprism_batch.render import prompt as render
+from masprism_batch.render import windows
+from masprism_batch.schema import error_row
+from masprism_batch.trace import Trace
 
 Pass1 = render.Rendered | windows.Windowed
 

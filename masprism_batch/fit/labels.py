@@ -19,8 +19,8 @@ import json
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from ..eval.common import norm_agent
-from ..trace import Trace
+from masprism_batch.eval.common import norm_agent
+from masprism_batch.trace import Trace
 
 
 class LabelsFileError(ValueError):

@@ -22,10 +22,10 @@ from typing import Any
 
 import numpy as np
 
-from . import render
-from .config import PipelineConfig
-from .method import masprism as mp
-from .trace import Trace
+from masprism_batch.config import PipelineConfig
+from masprism_batch.method import masprism as mp
+from masprism_batch.render import prompt as render
+from masprism_batch.trace import Trace
 
 log = logging.getLogger(__name__)
 

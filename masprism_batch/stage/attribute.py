@@ -17,15 +17,17 @@ from functools import partial
 
 import numpy as np
 
-from . import batching, pass1, progress_events, render, windows
-from . import rows as rows_mod
-from .config import PipelineConfig
-from .method import counterfactual, heads, reads
-from .method import masprism as mp
-from .pass2_prep import Pass2Prep, prepare_pass2, symptom_ratio
-from .schema import error_row
-from .trace import Trace
-from .verdict import fitted_verdict, masprism_verdict, rule_confidence
+from masprism_batch import progress_events
+from masprism_batch.config import PipelineConfig
+from masprism_batch.method import counterfactual, heads, reads
+from masprism_batch.method import masprism as mp
+from masprism_batch.render import buckets, pass1, windows
+from masprism_batch.render import prompt as render
+from masprism_batch.schema import error_row
+from masprism_batch.stage import rows as rows_mod
+from masprism_batch.stage.pass2 import Pass2Prep, prepare_pass2, symptom_ratio
+from masprism_batch.stage.verdict import fitted_verdict, masprism_verdict, rule_confidence
+from masprism_batch.trace import Trace
 
 log = logging.getLogger(__name__)
 
@@ -81,7 +83,7 @@ def _prefill(model, rendered: dict, cfg: PipelineConfig, stage: str, on_group=No
     split = [(bool(heads_for), keys)] if isinstance(heads_for, bool) else \
         [(False, [k for k in keys if k not in heads_for]), (True, [k for k in keys if k in heads_for])]
     work = [([ks[g] for g in group], ph) for ph, ks in split if ks
-            for group in batching.pack([len(rendered[k].input_ids) for k in ks], cfg.batch.token_budget)]
+            for group in buckets.pack([len(rendered[k].input_ids) for k in ks], cfg.batch.token_budget)]
     for idx, ph in work:
         if not run(idx, ph) and len(idx) > 1:
             for i in idx:
@@ -259,7 +261,7 @@ _PH: dict[int, list[int]] = {}
 def _placeholder_ids(tok) -> list[int]:
     key = id(tok)
     if key not in _PH:
-        from .encoding import encoder_for
+        from masprism_batch.render.encoding import encoder_for
 
         (_PH[key],) = encoder_for(tok).encode([counterfactual.PLACEHOLDER])
     return _PH[key]

@@ -24,9 +24,9 @@ from pathlib import Path
 
 import numpy as np
 
-from ..trace import Trace
-from . import calibrate, weights_dir
-from . import fit as ft
+from masprism_batch.fit import fitting as ft
+from masprism_batch.method import calibrate, weights_dir
+from masprism_batch.trace import Trace
 
 log = logging.getLogger(__name__)
 FORMAT = "masprism-batch ranker"
@@ -144,7 +144,9 @@ class RankerFile:
     @classmethod
     def read(cls, path: Path) -> RankerFile:
         path = Path(path)
-        from .rankcheck import load  # bounded read and parse, every field checked (issue 37)
+        from masprism_batch.fit.rankcheck import (
+            load,  # bounded read and parse, every field checked (issue 37)
+        )
 
         d = load(path)
         if not isinstance(d, dict) or d.get("format") != FORMAT:

@@ -26,9 +26,9 @@ from typing import IO, Any
 import pyarrow as pa
 import pyarrow.parquet as pq
 
-from . import manifest
-from .manifest import DamagedOutput, OutdirUnsafe  # noqa: F401 - re-exported: the errors of this module's API
-from .outdir_lock import LOCK_NAME, LOCK_STALE_SECONDS, OutdirLock, OutdirLocked  # noqa: F401 - re-exported
+from masprism_batch.outdir import manifest
+from masprism_batch.outdir.lock import LOCK_NAME, LOCK_STALE_SECONDS, OutdirLock, OutdirLocked  # noqa: F401 - re-exported
+from masprism_batch.outdir.manifest import DamagedOutput, OutdirUnsafe  # noqa: F401 - re-exported: the errors of this module's API
 
 log = logging.getLogger(__name__)
 
@@ -172,7 +172,7 @@ def _open_dataset(directory: Path | str):
     if dropped:
         log.info("%s: %d part(s) of uncommitted shards ignored", directory, dropped)
     if not files:
-        from .schema import TABLES  # an empty dataset still has its table's columns
+        from masprism_batch.schema import TABLES  # an empty dataset still has its table's columns
 
         return ds.dataset([], schema=TABLES.get(directory.name, pa.schema([])), format="parquet")
     return ds.dataset(files, format="parquet")

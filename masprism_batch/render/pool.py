@@ -20,7 +20,7 @@ from concurrent.futures import ProcessPoolExecutor
 from concurrent.futures.process import BrokenProcessPool
 from itertools import repeat
 
-from . import pass1
+from masprism_batch.render import pass1
 
 log = logging.getLogger(__name__)
 CHUNKS_PER_WORKER = 4  # small chunks even out traces of very different lengths

@@ -10,10 +10,11 @@ from __future__ import annotations
 from dataclasses import dataclass
 from functools import lru_cache
 
-from .config import PipelineConfig
-from .method import masprism as mp
-from .method import ranker, rankfile, rules
-from .trace import Trace
+from masprism_batch.config import PipelineConfig
+from masprism_batch.fit import rankfile
+from masprism_batch.method import masprism as mp
+from masprism_batch.method import ranker, rules
+from masprism_batch.trace import Trace
 
 
 @dataclass
@@ -81,8 +82,8 @@ def fitted_verdict(t: Trace, rows: list[dict], base: mp.Ranking, cfg: PipelineCo
 def rule_confidence(t: Trace, rows: list[dict], ranking: mp.Ranking, weights: str | None) -> float | None:
     """Calibrated confidence of a zero-training verdict from its own evidence (method/confidence.py; calibration
     fitted on the dev systems, leave-one-system-out measured in docs/results.md), never below 1/(steps)."""
-    from .method import calibrate
-    from .method import fit as ft
+    from masprism_batch.fit import fitting as ft
+    from masprism_batch.method import calibrate
 
     if not ranking.ranked:
         return None
@@ -104,7 +105,7 @@ def _agent_rule_used(sr, t: Trace, order: list[int]) -> tuple[str, list[dict] | 
         rule = rule.split("|", 1)[1] if "|" in rule else "author"
     if rule in ("author", "aggregate") or not order:
         return ("author" if rule == "aggregate" else rule), None
-    from .method import fit as ft
+    from masprism_batch.fit import fitting as ft
 
     prior_step = sr.verdict == "prior" and pri is not None and pri.top_index() is not None
     read = ft.prior_agent_order(order, order[0]) if prior_step else order

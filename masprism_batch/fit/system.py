@@ -21,9 +21,9 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from . import calibrate, rules
-from . import confidence as cf
-from . import fit as ft
+from masprism_batch.fit import fitting as ft
+from masprism_batch.method import calibrate, rules
+from masprism_batch.method import confidence as cf
 
 log = logging.getLogger(__name__)
 # How an option must beat the current choice held out, in standard errors of the paired difference of hits on

@@ -1,6 +1,6 @@
 """The OUTDIR lock: one live command per OUTDIR (`run`, `attribute`, `eval`, `ingest`), taken before anything in
 OUTDIR is read, cleaned or written, and never through a symbolic link (docs/scale-out.md, "One run per OUTDIR").
-Re-exported by `masprism_batch.io`."""
+Re-exported by `masprism_batch.outdir.parts`."""
 
 from __future__ import annotations
 
@@ -17,7 +17,7 @@ import time
 from pathlib import Path
 from typing import Any
 
-from . import manifest
+from masprism_batch.outdir import manifest
 
 log = logging.getLogger(__name__)
 

@@ -12,15 +12,15 @@ from collections.abc import Iterable
 
 import numpy as np
 
-from .method import heads as hd
-from .trace import Trace
+from masprism_batch.method import heads as hd
+from masprism_batch.trace import Trace
 
 log = logging.getLogger(__name__)
 
 
 def collect(traces: Iterable[Trace], model, cfg, progress=None) -> list[tuple[np.ndarray, np.ndarray]]:
     """Training pairs of each trace (traces that yield none, e.g. one step, are skipped)."""
-    from .model_stage import attribute_traces
+    from masprism_batch.stage.attribute import attribute_traces
 
     fit_cfg = cfg.model_copy(update={"method": cfg.method.model_copy(
         update={"name": "masprism", "learned_heads": True, "counterfactual_k": max(cfg.method.counterfactual_k, 1)})})

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from .verdict import agent_by
+from masprism_batch.stage.verdict import agent_by
 
 
 def final_columns(rows: list[dict], v) -> None:

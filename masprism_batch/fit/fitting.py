@@ -22,10 +22,11 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from ..eval.common import norm_agent
-from ..trace import Trace
-from . import clogit, rules
-from . import ranker as rk
+from masprism_batch.eval.common import norm_agent
+from masprism_batch.fit import clogit
+from masprism_batch.method import ranker as rk
+from masprism_batch.method import rules
+from masprism_batch.trace import Trace
 
 log = logging.getLogger(__name__)
 # What a fitted ranker reads: what any log has plus this system's turn-taking (within one system the agents'
@@ -261,7 +262,7 @@ def prior_verdict(c: FitCase, priors: Priors) -> tuple[list[int], np.ndarray]:
 def evidence(c: FitCase, order: list[int], probs: np.ndarray | None = None, scores=None) -> dict[str, float]:
     """The verdict's evidence features (method/confidence.py): a ranker's step probabilities, else `scores`
     (the label prior's), else MASPrism's Score over the rule's candidates."""
-    from . import confidence as cf
+    from masprism_batch.method import confidence as cf
 
     return cf.evidence(len(c.trace.steps), c.rows, order, probs if probs is not None else scores)
 

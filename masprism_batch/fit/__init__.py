@@ -1,0 +1,1 @@
+"""Fitting a ranker to a team's own labelled logs, and the ranker file it writes."""

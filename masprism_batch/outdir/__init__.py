@@ -1,0 +1,1 @@
+"""The output directory: Parquet parts written atomically, their manifest, the OUTDIR lock."""

@@ -1,0 +1,1 @@
+"""The attribution stage: prefill signals of rendered traces -> candidates -> verdict -> rows."""
