@@ -144,7 +144,7 @@ def _attn_inputs(model: str, dtype, lengths=(700, 300, 23)):
     return q, k, v, cu, step_ids, n_steps, m["d"] ** -0.5
 
 
-def collect(capability: int, dtypes=tuple(DTYPES), models=tuple(MODELS)) -> list[Launch]:
+def collect_launches(capability: int, dtypes=tuple(DTYPES), models=tuple(MODELS)) -> list[Launch]:
     """Every distinct kernel specialisation the launchers request on a GPU of this capability."""
     from masprism_batch.kernels import elementwise, step_attention, token_nll
 
@@ -322,7 +322,7 @@ def main(argv=None) -> int:
     if (why := unavailable()) is not None:
         print(f"AOT compile unavailable: {why}", file=sys.stderr)
         return 2
-    launches = [x for cap in TARGETS for x in collect(cap)]
+    launches = [x for cap in TARGETS for x in collect_launches(cap)]
     rows = compile_all(launches)
     if args.json:
         with open(args.json, "w") as f:

@@ -86,7 +86,7 @@ def _hex_ids(a: dict, c: dict | None) -> tuple[str | None, str | None]:
 
 
 def _attributions(outdir: Path) -> Iterator[dict[str, Any]]:
-    for batch in load.iter_batches(Path(outdir), "attributions", _COLS):
+    for batch in load.iter_table(Path(outdir), "attributions", _COLS):
         yield from batch.to_pylist()
 
 

@@ -64,7 +64,7 @@ def with_columns(table: pa.Table, name: str, columns: list[str] | None, missing:
     return table.select(columns)
 
 
-def iter_batches(outdir: Path, name: str, columns: list[str]) -> Iterator[pa.RecordBatch]:
+def iter_table(outdir: Path, name: str, columns: list[str]) -> Iterator[pa.RecordBatch]:
     """Stream columns of one dataset; columns the OUTDIR's parts predate read as nulls."""
     have = set(_schema(Path(outdir) / name).names)
     missing = [c for c in columns if c not in have]

@@ -221,4 +221,4 @@ def parse(doc: Any, ctx: Context) -> Iterator[Trace]:
                                              n.kind == "CHAIN" and _SMOL_STEP.match(n.name)) for n in nodes) else None
     yield Trace(trace_id=tid, source=f"trail/{dataset}" if dataset else "openinference", system=system,
                 question=question, steps=steps, labels=labels, metadata=meta,
-                run_status=status.FAILED if labels is not None else status.combine(n.status for n in nodes))
+                run_status=status.FAILED if labels is not None else status.combine_statuses(n.status for n in nodes))

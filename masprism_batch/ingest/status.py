@@ -49,14 +49,14 @@ def span_status(span: dict[str, Any], attrs: dict[str, Any] | None = None) -> st
     return None
 
 
-def combine(statuses: Iterable[str | None]) -> str:
+def combine_statuses(statuses: Iterable[str | None]) -> str:
     """A run of spans: failed if any failed, succeeded if any succeeded and none failed, else unknown."""
     seen = set(statuses)
     return FAILED if FAILED in seen else SUCCEEDED if SUCCEEDED in seen else UNKNOWN
 
 
 def of_spans(spans: Iterable[dict[str, Any]]) -> str:
-    return combine(span_status(s) for s in spans if isinstance(s, dict))
+    return combine_statuses(span_status(s) for s in spans if isinstance(s, dict))
 
 
 def of_langfuse(head: dict[str, Any], observations: Iterable[dict[str, Any]]) -> str:

@@ -42,7 +42,7 @@ class SuffixJob:
         return len(self.suffix)
 
 
-def check(model, job: SuffixJob) -> None:
+def check_job(model, job: SuffixJob) -> None:
     if not 0 <= job.prefix_len <= job.cache.n_tokens:
         raise ValueError(f"prefix_len {job.prefix_len} outside the cached 0..{job.cache.n_tokens} tokens")
     if not job.suffix or job.prefix_len + len(job.suffix) > model.max_context:
@@ -77,7 +77,7 @@ def suffix_nll_batch(model, jobs: list[SuffixJob]) -> list[np.ndarray]:
     if not jobs:
         return []
     for j in jobs:
-        check(model, j)
+        check_job(model, j)
     a, w, dev = model.arch, model.weights, model.device
     lens = [len(j) for j in jobs]
     bounds = np.concatenate([[0], np.cumsum(lens)]).tolist()

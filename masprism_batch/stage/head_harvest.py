@@ -18,7 +18,7 @@ from masprism_batch.trace import Trace
 log = logging.getLogger(__name__)
 
 
-def collect(traces: Iterable[Trace], model, cfg, progress=None) -> list[tuple[np.ndarray, np.ndarray]]:
+def harvest(traces: Iterable[Trace], model, cfg, progress=None) -> list[tuple[np.ndarray, np.ndarray]]:
     """Training pairs of each trace (traces that yield none, e.g. one step, are skipped)."""
     from masprism_batch.stage.attribute import attribute_traces
 
@@ -39,7 +39,7 @@ def collect(traces: Iterable[Trace], model, cfg, progress=None) -> list[tuple[np
 
 
 def fit_model_heads(traces: Iterable[Trace], model, cfg, progress=None) -> hd.HeadWeights:
-    samples = collect(traces, model, cfg, progress)
+    samples = harvest(traces, model, cfg, progress)
     shape = (len(model.instrument_layers), model.arch.num_heads)
     hw = hd.fit(samples, shape, model.model_id)
     log.info("head weights for %s from %d pairs of %d traces", model.model_id, hw.n_pairs, hw.n_traces)

@@ -28,7 +28,7 @@ from masprism_batch.kernels import aot
 def compiled():
     if (why := aot.unavailable()) is not None:
         pytest.skip(f"AOT compile cannot run here: {why}")
-    launches = [x for cap in aot.TARGETS for x in aot.collect(cap)]
+    launches = [x for cap in aot.TARGETS for x in aot.collect_launches(cap)]
     return aot.compile_all(launches)
 
 
