@@ -11,6 +11,9 @@ wheel. Shared memory comes from the compiled kernel's metadata; registers and st
 
     python -m masprism_batch.kernels.aot [--compact] [--json rows.json]
         # markdown table: kernel x target x dtype -> shared memory, registers, spill bytes; exit 1 on a problem
+
+Over 300 lines on purpose: one self-contained check (recorder, JIT specialisation, compile, resource report)
+that CI and `gpu_smoke.sh` run as a script; split, its parts would have no other caller.
 """
 
 from __future__ import annotations

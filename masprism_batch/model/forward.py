@@ -4,6 +4,9 @@ Several sequences are concatenated into one token-major batch (cu_seqlens, posit
 sequence, no padding). Instrumented layers run their attention through masprism_batch.signals.step_attention,
 whose output `o` IS the layer's attention output, so the signal costs no second forward. The final normed
 hidden states go to signals.token_nll with the LM-head weight: logits are only ever formed in chunks.
+
+Just over 300 lines: the packed forward and its per-layer signal hooks stay in one file so the order of
+operations of one layer reads top to bottom.
 """
 
 from __future__ import annotations

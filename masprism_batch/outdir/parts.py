@@ -9,6 +9,9 @@ step_scores, errors) are written as
 `<table>/shard-<id>.parquet` (deterministic names, so a retried commit overwrites instead of duplicating) and
 then a manifest entry `_manifest/shard-<id>.json` is renamed into place. The entry is the commit point: a shard
 without one is not committed, and `clean()` deletes its parts before a resumed run writes them again.
+
+Over 300 lines on purpose: every write of a result file goes through this one module (atomic parts, the
+shard store, the readers that check them), so no second writer can appear beside it.
 """
 
 from __future__ import annotations
