@@ -34,7 +34,7 @@ from pathlib import Path
 
 import numpy as np
 import psutil
-from masprism_batch.pipelines.packs import load_model
+from masprism_batch.pipelines.seams import load_model
 
 WORDS = ("search the web for the answer then check file result error tool agent plan code run test value "
          "table list count step reply user system report final number name date page link query data").split()

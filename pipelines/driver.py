@@ -20,11 +20,17 @@ from pathlib import Path
 from typing import Any
 
 import pyarrow as pa
+from masprism_batch.pipelines.contracts import PackResult
 from masprism_batch.pipelines.interrupts import Interrupted, exit_status, interruptible  # noqa: F401 - re-exported (engines, CLI)
-from masprism_batch.pipelines.packs import now_utc
 from masprism_batch.pipelines.plan import INGEST_SHARD, InputPlan, Shard
-from masprism_batch.pipelines.resume import bind_header, piece_parts, resume_config, resume_of, settled_ids  # noqa: F401 - re-exported
-from masprism_batch.pipelines.work import result_to_tables
+from masprism_batch.pipelines.resume import (  # noqa: F401 - resume_config re-exported (engines)
+    bind_header,
+    now_utc,
+    piece_parts,
+    resume_config,
+    resume_of,
+    settled_ids,
+)
 from tqdm import tqdm
 
 from masprism_batch import __version__, schema
@@ -42,15 +48,15 @@ PASS_KEYS = ("seconds_pass1", "seconds_pass2", "seconds_counterfactual")
 TOKEN_KEYS = ("tokens_pass1", "tokens_pass2", "tokens_counterfactual")
 
 
-def pass_stats(attributions: pa.Table, parts: list[dict[str, Any]]) -> dict[str, float]:
+def pass_stats(attributions: pa.Table, parts: list[PackResult]) -> dict[str, float]:
     def col(name: str) -> float:
         return float(sum(x or 0 for x in attributions.column(name).to_pylist())) if attributions.num_rows else 0.0
 
-    cf_s = float(sum(p.get("seconds_counterfactual", 0.0) for p in parts))
+    cf_s = float(sum(p.seconds_counterfactual for p in parts))
     return {"seconds_pass1": col("seconds_pass1"), "seconds_pass2": max(col("seconds_pass2") - cf_s, 0.0),
             "seconds_counterfactual": cf_s, "tokens_pass1": int(col("tokens_pass1")),
             "tokens_pass2": int(col("tokens_pass2")),
-            "tokens_counterfactual": int(sum(p.get("tokens_counterfactual", 0) for p in parts))}
+            "tokens_counterfactual": int(sum(p.tokens_counterfactual for p in parts))}
 
 
 def breakdown(record: dict) -> str:
@@ -117,7 +123,7 @@ class Committer:
         self.store = ShardStore(self.outdir)
         self.t0 = time.perf_counter()
         self.started_at = now_utc()
-        self._open: dict[str, list[dict[str, Any]]] = {}  # finished packs not committed yet, per shard
+        self._open: dict[str, list[PackResult]] = {}  # finished packs not committed yet, per shard
         self._seen: dict[str, set[int]] = {}  # pack indices received per shard (this invocation)
         self._done: set[str] = set()
         self._next_piece: dict[str, int] = {}
@@ -174,8 +180,8 @@ class Committer:
                 "stage_tokens": {k: int(stats.get(k, 0)) for k in TOKEN_KEYS}, "engine": self.engine,
                 "committed_at": now_utc().isoformat()}
 
-    def add(self, result: dict[str, Any]) -> None:
-        sid, idx = result["shard_id"], int(result["pack_index"])
+    def add(self, result: PackResult) -> None:
+        sid, idx = result.shard_id, result.pack_index
         seen = self._seen.setdefault(sid, set())
         if sid in self._done or idx in seen:
             # never expected from Ray Data, but a duplicated result must not become a duplicated row
@@ -183,16 +189,16 @@ class Committer:
             return
         seen.add(idx)
         self._open.setdefault(sid, []).append(result)
-        self.traces_done += int(result["n_traces"])
-        self.tokens_done += int(result["tokens"])
-        self.bar.update(int(result["n_records"]))
+        self.traces_done += result.n_traces
+        self.tokens_done += result.tokens
+        self.bar.update(result.n_records)
         elapsed = max(time.perf_counter() - self.t0, 1e-9)
         self.bar.set_postfix_str(f"{self.tokens_done / elapsed:,.0f} tok/s", refresh=False)
         if self.bar.disable and time.perf_counter() - self._last_log > 30:
             self._last_log = time.perf_counter()
             log.info("progress: %d traces, %.2f traces/s, %.0f tokens/s", self.traces_done,
                      self.traces_done / elapsed, self.tokens_done / elapsed)
-        if len(seen) == int(result["n_packs"]):
+        if len(seen) == result.n_packs:
             self._commit(sid, self._open.pop(sid))
         elif time.perf_counter() - self._last_commit >= self.commit_seconds:
             self.flush()
@@ -204,28 +210,28 @@ class Committer:
             if parts:
                 self._commit(sid, parts, piece=True)
 
-    def _commit(self, sid: str, parts: list[dict[str, Any]], piece: bool = False) -> None:
+    def _commit(self, sid: str, parts: list[PackResult], piece: bool = False) -> None:
         t0 = time.perf_counter()
-        parts.sort(key=lambda p: p["pack_index"])
-        per = [result_to_tables(p) for p in parts]
+        parts.sort(key=lambda p: p.pack_index)
+        per = [p.tables() for p in parts]
         tables = {k: pa.concat_tables([t[k] for t in per]) for k in OUTPUT_TABLES}
-        stats = {k: float(sum(p[k] for p in parts)) for k in STAGE_KEYS if k != "seconds_commit"}
-        stats["tokens"] = int(sum(p["tokens"] for p in parts))
+        stats = {k: float(sum(getattr(p, k) for p in parts)) for k in STAGE_KEYS if k != "seconds_commit"}
+        stats["tokens"] = int(sum(p.tokens for p in parts))
         stats.update(pass_stats(tables["attributions"], parts))
         stats["seconds_commit"] = time.perf_counter() - t0
-        entry = self._entry(sid, tables, stats, parts[0]["label"])
+        entry = self._entry(sid, tables, stats, parts[0].label)
         cid = sid
         if piece:
             k = self._next_piece.get(sid, 0)
             self._next_piece[sid] = k + 1
             cid = f"{sid}_{k}"
             entry.update(piece_of=sid, trace_ids=settled_ids(tables),
-                         shard_errors=any(int(p["pack_index"]) == 0 for p in parts))
+                         shard_errors=any(p.pack_index == 0 for p in parts))
         self.store.commit(cid, tables, entry, self.run_id)
         if self.lock is not None:
             self.lock.touch()
         self._last_commit = time.perf_counter()
-        self.traces_committed += sum(int(p["n_traces"]) for p in parts)
+        self.traces_committed += sum(p.n_traces for p in parts)
         self.tokens_committed += int(stats["tokens"])
         if piece:
             self.pieces_run += 1

@@ -71,7 +71,7 @@ def kept_line(done: int, total: int, this_run: int, outdir) -> str:
 def record_interruption(committer, exc: KeyboardInterrupt, extra: dict[str, Any] | None = None) -> None:
     """Commit what finished, then say so: `exc.kept` (the user's line) and the invocation record for `stats`.
     Never raises: a failure here must not hide the interruption itself."""
-    from masprism_batch.pipelines.packs import now_utc
+    from masprism_batch.pipelines.resume import now_utc
 
     from masprism_batch.outdir.parts import write_json_atomic
 

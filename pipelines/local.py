@@ -20,17 +20,12 @@ import threading
 import time
 from pathlib import Path
 
+from masprism_batch.pipelines.crash_guard import PACK_CRASHES_BEFORE_ONE_BY_ONE, CrashGuard, FileLedger
 from masprism_batch.pipelines.driver import Committer, RunSummary, interruptible, resume_config
 from masprism_batch.pipelines.interrupts import record_interruption
-from masprism_batch.pipelines.packs import (
-    PACK_CRASHES_BEFORE_ONE_BY_ONE,
-    CrashGuard,
-    FileLedger,
-    attribute_traces,
-    load_model,
-)
 from masprism_batch.pipelines.plan import plan_inputs
 from masprism_batch.pipelines.prefetch import Prefetcher
+from masprism_batch.pipelines.seams import attribute_traces, load_model
 from masprism_batch.pipelines.selection import Selection
 from masprism_batch.pipelines.work import attribute_pack, prepare_shard
 
@@ -145,8 +140,8 @@ def _work(committer: Committer, model, cfg: PipelineConfig, ledger: FileLedger, 
         for _shard, tasks, waited in pf:
             for i, task in enumerate(tasks):
                 # the model stage's wait for this pack's input: all of it before the shard's first pack
-                task["seconds_input_wait"] = waited if i == 0 else 0.0
-                pkey = f"{task['shard_id']}/{task['pack_key']}"  # by content: the same after a partial commit
+                task.seconds_input_wait = waited if i == 0 else 0.0
+                pkey = f"{task.shard_id}/{task.pack_key}"  # by content: the same after a partial commit
                 committer.add(attribute_pack(task, model, cfg, guard=_guard(ledger, pkey), attribute=attribute))
                 ledger.done(pkey)
 

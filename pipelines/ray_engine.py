@@ -9,7 +9,7 @@ restart without limit and their tasks are retried (Ray Data's defaults for actor
 how often each shard's CPU stage, each pack and each trace was started and finished, so a unit whose worker
 died twice is re-run one trace at a time and a trace that killed a worker on its own twice is written to errors/
 (`worker_crashed`, stage `render` or `prefill`) instead of killing workers forever: the same rule in both
-stages, and in the local engine (across resumes, `packs.FileLedger`). The ledger keeps its counts in
+stages, and in the local engine (across resumes, `crash_guard.FileLedger`). The ledger keeps its counts in
 OUTDIR/_ledger.json (a `FileLedger`, on the driver's node), so a ledger actor that is killed restarts with them
 (`max_restarts=-1`), and every call to it is retried (`ledger_call`) instead of failing the run.
 
@@ -26,18 +26,13 @@ import time
 from pathlib import Path
 from typing import Any
 
+from masprism_batch.pipelines.contracts import PackResult, PackTask
+from masprism_batch.pipelines.crash_guard import PACK_CRASHES_BEFORE_ONE_BY_ONE, CrashGuard, FileLedger
 from masprism_batch.pipelines.driver import Committer, RunSummary, interruptible, resume_config
 from masprism_batch.pipelines.interrupts import record_interruption
-from masprism_batch.pipelines.packs import (
-    PACK_CRASHES_BEFORE_ONE_BY_ONE,
-    CrashGuard,
-    FileLedger,
-    attribute_traces,
-    load_model,
-    load_tokenizer,
-)
 from masprism_batch.pipelines.plan import Shard, plan_inputs
 from masprism_batch.pipelines.ray_cluster import ray_cluster
+from masprism_batch.pipelines.seams import attribute_traces, load_model, load_tokenizer
 from masprism_batch.pipelines.selection import Selection
 from masprism_batch.pipelines.work import attribute_pack, prepare_shard
 
@@ -100,11 +95,11 @@ def _prepare(row: dict[str, Any], cfg_json: str, load_tokenizer, ledger=None) ->
         _TOKENIZERS[key] = load_tokenizer(cfg)
     shard = Shard.from_json(row["shard"])
     if ledger is None:
-        return prepare_shard(shard, *_TOKENIZERS[key], cfg)
+        return [t.to_row() for t in prepare_shard(shard, *_TOKENIZERS[key], cfg)]
     lkey = f"{shard.shard_id}/prepare"  # Ray retries a task whose worker died: the ledger bounds it
     out = prepare_shard(shard, *_TOKENIZERS[key], cfg, guard=_ledger_guard(ledger, lkey))
     ledger_call(ledger, "done", lkey)
-    return out
+    return [t.to_row() for t in out]  # Ray Data rows are dicts: `PackTask.from_row` on the other side
 
 
 class Ledger(FileLedger):
@@ -145,10 +140,11 @@ class ModelActor:
         import pyarrow as pa
 
         out = []
-        for task in batch.to_pylist():
-            key = f"{task['shard_id']}/{task['pack_key']}"  # by content: the same after a partial commit
+        for row in batch.to_pylist():
+            task = PackTask.from_row(row)
+            key = f"{task.shard_id}/{task.pack_key}"  # by content: the same after a partial commit
             guard = _ledger_guard(self.ledger, key)
-            out.append(attribute_pack(task, self.model, self.cfg, guard=guard, attribute=self.attribute))
+            out.append(attribute_pack(task, self.model, self.cfg, guard=guard, attribute=self.attribute).to_row())
             ledger_call(self.ledger, "done", key)
         return pa.Table.from_pylist(out)
 
@@ -186,7 +182,7 @@ def run_ray(inputs: list[str], outdir: str | Path, cfg: PipelineConfig, *, worke
 
     The model stage's functions (`load_model(cfg)` in each actor, `load_tokenizer(cfg)` in each CPU worker,
     `attribute(traces, model, cfg, renders)` per pack) are shipped to the workers by Ray; defaults: the
-    project's (`pipelines.packs`)."""
+    project's (`pipelines.seams`)."""
 
     outdir = Path(outdir)
     if not address and os.environ.get("RAY_ADDRESS", "local") != "local":
@@ -250,7 +246,7 @@ def _execute(committer: Committer, pending: list[Shard], cfg: PipelineConfig, n:
                             fn_constructor_kwargs={"cfg_json": cfg_json, "ledger": ledger, "threads": threads,
                                                    "load_model": load_model, "attribute": attribute}, **resources)
         for row in ds.iter_rows():
-            committer.add(row)
+            committer.add(PackResult.from_row(row))
     except KeyboardInterrupt:  # not a crash of what was running: its starts are taken back, as locally
         try:
             ray.get(ledger.interrupted.remote(), timeout=10)

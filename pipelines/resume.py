@@ -13,11 +13,11 @@ from __future__ import annotations
 import dataclasses
 import logging
 import uuid
+from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any
 
 import pyarrow as pa
-from masprism_batch.pipelines.packs import now_utc
 from masprism_batch.pipelines.plan import INGEST_SHARD, Shard, read_marker
 
 from masprism_batch.config import PipelineConfig
@@ -25,6 +25,10 @@ from masprism_batch.fit.rankcheck import digest
 from masprism_batch.outdir.parts import OUTPUT_TABLES, ShardStore
 
 log = logging.getLogger(__name__)
+
+
+def now_utc() -> datetime:
+    return datetime.now(timezone.utc)
 
 
 def resume_config(outdir: Path, cfg: PipelineConfig) -> PipelineConfig:

@@ -2,38 +2,30 @@
 
 `prepare_shard` (CPU stage): read one shard, render pass 1 (the only pass-1 render of a run), pack into
 token-budget packs (the longest traces alone). `attribute_pack` (model stage): prefill, method, pass 2 and
-rows for one pack, on the renders shipped with it. They exchange
-plain dicts of scalars and Arrow IPC bytes, which is also what a Ray Data row holds, so the local engine runs
-the very same bytes through the very same functions.
+rows for one pack, on the renders shipped with it. They exchange `contracts.PackTask` / `PackResult`: scalars
+and Arrow IPC bytes, which is also what a Ray Data row holds, so the local engine runs the very same bytes
+through the very same functions.
 """
 
 from __future__ import annotations
 
 import hashlib
 import time
-from typing import Any
 
-import pyarrow as pa
-from masprism_batch.pipelines.packs import (
-    CrashGuard,
-    attribute_traces,
-    from_ipc,
-    make_packs,
-    process_pack,
-    to_ipc,
-    tokens_of,
-)
+from masprism_batch.pipelines.contracts import PackResult, PackTask, from_ipc, to_ipc
+from masprism_batch.pipelines.crash_guard import CrashGuard
+from masprism_batch.pipelines.packs import make_packs, process_pack, tokens_of
 from masprism_batch.pipelines.plan import Shard, read_shard
+from masprism_batch.pipelines.seams import attribute_traces
 
 from masprism_batch import schema
 from masprism_batch.config import PipelineConfig
-from masprism_batch.outdir.parts import OUTPUT_TABLES
 from masprism_batch.render import pass1
 from masprism_batch.trace import Trace
 
 
 def prepare_shard(shard: Shard, tokenizer, model_context: int, cfg: PipelineConfig,
-                  guard: CrashGuard | None = None, render=None) -> list[dict[str, Any]]:
+                  guard: CrashGuard | None = None, render=None) -> list[PackTask]:
     """One shard -> its packs, each with its traces' pass-1 renders (Arrow, `pass1.RENDERED`). Pack 0 also
     carries the shard's read rejections (and caps warnings); an empty shard is one empty pack, so every shard
     reaches the committer. `model_context`: the model's context, which bounds the render like the model
@@ -53,22 +45,22 @@ def prepare_shard(shard: Shard, tokenizer, model_context: int, cfg: PipelineConf
     packs = packs or [([], [], 0)]
     out = []
     for i, (pack, renders, n_tokens) in enumerate(packs):
-        out.append({
-            "shard_id": shard.shard_id,
-            "label": shard.label,
-            "pack_index": i,
-            "pack_key": pack_key(t.trace_id for t in pack),
-            "n_packs": len(packs),
-            "n_traces": len(pack),
-            "n_records": len(pack) + (len(errors) if i == 0 else 0),  # what the progress bar counts
-            "tokens_pass1_est": int(n_tokens),
-            "traces": to_ipc([t.to_row() for t in pack], schema.TRACES),
-            "rendered": to_ipc([pass1.to_row(t.trace_id, r) for t, r in zip(pack, renders, strict=True)],
-                               pass1.RENDERED),
-            "errors": to_ipc(errors if i == 0 else [], schema.ERRORS),
-            "seconds_read": (t1 - t0) if i == 0 else 0.0,
-            "seconds_render": (t2 - t1) if i == 0 else 0.0,
-        })
+        out.append(PackTask(
+            shard_id=shard.shard_id,
+            label=shard.label,
+            pack_index=i,
+            pack_key=pack_key(t.trace_id for t in pack),
+            n_packs=len(packs),
+            n_traces=len(pack),
+            n_records=len(pack) + (len(errors) if i == 0 else 0),
+            tokens_pass1_est=int(n_tokens),
+            traces=to_ipc([t.to_row() for t in pack], schema.TRACES),
+            rendered=to_ipc([pass1.to_row(t.trace_id, r) for t, r in zip(pack, renders, strict=True)],
+                            pass1.RENDERED),
+            errors=to_ipc(errors if i == 0 else [], schema.ERRORS),
+            seconds_read=(t1 - t0) if i == 0 else 0.0,
+            seconds_render=(t2 - t1) if i == 0 else 0.0,
+        ))
     return out
 
 
@@ -78,38 +70,32 @@ def pack_key(trace_ids) -> str:
     return hashlib.sha256("\0".join(sorted(trace_ids)).encode()).hexdigest()[:16]
 
 
-def attribute_pack(task: dict[str, Any], model, cfg: PipelineConfig, guard=None,
-                   attribute=attribute_traces) -> dict[str, Any]:
-    """One pack -> result row (IPC tables) with the pack's shard bookkeeping and timings. `attribute`: the
+def attribute_pack(task: PackTask, model, cfg: PipelineConfig, guard=None,
+                   attribute=attribute_traces) -> PackResult:
+    """One pack -> its result (IPC tables) with the pack's shard bookkeeping and timings. `attribute`: the
     model stage (see `packs.process_pack`)."""
-    traces = [Trace.from_row(r) for r in from_ipc(task["traces"]).to_pylist()]
-    renders = [pass1.from_row(r) for r in from_ipc(task["rendered"]).to_pylist()]
-    res = process_pack(traces, renders, model, cfg, task["label"], guard=guard, attribute=attribute)
-    shard_errors = from_ipc(task["errors"]).to_pylist()
-    return {
-        "shard_id": task["shard_id"],
-        "label": task["label"],
-        "pack_index": int(task["pack_index"]),
-        "n_packs": int(task["n_packs"]),
-        "n_traces": int(task["n_traces"]),
-        "n_records": int(task["n_records"]),
-        "tokens": tokens_of(res["attributions"]),
-        "traces": task["traces"],
-        "attributions": to_ipc(res["attributions"], schema.ATTRIBUTIONS),
-        "step_scores": to_ipc(res["step_scores"], schema.STEP_SCORES),
-        "errors": to_ipc(shard_errors + res["errors"], schema.ERRORS),
-        "seconds_read": float(task["seconds_read"]),
-        "seconds_render": float(task["seconds_render"]),
-        # the model stage's wait for this pack (local engine: its CPU stage not done yet; Ray streams: 0)
-        "seconds_input_wait": float(task.get("seconds_input_wait", 0.0)),
-        "seconds_model": float(res["seconds"]),
-        "seconds_render_pass2": float(res["seconds_render_pass2"]),
-        "seconds_render_pass2_wait": float(res["seconds_render_pass2_wait"]),
-        "seconds_counterfactual": float(res.get("seconds_counterfactual", 0.0)),
-        "tokens_counterfactual": int(res.get("tokens_counterfactual", 0)),
-    }
-
-
-def result_to_tables(result: dict[str, Any]) -> dict[str, pa.Table]:
-    return {name: from_ipc(result[name]).cast(schema.TABLES[name])
-            for name in OUTPUT_TABLES}
+    traces = [Trace.from_row(r) for r in from_ipc(task.traces).to_pylist()]
+    renders = [pass1.from_row(r) for r in from_ipc(task.rendered).to_pylist()]
+    res = process_pack(traces, renders, model, cfg, task.label, guard=guard, attribute=attribute)
+    shard_errors = from_ipc(task.errors).to_pylist()
+    return PackResult(
+        shard_id=task.shard_id,
+        label=task.label,
+        pack_index=task.pack_index,
+        n_packs=task.n_packs,
+        n_traces=task.n_traces,
+        n_records=task.n_records,
+        tokens=tokens_of(res.attributions),
+        traces=task.traces,
+        attributions=to_ipc(res.attributions, schema.ATTRIBUTIONS),
+        step_scores=to_ipc(res.step_scores, schema.STEP_SCORES),
+        errors=to_ipc(shard_errors + res.errors, schema.ERRORS),
+        seconds_read=task.seconds_read,
+        seconds_render=task.seconds_render,
+        seconds_input_wait=task.seconds_input_wait,
+        seconds_model=float(res.seconds),
+        seconds_render_pass2=float(res.seconds_render_pass2),
+        seconds_render_pass2_wait=float(res.seconds_render_pass2_wait),
+        seconds_counterfactual=float(res.seconds_counterfactual),
+        tokens_counterfactual=int(res.tokens_counterfactual),
+    )

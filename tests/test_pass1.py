@@ -6,6 +6,7 @@ from __future__ import annotations
 import random
 
 import pytest
+from masprism_batch.pipelines.contracts import from_ipc, to_ipc
 
 from masprism_batch.config import load_config
 from masprism_batch.model import load_model, model_context
@@ -13,7 +14,6 @@ from masprism_batch.render import pass1, windows
 from masprism_batch.render import prompt as render
 from masprism_batch.stage.attribute import attribute_traces
 from masprism_batch.trace import Step, Trace
-from pipelines.packs import from_ipc, to_ipc
 
 WORDS = "plan search the file error retry tool answer check result failed timeout agent".split()
 

@@ -110,13 +110,44 @@ def no_traces_message(inputs: list[str], rejected: dict[str, int] | None = None)
     return "; ".join(parts)
 
 
+def check_ranker(cfg, model_id: str | None = None) -> None:
+    """`--ranker` / method.ranker_weights, refused (exit 1) before OUTDIR is touched: missing, not a ranker
+    file, or, once the model is known (`model_id`), fitted on another model's signals (its weights would mean
+    nothing). The same reader the run's verdict policy uses (`rankfile.load`)."""
+    from masprism_batch.fit import rankfile
+
+    setting = cfg.method.ranker_weights
+    if setting is None:
+        return
+    if rankfile.is_packaged(setting):  # fitted on the default model: on another one they simply do not apply
+        if model_id:
+            path = rankfile.target(setting)
+            packaged = rankfile.RankerFile.read(path).model_id if path.is_file() else None
+            if packaged and model_id != packaged:
+                console.print(f"[yellow]note:[/] the packaged rankers were fitted on {packaged}; with {model_id} "
+                              "every log gets the zero-training verdict", soft_wrap=True)
+        return
+    path = rankfile.target(setting)
+    if not path.is_file():
+        raise fail(f"ranker file not found: {path}")
+    try:
+        rf = rankfile.RankerFile.read(path)
+    except (rankfile.RankerFileError, OSError, ValueError) as exc:
+        raise fail(f"--ranker {setting}: {exc}") from None
+    try:
+        rf.check_model(model_id, path)
+    except rankfile.RankerFileError as exc:
+        raise fail(str(exc)) from None
+    if model_id and cfg.method.name != "ranked":
+        console.print("[yellow]warning:[/] --ranker applies to the ranked method; --method masprism ignores it")
+
+
 def load_model_or_fail(cfg):
     """Load the model before OUTDIR is touched: a model that cannot be loaded leaves nothing behind that would
     refuse a retry with another --model (the run header records the model)."""
-    from masprism_batch.cli.probe import check_ranker_file
-    from masprism_batch.pipelines.packs import load_model
+    from masprism_batch.pipelines.seams import load_model
 
-    check_ranker_file(cfg)  # a missing or unreadable --ranker is said before the model's load time is spent
+    check_ranker(cfg)  # a missing or unreadable --ranker is said before the model's load time is spent
     try:
         model = load_model(cfg)
     except (OSError, ValueError, RuntimeError, KeyError) as exc:  # ModelNotFoundError is a FileNotFoundError
@@ -132,7 +163,7 @@ def check_prompt_or_fail(cfg, tokenizer=None, context: int | None = None) -> Non
     from masprism_batch.config_checks import check_prompt_room
 
     if tokenizer is None:
-        from masprism_batch.pipelines.packs import load_tokenizer
+        from masprism_batch.pipelines.seams import load_tokenizer
 
         try:
             tokenizer, context = load_tokenizer(cfg)

@@ -16,7 +16,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from types import SimpleNamespace
 
-from masprism_batch.pipelines.packs import attribute_traces, load_model, load_tokenizer, now_utc
+from masprism_batch.pipelines.resume import now_utc
+from masprism_batch.pipelines.seams import attribute_traces, load_model, load_tokenizer
 
 from masprism_batch.outdir.parts import read_dataset
 from masprism_batch.trace import Step, Trace

@@ -1,0 +1,34 @@
+"""The model stage as the engines call it: three functions tests and benchmarks replace.
+
+The engines take them as keyword arguments (`load_model`, `load_tokenizer`, `attribute`) whose defaults are
+the functions below; under Ray they travel to the workers with the tasks (a monkeypatch would not reach those
+processes). Each imports its heavy module when called, so a Ray CPU task that only renders loads no weights.
+"""
+
+from __future__ import annotations
+
+from masprism_batch.config import PipelineConfig
+from masprism_batch.trace import Trace
+
+
+def load_model(cfg: PipelineConfig):
+    """The model stage's model (weights, tokenizer, context): the default of the engines' `load_model`."""
+    from masprism_batch import model
+
+    return model.load_model(cfg.model, cfg.signals)
+
+
+def load_tokenizer(cfg: PipelineConfig):
+    """(tokenizer, model context): all the CPU stage needs to render and pack; no weights, so a Ray render task
+    stays small. The default of the Ray engine's `load_tokenizer` (the local engine uses its model's)."""
+    from masprism_batch import model
+
+    return model.load_tokenizer(cfg.model), model.model_context(cfg.model)
+
+
+def attribute_traces(traces: list[Trace], model, cfg: PipelineConfig, rendered: list):
+    """The model stage on one pack (`masprism_batch.stage.attribute.attribute_traces`): the engines' default
+    `attribute`."""
+    from masprism_batch.stage import attribute as attribution
+
+    return attribution.attribute_traces(traces, model, cfg, rendered=rendered)
