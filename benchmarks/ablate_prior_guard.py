@@ -58,7 +58,7 @@ def main() -> None:
     args = ap.parse_args()
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(message)s")
     cases, _ = cached_cases(args)
-    rule, agent = zr.fallback_rule(None), zr.fallback_agent_rule(None)
+    rule, agent = zr.read_fallback(None).rule, zr.read_fallback(None).agent_rule
     new = per_system(cases, rule, agent)
     saved = ft.prior_offset, ft.prior_verdict, fs.MAX_MODAL
     ft.prior_offset, ft.prior_verdict, fs.MAX_MODAL = _old_prior_offset, _old_prior_verdict, float("inf")

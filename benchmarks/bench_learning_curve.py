@@ -151,7 +151,7 @@ def main() -> None:
             print(time_fit(args.time_fit, Path(d)))  # noqa: T201 - a benchmark's result line
         return
     cases, _ = cached_cases(args)
-    rule, rule_agent = zr.fallback_rule(None), zr.fallback_agent_rule(None)
+    rule, rule_agent = zr.read_fallback(None).rule, zr.read_fallback(None).agent_rule
     rows, t0 = [], time.process_time()
     for system in sorted({c.system for c in cases}):
         fc = fit_cases([c for c in cases if c.system == system], rule)

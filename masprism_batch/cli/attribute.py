@@ -228,7 +228,7 @@ def eval_(
 
         cfg = cfg.model_copy(update={"method": cfg.method.model_copy(update={"ranker_weights": PACKAGED_NAME})})
     loaded = load_model_or_fail(cfg)
-    from masprism_batch.cli.fit import check_ranker
+    from masprism_batch.cli.common import check_ranker
 
     check_ranker(cfg, loaded.model_id)
     outdir = out or Path(tempfile.mkdtemp(prefix="masprism-eval-"))

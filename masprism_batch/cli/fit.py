@@ -107,7 +107,7 @@ def build_cases(traces, rows, labels_file: Path | None, system: str | None, name
     else:
         gold = {tid: g for tid, t in traces.items() if (g := lb.from_trace(t)) is not None}
         problems = []
-    rule = rules.fallback_rule(None)
+    rule = rules.read_fallback(None).rule
     out: dict[str, list] = {}
     for tid, g in sorted(gold.items()):
         t, r = traces[tid], rows.get(tid, [])
@@ -119,35 +119,6 @@ def build_cases(traces, rows, labels_file: Path | None, system: str | None, name
         ranked = rules.order(rule, r, [x["step"] for x in base])
         out.setdefault(system or system_key(t, (named or {}).get(tid)), []).append(ft.FitCase(t, r, sorted(g.steps), g.agents, ranked))
     return out, problems, rule
-
-
-def check_ranker(cfg, model_id: str | None) -> None:
-    """`--ranker` / method.ranker_weights: refused before anything runs when it is not a ranker file or was
-    fitted on another model's signals (its weights would mean nothing)."""
-    from masprism_batch.fit import rankfile
-    from masprism_batch.fit.rankfile import RankerFileError
-
-    path = cfg.method.ranker_weights
-    if path is None:
-        return
-    if rankfile.is_packaged(path):  # fitted on the default model: on another one they simply do not apply
-        from masprism_batch.method import weights_dir
-
-        target = weights_dir() / rankfile.PACKAGED
-        packaged = rankfile._cached(target).model_id if target.is_file() else None  # noqa: SLF001 - the stage's read
-        if model_id and packaged and model_id != packaged:
-            console.print(f"[yellow]note:[/] the packaged rankers were fitted on {packaged}; with {model_id} every "
-                          "log gets the zero-training verdict", soft_wrap=True)
-        return
-    target = Path(path) / rankfile.PACKAGED if Path(path).is_dir() else Path(path)
-    if not target.is_file():
-        raise fail(f"ranker file not found: {target}")
-    try:
-        rankfile._cached(target).check_model(model_id, target)  # noqa: SLF001 - the same cached read the stage uses
-    except RankerFileError as exc:
-        raise fail(str(exc)) from None
-    if cfg.method.name != "ranked":
-        console.print("[yellow]warning:[/] --ranker applies to the ranked method; --method masprism ignores it")
 
 
 def agent_by(rule: str) -> str:
@@ -219,7 +190,7 @@ def fit(
     for name, cs in sorted(cases.items()):
         try:
             # the zero-training agent rule a log of an unfitted system gets (what the fit must beat)
-            fits[name] = fs.fit_system(cs, name, rule=rule, rule_agent=rules.fallback_agent_rule(None))
+            fits[name] = fs.fit_system(cs, name, rule=rule, rule_agent=rules.read_fallback(None).agent_rule)
         except (ValueError, ArithmeticError) as exc:
             raise fail(f"system {name!r}: {exc}") from None
     console.print("held out within each system (leave-one-out up to 20 logs, else 5 folds); step: top-1 (any "

@@ -1,15 +1,11 @@
-"""Checks of what a run was given, made before a model loads or OUT is written (issue 35, item 7):
-
-- a forced `--format` on the first input files: a wrong one used to read and reject every file (68 rejections
-  for a folder of TRAIL traces) and create OUT before saying so;
-- a `--ranker` file: that it exists and reads as a ranker file (a CSV was caught only after the model loaded);
-  whether it fits the model is checked once the model is known (`fit.check_ranker`).
+"""A forced `--format` checked on the first input files before a model loads or OUT is written (issue 35,
+item 7): a wrong one used to read and reject every file (68 rejections for a folder of TRAIL traces) and create
+OUT before saying so. (A `--ranker` file is checked by `common.check_ranker`.)
 """
 
 from __future__ import annotations
 
 from itertools import islice
-from pathlib import Path
 
 from masprism_batch.cli.common import fail
 
@@ -59,19 +55,3 @@ def check_format(inputs: list[str], fmt: str) -> None:
             "auto-detection reads no trace from it either")
     raise fail(f"--format {fmt} reads no trace from the first {len(seen)} input file(s), e.g. {path}{why}; {hint} "
                f"(or --format auto); nothing was written")
-
-
-def check_ranker_file(cfg) -> None:
-    """`--ranker` exists and parses as a ranker file, with the loader the model stage uses; exit 1 otherwise."""
-    from masprism_batch.fit import rankfile
-
-    path = cfg.method.ranker_weights
-    if path is None or rankfile.is_packaged(path):
-        return
-    target = Path(path) / rankfile.PACKAGED if Path(path).is_dir() else Path(path)
-    if not target.is_file():
-        raise fail(f"ranker file not found: {target}")
-    try:
-        rankfile._cached(target)  # noqa: SLF001 - the same cached read the stage uses
-    except (rankfile.RankerFileError, OSError, ValueError) as exc:
-        raise fail(f"--ranker {path}: {exc}") from None

@@ -17,6 +17,7 @@ from masprism_batch.cli.common import (
     check_inputs,
     check_outdir,
     check_prompt_or_fail,
+    check_ranker,
     fail,
     load_model_or_fail,
     no_traces_message,
@@ -109,13 +110,9 @@ def run(
     # The model is checked before OUTDIR is touched, so a bad --model leaves nothing that refuses a retry.
     if engine is Engine.local:
         loaded = load_model_or_fail(cfg)
-        from masprism_batch.cli.fit import check_ranker
-
         check_ranker(cfg, loaded.model_id)
     else:
-        from masprism_batch.cli.probe import check_ranker_file
-
-        check_ranker_file(cfg)
+        check_ranker(cfg)
         try:
             require_model(cfg.model.name)  # the actors load it; here only that it exists
         except ModelNotFoundError as exc:

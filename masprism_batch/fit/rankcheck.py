@@ -18,6 +18,11 @@ from pathlib import Path
 from typing import Any
 
 from masprism_batch.config_checks import NotRegularFile, read_regular
+from masprism_batch.fit import fitting as ft
+from masprism_batch.method import rules, weights_dir
+
+FORMAT = "masprism-batch ranker"
+VERSION = 3  # the one version `fit` writes and a run reads; another is refused (refit with `masprism-batch fit`)
 
 MAX_BYTES = 64 * 1024**2  # a fitted file is a few hundred KB; far more is not a ranker file
 MAX_DEPTH = 8  # the deepest a valid file nests: systems -> entry -> priors -> pos -> value
@@ -26,9 +31,11 @@ MAX_FEATURES = 256
 MAX_PRIOR_KEYS = 100_000
 
 
-def _error(path, where: str, what: str):
-    from masprism_batch.fit.rankfile import RankerFileError
+class RankerFileError(ValueError):
+    """A ranker file that cannot be applied: not one, another version, or fitted with another model."""
 
+
+def _error(path, where: str, what: str):
     return RankerFileError(f"{path}: {where}: {what}" if where else f"{path}: {what}")
 
 
@@ -47,8 +54,6 @@ def read_bounded(path: Path) -> bytes:
 
 def load(path: Path) -> dict:
     """Read, parse and check a ranker file; the parsed object (every field checked, `check`)."""
-    from masprism_batch.fit.rankfile import FORMAT
-
     data = read_bounded(Path(path))
     try:
         d = json.loads(data.decode("utf-8"))
@@ -107,21 +112,17 @@ def _str_list(path, where: str, v, known: list[str] | None = None) -> list[str]:
 
 
 def _agent_rule(path, where: str, rule) -> None:
-    from masprism_batch.method import rules
-
     base = rule.split("|", 1)[1] if isinstance(rule, str) and rule.startswith("prior|") else rule
     ok = isinstance(base, str) and (base in ("author", "aggregate", "prior") or base in rules.AGENT_RULES
-                                    or rules._known_agent_rule(base))  # noqa: SLF001 - the one parser of rule names
+                                    or rules.known_agent_rule(base))
     if not ok:
         raise _error(path, where, f"unknown agent rule {json.dumps(rule)[:60]}")
 
 
 def _priors(path, where: str, p) -> None:
-    from masprism_batch.fit.fitting import RELPOS_BINS
-
     if not isinstance(p, dict):
         raise _error(path, where, "must be an object with pos, relpos, agent, n")
-    for key, top in (("pos", None), ("relpos", RELPOS_BINS)):
+    for key, top in (("pos", None), ("relpos", ft.RELPOS_BINS)):
         counts = p.get(key)
         if not isinstance(counts, dict) or len(counts) > MAX_PRIOR_KEYS:
             raise _error(path, f"{where}.{key}", "missing or not an object of counts")
@@ -156,8 +157,6 @@ def _calibration(path, where: str, cal) -> None:
 
 
 def check_entry(path, name: str, e) -> None:
-    from masprism_batch.fit import fitting as ft
-    from masprism_batch.method import rules
 
     where = f"systems[{name[:80]!r}]"
     if not isinstance(e, dict):
@@ -193,8 +192,6 @@ def check_entry(path, name: str, e) -> None:
 
 def check(d: dict, path) -> None:
     """Every field of a parsed ranker file a run reads, or RankerFileError naming the first bad one."""
-    from masprism_batch.fit.rankfile import VERSION
-
     if _depth(d) > MAX_DEPTH:
         raise _error(path, "", f"nested deeper than a ranker file ({MAX_DEPTH} levels)")
     v = d.get("version", 0)
@@ -212,17 +209,27 @@ def check(d: dict, path) -> None:
         check_entry(path, name, e)
 
 
+PACKAGED = "rankers.json"  # the packaged per-system rankers, written by benchmarks/bench_accuracy.py --train-weights
+# `--ranker packaged` (config method.ranker_weights = "packaged"): the packaged rankers of the benchmark systems,
+# named explicitly; `eval --dataset` names them itself. Without a name no packaged ranker applies.
+PACKAGED_NAME = "packaged"
+
+
+def is_packaged(setting: str | None) -> bool:
+    return setting is not None and str(setting) == PACKAGED_NAME
+
+
+def target(setting: str) -> Path:
+    """The file a `--ranker` setting names: "packaged" the packaged rankers, a folder its rankers.json, else the
+    path itself (whether it exists is the caller's question)."""
+    path = weights_dir() / PACKAGED if is_packaged(setting) else Path(setting)
+    return path / PACKAGED if path.is_dir() else path
+
+
 def digest(setting: str | None) -> str | None:
     """SHA-256 of the ranker file a run applies (`method.ranker_weights`: a file, a folder holding rankers.json,
     or "packaged"); None without one. Bound to the OUTDIR by the run's header."""
     if setting is None:
         return None
-    from masprism_batch.fit.rankfile import PACKAGED, is_packaged
-    from masprism_batch.method import weights_dir
-
-    target = weights_dir() / PACKAGED if is_packaged(setting) else Path(setting)
-    if target.is_dir():
-        target = target / PACKAGED
-    if not target.is_file():
-        return None
-    return hashlib.sha256(read_bounded(target)).hexdigest()
+    path = target(setting)
+    return hashlib.sha256(read_bounded(path)).hexdigest() if path.is_file() else None

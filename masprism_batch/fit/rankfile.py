@@ -25,19 +25,16 @@ from pathlib import Path
 import numpy as np
 
 from masprism_batch.fit import fitting as ft
-from masprism_batch.method import calibrate, weights_dir
+from masprism_batch.fit.rankcheck import FORMAT, VERSION, RankerFileError, is_packaged, target
+
+# the names a `--ranker` setting uses, defined beside the reader that resolves them (rankcheck.target)
+from masprism_batch.fit.rankcheck import PACKAGED as PACKAGED
+from masprism_batch.fit.rankcheck import PACKAGED_NAME as PACKAGED_NAME
+from masprism_batch.fit.rankcheck import load as checked_load
+from masprism_batch.method import calibrate
 from masprism_batch.trace import Trace
 
 log = logging.getLogger(__name__)
-FORMAT = "masprism-batch ranker"
-# 2: agent_rule may be "prior|<zero-training agent rule>"; 3: a ranker's "offset" (what it corrects, fit.OFFSETS;
-# absent: "rule"). Older files read as before; a reader of version 2 refuses a version 3 file instead of applying
-# a prior-offset ranker as a rule-offset one.
-VERSION = 3
-
-
-class RankerFileError(ValueError):
-    """A ranker file that cannot be applied: not one, a newer version, or fitted with another model."""
 
 
 def system_key(trace: Trace, named: str | None = None) -> str:
@@ -143,24 +140,8 @@ class RankerFile:
 
     @classmethod
     def read(cls, path: Path) -> RankerFile:
-        path = Path(path)
-        from masprism_batch.fit.rankcheck import (
-            load,  # bounded read and parse, every field checked (issue 37)
-        )
-
-        d = load(path)
-        if not isinstance(d, dict) or d.get("format") != FORMAT:
-            raise RankerFileError(f"{path}: not a masprism-batch ranker file (write one with `masprism-batch fit`)")
-        if int(d.get("version", 0)) > VERSION:
-            raise RankerFileError(f"{path}: ranker file version {d['version']} is newer than this masprism-batch "
-                                  f"reads ({VERSION}): upgrade masprism-batch")
-        for s, e in d.get("systems", {}).items():
-            unknown = [f for f in e.get("features") or [] if f not in ft.BASE_FEATURES + ft.PRIOR_FEATURES]
-            if unknown:
-                raise RankerFileError(f"{path}: system {s!r} reads features this version does not compute: {unknown}")
-            if e.get("offset", "rule") not in ft.OFFSETS:
-                raise RankerFileError(f"{path}: system {s!r} corrects an order this version does not know: "
-                                      f"{e.get('offset')!r} (expected one of {', '.join(ft.OFFSETS)})")
+        """A ranker file read bounded and every field checked (rankcheck.load), or RankerFileError."""
+        d = checked_load(Path(path))
         meta = {k: v for k, v in d.items() if k not in ("format", "version", "model_id", "systems")}
         return cls(d["model_id"], d.get("systems", {}), meta)
 
@@ -175,54 +156,21 @@ class RankerFile:
         return SystemRanker(e, self.model_id) if e is not None else None
 
 
-PACKAGED = "rankers.json"  # the packaged per-system rankers, written by benchmarks/bench_accuracy.py --train-weights
-# `--ranker packaged` (config method.ranker_weights = "packaged"): the packaged rankers of the benchmark systems,
-# named explicitly; `eval --dataset` names them itself. Without a name no packaged ranker applies.
-PACKAGED_NAME = "packaged"
-
-
-def is_packaged(path: str | None) -> bool:
-    return path is not None and str(path) == PACKAGED_NAME
-
-
-def ranker_for(path: str | None, trace: Trace, model_id: str | None = None, system: str | None = None):
-    """The fitted entry (`SystemRanker`) for `trace`'s system (`system`: the name the run gives every log, see
-    `system_key`), or None: then the zero-training rule (rules.fallback_rule) decides. `.features` says which
-    step features its verdict reads.
-
-    `path`: a ranker file from `masprism-batch fit` (or a folder holding `rankers.json`); "packaged": the packaged
-    rankers of the benchmark systems; None: no ranker (every log gets the zero-training verdict). With
-    `model_id`, a file `path` fitted on another model is refused (RankerFileError); the packaged rankers then
-    simply do not apply (they were fitted on the default model).
-    """
-    if path is None:
+def load(setting: str | None, model_id: str | None = None) -> RankerFile | None:
+    """The ranker file a run names (`method.ranker_weights`), read once: None without one, for "packaged"
+    when no packaged file applies to `model_id` (they were fitted on the default model), and for a folder
+    without rankers.json (it may hold only fallback.json). A named file that is missing raises
+    FileNotFoundError; one fitted on another model than `model_id` RankerFileError."""
+    if setting is None:
         return None
-    packaged = is_packaged(path)
-    target = weights_dir() / PACKAGED if packaged else Path(path)
-    if target.is_dir():  # a weights folder: its rankers.json if any (a folder with only fallback.json has none)
-        target = target / PACKAGED
-        if not target.is_file():
+    path = target(setting)
+    if not path.is_file():
+        if is_packaged(setting) or Path(setting).is_dir():
             return None
-    if not target.is_file():
-        if packaged:
-            return None
-        raise FileNotFoundError(f"ranker file not found: {target}")
-    rf = _cached(target)
+        raise FileNotFoundError(f"ranker file not found: {path}")
+    rf = RankerFile.read(path)
     if model_id and rf.model_id != model_id:
-        if packaged:
+        if is_packaged(setting):
             return None
-        rf.check_model(model_id, target)
-    try:
-        return rf.for_trace(trace, system)
-    except KeyError as exc:  # pragma: no cover - a malformed entry
-        raise RankerFileError(f"{target}: malformed entry {exc}") from exc
-
-
-_CACHE: dict[tuple[str, float], object] = {}
-
-
-def _cached(target: Path):
-    key = (str(target), target.stat().st_mtime)
-    if key not in _CACHE:
-        _CACHE[key] = RankerFile.read(target)
-    return _CACHE[key]
+        rf.check_model(model_id, path)
+    return rf

@@ -7,9 +7,10 @@ Two features cost model work beyond the two passes:
   attn_in_learned (ranker feature attn_learned_norm; the rule "learned_heads"): the per-head signal path.
 Every other feature comes with the two passes anyway.
 
-The model stage computes a costly feature for a trace only when its verdict reads it: the fitted ranker of
-the trace's system (`rankfile.ranker_for`, which declares its `features` and, where it keeps the zero-training
-order, its `rule`) or, for a system no ranker was fitted on, the zero-training rule (`rules.fallback_rule`).
+The model stage computes a costly feature for a trace only when its verdict reads it under the run's
+`VerdictPolicy` (fit/policy.py): the fitted ranker of the trace's system (which declares its `features` and,
+where it keeps the zero-training order, its `rule`) or, for a system no ranker was fitted on, the zero-training
+rule of the policy's fallback.
 `method.features = "all"` (CLI `--all-features`: runs made to fit a ranker) and callers that take the raw
 signals (`raw_sink`: fit-heads, benchmarks) get every feature the config enables. This module is the one place
 that answers the question; the ranker file format may change (issue 23) and only `_ranker_reads` follows it.
@@ -19,8 +20,6 @@ from __future__ import annotations
 
 import logging
 
-from masprism_batch.fit import rankfile
-from masprism_batch.method import rules
 from masprism_batch.trace import Trace
 
 log = logging.getLogger(__name__)
@@ -47,10 +46,6 @@ def enabled(cfg) -> frozenset[str]:
     return frozenset(out)
 
 
-def _ranker_for(weights, trace: Trace, model_id: str | None, system: str | None = None):
-    return rankfile.ranker_for(weights, trace, model_id, system)  # looked up at call time (tests replace it)
-
-
 def _ranker_reads(rk) -> set[str]:
     """Costly features read by a fitted entry: its step features, plus its rule where it keeps one."""
     out = {FEATURE_COST[f] for f in (getattr(rk, "features", None) or []) if f in FEATURE_COST}
@@ -59,22 +54,22 @@ def _ranker_reads(rk) -> set[str]:
     return out
 
 
-def verdict_reads(cfg, trace: Trace, model_id: str | None = None) -> frozenset[str]:
-    """The costly features the verdict of `trace` reads (a subset of COSTLY), whatever the config enables."""
-    m = cfg.method
-    if m.name != "ranked":  # the faithful method: the pass-2 score order, nothing costly
+def verdict_reads(policy, trace: Trace) -> frozenset[str]:
+    """The costly features the verdict of `trace` reads under the run's `policy` (fit/policy.py VerdictPolicy;
+    a subset of COSTLY), whatever the config enables."""
+    if not policy.ranked:  # the faithful method: the pass-2 score order, nothing costly
         return frozenset()
-    rk = _ranker_for(m.ranker_weights, trace, model_id, getattr(m, "system", None))
+    rk = policy.ranker(trace)
     if rk is not None:
         return frozenset(_ranker_reads(rk))
-    rule = rules.fallback_rule(m.ranker_weights)
+    rule = policy.fallback.rule
     return frozenset({RULE_COST[rule]} if rule in RULE_COST else ())
 
 
-def needed(cfg, traces: list[Trace], model_id: str | None = None, *, everything: bool = False) -> list[frozenset]:
-    """Per trace: the costly features to compute (what its verdict reads, or every enabled one with
-    `everything` or `method.features = "all"`), restricted to what the config enables. A trace whose verdict
-    cannot be resolved here (e.g. a ranker file of another model) gets every enabled feature: its verdict
+def needed(cfg, policy, traces: list[Trace], *, everything: bool = False) -> list[frozenset]:
+    """Per trace: the costly features to compute (what its verdict reads under `policy`, or every enabled one
+    with `everything` or `method.features = "all"`), restricted to what the config enables. A trace whose
+    verdict cannot be resolved (the policy refused its ranker file) gets every enabled feature: its verdict
     raises later, where the error is reported per trace."""
     on = enabled(cfg)
     if everything or getattr(cfg.method, "features", "verdict") == "all":
@@ -85,7 +80,7 @@ def needed(cfg, traces: list[Trace], model_id: str | None = None, *, everything:
         key = (t.source, t.system)  # rankers are per system (named, else source or `system` field); rule: global
         if key not in memo:
             try:
-                memo[key] = verdict_reads(cfg, t, model_id) & on
+                memo[key] = verdict_reads(policy, t) & on
             except Exception as exc:  # noqa: BLE001 - decided again, and reported, by the verdict itself
                 log.debug("trace %r: verdict reads not resolved (%s): computing every feature", t.trace_id, exc)
                 out.append(on)

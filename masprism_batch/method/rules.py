@@ -17,6 +17,7 @@ from __future__ import annotations
 import json
 import logging
 import math
+from dataclasses import dataclass
 from pathlib import Path
 
 from masprism_batch.method import weights_dir
@@ -154,45 +155,41 @@ def acts(step) -> bool:
     return role not in PERSON_ROLES or norm_agent(step.agent) not in (None, *PERSON_ROLES)
 
 
-def fallback_agent_rule(path: str | None) -> str:
-    """The zero-training agent rule chosen by leave-one-system-out (`fallback.json` "agent_rule"); without one,
-    the floor "most_active": the "most active agent" baseline itself ("author" and "mix:0.5" fell below it on
-    unseen systems, issue 32)."""
-    rule = _fallback(path).get("agent_rule", FLOOR)
-    if rule not in AGENT_RULES and not _known_agent_rule(rule):
-        log.warning("fallback.json names unknown agent rule %r: using %r", rule, FLOOR)
-        return FLOOR
-    return rule
+@dataclass(frozen=True)
+class Fallback:
+    """What a log of a system no ranker was fitted on gets: the zero-training step rule, agent rule and the
+    calibration of that verdict's confidence (method/calibrate.py), as `fallback.json` of a weights folder
+    says (bench_accuracy.py --train-weights chose them by leave-one-system-out)."""
+
+    rule: str = "faithful"
+    # without one, the floor: the "most active agent" baseline itself ("author" and "mix:0.5" fell below it on
+    # unseen systems)
+    agent_rule: str = FLOOR
+    calibration: dict | None = None
 
 
-def _known_agent_rule(rule: str) -> bool:
+def read_fallback(path: str | None = None) -> Fallback:
+    """`fallback.json` of the weights folder `path` (a ranker *file*, "packaged" or None: the packaged folder);
+    no file: the paper's order and the floor agent rule, uncalibrated. An unknown rule is warned about and
+    replaced by its default."""
+    folder = Path(path) if path is not None and Path(path).is_dir() else weights_dir()
+    target = folder / "fallback.json"
+    d = json.loads(target.read_text(encoding="utf-8")) if target.is_file() else {}
+    rule = d.get("rule", "faithful")
+    if rule not in RULES:
+        log.warning("fallback.json names unknown rule %r: using the faithful order", rule)
+        rule = "faithful"
+    agent = d.get("agent_rule", FLOOR)
+    if agent not in AGENT_RULES and not known_agent_rule(agent):
+        log.warning("fallback.json names unknown agent rule %r: using %r", agent, FLOOR)
+        agent = FLOOR
+    return Fallback(rule, agent, d.get("calibration"))
+
+
+def known_agent_rule(rule: str) -> bool:
     """A guard / mix rule off the shipped grids (e.g. benchmarks' finer grids) is still well formed."""
     head, _, tail = rule.partition(":")
     try:
         return head in ("guard", "mix") and 0.0 <= float(tail) <= 1.0
     except ValueError:
         return False
-
-
-def fallback_calibration(path: str | None) -> dict | None:
-    """Confidence calibration of the zero-training verdict (fitted on the dev systems, method/calibrate.py)."""
-    return _fallback(path).get("calibration")
-
-
-def _fallback(path: str | None) -> dict:
-    folder = Path(path) if path is not None and Path(path).is_dir() else weights_dir()
-    target = folder / "fallback.json"
-    if not target.is_file():
-        return {}
-    return json.loads(target.read_text(encoding="utf-8"))
-
-
-def fallback_rule(path: str | None) -> str:
-    """The rule for logs no ranker was fitted on: `fallback.json` in the weights folder (`path`, default the
-    packaged one; a ranker *file* given as `path` keeps the packaged fallback) as bench_accuracy.py
-    --train-weights chose it; "faithful" when there is none."""
-    rule = _fallback(path).get("rule", "faithful")
-    if rule not in RULES:
-        log.warning("fallback.json names unknown rule %r: using the faithful order", rule)
-        return "faithful"
-    return rule

@@ -8,10 +8,9 @@ Every output (attributions, step_scores' final columns, exports, stats, report, 
 from __future__ import annotations
 
 from dataclasses import dataclass
-from functools import lru_cache
 
 from masprism_batch.config import PipelineConfig
-from masprism_batch.fit import rankfile
+from masprism_batch.fit.policy import VerdictPolicy
 from masprism_batch.method import masprism as mp
 from masprism_batch.method import ranker, rules
 from masprism_batch.trace import Trace
@@ -36,13 +35,13 @@ class Verdict:
     confidence: float | None = None  # calibrated P(pred_step is right); None where no calibration applies
 
 
-def fitted_verdict(t: Trace, rows: list[dict], base: mp.Ranking, cfg: PipelineConfig, model_id: str | None = None):
-    """The verdict of a fitted ranker for this log's system (method/rankfile.py), else of the zero-training rule
-    (the one that held up best across systems by leave-one-system-out, docs/results.md) reordering MASPrism's
-    candidates. Step rows keep MASPrism's own score/rank (the features)."""
-    weights = cfg.method.ranker_weights
-    sr = rankfile.ranker_for(weights, t, model_id, cfg.method.system)  # only a named ranker, for the named system
-    rule = sr.rule if sr is not None else _fallback_rule(weights)
+def fitted_verdict(t: Trace, rows: list[dict], base: mp.Ranking, cfg: PipelineConfig, policy: VerdictPolicy):
+    """The verdict of the fitted ranker of this log's system under the run's `policy` (only a named ranker
+    file, for the named system), else of the zero-training rule (the one that held up best across systems by
+    leave-one-system-out, docs/results.md) reordering MASPrism's candidates. Step rows keep MASPrism's own
+    score/rank (the features)."""
+    sr = policy.ranker(t)
+    rule = sr.rule if sr is not None else policy.fallback.rule
     order = rules.order(rule, rows, base.ranked)
     if sr is None or sr.verdict != "ranker":
         fitted = sr.apply(t, rows, order) if sr is not None else None  # once, on the rule's own order
@@ -57,11 +56,11 @@ def fitted_verdict(t: Trace, rows: list[dict], base: mp.Ranking, cfg: PipelineCo
             if agents and agents[0]["agent"] == v.agent:  # the rule's own ranking, so every output names one agent
                 v.agent_ranking = agents
         else:
-            v.rule = rules.fallback_agent_rule(weights)
+            v.rule = policy.fallback.agent_rule
             if order and v.rule != "author":  # the agent rule's own ranking, so every output names one agent
                 v.agent_ranking = [{"agent": a, "score": float(x)} for a, x in rules.agent_ranking(v.rule, t, order)]
                 v.agent = v.agent_ranking[0]["agent"] if v.agent_ranking else v.agent
-            v.confidence = rule_confidence(t, rows, ranking, weights)
+            v.confidence = rule_confidence(t, rows, ranking, policy.fallback.calibration)
         v.by = sr.verdict_by if sr is not None else f"rule:{rule}"
         return ranking, v
     full, probs, agent, conf = sr.apply(t, rows, order)
@@ -79,16 +78,16 @@ def fitted_verdict(t: Trace, rows: list[dict], base: mp.Ranking, cfg: PipelineCo
     return mp.Ranking(top, {k: p[k] for k in top}, support, base.symptoms, base.nll), verdict
 
 
-def rule_confidence(t: Trace, rows: list[dict], ranking: mp.Ranking, weights: str | None) -> float | None:
-    """Calibrated confidence of a zero-training verdict from its own evidence (method/confidence.py; calibration
-    fitted on the dev systems, leave-one-system-out measured in docs/results.md), never below 1/(steps)."""
+def rule_confidence(t: Trace, rows: list[dict], ranking: mp.Ranking, cal: dict | None) -> float | None:
+    """Calibrated confidence of a zero-training verdict from its own evidence (method/confidence.py), never
+    below 1/(steps); `cal`: the policy's fallback calibration (fitted on the dev systems, leave-one-system-out
+    measured in docs/results.md)."""
     from masprism_batch.fit import fitting as ft
     from masprism_batch.method import calibrate
 
     if not ranking.ranked:
         return None
     c = ft.FitCase(t, rows, [], [], list(ranking.ranked))
-    cal = rules.fallback_calibration(weights)
     feats = ft.evidence(c, list(ranking.ranked)) if cal and cal.get("kind") == "evidence" else None
     return calibrate.confidence(cal, ft.rule_confidence(c), feats, len(t.steps))
 
@@ -110,11 +109,6 @@ def _agent_rule_used(sr, t: Trace, order: list[int]) -> tuple[str, list[dict] | 
     prior_step = sr.verdict == "prior" and pri is not None and pri.top_index() is not None
     read = ft.prior_agent_order(order, order[0]) if prior_step else order
     return rule, [{"agent": a, "score": float(x)} for a, x in rules.agent_ranking(rule, t, read)]
-
-
-@lru_cache(maxsize=8)
-def _fallback_rule(weights: str | None) -> str:
-    return rules.fallback_rule(weights)  # read once per weights folder, not once per trace
 
 
 def masprism_verdict(t: Trace, ranking: mp.Ranking) -> Verdict:

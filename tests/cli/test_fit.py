@@ -60,7 +60,7 @@ def test_fit_from_trace_labels_prints_estimates_and_applies(run_dir, tmp_path):
     # measured against the zero-training agent rule an unfitted system gets, and the agent chosen on its own
     from masprism_batch.method import rules
 
-    assert e["rule_agent"] == rules.fallback_agent_rule(None)
+    assert e["rule_agent"] == rules.read_fallback(None).agent_rule
     assert e["agent_rule"] in (e["rule_agent"], f"prior|{e['rule_agent']}", "author", "aggregate")
     assert "; agent: " in line
     # applied: the system's logs get the fitted verdict, with what decided it and a confidence
@@ -168,7 +168,7 @@ def test_bench_accuracy_and_fit_share_the_fitting_function(run_dir, tmp_path):
         cases.append(ba.Case("billing-bot", t, {"rows": r, "ranking": {"ranked": ranked}}, {}))
     from masprism_batch.method import rules
 
-    f = ba.system_fit(cases, "billing-bot", rule_agent=rules.fallback_agent_rule(None))  # the agent rule fit uses
+    f = ba.system_fit(cases, "billing-bot", rule_agent=rules.read_fallback(None).agent_rule)  # the agent rule fit uses
     e = json.loads(out.read_text())["systems"]["billing-bot"]
     assert f.entry["verdict"] == e["verdict"] and f.entry["heldout"] == e["heldout"]
     assert f.entry.get("weights") == e.get("weights") and f.entry["calibration"] == e["calibration"]

@@ -30,22 +30,27 @@ def test_plain_json_names_model_features_and_version(tmp_path, synth):
 
 def test_matched_by_system_other_systems_get_none(tmp_path, synth):
     path, _ = _file(tmp_path, synth)
-    rk._CACHE.clear()
     case = synth(1, seed=9)[0]
-    sr = rk.ranker_for(str(path), case.trace, "smollm2-135m")
+    rf = rk.load(str(path), "smollm2-135m")
+    sr = rf.for_trace(case.trace)
     assert sr.verdict_by == "ranker:team/agents" and sr.features
     order, probs, agent, conf = sr.apply(case.trace, case.rows, case.ranked)
     assert sorted(order) == list(range(len(case.trace.steps))) and abs(probs.sum() - 1) < 1e-9
     assert agent in {s.agent for s in case.trace.steps} and 0 < conf < 1
     other = Trace(trace_id="o", source="langfuse", system="billing-bot", steps=case.trace.steps)
-    assert system_key(other) == "billing-bot" and rk.ranker_for(str(path), other, "smollm2-135m") is None
+    assert system_key(other) == "billing-bot" and rf.for_trace(other) is None
 
 
 def test_another_model_is_refused_with_a_clear_message(tmp_path, synth):
     path, _ = _file(tmp_path, synth)
-    rk._CACHE.clear()
     with pytest.raises(RankerFileError, match="fitted on signals of model 'smollm2-135m'.*refit"):
-        rk.ranker_for(str(path), synth(1)[0].trace, "tiny-random")
+        rk.load(str(path), "tiny-random")
+    assert rk.load(rk.PACKAGED_NAME, "tiny-random") is None  # the packaged rankers simply do not apply
+    assert rk.load(str(tmp_path), "smollm2-135m") is None  # a folder without rankers.json: only a fallback
+    path.rename(tmp_path / rk.PACKAGED)
+    assert rk.load(str(tmp_path), "smollm2-135m").model_id == "smollm2-135m"  # a folder: its rankers.json
+    with pytest.raises(FileNotFoundError, match="ranker file not found"):
+        rk.load(str(tmp_path / "nothing.json"))
 
 
 def test_not_a_ranker_file_or_newer_version_or_unknown_feature(tmp_path, synth):
@@ -145,8 +150,8 @@ def test_packaged_rankers_give_verdicts_that_differ_between_logs(synth):
         tops = [sr.apply(c.trace, c.rows, c.ranked)[0][0] for c in synth(40, seed=seed, source=name)]
         share = max(tops.count(x) for x in tops) / len(tops)
         assert len(set(tops)) > 1 and share <= 0.75, (name, seed, entry["verdict"], share)
-    assert rules.fallback_agent_rule(None) in rules.AGENT_RULES
-    assert (rules.fallback_calibration(None) or {}).get("kind") == "evidence"
+    assert rules.read_fallback(None).agent_rule in rules.AGENT_RULES
+    assert (rules.read_fallback(None).calibration or {}).get("kind") == "evidence"
 
 
 # Issue 37: a ranker file is a user's input, checked completely before any of it is applied.
@@ -222,7 +227,6 @@ def test_each_tampered_value_is_refused_naming_its_field(tmp_path, synth, how):
     assert d["systems"]["team/agents"]["verdict"] == "ranker"
     field = _tampered(d, how, np.random.default_rng())
     path.write_text(json.dumps(d))  # NaN and Infinity written as JSON's common extension, as Python writes them
-    rk._CACHE.clear()
     with pytest.raises(RankerFileError) as err:
         RankerFile.read(path)
     assert field in str(err.value) and str(path) in str(err.value)

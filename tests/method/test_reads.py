@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import random
 from types import SimpleNamespace
@@ -11,6 +12,7 @@ import pytest
 
 from masprism_batch.config import load_config
 from masprism_batch.fit import rankfile
+from masprism_batch.fit.policy import VerdictPolicy
 from masprism_batch.method import reads
 from masprism_batch.model import load_model
 from masprism_batch.stage.attribute import attribute_traces
@@ -32,12 +34,21 @@ def _weights(tmp_path, rule: str):
     return str(tmp_path)
 
 
+def _policy(cfg, entry=None, refused=None):
+    """The run's policy with its ranker file replaced by `entry` for every log (or refused)."""
+    pol = VerdictPolicy.load(cfg.method)
+    files = SimpleNamespace(for_trace=lambda *_a: entry) if entry is not None else None
+    return dataclasses.replace(pol, rankers=files, refused=refused) if pol.ranked else pol
+
+
 @pytest.mark.parametrize(("rule", "want"), [("faithful", set()), ("earliest", set()), ("counterfactual", {CF}),
                                             ("learned_heads", {HEADS})])
 def test_zero_training_rule_reads_its_column_only(tmp_path, rule, want):
     cfg = load_config(None, method__ranker_weights=_weights(tmp_path, rule))
-    assert reads.verdict_reads(cfg, _t()) == want
-    assert reads.needed(cfg, [_t(), _t(seed=1)]) == [frozenset(want)] * 2
+    pol = VerdictPolicy.load(cfg.method)
+    assert pol.rankers is None and pol.fallback.rule == rule  # a folder with only fallback.json: no ranker
+    assert reads.verdict_reads(pol, _t()) == want
+    assert reads.needed(cfg, pol, [_t(), _t(seed=1)]) == [frozenset(want)] * 2
 
 
 @pytest.mark.parametrize(("entry", "want"), [
@@ -47,29 +58,31 @@ def test_zero_training_rule_reads_its_column_only(tmp_path, rule, want):
     (SimpleNamespace(features=[], verdict="rule", rule="counterfactual"), {CF}),  # a system kept on a rule
     (SimpleNamespace(features=[], verdict="rule", rule="earliest"), set()),
 ])
-def test_fitted_ranker_reads_what_it_declares(monkeypatch, entry, want):
-    monkeypatch.setattr(rankfile, "ranker_for", lambda *a, **k: entry)
-    assert reads.verdict_reads(load_config(None), _t()) == want
+def test_fitted_ranker_reads_what_it_declares(entry, want):
+    assert reads.verdict_reads(_policy(load_config(None), entry), _t()) == want
 
 
-def test_faithful_method_reads_nothing_and_all_features_reads_everything_enabled(monkeypatch):
-    monkeypatch.setattr(rankfile, "ranker_for", lambda *a, **k: SimpleNamespace(features=["cf_z", "attn_learned_norm"]))
-    assert reads.needed(load_config(None, method__name="masprism"), [_t()]) == [frozenset()]
-    assert reads.needed(load_config(None), [_t()]) == [frozenset({CF, HEADS})]
-    every = load_config(None, method__name="masprism", method__features="all")
-    assert reads.needed(every, [_t()]) == [frozenset({CF, HEADS})]
-    assert reads.needed(load_config(None, method__name="masprism"), [_t()], everything=True) == [frozenset({CF, HEADS})]
+def test_faithful_method_reads_nothing_and_all_features_reads_everything_enabled():
+    entry = SimpleNamespace(features=["cf_z", "attn_learned_norm"])
+
+    def needed(cfg, **kw):
+        return reads.needed(cfg, _policy(cfg, entry), [_t()], **kw)
+
+    assert needed(load_config(None, method__name="masprism")) == [frozenset()]
+    assert needed(load_config(None)) == [frozenset({CF, HEADS})]
+    assert needed(load_config(None, method__name="masprism", method__features="all")) == [frozenset({CF, HEADS})]
+    assert needed(load_config(None, method__name="masprism"), everything=True) == [frozenset({CF, HEADS})]
     # what the config disables is never computed, whatever reads it
-    off = load_config(None, method__counterfactual_k=0, method__learned_heads=False)
-    assert reads.needed(off, [_t()]) == [frozenset()]
+    assert needed(load_config(None, method__counterfactual_k=0, method__learned_heads=False)) == [frozenset()]
 
 
-def test_unresolved_verdict_computes_everything(monkeypatch):
-    def boom(*a, **k):
-        raise ValueError("ranker file of another model")
-
-    monkeypatch.setattr(rankfile, "ranker_for", boom)
-    assert reads.needed(load_config(None), [_t()]) == [reads.enabled(load_config(None))]
+def test_unresolved_verdict_computes_everything(tmp_path):
+    cfg = load_config(None, method__ranker_weights=str(tmp_path / "missing.json"))
+    pol = VerdictPolicy.load(cfg.method)
+    assert isinstance(pol.refused, FileNotFoundError)  # said by every verdict that reads it, not at load
+    assert reads.needed(cfg, pol, [_t()]) == [reads.enabled(cfg)]
+    with pytest.raises(FileNotFoundError, match="missing.json"):
+        pol.ranker(_t())
 
 
 @pytest.fixture(scope="module")
@@ -107,3 +120,29 @@ def test_stage_skips_what_the_verdict_does_not_read_and_verdicts_stay(tmp_path, 
         assert lean.tokens_counterfactual == 0 and full.tokens_counterfactual > 0
     else:  # the rule reads them: measured as in the forced run
         np.testing.assert_allclose(np.array(cf_lean, dtype=float), np.array(cf_full, dtype=float), atol=1e-5)
+
+
+def test_the_stage_reads_the_ranker_file_once_through_its_policy(tmp_path, tiny):
+    """The run's policy holds the ranker file: removed after the policy was loaded, the stage still applies it
+    (no per-trace resolution), and what-to-compute and the verdict read the same entries."""
+    from masprism_batch.fit.rankfile import RankerFile
+
+    cfg, model = tiny
+    rng = np.random.default_rng()
+    path = tmp_path / "ranker.json"
+    fitted = {"system": "team/a", "verdict": "ranker", "rule": "faithful", "agent_rule": "author",
+              "features": ["is_first", "nll1_z"], "weights": rng.normal(size=2).tolist(), "mean": [0.0, 0.0],
+              "std": [1.0, 1.0], "offset": "rule", "offset_scale": float(rng.random())}
+    kept = {"system": "team/b", "verdict": "rule", "rule": "counterfactual", "agent_rule": "author"}
+    RankerFile(model.model_id, {"team/a": fitted, "team/b": kept}, {}).write(path)
+    cfg = cfg.model_copy(update={"method": cfg.method.model_copy(update={"ranker_weights": str(path)})})
+    policy = VerdictPolicy.load(cfg.method, model.model_id)
+    path.unlink()
+    traces = [_t(source=src, n=int(rng.integers(4, 9)), seed=int(s))
+              for src, s in zip(["team/a", "team/b", "team/c"], rng.integers(0, 1 << 20, size=3), strict=True)]
+    fallback = frozenset({CF}) if policy.fallback.rule == "counterfactual" else frozenset()
+    assert reads.needed(cfg, policy, traces) == [frozenset(), frozenset({CF}), fallback]
+    out = attribute_traces(traces, model, cfg, policy=policy)
+    assert [a["verdict_by"] for a in out.attributions] == [
+        "ranker:team/a", "rule:counterfactual", f"rule:{policy.fallback.rule}"]
+    assert not hasattr(rankfile, "_CACHE")  # no process-wide cache behind the policy

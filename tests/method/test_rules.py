@@ -59,13 +59,13 @@ def test_unknown_rule_is_refused():
 
 
 def test_fallback_rule_from_weights_folder(tmp_path, caplog):
-    assert rules.fallback_rule(str(tmp_path)) == "faithful"  # nothing chosen: the paper method
+    assert rules.read_fallback(str(tmp_path)) == rules.Fallback()  # nothing chosen: the paper method, uncalibrated
     (tmp_path / "fallback.json").write_text(json.dumps({"rule": "earliest"}))
-    assert rules.fallback_rule(str(tmp_path)) == "earliest"
+    assert rules.read_fallback(str(tmp_path)).rule == "earliest"
     (tmp_path / "fallback.json").write_text(json.dumps({"rule": "oracle"}))
-    assert rules.fallback_rule(str(tmp_path)) == "faithful"
+    assert rules.read_fallback(str(tmp_path)).rule == "faithful"
     assert "unknown rule" in caplog.text
-    assert rules.fallback_rule(None) in rules.RULES  # the packaged choice, whatever the benchmark shipped
+    assert rules.read_fallback(None).rule in rules.RULES  # the packaged choice, whatever the benchmark shipped
 
 
 def test_stage_applies_the_fallback_rule_to_a_system_without_ranker(tmp_path):
@@ -166,14 +166,14 @@ def test_fallback_agent_rule_defaults_to_the_floor(tmp_path, caplog):
     """Without an agent rule in fallback.json (or with an unknown one) the floor: the most active agent itself."""
     from masprism_batch.method import rules as zr
 
-    assert zr.fallback_agent_rule(str(tmp_path)) == zr.FLOOR == "most_active"  # no fallback.json in the folder
+    assert zr.read_fallback(str(tmp_path)).agent_rule == zr.FLOOR == "most_active"  # no fallback.json there
     (tmp_path / "fallback.json").write_text(json.dumps({"rule": "faithful"}))
-    assert zr.fallback_agent_rule(str(tmp_path)) == zr.FLOOR
+    assert zr.read_fallback(str(tmp_path)).agent_rule == zr.FLOOR
     (tmp_path / "fallback.json").write_text(json.dumps({"agent_rule": "loudest"}))
-    assert zr.fallback_agent_rule(str(tmp_path)) == zr.FLOOR
+    assert zr.read_fallback(str(tmp_path)).agent_rule == zr.FLOOR
     assert "loudest" in caplog.text
     (tmp_path / "fallback.json").write_text(json.dumps({"agent_rule": "mix:0.5"}))
-    assert zr.fallback_agent_rule(str(tmp_path)) == "mix:0.5"
+    assert zr.read_fallback(str(tmp_path)).agent_rule == "mix:0.5"
 
 
 @pytest.mark.parametrize("trial", range(5))

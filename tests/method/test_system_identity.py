@@ -14,6 +14,7 @@ import pytest
 from masprism_batch.config import load_config
 from masprism_batch.fit import rankfile as rk
 from masprism_batch.fit import system as fs
+from masprism_batch.fit.policy import VerdictPolicy
 from masprism_batch.ingest import read_inputs
 from masprism_batch.method import masprism as mp
 from masprism_batch.method import weights_dir
@@ -60,7 +61,7 @@ def logs(tmp_path):
 
 def _by(t, cfg, rng):
     rows, base = _signals(t, rng)
-    return fitted_verdict(t, rows, base, cfg, PACKAGED_MODEL)[1]
+    return fitted_verdict(t, rows, base, cfg, VerdictPolicy.load(cfg.method, PACKAGED_MODEL))[1]
 
 
 def test_who_and_when_shape_gets_the_zero_training_verdict_unless_a_ranker_is_named(logs):
@@ -95,15 +96,16 @@ def test_a_fitted_ranker_applies_only_to_its_named_system(tmp_path, synth, logs)
     by_folder, team = logs
     rng = np.random.default_rng(SEED)
     sr = rk.SystemRanker(f.entry, PACKAGED_MODEL)
+    rf = rk.load(str(path), PACKAGED_MODEL)
     for t in by_folder[team] + by_folder["Algorithm-Generated"] + by_folder["Hand-Crafted"]:
-        assert rk.ranker_for(str(path), t, PACKAGED_MODEL) is None  # recorded/unknown system: not billing-bot
+        assert rf.for_trace(t) is None  # recorded/unknown system: not billing-bot
         assert _by(t, _cfg(ranker_weights=str(path)), rng).by.startswith("rule:")
-        got = rk.ranker_for(str(path), t, PACKAGED_MODEL, system="billing-bot")
+        got = rf.for_trace(t, "billing-bot")
         assert got is not None and got.system == "billing-bot"
         assert _by(t, _cfg(ranker_weights=str(path), system="billing-bot"), rng).by == sr.verdict_by
     recorded = Trace("r", "langfuse", by_folder[team][0].steps, system="billing-bot")  # the log records its system
-    assert rk.ranker_for(str(path), recorded, PACKAGED_MODEL).system == "billing-bot"
-    assert rk.ranker_for(str(path), recorded, PACKAGED_MODEL, system="other") is None  # a name given wins
+    assert rf.for_trace(recorded).system == "billing-bot"
+    assert rf.for_trace(recorded, "other") is None  # a name given wins
 
 
 def test_agent_by_says_why_the_blamed_agent_differs_from_the_step_author(logs):
