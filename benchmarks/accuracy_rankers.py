@@ -1,15 +1,18 @@
 """Learned pieces the accuracy benchmark refits without the system it scores (bench_accuracy.py): label-free head
-weights (method/heads.py) and the portable rankers (method/ranker.py), leave-one-system-out and 5-fold within a
+weights (method/heads.py) and the portable rankers (a conditional logit over every step's features,
+method/ranker.py, solved by the product's solver fit/clogit.py), leave-one-system-out and 5-fold within a
 system, and the zero-training rule chosen by leave-one-system-out.
 """
 
 from __future__ import annotations
 
 import logging
+from dataclasses import dataclass
 
 import numpy as np
 from accuracy_cases import Case, _kfold_scores, available_rules, gold_of, headline_mean, rule_rows, score
 
+from masprism_batch.fit import clogit
 from masprism_batch.method import heads as hd
 from masprism_batch.method import masprism as mp
 from masprism_batch.method import ranker as rk
@@ -42,32 +45,60 @@ def with_learned(cases: list[Case], hw: hd.HeadWeights | None) -> None:
 
 
 # ---- rankers ---------------------------------------------------------------------------------------------------------
-def fit_ranker(cases: list[Case], feats: list[str], l2: float, scope: str = "all") -> rk.Ranker:
-    """Conditional logit on the other systems' labels; with scope "candidates" the softmax runs over the
-    pass-1 candidates and symptoms only (traces whose gold is outside them are left out of the fit)."""
-    cols = [rk.FEATURES.index(f) for f in feats]
-    samples = []
-    for c in cases:
-        gold = gold_of(c.trace)
-        if not gold:
-            continue
-        X = rk.step_features(c.trace, c.rows)[:, cols]
-        if scope == "candidates":
-            keep = [i for i, r in enumerate(c.rows) if r.get("is_candidate") or r.get("is_symptom")]
-            gold = [keep.index(g) for g in gold if g in keep]
-            if not gold:
-                continue
-            X = X[keep]
-        samples.append((X, gold))
-    m = rk.fit(samples, l2=l2, features=feats)
-    m.scope = scope
-    return m
+# What any log has (issue 13): prefill signals, relative position, role/tool/code/failure-word marks. Left out:
+# absolute step index and the turn-taking pattern of agents (agent_share, agent_first, agent_turn_log), which
+# describe one system's choreography and did not carry across systems (docs/results.md).
+PORTABLE = [
+    "rel_pos", "is_first", "is_last", "nll1_z", "nll2_z", "h_norm", "attn_in_norm", "is_symptom",
+    "is_candidate", "score_norm", "recip_rank", "has_failure_word", "failure_follows", "log_chars",
+    "input_role", "is_tool", "has_code", "cf_z", "has_cf", "attn_learned_norm",
+]
 
 
-def predict(model: rk.Ranker, cases: list[Case], agent_rule: str) -> dict[str, dict]:
+@dataclass
+class Ranker:
+    """A linear score per step over `features` (standardised by mean/std); softmax over a log's steps."""
+
+    weights: np.ndarray
+    mean: np.ndarray
+    std: np.ndarray
+    features: list[str]
+
+    def probs(self, X: np.ndarray) -> np.ndarray:
+        s = ((X - self.mean) / self.std) @ self.weights
+        e = np.exp(s - s.max())
+        return e / e.sum()
+
+
+def _features(c: Case, feats: list[str]) -> np.ndarray:
+    return rk.step_features(c.trace, c.rows)[:, [rk.FEATURES.index(f) for f in feats]]
+
+
+def fit_ranker(cases: list[Case], feats: list[str], l2: float) -> Ranker:
+    """Conditional logit on the other systems' labels: maximise the mean over logs of log P(gold steps), with
+    L2 `l2` / (number of logs) on the standardised weights (clogit.solve's Newton steps)."""
+    samples = [(_features(c, feats), gold) for c in cases if (gold := gold_of(c.trace))]
+    allx = np.concatenate([x for x, _ in samples])
+    mean, std = allx.mean(0), allx.std(0)
+    std = np.where(std > 1e-9, std, 1.0)
+    xs = [(x - mean) / std for x, _ in samples]
+    w = clogit.solve(xs, [g for _, g in samples], [np.zeros(len(x)) for x in xs],
+                     np.full(len(feats), l2 / len(xs)))
+    return Ranker(w, mean, std, list(feats))
+
+
+def predict(model: Ranker, cases: list[Case], agent_rule: str) -> dict[str, dict]:
+    """Each case's top 5 steps by the ranker; its agent: the most summed step probability ("aggregate"), else
+    the top step's author."""
     out = {}
     for c in cases:
-        order, _, agent = rk.rerank(c.trace, c.rows, model, 5, agent_rule == "aggregate")
+        probs = model.probs(_features(c, model.features))
+        order = sorted(range(len(probs)), key=lambda i: (-probs[i], i))[:5]
+        if agent_rule == "aggregate":
+            ag = rk.agent_scores(c.trace, probs)
+            agent = min(ag, key=lambda a: (-ag[a], a)) if ag else None
+        else:
+            agent = c.trace.steps[order[0]].agent if order else None
         out[c.trace.trace_id] = {"trace_id": c.trace.trace_id, "pred_step": order[0], "pred_agent": agent,
                                  "candidates": [{"step": i, "span_id": c.trace.steps[i].span_id} for i in order]}
     return out
@@ -93,7 +124,7 @@ def rules_loso(cases: list[Case], model_id: str) -> tuple[dict, dict[str, dict],
     return score(cases, chosen_rows)[0], per_rule, picked
 
 
-def loso(cases: list[Case], feats: list[str], l2: float, agent_rule: str, model_id: str, scope: str = "all") -> dict:
+def loso(cases: list[Case], feats: list[str], l2: float, agent_rule: str, model_id: str) -> dict:
     """Each system scored by head weights and a ranker fitted on the other systems only."""
     rows = {}
     for held in sorted({c.system for c in cases}):
@@ -101,7 +132,7 @@ def loso(cases: list[Case], feats: list[str], l2: float, agent_rule: str, model_
         test = [c for c in cases if c.system == held]
         hw = fit_heads(train, model_id)
         with_learned(train + test, hw)
-        rows.update(predict(fit_ranker(train, feats, l2, scope), test, agent_rule))
+        rows.update(predict(fit_ranker(train, feats, l2), test, agent_rule))
     return score(cases, rows)[0]
 
 

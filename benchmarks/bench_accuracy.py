@@ -47,7 +47,7 @@ from accuracy_cases import (
     system_fit,
 )
 from accuracy_extract import SYSTEMS, load_systems
-from accuracy_rankers import agent_orders, fit_heads, kfold, loso, rules_loso, with_learned
+from accuracy_rankers import PORTABLE, agent_orders, fit_heads, kfold, loso, rules_loso, with_learned
 from accuracy_report import METRIC, write_markdown
 
 from masprism_batch.fit import fitting as ft
@@ -116,18 +116,18 @@ def main() -> None:
     log.info("agent rule picked per held-out system: %s; on all: %s", agent_picked, agent_rule0)
     chosen = {}
     for rule in ("aggregate", "author"):  # the portable ranker's agent rule, by LOSO (agent labels: Who&When only)
-        flat = loso(cases, rk.PORTABLE, args.l2, rule, model_id)
+        flat = loso(cases, PORTABLE, args.l2, rule, model_id)
         chosen[rule] = np.mean([v for (s, m), v in flat.items() if m == "agent"] or [0.0])
         emit(out, f"ranked, portable features, agent = {rule}", "leave-one-system-out", flat)
     agent_rule = max(chosen, key=lambda r: (chosen[r], r == "author"))
-    emit(out, "ranked, portable features", "leave-one-system-out", loso(cases, rk.PORTABLE, args.l2, agent_rule, model_id))
+    emit(out, "ranked, portable features", "leave-one-system-out", loso(cases, PORTABLE, args.l2, agent_rule, model_id))
     emit(out, "ranked, all features (incl. turn-taking)", "leave-one-system-out",
          loso(cases, rk.FEATURES, args.l2, agent_rule, model_id))
-    m, sd = kfold(cases, rk.PORTABLE, args.l2, agent_rule, model_id)
+    m, sd = kfold(cases, PORTABLE, args.l2, agent_rule, model_id)
     emit(out, "ranked, portable features", "5-fold CV within system x3 seeds", m, sd)
     fk, fsd = fitted_confidence(cases, fallback, agent_rule0, out)  # the product's fit, 5-fold x3 seeds
     emit(out, FITTED, "5-fold CV within system x3 seeds", fk, fsd)
-    loso_ranker = headline_mean(loso(cases, rk.PORTABLE, args.l2, agent_rule, model_id))
+    loso_ranker = headline_mean(loso(cases, PORTABLE, args.l2, agent_rule, model_id))
     per_sys = {s: (headline_mean({k: v for k, v in fk.items() if k[0] == s}),
                    headline_mean({k: v for k, v in faithful_flat.items() if k[0] == s}))
                for s in sorted({c.system for c in cases})}

@@ -1,18 +1,15 @@
-"""A small learned ranker over MASPrism's prefill features (issue 7, direction e), plus agent aggregation (b).
+"""The step features a fitted ranker reads, and agents ranked by their steps' summed probability.
 
-The faithful method ranks at most K candidates by a hand-written score. Here every step gets a linear score
-over features that the two prefill passes already produce (NLL, attention inflow, symptom/candidate marks,
-the pass-2 score) and over trace structure (position, agent turn-taking, failure words); a softmax over the
-trace's steps gives P(step is the failure source). Trained as a conditional logit (listwise softmax, L2) on
-labelled traces only, never on the traces it is evaluated on (benchmarks/bench_accuracy.py runs k-fold and
-leave-one-dataset-out). Agents are ranked by the summed probability of their steps.
+The faithful method ranks at most K candidates by a hand-written score. A fitted ranker (fit/fitting.py, applied
+by fit/rankfile.py) gives every step a linear score over features the two prefill passes already produce (NLL,
+attention inflow, symptom/candidate marks, the pass-2 score) and over trace structure (position, agent
+turn-taking, failure words); a softmax over the trace's steps gives P(step is the failure source).
 No free text is decoded and no label is read at inference.
 """
 
 from __future__ import annotations
 
 import re
-from dataclasses import dataclass, field
 
 import numpy as np
 
@@ -23,14 +20,6 @@ FEATURES = [
     "is_symptom", "is_candidate", "score_norm", "recip_rank", "has_failure_word", "failure_follows",
     "log_chars", "agent_share", "agent_first", "agent_turn_log", "input_role", "is_tool", "has_code",
     "cf_z", "has_cf", "attn_learned_norm",
-]
-# What any log has (issue 13): prefill signals, relative position, role/tool/code/failure-word marks. Left out:
-# absolute step index and the turn-taking pattern of agents (agent_share, agent_first, agent_turn_log), which
-# describe one system's choreography and did not carry across systems (docs/results.md).
-PORTABLE = [
-    "rel_pos", "is_first", "is_last", "nll1_z", "nll2_z", "h_norm", "attn_in_norm", "is_symptom",
-    "is_candidate", "score_norm", "recip_rank", "has_failure_word", "failure_follows", "log_chars",
-    "input_role", "is_tool", "has_code", "cf_z", "has_cf", "attn_learned_norm",
 ]
 _CODE = re.compile(r"```|\bdef |\bimport |exitcode", re.IGNORECASE)
 _INPUT_ROLES = {"user", "human", "tool", "system"}
@@ -93,53 +82,6 @@ def step_features(trace: Trace, rows: list[dict]) -> np.ndarray:
     return np.stack([np.asarray(cols[f], dtype=np.float64) for f in FEATURES], axis=1)
 
 
-@dataclass
-class Ranker:
-    weights: np.ndarray
-    mean: np.ndarray
-    std: np.ndarray
-    features: list[str]
-    agent_rule: str = "aggregate"  # "aggregate": argmax of summed step probabilities; "author": top step's author
-    fitted_on: list[str] = field(default_factory=list)
-    # "all": every step competes; "candidates": only MASPrism's pass-1 candidates and symptoms (the signals
-    # choose where to look, the ranker orders them)
-    scope: str = "all"
-
-    def scores(self, X: np.ndarray) -> np.ndarray:
-        return ((X - self.mean) / self.std) @ self.weights
-
-    def probs(self, X: np.ndarray) -> np.ndarray:
-        s = self.scores(X)
-        e = np.exp(s - s.max())
-        return e / e.sum()
-
-
-def fit(samples: list[tuple[np.ndarray, list[int]]], l2: float = 1.0, iters: int = 400, lr: float = 0.05,
-        features: list[str] | None = None) -> Ranker:
-    """Conditional logit: maximise sum over traces of log sum_{gold i} softmax(X w)_i, with L2 (Adam)."""
-    allx = np.concatenate([x for x, _ in samples])
-    mean, std = allx.mean(0), allx.std(0)
-    std = np.where(std > 1e-9, std, 1.0)
-    xs = [((x - mean) / std, g) for x, g in samples]
-    w = np.zeros(allx.shape[1])
-    m = np.zeros_like(w)
-    v = np.zeros_like(w)
-    for t in range(1, iters + 1):
-        grad = l2 * w
-        for x, gold in xs:
-            s = x @ w
-            p = np.exp(s - s.max())
-            p /= p.sum()
-            q = np.zeros_like(p)
-            q[gold] = p[gold] / p[gold].sum()
-            grad += x.T @ (p - q)
-        grad /= len(xs)
-        m = 0.9 * m + 0.1 * grad
-        v = 0.999 * v + 0.001 * grad**2
-        w -= lr * (m / (1 - 0.9**t)) / (np.sqrt(v / (1 - 0.999**t)) + 1e-8)
-    return Ranker(w, mean, std, list(features or FEATURES))
-
-
 def agent_scores(trace: Trace, probs: np.ndarray) -> dict[str, float]:
     """P(agent) = sum of its steps' probabilities (case-insensitive names, first spelling kept)."""
     out: dict[str, float] = {}
@@ -149,36 +91,3 @@ def agent_scores(trace: Trace, probs: np.ndarray) -> dict[str, float]:
         names.setdefault(key, s.agent or "")
         out[key] = out.get(key, 0.0) + float(p)
     return {names[k]: v for k, v in out.items()}
-
-
-def system_slug(source: str) -> str:
-    return "".join(ch if ch.isalnum() or ch in "-_." else "_" for ch in (source or "unknown"))[:120]
-
-
-def rerank(trace: Trace, rows: list[dict], ranker: Ranker, k: int, agent_aggregation: bool | None = None):
-    """Returns (steps best first (top k), their probabilities, predicted agent).
-
-    agent_aggregation None: the ranker's own agent rule (chosen with it by leave-one-system-out)."""
-    if agent_aggregation is None:
-        agent_aggregation = ranker.agent_rule == "aggregate"
-    X = step_features(trace, rows)
-    if ranker.features != FEATURES:  # ablation rankers use a subset of the columns
-        X = X[:, [FEATURES.index(f) for f in ranker.features]]
-    if ranker.scope == "candidates":
-        allowed = np.array([bool(r.get("is_candidate") or r.get("is_symptom")) for r in rows])
-        if allowed.any():
-            s = ranker.scores(X)
-            s = np.where(allowed, s, -np.inf)
-            probs = np.exp(s - s.max())
-            probs /= probs.sum()
-        else:
-            probs = ranker.probs(X)
-    else:
-        probs = ranker.probs(X)
-    order = sorted(range(len(probs)), key=lambda i: (-probs[i], i))[:k]
-    if agent_aggregation:
-        ag = agent_scores(trace, probs)
-        agent = min(ag, key=lambda a: (-ag[a], a)) if ag else None
-    else:
-        agent = trace.steps[order[0]].agent if order else None
-    return order, [float(probs[i]) for i in order], agent

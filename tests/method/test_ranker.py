@@ -1,8 +1,9 @@
-"""The learned ranker: features are well-formed, fitting recovers a planted signal, weights round-trip."""
+"""Step features are well-formed, the conditional-logit solver recovers a planted signal, agents sum their steps."""
 
 import numpy as np
 import pytest
 
+from masprism_batch.fit import clogit
 from masprism_batch.method import ranker as rk
 from masprism_batch.trace import Step, Trace
 
@@ -27,18 +28,20 @@ def test_features_shape_and_finiteness():
         assert X.shape == (n, len(rk.FEATURES)) and np.isfinite(X).all()
 
 
-def test_fit_recovers_a_planted_feature():
+def test_clogit_recovers_a_planted_feature():
+    """The one conditional-logit solver (fit/clogit.py) on step features: gold = the most surprising step."""
     rng = np.random.default_rng()
-    samples = []
     col = rk.FEATURES.index("nll1_z")
+    xs, golds = [], []
     for _ in range(60):
         t, rows = _trace_and_rows(rng, int(rng.integers(3, 15)))
         X = rk.step_features(t, rows)
-        samples.append((X, [int(np.argmax(X[:, col]))]))  # gold = the most surprising step
-    m = rk.fit(samples, l2=0.1, iters=300)
-    assert int(np.argmax(np.abs(m.weights))) == col and m.weights[col] > 0
-    hits = sum(int(np.argmax(m.probs(X))) == g[0] for X, g in samples)
-    assert hits / len(samples) > 0.8
+        xs.append(X)
+        golds.append([int(np.argmax(X[:, col]))])
+    w = clogit.solve(xs, golds, [np.zeros(len(x)) for x in xs], np.full(len(rk.FEATURES), 0.1 / len(xs)))
+    assert int(np.argmax(np.abs(w))) == col and w[col] > 0
+    hits = sum(int(np.argmax(X @ w)) == g[0] for X, g in zip(xs, golds, strict=True))
+    assert hits / len(xs) > 0.8
 
 
 def test_agent_scores_sum_step_probabilities_case_insensitively():
@@ -46,16 +49,3 @@ def test_agent_scores_sum_step_probabilities_case_insensitively():
                                                 Step(2, "Orchestrator", "c")])
     s = rk.agent_scores(t, np.array([0.3, 0.3, 0.4]))
     assert s == pytest.approx({"WebSurfer": 0.6, "Orchestrator": 0.4})
-
-
-def test_subset_rankers_and_candidate_scope():
-    """A ranker over PORTABLE features scores through rerank; scope=candidates keeps the top among them."""
-    rng = np.random.default_rng()
-    t, rows = _trace_and_rows(rng, 12)
-    for r in rows:
-        r["is_candidate"] = r["step"] in (3, 7)
-        r["is_symptom"] = r["step"] == 9
-    feats = list(rk.PORTABLE)
-    m = rk.Ranker(rng.normal(size=len(feats)), np.zeros(len(feats)), np.ones(len(feats)), feats, scope="candidates")
-    order, probs, agent = rk.rerank(t, rows, m, 12, False)
-    assert set(order[:3]) == {3, 7, 9} and abs(sum(probs) - 1) < 1e-9 and agent == t.steps[order[0]].agent
