@@ -14,11 +14,13 @@ import time
 from dataclasses import dataclass, field
 from datetime import datetime, timezone
 from functools import partial
+from typing import TYPE_CHECKING
 
 import numpy as np
 
 from masprism_batch import progress_events
 from masprism_batch.config import PipelineConfig
+from masprism_batch.fit.policy import VerdictPolicy
 from masprism_batch.method import counterfactual, heads, reads
 from masprism_batch.method import masprism as mp
 from masprism_batch.render import buckets, pass1, windows
@@ -28,6 +30,9 @@ from masprism_batch.stage import rows as rows_mod
 from masprism_batch.stage.pass2 import Pass2Prep, prepare_pass2, symptom_ratio
 from masprism_batch.stage.verdict import fitted_verdict, masprism_verdict, rule_confidence
 from masprism_batch.trace import Trace
+
+if TYPE_CHECKING:
+    from masprism_batch.model.forward import SeqSignals
 
 log = logging.getLogger(__name__)
 
@@ -94,11 +99,30 @@ def _prefill(model, rendered: dict, cfg: PipelineConfig, stage: str, on_group=No
     return results
 
 
+@dataclass
+class _TraceWork:
+    """One trace on its way through the stage; each step fills its fields (None: not reached, or not for it)."""
+
+    trace: Trace
+    r1: render.Rendered  # its pass-1 render (of the whole trace when pass 1 read windows)
+    win: windows.Windowed | None  # the windows pass 1 read instead of `r1`, for a trace longer than the context
+    need: set  # what its verdict reads (method/reads.py)
+    sig1: SeqSignals | None = None  # pass-1 signals (recombined from the windows)
+    seconds1: float = 0.0  # its share of the pass-1 prefill seconds
+    flags: np.ndarray | None = None  # failure-word flags per step
+    p1: mp.Pass1Result | None = None  # the pass-1 method; set once pass 1 succeeded
+    r2: render.Rendered | None = None  # pass-2 prompt (None: no candidates, pass 2 off, or it does not fit)
+    sig2: SeqSignals | Exception | None = None  # pass-2 signals, or why the pass-2 prefill failed
+    seconds2: float = 0.0  # its share of the pass-2 (and counterfactual) prefill seconds
+    cf: np.ndarray | None = None  # counterfactual effects D (None: not wanted, or they failed)
+
+
 def attribute_traces(traces: list[Trace], model, cfg: PipelineConfig, raw_sink=None,
-                     rendered: list | None = None) -> StageOutput:
+                     rendered: list | None = None, policy: VerdictPolicy | None = None) -> StageOutput:
     """rendered: the pass-1 renders of `traces` (pass1.render_traces, one per trace, done by planning); None
     renders here through that same function. raw_sink: optional callable(trace, dict of raw signals) --
-    benchmarks cache them to refit rankers."""
+    benchmarks cache them to refit rankers. policy: the run's verdict policy (fit/policy.py), loaded once by
+    the engine; None loads it here."""
     out = StageOutput()
     rcfg = pass1.render_config(cfg, model.max_context)
     tok = model.tokenizer
@@ -107,37 +131,38 @@ def attribute_traces(traces: list[Trace], model, cfg: PipelineConfig, raw_sink=N
         rendered = pass1.render_traces(traces, tok, rcfg)
     if len(rendered) != len(traces):
         raise ValueError(f"{len(rendered)} pass-1 renders for {len(traces)} traces")
-    r1: dict[int, render.Rendered] = {}
-    wins: dict[int, windows.Windowed] = {}
+    # what each verdict reads, decided before any prefill (method/reads.py): costly features only where read;
+    # raw_sink callers (fit-heads, benchmarks) take the raw signals, so they get every one the config enables
+    policy = policy if policy is not None else VerdictPolicy.load(cfg.method, model.model_id)
+    need = reads.needed(cfg, policy, traces, everything=raw_sink is not None)
+    work: dict[int, _TraceWork] = {}  # by index into `traces`: the traces whose render succeeded
     for i, r in enumerate(rendered):
         if isinstance(r, dict):  # the render rejected this trace
             out.errors.append(r)
         elif isinstance(r, windows.Windowed):
-            wins[i], r1[i] = r, r.full
+            work[i] = _TraceWork(traces[i], r.full, r, need[i])
         else:
-            r1[i] = r
-    # what each verdict reads, decided before any prefill (method/reads.py): costly features only where read;
-    # raw_sink callers (fit-heads, benchmarks) take the raw signals, so they get every one the config enables
-    need = reads.needed(cfg, traces, model.model_id, everything=raw_sink is not None)
+            work[i] = _TraceWork(traces[i], r, None, need[i])
     hw = heads.load_for(cfg, model) if heads.wanted(cfg, model) else None
     # per-head pass-1 attention: for the traces that read the learned-head inflow (nothing to apply without
     # head weights, unless the caller takes the raw per-head attention)
-    per_head = {i for i in r1 if reads.HEAD_ATTENTION in need[i] and (hw is not None or raw_sink is not None)}
-    p1s: dict[int, mp.Pass1Result] = {}
-    flags: dict[int, np.ndarray] = {}
-    r2: dict[int, render.Rendered] = {}
+    per_head = {i for i, w in work.items()
+                if reads.HEAD_ATTENTION in w.need and (hw is not None or raw_sink is not None)}
+    r1 = {i: w.r1 for i, w in work.items()}
     prepare = partial(prepare_pass2, traces=traces, r1=r1, cfg=cfg, rcfg=rcfg, tok=tok)
     with Pass2Prep(prepare, cfg.engine.pass2_render_threads) as prep:
-        sig1 = _pass1_signals(model, r1, wins, cfg, per_head, prep.submit, hw)
-        for i, (s, _) in sig1.items():
+        sig1 = _pass1_signals(model, r1, {i: w.win for i, w in work.items() if w.win is not None}, cfg, per_head,
+                              prep.submit, hw)
+        for i, (s, secs) in sig1.items():
+            w = work[i]
+            w.seconds1 = secs
             if isinstance(s, Exception):
-                out.errors.append(error_row(record_id=traces[i].trace_id, stage="prefill", reason="prefill_failed",
+                out.errors.append(error_row(record_id=w.trace.trace_id, stage="prefill", reason="prefill_failed",
                                             message=f"pass 1: {s}"))
                 continue
+            w.sig1 = s
             pp = prep.result(i)
-            flags[i], p1s[i] = pp.flags, pp.p1
-            if pp.r2 is not None:
-                r2[i] = pp.r2
+            w.flags, w.p1, w.r2 = pp.flags, pp.p1, pp.r2
             out.seconds_render_pass2 += pp.cpu_seconds
             out.n_render_pass2 += pp.rendered
     out.seconds_render_pass2_wait = prep.wait_seconds
@@ -145,40 +170,47 @@ def attribute_traces(traces: list[Trace], model, cfg: PipelineConfig, raw_sink=N
         log.debug("pass-2 prompts: %d built, %.1f ms CPU each, %.3f s not overlapped", out.n_render_pass2,
                   1e3 * out.seconds_render_pass2 / out.n_render_pass2, out.seconds_render_pass2_wait)
     cf_k = cfg.method.counterfactual_k
-    want_cf = {i for i in r2 if cf_k and reads.COUNTERFACTUAL in need[i]}
+    r2 = {i: w.r2 for i, w in work.items() if w.r2 is not None}
+    want_cf = {i for i in r2 if cf_k and reads.COUNTERFACTUAL in work[i].need}
     # pass-2 per-head attention is read by no verdict, only by raw_sink callers (fit-heads' training pairs)
     sig2 = _prefill(model, r2, cfg, "pass2", per_head=per_head if raw_sink is not None else False,
                     keep_kv=bool(want_cf))
-    cf = _counterfactuals(model, traces, r2, sig2, p1s, want_cf, cfg, full=raw_sink is not None, out=out)
+    for i, (s, secs) in sig2.items():
+        work[i].sig2, work[i].seconds2 = s, secs
+    _counterfactuals(model, [work[i] for i in sorted(want_cf)], cfg, full=raw_sink is not None, out=out)
+    for w in work.values():
+        if w.sig2 is not None and not isinstance(w.sig2, Exception):
+            w.sig2.kv = None  # the cache is large: drop it once the counterfactuals are done
 
     now = datetime.now(timezone.utc)
-    for i in sorted(p1s):
-        t, p1 = traces[i], p1s[i]
-        s2 = sig2.get(i)
-        if s2 is not None and isinstance(s2[0], Exception):
+    for i in sorted(i for i, w in work.items() if w.p1 is not None):
+        w = work[i]
+        t, p1, s2 = w.trace, w.p1, w.sig2
+        if isinstance(s2, Exception):
             out.errors.append(error_row(record_id=t.trace_id, stage="prefill", reason="prefill_failed",
-                                        message=f"pass 2: {s2[0]}"))
+                                        message=f"pass 2: {s2}"))
             continue
         if not p1.candidates:
             ranking = mp.fallback_ranking(p1)
         elif s2 is None:
             ranking = mp.rank_pass1_only(p1)
         else:
-            ranking = mp.pass2(s2[0].token_nll, r2[i].step_spans, s2[0].step_attn, flags[i],
+            ranking = mp.pass2(s2.token_nll, w.r2.step_spans, s2.step_attn, w.flags,
                                symptom_ratio(t, cfg), p1.candidates, cfg.method)
-        extra = _extra_features(p1, sig1[i][0], s2[0] if s2 else None, cf.get(i), hw)
-        rows = rows_mod.step_rows(t, p1, ranking, flags[i], r1[i], sig1[i][0], extra)
+        extra = _extra_features(p1, w.sig1, s2, w.cf, hw)
+        rows = rows_mod.step_rows(t, p1, ranking, w.flags, w.r1, w.sig1, extra)
         if raw_sink is not None:
-            raw_sink(t, {"p1": p1, "sig1": sig1[i][0], "sig2": s2[0] if s2 else None, "r2": r2.get(i),
-                         "cf": cf.get(i), "rows": rows, "ranking": ranking, "flags": flags[i]})
+            raw_sink(t, {"p1": p1, "sig1": w.sig1, "sig2": s2, "r2": w.r2, "cf": w.cf, "rows": rows,
+                         "ranking": ranking, "flags": w.flags})
         if cfg.method.name == "ranked":
-            ranking, verdict = fitted_verdict(t, rows, ranking, cfg, model.model_id)
+            ranking, verdict = fitted_verdict(t, rows, ranking, cfg, policy)
         else:
             verdict = masprism_verdict(t, ranking)
-            verdict.confidence = rule_confidence(t, rows, ranking, None)
+            verdict.confidence = rule_confidence(t, rows, ranking, policy.fallback.calibration)
         rows_mod.final_columns(rows, verdict)
-        out.attributions.append(rows_mod.attribution_row(t, ranking, model.model_id, chash, cfg, wins.get(i, r1[i]), r2.get(i),
-                                                 sig1[i][1], s2[1] if s2 else 0.0, now, verdict))
+        r1_or_windows = w.win if w.win is not None else w.r1
+        out.attributions.append(rows_mod.attribution_row(t, ranking, model.model_id, chash, cfg, r1_or_windows, w.r2,
+                                                         w.seconds1, w.seconds2, now, verdict))
         out.step_scores.extend(rows)
     return out
 
@@ -226,14 +258,14 @@ def _pass1_signals(model, r1: dict, wins: dict, cfg: PipelineConfig, per_head: b
     return {i: out[i] for i in wins}
 
 
-def _counterfactuals(model, traces, r2, sig2, p1s, want: set, cfg, full: bool, out: StageOutput) -> dict:
-    """Counterfactual D of the traces in `want` whose pass 2 ran, every candidate suffix of them in packed
+def _counterfactuals(model, want: list[_TraceWork], cfg, full: bool, out: StageOutput) -> None:
+    """Counterfactual D (`cf`) of the traces in `want` whose pass 2 ran, every candidate suffix of them in packed
     batches (method/counterfactual.effects_batch); their time is added to the traces' pass-2 seconds in
     proportion to their pass-2 prompt length. full: every row of D (raw_sink), else the symptoms' rows."""
-    idx = [i for i in sorted(want) if i in sig2 and not isinstance(sig2[i][0], Exception)]
+    ran = [w for w in want if w.sig2 is not None and not isinstance(w.sig2, Exception)]
     cf_k = cfg.method.counterfactual_k
-    reqs = [counterfactual.Request(r2[i], sig2[i][0], p1s[i].candidates[:cf_k], max(p1s[i].symptoms),
-                                   None if full else list(p1s[i].symptoms)) for i in idx]
+    reqs = [counterfactual.Request(w.r2, w.sig2, w.p1.candidates[:cf_k], max(w.p1.symptoms),
+                                   None if full else list(w.p1.symptoms)) for w in ran]
     t0 = time.perf_counter()
     stats: dict = {}
     res = counterfactual.effects_batch(model, reqs, _placeholder_ids(model.tokenizer), cfg.batch.token_budget,
@@ -241,30 +273,22 @@ def _counterfactuals(model, traces, r2, sig2, p1s, want: set, cfg, full: bool, o
     dt = time.perf_counter() - t0
     out.seconds_counterfactual += dt
     out.tokens_counterfactual += stats.get("tokens", 0)
-    total = sum(len(r2[i].input_ids) for i in idx) or 1
-    got = {}
-    for i, D in zip(idx, res, strict=True):
+    total = sum(len(w.r2.input_ids) for w in ran) or 1
+    for w, D in zip(ran, res, strict=True):
         if isinstance(D, Exception):  # a failed counterfactual only loses a feature
-            log.warning("trace %r: counterfactuals failed: %s", traces[i].trace_id, D)
+            log.warning("trace %r: counterfactuals failed: %s", w.trace.trace_id, D)
         else:
-            got[i] = D
-        sig2[i] = (sig2[i][0], sig2[i][1] + dt * len(r2[i].input_ids) / total)
-    for s2, _ in sig2.values():
-        if not isinstance(s2, Exception):
-            s2.kv = None  # the cache is large: drop it once the counterfactuals are done
-    return got
-
-
-_PH: dict[int, list[int]] = {}
+            w.cf = D
+        w.seconds2 = w.seconds2 + dt * len(w.r2.input_ids) / total
 
 
 def _placeholder_ids(tok) -> list[int]:
-    key = id(tok)
-    if key not in _PH:
-        from masprism_batch.render.encoding import encoder_for
+    """The counterfactual placeholder in `tok`'s ids: one short encode per pack (the tokenizer's encoder is
+    cached with the tokenizer, `encoding.encoder_for`), so nothing is kept here between packs."""
+    from masprism_batch.render.encoding import encoder_for
 
-        (_PH[key],) = encoder_for(tok).encode([counterfactual.PLACEHOLDER])
-    return _PH[key]
+    (ids,) = encoder_for(tok).encode([counterfactual.PLACEHOLDER])
+    return ids
 
 
 def _extra_features(p1, s1, s2, D, hw) -> dict[str, np.ndarray]:
