@@ -5,8 +5,8 @@ OUTDIR/{traces,attributions,step_scores,errors}/shard-<id>.parquet, OUTDIR/_mani
 See docs/scale-out.md.
 """
 
-from masprism_batch.pipelines.driver import RunSummary
 from masprism_batch.pipelines.local import run_local
+from masprism_batch.pipelines.run_summary import RunSummary
 
 
 def run_ray(*args, **kwargs) -> RunSummary:

@@ -1,4 +1,4 @@
-"""Driver side of a run, shared by both engines: resume, commits, progress, run record.
+"""The Committer: the driver side of a run, shared by both engines (resume, commits, progress, run record).
 
 Only the driver writes outputs (through `io.ShardStore`), so workers need no access to OUTDIR. A shard is
 committed once, when its last pack comes back (entry `shard-<id>`: the shard is done); packs that finished
@@ -15,23 +15,15 @@ import platform
 import sys
 import time
 from collections import Counter
-from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 import pyarrow as pa
 from masprism_batch.pipelines.contracts import PackResult
-from masprism_batch.pipelines.interrupts import Interrupted, exit_status, interruptible  # noqa: F401 - re-exported (engines, CLI)
 from masprism_batch.pipelines.plan import INGEST_SHARD, InputPlan, Shard
-from masprism_batch.pipelines.resume import (  # noqa: F401 - resume_config re-exported (engines)
-    bind_header,
-    now_utc,
-    piece_parts,
-    resume_config,
-    resume_of,
-    settled_ids,
-)
-from tqdm import tqdm
+from masprism_batch.pipelines.progress import Progress, as_progress
+from masprism_batch.pipelines.resume import bind_header, now_utc, piece_parts, resume_of, settled_ids
+from masprism_batch.pipelines.run_summary import RunSummary, breakdown, split_reasons
 
 from masprism_batch import __version__, schema
 from masprism_batch.config import PipelineConfig
@@ -59,65 +51,13 @@ def pass_stats(attributions: pa.Table, parts: list[PackResult]) -> dict[str, flo
             "tokens_counterfactual": int(sum(p.tokens_counterfactual for p in parts))}
 
 
-def breakdown(record: dict) -> str:
-    """One line: where a run's time went (stage seconds summed over traces; tokens read by each pass)."""
-    sec, tok = record.get("stage_seconds_total", {}), record.get("stage_tokens_total", {})
-
-    def part(name: str, s: float, t: int | None = None) -> str:
-        return f"{name} {s:,.1f} s" + (f" ({t:,} tok, {t / s:,.0f} tok/s)" if t and s > 0 else "")
-
-    inv = record.get("this_invocation", {})
-    load = inv.get("seconds_model_load", 0.0)  # 0 when the caller loaded the model (attribute/eval: before)
-    return " | ".join([
-        part("pass 1", sec.get("seconds_pass1", 0.0), tok.get("tokens_pass1")),
-        part("pass 2", sec.get("seconds_pass2", 0.0), tok.get("tokens_pass2")),
-        part("counterfactuals", sec.get("seconds_counterfactual", 0.0), tok.get("tokens_counterfactual")),
-        part("render", sec.get("seconds_render", 0.0) + sec.get("seconds_render_pass2", 0.0))
-        + f" (model waited {sec.get('seconds_input_wait', 0.0) + sec.get('seconds_render_pass2_wait', 0.0):,.1f} s)",
-        part("write", sec.get("seconds_commit", 0.0)),
-        *([part("model load", load)] if load else []), part("wall", inv.get("wall_seconds", 0.0)),
-        *([f"budget {inv['token_budget']:,} tok/pack"] if inv.get("token_budget") else [])])
-
-
-@dataclass
-class RunSummary:
-    outdir: str
-    engine: str
-    workers: int
-    traces_in: int
-    attributed: int
-    rejected: int
-    rejected_by_reason: dict[str, int]
-    shards_total: int
-    shards_run: int
-    shards_skipped: int
-    wall_seconds: float
-    traces_per_second: float
-    tokens_per_second: float
-    run_json: str
-    extra: dict[str, Any] = field(default_factory=dict)
-    warnings: int = 0  # rows of errors/ for traces that were kept (repaired/truncated): not rejections
-    warnings_by_reason: dict[str, int] = field(default_factory=dict)
-    breakdown: str = ""  # one line: seconds and tokens per stage (driver.breakdown)
-    traces_resumed: int = 0  # traces committed before this invocation (whole shards and pieces)
-
-    @property
-    def exit_code(self) -> int:
-        return 3 if self.rejected else 0  # warnings alone do not make a run "with rejections"
-
-
-def split_reasons(reasons: dict[str, int]) -> tuple[dict[str, int], dict[str, int]]:
-    """(rejections, warnings) by reason: a warning row's trace was kept (`ingest.WARNING_REASONS`)."""
-    rej = {k: v for k, v in sorted(reasons.items()) if k not in WARNING_REASONS}
-    return rej, {k: v for k, v in sorted(reasons.items()) if k in WARNING_REASONS}
-
-
 class Committer:
     """Collects pack results per shard; commits a shard when its last pack arrives, and the packs that finished
-    before as pieces of it every `engine.commit_seconds` and on `flush` (an interruption)."""
+    before as pieces of it every `engine.commit_seconds` and on `flush` (an interruption). `progress`: the
+    display it reports to (`progress.Progress`), or True/False for the default one."""
 
     def __init__(self, outdir: Path, cfg: PipelineConfig, plan: InputPlan, engine: str, workers: int,
-                 progress: bool = True, lock: OutdirLock | None = None):
+                 progress: bool | Progress = True, lock: OutdirLock | None = None):
         self.outdir, self.cfg, self.plan, self.lock = Path(outdir), cfg, plan, lock
         self.engine, self.workers = engine, workers
         self.store = ShardStore(self.outdir)
@@ -151,9 +91,8 @@ class Committer:
         self.traces_total = sum(s.stop - s.start for s in plan.shards)
         left = sum(s.stop - s.start - len(s.done) for s in self.pending)
         self.traces_before = self.traces_total - left
-        self.bar = tqdm(total=left, unit="trace", desc=f"attribute ({engine})", dynamic_ncols=True,
-                        disable=not progress or None, smoothing=0.1)
-        self._last_log = time.perf_counter()
+        self.progress = as_progress(progress)
+        self.progress.begin(left, f"attribute ({engine})")
         if self.traces_before and self.pending:
             log.info("resuming: %d of %d done (%d of %d shards whole, %d in part); %d traces to run",
                      self.traces_before, self.traces_total, self.skipped, len(plan.shards),
@@ -191,13 +130,8 @@ class Committer:
         self._open.setdefault(sid, []).append(result)
         self.traces_done += result.n_traces
         self.tokens_done += result.tokens
-        self.bar.update(result.n_records)
         elapsed = max(time.perf_counter() - self.t0, 1e-9)
-        self.bar.set_postfix_str(f"{self.tokens_done / elapsed:,.0f} tok/s", refresh=False)
-        if self.bar.disable and time.perf_counter() - self._last_log > 30:
-            self._last_log = time.perf_counter()
-            log.info("progress: %d traces, %.2f traces/s, %.0f tokens/s", self.traces_done,
-                     self.traces_done / elapsed, self.tokens_done / elapsed)
+        self.progress.on_pack(result.n_records, self.traces_done, self.tokens_done, elapsed)
         if len(seen) == result.n_packs:
             self._commit(sid, self._open.pop(sid))
         elif time.perf_counter() - self._last_commit >= self.commit_seconds:
@@ -240,7 +174,7 @@ class Committer:
             self.shards_run += 1
 
     def finish(self, extra: dict[str, Any] | None = None) -> RunSummary:
-        self.bar.close()
+        self.progress.close()
         if self._open:
             raise RuntimeError(f"run ended with {len(self._open)} incomplete shards: {sorted(self._open)}")
         committed = self.store.committed()

@@ -20,11 +20,14 @@ import threading
 import time
 from pathlib import Path
 
+from masprism_batch.pipelines.commit import Committer
 from masprism_batch.pipelines.crash_guard import PACK_CRASHES_BEFORE_ONE_BY_ONE, CrashGuard, FileLedger
-from masprism_batch.pipelines.driver import Committer, RunSummary, interruptible, resume_config
-from masprism_batch.pipelines.interrupts import record_interruption
+from masprism_batch.pipelines.interrupts import interruptible, record_interruption
 from masprism_batch.pipelines.plan import plan_inputs
 from masprism_batch.pipelines.prefetch import Prefetcher
+from masprism_batch.pipelines.progress import Progress
+from masprism_batch.pipelines.resume import resume_config
+from masprism_batch.pipelines.run_summary import RunSummary
 from masprism_batch.pipelines.seams import attribute_traces, load_model
 from masprism_batch.pipelines.selection import Selection
 from masprism_batch.pipelines.work import attribute_pack, prepare_shard
@@ -47,7 +50,7 @@ def _guard(ledger: FileLedger, key: str) -> CrashGuard | None:
 
 
 def run_local(inputs: list[str], outdir: str | Path, cfg: PipelineConfig, *, fmt: str = "auto", model=None,
-              progress: bool = True, select: Selection | None = None, load_model=load_model,
+              progress: bool | Progress = True, select: Selection | None = None, load_model=load_model,
               attribute=attribute_traces, prefetch: int = 1, render_workers: int | None = None) -> RunSummary:
     """Attribute every trace of `inputs` into OUTDIR (resumable; see docs/scale-out.md).
 
@@ -56,6 +59,7 @@ def run_local(inputs: list[str], outdir: str | Path, cfg: PipelineConfig, *, fmt
     `attribute(traces, model, cfg, renders)`: the model stage on one pack. `prefetch`: shards whose CPU stage
     may run ahead of the model stage (0: one after the other). `render_workers`: processes rendering pass 1
     beside the model (`render_pool.RenderPool`); None: on a CUDA model up to 8, leaving 2 CPUs, else none.
+    `progress`: the display the run reports to (`progress.Progress`), or True/False for the default bar.
     Raises `io.OutdirLocked` (a ValueError) when another live run holds OUTDIR.
     """
     outdir = Path(outdir)
@@ -74,7 +78,7 @@ def run_local(inputs: list[str], outdir: str | Path, cfg: PipelineConfig, *, fmt
             pool = stack.enter_context(RenderPool(model.tokenizer, workers)).warm()
         plan = plan_inputs(list(inputs), outdir, fmt, cfg.engine.traces_per_shard, cfg.ingest, select)
         committer = Committer(outdir, cfg, plan, "local", 1, progress=progress, lock=lock)
-        committer.bar.set_description_str(f"attribute (local, {budget:,} tok/pack)", refresh=False)
+        committer.progress.describe(f"attribute (local, {budget:,} tok/pack)")
         if committer.pending:
             if model is None:
                 model = _load(load_model, cfg, extra)

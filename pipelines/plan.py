@@ -49,7 +49,7 @@ class Shard:
     label: str  # input as the user named it (errors/.input_path); never used to build a path
     partition: dict[str, str] = field(default_factory=dict)  # hive keys missing from the file's columns
     skip: tuple[int, ...] = ()  # file-relative rows that repeat an earlier trace_id
-    # resume of a shard committed in part (driver.Committer pieces): trace ids already committed, and whether
+    # resume of a shard committed in part (commit.Committer pieces): trace ids already committed, and whether
     # the shard's read rejections were (they travel with its first pack)
     done: tuple[str, ...] = ()
     errors_done: bool = False

@@ -26,12 +26,15 @@ import time
 from pathlib import Path
 from typing import Any
 
+from masprism_batch.pipelines.commit import Committer
 from masprism_batch.pipelines.contracts import PackResult, PackTask
 from masprism_batch.pipelines.crash_guard import PACK_CRASHES_BEFORE_ONE_BY_ONE, CrashGuard, FileLedger
-from masprism_batch.pipelines.driver import Committer, RunSummary, interruptible, resume_config
-from masprism_batch.pipelines.interrupts import record_interruption
+from masprism_batch.pipelines.interrupts import interruptible, record_interruption
 from masprism_batch.pipelines.plan import Shard, plan_inputs
+from masprism_batch.pipelines.progress import Progress
 from masprism_batch.pipelines.ray_cluster import ray_cluster
+from masprism_batch.pipelines.resume import resume_config
+from masprism_batch.pipelines.run_summary import RunSummary
 from masprism_batch.pipelines.seams import attribute_traces, load_model, load_tokenizer
 from masprism_batch.pipelines.selection import Selection
 from masprism_batch.pipelines.work import attribute_pack, prepare_shard
@@ -176,7 +179,7 @@ def _capped(asked: int, room: int, what: str) -> int:
 
 def run_ray(inputs: list[str], outdir: str | Path, cfg: PipelineConfig, *, workers: int | None = None,
             address: str | None = None, num_cpus: int | None = None, fmt: str = "auto",
-            progress: bool = True, select: Selection | None = None, load_model=load_model,
+            progress: bool | Progress = True, select: Selection | None = None, load_model=load_model,
             load_tokenizer=load_tokenizer, attribute=attribute_traces) -> RunSummary:
     """Attribute `inputs` into OUTDIR on Ray Data (resumable; same outputs as `run_local`).
 

@@ -61,8 +61,8 @@ def _run(inputs: list[str], outdir: Path, cfg, model=None, interval: float = DEF
     (resumable: re-running skips committed shards)."""
     from masprism_batch.pipelines import run_local
 
-    with heartbeat(interval):
-        return run_local(list(inputs), outdir, cfg, progress=True, model=model, select=select)
+    with heartbeat(interval) as display:
+        return run_local(list(inputs), outdir, cfg, progress=display, model=model, select=select)
 
 
 def _print_summary(summary, outdir: Path, inputs: list[str] | None = None) -> int:

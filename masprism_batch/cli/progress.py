@@ -11,28 +11,24 @@ can be minutes apart, so lines are logged instead:
 - every `interval` seconds while no line was logged (a long prefill);
 - one at the end, never twice the same line.
 
-`heartbeat(interval)` swaps the bar class the run driver (`masprism_batch.pipelines.driver`) creates for the
-duration of one command; the driver itself is unchanged (it calls `tqdm(total=..., disable=...)`, `update(n)`,
-`set_postfix_str("<n> tok/s")` and `close()`).
+`heartbeat(interval)` gives the run the display to report to (`HeartbeatProgress`, a
+`masprism_batch.pipelines.progress.Progress`): the committer's tqdm bar on a terminal, these lines without one.
 """
 
 from __future__ import annotations
 
 import contextlib
 import logging
-import re
 import sys
 import threading
 import time
 from collections.abc import Iterator
 
-from tqdm import tqdm
-
 from masprism_batch import progress_events
+from masprism_batch.pipelines.progress import BarProgress
 
 log = logging.getLogger("masprism_batch.progress")
 DEFAULT_INTERVAL = 30.0
-_TOKS = re.compile(r"([\d,]+(?:\.\d+)?) tok/s")
 
 
 def _dur(s: float) -> str:
@@ -54,97 +50,88 @@ def progress_line(done: int, total: int | None, elapsed: float, tokens_per_s: fl
     return "progress: " + ", ".join(parts)
 
 
-class HeartbeatBar(tqdm):
-    """tqdm that, when stderr is not a terminal, logs `progress_line` as traces finish and from a timer."""
+class HeartbeatProgress(BarProgress):
+    """The committer's bar where stderr is a terminal; without one (and `interval` > 0), `progress_line`s as
+    packs arrive, as prefill groups finish inside a pack, and from a timer. `show`: False, no display at all
+    (the default display's sparse log lines only)."""
 
-    interval = DEFAULT_INTERVAL
+    def __init__(self, show: bool = True, interval: float = DEFAULT_INTERVAL):
+        super().__init__(show)
+        self.interval = float(interval)
+        self._on = False
+        self._done, self._toks = 0, None
+        # traces finished in the running pack (not yet counted by on_pack) and tokens prefilled
+        self._inflight, self._tokens = 0, 0
+        self._lock = threading.Lock()
+        self._stop = threading.Event()
+        self._last, self._last_line = time.perf_counter(), None
+        self._total: int | None = None
+        self._t0 = time.perf_counter()
 
-    def __init__(self, *args, **kwargs):
-        self._hb_done, self._hb_toks = 0, None
-        # traces finished in the running pack (not yet counted by the driver's update) and tokens prefilled
-        self._hb_inflight, self._hb_tokens = 0, 0
-        self._hb_lock = threading.Lock()
-        self._hb_last, self._hb_last_line = time.perf_counter(), None
-        self._hb_total = kwargs.get("total")
-        want = kwargs.get("disable")
+    def begin(self, total: int, description: str) -> None:
+        self._total = total
+        self._last = self._t0 = time.perf_counter()
         tty = bool(getattr(sys.stderr, "isatty", lambda: False)())
-        self._hb_on = want is None and not tty and self.interval > 0  # None: "auto" = a bar only on a terminal
-        self._hb_t0 = time.perf_counter()
-        self._hb_stop = threading.Event()
-        super().__init__(*args, **kwargs)
-        if self._hb_on:
-            self._hb_log()
-            progress_events.subscribe(self._hb_event)
-            self._hb_thread = threading.Thread(target=self._beat, name="progress-heartbeat", daemon=True)
-            self._hb_thread.start()
+        self._on = self.show and not tty and self.interval > 0
+        super().begin(total, description)
+        if self._on:
+            self._log()
+            progress_events.subscribe(self.on_group)
+            self._thread = threading.Thread(target=self._beat, name="progress-heartbeat", daemon=True)
+            self._thread.start()
 
-    def _hb_log(self, final: bool = False) -> None:
-        with self._hb_lock:
-            elapsed = time.perf_counter() - self._hb_t0
-            done = self._hb_done if final else self._hb_done + self._hb_inflight
-            if self._hb_total:
-                done = min(done, self._hb_total)
-            toks = self._hb_tokens / elapsed if self._hb_tokens and elapsed > 0 else self._hb_toks
-            line = progress_line(done, self._hb_total, elapsed, toks)
-            if line == self._hb_last_line:
+    def plain_lines(self) -> bool:
+        return not self._on  # ours replace them
+
+    def _log(self, final: bool = False) -> None:
+        with self._lock:
+            elapsed = time.perf_counter() - self._t0
+            done = self._done if final else self._done + self._inflight
+            if self._total:
+                done = min(done, self._total)
+            toks = self._tokens / elapsed if self._tokens and elapsed > 0 else self._toks
+            line = progress_line(done, self._total, elapsed, toks)
+            if line == self._last_line:
                 return  # never the same line twice
-            self._hb_last, self._hb_last_line = time.perf_counter(), line
+            self._last, self._last_line = time.perf_counter(), line
         log.info("%s", line)
 
-    def _hb_event(self, stage: str, n_items: int, tokens: int) -> None:
-        with self._hb_lock:
-            self._hb_tokens += tokens
+    def on_group(self, stage: str, items: int, tokens: int) -> None:
+        with self._lock:
+            self._tokens += tokens
             if stage == "pass2":
-                self._hb_inflight += n_items
-            due = time.perf_counter() - self._hb_last >= self.interval / 6
+                self._inflight += items
+            due = time.perf_counter() - self._last >= self.interval / 6
         if due:  # a pass-1 group: tokens/s from the first one; a pass-2 group: its traces are about done
-            self._hb_log()
+            self._log()
 
     def _beat(self) -> None:
-        while not self._hb_stop.wait(self.interval):
-            if time.perf_counter() - self._hb_last >= self.interval * 0.99:  # quiet for a whole interval
-                self._hb_log()
+        while not self._stop.wait(self.interval):
+            if time.perf_counter() - self._last >= self.interval * 0.99:  # quiet for a whole interval
+                self._log()
 
-    def update(self, n=1):
-        with self._hb_lock:
-            self._hb_done += n or 0
-            self._hb_inflight = 0  # the pack is committed: its traces are in _hb_done now
-        return super().update(n)
+    def on_pack(self, records: int, traces: int, tokens: int, elapsed: float) -> None:
+        with self._lock:
+            self._done += records
+            self._inflight = 0  # the pack is in: its traces are in _done now
+            self._toks = tokens / elapsed
+        super().on_pack(records, traces, tokens, elapsed)
 
-    def set_postfix_str(self, s="", refresh=True):
-        m = _TOKS.search(s or "")
-        if m:
-            self._hb_toks = float(m.group(1).replace(",", ""))
-        return super().set_postfix_str(s, refresh)
-
-    def close(self):
-        if getattr(self, "_hb_on", False) and not self._hb_stop.is_set():
-            self._hb_stop.set()
-            progress_events.unsubscribe(self._hb_event)
-            self._hb_log(final=True)
-        return super().close()
+    def close(self) -> None:
+        if self._on and not self._stop.is_set():
+            self._stop.set()
+            progress_events.unsubscribe(self.on_group)
+            self._log(final=True)
+        super().close()
 
 
 @contextlib.contextmanager
-def heartbeat(interval: float = DEFAULT_INTERVAL) -> Iterator[None]:
-    """Within the block, run drivers report progress every `interval` s when stderr is not a terminal."""
-    from masprism_batch.pipelines import driver
-
-    bar = type("HeartbeatBar", (HeartbeatBar,), {"interval": float(interval)})
-    old = driver.tqdm
-    driver.tqdm = bar
-    # the driver's own per-pack line (no total, no ETA) would repeat ours: dropped while the timer runs
-    quiet = _DropDriverProgress() if interval > 0 else None
-    if quiet is not None:
-        driver.log.addFilter(quiet)
+def heartbeat(interval: float = DEFAULT_INTERVAL, show: bool = True) -> Iterator[HeartbeatProgress]:
+    """The display for one run command: pass it as the engine's `progress`. `show`: the --progress option;
+    `interval`: seconds between lines when stderr is not a terminal (0: none). Closed when the block ends, so
+    a run that fails leaves no timer behind."""
+    progress = HeartbeatProgress(show, interval)
     try:
-        yield
+        yield progress
     finally:
-        driver.tqdm = old
-        if quiet is not None:
-            driver.log.removeFilter(quiet)
-
-
-class _DropDriverProgress(logging.Filter):
-    def filter(self, record: logging.LogRecord) -> bool:
-        return not str(record.msg).startswith("progress:")
+        progress.close()

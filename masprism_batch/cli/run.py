@@ -119,12 +119,12 @@ def run(
             raise fail(f"cannot load model {cfg.model.name!r}: {exc}") from None
         check_prompt_or_fail(cfg)  # its tokenizer only: the prompt texts leave room for a log
     try:
-        with heartbeat(progress_interval if progress else 0):
+        with heartbeat(progress_interval if progress else 0, show=progress) as display:
             if engine is Engine.local:
-                summary = run_local(inputs, out, cfg, fmt=fmt, progress=progress, model=loaded, select=select)
+                summary = run_local(inputs, out, cfg, fmt=fmt, progress=display, model=loaded, select=select)
             else:
                 summary = run_ray(inputs, out, cfg, workers=workers, address=address, num_cpus=num_cpus, fmt=fmt,
-                                  progress=progress, select=select)
+                                  progress=display, select=select)
     except KeyboardInterrupt as exc:  # SIGTERM/SIGHUP/SIGINT: a clean stop, never blamed on a trace
         from masprism_batch.pipelines.interrupts import exit_status, signal_name
 

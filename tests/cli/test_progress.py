@@ -22,34 +22,26 @@ def test_progress_line():
 
 
 def test_heartbeat_logs_on_a_timer_without_a_terminal(caplog):
-    from masprism_batch.pipelines import driver
-
     caplog.set_level(logging.INFO, logger="masprism_batch.progress")
-    original = driver.tqdm
-    with heartbeat(0.05):
-        bar = driver.tqdm(total=10, unit="trace", disable=None)  # what the run driver creates
-        bar.update(3)
-        bar.set_postfix_str("1,234 tok/s", refresh=False)
-        time.sleep(0.3)  # no update for a while: lines keep coming
-        bar.close()
-    assert driver.tqdm is original
+    with heartbeat(0.05) as display:
+        display.begin(10, "attribute (local)")  # what the run's committer calls
+        display.on_pack(3, 3, 1234, 1.0)
+        time.sleep(0.3)  # no pack for a while: lines keep coming
     lines = [r.getMessage() for r in caplog.records if r.name == "masprism_batch.progress"]
     assert len(lines) >= 3 and lines[0].startswith("progress: 0/10 traces")
     assert any("3/10 traces (30.0%)" in x and "1,234 tokens/s" in x and "ETA" in x for x in lines)
+    time.sleep(0.15)  # the block closed the display: its timer logs no more
+    assert len([r for r in caplog.records if r.name == "masprism_batch.progress"]) == len(lines)
 
 
 def test_heartbeat_is_silent_when_progress_is_off(caplog):
-    from masprism_batch.pipelines import driver
-
     caplog.set_level(logging.INFO, logger="masprism_batch.progress")
-    with heartbeat(0.01):
-        bar = driver.tqdm(total=5, disable=True)
-        bar.update(5)
+    with heartbeat(0.01, show=False) as display:
+        display.begin(5, "attribute (local)")
+        display.on_pack(5, 5, 100, 1.0)
         time.sleep(0.05)
-        bar.close()
-    with heartbeat(0):
-        bar = driver.tqdm(total=5, disable=None)
-        bar.close()
+    with heartbeat(0) as display:
+        display.begin(5, "attribute (local)")
     assert not [r for r in caplog.records if r.name == "masprism_batch.progress"]
 
 
@@ -63,16 +55,23 @@ def test_attribute_logs_progress_lines(tmp_path, caplog):
     assert "12/12 traces (100.0%)" in lines[-1] and "tokens/s" in lines[-1] and lines[-1].endswith("done")
 
 
-def test_driver_per_pack_line_is_dropped_while_the_timer_runs(caplog):
-    from masprism_batch.pipelines import driver
+def test_default_display_line_gives_way_to_the_heartbeat(caplog, monkeypatch):
+    """Without a terminal the default display logs a sparse line per pack; the heartbeat's lines replace it."""
+    from masprism_batch.pipelines.progress import BarProgress
 
+    monkeypatch.setattr(BarProgress, "log_every", 0.0)
     caplog.set_level(logging.INFO)
-    with heartbeat(30):
-        driver.log.info("progress: %d traces, %.2f traces/s, %.0f tokens/s", 3, 0.1, 10.0)
-        driver.log.info("resuming: 1 of 2 shards already committed")
-    driver.log.info("progress: %d traces, %.2f traces/s, %.0f tokens/s", 4, 0.1, 10.0)
-    msgs = [r.getMessage() for r in caplog.records if r.name == driver.log.name]
-    assert msgs == ["resuming: 1 of 2 shards already committed", "progress: 4 traces, 0.10 traces/s, 10 tokens/s"]
+    with heartbeat(30) as display:
+        display.begin(8, "attribute (local)")
+        time.sleep(0.01)
+        display.on_pack(3, 3, 10, 0.5)
+    plain = BarProgress(show=False)
+    plain.begin(8, "attribute (local)")
+    time.sleep(0.01)
+    plain.on_pack(4, 4, 40, 1.0)
+    plain.close()
+    msgs = [r.getMessage() for r in caplog.records if r.name == "masprism_batch.pipelines.progress"]
+    assert msgs == ["progress: 4 traces, 4.00 traces/s, 40 tokens/s"]
 
 
 def test_progress_moves_before_the_first_pack_is_committed(tmp_path, caplog, monkeypatch):
@@ -81,21 +80,21 @@ def test_progress_moves_before_the_first_pack_is_committed(tmp_path, caplog, mon
     from masprism_batch.cli import progress
 
     order: list[tuple[str, str]] = []
-    real_update = progress.HeartbeatBar.update
+    real_on_pack = progress.HeartbeatProgress.on_pack
 
-    def update(self, n=1):
+    def on_pack(self, records, *args):
         if not any(kind == "commit" for kind, _ in order):
             # the timer thread writes at most one line per interval; on a loaded machine the first commit can
             # follow the last pass-2 group by less than that, so give the line that counts them time to appear
             time.sleep(0.5)
-        order.append(("commit", str(n)))
-        return real_update(self, n)
+        order.append(("commit", str(records)))
+        return real_on_pack(self, records, *args)
 
     class Spy(logging.Handler):
         def emit(self, record):
             order.append(("line", record.getMessage()))
 
-    monkeypatch.setattr(progress.HeartbeatBar, "update", update)
+    monkeypatch.setattr(progress.HeartbeatProgress, "on_pack", on_pack)
     spy = Spy(level=logging.INFO)
     logging.getLogger("masprism_batch.progress").addHandler(spy)
     caplog.set_level(logging.INFO, logger="masprism_batch.progress")

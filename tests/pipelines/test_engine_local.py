@@ -161,11 +161,11 @@ def test_outdir_of_another_command_refused(tmp_path, small_cfg):
 
 def test_repeated_pack_result_is_not_written_twice(tmp_path, small_cfg, monkeypatch):
     """Belt and braces for at-least-once delivery: a pack result delivered twice is committed once."""
-    from masprism_batch.pipelines import driver
+    from masprism_batch.pipelines import commit
 
     ids = make_corpus(tmp_path / "in", 17, 2)
-    real_add = driver.Committer.add
-    monkeypatch.setattr(driver.Committer, "add", lambda self, r: (real_add(self, r), real_add(self, r))[0])
+    real_add = commit.Committer.add
+    monkeypatch.setattr(commit.Committer, "add", lambda self, r: (real_add(self, r), real_add(self, r))[0])
     s = run_local([str(tmp_path / "in")], tmp_path / "out", small_cfg(per_shard=4), **Fakes().kwargs(),
                   progress=False)
     assert_exactly_once(tmp_path / "out", ids)

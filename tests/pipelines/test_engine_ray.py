@@ -185,7 +185,7 @@ STOPPABLE = textwrap.dedent("""
     import ray, ray.cloudpickle, pipeline_fakes
     from masprism_batch.config import PipelineConfig
     from masprism_batch.pipelines import run_ray
-    from masprism_batch.pipelines.driver import exit_status
+    from masprism_batch.pipelines.interrupts import exit_status
     ray.cloudpickle.register_pickle_by_value(pipeline_fakes)
     cfg = PipelineConfig.model_validate_json({cfg!r})
     try:

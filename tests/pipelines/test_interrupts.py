@@ -31,7 +31,7 @@ DRIVER = textwrap.dedent("""
     from masprism_batch.config import PipelineConfig
     from masprism_batch.pipelines import run_local
     try:
-        from masprism_batch.pipelines.driver import exit_status
+        from masprism_batch.pipelines.interrupts import exit_status
     except ImportError:  # a tree without clean interruption: the assertions below say so
         exit_status = lambda e: 1
     cfg = PipelineConfig.model_validate_json({cfg!r})

@@ -95,7 +95,7 @@ def test_interrupted_run_keeps_finished_packs_and_says_so(tmp_path, sig, caplog)
 
     calls = tmp_path / "calls"
     calls.mkdir()
-    with caplog.at_level(logging.INFO, logger="masprism_batch.pipelines.driver"):
+    with caplog.at_level(logging.INFO, logger="masprism_batch.pipelines.commit"):
         s = run_local([str(tmp_path / "in")], out, cfg, **Fakes(piddir=str(calls)).kwargs(), progress=False)
     assert f"resuming: {len(kept)} of 23 done" in caplog.text
     assert s.attributed == 23 and s.exit_code == 0 and s.traces_resumed == len(kept)

@@ -1,0 +1,62 @@
+"""What a run reports when it ends: `RunSummary` (the CLI's summary lines and exit code), `breakdown` (one line:
+where the time went) and `split_reasons` (rejections apart from warnings)."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any
+
+from masprism_batch.ingest.common import WARNING_REASONS
+
+
+def breakdown(record: dict) -> str:
+    """One line: where a run's time went (stage seconds summed over traces; tokens read by each pass)."""
+    sec, tok = record.get("stage_seconds_total", {}), record.get("stage_tokens_total", {})
+
+    def part(name: str, s: float, t: int | None = None) -> str:
+        return f"{name} {s:,.1f} s" + (f" ({t:,} tok, {t / s:,.0f} tok/s)" if t and s > 0 else "")
+
+    inv = record.get("this_invocation", {})
+    load = inv.get("seconds_model_load", 0.0)  # 0 when the caller loaded the model (attribute/eval: before)
+    return " | ".join([
+        part("pass 1", sec.get("seconds_pass1", 0.0), tok.get("tokens_pass1")),
+        part("pass 2", sec.get("seconds_pass2", 0.0), tok.get("tokens_pass2")),
+        part("counterfactuals", sec.get("seconds_counterfactual", 0.0), tok.get("tokens_counterfactual")),
+        part("render", sec.get("seconds_render", 0.0) + sec.get("seconds_render_pass2", 0.0))
+        + f" (model waited {sec.get('seconds_input_wait', 0.0) + sec.get('seconds_render_pass2_wait', 0.0):,.1f} s)",
+        part("write", sec.get("seconds_commit", 0.0)),
+        *([part("model load", load)] if load else []), part("wall", inv.get("wall_seconds", 0.0)),
+        *([f"budget {inv['token_budget']:,} tok/pack"] if inv.get("token_budget") else [])])
+
+
+@dataclass
+class RunSummary:
+    outdir: str
+    engine: str
+    workers: int
+    traces_in: int
+    attributed: int
+    rejected: int
+    rejected_by_reason: dict[str, int]
+    shards_total: int
+    shards_run: int
+    shards_skipped: int
+    wall_seconds: float
+    traces_per_second: float
+    tokens_per_second: float
+    run_json: str
+    extra: dict[str, Any] = field(default_factory=dict)
+    warnings: int = 0  # rows of errors/ for traces that were kept (repaired/truncated): not rejections
+    warnings_by_reason: dict[str, int] = field(default_factory=dict)
+    breakdown: str = ""  # one line: seconds and tokens per stage (`breakdown`)
+    traces_resumed: int = 0  # traces committed before this invocation (whole shards and pieces)
+
+    @property
+    def exit_code(self) -> int:
+        return 3 if self.rejected else 0  # warnings alone do not make a run "with rejections"
+
+
+def split_reasons(reasons: dict[str, int]) -> tuple[dict[str, int], dict[str, int]]:
+    """(rejections, warnings) by reason: a warning row's trace was kept (`ingest.WARNING_REASONS`)."""
+    rej = {k: v for k, v in sorted(reasons.items()) if k not in WARNING_REASONS}
+    return rej, {k: v for k, v in sorted(reasons.items()) if k in WARNING_REASONS}
