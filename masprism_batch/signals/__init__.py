@@ -14,9 +14,11 @@ from __future__ import annotations
 import functools
 import logging
 import os
+import weakref
 
 import numpy as np
 import torch
+from torch.utils.weak import WeakIdKeyDictionary
 
 from masprism_batch.signals import reference
 
@@ -92,7 +94,18 @@ def resolve_backend(backend: str, device, head_dim: int | None = None, dtype: to
     return backend
 
 
-_PACK_OK: tuple | None = None  # (tensors, version counters, T) of the last pack whose data passed the checks
+# packs whose data passed the checks, by their cu_seqlens tensor, held weakly and by identity (a tensor's `==`
+# is elementwise): {cu_seqlens: (weak refs to step_ids and n_steps, version counters, T)}. An entry goes with
+# its tensor, so nothing outlives the forward that made the pack.
+_CHECKED: WeakIdKeyDictionary = WeakIdKeyDictionary()
+
+
+def _already_checked(pack: tuple, versions: tuple, T: int) -> bool:
+    memo = _CHECKED.get(pack[0])
+    if memo is None:
+        return False
+    (sid, ns), seen, seen_T = memo
+    return seen_T == T and seen == versions and sid() is pack[1] and ns() is pack[2]
 
 
 def _version(t: torch.Tensor):
@@ -138,7 +151,6 @@ def _check_attention(q, k, v, cu_seqlens, step_ids, n_steps):
     """Shape checks every call; the data checks (host syncs) once per pack: a forward passes the same
     cu_seqlens / step_ids / n_steps tensors to every instrumented layer, so the layers after the first skip
     them (same tensor objects, unchanged version counters where the tensors have one)."""
-    global _PACK_OK
     if q.dim() != 3 or k.dim() != 3 or v.shape != k.shape:
         raise ValueError(f"expected q [T,Hq,D], k/v [T,Hk,D]; got {tuple(q.shape)}, {tuple(k.shape)}, {tuple(v.shape)}")
     T, Hq, D = q.shape
@@ -150,15 +162,14 @@ def _check_attention(q, k, v, cu_seqlens, step_ids, n_steps):
         raise ValueError(f"step_ids must be [T]={T} and n_steps [B]; got {tuple(step_ids.shape)}, {tuple(n_steps.shape)}")
     pack = (cu_seqlens, step_ids, n_steps)
     versions = tuple(_version(t) for t in pack)
-    last = _PACK_OK
-    if last is not None and last[2] == T and last[1] == versions and all(a is b for a, b in zip(last[0], pack, strict=True)):
+    if _already_checked(pack, versions, T):
         return
-    _PACK_OK = None
+    _CHECKED.pop(cu_seqlens, None)
     if all(t.device.type == "cpu" for t in pack):
         _check_pack_host(cu_seqlens.numpy(), step_ids.numpy(), n_steps.numpy(), T)
     else:
         _check_pack_device(cu_seqlens, step_ids, n_steps, T)
-    _PACK_OK = (pack, versions, T)
+    _CHECKED[cu_seqlens] = ((weakref.ref(step_ids), weakref.ref(n_steps)), versions, T)
 
 
 def _backend_module(chosen: str):

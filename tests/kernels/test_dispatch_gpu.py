@@ -69,7 +69,7 @@ def test_pack_data_checks_run_once_per_pack_and_again_after_a_change():
     sid = torch.tensor([-1] + [0] * 8 + [1] * 8 + [0] * 3 + [1] * 3, dtype=torch.int32)
     ns = torch.tensor([2, 2], dtype=torch.int32)
     signals.step_attention(q, k, k, cu, sid, ns, d ** -0.5, backend="torch")
-    assert signals._PACK_OK is not None and signals._PACK_OK[0][1] is sid
+    assert signals._already_checked((cu, sid, ns), tuple(t._version for t in (cu, sid, ns)), T)
     sid[3] = 5  # in place: >= n_steps
     with pytest.raises(ValueError, match="n_steps"):
         signals.step_attention(q, k, k, cu, sid, ns, d ** -0.5, backend="torch")
