@@ -13,11 +13,11 @@ import numpy as np
 from accuracy_extract import extract_config, load_systems, trace_key
 
 from masprism_batch.eval import score_trail, score_who_and_when
-from masprism_batch.eval.common import norm_agent
 from masprism_batch.fit import fitting as ft
 from masprism_batch.fit import system as fs
 from masprism_batch.fit.rankfile import SystemRanker
 from masprism_batch.method import rules as zr
+from masprism_batch.trace import norm_agent
 
 
 class Case:

@@ -25,9 +25,9 @@ from collections import Counter
 
 import numpy as np
 
-from masprism_batch.eval.common import norm_agent
 from masprism_batch.eval.who_and_when_metrics import _majority
 from masprism_batch.method import rules as zr
+from masprism_batch.trace import norm_agent
 
 DERIVED = ("trail/GAIA",)  # TRAIL systems with more than one agent: their agent labels are derived
 FINE = (zr.FLOOR, *[f"guard:{t / 10:g}" for t in range(3, 10)], "author", "active",

@@ -7,6 +7,7 @@ ingest speaks the same types whether the trace came from a file or a Parquet dat
 from __future__ import annotations
 
 import json
+import re
 from dataclasses import dataclass, field, fields
 from datetime import datetime
 from typing import Any
@@ -83,3 +84,21 @@ class Trace:
 
 _STEP_FIELDS = tuple(f.name for f in fields(Step))
 _LABEL_FIELDS = tuple(f.name for f in fields(Labels))
+
+
+_SUFFIX = re.compile(r"\s*\([^()]*\)\s*$")
+
+
+def norm_agent(name: str | None) -> str | None:
+    """An agent's name as labels and verdicts compare it: 'Orchestrator (-> WebSurfer)' -> 'orchestrator';
+    'Websurfer' == 'WebSurfer' (case-insensitive); a blank name is None."""
+    if name is None:
+        return None
+    s = name.strip()
+    while True:
+        t = _SUFFIX.sub("", s)
+        if t == s:
+            break
+        s = t
+    s = " ".join(s.split()).casefold()
+    return s or None

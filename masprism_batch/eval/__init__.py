@@ -17,7 +17,7 @@ from collections import Counter
 from collections.abc import Iterable
 from typing import Any
 
-from masprism_batch.eval.common import index_rows, norm_agent, ranked_steps
+from masprism_batch.eval.common import index_rows, ranked_steps
 from masprism_batch.eval.table import format_tables, tables
 from masprism_batch.eval.trail_metrics import score_trail
 from masprism_batch.eval.who_and_when_metrics import score_who_and_when
@@ -25,8 +25,8 @@ from masprism_batch.trace import Trace
 
 log = logging.getLogger(__name__)
 
-__all__ = ["evaluate", "score_who_and_when", "score_trail", "format_tables", "tables", "norm_agent",
-           "ranked_steps", "dataset_of"]
+__all__ = ["evaluate", "score_who_and_when", "score_trail", "format_tables", "tables", "ranked_steps",
+           "dataset_of"]
 
 
 def dataset_of(trace: Trace) -> str | None:

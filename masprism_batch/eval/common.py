@@ -1,4 +1,5 @@
-"""Shared pieces of scoring: agent-name normalisation, ranked predictions, joining rows to labelled traces.
+"""Shared pieces of scoring: ranked predictions, joining rows to labelled traces (agent names compare by
+`trace.norm_agent`).
 
 Exact match only (the original Who&When scorer's substring match counts "1" in "12" as correct).
 A labelled trace without an attribution row (the pipeline failed on it) is scored as a miss by default and
@@ -7,27 +8,10 @@ counted in `n_missing`; rows without a trace and traces without labels are count
 
 from __future__ import annotations
 
-import re
 from collections.abc import Iterable
 from typing import Any
 
 from masprism_batch.trace import Trace
-
-_SUFFIX = re.compile(r"\s*\([^()]*\)\s*$")
-
-
-def norm_agent(name: str | None) -> str | None:
-    """'Orchestrator (-> WebSurfer)' -> 'orchestrator'; 'Websurfer' == 'WebSurfer' (case-insensitive)."""
-    if name is None:
-        return None
-    s = name.strip()
-    while True:
-        t = _SUFFIX.sub("", s)
-        if t == s:
-            break
-        s = t
-    s = " ".join(s.split()).casefold()
-    return s or None
 
 
 def ranked_steps(row: dict[str, Any] | None) -> list[int]:
@@ -69,7 +53,3 @@ def index_rows(rows: Iterable[dict[str, Any]]) -> dict[str, dict[str, Any]]:
             raise ValueError(f"two attribution rows for trace {tid!r}: merge or deduplicate the runs first")
         out[tid] = r
     return out
-
-
-def mean(xs: list[float]) -> float | None:
-    return sum(xs) / len(xs) if xs else None

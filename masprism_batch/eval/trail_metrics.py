@@ -15,7 +15,8 @@ from collections import Counter
 from collections.abc import Iterable, Sequence
 from typing import Any
 
-from masprism_batch.eval.common import index_rows, mean, ranked_steps, step_span
+from masprism_batch.eval.common import index_rows, ranked_steps, step_span
+from masprism_batch.fit.fitting import mean
 from masprism_batch.trace import Trace
 
 DATASET = "trail"

@@ -20,8 +20,9 @@ from collections import Counter
 from collections.abc import Iterable
 from typing import Any
 
-from masprism_batch.eval.common import index_rows, mean, norm_agent, ranked_steps, step_agent
-from masprism_batch.trace import Trace
+from masprism_batch.eval.common import index_rows, ranked_steps, step_agent
+from masprism_batch.fit.fitting import mean
+from masprism_batch.trace import Trace, norm_agent
 
 DATASET = "who-and-when"
 METRICS = ("step_top1", "step_top3", "step_within1", "agent")

@@ -22,11 +22,10 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from masprism_batch.eval.common import norm_agent
 from masprism_batch.fit import clogit
 from masprism_batch.method import ranker as rk
 from masprism_batch.method import rules
-from masprism_batch.trace import Trace
+from masprism_batch.trace import Trace, norm_agent
 
 log = logging.getLogger(__name__)
 # What a fitted ranker reads: what any log has plus this system's turn-taking (within one system the agents'
@@ -46,7 +45,7 @@ MIN_L2_TIMES_K = 3.0
 @dataclass
 class FitCase:
     """One labelled log: its trace, step_scores rows (ordered by step), gold steps (any of them is a hit),
-    blamed agents (eval.common.norm_agent names; [] when unlabelled) and the zero-training rule's order of its candidates."""
+    blamed agents (trace.norm_agent names; [] when unlabelled) and the zero-training rule's order of its candidates."""
 
     trace: Trace
     rows: list[dict]
@@ -305,8 +304,10 @@ def agent_hit(c: FitCase, agent: str | None) -> bool | None:
 
 
 def mean(xs) -> float | None:
+    """The mean of the values that are not None (a hit rate: a log without an agent label has no agent hit);
+    None when there is none. Summed in order, so a rate of k in n is exactly k / n."""
     xs = [x for x in xs if x is not None]
-    return float(np.mean(xs)) if xs else None
+    return sum(xs) / len(xs) if xs else None
 
 
 def isfinite(x) -> bool:

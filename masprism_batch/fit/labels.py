@@ -19,8 +19,7 @@ import json
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from masprism_batch.eval.common import norm_agent
-from masprism_batch.trace import Trace
+from masprism_batch.trace import Trace, norm_agent
 
 
 class LabelsFileError(ValueError):

@@ -17,8 +17,6 @@ from __future__ import annotations
 
 import json
 import logging
-import os
-import tempfile
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -32,6 +30,7 @@ from masprism_batch.fit.rankcheck import PACKAGED as PACKAGED
 from masprism_batch.fit.rankcheck import PACKAGED_NAME as PACKAGED_NAME
 from masprism_batch.fit.rankcheck import load as checked_load
 from masprism_batch.method import calibrate
+from masprism_batch.outdir.parts import atomic_output
 from masprism_batch.trace import Trace
 
 log = logging.getLogger(__name__)
@@ -123,20 +122,10 @@ class RankerFile:
                            "systems": self.systems}, indent=1) + "\n"
 
     def write(self, path: Path) -> None:
-        """Atomic: a temporary file in the same folder, renamed over `path` (never a partial ranker file)."""
-        path = Path(path)
+        """Atomic (outdir.parts.atomic_output): never a partial ranker file at `path`."""
         text = self.to_json()
-        fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent or ".")
-        try:
-            with os.fdopen(fd, "w", encoding="utf-8") as f:
-                f.write(text)
-            umask = os.umask(0)
-            os.umask(umask)
-            os.chmod(tmp, 0o666 & ~umask)  # mkstemp makes it 0600: readable like every other output instead
-            os.replace(tmp, path)
-        except BaseException:
-            Path(tmp).unlink(missing_ok=True)
-            raise
+        with atomic_output(path) as f:
+            f.write(text)
 
     @classmethod
     def read(cls, path: Path) -> RankerFile:

@@ -21,6 +21,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from masprism_batch.method import weights_dir
+from masprism_batch.trace import norm_agent
 
 log = logging.getLogger(__name__)
 RULES = ("faithful", "earliest", "counterfactual", "learned_heads")
@@ -73,8 +74,6 @@ def agent_verdict(rule: str, trace, rows: list[dict], order: list[int]) -> str |
 def agent_ranking(rule: str, trace, order: list[int]) -> list[tuple[str, float]]:
     """[(agent, score)] best first under an `active` / `mix:<b>` rule (ties: the blamed step's author, then the agent
     that speaks first)."""
-    from masprism_batch.eval.common import norm_agent
-
     steps = trace.steps
     if rule == FLOOR or rule.startswith("guard:"):
         return _guarded(rule, steps, order)
@@ -106,8 +105,6 @@ def agent_ranking(rule: str, trace, order: list[int]) -> list[tuple[str, float]]
 
 def _votes(steps, order: list[int]) -> dict[str, float]:
     """Each agent's share of the top-5 candidates' votes (1/position)."""
-    from masprism_batch.eval.common import norm_agent
-
     votes: dict[str, float] = {}
     for pos, k in enumerate(order[:5]):
         a = norm_agent(steps[k].agent)
@@ -120,8 +117,6 @@ def _votes(steps, order: list[int]) -> dict[str, float]:
 def _guarded(rule: str, steps, order: list[int]) -> list[tuple[str, float]]:
     """most_active: agents by their share of all steps, ties to the first to speak (eval's "most active agent");
     guard:<tau>: the same, unless one other agent holds at least `tau` of the candidates' votes: it goes first."""
-    from masprism_batch.eval.common import norm_agent
-
     names: dict[str, str] = {}
     count: dict[str, int] = {}
     first: dict[str, int] = {}
@@ -147,8 +142,6 @@ def acts(step) -> bool:
     """Whether `step` is an agent acting: tool outputs and system turns relay, they do not decide; a user / human
     turn is the person's unless the step names an agent of its own (AG2 group chats log the other agents'
     messages with role "user" under their names: Who&When Algorithm-Generated's experts speak so)."""
-    from masprism_batch.eval.common import norm_agent
-
     role = (step.role or "").lower()
     if step.kind == "tool" or role in RELAY_ROLES:
         return False

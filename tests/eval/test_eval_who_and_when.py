@@ -7,8 +7,8 @@ from itertools import combinations
 
 import pytest
 
-from masprism_batch.eval import evaluate, norm_agent, score_who_and_when
-from masprism_batch.trace import Labels, Step, Trace
+from masprism_batch.eval import evaluate, score_who_and_when
+from masprism_batch.trace import Labels, Step, Trace, norm_agent
 
 AG, HC = "who-and-when/Algorithm-Generated", "who-and-when/Hand-Crafted"
 
