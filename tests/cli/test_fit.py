@@ -156,7 +156,7 @@ def test_bench_accuracy_and_fit_share_the_fitting_function(run_dir, tmp_path):
     sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "benchmarks"))
     import bench_accuracy as ba
 
-    from masprism_batch.cli.fit import load_runs
+    from masprism_batch.fit.runs import load_runs
 
     out = tmp_path / "r.json"
     assert runner.invoke(app, ["fit", str(run_dir / "run"), "-o", str(out)]).exit_code == EXIT_OK
@@ -174,8 +174,8 @@ def test_bench_accuracy_and_fit_share_the_fitting_function(run_dir, tmp_path):
     assert f.entry.get("weights") == e.get("weights") and f.entry["calibration"] == e["calibration"]
     assert f.entry["priors"] == e["priors"]
     # and the ranker weights themselves, at every strength the fit tries, from either path's cases
-    from masprism_batch.cli.fit import build_cases
     from masprism_batch.fit import fitting as ft
+    from masprism_batch.fit.runs import build_cases
 
     cli_cases = build_cases(traces, rows, None, None)[0]["billing-bot"]
     for off in ft.OFFSETS:

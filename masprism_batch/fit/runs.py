@@ -1,0 +1,121 @@
+"""What `masprism-batch fit` fits on: finished runs on labelled logs read back (traces, step_scores, model),
+grouped per system into fitting cases, then one fit per system (fit/system.py). No new prefill.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+from masprism_batch.fit import fitting as ft
+from masprism_batch.fit import labels as lb
+from masprism_batch.fit import system as fs
+from masprism_batch.fit.rankfile import system_key
+from masprism_batch.method import reads, rules
+from masprism_batch.trace import Trace
+
+# step_scores columns the step features read (method/ranker.py step_features) and the rule's order needs
+STEP_COLUMNS = ["trace_id", "step", "nll_pass1", "nll_pass2", "h_score", "score", "rank", "masprism_rank",
+                "is_symptom", "is_candidate", "has_failure_word", "attention_pass1", "cf_effect", "attn_in_learned"]
+
+
+class FitInputError(ValueError):
+    """Runs or labels `fit` cannot use (said to the user as one line)."""
+
+
+def named_system(run: Path) -> str | None:
+    """The system a run named (`attribute/run --system`, recorded in run.json's config), else None."""
+    try:
+        cfg = json.loads((run / "run.json").read_text(encoding="utf-8")).get("config") or {}
+    except (OSError, ValueError, AttributeError):
+        return None
+    return (cfg.get("method") or {}).get("system") if isinstance(cfg, dict) else None
+
+
+def load_runs(runs: list[Path], named: dict | None = None):
+    """(traces by id, step_scores rows by trace id, model id) of finished runs; every run must be of one model.
+    `named` (filled when given): trace id -> the system its run named with `--system`."""
+    from masprism_batch.analytics import load
+
+    traces, rows, models = {}, {}, {}
+    for run in runs:
+        system = named_system(run)
+        if not load.has_dataset(run, "attributions"):
+            raise FitInputError(f"{run}: no attributions/ (a run directory made by `attribute` or `run` is expected)")
+        for name in ("traces", "step_scores"):
+            if not load.has_dataset(run, name):
+                raise FitInputError(f"{run}: no {name}/ parts: `fit` reads the run's {name} (made by "
+                                    f"`attribute`/`run`)")
+        att = load.read(run, "attributions", ["trace_id", "model_id"]).to_pylist()
+        for a in att:
+            models.setdefault(a["model_id"], run)
+        done = {a["trace_id"] for a in att}
+        for r in load.read(run, "traces").to_pylist():
+            if r["trace_id"] in done:
+                traces[r["trace_id"]] = Trace.from_row(r)
+                if named is not None and system:
+                    named[r["trace_id"]] = system
+        here: dict[str, dict[int, dict]] = {}
+        for r in load.read(run, "step_scores", STEP_COLUMNS).to_pylist():
+            here.setdefault(r["trace_id"], {})[r["step"]] = r  # a step written twice (a resumed run) counts once
+        for tid, by_step in here.items():  # a trace in several runs: the last run given wins
+            rows[tid] = list(by_step.values())
+    if len(models) > 1:
+        raise FitInputError("runs of different models cannot be fitted together: " +
+                            ", ".join(f"{m} ({p})" for m, p in models.items()))
+    for v in rows.values():
+        v.sort(key=lambda r: r["step"])
+    return traces, rows, next(iter(models), None)
+
+
+def unfinished(runs: list[Path]) -> list[Path]:
+    """The runs without run.json: interrupted, killed or still running (their committed part is a sample
+    chosen by when they stopped)."""
+    return [r for r in runs if not (r / "run.json").is_file()]
+
+
+def lacking_features(rows: dict[str, list[dict]]) -> list[str]:
+    """The costly features (method/reads.py) no step of the runs carries: their step_scores column is null where
+    the model stage skipped them because no verdict read them."""
+    steps = [r for rs in rows.values() for r in rs]
+    return [name for name, col in reads.COLUMNS.items() if steps and all(r.get(col) is None for r in steps)]
+
+
+def build_cases(traces, rows, labels_file: Path | None, system: str | None, named: dict | None = None):
+    """({system: [FitCase]}, the label problems to report, the zero-training rule the cases are ordered by); a
+    log's system: `system` (fit --system), else the one its run named (`named`), else what it records
+    (rankfile.system_key), as `--ranker` will match it. A labels file that cannot be read: FitInputError."""
+    if labels_file is not None:
+        try:
+            gold, problems = lb.from_file(labels_file, traces)
+        except (OSError, lb.LabelsFileError) as exc:
+            raise FitInputError(str(exc)) from None
+    else:
+        gold = {tid: g for tid, t in traces.items() if (g := lb.from_trace(t)) is not None}
+        problems = []
+    rule = rules.read_fallback(None).rule
+    out: dict[str, list] = {}
+    for tid, g in sorted(gold.items()):
+        t, r = traces[tid], rows.get(tid, [])
+        if len(r) != len(t.steps):
+            problems.append(f"trace {tid!r}: {len(r)} step_scores rows for {len(t.steps)} steps: skipped")
+            continue
+        base = sorted((x for x in r if (x.get("masprism_rank") or x.get("rank"))),
+                      key=lambda x: x.get("masprism_rank") or x.get("rank"))
+        ranked = rules.order(rule, r, [x["step"] for x in base])
+        key = system or system_key(t, (named or {}).get(tid))
+        out.setdefault(key, []).append(ft.FitCase(t, r, sorted(g.steps), g.agents, ranked))
+    return out, problems, rule
+
+
+def fit_systems(cases: dict[str, list], rule: str) -> dict[str, fs.SystemFit]:
+    """One fit per system, against the zero-training agent rule a log of an unfitted system gets (what the
+    fit must beat); a system that cannot be fitted: FitInputError naming it."""
+    agent_rule = rules.read_fallback(None).agent_rule
+    fits = {}
+    for name, cs in sorted(cases.items()):
+        try:
+            fits[name] = fs.fit_system(cs, name, rule=rule, rule_agent=agent_rule)
+        except (ValueError, ArithmeticError) as exc:
+            raise FitInputError(f"system {name!r}: {exc}") from None
+    return fits
