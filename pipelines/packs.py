@@ -43,8 +43,8 @@ class PackOutput:
 def make_packs(traces: list[Trace], tokenizer, rcfg, cfg: PipelineConfig, guard: CrashGuard | None = None,
                input_path: str | None = None, rejected: list[dict] | None = None,
                render=None) -> list[tuple[list[Trace], list, int]]:
-    """Render pass 1 (the model stage's render config `rcfg`), then token-budget packs of (traces, renders,
-    tokens). The renders travel with the pack: the model stage does not render pass 1 again. `render`: what
+    """Render pass 1 (the model stage's render config `rcfg`), then packs of (traces, renders, tokens) under the
+    run's token budget (`buckets.forward_groups`: a pack's pass 1 is one prefill group). The renders travel with the pack: the model stage does not render pass 1 again. `render`: what
     renders the traces without a guard (default `pass1.render_traces`; the local engine's `RenderPool` on a GPU
     host gives the same renders from several processes).
 
@@ -71,7 +71,7 @@ def make_packs(traces: list[Trace], tokenizer, rcfg, cfg: PipelineConfig, guard:
     if len(renders) != len(kept):
         raise RuntimeError(f"{len(renders)} pass-1 renders for {len(kept)} traces")
     lengths = [pass1.n_tokens(r) for r in renders]
-    groups = buckets.pack(lengths, cfg.batch.token_budget) if kept else []
+    groups = buckets.forward_groups(lengths, cfg) if kept else []
     if sorted(i for g in groups for i in g) != list(range(len(kept))):
         raise RuntimeError(f"pack() returned groups that do not cover each trace once: {groups}")
     return [([kept[i] for i in g], [renders[i] for i in g], sum(lengths[i] for i in g)) for g in groups]

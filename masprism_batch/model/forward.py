@@ -62,7 +62,7 @@ class PrefillTiming:
 
 
 @dataclass
-class _Pack:
+class _PackedBatch:
     ids: torch.Tensor  # [T] int64
     host_ids: np.ndarray  # [T] int64, the same ids on the host
     positions: torch.Tensor  # [T] int64, restart at 0 per sequence
@@ -107,7 +107,7 @@ class PrefillModel:
         nll_from[b] / nll_steps_only: token NLL only from that position on / only of tokens inside a step (step
         id >= 0); the others are nan and cost no LM-head row (the model stage reads nothing else: issue 24).
         """
-        pack = self._pack(seqs)
+        batch = self._packed_batch(seqs)
         if len(step_ids) != len(seqs):
             raise ValueError(f"{len(seqs)} sequences but {len(step_ids)} step_ids lists")
         for b, (s, sid) in enumerate(zip(seqs, step_ids, strict=True)):
@@ -123,17 +123,17 @@ class PrefillModel:
         if any(n < m for n, m in zip(n_steps, seen, strict=True)):
             raise ValueError(f"n_steps {n_steps} smaller than the step ids used {seen}")
         n_steps_t = torch.tensor(n_steps, dtype=torch.int32)
-        unread = self._unread(pack, sid_t, nll_from, nll_steps_only)
+        unread = self._unread(batch, sid_t, nll_from, nll_steps_only)
         t0 = time.perf_counter()
         kv = ([], []) if keep_kv else None
         with torch.inference_mode():
-            hidden, mass = self._run(pack, sid_t.to(self.device), n_steps_t.to(self.device), per_head, kv)
-            nll = self._token_nll(hidden, pack, unread)
-            out = self._split(pack, nll, mass, sid_t, n_steps, per_head)
+            hidden, mass = self._run(batch, sid_t.to(self.device), n_steps_t.to(self.device), per_head, kv)
+            nll = self._token_nll(hidden, batch, unread)
+            out = self._split(batch, nll, mass, sid_t, n_steps, per_head)
         if kv is not None:
-            for b, (s, e) in enumerate(zip(pack.bounds[:-1], pack.bounds[1:], strict=True)):
+            for b, (s, e) in enumerate(zip(batch.bounds[:-1], batch.bounds[1:], strict=True)):
                 out[b].kv = KVCache([k[s:e] for k in kv[0]], [v[s:e] for v in kv[1]], e - s)
-        self._timed(t0, pack, with_signals=True)
+        self._timed(t0, batch, with_signals=True)
         return out
 
     def suffix_nll(self, cache: KVCache, prefix_len: int, suffix: list[int]) -> np.ndarray:
@@ -187,11 +187,11 @@ class PrefillModel:
 
     def prefill(self, seqs: list[list[int]]) -> torch.Tensor:
         """Plain packed forward, no signals (for benchmarks): the final normed hidden states [T, H]."""
-        pack = self._pack(seqs)
+        batch = self._packed_batch(seqs)
         t0 = time.perf_counter()
         with torch.inference_mode():
-            hidden, _ = self._run(pack)
-        self._timed(t0, pack, with_signals=False)
+            hidden, _ = self._run(batch)
+        self._timed(t0, batch, with_signals=False)
         return hidden
 
     def forward_logits(self, input_ids: list[int]) -> torch.Tensor:
@@ -200,7 +200,7 @@ class PrefillModel:
         return hidden.float() @ self.weights.lm_head.float().T
 
     # ---- internals -----------------------------------------------------------------------------------
-    def _pack(self, seqs: list[list[int]]) -> _Pack:
+    def _packed_batch(self, seqs: list[list[int]]) -> _PackedBatch:
         if not seqs:
             raise ValueError("no sequences to prefill")
         lengths = [len(s) for s in seqs]
@@ -213,18 +213,18 @@ class PrefillModel:
         bounds = np.concatenate([[0], np.cumsum(lengths)]).tolist()
         starts = np.repeat(np.asarray(bounds[:-1], dtype=np.int64), lengths)
         positions = torch.from_numpy(np.arange(bounds[-1], dtype=np.int64) - starts)
-        return _Pack(ids=torch.from_numpy(host_ids).to(self.device), host_ids=host_ids,
+        return _PackedBatch(ids=torch.from_numpy(host_ids).to(self.device), host_ids=host_ids,
                      positions=positions.to(self.device),
                      cu_seqlens=torch.tensor(bounds, dtype=torch.int32, device=self.device),
                      bounds=bounds, max_seqlen=max(lengths))
 
-    def _run(self, pack: _Pack, step_ids=None, n_steps=None, per_head: bool = False, kv=None):
+    def _run(self, batch: _PackedBatch, step_ids=None, n_steps=None, per_head: bool = False, kv=None):
         """Decoder stack; returns final normed hidden [T, H] and the step mass (or None): summed over
         instrumented layers, or with per_head a list of per-layer [B, Hq, N, N]. kv: ([], []) to fill with
         every layer's K/V."""
         a, w = self.arch, self.weights
-        cos, sin = rope_cos_sin(pack.positions, self._inv_freq, self._rope_scale, self.dtype)
-        h = F.embedding(pack.ids, w.embed)
+        cos, sin = rope_cos_sin(batch.positions, self._inv_freq, self._rope_scale, self.dtype)
+        h = F.embedding(batch.ids, w.embed)
         mass_sum = None
         for i, lw in enumerate(w.layers):
             x = rms_norm(h, lw.input_norm, a.rms_norm_eps)
@@ -236,7 +236,7 @@ class PrefillModel:
                 # q/k/v stay strided views of the qkv projection: every backend reads them as they are (the
                 # Triton kernels take strides, the C++ op permutes q once, the reference views them), so no
                 # per-layer copy (issue 33 item 4)
-                o, _lse, mass = sig.step_attention(q, k, v, pack.cu_seqlens, step_ids, n_steps, a.scale,
+                o, _lse, mass = sig.step_attention(q, k, v, batch.cu_seqlens, step_ids, n_steps, a.scale,
                                                    backend=self.signals_cfg.backend,
                                                    block=self.signals_cfg.attn_block, per_head=per_head)
                 if per_head:
@@ -244,37 +244,37 @@ class PrefillModel:
                 else:
                     mass_sum = mass.float() if mass_sum is None else mass_sum + mass.float()
             else:
-                o = causal_attention(q, k, v, pack.cu_seqlens, pack.bounds, pack.max_seqlen, a.scale)
+                o = causal_attention(q, k, v, batch.cu_seqlens, batch.bounds, batch.max_seqlen, a.scale)
             h.add_(F.linear(o.reshape(o.shape[0], -1), lw.o_w, lw.o_b))  # h is ours: residual in place
             h.add_(mlp(rms_norm(h, lw.post_norm, a.rms_norm_eps), lw))
         return rms_norm(h, w.final_norm, a.rms_norm_eps), mass_sum
 
     @staticmethod
-    def _unread(pack: _Pack, sid_t: torch.Tensor, nll_from: list[int] | None, steps_only: bool):
+    def _unread(batch: _PackedBatch, sid_t: torch.Tensor, nll_from: list[int] | None, steps_only: bool):
         """[T] bool: tokens whose NLL nobody reads (see signals), or None when every token's is read."""
         if nll_from is None and not steps_only:
             return None
         unread = sid_t < 0 if steps_only else torch.zeros(len(sid_t), dtype=torch.bool)
         if nll_from is not None:
-            if len(nll_from) != len(pack.bounds) - 1:
-                raise ValueError(f"{len(pack.bounds) - 1} sequences but {len(nll_from)} nll_from")
-            lengths = torch.tensor(np.diff(pack.bounds))
-            unread |= pack.positions.cpu() < torch.repeat_interleave(torch.tensor(nll_from), lengths)
-        return unread.to(pack.ids.device)
+            if len(nll_from) != len(batch.bounds) - 1:
+                raise ValueError(f"{len(batch.bounds) - 1} sequences but {len(nll_from)} nll_from")
+            lengths = torch.tensor(np.diff(batch.bounds))
+            unread |= batch.positions.cpu() < torch.repeat_interleave(torch.tensor(nll_from), lengths)
+        return unread.to(batch.ids.device)
 
-    def _token_nll(self, hidden: torch.Tensor, pack: _Pack, unread: torch.Tensor | None = None) -> torch.Tensor:
+    def _token_nll(self, hidden: torch.Tensor, batch: _PackedBatch, unread: torch.Tensor | None = None) -> torch.Tensor:
         # position t predicts token t+1 of the same sequence; the last token of each sequence predicts nothing.
-        # Built on the host from the pack's host ids (numpy: no device scatter ops, one transfer).
-        targets = np.full(pack.bounds[-1], -100, dtype=np.int64)
-        targets[:-1] = pack.host_ids[1:]
-        targets[np.asarray(pack.bounds[1:], dtype=np.int64) - 1] = -100
+        # Built on the host from the batch's host ids (numpy: no device scatter ops, one transfer).
+        targets = np.full(batch.bounds[-1], -100, dtype=np.int64)
+        targets[:-1] = batch.host_ids[1:]
+        targets[np.asarray(batch.bounds[1:], dtype=np.int64) - 1] = -100
         if unread is not None:
             targets[:-1][unread[1:].cpu().numpy()] = -100
-        targets = torch.from_numpy(targets).to(pack.ids.device)
+        targets = torch.from_numpy(targets).to(batch.ids.device)
         return sig.token_nll(hidden, self.weights.lm_head, targets, backend=self.signals_cfg.backend,
                              chunk=self.signals_cfg.nll_chunk)
 
-    def _split(self, pack, nll, mass, sid_t, n_steps, per_head: bool = False) -> list[SeqSignals]:
+    def _split(self, batch, nll, mass, sid_t, n_steps, per_head: bool = False) -> list[SeqSignals]:
         nll = nll.float().cpu().numpy()
         heads = None
         if per_head and mass is not None:
@@ -285,7 +285,7 @@ class PrefillModel:
         sid_all = sid_t.numpy()
         mass_np = mass.numpy() if mass is not None else None
         heads_np = heads.numpy() if heads is not None else None
-        for b, (s, e) in enumerate(zip(pack.bounds[:-1], pack.bounds[1:], strict=True)):
+        for b, (s, e) in enumerate(zip(batch.bounds[:-1], batch.bounds[1:], strict=True)):
             tok = np.full(e - s, np.nan, dtype=np.float32)
             tok[1:] = nll[s : e - 1]
             n = n_steps[b]
@@ -298,10 +298,10 @@ class PrefillModel:
                                   step_attn_heads=None if Ah is None else Ah.astype(np.float32, copy=False)))
         return out
 
-    def _timed(self, t0: float, pack: _Pack, with_signals: bool) -> None:
+    def _timed(self, t0: float, batch: _PackedBatch, with_signals: bool) -> None:
         if self.device.type == "cuda":
             torch.cuda.synchronize(self.device)
-        self.last_timing = PrefillTiming(sequences=len(pack.bounds) - 1, tokens=pack.bounds[-1],
+        self.last_timing = PrefillTiming(sequences=len(batch.bounds) - 1, tokens=batch.bounds[-1],
                                          seconds=time.perf_counter() - t0, with_signals=with_signals)
         log.debug("prefill %d seqs %d tokens in %.3fs (signals=%s)", self.last_timing.sequences,
                   self.last_timing.tokens, self.last_timing.seconds, with_signals)

@@ -41,6 +41,19 @@ def pack(lengths: Sequence[int], token_budget: int) -> list[list[int]]:
     return groups
 
 
+def forward_budget(cfg) -> int:
+    """Tokens one packed forward of a run may hold: `cfg.batch.token_budget`, which `with_token_budget` sized for
+    the device once per run. The one place a run's budget is read: every grouping under it asks here."""
+    return cfg.batch.token_budget
+
+
+def forward_groups(lengths: Sequence[int], cfg) -> list[list[int]]:
+    """`pack` under the run's budget (`forward_budget`): the packs of the CPU stage (pipelines/packs.make_packs)
+    and the prefill groups of the model stage (stage/attribute._prefill); the counterfactual suffixes are
+    grouped under the same `forward_budget` (method/counterfactual.effects_batch)."""
+    return pack(lengths, forward_budget(cfg))
+
+
 def bucket_stream(
     items: Iterable[T], length: Callable[[T], int], token_budget: int, window: int = 256
 ) -> Iterator[list[T]]:

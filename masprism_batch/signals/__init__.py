@@ -94,18 +94,18 @@ def resolve_backend(backend: str, device, head_dim: int | None = None, dtype: to
     return backend
 
 
-# packs whose data passed the checks, by their cu_seqlens tensor, held weakly and by identity (a tensor's `==`
+# packed batches whose data passed the checks, by their cu_seqlens tensor, held weakly and by identity (a tensor's `==`
 # is elementwise): {cu_seqlens: (weak refs to step_ids and n_steps, version counters, T)}. An entry goes with
-# its tensor, so nothing outlives the forward that made the pack.
+# its tensor, so nothing outlives the forward that made the batch.
 _CHECKED: WeakIdKeyDictionary = WeakIdKeyDictionary()
 
 
-def _already_checked(pack: tuple, versions: tuple, T: int) -> bool:
-    memo = _CHECKED.get(pack[0])
+def _already_checked(batch: tuple, versions: tuple, T: int) -> bool:
+    memo = _CHECKED.get(batch[0])
     if memo is None:
         return False
     (sid, ns), seen, seen_T = memo
-    return seen_T == T and seen == versions and sid() is pack[1] and ns() is pack[2]
+    return seen_T == T and seen == versions and sid() is batch[1] and ns() is batch[2]
 
 
 def _version(t: torch.Tensor):
@@ -115,8 +115,8 @@ def _version(t: torch.Tensor):
         return None
 
 
-def _check_pack_host(cu, sid, ns, T):
-    """The data checks of one pack on host arrays (numpy: no aten op, no device round trip)."""
+def _check_batch_host(cu, sid, ns, T):
+    """The data checks of one packed batch on host arrays (numpy: no aten op, no device round trip)."""
     if cu[0] != 0 or cu[-1] != T:
         raise ValueError(f"cu_seqlens must be prefix sums from 0 to T={T}; got {cu.tolist()[:8]}...")
     if (np.diff(cu) < 0).any():
@@ -128,7 +128,7 @@ def _check_pack_host(cu, sid, ns, T):
             raise ValueError("a step id is >= its sequence's n_steps")
 
 
-def _check_pack_device(cu_seqlens, step_ids, n_steps, T):
+def _check_batch_device(cu_seqlens, step_ids, n_steps, T):
     """The same checks on device tensors: one sync for the three flags, one for the two step-id flags."""
     first_ok, last_ok, monotone = (bool(x) for x in torch.stack(
         [cu_seqlens[0] == 0, cu_seqlens[-1] == T, (cu_seqlens[1:] >= cu_seqlens[:-1]).all()]).tolist())
@@ -148,7 +148,7 @@ def _check_pack_device(cu_seqlens, step_ids, n_steps, T):
 
 
 def _check_attention(q, k, v, cu_seqlens, step_ids, n_steps):
-    """Shape checks every call; the data checks (host syncs) once per pack: a forward passes the same
+    """Shape checks every call; the data checks (host syncs) once per packed batch: a forward passes the same
     cu_seqlens / step_ids / n_steps tensors to every instrumented layer, so the layers after the first skip
     them (same tensor objects, unchanged version counters where the tensors have one)."""
     if q.dim() != 3 or k.dim() != 3 or v.shape != k.shape:
@@ -160,15 +160,15 @@ def _check_attention(q, k, v, cu_seqlens, step_ids, n_steps):
         raise ValueError(f"cu_seqlens must be prefix sums from 0 to T={T}; got {cu_seqlens.tolist()[:8]}...")
     if step_ids.shape != (T,) or n_steps.shape != (cu_seqlens.numel() - 1,):
         raise ValueError(f"step_ids must be [T]={T} and n_steps [B]; got {tuple(step_ids.shape)}, {tuple(n_steps.shape)}")
-    pack = (cu_seqlens, step_ids, n_steps)
-    versions = tuple(_version(t) for t in pack)
-    if _already_checked(pack, versions, T):
+    batch = (cu_seqlens, step_ids, n_steps)
+    versions = tuple(_version(t) for t in batch)
+    if _already_checked(batch, versions, T):
         return
     _CHECKED.pop(cu_seqlens, None)
-    if all(t.device.type == "cpu" for t in pack):
-        _check_pack_host(cu_seqlens.numpy(), step_ids.numpy(), n_steps.numpy(), T)
+    if all(t.device.type == "cpu" for t in batch):
+        _check_batch_host(cu_seqlens.numpy(), step_ids.numpy(), n_steps.numpy(), T)
     else:
-        _check_pack_device(cu_seqlens, step_ids, n_steps, T)
+        _check_batch_device(cu_seqlens, step_ids, n_steps, T)
     _CHECKED[cu_seqlens] = ((weakref.ref(step_ids), weakref.ref(n_steps)), versions, T)
 
 

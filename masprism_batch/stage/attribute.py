@@ -1,7 +1,7 @@
 """The attribution stage shared by every engine: a list of traces in, Arrow-ready rows out.
 
-(pass-1 renders, from planning or pass1.render_traces) -> pack -> prefill -> symptoms/candidates -> render
-pass 2 -> pack -> prefill -> ranking. Symptoms, candidates and the pass-2 prompt of a trace are prepared as soon
+(pass-1 renders, from planning or pass1.render_traces) -> prefill groups -> symptoms/candidates -> render
+pass 2 -> prefill groups -> ranking. Symptoms, candidates and the pass-2 prompt of a trace are prepared as soon
 as its pass-1 signals are back, beside the next pass-1 prefills (pass2_prep.py).
 Engines (local, Ray) decide how many traces go into one call; a failure of one trace becomes an error row and
 never sinks the others.
@@ -53,10 +53,11 @@ class StageOutput:
 
 
 def _prefill(model, rendered: dict, cfg: PipelineConfig, stage: str, on_group=None, **kw) -> dict:
-    """Run packed prefills: {key: (SeqSignals or the exception, seconds attributed to key)}.
+    """Run the prefills of `rendered` in prefill groups (packed forwards of at most the run's token budget, one
+    `model.signals` call each): {key: (SeqSignals or the exception, seconds attributed to key)}.
 
     `rendered` values have `input_ids` and `step_ids()` (and `n_steps` for windows); kw go to model.signals.
-    A pack that fails (e.g. out of memory) is retried item by item, so one bad trace fails alone.
+    A group that fails (e.g. out of memory) is retried item by item, so one bad trace fails alone.
     on_group({key: result}) is called after each group, before the next one is launched.
     kw per_head: a bool, or the set of keys read per head (issue 24): those are packed apart, so the others
     take the signal op's fused kernel (the C++ op has no per-head variant).
@@ -74,7 +75,7 @@ def _prefill(model, rendered: dict, cfg: PipelineConfig, stage: str, on_group=No
                                  None if None in n_steps else n_steps, per_head=per_head,
                                  nll_from=[getattr(rendered[i], "offset", 0) for i in idx], nll_steps_only=True,
                                  **kw)
-        except Exception as exc:  # noqa: BLE001 - one bad pack must not sink the batch
+        except Exception as exc:  # noqa: BLE001 - one bad group must not sink the others
             log.warning("%s prefill of %d trace(s) failed: %s", stage, len(idx), exc)
             if len(idx) == 1:
                 results[idx[0]] = (exc, 0.0)
@@ -88,7 +89,7 @@ def _prefill(model, rendered: dict, cfg: PipelineConfig, stage: str, on_group=No
     split = [(bool(heads_for), keys)] if isinstance(heads_for, bool) else \
         [(False, [k for k in keys if k not in heads_for]), (True, [k for k in keys if k in heads_for])]
     work = [([ks[g] for g in group], ph) for ph, ks in split if ks
-            for group in buckets.pack([len(rendered[k].input_ids) for k in ks], cfg.batch.token_budget)]
+            for group in buckets.forward_groups([len(rendered[k].input_ids) for k in ks], cfg)]
     for idx, ph in work:
         if not run(idx, ph) and len(idx) > 1:
             for i in idx:
@@ -268,8 +269,8 @@ def _counterfactuals(model, want: list[_TraceWork], cfg, full: bool, out: StageO
                                    None if full else list(w.p1.symptoms)) for w in ran]
     t0 = time.perf_counter()
     stats: dict = {}
-    res = counterfactual.effects_batch(model, reqs, _placeholder_ids(model.tokenizer), cfg.batch.token_budget,
-                                       stats)
+    res = counterfactual.effects_batch(model, reqs, _placeholder_ids(model.tokenizer),
+                                       buckets.forward_budget(cfg), stats)
     dt = time.perf_counter() - t0
     out.seconds_counterfactual += dt
     out.tokens_counterfactual += stats.get("tokens", 0)
