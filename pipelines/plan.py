@@ -5,7 +5,8 @@ partitions allowed) is used in place; anything else (raw logs) is first streamed
 `ingest.read_inputs` into `OUTDIR/_staging/` once, with its rejections (the "ingest" shard). A shard is a
 row range [start, stop) of one Parquet file, at most `traces_per_shard` rows; its id hashes the file key and
 range, never the trace content, so a resumed run finds the same shards. Repeated trace ids are found by one
-scan of the `trace_id` column: the first occurrence wins, the others are rejected as `duplicate_trace_id`.
+scan of the `trace_id` column through the check raw input gets in `read_inputs` (`ingest.SeenIds`): the first
+occurrence wins, the others are rejected as `duplicate_trace_id`.
 """
 
 from __future__ import annotations
@@ -25,6 +26,7 @@ from masprism_batch.pipelines.selection import Selection
 
 from masprism_batch import schema
 from masprism_batch.config import IngestConfig
+from masprism_batch.ingest import SeenIds
 from masprism_batch.ingest.common import IngestError, apply_caps
 from masprism_batch.ingest.parquet_rows import read_rows, trace_id_keys
 from masprism_batch.ingest.status import attributable
@@ -234,15 +236,11 @@ def plan_inputs(inputs: list[str], outdir: Path, fmt: str, traces_per_shard: int
     else:
         for p in inputs:
             files += [(f, f, p, part) for f, part in _fragments(p)]
-    shards, seen = [], set()
+    shards, seen = [], SeenIds()
     for path, key, label, part in files:
         require_regular(path)
         ids = trace_id_keys(path, limits or IngestConfig())  # bounded: a repeated 1 MB id is never decoded per row
-        dup = []
-        for i, tid in enumerate(ids):
-            if tid is not None and tid in seen:
-                dup.append(i)
-            seen.add(tid)
+        dup = [i for i, tid in enumerate(ids) if tid is not None and seen.repeated(tid)]
         for start in range(0, len(ids), traces_per_shard):
             stop = min(start + traces_per_shard, len(ids))
             skip = tuple(i for i in dup if start <= i < stop)

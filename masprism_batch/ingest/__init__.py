@@ -40,6 +40,23 @@ TRACE_PART_BYTES = 16 * 1024**2  # flush a traces part once this much step text 
 FileCallback = Callable[[str, int, int], None]  # (path, bytes on disk, decompressed bytes)
 
 
+class SeenIds:
+    """The one duplicate trace-id check of a run's input (`read_inputs`, and `pipelines/plan.py` over Parquet read
+    in place): the first occurrence of an id wins, every later one is a `duplicate_trace_id`. Ids are kept as
+    16-byte digests, so hostile 1 kB ids cost no more than short ones."""
+
+    def __init__(self):
+        self._seen: set[bytes] = set()
+
+    def repeated(self, trace_id: str) -> bool:
+        """True when `trace_id` was seen before; else it is recorded as seen."""
+        key = hashlib.blake2b(trace_id.encode("utf-8"), digest_size=16).digest()
+        if key in self._seen:
+            return True
+        self._seen.add(key)
+        return False
+
+
 def read_inputs(paths: list[str] | str, fmt: str = "auto", on_error: Callable[[dict], None] | None = None,
                 *, on_file: FileCallback | None = None, limits: IngestConfig | None = None,
                 mapping: Mapping | None = None) -> Iterator[Trace]:
@@ -56,7 +73,7 @@ def read_inputs(paths: list[str] | str, fmt: str = "auto", on_error: Callable[[d
     if isinstance(paths, (str, Path)):
         paths = [str(paths)]
     sink = on_error or (lambda row: None)
-    seen: set[bytes] = set()  # 16-byte digests, so hostile 1 kB ids cost no more than short ones
+    seen = SeenIds()
     limits = limits or IngestConfig()  # caps (config section `ingest`): sources.py and common.apply_caps
     files = list(expand([str(p) for p in paths], sink))
     ids = path_ids(files)  # ids taken from paths (Who&When) are unique over the whole input, not per folder
@@ -80,12 +97,10 @@ def read_inputs(paths: list[str] | str, fmt: str = "auto", on_error: Callable[[d
                     ctx.reject(IngestError("internal_error", f"{type(e).__name__}: {short(str(e), 500)}",
                                            short(trace.trace_id, 200)))
                     continue
-                key = hashlib.blake2b(trace.trace_id.encode("utf-8"), digest_size=16).digest()
-                if key in seen:
+                if seen.repeated(trace.trace_id):
                     ctx.reject(IngestError("duplicate_trace_id", "trace id already ingested from an earlier "
                                            "input; this copy was not ingested", trace.trace_id))
                     continue
-                seen.add(key)
                 yield trace
         except IngestError as e:
             msg = ctx.label(e)
