@@ -28,6 +28,7 @@ import json
 import logging
 from pathlib import Path
 
+import accuracy_platt as platt
 import agent_rules as agr
 import numpy as np
 from accuracy_cases import (
@@ -158,7 +159,7 @@ def rule_calibration(cases: list[Case], rule: str, out: list) -> dict:
     fc = fit_cases(cases, rule)
     sys_of = {c.trace.trace_id: c.system for c in cases}
     feats = {c.trace.trace_id: ft.evidence(c, c.ranked) for c in fc if c.ranked}
-    raw = {c.trace.trace_id: ft.rule_confidence(c) for c in fc if c.ranked}
+    raw = {c.trace.trace_id: platt.raw_confidence(c) for c in fc if c.ranked}
     n = {c.trace.trace_id: len(c.trace.steps) for c in fc}
     hits = {c.trace.trace_id: ft.hit(c, c.ranked[0]) for c in fc if c.ranked}
     for held in sorted({c.system for c in cases}):
@@ -167,10 +168,10 @@ def rule_calibration(cases: list[Case], rule: str, out: list) -> dict:
         ev = calibrate.fit_evidence([cf.vector(feats[t]) for t in train], [hits[t] for t in train], cf.FEATURES)
         learned = calibrate.fit_evidence([cf.vector(feats[t]) for t in train], [hits[t] for t in train],
                                          cf.FEATURES, weights="fitted")
-        platt = calibrate.fit_platt([raw[t] for t in train], [hits[t] for t in train])
-        for name, conf in ((CONF_EVIDENCE, [calibrate.confidence(ev, None, feats[t], n[t]) for t in test]),
-                           (CONF_LEARNED, [calibrate.confidence(learned, None, feats[t], n[t]) for t in test]),
-                           (CONF_RAW, [calibrate.apply(platt, raw[t]) for t in test])):
+        pl = platt.fit_platt([raw[t] for t in train], [hits[t] for t in train])
+        for name, conf in ((CONF_EVIDENCE, [calibrate.confidence(ev, feats[t], n[t]) for t in test]),
+                           (CONF_LEARNED, [calibrate.confidence(learned, feats[t], n[t]) for t in test]),
+                           (CONF_RAW, [platt.apply(pl, raw[t]) for t in test])):
             emit_confidence(out, held, f"zero-training rule {rule}: {name}", conf, [hits[t] for t in test])
     return calibrate.fit_evidence([cf.vector(feats[t]) for t in feats], list(hits.values()), cf.FEATURES)
 

@@ -237,12 +237,6 @@ class PipelineConfig(BaseModel):
     @classmethod
     def _byte_model_context(cls, data):
         if isinstance(data, dict):
-            batch = data.get("batch")
-            if isinstance(batch, dict) and "traces_per_shard" in batch:  # config files written before [engine]
-                engine = dict(data.get("engine") or {})
-                engine.setdefault("traces_per_shard", batch["traces_per_shard"])
-                data = {**data, "batch": {k: v for k, v in batch.items() if k != "traces_per_shard"},
-                        "engine": engine}
             model, render = data.get("model") or {}, data.get("render") or {}
             name = model.get("name") if isinstance(model, dict) else getattr(model, "name", None)
             if name == "tiny-random" and isinstance(render, dict) and render.get("max_context") is None:

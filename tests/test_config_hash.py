@@ -22,10 +22,9 @@ def test_method_or_render_knob_changes_the_hash(key, value):
     assert load_config(None, **{key: value}).config_hash() != PipelineConfig().config_hash()
 
 
-def test_old_config_files_with_batch_traces_per_shard_still_load():
-    cfg = PipelineConfig.model_validate({"batch": {"traces_per_shard": 9, "token_budget": 100}})
-    assert cfg.engine.traces_per_shard == 9 and cfg.batch.token_budget == 100
-    assert cfg.config_hash() == PipelineConfig.model_validate({"batch": {"token_budget": 100}}).config_hash()
+def test_traces_per_shard_belongs_to_the_engine_section():
+    with pytest.raises(ValueError, match="traces_per_shard"):
+        PipelineConfig.model_validate({"batch": {"traces_per_shard": 9, "token_budget": 100}})
 
 
 def test_hash_of_the_default_config_is_unchanged_by_the_engine_section(monkeypatch):

@@ -35,8 +35,8 @@ def unfinished(runs: list[Path], allow: bool) -> None:
 
 def agent_by(rule: str) -> str:
     """The fitted agent verdict in words (`agent_rule` of a ranker file entry)."""
-    if rule.startswith("prior|") or rule == "prior":
-        other = rule.split("|", 1)[1] if "|" in rule else "author"
+    if rule.startswith("prior|"):
+        other = rule.split("|", 1)[1]
         return f"label prior (most often blamed agent present in the log, else {agent_by(other)})"
     return {"author": "author of the blamed step", "aggregate": "ranker's summed step probabilities"}.get(
         rule, f"zero-training rule {rule}")

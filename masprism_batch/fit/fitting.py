@@ -240,15 +240,6 @@ def top_of(p: np.ndarray) -> int:
     return int(np.argmax(p))  # first maximum: the earliest step on ties
 
 
-def rule_confidence(c: FitCase) -> float:
-    """Raw confidence of the zero-training verdict: the top candidate's share of the rule's scores (the Platt
-    calibrations of ranker files before issue 32 read it)."""
-    scores = [max(float(r.get("score") or 0.0), 0.0) for r in c.rows]
-    vals = [scores[k] for k in c.ranked]
-    tot = sum(vals)
-    return vals[0] / tot if vals and tot > 0 else (1.0 / max(len(c.ranked), 1))
-
-
 def prior_verdict(c: FitCase, priors: Priors) -> tuple[list[int], np.ndarray]:
     """(every step best first, scores) of the label-prior verdict: the log's candidates re-ranked by the prior
     (prior_offset), then the other steps in index order."""
@@ -269,9 +260,8 @@ def evidence(c: FitCase, order: list[int], probs: np.ndarray | None = None, scor
 def agent_pick(rule: str, c: FitCase, probs: np.ndarray | None, top: int, priors: Priors | None,
                order: list[int] | None = None) -> str | None:
     """The blamed agent under `rule`: author | aggregate (summed step probabilities) | prior|<rule> (the most often
-    blamed agent of the training labels present in this log, else the zero-training agent `<rule>`'s) | prior
-    (ranker files of version 1: the same, else the author) | any zero-training agent rule, on `order` (default:
-    the blamed step, then the rule's candidates)."""
+    blamed agent of the training labels present in this log, else the zero-training agent `<rule>`'s) | any
+    zero-training agent rule, on `order` (default: the blamed step, then the rule's candidates)."""
     author = c.trace.steps[top].agent
     if rule.startswith("prior|"):
         return (priors.top_agent(c.trace) if priors is not None else None) or agent_pick(
@@ -279,9 +269,7 @@ def agent_pick(rule: str, c: FitCase, probs: np.ndarray | None, top: int, priors
     if rule == "aggregate" and probs is not None:
         ag = rk.agent_scores(c.trace, probs)
         return min(ag, key=lambda a: (-ag[a], a)) if ag else author
-    if rule == "prior" and priors is not None:
-        return priors.top_agent(c.trace) or author
-    if rule in ("author", "aggregate", "prior"):
+    if rule in ("author", "aggregate"):
         return author
     return rules.agent_verdict(rule, c.trace, c.rows, order or [top] + [k for k in c.ranked if k != top])
 

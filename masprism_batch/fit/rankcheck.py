@@ -113,7 +113,7 @@ def _str_list(path, where: str, v, known: list[str] | None = None) -> list[str]:
 
 def _agent_rule(path, where: str, rule) -> None:
     base = rule.split("|", 1)[1] if isinstance(rule, str) and rule.startswith("prior|") else rule
-    ok = isinstance(base, str) and (base in ("author", "aggregate", "prior") or base in rules.AGENT_RULES
+    ok = isinstance(base, str) and (base in ("author", "aggregate") or base in rules.AGENT_RULES
                                     or rules.known_agent_rule(base))
     if not ok:
         raise _error(path, where, f"unknown agent rule {json.dumps(rule)[:60]}")
@@ -143,17 +143,13 @@ def _priors(path, where: str, p) -> None:
 def _calibration(path, where: str, cal) -> None:
     if cal is None:
         return
-    if not isinstance(cal, dict):
-        raise _error(path, where, "must be an object")
-    if cal.get("kind") == "evidence":
-        feats = _str_list(path, f"{where}.features", cal.get("features"))
-        _vector(path, f"{where}.mean", cal.get("mean"), len(feats))
-        _vector(path, f"{where}.std", cal.get("std"), len(feats), positive=True)
-        _vector(path, f"{where}.w", cal.get("w"), len(feats))
-        _num(path, f"{where}.b", cal.get("b"))
-    else:
-        _num(path, f"{where}.a", cal.get("a"))
-        _num(path, f"{where}.b", cal.get("b"))
+    if not isinstance(cal, dict) or cal.get("kind") != "evidence":
+        raise _error(path, where, 'must be an object of kind "evidence" (calibrate.fit_evidence)')
+    feats = _str_list(path, f"{where}.features", cal.get("features"))
+    _vector(path, f"{where}.mean", cal.get("mean"), len(feats))
+    _vector(path, f"{where}.std", cal.get("std"), len(feats), positive=True)
+    _vector(path, f"{where}.w", cal.get("w"), len(feats))
+    _num(path, f"{where}.b", cal.get("b"))
 
 
 def check_entry(path, name: str, e) -> None:
@@ -169,7 +165,7 @@ def check_entry(path, name: str, e) -> None:
     for key in ("agent_rule", "rule_agent"):
         if key in e or key == "agent_rule":
             _agent_rule(path, f"{where}.{key}", e.get(key, "author"))
-    if e.get("offset", "rule") not in ft.OFFSETS:
+    if (verdict == "ranker" or "offset" in e) and e.get("offset") not in ft.OFFSETS:
         raise _error(path, f"{where}.offset", f"corrects an order this version does not know: "
                                              f"{json.dumps(e.get('offset'))[:60]} (one of {', '.join(ft.OFFSETS)})")
     # offset_scale is a learned, unpenalised weight: a fit may turn the rule's order down or around (< 0)
@@ -200,6 +196,9 @@ def check(d: dict, path) -> None:
     if v > VERSION:
         raise _error(path, "", f"ranker file version {v} is newer than this masprism-batch reads ({VERSION}): "
                                f"upgrade masprism-batch")
+    if v < VERSION:
+        raise _error(path, "", f"ranker file version {v} is older than this masprism-batch reads ({VERSION}): "
+                               f"refit it with `masprism-batch fit`")
     if not isinstance(d.get("model_id"), str):
         raise _error(path, "model_id", "missing or not a string")
     systems = d.get("systems", {})

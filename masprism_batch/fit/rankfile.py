@@ -4,7 +4,8 @@
      "systems": {"<system>": {"verdict": "ranker" | "prior" | "rule", "rule": "faithful", "agent_rule": ...,
                               "features": [...], "weights": [...], "mean": [...], "std": [...], "priors": {...},
                               "offset": "rule" | "rule_free" | "prior", "offset_scale": 2.0,
-                              "calibration": {"a", "b", ...}, "heldout": {...}, "k": 20, "fitted_on": [...]}}}
+                              "calibration": {"kind": "evidence", ...}, "heldout": {...}, "k": 20,
+                              "fitted_on": [...]}}}
 
 A log is matched to an entry by its system (`system_key`: the name the user gave with `--system`, else what the
 source recorded); logs of other systems get the zero-training rule. The packaged file (`weights/rankers.json`,
@@ -93,22 +94,20 @@ class SystemRanker:
             m = ft.Fitted(np.asarray(self.entry["weights"]), np.asarray(self.entry["mean"]),
                           np.asarray(self.entry["std"]), pri or ft.Priors(), float(self.entry.get("l2", 0.0)),
                           float(self.entry.get("offset_scale", ft.OFFSET_SCALE)),
-                          None if feats == allf else [allf.index(f) for f in feats], self.entry.get("offset", "rule"))
+                          None if feats == allf else [allf.index(f) for f in feats], self.entry["offset"])
             p = m.probs(c)
             order = sorted(range(len(p)), key=lambda i: (-p[i], i))
-            raw = float(p[order[0]])
         elif self.verdict == "prior" and pri is not None and pri.top_index() is not None and ranked:
             # the label prior re-ranks this log's own candidates (never a fixed position: issue 32)
             order, scores = ft.prior_verdict(c, pri)
-            raw, prior_step = pri.pos.get(pri.top_index(), 0.0) / max(pri.n, 1), True  # raw: old Platt files
+            prior_step = True
         else:
             order = list(ranked) + [i for i in range(len(trace.steps)) if i not in set(ranked)]
-            raw = ft.rule_confidence(c) if ranked else None
         agent = ft.agent_pick(self.agent_rule, c, p, order[0], pri,
                               ft.prior_agent_order(list(ranked), order[0]) if prior_step else None) if order else None
         cal = self.entry.get("calibration")
-        feats = ft.evidence(c, order, p, scores) if order and cal and cal.get("kind") == "evidence" else None
-        return order, p, agent, calibrate.confidence(cal, raw, feats, len(trace.steps))
+        feats = ft.evidence(c, order, p, scores) if order and cal else None
+        return order, p, agent, calibrate.confidence(cal, feats, len(trace.steps))
 
 
 @dataclass

@@ -132,7 +132,7 @@ def fit_system(cases: list[ft.FitCase], system: str, rule: str = "faithful", rul
     agent_rule, agent_acc = _agent_choice(cases, oof, ok, chosen, rule_agent, overridable, use_ranker)
     cal = calibrate.fit_evidence([cf.vector(_evidence(cases[i], oof[i][chosen])) for i in ok],
                                  [ft.hit(cases[i], oof[i][chosen][0]) for i in ok], cf.FEATURES)
-    conf = [calibrate.confidence(cal, None, _evidence(cases[i], oof[i][chosen]), len(cases[i].trace.steps))
+    conf = [calibrate.confidence(cal, _evidence(cases[i], oof[i][chosen]), len(cases[i].trace.steps))
             for i in ok]
     est = {
         "fitted": step_acc[chosen], "rule": step_acc["rule"],

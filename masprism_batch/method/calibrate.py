@@ -3,8 +3,7 @@
 `fit_evidence`: logistic regression of held-out hits on the verdict's evidence features (method/confidence.py),
 standardised; the weights carry an L2 pull toward 0 and the intercept toward the smoothed base rate, so that 5
 labels cannot produce a certainty of 0 or 1: with few labels the calibration says little more than the held-out
-hit rate, which is what it knows. `fit_platt` (ranker files before issue 32): the same on one raw top score,
-p = sigmoid(a * logit(raw) + b). `confidence` applies either kind and floors it at 1/(number of steps).
+hit rate, which is what it knows. `confidence` applies it and floors it at 1/(number of steps).
 """
 
 from __future__ import annotations
@@ -14,35 +13,6 @@ import math
 import numpy as np
 
 PULL = 3.0  # L2 strength of the pull (in units of held-out pairs): 5 labels move it only part way
-
-
-def _logit(p: np.ndarray) -> np.ndarray:
-    p = np.clip(p, 1e-4, 1 - 1e-4)
-    return np.log(p / (1 - p))
-
-
-def fit_platt(raw, hits) -> dict:
-    """{"a", "b", "n", "base_rate"} from held-out raw confidences and whether each verdict was right."""
-    raw, y = np.asarray(raw, dtype=np.float64), np.asarray(hits, dtype=np.float64)
-    n = len(y)
-    rate = (y.sum() + 1.0) / (n + 2.0)  # Laplace: 0 of 5 is not 0
-    b0 = math.log(rate / (1 - rate))
-    if n == 0:
-        return {"a": 0.0, "b": b0, "n": 0, "base_rate": rate}
-    z = _logit(raw)
-
-    a, b = 0.0, b0
-    for _ in range(50):  # Newton on two parameters (the log loss plus the pull is strictly convex)
-        s_ = a * z + b
-        p = 1 / (1 + np.exp(-s_))
-        g = np.array([float((p - y) @ z) + PULL * a, float((p - y).sum()) + PULL * (b - b0)])
-        w = p * (1 - p)
-        H = np.array([[float(w @ (z * z)) + PULL, float(w @ z)], [float(w @ z), float(w.sum()) + PULL]])
-        da, db = np.linalg.solve(H, g)
-        a, b = a - da, b - db
-        if abs(da) + abs(db) < 1e-10:
-            break
-    return {"a": a, "b": b, "n": n, "base_rate": float(rate)}
 
 
 def fit_evidence(X, hits, names, signs=None, weights: str = "equal") -> dict:
@@ -102,27 +72,15 @@ def _logistic(Z: np.ndarray, y: np.ndarray, b0: float) -> tuple[np.ndarray, floa
     return theta[:-1], float(theta[-1])
 
 
-def confidence(cal: dict | None, raw: float | None, feats: dict | None, n_steps: int) -> float | None:
-    """P(right) of one verdict under `cal` (an evidence calibration reads `feats`, a Platt one `raw`), never
-    below 1/n_steps: a uniform guess among the log's steps does that well."""
-    if cal is None:
+def confidence(cal: dict | None, feats: dict | None, n_steps: int) -> float | None:
+    """P(right) of one verdict from its evidence features `feats` under an evidence calibration `cal`
+    (fit_evidence), never below 1/n_steps: a uniform guess among the log's steps does that well."""
+    if cal is None or feats is None:
         return None
-    if cal.get("kind") == "evidence":
-        if feats is None:
-            return None
-        x = (np.array([feats[f] for f in cal["features"]]) - np.asarray(cal["mean"])) / np.asarray(cal["std"])
-        s = float(x @ np.asarray(cal["w"])) + cal["b"]
-        p = 1 / (1 + math.exp(-max(min(s, 50.0), -50.0)))
-    else:
-        p = apply(cal, raw)
-    return None if p is None else max(p, 1.0 / max(n_steps, 1))
-
-
-def apply(cal: dict | None, raw: float) -> float | None:
-    if cal is None or raw is None or not math.isfinite(raw):
-        return None
-    s = cal["a"] * float(_logit(np.array([raw]))[0]) + cal["b"]
-    return float(1 / (1 + math.exp(-s)))
+    x = (np.array([feats[f] for f in cal["features"]]) - np.asarray(cal["mean"])) / np.asarray(cal["std"])
+    s = float(x @ np.asarray(cal["w"])) + cal["b"]
+    p = 1 / (1 + math.exp(-max(min(s, 50.0), -50.0)))
+    return max(p, 1.0 / max(n_steps, 1))
 
 
 def accuracy_at_coverage(conf, hits, fractions=(0.25, 0.5, 1.0)) -> dict[float, tuple[int, float | None]]:

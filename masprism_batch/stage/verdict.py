@@ -88,8 +88,8 @@ def rule_confidence(t: Trace, rows: list[dict], ranking: mp.Ranking, cal: dict |
     if not ranking.ranked:
         return None
     c = ft.FitCase(t, rows, [], [], list(ranking.ranked))
-    feats = ft.evidence(c, list(ranking.ranked)) if cal and cal.get("kind") == "evidence" else None
-    return calibrate.confidence(cal, ft.rule_confidence(c), feats, len(t.steps))
+    feats = ft.evidence(c, list(ranking.ranked)) if cal else None
+    return calibrate.confidence(cal, feats, len(t.steps))
 
 
 def _agent_rule_used(sr, t: Trace, order: list[int]) -> tuple[str, list[dict] | None]:
@@ -98,10 +98,10 @@ def _agent_rule_used(sr, t: Trace, order: list[int]) -> tuple[str, list[dict] | 
     to <rule>, "aggregate" without step probabilities to the author; with a zero-training agent rule, its own
     ranking of the agents, on the order that rule read (method/fit.py agent_pick)."""
     rule, pri = sr.agent_rule, sr.priors()
-    if rule.startswith("prior"):
+    if rule.startswith("prior|"):
         if pri is not None and pri.top_agent(t):
             return rule, None
-        rule = rule.split("|", 1)[1] if "|" in rule else "author"
+        rule = rule.split("|", 1)[1]
     if rule in ("author", "aggregate") or not order:
         return ("author" if rule == "aggregate" else rule), None
     from masprism_batch.fit import fitting as ft

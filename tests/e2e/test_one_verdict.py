@@ -39,9 +39,9 @@ TEXT = ["Plan: search the file and sum the values.", "def total(xs): return sum(
 # A ranker that favours the first step a little: the top step is step 0 (Planner), while the agent with the most
 # probability summed over its steps is Coder (3 of 7 steps): pred_agent differs from the blamed step's author.
 # (a ranker file as `masprism-batch fit` writes it, for the trace's system "toy"; no offset toward the rule)
-AGGREGATE_RANKER = {"format": "masprism-batch ranker", "version": 1, "model_id": "tiny-random", "systems": {"toy": {
+AGGREGATE_RANKER = {"format": "masprism-batch ranker", "version": 3, "model_id": "tiny-random", "systems": {"toy": {
     "system": "toy", "verdict": "ranker", "rule": "faithful", "features": ["is_first"], "weights": [0.5],
-    "mean": [0.0], "std": [1.0], "offset_scale": 0.0, "agent_rule": "aggregate"}}}
+    "mean": [0.0], "std": [1.0], "offset": "rule", "offset_scale": 0.0, "agent_rule": "aggregate"}}}
 
 
 @pytest.fixture(scope="module", params=["aggregate-ranker", "packaged"])

@@ -41,11 +41,11 @@ def test_calibration_follows_the_evidence_and_never_inverts_it(weights):
     cal = calibrate.fit_evidence(X, hits, cf.FEATURES, weights=weights)
     w = dict(zip(cf.FEATURES, cal["w"], strict=True))
     assert all(cf.SIGNS[f] * w[f] >= 0 for f in cf.FEATURES), (seed, w)
-    conf = [calibrate.confidence(cal, None, dict(zip(cf.FEATURES, x, strict=True)), 1000) for x in X]
+    conf = [calibrate.confidence(cal, dict(zip(cf.FEATURES, x, strict=True)), 1000) for x in X]
     assert cf.auroc(conf, hits) > 0.6, seed
     base = dict(zip(cf.FEATURES, X[0], strict=True))
-    up = calibrate.confidence(cal, None, {**base, "top_share": base["top_share"] + 0.5}, 1000)
-    assert up > calibrate.confidence(cal, None, base, 1000), seed
+    up = calibrate.confidence(cal, {**base, "top_share": base["top_share"] + 0.5}, 1000)
+    assert up > calibrate.confidence(cal, base, 1000), seed
 
 
 def test_confidence_is_never_below_a_guess_among_the_steps():
@@ -54,9 +54,7 @@ def test_confidence_is_never_below_a_guess_among_the_steps():
     cal = calibrate.fit_evidence(X, [False] * 49 + [True], cf.FEATURES)  # almost never right
     for n_steps in (2, 3, int(rng.integers(4, 9))):
         feats = dict(zip(cf.FEATURES, rng.random(len(cf.FEATURES)), strict=True))
-        assert calibrate.confidence(cal, None, feats, n_steps) >= 1 / n_steps
-    old = {"a": 0.0, "b": -5.0}  # a ranker file's Platt calibration from before issue 32 applies as before
-    assert calibrate.confidence(old, 0.4, None, 3) == pytest.approx(1 / 3)
+        assert calibrate.confidence(cal, feats, n_steps) >= 1 / n_steps
 
 
 def test_evidence_of_a_verdict(synth):

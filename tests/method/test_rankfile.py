@@ -64,7 +64,11 @@ def test_not_a_ranker_file_or_newer_version_or_unknown_feature(tmp_path, synth):
     bad.write_text(json.dumps(d))
     with pytest.raises(RankerFileError, match="newer"):
         RankerFile.read(bad)
-    d["version"] = 1
+    d["version"] = rk.VERSION - 1  # older: refused too (refit), never read as the current format
+    bad.write_text(json.dumps(d))
+    with pytest.raises(RankerFileError, match="older.*refit"):
+        RankerFile.read(bad)
+    d["version"] = rk.VERSION
     d["systems"]["team/agents"]["features"][0] = "something_else"
     bad.write_text(json.dumps(d))
     with pytest.raises(RankerFileError, match="something_else"):
@@ -76,17 +80,23 @@ def test_not_a_ranker_file_or_newer_version_or_unknown_feature(tmp_path, synth):
         RankerFile.read(bad)
 
 
-def test_version_2_entry_without_offset_corrects_the_rule(tmp_path, synth):
-    """A version 2 file has no "offset": its ranker is a correction of the rule's order, as it was fitted."""
+def test_a_ranker_entry_names_the_order_it_corrects(tmp_path, synth):
+    """`offset` (what a ranker corrects) is part of every ranker entry `fit` writes: one without it is refused,
+    and a written one applies exactly the fitted model."""
     from masprism_batch.fit import fitting as ft
 
     cases = synth(30, seed=11)
     m = ft.fit_correction(cases, 0.3)
     entry = {"system": "team/agents", "verdict": "ranker", "rule": "faithful", "agent_rule": "author",
              "features": ft.BASE_FEATURES + ft.PRIOR_FEATURES, "weights": m.w.tolist(), "mean": m.mean.tolist(),
-             "std": m.std.tolist(), "l2": 0.3, "offset_scale": ft.OFFSET_SCALE, "priors": m.priors.to_json()}
-    path = tmp_path / "v2.json"
-    path.write_text(json.dumps({"format": FORMAT, "version": 2, "model_id": "m", "systems": {"team/agents": entry}}))
+             "std": m.std.tolist(), "l2": 0.3, "offset_scale": m.offset_scale, "priors": m.priors.to_json()}
+    path = tmp_path / "r.json"
+    doc = {"format": FORMAT, "version": rk.VERSION, "model_id": "m", "systems": {"team/agents": entry}}
+    path.write_text(json.dumps(doc))
+    with pytest.raises(RankerFileError, match="offset"):
+        RankerFile.read(path)
+    entry["offset"] = m.offset
+    path.write_text(json.dumps(doc))
     sr = RankerFile.read(path).for_trace(cases[0].trace)
     for c in synth(5, seed=12):
         assert np.allclose(sr.apply(c.trace, c.rows, c.ranked)[1], m.probs(c))
@@ -114,8 +124,10 @@ def test_label_prior_verdict_re_ranks_the_logs_own_candidates(synth):
     seed = int(np.random.default_rng().integers(1 << 30))
     cases = synth(10, seed=seed)
     pri = ft.Priors.count(cases)
+    from masprism_batch.method import rules
+
     entry = {"system": "team/agents", "verdict": "prior", "rule": "faithful", "agent_rule": "author",
-             "priors": pri.to_json(), "calibration": {"a": 0.0, "b": 0.0}}
+             "priors": pri.to_json(), "calibration": rules.read_fallback(None).calibration}  # an evidence one
     sr = SystemRanker(entry, "m")
     tops = []
     for c in synth(30, seed=seed + 1):
@@ -184,8 +196,8 @@ def _tampered(d: dict, how: str, rng) -> str:
         del e["std"]
         return "std"
     if how == "NaN calibration":
-        e["calibration"] = {"a": float("nan"), "b": 0.1}
-        return "calibration.a"
+        e["calibration"]["w"][0] = float("nan")
+        return "calibration.w[0]"
     if how == "boolean prior count":
         e["priors"]["n"] = True
         return "priors.n"
