@@ -9,12 +9,12 @@
 #   triton   pytest tests/signals/test_{step_attention,token_nll}.py -k triton on the GPU: the kernels compiled for this device vs the
 #            fp64 oracle in fp32, fp16 AND bf16 (bf16 numerics are checked nowhere else: the CPU interpreter's
 #            bf16 dot is wrong), Qwen3-0.6B shapes, ragged packs, per-head mass
-#   kernels  bench_step_attention.py --gpu and bench_token_nll.py --gpu in bf16 and fp32 (triton vs SDPA / eager,
+#   kernels  kernels/bench_step_attention.py --gpu and kernels/bench_token_nll.py --gpu in bf16 and fp32 (triton vs SDPA / eager,
 #            do_bench; ms, TFLOP/s, MFU)                                             -> OUT/{step_attention,token_nll}_gpu.csv
-#   prefill  bench_prefill.py --gpu: whole two-pass prefill, tokens/s, TFLOP/s, MFU vs SDPA and eager on
+#   prefill  kernels/bench_prefill.py --gpu: whole two-pass prefill, tokens/s, TFLOP/s, MFU vs SDPA and eager on
 #            SmolLM2-135M and Qwen3-0.6B shapes with random weights (needs transformers)
 #                                                                    -> OUT/prefill_gpu.txt, OUT/prefill_gpu.csv
-#   e2e      bench_e2e_gpu.py: the product path (run_local = `attribute`) on the dev logs (../shared/data: Who&When
+#   e2e      pipeline/bench_e2e_gpu.py: the product path (run_local = `attribute`) on the dev logs (../shared/data: Who&When
 #            and TRAIL; --data DIR... to choose) vs a plain prefill of the same lengths and HF transformers (sdpa,
 #            logits), random Qwen3-0.6B weights, SmolLM2 tokenizer from the packaged GGUF; issue 33's acceptance
 #            is pipeline >= 0.8x plain and >= 200k tokens/s     -> OUT/e2e_gpu.csv, OUT/e2e_gpu_stages.csv
@@ -22,7 +22,7 @@
 # Offline machines (torch + triton present, nothing installable from the network):
 #   - aot, triton and kernels need only torch, triton and pytest. If masprism_batch is not pip-installed, the
 #     script imports it from a shadow tree of symlinks (OUT/pyroot: masprism_batch/ plus kernels/ and
-#     pipelines/ mapped as subpackages, like pyproject's package-dir), so nothing is written into the repo;
+#     pipelines/ mapped as subpackages, like pyproject's package-dir, and benchmarks/), so nothing is written into the repo;
 #     pytest then runs from OUT/pyroot (`python -m` puts the working directory first on sys.path, and the
 #     repo's own masprism_batch/, which lacks kernels/, would shadow the tree).
 #   - prefill also needs the runtime's hard dependencies (transformers, pydantic, ...). Bring them as wheels:
@@ -83,6 +83,7 @@ else
   for f in "$ROOT"/masprism_batch/*; do ln -sfn "$f" "$OUT/pyroot/masprism_batch/$(basename "$f")"; done
   ln -sfn "$ROOT/kernels" "$OUT/pyroot/masprism_batch/kernels"
   ln -sfn "$ROOT/pipelines" "$OUT/pyroot/masprism_batch/pipelines"
+  ln -sfn "$ROOT/benchmarks" "$OUT/pyroot/benchmarks"
   export PYTHONPATH="$OUT/pyroot${PYTHONPATH:+:$PYTHONPATH}"
   if ! "$PY" -c "import masprism_batch.kernels.step_attention" 2>"$OUT/import.err"; then
     say "cannot import masprism_batch.kernels even from the shadow tree:"; cat "$OUT/import.err"; exit 2
@@ -92,7 +93,8 @@ say "masprism_batch: $IMPORT_MODE"
 if [ "$IMPORT_MODE" = installed ]; then
   PYTEST="$PY -m pytest -q -p no:cacheprovider"
 else  # from the shadow tree's folder, so that it (not the repo's masprism_batch/) is first on sys.path
-  PYTEST="cd $OUT/pyroot && $PY -m pytest -q -p no:cacheprovider --rootdir $ROOT -c $ROOT/pyproject.toml"
+  # -o pythonpath=: pyproject's pythonpath (the repo root, for `benchmarks`) would put the repo's masprism_batch/ first
+  PYTEST="cd $OUT/pyroot && $PY -m pytest -q -p no:cacheprovider --rootdir $ROOT -c $ROOT/pyproject.toml -o pythonpath="
 fi
 
 RUNTIME_DEPS="transformers tokenizers safetensors gguf accelerate pyarrow numpy pydantic typer rich tqdm psutil"
@@ -130,11 +132,11 @@ declare -A CMD SKIP
 CMD[env]="nvidia-smi; $PY -c 'import torch, triton; print(torch.__version__, torch.version.cuda, triton.__version__, torch.cuda.get_device_name(), torch.cuda.get_device_capability())'"
 CMD[aot]="$PYTEST $ROOT/tests/kernels"
 CMD[triton]="$PYTEST $ROOT/tests/signals/test_step_attention.py $ROOT/tests/signals/test_token_nll.py -k triton"
-CMD[kernels_bf16]="$PY benchmarks/bench_step_attention.py --gpu --dtypes bf16 --T $T_ATT --out $OUT/step_attention_gpu.csv && $PY benchmarks/bench_token_nll.py --gpu --dtypes bf16 --T $T_NLL --out $OUT/token_nll_gpu.csv"
-CMD[kernels_fp32]="$PY benchmarks/bench_step_attention.py --gpu --dtypes fp32 --T 1024 4096 --out $OUT/step_attention_gpu.csv && $PY benchmarks/bench_token_nll.py --gpu --dtypes fp32 --T 1024 4096 --out $OUT/token_nll_gpu.csv"
-CMD[prefill]="$PY benchmarks/bench_prefill.py --gpu $PEAK_ARG"
+CMD[kernels_bf16]="$PY benchmarks/kernels/bench_step_attention.py --gpu --dtypes bf16 --T $T_ATT --out $OUT/step_attention_gpu.csv && $PY benchmarks/kernels/bench_token_nll.py --gpu --dtypes bf16 --T $T_NLL --out $OUT/token_nll_gpu.csv"
+CMD[kernels_fp32]="$PY benchmarks/kernels/bench_step_attention.py --gpu --dtypes fp32 --T 1024 4096 --out $OUT/step_attention_gpu.csv && $PY benchmarks/kernels/bench_token_nll.py --gpu --dtypes fp32 --T 1024 4096 --out $OUT/token_nll_gpu.csv"
+CMD[prefill]="$PY benchmarks/kernels/bench_prefill.py --gpu $PEAK_ARG"
 if [ "$QUICK" = 1 ]; then E2E_BUDGETS="default"; else E2E_BUDGETS="default 32768"; fi
-CMD[e2e]="$PY benchmarks/bench_e2e_gpu.py --budgets $E2E_BUDGETS --csv $OUT/e2e_gpu.csv $E2E_ARGS"
+CMD[e2e]="$PY benchmarks/pipeline/bench_e2e_gpu.py --budgets $E2E_BUDGETS --csv $OUT/e2e_gpu.csv $E2E_ARGS"
 if [ "$HAS_PYTEST" = 0 ]; then
   SKIP[aot]="pytest not importable (bring it in the wheelhouse)"; SKIP[triton]=${SKIP[aot]}
 fi
@@ -145,14 +147,14 @@ if [ -z "${SKIP[e2e]:-}" ] && [[ "$E2E_ARGS" != *--data* ]] && [ ! -d "$ROOT/../
 fi
 
 # ---- checks that run everywhere, dry run included --------------------------------------------------------
-for f in tests/kernels/test_aot_compile.py tests/signals/test_step_attention.py tests/signals/test_token_nll.py benchmarks/bench_step_attention.py \
-         benchmarks/bench_token_nll.py benchmarks/bench_prefill.py benchmarks/bench_e2e_gpu.py; do
+for f in tests/kernels/test_aot_compile.py tests/signals/test_step_attention.py tests/signals/test_token_nll.py benchmarks/kernels/bench_step_attention.py \
+         benchmarks/kernels/bench_token_nll.py benchmarks/kernels/bench_prefill.py benchmarks/pipeline/bench_e2e_gpu.py; do
   [ -f "$f" ] || { say "missing $f"; exit 2; }
 done
 for b in bench_step_attention bench_token_nll; do
-  "$PY" "benchmarks/$b.py" --help >/dev/null || { say "benchmarks/$b.py --help failed"; exit 2; }
+  "$PY" "benchmarks/kernels/$b.py" --help >/dev/null || { say "benchmarks/kernels/$b.py --help failed"; exit 2; }
 done
-"$PY" -m py_compile benchmarks/bench_prefill.py benchmarks/bench_e2e_gpu.py || exit 2
+"$PY" -m py_compile benchmarks/kernels/bench_prefill.py benchmarks/pipeline/bench_e2e_gpu.py || exit 2
 
 run_step() {
   local name=$1

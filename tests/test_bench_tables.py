@@ -1,18 +1,15 @@
-"""benchmarks/plot_kernels.py turns result rows into the figures of docs/benchmarks.md: the tables, the memory slope and
+"""benchmarks/kernels/plot_kernels.py turns result rows into the figures of docs/benchmarks.md: the tables, the memory slope and
 the GEMM ceiling. A wrong table is a wrong claim, so these are checked on rows with random values."""
 
 from __future__ import annotations
 
 import csv
 import random
-import sys
 from pathlib import Path
 
 import pytest
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "benchmarks"))
-import kernel_benchlib  # noqa: E402
-import plot_kernels  # noqa: E402
+from benchmarks.kernels import kernel_benchlib, plot_kernels
 
 
 def _row(rng, **kw):

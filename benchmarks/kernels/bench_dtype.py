@@ -6,16 +6,16 @@ one (dtype, op, length), timed as the median of `--repeats` runs after one warm-
 the fp32 time over this dtype's time for the same op (> 1: faster than fp32). Rows are appended to
 benchmarks/results/dtype.csv.
 
-    python benchmarks/bench_dtype.py --threads 2
+    python benchmarks/kernels/bench_dtype.py --threads 2
 """
 
 from __future__ import annotations
 
 import argparse
-import csv
 import json
 import os
 import statistics
+import sys
 import time
 from datetime import datetime, timezone
 from pathlib import Path
@@ -28,7 +28,11 @@ import torch.nn.functional as F
 from masprism_batch.config import ModelConfig, SignalsConfig, cpu_has_native_bf16
 from masprism_batch.model import load_model
 
-RESULTS = Path(__file__).parent / "results" / "dtype.csv"
+if __package__ in (None, ""):  # run as a file: the repository root makes `benchmarks` importable
+    sys.path.append(str(Path(__file__).resolve().parents[2]))  # last: an installed masprism_batch wins
+from benchmarks.rows import append_rows  # noqa: E402
+
+RESULTS = Path(__file__).resolve().parents[1] / "results" / "dtype.csv"
 
 
 def median_seconds(fn, repeats: int) -> float:
@@ -81,16 +85,10 @@ def main() -> None:
     out = [{"date": date, "hardware": hw, "load_1min": round(os.getloadavg()[0], 1), "model": args.model,
             "dtype": dtype, "op": op, "tokens": L, "seconds": round(s, 4), "tokens_per_s": round(L / s, 1),
             "ratio_vs_fp32": round(base[(op, L)] / s, 3),
-            "cmd": f"python benchmarks/bench_dtype.py --threads {args.threads}"} for dtype, op, L, s in rows]
+            "cmd": f"python benchmarks/kernels/bench_dtype.py --threads {args.threads}"} for dtype, op, L, s in rows]
     for r in out:
         print(json.dumps(r))
-    new = not args.csv.exists()
-    args.csv.parent.mkdir(parents=True, exist_ok=True)
-    with open(args.csv, "a", newline="") as f:
-        w = csv.DictWriter(f, fieldnames=list(out[0]))
-        if new:
-            w.writeheader()
-        w.writerows(out)
+    append_rows(args.csv, out)
 
 
 if __name__ == "__main__":

@@ -12,8 +12,8 @@ time at the T where eager itself cannot fit in RAM). Random weights with the sha
 T random tokens in steps of 80 tokens. A `model@NL` variant keeps only N layers (peak memory of an
 inference forward is per layer, so it gives the memory-vs-T slope at long T in minutes, not hours).
 
-    python benchmarks/bench_prefill.py                       # CPU grid -> results/prefill.csv
-    python benchmarks/bench_prefill.py --gpu [--peak-tflops 989]   # CUDA: tokens/s, TFLOP/s, MFU
+    python benchmarks/kernels/bench_prefill.py                       # CPU grid -> results/prefill.csv
+    python benchmarks/kernels/bench_prefill.py --gpu [--peak-tflops 989]   # CUDA: tokens/s, TFLOP/s, MFU
 """
 
 from __future__ import annotations
@@ -23,8 +23,10 @@ import json
 import sys
 from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).resolve().parent))
-from kernel_benchlib import RESULTS, print_table, run_cases, worker_main  # noqa: E402
+if __package__ in (None, ""):  # run as a file: the repository root makes `benchmarks` importable
+    sys.path.append(str(Path(__file__).resolve().parents[2]))  # last: an installed masprism_batch wins
+from benchmarks.kernels.kernel_benchlib import print_table, run_cases, worker_main  # noqa: E402
+from benchmarks.rows import RESULTS  # noqa: E402
 
 
 def _mem_total() -> int:

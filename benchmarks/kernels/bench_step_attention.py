@@ -6,8 +6,8 @@ layer: the full [H, T, T] probabilities, then the mass from them), sdpa (plain c
 signals). Shapes of SmolLM2-135M and Qwen3-0.6B attention, random inputs, one sequence of T tokens in
 steps of ~80 tokens.
 
-    python benchmarks/bench_step_attention.py                       # CPU grid -> results/step_attention.csv
-    python benchmarks/bench_step_attention.py --gpu [--dtypes bf16 fp32] [--T 1024 8192]
+    python benchmarks/kernels/bench_step_attention.py                       # CPU grid -> results/step_attention.csv
+    python benchmarks/kernels/bench_step_attention.py --gpu [--dtypes bf16 fp32] [--T 1024 8192]
         # CUDA: triton fwd / mass / both vs sdpa (and eager where it fits), do_bench; rows -> results/step_attention_gpu.csv
 """
 
@@ -18,8 +18,10 @@ import json
 import sys
 from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).resolve().parent))
-from kernel_benchlib import MODELS, RESULTS, print_table, run_cases, worker_main  # noqa: E402
+if __package__ in (None, ""):  # run as a file: the repository root makes `benchmarks` importable
+    sys.path.append(str(Path(__file__).resolve().parents[2]))  # last: an installed masprism_batch wins
+from benchmarks.kernels.kernel_benchlib import MODELS, print_table, run_cases, worker_main  # noqa: E402
+from benchmarks.rows import RESULTS  # noqa: E402
 
 EAGER_LIMIT = 10 * 2**30  # bytes: the shared 24 GiB machine cannot give eager more than this
 
@@ -103,8 +105,9 @@ def cpu_cases(threads: int, models, Ts, impls) -> list[dict]:
 def _gpu_rows(model: str, T: int, dtype_name: str) -> list[dict]:
     import torch
     import triton
-    from gpu_benchlib import gpu_row
     from masprism_batch.kernels import step_attention as tk
+
+    from benchmarks.kernels.gpu_benchlib import gpu_row
 
     dtype = {"bf16": torch.bfloat16, "fp16": torch.float16, "fp32": torch.float32}[dtype_name]
     q, k, v, cu, sid, n, scale = inputs(model, T, "cuda", dtype)
@@ -138,14 +141,16 @@ def _gpu_rows(model: str, T: int, dtype_name: str) -> list[dict]:
 def gpu_main(models, Ts, dtypes, out: Path) -> None:
     """CUDA: each kernel alone with triton.testing.do_bench; prints one table, appends tidy rows to `out`."""
     import torch
-    from gpu_benchlib import append_rows
+
+    from benchmarks.kernels.gpu_benchlib import GPU_FIELDS
+    from benchmarks.rows import append_rows
 
     print(f"# {torch.cuda.get_device_name()}")
     print(f"{'model':<14}{'T':>7} {'dtype':<5} {'impl':<14}{'ms':>9}{'TFLOP/s':>9}{'MFU':>7}")
     for dtype_name in dtypes:
         for model in models:
             for T in Ts:
-                append_rows(out, _gpu_rows(model, T, dtype_name))
+                append_rows(out, _gpu_rows(model, T, dtype_name), GPU_FIELDS)
                 torch.cuda.empty_cache()
 
 

@@ -6,8 +6,8 @@ weights. The rows with impl=cpp_removed in results/token_nll.csv were measured w
 commit 879fa94) before it was removed for not beating the reference; the cpp backend now runs the
 reference, so a new run measures only torch and eager.
 
-    python benchmarks/bench_token_nll.py                 # CPU grid -> results/token_nll.csv
-    python benchmarks/bench_token_nll.py --gpu [--dtypes bf16 fp32]   # CUDA: triton vs eager, do_bench -> results/token_nll_gpu.csv
+    python benchmarks/kernels/bench_token_nll.py                 # CPU grid -> results/token_nll.csv
+    python benchmarks/kernels/bench_token_nll.py --gpu [--dtypes bf16 fp32]   # CUDA: triton vs eager, do_bench -> results/token_nll_gpu.csv
 """
 
 from __future__ import annotations
@@ -17,8 +17,10 @@ import json
 import sys
 from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).resolve().parent))
-from kernel_benchlib import MODELS, RESULTS, print_table, run_cases, worker_main  # noqa: E402
+if __package__ in (None, ""):  # run as a file: the repository root makes `benchmarks` importable
+    sys.path.append(str(Path(__file__).resolve().parents[2]))  # last: an installed masprism_batch wins
+from benchmarks.kernels.kernel_benchlib import MODELS, print_table, run_cases, worker_main  # noqa: E402
+from benchmarks.rows import RESULTS  # noqa: E402
 
 EAGER_LIMIT = 10 * 2**30  # bytes: logits + log-softmax of [T, V] fp32 must fit the shared machine
 
@@ -75,8 +77,9 @@ def cpu_cases(threads: int, models, Ts, impls) -> list[dict]:
 def _gpu_rows(model: str, T: int, dtype_name: str) -> list[dict]:
     import torch
     import triton
-    from gpu_benchlib import gpu_row
     from masprism_batch.kernels import token_nll as tk
+
+    from benchmarks.kernels.gpu_benchlib import gpu_row
 
     dtype = {"bf16": torch.bfloat16, "fp16": torch.float16, "fp32": torch.float32}[dtype_name]
     h, w, t = inputs(model, T, "cuda", dtype)
@@ -95,14 +98,16 @@ def _gpu_rows(model: str, T: int, dtype_name: str) -> list[dict]:
 
 def gpu_main(models, Ts, dtypes, out: Path) -> None:
     import torch
-    from gpu_benchlib import append_rows
+
+    from benchmarks.kernels.gpu_benchlib import GPU_FIELDS
+    from benchmarks.rows import append_rows
 
     print(f"# {torch.cuda.get_device_name()}")
     print(f"{'model':<14}{'T':>7} {'dtype':<5} {'impl':<10}{'ms':>9}{'TFLOP/s':>9}{'MFU':>7}")
     for dtype_name in dtypes:
         for model in models:
             for T in Ts:
-                append_rows(out, _gpu_rows(model, T, dtype_name))
+                append_rows(out, _gpu_rows(model, T, dtype_name), GPU_FIELDS)
                 torch.cuda.empty_cache()
 
 

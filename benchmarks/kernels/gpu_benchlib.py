@@ -1,4 +1,4 @@
-"""Tidy CSV rows for the CUDA benchmarks (bench_step_attention.py --gpu, bench_token_nll.py --gpu, gpu_smoke.sh).
+"""Tidy CSV rows (written by benchmarks/rows.py) for the CUDA benchmarks (bench_step_attention.py --gpu, bench_token_nll.py --gpu, gpu_smoke.sh).
 
 One row per (op, impl, model, T, dtype): median ms from triton.testing.do_bench, the op's useful FLOPs,
 TFLOP/s and MFU against the device's dense peak for that dtype (datasheet numbers, no sparsity).
@@ -6,9 +6,9 @@ TFLOP/s and MFU against the device's dense peak for that dtype (datasheet number
 
 from __future__ import annotations
 
-import csv
 import datetime as dt
-from pathlib import Path
+
+from benchmarks.rows import commit
 
 GPU_FIELDS = ["bench", "op", "impl", "model", "T", "dtype", "ms", "tflops", "mfu", "peak_tflops", "device",
               "torch", "triton", "commit", "date"]
@@ -33,16 +33,6 @@ def peak_tflops(device_name: str, dtype: str) -> float:
     return float("nan")
 
 
-def _commit() -> str:
-    import subprocess
-
-    try:
-        return subprocess.run(["git", "rev-parse", "--short", "HEAD"], capture_output=True, text=True,
-                              cwd=Path(__file__).parent, check=True).stdout.strip()
-    except Exception:  # noqa: BLE001
-        return ""
-
-
 def gpu_row(bench: str, op: str, impl: str, model: str, T: int, dtype: str, ms: float, flops: float) -> dict:
     import torch
     import triton
@@ -52,17 +42,5 @@ def gpu_row(bench: str, op: str, impl: str, model: str, T: int, dtype: str, ms: 
     tflops = flops / (ms * 1e-3) / 1e12
     return dict(bench=bench, op=op, impl=impl, model=model, T=T, dtype=dtype, ms=round(ms, 4),
                 tflops=round(tflops, 2), mfu=round(tflops / peak, 4) if peak == peak else "", peak_tflops=peak,
-                device=name, torch=torch.__version__, triton=triton.__version__, commit=_commit(),
+                device=name, torch=torch.__version__, triton=triton.__version__, commit=commit(),
                 date=dt.date.today().isoformat())
-
-
-def append_rows(path: Path, rows: list[dict], fields: list[str] | None = None) -> None:
-    """Tidy rows appended to a CSV (header written once); `fields` default to the kernel rows' GPU_FIELDS."""
-    path = Path(path)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    new = not path.exists()
-    with path.open("a", newline="") as f:
-        w = csv.DictWriter(f, fieldnames=fields or GPU_FIELDS, extrasaction="ignore")
-        if new:
-            w.writeheader()
-        w.writerows(rows)

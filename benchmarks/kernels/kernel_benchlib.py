@@ -4,55 +4,28 @@ Each case runs in a fresh subprocess (`--worker JSON`) so that peak memory is th
 builds its inputs, resets the kernel's peak-RSS counter (/proc/self/clear_refs = 5), runs the case and
 reports peak RSS minus the RSS before the call. glibc's mmap threshold is pinned (MALLOC_MMAP_THRESHOLD_)
 so large buffers are returned to the OS when freed and repeated calls measure the same thing.
-Rows are tidy (one measurement per row) and appended to benchmarks/results/<name>.csv.
+Rows are tidy (one measurement per row) and appended to benchmarks/results/<name>.csv (benchmarks/rows.py).
 """
 
 from __future__ import annotations
 
-import csv
 import datetime as dt
 import gc
 import json
 import os
-import platform
 import statistics
 import subprocess
 import sys
 import time
 from pathlib import Path
 
-RESULTS = Path(__file__).resolve().parent / "results"
+from benchmarks.rows import append_rows, commit, hardware, torch_version
+
 # (Hq, Hk, D, hidden, vocab, layers) of the two models the issue names (random weights are enough)
 MODELS = {
     "smollm2-135m": dict(hq=9, hk=3, d=64, hidden=576, vocab=49152, layers=30),
     "qwen3-0.6b": dict(hq=16, hk=8, d=128, hidden=1024, vocab=151936, layers=28),
 }
-
-
-def hardware() -> str:
-    # Hosts of one pool can share a bare "AMD EPYC" model name yet differ 2.8x in fp32 GEMM rate
-    # (measured on two "AVX2" hosts), so the CPU family/model is part of the label.
-    ident: dict[str, str] = {}
-    try:
-        for line in Path("/proc/cpuinfo").read_text().splitlines():
-            key, _, val = line.partition(":")
-            key = key.strip()
-            if key in ("model name", "cpu family", "model") and key not in ident:
-                ident[key] = val.strip()
-            if len(ident) == 3:
-                break
-    except OSError:
-        pass
-    name = ident.get("model name", "unknown CPU")
-    fam = f"family {ident['cpu family']} model {ident['model']}, " if "cpu family" in ident and "model" in ident else ""
-    # the vector ISA torch dispatches to decides GEMM speed (AVX2 vs AVX512 hosts share a model name)
-    try:
-        import torch
-
-        isa = ", " + torch.backends.cpu.get_cpu_capability()
-    except Exception:  # noqa: BLE001 - old torch or no torch: the label just lacks the ISA
-        isa = ""
-    return f"{name} ({fam}{os.cpu_count()} vCPU, {platform.machine()}{isa})"
 
 
 def rss_kib(field: str) -> int:
@@ -87,7 +60,7 @@ def run_cases(script: str, cases: list[dict], out_csv: Path, timeout: float = 18
     to the reason it is not run (a row is still written, so the table shows the gap).
     """
     env = dict(os.environ, MALLOC_MMAP_THRESHOLD_="131072", TOKENIZERS_PARALLELISM="false")
-    meta = dict(hardware=hardware(), date=dt.date.today().isoformat(), torch=_torch_version(), commit=_commit())
+    meta = dict(hardware=hardware(), date=dt.date.today().isoformat(), torch=torch_version(), commit=commit())
     rows = []
     out_csv.parent.mkdir(parents=True, exist_ok=True)
     try:
@@ -116,7 +89,7 @@ def run_cases(script: str, cases: list[dict], out_csv: Path, timeout: float = 18
                 results.update({i: {"status": f"timeout after {time.perf_counter() - t0:.0f}s"} for i in todo})
         for impl in case["impls"]:
             rows.append({**base, "impl": impl, **results[impl], **meta})
-            _append(out_csv, rows[-1])
+            append_rows(out_csv, rows[-1:], FIELDS, extra="ignore")
     return rows
 
 
@@ -131,32 +104,6 @@ def worker_main(case: dict, fns: dict) -> None:
 
 FIELDS = ["bench", "op", "impl", "model", "T", "threads", "repeats", "time_s", "time_min_s", "cpu_s",
           "peak_mem_bytes", "status", "hardware", "date", "torch", "commit"]
-
-
-def _append(path: Path, row: dict) -> None:
-    new = not path.exists()
-    with path.open("a", newline="") as f:
-        w = csv.DictWriter(f, fieldnames=FIELDS, extrasaction="ignore")
-        if new:
-            w.writeheader()
-        w.writerow(row)
-
-
-def _torch_version() -> str:
-    try:
-        import torch
-
-        return torch.__version__
-    except ImportError:
-        return "?"
-
-
-def _commit() -> str:
-    try:
-        return subprocess.run(["git", "rev-parse", "--short", "HEAD"], capture_output=True, text=True,
-                              cwd=Path(__file__).parent).stdout.strip()
-    except OSError:
-        return "?"
 
 
 def print_table(rows: list[dict], keys=("op", "model", "T", "impl")) -> None:

@@ -2,7 +2,7 @@
 plus the memory slope of the signal path (least squares on the @4L prefill rows).
 
     pip install -e '.[bench]'
-    python benchmarks/plot_kernels.py            # reads benchmarks/results/{step_attention,token_nll,prefill}.csv
+    python benchmarks/kernels/plot_kernels.py            # reads benchmarks/results/{step_attention,token_nll,prefill}.csv
 """
 
 from __future__ import annotations
@@ -12,7 +12,7 @@ import csv
 from collections import defaultdict
 from pathlib import Path
 
-RESULTS = Path(__file__).resolve().parent / "results"
+RESULTS = Path(__file__).resolve().parents[1] / "results"
 
 
 def load(path: Path) -> list[dict]:

@@ -14,14 +14,14 @@ log are re-read four ways on the same inputs:
 Each row: wall and process CPU seconds, suffix tokens, and the largest |D - D_sequential| over the cells both
 measure. Rows are appended to benchmarks/results/counterfactual.csv.
 
-    python benchmarks/bench_counterfactual.py --data ../shared/data/who_and_when/Hand-Crafted --limit 6
+    python benchmarks/pipeline/bench_counterfactual.py --data ../shared/data/who_and_when/Hand-Crafted --limit 6
 """
 
 from __future__ import annotations
 
 import argparse
-import csv
 import os
+import sys
 import time
 from datetime import datetime, timezone
 from pathlib import Path
@@ -38,7 +38,11 @@ from masprism_batch.render import pass1
 from masprism_batch.stage.attribute import _placeholder_ids
 from masprism_batch.stage.pass2 import prepare_pass2
 
-RESULTS = Path(__file__).parent / "results" / "counterfactual.csv"
+if __package__ in (None, ""):  # run as a file: the repository root makes `benchmarks` importable
+    sys.path.append(str(Path(__file__).resolve().parents[2]))  # last: an installed masprism_batch wins
+from benchmarks.rows import append_rows  # noqa: E402
+
+RESULTS = Path(__file__).resolve().parents[1] / "results" / "counterfactual.csv"
 
 
 def requests(traces, model, cfg):
@@ -60,7 +64,7 @@ def requests(traces, model, cfg):
 
 def repo_relative(path: str) -> str:
     """A data path as recorded in the results: relative to the repository, so rows name no machine's layout."""
-    return os.path.relpath(os.path.abspath(path), Path(__file__).resolve().parents[1])
+    return os.path.relpath(os.path.abspath(path), Path(__file__).resolve().parents[2])
 
 
 def timed(fn):
@@ -96,22 +100,18 @@ def main() -> None:
     tokens = rows[-1][4].get("tokens", 0)
     date = datetime.now(timezone.utc).strftime("%Y-%m-%d %H:%M UTC")
     hw = f"{psutil.cpu_count()}-core CPU, torch {torch.__version__}, {torch.get_num_threads()} threads, load {os.getloadavg()[0]:.1f}"
-    new = not args.csv.exists()
-    with open(args.csv, "a", newline="") as f:
-        w = csv.writer(f)
-        if new:
-            w.writerow(["date", "hardware", "model", "data", "logs", "suffixes", "suffix_tokens", "impl", "wall_s",
-                        "cpu_s", "speedup_vs_sequential", "max_abs_diff", "cmd"])
-        for name, Ds, s, c, st in rows:
-            diff = max((float(np.nanmax(np.abs(D - S))) if np.isfinite(D - S).any() else 0.0)
-                       for D, S in zip(Ds, seq, strict=True)) if reqs else 0.0
-            row = [date, hw, args.model, repo_relative(args.data), len(reqs), st.get("suffixes", rows[1][4].get("suffixes", "")),
-                   st.get("tokens", tokens), name, round(s, 2), round(c, 2), round(seq_s / s, 2), f"{diff:.2e}",
-                   f"python benchmarks/bench_counterfactual.py --data {repo_relative(args.data)} --limit {args.limit} "
-                   f"--model {args.model} --max-context {cfg.render.max_context} --budget {args.budget}"]
-            w.writerow(row)
-            print(dict(zip(["impl", "wall_s", "cpu_s", "speedup", "max_abs_diff", "tokens"],
-                           [name, row[8], row[9], row[10], row[11], row[6]], strict=True)), flush=True)
+    fields = ["date", "hardware", "model", "data", "logs", "suffixes", "suffix_tokens", "impl", "wall_s", "cpu_s",
+              "speedup_vs_sequential", "max_abs_diff", "cmd"]
+    for name, Ds, s, c, st in rows:
+        diff = max((float(np.nanmax(np.abs(D - S))) if np.isfinite(D - S).any() else 0.0)
+                   for D, S in zip(Ds, seq, strict=True)) if reqs else 0.0
+        row = [date, hw, args.model, repo_relative(args.data), len(reqs), st.get("suffixes", rows[1][4].get("suffixes", "")),
+               st.get("tokens", tokens), name, round(s, 2), round(c, 2), round(seq_s / s, 2), f"{diff:.2e}",
+               f"python benchmarks/pipeline/bench_counterfactual.py --data {repo_relative(args.data)} --limit {args.limit} "
+               f"--model {args.model} --max-context {cfg.render.max_context} --budget {args.budget}"]
+        append_rows(args.csv, [dict(zip(fields, row, strict=True))], fields)  # row by row, as measured
+        print(dict(zip(["impl", "wall_s", "cpu_s", "speedup", "max_abs_diff", "tokens"],
+                       [name, row[8], row[9], row[10], row[11], row[6]], strict=True)), flush=True)
 
 
 if __name__ == "__main__":

@@ -12,7 +12,7 @@ Impls per token budget (tidy rows, one per impl, -> --csv; stage seconds of the 
 Acceptance of issue 33 (H100/H200, Qwen3-0.6B shapes): pipeline >= 0.8x plain_prefill and >= 200k tokens/s.
 Harness after ../shared/gpu/e2e_gpu.py (the first H200 run, 2026-11-26).
 
-    python benchmarks/bench_e2e_gpu.py --data ../shared/data/who_and_when ../shared/data/trail --budgets default 32768
+    python benchmarks/pipeline/bench_e2e_gpu.py --data ../shared/data/who_and_when ../shared/data/trail --budgets default 32768
 """
 
 from __future__ import annotations
@@ -30,11 +30,13 @@ from pathlib import Path
 import numpy as np
 import torch
 
-sys.path.insert(0, str(Path(__file__).resolve().parent))
-from bench_prefill import hf_config  # noqa: E402  (the project's Qwen3-0.6B shapes)
+if __package__ in (None, ""):  # run as a file: the repository root makes `benchmarks` importable
+    sys.path.append(str(Path(__file__).resolve().parents[2]))  # last: an installed masprism_batch wins
+from benchmarks.kernels.bench_prefill import hf_config  # noqa: E402  (the project's Qwen3-0.6B shapes)
+from benchmarks.rows import append_rows, commit  # noqa: E402
 
 log = logging.getLogger("bench_e2e_gpu")
-SHARED = Path(__file__).resolve().parents[2] / "shared" / "data"
+SHARED = Path(__file__).resolve().parents[3] / "shared" / "data"
 FIELDS = ["bench", "impl", "model", "budget", "sequences", "packs", "tokens", "seconds", "tokens_per_s",
           "vs_plain", "device", "dtype", "torch", "triton", "commit", "date"]
 
@@ -89,9 +91,9 @@ def _row(impl, budget, seqs, packs, tokens, seconds, plain_tps, model_dtype, com
 
 
 def run_budget(mdir: Path, data: list[str], budget: str, work: Path, hf: bool, commit: str):
-    from bench_pipeline_ratio import prefilled_lengths
     from masprism_batch.pipelines import run_local
 
+    from benchmarks.pipeline.bench_pipeline_ratio import prefilled_lengths
     from masprism_batch.config import load_config
     from masprism_batch.model import load_model
     from masprism_batch.render import buckets
@@ -159,12 +161,10 @@ def main(argv=None) -> int:
     ap.add_argument("--model-dir", type=Path, default=None, help="where the random model is saved (default: temp)")
     ap.add_argument("--layers", type=int, default=None, help="fewer layers for a quick run (default: 28)")
     ap.add_argument("--no-hf", action="store_true", help="skip the transformers baseline")
-    ap.add_argument("--csv", type=Path, default=Path(__file__).parent / "results" / "e2e_gpu.csv")
+    ap.add_argument("--csv", type=Path, default=Path(__file__).resolve().parents[1] / "results" / "e2e_gpu.csv")
     ap.add_argument("--stages-csv", type=Path, default=None, help="default: <csv stem>_stages.csv")
     args = ap.parse_args(argv)
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(name)s %(message)s")
-    from gpu_benchlib import _commit, append_rows
-
     missing = [d for d in args.data if not Path(d).exists()]
     if missing:
         log.error("data not found: %s (carry ../shared/data, or pass --data)", missing)
@@ -175,10 +175,10 @@ def main(argv=None) -> int:
                                 args.layers)
         print(f"{'budget':>8} {'impl':<16}{'tokens':>10}{'seconds':>9}{'tok/s':>10}{'vs plain':>9}")
         for budget in args.budgets:
-            rows, stages = run_budget(mdir, args.data, budget, work, not args.no_hf, _commit())
-            append_rows(args.csv, rows, FIELDS)
+            rows, stages = run_budget(mdir, args.data, budget, work, not args.no_hf, commit())
+            append_rows(args.csv, rows, FIELDS, extra="ignore")
             append_rows(args.stages_csv or args.csv.with_name(args.csv.stem + "_stages.csv"), stages,
-                   ["budget", "stage", "seconds"])
+                        ["budget", "stage", "seconds"], extra="ignore")
             for r in rows:
                 print(f"{r['budget']:>8} {r['impl']:<16}{r['tokens']:>10}{r['seconds']:>9.2f}{r['tokens_per_s']:>10}"
                       f"{r['vs_plain']:>9}")

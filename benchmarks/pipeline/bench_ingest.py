@@ -7,7 +7,7 @@ Cases (each run in a fresh subprocess so its peak RSS is its own):
 MB/s is reported per wall second and per CPU second of the ingest process (the machine is shared, so the
 CPU-second figure is the one-core throughput). Rows are appended to benchmarks/results/ingest.csv.
 
-    python benchmarks/bench_ingest.py [--data ../shared/data] [--repeats 3] [--note "after issue 25"]
+    python benchmarks/pipeline/bench_ingest.py [--data ../shared/data] [--repeats 3] [--note "after issue 25"]
 
 Compare MB/s per CPU-second between runs (the 2-core machine is shared: wall figures follow the load).
 """
@@ -15,7 +15,6 @@ Compare MB/s per CPU-second between runs (the 2-core machine is shared: wall fig
 from __future__ import annotations
 
 import argparse
-import csv
 import json
 import os
 import platform
@@ -25,7 +24,11 @@ import tempfile
 from datetime import datetime, timezone
 from pathlib import Path
 
-ROOT = Path(__file__).resolve().parents[1]
+if __package__ in (None, ""):  # run as a file: the repository root makes `benchmarks` importable
+    sys.path.append(str(Path(__file__).resolve().parents[2]))  # last: an installed masprism_batch wins
+from benchmarks.rows import append_rows, cpu_name  # noqa: E402
+
+ROOT = Path(__file__).resolve().parents[2]
 RESULTS = ROOT / "benchmarks" / "results" / "ingest.csv"
 FIELDS = ["date", "host", "cpus", "python", "case", "repeat", "files", "traces", "error_rows", "mb_raw",
           "mb_disk", "wall_s", "cpu_s", "mb_per_s_wall", "mb_per_s_cpu", "traces_per_s_wall", "peak_rss_mb",
@@ -41,16 +44,6 @@ s = ingest(json.loads(sys.argv[1]), sys.argv[2], progress=False, overwrite=True)
 d = s.as_dict(); d["cpu_s"] = time.process_time() - t_cpu; d["error_rows"] = s.error_rows
 print(json.dumps(d))
 """
-
-
-def _cpu_name() -> str:
-    try:
-        for line in open("/proc/cpuinfo"):
-            if line.startswith("model name"):
-                return line.split(":", 1)[1].strip()
-    except OSError:
-        pass
-    return platform.processor() or platform.machine()
 
 
 def _run(inputs: list[str], out: Path) -> dict:
@@ -83,7 +76,7 @@ def main() -> None:
     if not data.is_dir():
         sys.exit(f"no data at {data}")
     stamp = datetime.now(timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ")
-    common = {"date": stamp, "host": f"{_cpu_name()} ({os.cpu_count()} cores, shared)", "cpus": os.cpu_count(),
+    common = {"date": stamp, "host": f"{cpu_name()} ({os.cpu_count()} cores, shared)", "cpus": os.cpu_count(),
               "python": platform.python_version()}
     rows: list[dict] = []
     note = f" [{args.note}]" if args.note else ""
@@ -100,13 +93,7 @@ def main() -> None:
             for r in range(args.repeats):
                 rows.append(_row(common, f"jsonl-x{copies}", r, [str(src)], tmp / f"out{copies}",
                                  f"masprism-batch ingest traces-x{copies}.jsonl -o OUT{note}"))
-    new = not RESULTS.exists()
-    RESULTS.parent.mkdir(parents=True, exist_ok=True)
-    with open(RESULTS, "a", newline="") as f:
-        w = csv.DictWriter(f, fieldnames=FIELDS, lineterminator="\n")  # the file's own line ends
-        if new:
-            w.writeheader()
-        w.writerows(rows)
+    append_rows(RESULTS, rows, FIELDS)
     for row in rows:
         print(f"{row['case']:12s} #{row['repeat']}: {row['mb_raw']:7.1f} MB, {row['traces']:5d} traces, "
               f"{row['mb_per_s_wall']:6.1f} MB/s wall, {row['mb_per_s_cpu']:6.1f} MB/s per CPU-s, "

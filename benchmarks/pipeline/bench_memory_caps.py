@@ -15,13 +15,12 @@ Cases (each one command in a fresh subprocess; peak RSS is that process's own `r
 Rows (tidy, one per case and repeat) are appended to benchmarks/results/memory_caps.csv. Not a test: nothing
 here asserts a time; tests/ingest/test_hostile.py and tests/pipelines/test_run_safety.py check the behaviour.
 
-    python benchmarks/bench_memory_caps.py [--repeats 1] [--uncapped] [--cases step-20mb,...]
+    python benchmarks/pipeline/bench_memory_caps.py [--repeats 1] [--uncapped] [--cases step-20mb,...]
 """
 
 from __future__ import annotations
 
 import argparse
-import csv
 import gzip
 import json
 import os
@@ -35,22 +34,16 @@ import time
 from datetime import datetime, timezone
 from pathlib import Path
 
-ROOT = Path(__file__).resolve().parents[1]
+if __package__ in (None, ""):  # run as a file: the repository root makes `benchmarks` importable
+    sys.path.append(str(Path(__file__).resolve().parents[2]))  # last: an installed masprism_batch wins
+from benchmarks.rows import append_rows, cpu_name  # noqa: E402
+
+ROOT = Path(__file__).resolve().parents[2]
 RESULTS = ROOT / "benchmarks" / "results" / "memory_caps.csv"
 FIELDS = ["date", "host", "cpus", "python", "case", "repeat", "exit_code", "wall_s", "peak_rss_mb", "attributed",
           "rejected", "warnings", "reasons", "load_avg_1m", "command"]
 CLI = [sys.executable, "-c", "from masprism_batch.cli import main; main()"]
 WORDS = "the agent searched the web and found a result then wrote code to check the answer again".split()
-
-
-def _cpu_name() -> str:
-    try:
-        for line in open("/proc/cpuinfo"):
-            if line.startswith("model name"):
-                return line.split(":", 1)[1].strip()
-    except OSError:
-        pass
-    return platform.processor() or platform.machine()
 
 
 def _who_and_when(rng: random.Random, n_steps: int, big_step: int | None = None, big_bytes: int = 0) -> dict:
@@ -169,7 +162,7 @@ def main() -> None:
     EXTRA.update(json.loads(args.config_json))
     names = args.cases.split(",")
     plan = [(n, False) for n in names] + ([("step-20mb", True)] if args.uncapped and "step-20mb" in names else [])
-    host = f"{_cpu_name()} ({os.cpu_count()} cores)"
+    host = f"{cpu_name()} ({os.cpu_count()} cores)"
     rows = []
     for name, uncapped in plan:
         for r in range(args.repeats):
@@ -186,13 +179,7 @@ def main() -> None:
                 print(json.dumps(row), flush=True)
             finally:
                 shutil.rmtree(work, ignore_errors=True)
-    new = not RESULTS.exists()
-    RESULTS.parent.mkdir(parents=True, exist_ok=True)
-    with open(RESULTS, "a", newline="", encoding="utf-8") as f:
-        w = csv.DictWriter(f, fieldnames=FIELDS)
-        if new:
-            w.writeheader()
-        w.writerows(rows)
+    append_rows(RESULTS, rows, FIELDS)
 
 
 if __name__ == "__main__":

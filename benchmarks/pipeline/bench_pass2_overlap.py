@@ -7,7 +7,7 @@ threads). `cache=cold` empties the tokenizer cache after the pass-1 render, as i
 renders from a CPU task; `warm` keeps it, as in the local engine. Settings alternate within each repeat; the
 first repeat is a warm-up and is not written.
 
-    python benchmarks/bench_pass2_overlap.py --model tiny-random --data ../shared/data/who_and_when/Hand-Crafted \
+    python benchmarks/pipeline/bench_pass2_overlap.py --model tiny-random --data ../shared/data/who_and_when/Hand-Crafted \
         --max-context 2048 --repeats 3
 
 On a CPU both settings compete for the same cores, so wall time is not expected to move; on a GPU the point is
@@ -17,13 +17,11 @@ that the device does not wait for tokenisation. Rows are appended to benchmarks/
 from __future__ import annotations
 
 import argparse
-import csv
 import logging
+import sys
 import time
 from datetime import datetime, timezone
 from pathlib import Path
-
-from kernel_benchlib import hardware
 
 from masprism_batch.config import load_config
 from masprism_batch.ingest import read_inputs
@@ -32,8 +30,12 @@ from masprism_batch.render import pass1
 from masprism_batch.render.encoding import encoder_for
 from masprism_batch.stage.attribute import attribute_traces
 
-RESULTS = Path(__file__).parent / "results" / "pass2_overlap.csv"
-SAMPLE = Path(__file__).resolve().parents[1] / "masprism_batch" / "data" / "sample"
+if __package__ in (None, ""):  # run as a file: the repository root makes `benchmarks` importable
+    sys.path.append(str(Path(__file__).resolve().parents[2]))  # last: an installed masprism_batch wins
+from benchmarks.rows import append_rows, hardware  # noqa: E402
+
+RESULTS = Path(__file__).resolve().parents[1] / "results" / "pass2_overlap.csv"
+SAMPLE = Path(__file__).resolve().parents[2] / "masprism_batch" / "data" / "sample"
 
 
 def main() -> None:
@@ -87,13 +89,7 @@ def main() -> None:
                              "render_pass2_wait_s": round(out.seconds_render_pass2_wait, 5),
                              "n_prompts": out.n_render_pass2, "attributed": len(out.attributions)})
                 print(rows[-1], flush=True)
-    new = not args.csv.exists()
-    args.csv.parent.mkdir(parents=True, exist_ok=True)
-    with args.csv.open("a", newline="") as f:
-        w = csv.DictWriter(f, fieldnames=list(rows[0]))
-        if new:
-            w.writeheader()
-        w.writerows(rows)
+    append_rows(args.csv, rows)
     print(f"appended {len(rows)} rows to {args.csv}")
 
 

@@ -5,8 +5,8 @@ start, staging, Ray start-up, model loads); `engine_s` (run.json) starts after p
 Ray start-up and model loading. Peak RSS is sampled every 0.2 s: `driver_rss_mb` is the command's own process, `tree_rss_mb` the sum over its process tree (Ray workers
 included; shared object-store pages are counted once per process that maps them, so it overstates).
 
-    python benchmarks/bench_pipeline.py --model tiny-random --traces 60 --tokens 2000
-    python benchmarks/bench_pipeline.py --model tiny-random --traces 10000 --tokens 30 --signals synthetic
+    python benchmarks/pipeline/bench_pipeline.py --model tiny-random --traces 60 --tokens 2000
+    python benchmarks/pipeline/bench_pipeline.py --model tiny-random --traces 10000 --tokens 30 --signals synthetic
 
 `--signals synthetic` keeps everything real (ingest, staging, render, packing, the method, commits) except
 the transformer forward, which is replaced by hashed pseudo-random signals of the right shapes: it measures
@@ -18,7 +18,6 @@ Rows are appended to benchmarks/results/pipeline.csv with the date, host CPU cou
 from __future__ import annotations
 
 import argparse
-import csv
 import json
 import os
 import random
@@ -36,12 +35,16 @@ import numpy as np
 import psutil
 from masprism_batch.pipelines.seams import load_model
 
+if __package__ in (None, ""):  # run as a file: the repository root makes `benchmarks` importable
+    sys.path.append(str(Path(__file__).resolve().parents[2]))  # last: an installed masprism_batch wins
+from benchmarks.rows import append_rows  # noqa: E402
+
 WORDS = ("search the web for the answer then check file result error tool agent plan code run test value "
          "table list count step reply user system report final number name date page link query data").split()
 ENGINES = {"local": ["--engine", "local"], "local-t1": ["--engine", "local", "--threads", "1"],
            "ray1": ["--engine", "ray", "--workers", "1"],
            "ray2": ["--engine", "ray", "--workers", "2"]}
-RESULTS = Path(__file__).parent / "results" / "pipeline.csv"
+RESULTS = Path(__file__).resolve().parents[1] / "results" / "pipeline.csv"
 
 
 def make_corpus(path: Path, n: int, tokens: int, seed: int) -> None:
@@ -179,14 +182,8 @@ def main() -> None:
         print(json.dumps(row), flush=True)
     date = datetime.now(timezone.utc).strftime("%Y-%m-%d %H:%M UTC")
     hw = f"{psutil.cpu_count()}-core CPU, {round(psutil.virtual_memory().total / 2**30)} GiB, shared"
-    args.csv.parent.mkdir(parents=True, exist_ok=True)
-    new = not args.csv.exists()
-    with open(args.csv, "a", newline="") as f:
-        w = csv.DictWriter(f, fieldnames=["date", "hardware", "model", "tokens_per_trace", *rows[0].keys()])
-        if new:
-            w.writeheader()
-        for r in rows:
-            w.writerow({"date": date, "hardware": hw, "model": args.model, "tokens_per_trace": args.tokens, **r})
+    append_rows(args.csv, [{"date": date, "hardware": hw, "model": args.model, "tokens_per_trace": args.tokens, **r}
+                           for r in rows])
     if not args.keep:
         shutil.rmtree(work, ignore_errors=True)
     print(f"appended {len(rows)} rows to {args.csv} (python {sys.version.split()[0]}, pid {os.getpid()})")

@@ -13,15 +13,15 @@ ratio = pipeline tokens/s / plain tokens/s, on wall time and on process CPU time
 to read when other jobs share the cores: it does not count the time this process waited for a core).
 Rows are appended to benchmarks/results/pipeline_ratio.csv.
 
-    python benchmarks/bench_pipeline_ratio.py --data ../shared/data/who_and_when/Algorithm-Generated --limit 12
+    python benchmarks/pipeline/bench_pipeline_ratio.py --data ../shared/data/who_and_when/Algorithm-Generated --limit 12
 """
 
 from __future__ import annotations
 
 import argparse
-import csv
 import json
 import os
+import sys
 import tempfile
 from datetime import datetime, timezone
 from pathlib import Path
@@ -29,7 +29,6 @@ from pathlib import Path
 import numpy as np
 import psutil
 import torch
-from bench_counterfactual import repo_relative, timed  # one copy of the timing and path helpers
 from masprism_batch.pipelines import run_local
 from masprism_batch.pipelines.selection import Selection
 
@@ -39,7 +38,12 @@ from masprism_batch.outdir.parts import read_dataset
 from masprism_batch.render import buckets, pass1
 from masprism_batch.trace import Trace
 
-RESULTS = Path(__file__).parent / "results" / "pipeline_ratio.csv"
+if __package__ in (None, ""):  # run as a file: the repository root makes `benchmarks` importable
+    sys.path.append(str(Path(__file__).resolve().parents[2]))  # last: an installed masprism_batch wins
+from benchmarks.pipeline.bench_counterfactual import repo_relative, timed  # noqa: E402  # one copy of the timing and path helpers
+from benchmarks.rows import append_rows  # noqa: E402
+
+RESULTS = Path(__file__).resolve().parents[1] / "results" / "pipeline_ratio.csv"
 
 
 def prefilled_lengths(outdir: Path, model, cfg) -> list[int]:
@@ -60,7 +64,7 @@ def prefilled_lengths(outdir: Path, model, cfg) -> list[int]:
 
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    ap.add_argument("--data", default=str(Path(__file__).resolve().parents[2] / "shared/data/who_and_when/Algorithm-Generated"))
+    ap.add_argument("--data", default=str(Path(__file__).resolve().parents[3] / "shared/data/who_and_when/Algorithm-Generated"))
     ap.add_argument("--limit", type=int, default=12)
     ap.add_argument("--model", default="smollm2-135m")
     ap.add_argument("--threads", type=int, default=None)
@@ -95,16 +99,10 @@ def main() -> None:
         "ratio_cpu": round((tokens / pipe_cpu) / (plain_tokens / plain_cpu), 3),
         "stage_seconds": json.dumps({k: round(v, 1) for k, v in run["stage_seconds_total"].items()}),
         "stage_tokens": json.dumps(run.get("stage_tokens_total", {})),
-        "cmd": f"python benchmarks/bench_pipeline_ratio.py --data {repo_relative(args.data)} --limit {args.limit} --model {args.model}",
+        "cmd": f"python benchmarks/pipeline/bench_pipeline_ratio.py --data {repo_relative(args.data)} --limit {args.limit} --model {args.model}",
     }
     print(json.dumps(row, indent=1), flush=True)
-    new = not args.csv.exists()
-    args.csv.parent.mkdir(parents=True, exist_ok=True)
-    with open(args.csv, "a", newline="") as f:
-        w = csv.DictWriter(f, fieldnames=list(row))
-        if new:
-            w.writeheader()
-        w.writerow(row)
+    append_rows(args.csv, [row])
 
 
 if __name__ == "__main__":

@@ -9,13 +9,12 @@ Rows (tidy, one per case and repeat) are appended to benchmarks/results/steps.cs
 ran (e.g. `before` for a checkout of the code before a change, run with PYTHONPATH pointing at it). Not a test:
 nothing here asserts a time; tests/test_many_steps.py checks the growth with a deterministic cost measure.
 
-    nice -n 10 python benchmarks/bench_steps.py [--steps 512,1024,2048,4096] [--repeats 1] [--label after]
+    nice -n 10 python benchmarks/pipeline/bench_steps.py [--steps 512,1024,2048,4096] [--repeats 1] [--label after]
 """
 
 from __future__ import annotations
 
 import argparse
-import csv
 import json
 import os
 import platform
@@ -27,9 +26,11 @@ import tempfile
 from datetime import datetime, timezone
 from pathlib import Path
 
-from bench_memory_caps import _cpu_name  # the host line of its sibling benchmark
+if __package__ in (None, ""):  # run as a file: the repository root makes `benchmarks` importable
+    sys.path.append(str(Path(__file__).resolve().parents[2]))  # last: an installed masprism_batch wins
+from benchmarks.rows import append_rows, cpu_name  # noqa: E402  # the host line of its sibling benchmarks
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 RESULTS = ROOT / "benchmarks" / "results" / "steps.csv"
 FIELDS = ["date", "host", "cpus", "python", "label", "commit", "steps", "trace_bytes", "repeat", "exit_code",
           "seconds", "peak_rss_mb", "tokens_pass1", "tokens_pass2", "load_avg_1m", "command"]
@@ -106,7 +107,7 @@ def main() -> None:
     ap.add_argument("--label", default="after", help="which code ran (written to the row)")
     ap.add_argument("--results", default=str(RESULTS))
     args = ap.parse_args()
-    host = f"{_cpu_name()} ({os.cpu_count()} cores)"
+    host = f"{cpu_name()} ({os.cpu_count()} cores)"
     results = Path(args.results)
     commit = _commit()
     for n in (int(x) for x in args.steps.split(",")):
@@ -127,13 +128,7 @@ def main() -> None:
                        "command": f"masprism-batch attribute <1 trace, {n} steps of ~10 bytes> -o OUT "
                                   "--model tiny-random --threads 1"}
                 print(json.dumps(row), flush=True)
-                new = not results.exists()
-                results.parent.mkdir(parents=True, exist_ok=True)
-                with open(results, "a", newline="", encoding="utf-8") as f:  # row by row: a killed bench keeps them
-                    w = csv.DictWriter(f, fieldnames=FIELDS)
-                    if new:
-                        w.writeheader()
-                    w.writerow(row)
+                append_rows(results, [row], FIELDS)  # row by row: a killed bench keeps them
             finally:
                 shutil.rmtree(work, ignore_errors=True)
 

@@ -1,4 +1,4 @@
-"""The eager baselines of benchmarks/bench_prefill.py compute the same signals as PrefillModel.signals.
+"""The eager baselines of benchmarks/kernels/bench_prefill.py compute the same signals as PrefillModel.signals.
 
 A speed ratio against a baseline is only meaningful when the baseline does the same job: both eager
 variants (all layers' attentions kept, or folded per layer and dropped) must give our token NLL and step
@@ -7,16 +7,12 @@ attention on fresh random weights, odd length, GQA, tokens outside steps.
 
 from __future__ import annotations
 
-import sys
-from pathlib import Path
-
 import numpy as np
 import pytest
 import torch
 from model_helpers import fresh_seed, hf_config, ours_from_hf, random_hf_model
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "benchmarks"))
-import bench_prefill  # noqa: E402
+from benchmarks.kernels import bench_prefill
 
 
 @pytest.mark.parametrize("family", ["llama", "qwen3"])
