@@ -14,6 +14,8 @@ import stat
 import string
 from collections.abc import Iterable
 
+from masprism_batch.method.sparse_attn import DENSE_STEPS
+
 log = logging.getLogger(__name__)
 
 MAX_TEMPLATE_CHARS = 256  # a header / question template: the defaults are ~25 characters
@@ -99,11 +101,19 @@ def clamp_threads(value: int | None, name: str = "model.threads") -> int | None:
     return value
 
 
-# Peak memory of one trace grows with steps squared, by design: the method reads the step-attention matrix A
-# [N, N] (windows.combine accumulates it, and the learned-head view, in float64), counterfactual effects D [N, N],
-# and step_scores.attention_pass1 writes row i of A for every step (N^2 / 2 values per trace). Measured by the
-# issue 37 red team on the tiny-random model: 8,192 steps 2.35 GB, 20,000 over 8 GB, i.e. ~35 bytes per step pair.
+# Peak memory of one trace: up to sparse_attn.DENSE_STEPS steps the step attention A is one dense N x N (the float64
+# accumulator, its float32 copy, the learned-head view and step_scores.attention_pass1's rows: ~36 bytes per step
+# pair, measured by the issue 37 red team); above it A is kept by rows, each holding at most a window's steps, so
+# what grows is linear: BYTES_PER_STEP a step, measured through `attribute` on the tiny-random model
+# (benchmarks/pipeline/bench_memory_caps.py --cases steps-N, docs/formats.md) with a margin of about 2x.
 BYTES_PER_STEP_PAIR = 36
+BYTES_PER_STEP = 64 * 1024
+
+
+def trace_memory(steps: int) -> int:
+    """Bytes one trace of `steps` steps may need at peak (see BYTES_PER_STEP)."""
+    dense = min(steps, DENSE_STEPS)
+    return dense * dense * BYTES_PER_STEP_PAIR + steps * BYTES_PER_STEP
 
 
 def machine_memory() -> int:
@@ -124,14 +134,17 @@ def machine_memory() -> int:
 
 
 def check_max_steps(value: int, name: str = "ingest.max_steps") -> int:
-    """A step count whose one trace would need more memory than the machine has (steps squared: see
-    BYTES_PER_STEP_PAIR) is refused, naming both numbers, instead of the run being killed on its largest trace."""
-    need, have = value * value * BYTES_PER_STEP_PAIR, machine_memory()
+    """A step count whose one trace would need more memory than the machine has (`trace_memory`: linear in the
+    steps) is refused, naming both numbers, instead of the run being killed on its largest trace."""
+    need, have = trace_memory(value), machine_memory()
     if need > have:
-        fits = math.isqrt(have // BYTES_PER_STEP_PAIR)
-        raise ValueError(f"{name} = {value}: one trace of that many steps needs ~{need / 1e9:.1f} GB (the step "
-                         f"attention A [N, N] and its per-step rows grow with steps squared), this machine has "
-                         f"{have / 1e9:.1f} GB; at most {fits} steps fit")
+        lo, hi = 0, value  # the most steps that fit: trace_memory grows with the steps
+        while lo < hi:
+            mid = (lo + hi + 1) // 2
+            lo, hi = (mid, hi) if trace_memory(mid) <= have else (lo, mid - 1)
+        raise ValueError(f"{name} = {value}: one trace of that many steps needs ~{need / 1e9:.1f} GB (about "
+                         f"{BYTES_PER_STEP // 1024} KiB a step), this machine has {have / 1e9:.1f} GB; at most "
+                         f"{lo} steps fit")
     return value
 
 

@@ -24,6 +24,7 @@ import pyarrow.compute as pc
 from masprism_batch.analytics import load
 from masprism_batch.analytics.accuracy import top1_correct
 from masprism_batch.analytics.svg import visible
+from masprism_batch.method.sparse_attn import full_row
 
 log = logging.getLogger(__name__)
 
@@ -82,12 +83,13 @@ def _cut(text: str | None, n: int) -> tuple[str, bool]:
 
 def _quantise_attention(rows: list[list[float] | None], n: int) -> str | None:
     """Lower triangle of A, each row divided by its max (so every row's top target is 255), as base64."""
-    if n == 0 or n > 4096 or len(rows) != n or any(r is None or len(r) != i + 1 for i, r in enumerate(rows)):
+    # a long log stores each row as its tail (method/sparse_attn.full_row): shorter rows are padded, not refused
+    if n == 0 or n > 4096 or len(rows) != n or any(not r or len(r) > i + 1 for i, r in enumerate(rows)):
         return None
     out = np.zeros(n * (n + 1) // 2, dtype=np.uint8)
     off = 0
     for i, r in enumerate(rows):
-        a = np.nan_to_num(np.asarray(r, dtype=np.float64), nan=0.0, posinf=0.0, neginf=0.0).clip(min=0)
+        a = np.nan_to_num(full_row(r, i), nan=0.0, posinf=0.0, neginf=0.0).clip(min=0)
         m = a.max() if a.size else 0
         if m > 0:
             out[off: off + i + 1] = np.rint(255 * a / m).astype(np.uint8)

@@ -23,6 +23,8 @@ import math
 
 import numpy as np
 
+from masprism_batch.method.sparse_attn import full_row
+
 FEATURES = ("top_share", "margin", "support", "nll_contrast", "log_steps", "log_candidates")
 # the direction each feature may move the confidence, fixed a priori by what it means (calibrate.fit_evidence
 # drops a feature whose weight comes out the other way): clearer evidence up, more places to look down
@@ -56,7 +58,7 @@ def evidence(n_steps: int, rows: list[dict], order: list[int], scores=None) -> d
     points = 0
     for r in rows:
         if r["step"] in symptoms:
-            row = np.asarray((r.get("attention_pass1") or [])[: r["step"]], dtype=np.float64)
+            row = full_row(r.get("attention_pass1"), r["step"])[: r["step"]]
             if row.size and top < row.size:
                 points += top in np.argsort(-row, kind="stable")[:TOP_TARGETS]
     nll = _nll(rows)

@@ -1,7 +1,8 @@
 """MASPrism's two passes on prefill signals (docs/method.md; /shared method doc).
 
-Pure functions over numpy arrays: knows nothing of models, kernels or files. The engine (`model_stage.py`) runs the
-prefills and hands over, per pass, the step NLLs N_i and the step attention matrix A[i->j].
+Pure functions over numpy arrays: knows nothing of models, kernels or files. The engine (`stage/attribute.py`) runs the
+prefills and hands over, per pass, the step NLLs N_i and the step attention matrix A[i->j] (a dense array, or
+row-sparse for a long log: method/sparse_attn.py).
 Determinism: every sort is stable with the step index as the final tie-break.
 """
 
@@ -14,6 +15,7 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from masprism_batch.config import MethodConfig
+from masprism_batch.method.sparse_attn import row_of
 
 
 def failure_word_regex(words: tuple[str, ...]) -> re.Pattern[str]:
@@ -45,12 +47,18 @@ def select_symptoms(nll: np.ndarray, has_failure_word: np.ndarray, ratio: float)
     return sorted(order[: n_symptoms(n, ratio)])
 
 
-def inflow(A: np.ndarray, symptoms: list[int]) -> np.ndarray:
-    """H_k = sum over symptoms m > k of A[m->k]."""
+def inflow(A, symptoms: list[int]) -> np.ndarray:
+    """H_k = sum over symptoms m > k of A[m->k] (A dense, or row-sparse: sparse_attn.SparseAttn)."""
     n = A.shape[0]
     H = np.zeros(n, dtype=np.float64)
-    for m in symptoms:
-        H[:m] += A[m, :m]
+    if isinstance(A, np.ndarray):
+        for m in symptoms:
+            H[:m] += A[m, :m]
+        return H
+    for m in symptoms:  # the cells left out are 0, and H + 0.0 is H: the same sums as the dense loop
+        c, v = A.row(m)
+        keep = c < m
+        H[c[keep]] += v[keep]  # a row's columns are distinct
     return H
 
 
@@ -106,26 +114,28 @@ def pass2(token_nll, spans, A, has_failure_word, ratio: float, candidates: list[
     nll = step_nll(token_nll, spans)
     symptoms = select_symptoms(nll, has_failure_word, ratio)
     n = A.shape[0]
-    top_targets: dict[int, set[int]] = {}
+    fuse = {k: 0.0 for k in candidates}
+    support: dict[int, list[int]] = {k: [] for k in candidates}
+    votes = dict.fromkeys(candidates, 0)
+    # symptom by symptom (one dense row at a time, whatever A's storage); each candidate's sum still runs over
+    # the symptoms in order, so the scores are those of a candidate-by-candidate loop
     for m in symptoms:
-        prev = sorted(range(m), key=lambda j: (-A[m, j], j))
-        top_targets[m] = set(prev[: cfg.top_attention_targets])
-    scores, support = {}, {}
-    for k in candidates:
-        fuse, sup, votes = 0.0, [], 0
-        for m in symptoms:
-            if m <= k or m >= n:
-                continue
-            mean_prev = float(A[m, :m].mean())
+        ks = [k for k in candidates if k < m < n]
+        if not ks:
+            continue
+        row = row_of(A, m)
+        # by attention descending, ties by step: a stable argsort of -A is that order, without a Python sort
+        top = set(np.argsort(-row[:m], kind="stable")[: cfg.top_attention_targets].tolist())
+        mean_prev = float(row[:m].mean())
+        for k in ks:
             if mean_prev <= 0 or not np.isfinite(nll[m]) or not np.isfinite(nll[k]):
                 continue
-            s = (A[m, k] / mean_prev) * (1.0 + max(0.0, nll[m] - nll[k]))
-            fuse += s
+            s = (row[k] / mean_prev) * (1.0 + max(0.0, nll[m] - nll[k]))
+            fuse[k] += s
             if s > 0:
-                sup.append(m)
-            votes += k in top_targets[m]
-        scores[k] = fuse * (1.0 + cfg.vote_weight * votes)
-        support[k] = sup
+                support[k].append(m)
+            votes[k] += k in top
+    scores = {k: fuse[k] * (1.0 + cfg.vote_weight * votes[k]) for k in candidates}
     ranked = sorted(candidates, key=lambda i: (-scores[i], i))
     return Ranking(ranked, scores, support, symptoms, nll)
 

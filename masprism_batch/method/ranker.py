@@ -13,6 +13,7 @@ import re
 
 import numpy as np
 
+from masprism_batch.method.sparse_attn import full_row
 from masprism_batch.trace import Trace
 
 FEATURES = [
@@ -50,9 +51,9 @@ def step_features(trace: Trace, rows: list[dict]) -> np.ndarray:
     nll2 = np.where(np.isfinite(nll2), nll2, nll1)
     attn_in = np.zeros(n)
     for r in rows:
-        row = r.get("attention_pass1") or []
         m = r["step"]
-        attn_in[: min(m, len(row))] += np.asarray(row[:m], dtype=np.float64)
+        row = full_row(r.get("attention_pass1"), m)  # a long log's rows are stored as tails
+        attn_in[: min(m, len(row))] += row[:m]
     fw = _col(rows, "has_failure_word", 0.0)
     follows = np.array([fw[i + 1 : i + 3].any() for i in range(n)], dtype=np.float64)
     rank = _col(rows, "rank", 0.0)

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import numpy as np
 
+from masprism_batch.method.sparse_attn import row_tail
 from masprism_batch.stage.verdict import agent_by
 
 
@@ -45,6 +46,8 @@ def attribution_row(t, ranking, model_id, chash, cfg, r1, r2, sec1, sec2, now, v
 
 
 def step_rows(t, p1, ranking, flags, r1, s1, extra=None) -> list[dict]:
+    """attention_pass1: row i of A, A[i, :i+1], complete for a dense A; a row-sparse A (a long log) writes the
+    row's tail from its first non-zero column (method/sparse_attn.full_row restores the leading zeros)."""
     rank = {k: r + 1 for r, k in enumerate(ranking.ranked)}
     A = s1.step_attn
     rows = []
@@ -56,7 +59,7 @@ def step_rows(t, p1, ranking, flags, r1, s1, extra=None) -> list[dict]:
             "tokens_pass1": e - s, "nll_pass1": _f(p1.nll[i]), "nll_pass2": _f(nll2),
             "h_score": _f(p1.h_score[i]), "score": _f(ranking.scores[i]) if i in ranking.scores else None,
             "rank": rank.get(i), "is_symptom": i in p1.symptoms, "is_candidate": i in p1.candidates,
-            "has_failure_word": bool(flags[i]), "attention_pass1": A[i, : i + 1].tolist(),
+            "has_failure_word": bool(flags[i]), "attention_pass1": row_tail(A, i).tolist(),
             **{k: _f(v[i]) for k, v in (extra or {}).items()},
         })
     return rows

@@ -6,7 +6,6 @@ from __future__ import annotations
 
 import json
 import logging
-import math
 import os
 import random
 from pathlib import Path
@@ -145,7 +144,9 @@ def test_max_steps_bounded_by_the_machines_memory(monkeypatch):
 
     gb = random.randint(2, 64)
     monkeypatch.setattr(config_checks, "machine_memory", lambda: gb * 10**9)
-    fits = math.isqrt(gb * 10**9 // config_checks.BYTES_PER_STEP_PAIR)
+    # linear past the dense budget (issue 37): the most steps whose trace_memory fits
+    fits = (gb * 10**9 - config_checks.trace_memory(2048)) // config_checks.BYTES_PER_STEP + 2048
+    assert config_checks.trace_memory(fits) <= gb * 10**9 < config_checks.trace_memory(fits + 1)
     assert load_config(None, ingest__max_steps=fits).ingest.max_steps == fits
     with pytest.raises(ValueError, match=f"ingest.max_steps = {fits + 1}: .* at most {fits} steps fit"):
         load_config(None, ingest__max_steps=fits + 1)
