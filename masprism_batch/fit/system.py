@@ -213,8 +213,3 @@ def beats(a: list, b: list, z: float = Z) -> bool:
         return False
     se = d.std(ddof=1) / np.sqrt(d.size) if d.size > 1 else np.inf
     return bool(d.mean() > z * se)
-
-
-def fitted_weights(fit: SystemFit) -> np.ndarray | None:
-    w = fit.entry.get("weights")
-    return None if w is None else np.asarray(w)
