@@ -110,14 +110,20 @@ def test_windows_name_only_their_own_steps():
         assert w.n_steps == len(w.steps) and max(w.sids) == w.n_steps - 1
 
 
-def test_combine_follows_the_documented_rule():
-    """A[i->j] = sum over windows of owned-query mass of i on j (full or key-only copy) / owned tokens of i."""
+@pytest.mark.parametrize("dense", [True, False])
+def test_combine_follows_the_documented_rule(monkeypatch, dense):
+    """A[i->j] = sum over windows of owned-query mass of i on j (full or key-only copy) / owned tokens of i;
+    the same A whether kept dense or row-sparse (a log past sparse_attn.DENSE_STEPS)."""
     rng = np.random.default_rng()
     n = 5
     wd, sigs = _rule_case(rng, n)
     want, want_h = _rule(wd, sigs, n)
+    if not dense:
+        monkeypatch.setattr(windows, "DENSE_STEPS", 0)
     got = windows.combine(wd, sigs, n)
-    np.testing.assert_allclose(got.step_attn, want, rtol=1e-5)
+    A = got.step_attn if dense else got.step_attn.toarray()
+    assert isinstance(got.step_attn, np.ndarray) == dense
+    np.testing.assert_allclose(A, want, rtol=1e-5)
     assert got.step_attn_heads.shape == (2, 3, n, n)
     np.testing.assert_allclose(got.step_attn_heads, want_h, rtol=1e-5)
     assert got.step_attn_learned is None
