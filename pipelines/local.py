@@ -28,7 +28,7 @@ from masprism_batch.pipelines.prefetch import Prefetcher
 from masprism_batch.pipelines.progress import Progress
 from masprism_batch.pipelines.resume import resume_config
 from masprism_batch.pipelines.run_summary import RunSummary
-from masprism_batch.pipelines.seams import attribute_traces, load_model
+from masprism_batch.pipelines.seams import ModelStage, load_model
 from masprism_batch.pipelines.selection import Selection
 from masprism_batch.pipelines.work import attribute_pack, prepare_shard
 
@@ -51,18 +51,19 @@ def _guard(ledger: FileLedger, key: str) -> CrashGuard | None:
 
 def run_local(inputs: list[str], outdir: str | Path, cfg: PipelineConfig, *, fmt: str = "auto", model=None,
               progress: bool | Progress = True, select: Selection | None = None, load_model=load_model,
-              attribute=attribute_traces, prefetch: int = 1, render_workers: int | None = None) -> RunSummary:
+              attribute=None, prefetch: int = 1, render_workers: int | None = None) -> RunSummary:
     """Attribute every trace of `inputs` into OUTDIR (resumable; see docs/scale-out.md).
 
     `model` lets a caller that already holds a loaded PrefillModel reuse it; else `load_model(cfg)` loads it
     (only when a shard is pending, or first when the token budget is to be sized for a CUDA device).
-    `attribute(traces, model, cfg, renders)`: the model stage on one pack. `prefetch`: shards whose CPU stage
+    `attribute(traces, model, cfg, renders)`: the model stage on one pack (None: `seams.ModelStage`). `prefetch`: shards whose CPU stage
     may run ahead of the model stage (0: one after the other). `render_workers`: processes rendering pass 1
     beside the model (`render_pool.RenderPool`); None: on a CUDA model up to 8, leaving 2 CPUs, else none.
     `progress`: the display the run reports to (`progress.Progress`), or True/False for the default bar.
     Raises `io.OutdirLocked` (a ValueError) when another live run holds OUTDIR.
     """
     outdir = Path(outdir)
+    attribute = attribute if attribute is not None else ModelStage()
     with OutdirLock(outdir, "run --engine local") as lock, interruptible(), contextlib.ExitStack() as stack:
         cfg = resume_config(outdir, cfg)
         extra: dict = {"seconds_model_load": 0.0}

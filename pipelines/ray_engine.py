@@ -35,7 +35,7 @@ from masprism_batch.pipelines.progress import Progress
 from masprism_batch.pipelines.ray_cluster import ray_cluster
 from masprism_batch.pipelines.resume import resume_config
 from masprism_batch.pipelines.run_summary import RunSummary
-from masprism_batch.pipelines.seams import attribute_traces, load_model, load_tokenizer
+from masprism_batch.pipelines.seams import ModelStage, load_model, load_tokenizer
 from masprism_batch.pipelines.selection import Selection
 from masprism_batch.pipelines.work import attribute_pack, prepare_shard
 
@@ -180,7 +180,7 @@ def _capped(asked: int, room: int, what: str) -> int:
 def run_ray(inputs: list[str], outdir: str | Path, cfg: PipelineConfig, *, workers: int | None = None,
             address: str | None = None, num_cpus: int | None = None, fmt: str = "auto",
             progress: bool | Progress = True, select: Selection | None = None, load_model=load_model,
-            load_tokenizer=load_tokenizer, attribute=attribute_traces) -> RunSummary:
+            load_tokenizer=load_tokenizer, attribute=None) -> RunSummary:
     """Attribute `inputs` into OUTDIR on Ray Data (resumable; same outputs as `run_local`).
 
     The model stage's functions (`load_model(cfg)` in each actor, `load_tokenizer(cfg)` in each CPU worker,
@@ -188,6 +188,7 @@ def run_ray(inputs: list[str], outdir: str | Path, cfg: PipelineConfig, *, worke
     project's (`pipelines.seams`)."""
 
     outdir = Path(outdir)
+    attribute = attribute if attribute is not None else ModelStage()
     if not address and os.environ.get("RAY_ADDRESS", "local") != "local":
         address = os.environ["RAY_ADDRESS"]  # Ray's own variable names a cluster to join, as `--address` does
     with OutdirLock(outdir, "run --engine ray") as lock, interruptible():

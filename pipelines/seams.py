@@ -1,8 +1,9 @@
 """The model stage as the engines call it: three functions tests and benchmarks replace.
 
 The engines take them as keyword arguments (`load_model`, `load_tokenizer`, `attribute`) whose defaults are
-the functions below; under Ray they travel to the workers with the tasks (a monkeypatch would not reach those
-processes). Each imports its heavy module when called, so a Ray CPU task that only renders loads no weights.
+the functions below (`attribute`: a `ModelStage` per run); under Ray they travel to the workers with the tasks
+(a monkeypatch would not reach those processes). Each imports its heavy module when called, so a Ray CPU task
+that only renders loads no weights.
 """
 
 from __future__ import annotations
@@ -27,8 +28,28 @@ def load_tokenizer(cfg: PipelineConfig):
 
 
 def attribute_traces(traces: list[Trace], model, cfg: PipelineConfig, rendered: list):
-    """The model stage on one pack (`masprism_batch.stage.attribute.attribute_traces`): the engines' default
-    `attribute`."""
+    """The model stage on one pack (`masprism_batch.stage.attribute.attribute_traces`), reading the verdict
+    policy for this pack alone: for callers that attribute one pack."""
     from masprism_batch.stage import attribute as attribution
 
     return attribution.attribute_traces(traces, model, cfg, rendered=rendered)
+
+
+class ModelStage:
+    """The engines' default `attribute(traces, model, cfg, rendered)`: the model stage with the run's verdict
+    policy (ranker file, fallback rule, calibration: `fit/policy.py`), read on the first pack and kept for the
+    run. One per run (under Ray: one copy per model actor); a pack with another method config or model reads
+    it again."""
+
+    def __init__(self):
+        self._policy = None
+        self._policy_for: tuple[str, str] | None = None
+
+    def __call__(self, traces: list[Trace], model, cfg: PipelineConfig, rendered: list):
+        from masprism_batch.fit.policy import VerdictPolicy
+        from masprism_batch.stage import attribute as attribution
+
+        key = (cfg.method.model_dump_json(), model.model_id)
+        if self._policy_for != key:
+            self._policy, self._policy_for = VerdictPolicy.load(cfg.method, model.model_id), key
+        return attribution.attribute_traces(traces, model, cfg, rendered=rendered, policy=self._policy)
