@@ -9,15 +9,14 @@ by internal cross-validation (leave-one-out up to 20 labels, else 5 folds). At i
 the order it corrects. Two label priors a team's system really has are features it may learn:
 how often the blamed step sat at this index (and at this relative position), and how often this step's author
 was the blamed agent, counted on the training labels (each training log's own label left out of its features).
-Which verdict a system uses (rule, label prior or ranker; fit_system.py) is chosen held out. Every estimate
+Which verdict a system uses (rule, label prior or ranker; fit/system.py) is chosen held out. Every estimate
 is returned beside the label-prior baselines fitted on the same labels, and the chosen verdict's held-out
-top probabilities are mapped to P(blamed step is right) by a Platt calibration (method/calibrate.py).
+evidence is mapped to P(blamed step is right) by an evidence calibration (method/calibrate.py).
 """
 
 from __future__ import annotations
 
 import logging
-import math
 from dataclasses import dataclass, field
 
 import numpy as np
@@ -296,7 +295,3 @@ def mean(xs) -> float | None:
     None when there is none. Summed in order, so a rate of k in n is exactly k / n."""
     xs = [x for x in xs if x is not None]
     return sum(xs) / len(xs) if xs else None
-
-
-def isfinite(x) -> bool:
-    return x is not None and math.isfinite(x)
