@@ -1,1 +1,2 @@
-"""Fitting a ranker to a team's own labelled logs, and the ranker file it writes."""
+"""Fitting a ranker to a team's own labelled logs, the ranker file it writes, and the verdict policy a run
+reads once from that file and fallback.json (policy.py)."""
