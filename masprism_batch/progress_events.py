@@ -3,7 +3,8 @@ can move (and show tokens/s) long before the pack's traces are committed. A pack
 (a 90 s pack showed "0/10 traces, ETA -" until it ended, then jumped to 6/10).
 
 Listeners run in the model stage's thread and must be quick; none are registered unless a command displays
-progress (`cli/progress.py`). Local engine only: Ray actors run in other processes and report per pack.
+progress: a run's display (`pipelines.progress.Progress`) subscribes its `on_group` (`cli/progress.py`). Local
+engine only: Ray actors run in other processes and report per pack.
 """
 
 from __future__ import annotations

@@ -49,7 +49,7 @@ def forward_budget(cfg) -> int:
 
 def forward_groups(lengths: Sequence[int], cfg) -> list[list[int]]:
     """`pack` under the run's budget (`forward_budget`): the packs of the CPU stage (pipelines/packs.make_packs)
-    and the prefill groups of the model stage (stage/attribute._prefill); the counterfactual suffixes are
+    and the prefill groups of the model stage (stage/prefill.prefill_groups); the counterfactual suffixes are
     grouped under the same `forward_budget` (method/counterfactual.effects_batch)."""
     return pack(lengths, forward_budget(cfg))
 

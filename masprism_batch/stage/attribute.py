@@ -2,7 +2,8 @@
 
 (pass-1 renders, from planning or pass1.render_traces) -> prefill groups -> symptoms/candidates -> render
 pass 2 -> prefill groups -> ranking. Symptoms, candidates and the pass-2 prompt of a trace are prepared as soon
-as its pass-1 signals are back, beside the next pass-1 prefills (pass2_prep.py).
+as its pass-1 signals are back, beside the next pass-1 prefills (pass2.py); the prefill groups are
+prefill.py's.
 Engines (local, Ray) decide how many traces go into one call; a failure of one trace becomes an error row and
 never sinks the others.
 """
@@ -18,7 +19,6 @@ from typing import TYPE_CHECKING
 
 import numpy as np
 
-from masprism_batch import progress_events
 from masprism_batch.config import PipelineConfig
 from masprism_batch.fit.policy import VerdictPolicy
 from masprism_batch.method import counterfactual, heads, reads
@@ -28,6 +28,7 @@ from masprism_batch.render import prompt as render
 from masprism_batch.schema import error_row
 from masprism_batch.stage import rows as rows_mod
 from masprism_batch.stage.pass2 import Pass2Prep, prepare_pass2, symptom_ratio
+from masprism_batch.stage.prefill import pass1_signals, prefill_groups
 from masprism_batch.stage.verdict import fitted_verdict, masprism_verdict, rule_confidence
 from masprism_batch.trace import Trace
 
@@ -50,54 +51,6 @@ class StageOutput:
     # counterfactual suffix prefills (issue 24): wall seconds and suffix tokens read, summed per call
     seconds_counterfactual: float = 0.0
     tokens_counterfactual: int = 0
-
-
-def _prefill(model, rendered: dict, cfg: PipelineConfig, stage: str, on_group=None, **kw) -> dict:
-    """Run the prefills of `rendered` in prefill groups (packed forwards of at most the run's token budget, one
-    `model.signals` call each): {key: (SeqSignals or the exception, seconds attributed to key)}.
-
-    `rendered` values have `input_ids` and `step_ids()` (and `n_steps` for windows); kw go to model.signals.
-    A group that fails (e.g. out of memory) is retried item by item, so one bad trace fails alone.
-    on_group({key: result}) is called after each group, before the next one is launched.
-    kw per_head: a bool, or the set of keys read per head (issue 24): those are packed apart, so the others
-    take the signal op's fused kernel (the C++ op has no per-head variant).
-    """
-    heads_for = kw.pop("per_head", False)
-    keys = sorted(rendered)
-    results: dict[int, tuple] = {}
-
-    def run(idx: list[int], per_head: bool) -> bool:
-        t0 = time.perf_counter()
-        try:
-            n_steps = [getattr(rendered[i], "n_steps", None) for i in idx]
-            # NLL only where the method reads it: step tokens, and a window's own ones (not its context/digest)
-            sigs = model.signals([rendered[i].input_ids for i in idx], [rendered[i].step_ids() for i in idx],
-                                 None if None in n_steps else n_steps, per_head=per_head,
-                                 nll_from=[getattr(rendered[i], "offset", 0) for i in idx], nll_steps_only=True,
-                                 **kw)
-        except Exception as exc:  # noqa: BLE001 - one bad group must not sink the others
-            log.warning("%s prefill of %d trace(s) failed: %s", stage, len(idx), exc)
-            if len(idx) == 1:
-                results[idx[0]] = (exc, 0.0)
-            return False
-        dt = time.perf_counter() - t0
-        total = sum(len(rendered[i].input_ids) for i in idx)
-        for i, s in zip(idx, sigs, strict=True):
-            results[i] = (s, dt * len(rendered[i].input_ids) / total)
-        return True
-
-    split = [(bool(heads_for), keys)] if isinstance(heads_for, bool) else \
-        [(False, [k for k in keys if k not in heads_for]), (True, [k for k in keys if k in heads_for])]
-    work = [([ks[g] for g in group], ph) for ph, ks in split if ks
-            for group in buckets.forward_groups([len(rendered[k].input_ids) for k in ks], cfg)]
-    for idx, ph in work:
-        if not run(idx, ph) and len(idx) > 1:
-            for i in idx:
-                run([i], ph)
-        if on_group is not None:
-            on_group({i: results[i] for i in idx})
-        progress_events.prefill_done(stage, len(idx), sum(len(rendered[i].input_ids) for i in idx))
-    return results
 
 
 @dataclass
@@ -152,7 +105,7 @@ def attribute_traces(traces: list[Trace], model, cfg: PipelineConfig, raw_sink=N
     r1 = {i: w.r1 for i, w in work.items()}
     prepare = partial(prepare_pass2, traces=traces, r1=r1, cfg=cfg, rcfg=rcfg, tok=tok)
     with Pass2Prep(prepare, cfg.engine.pass2_render_threads) as prep:
-        sig1 = _pass1_signals(model, r1, {i: w.win for i, w in work.items() if w.win is not None}, cfg, per_head,
+        sig1 = pass1_signals(model, r1, {i: w.win for i, w in work.items() if w.win is not None}, cfg, per_head,
                               prep.submit, hw)
         for i, (s, secs) in sig1.items():
             w = work[i]
@@ -174,7 +127,7 @@ def attribute_traces(traces: list[Trace], model, cfg: PipelineConfig, raw_sink=N
     r2 = {i: w.r2 for i, w in work.items() if w.r2 is not None}
     want_cf = {i for i in r2 if cf_k and reads.COUNTERFACTUAL in work[i].need}
     # pass-2 per-head attention is read by no verdict, only by raw_sink callers (fit-heads' training pairs)
-    sig2 = _prefill(model, r2, cfg, "pass2", per_head=per_head if raw_sink is not None else False,
+    sig2 = prefill_groups(model, r2, cfg, "pass2", per_head=per_head if raw_sink is not None else False,
                     keep_kv=bool(want_cf))
     for i, (s, secs) in sig2.items():
         work[i].sig2, work[i].seconds2 = s, secs
@@ -214,49 +167,6 @@ def attribute_traces(traces: list[Trace], model, cfg: PipelineConfig, raw_sink=N
                                                          w.seconds1, w.seconds2, now, verdict))
         out.step_scores.extend(rows)
     return out
-
-
-def _pass1_signals(model, r1: dict, wins: dict, cfg: PipelineConfig, per_head: bool | set, on_trace, hw=None) -> dict:
-    """Pass 1 prefills: one per trace (truncate) or one per window, recombined per trace (windows.py).
-    on_trace(i, signals) as soon as trace i's prefill (every window of it) is back and did not fail."""
-    def ready(got: dict) -> None:
-        for i, (s, _) in got.items():
-            if not isinstance(s, Exception):
-                on_trace(i, s)
-
-    if not wins:
-        return _prefill(model, r1, cfg, "pass1", on_group=ready, per_head=per_head)
-    items = {(i, w): win for i, wd in wins.items() for w, win in enumerate(wd.windows)}
-    left, parts, out, broken = {i: len(wd.windows) for i, wd in wins.items()}, {}, {}, {}
-
-    def combine(i: int) -> None:
-        wd = wins[i]
-        got = [parts[(i, w)] for w in range(len(wd.windows))]
-        bad = next((p[0] for p in got if isinstance(p[0], Exception)), None)
-        secs = sum(p[1] for p in got)
-        try:
-            out[i] = (bad if bad is not None else windows.combine(wd, [p[0] for p in got], len(wd.full.step_spans),
-                                                                  head_weights=hw), secs)
-        except Exception as exc:  # noqa: BLE001 - raised after the prefills in trace order, as it always was
-            broken[i] = exc
-
-    def group_done(got: dict) -> None:
-        parts.update(got)
-        for i, _ in got:
-            left[i] -= 1
-        done = sorted({i for i, _ in got if not left[i]})
-        for i in done:
-            combine(i)
-        ready({i: out[i] for i in done if i in out})
-
-    _prefill(model, items, cfg, "pass1", on_group=group_done,
-             per_head={k for k in items if k[0] in per_head} if isinstance(per_head, set) else per_head)
-    for i in wins:
-        if i not in out and i not in broken:  # a trace with no window: nothing to wait for
-            combine(i)
-        if i in broken:
-            raise broken[i]
-    return {i: out[i] for i in wins}
 
 
 def _counterfactuals(model, want: list[_TraceWork], cfg, full: bool, out: StageOutput) -> None:
