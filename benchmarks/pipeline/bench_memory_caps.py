@@ -11,6 +11,9 @@ Cases (each one command in a fresh subprocess; peak RSS is that process's own `r
   `*.json`, a `/dev/zero` link, and a 5 MB `.jsonl.gz` that expands to 5 GiB in one line.
 - `json-gz-bomb`: `masprism-batch ingest` of a 5 MB `.json.gz` that expands to 5 GiB (one document: it stops at
   max_file_bytes, 512 MiB by default, counted as decompressed; peak ~ the cap, not twice it).
+- `steps-N` (any N, e.g. `--cases steps-4096,steps-8192,steps-20000`): `masprism-batch attribute` (tiny-random,
+  --threads 1) on one trace of N steps of ~10 bytes (bench_steps.write_trace) with `ingest.max_steps` = N: the
+  peak memory of one trace against its steps (linear past sparse_attn.DENSE_STEPS; config_checks.BYTES_PER_STEP).
 
 Rows (tidy, one per case and repeat) are appended to benchmarks/results/memory_caps.csv. Not a test: nothing
 here asserts a time; tests/ingest/test_hostile.py and tests/pipelines/test_run_safety.py check the behaviour.
@@ -144,6 +147,20 @@ def case_json_gz_bomb(work: Path, uncapped: bool) -> tuple[list[str], Path, str]
     return cmd, out, "masprism-batch ingest <5 MB .json.gz -> 5 GiB, one document> -o OUT"
 
 
+def case_steps(work: Path, uncapped: bool, n: int) -> tuple[list[str], Path, str]:
+    from bench_steps import write_trace  # the trace of its sibling benchmark (both run as files)
+
+    write_trace(work / "trace.jsonl", n)
+    conf = {k: dict(v) for k, v in EXTRA.items()}
+    conf.setdefault("ingest", {})["max_steps"] = max(n, 1)
+    (work / "config.json").write_text(json.dumps(conf))
+    out = work / "OUT"
+    cmd = [*CLI, "attribute", str(work / "trace.jsonl"), "-o", str(out), "--model", "tiny-random", "--threads", "1",
+           "--config", str(work / "config.json")]
+    return cmd, out, (f"masprism-batch attribute <1 trace, {n} steps of ~10 bytes> -o OUT --model tiny-random "
+                      f"--threads 1 --config '{json.dumps(conf, sort_keys=True)}'")
+
+
 def case_control(work: Path, uncapped: bool) -> tuple[list[str], Path, str]:
     return case_step_20mb(work, uncapped, big_bytes=0)
 
@@ -158,6 +175,8 @@ def main() -> None:
     ap.add_argument("--uncapped", action="store_true", help="also run step-20mb with the caps raised (GBs)")
     ap.add_argument("--cases", default=",".join(CASES))
     ap.add_argument("--config-json", default="{}", help="config sections merged into the attribute cases' config")
+    ap.add_argument("--label", default="", help="appended to each row's case as `case@label` (e.g. the commit of "
+                    "older code run with PYTHONPATH pointing at a checkout of it)")
     args = ap.parse_args()
     EXTRA.update(json.loads(args.config_json))
     names = args.cases.split(",")
@@ -168,11 +187,15 @@ def main() -> None:
         for r in range(args.repeats):
             work = Path(tempfile.mkdtemp(prefix="bench-caps-"))
             try:
-                cmd, out, shown = CASES[name](work, uncapped)
+                if name.startswith("steps-"):
+                    cmd, out, shown = case_steps(work, uncapped, int(name.split("-", 1)[1]))
+                else:
+                    cmd, out, shown = CASES[name](work, uncapped)
                 code, wall, rss = _run(cmd)
                 row = {"date": datetime.now(timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ"), "host": host,
                        "cpus": os.cpu_count(), "python": platform.python_version(),
-                       "case": name + ("-uncapped" if uncapped else ""), "repeat": r, "exit_code": code,
+                       "case": name + ("-uncapped" if uncapped else "") + (f"@{args.label}" if args.label else ""),
+                       "repeat": r, "exit_code": code,
                        "wall_s": round(wall, 2), "peak_rss_mb": round(rss, 1), **_counts(out),
                        "load_avg_1m": round(os.getloadavg()[0], 2), "command": shown}
                 rows.append(row)
