@@ -21,9 +21,9 @@ log = logging.getLogger(__name__)
 
 def unfinished(runs: list[Path], allow: bool) -> None:
     """A run that did not finish is refused unless told (`--allow-partial`, then a warning)."""
-    from masprism_batch.fit.runs import unfinished as partial_runs
+    from masprism_batch.fit.runs import unfinished_runs
 
-    partial = partial_runs(runs)
+    partial = unfinished_runs(runs)
     if not partial:
         return
     what = (f"{', '.join(map(str, partial))}: the run did not finish (no run.json: interrupted, killed or still "
@@ -33,11 +33,11 @@ def unfinished(runs: list[Path], allow: bool) -> None:
     console.print(f"[yellow]warning:[/] {escape(what)} (--allow-partial)", soft_wrap=True)
 
 
-def agent_by(rule: str) -> str:
+def agent_rule_words(rule: str) -> str:
     """The fitted agent verdict in words (`agent_rule` of a ranker file entry)."""
     if rule.startswith("prior|"):
         other = rule.split("|", 1)[1]
-        return f"label prior (most often blamed agent present in the log, else {agent_by(other)})"
+        return f"label prior (most often blamed agent present in the log, else {agent_rule_words(other)})"
     return {"author": "author of the blamed step", "aggregate": "ranker's summed step probabilities"}.get(
         rule, f"zero-training rule {rule}")
 
@@ -118,7 +118,7 @@ def fit(
                       f"{_pct(e['rule'])}, label prior (most common blamed position) {_pct(e['pos_prior'])} | agent: "
                       f"fitted {_pct(e['fitted_agent'])}, zero-training rule {_pct(e['rule_agent'])}, label prior "
                       f"(most common blamed agent) {_pct(e['agent_prior'])} | verdict: {escape(verdict)}; agent: "
-                      f"{escape(agent_by(f.entry['agent_rule']))}", soft_wrap=True)
+                      f"{escape(agent_rule_words(f.entry['agent_rule']))}", soft_wrap=True)
         for note in f.entry.get("notes") or []:  # e.g. the label prior is all it learned (issue 32)
             console.print(f"  [yellow]note:[/] {escape(note)}", soft_wrap=True)
     meta = {"date": dt.date.today().isoformat(), "fitted_by": "masprism-batch fit",

@@ -87,8 +87,8 @@ class Priors:
             self.pos[g] = self.pos.get(g, 0.0) + w
             b = _bin(g, n)
             self.relpos[b] = self.relpos.get(b, 0.0) + w
-        for a in blamed_agents(c):
-            self.agent[a] = self.agent.get(a, 0.0) + sign / max(len(blamed_agents(c)), 1)
+        for a in gold_agent_names(c):
+            self.agent[a] = self.agent.get(a, 0.0) + sign / max(len(gold_agent_names(c)), 1)
         self.n += int(sign)
 
     def features(self, trace: Trace) -> np.ndarray:
@@ -122,7 +122,7 @@ def _bin(i: int, n: int) -> int:
     return min(RELPOS_BINS - 1, int(RELPOS_BINS * i / max(n, 1)))
 
 
-def blamed_agents(c: FitCase) -> list[str]:
+def gold_agent_names(c: FitCase) -> list[str]:
     """The labelled agent, else the authors of the gold steps (TRAIL labels spans, not agents)."""
     if c.gold_agents:
         return c.gold_agents

@@ -74,7 +74,7 @@ def _csv_fields(line: str) -> list[str]:
     return fields
 
 
-def read_rows(path: Path, problems: list[str] | None = None) -> list[tuple[int, dict]]:
+def read_label_rows(path: Path, problems: list[str] | None = None) -> list[tuple[int, dict]]:
     """(line number, row) of a JSON-lines or CSV labels file (CSV when the first line is not a JSON object). A
     line that does not parse (invalid JSON or UTF-8, Infinity, nesting past the parser, a bad CSV quote, an
     oversized field) is skipped, with its line number appended to `problems`; only a file with no usable
@@ -147,7 +147,7 @@ def from_file(path: Path, traces: dict[str, Trace]) -> tuple[dict[str, Gold], li
     """({trace_id: Gold}, problems: one message per skipped row)."""
     gold: dict[str, Gold] = {}
     problems: list[str] = []
-    for n, r in read_rows(path, problems):
+    for n, r in read_label_rows(path, problems):
         where = f"{Path(path).name}:{n}"
         tid = _text(r.get("trace_id"))
         if tid is None and r.get("trace_id") is not None:

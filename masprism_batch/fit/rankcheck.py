@@ -52,7 +52,7 @@ def read_bounded(path: Path) -> bytes:
     return data
 
 
-def load(path: Path) -> dict:
+def read_checked(path: Path) -> dict:
     """Read, parse and check a ranker file; the parsed object (every field checked, `check`)."""
     data = read_bounded(Path(path))
     try:

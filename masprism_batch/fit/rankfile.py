@@ -24,12 +24,11 @@ from pathlib import Path
 import numpy as np
 
 from masprism_batch.fit import fitting as ft
-from masprism_batch.fit.rankcheck import FORMAT, VERSION, RankerFileError, is_packaged, target
+from masprism_batch.fit.rankcheck import FORMAT, VERSION, RankerFileError, is_packaged, read_checked, target
 
 # the names a `--ranker` setting uses, defined beside the reader that resolves them (rankcheck.target)
 from masprism_batch.fit.rankcheck import PACKAGED as PACKAGED
 from masprism_batch.fit.rankcheck import PACKAGED_NAME as PACKAGED_NAME
-from masprism_batch.fit.rankcheck import load as checked_load
 from masprism_batch.method import calibrate
 from masprism_batch.outdir.parts import atomic_output
 from masprism_batch.trace import Trace
@@ -128,8 +127,8 @@ class RankerFile:
 
     @classmethod
     def read(cls, path: Path) -> RankerFile:
-        """A ranker file read bounded and every field checked (rankcheck.load), or RankerFileError."""
-        d = checked_load(Path(path))
+        """A ranker file read bounded and every field checked (rankcheck.read_checked), or RankerFileError."""
+        d = read_checked(Path(path))
         meta = {k: v for k, v in d.items() if k not in ("format", "version", "model_id", "systems")}
         return cls(d["model_id"], d.get("systems", {}), meta)
 

@@ -68,7 +68,7 @@ def load_runs(runs: list[Path], named: dict | None = None):
     return traces, rows, next(iter(models), None)
 
 
-def unfinished(runs: list[Path]) -> list[Path]:
+def unfinished_runs(runs: list[Path]) -> list[Path]:
     """The runs without run.json: interrupted, killed or still running (their committed part is a sample
     chosen by when they stopped)."""
     return [r for r in runs if not (r / "run.json").is_file()]
