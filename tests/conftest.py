@@ -1,9 +1,14 @@
+import hashlib
 import os
+import random
 from pathlib import Path
 
+import numpy as np
 import pytest
+import torch
 
 SHARED_DATA = Path(os.environ.get("MASPRISM_SHARED_DATA", Path(__file__).resolve().parents[2] / "shared" / "data"))
+SEED_ENV = "MASPRISM_TEST_SEED"
 
 
 @pytest.fixture(scope="session")
@@ -11,6 +16,69 @@ def shared_data() -> Path:
     if not SHARED_DATA.is_dir():
         pytest.skip(f"real labelled data not present at {SHARED_DATA} (set MASPRISM_SHARED_DATA)")
     return SHARED_DATA
+
+
+def pytest_configure(config):
+    # One base per session, fresh unless given: every test's seed derives from it, and helpers and subprocesses
+    # (the Triton interpreter runs, CLI children) read the same variable, so one number replays a whole run.
+    if not os.environ.get(SEED_ENV):
+        os.environ[SEED_ENV] = str(random.SystemRandom().randrange(2**31))
+
+
+def derive_seed(key: str) -> int:
+    """The seed of `key` (a test or a module) under this session's MASPRISM_TEST_SEED."""
+    digest = hashlib.sha256(f"{os.environ[SEED_ENV]}:{key}".encode()).digest()
+    return int.from_bytes(digest[:4], "little") >> 1
+
+
+@pytest.fixture(autouse=True)
+def seed(request) -> int:
+    """Every test's seed, different per test and per run (fixed by MASPRISM_TEST_SEED); `random`, numpy and
+    torch are seeded with it and a failing test's report names the value that replays it. Tests draw through
+    `rng` / `np_rng` or hand `seed` on (torch generators, builders)."""
+    s = derive_seed(f"{request.node.path.name}::{request.node.name}")  # the same under any rootdir
+    random.seed(s)
+    np.random.seed(s)
+    torch.manual_seed(s)
+    request.node.user_properties.append(("seed", s))
+    return s
+
+
+@pytest.fixture(scope="module")
+def module_seed(request) -> int:
+    """The seed of a module-scoped fixture's random inputs (a model built once for several tests)."""
+    return derive_seed(request.node.path.name)
+
+
+@pytest.fixture
+def rng(seed) -> random.Random:
+    return random.Random(seed)
+
+
+@pytest.fixture
+def np_rng(seed) -> np.random.Generator:
+    return np.random.default_rng(seed)
+
+
+@pytest.hookimpl(hookwrapper=True)
+def pytest_runtest_makereport(item, call):
+    outcome = yield
+    rep = outcome.get_result()
+    seeds = [v for k, v in item.user_properties if k == "seed"]
+    if rep.failed:
+        why = f" (this test's seed: {seeds[-1]})" if seeds else ""
+        rep.sections.append(("seed", f"{SEED_ENV}={os.environ.get(SEED_ENV)} reproduces this run's random inputs{why}"))
+
+
+def pytest_collection_modifyitems(config, items):
+    # The markers follow from what a test needs, so a new test is marked without anyone remembering to:
+    # `data` = reads ../shared/data (the shared_data fixture), `kernel` = a Triton backend case of an op test.
+    for item in items:
+        if "shared_data" in getattr(item, "fixturenames", ()):
+            item.add_marker(pytest.mark.data)
+        callspec = getattr(item, "callspec", None)
+        if callspec is not None and callspec.params.get("backend") == "triton":
+            item.add_marker(pytest.mark.kernel)
 
 
 # Deselected tests are otherwise only a count in pytest's last line ("11 deselected"): name why (issue 35).

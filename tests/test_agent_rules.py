@@ -6,7 +6,6 @@ from __future__ import annotations
 import sys
 from pathlib import Path
 
-import numpy as np
 import pytest
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -70,11 +69,11 @@ def _log(tid, agents, blamed):
 
 
 @pytest.mark.parametrize("trial", range(3))
-def test_loso_never_picks_a_rule_that_loses_on_the_other_systems(trial):
+def test_loso_never_picks_a_rule_that_loses_on_the_other_systems(trial, np_rng):
     """Three random systems where the blamed step's author is the blamed agent on one and the step verdict points
     at a random step on the others: `author` wins there but loses elsewhere, so held out it is never picked for a
     system it was not best on the others for, and the shipped rule is not below the baseline on any system."""
-    g = np.random.default_rng()
+    g = np_rng
     cases, orders = [], {}
     good = f"sys/{int(g.integers(3))}"
     for s in range(3):
@@ -97,8 +96,8 @@ def test_loso_never_picks_a_rule_that_loses_on_the_other_systems(trial):
     assert worst[res["shipped"]] == pytest.approx(max(worst.values()))
 
 
-def test_pick_ties_go_to_the_rule_leaning_least_on_the_step_verdict():
-    g = np.random.default_rng()
+def test_pick_ties_go_to_the_rule_leaning_least_on_the_step_verdict(np_rng):
+    g = np_rng
     n = int(g.integers(5, 30))
     zeros = {"a": [0.0] * n, "b": [0.0] * n}
     margins = {ar: dict(zeros) for ar in ("author", "mix:0.5", "active", "mix:0.25")}

@@ -3,8 +3,6 @@ first-fit-decreasing placement, determinism."""
 
 from __future__ import annotations
 
-import random
-
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
@@ -57,8 +55,7 @@ def test_pack_bad_input():
         pack([1, 2.5], 10)
 
 
-def test_bucket_stream_windows():
-    rng = random.Random()
+def test_bucket_stream_windows(rng):
     items = [(k, rng.randint(1, 900)) for k in range(rng.randint(50, 130))]
     window = rng.randint(3, 17)
     batches = list(bucket_stream(iter(items), lambda x: x[1], 1000, window=window))

@@ -4,7 +4,6 @@ the GEMM ceiling. A wrong table is a wrong claim, so these are checked on rows w
 from __future__ import annotations
 
 import csv
-import random
 from pathlib import Path
 
 import pytest
@@ -27,8 +26,7 @@ def _write(path: Path, rows: list[dict]) -> None:
         w.writerows(rows)
 
 
-def test_markdown_splits_hosts_later_rows_win_and_gemm_rate(tmp_path):
-    rng = random.Random()
+def test_markdown_splits_hosts_later_rows_win_and_gemm_rate(tmp_path, rng):
     a, b = "Host (AVX2)", "Host (AVX512)"
     old, new = rng.uniform(10, 20), rng.uniform(30, 40)
     mem = rng.randrange(2**20, 2**30)
@@ -54,8 +52,7 @@ def test_markdown_splits_hosts_later_rows_win_and_gemm_rate(tmp_path):
     assert plot_kernels.gemm_rates(tmp_path / "p.csv") == {a: pytest.approx(2 * n**3 / gemm_s / 1e9)}
 
 
-def test_memory_slope_recovers_a_line(tmp_path):
-    rng = random.Random()
+def test_memory_slope_recovers_a_line(tmp_path, rng):
     slope, base = rng.uniform(1e4, 1e5), rng.uniform(1e7, 1e8)
     Ts = [1024, 2048, 4096, 8192, 16384]
     rows = [dict(model="m", impl="signals_cpp", T=str(T), peak_mem_bytes=str(round(base + slope * T))) for T in Ts]

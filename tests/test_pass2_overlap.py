@@ -72,8 +72,7 @@ def _canon(out) -> str:
 
 
 @pytest.mark.parametrize("mode", ["windows", "truncate"])
-def test_threads_give_the_same_rows_as_inline(model, mode):
-    rng = random.Random()
+def test_threads_give_the_same_rows_as_inline(model, mode, rng):
     traces = _traces(rng, 6)
     # 24 one-word steps: two windows whose pass-2 prompt does not fit (windows), or a rejected render (truncate)
     traces.append(_trace(rng, 24, 1))
@@ -98,9 +97,8 @@ def test_threads_give_the_same_rows_as_inline(model, mode):
 
 @pytest.mark.parametrize("mode", ["windows", "truncate"])
 @pytest.mark.parametrize("threads", [1, 0])
-def test_pass2_renders_run_beside_the_last_pass1_prefill(model, mode, threads, monkeypatch):
+def test_pass2_renders_run_beside_the_last_pass1_prefill(model, mode, threads, monkeypatch, rng):
     """The last pass-1 prefill waits for a pass-2 render: it gets one only if renders overlap prefills."""
-    rng = random.Random()
     traces = _traces(rng, 3)
     if mode == "windows":
         traces.append(_trace(rng, 24, 1))  # read in two windows
@@ -139,8 +137,7 @@ def test_pass2_renders_run_beside_the_last_pass1_prefill(model, mode, threads, m
 
 
 @pytest.mark.parametrize("mode", ["windows", "truncate"])
-def test_a_render_that_raises_escapes_as_it_does_inline(model, mode, monkeypatch):
-    rng = random.Random()
+def test_a_render_that_raises_escapes_as_it_does_inline(model, mode, monkeypatch, rng):
     traces = _traces(rng, 5)
     boom = {t.trace_id for t in rng.sample(traces, 2)}
     original = render.render_pass2

@@ -23,8 +23,7 @@ def _arch(rng: random.Random) -> ArchSpec:
                     rng.randint(2, 40), heads, kv, rng.choice([64, 128]), 1e-6, 32768, False, False, False, True, True)
 
 
-def test_sizing_never_exceeds_what_fits_and_reaches_32k_where_it_fits():
-    rng = random.Random()
+def test_sizing_never_exceeds_what_fits_and_reaches_32k_where_it_fits(rng):
     for _ in range(200):
         arch, dtype_bytes = _arch(rng), rng.choice([2, 4])
         per_token = buckets.activation_bytes_per_token(arch, dtype_bytes)
@@ -40,8 +39,8 @@ def test_sizing_never_exceeds_what_fits_and_reaches_32k_where_it_fits():
         assert more >= n  # more memory never gives a smaller budget
 
 
-def test_per_token_bytes_grow_with_the_model():
-    arch = _arch(random.Random())
+def test_per_token_bytes_grow_with_the_model(rng):
+    arch = _arch(rng)
     base = buckets.activation_bytes_per_token(arch, 2)
     wider = ArchSpec(**{**vars(arch), "intermediate_size": arch.intermediate_size + 1024})
     deeper = ArchSpec(**{**vars(arch), "num_layers": arch.num_layers + 4})  # more layers keep more K/V
@@ -60,8 +59,8 @@ def _model(arch, device="cuda:0"):
                            model_id="fake", tokenizer=None, max_context=8192)
 
 
-def test_auto_budget_on_cuda_cpu_and_a_budget_the_user_set(monkeypatch):
-    arch = _arch(random.Random())
+def test_auto_budget_on_cuda_cpu_and_a_budget_the_user_set(monkeypatch, rng):
+    arch = _arch(rng)
     per_token = buckets.activation_bytes_per_token(arch, 2)
     fixed = buckets.fixed_activation_bytes(arch, SignalsConfig().nll_chunk)
     big = int((buckets.CUDA_MAX_TOKEN_BUDGET * per_token + fixed) / buckets.HEADROOM) + GiB

@@ -31,9 +31,8 @@ def tiny():
 
 
 @pytest.mark.parametrize("cap", [None, 47])
-def test_every_token_owned_once_and_windows_fit(tiny, cap):
+def test_every_token_owned_once_and_windows_fit(tiny, cap, rng):
     cfg, model = tiny
-    rng = random.Random()
     t = _trace(rng, rng.randint(20, 41))
     rcfg = cfg.render.model_copy(update={"window_step_cap": cap, "window_context": 64})
     wd = windows.render_windows(t, model.tokenizer, rcfg)
@@ -56,9 +55,9 @@ def test_every_token_owned_once_and_windows_fit(tiny, cap):
             assert e - s >= min(cap, wd.full.step_content_tokens[i])
 
 
-def test_one_window_log_reads_as_one_prompt(tiny):
+def test_one_window_log_reads_as_one_prompt(tiny, rng):
     cfg, model = tiny
-    t = _trace(random.Random(), 3, max_words=3)  # byte-level tokens: ~250 tokens with the preamble
+    t = _trace(rng, 3, max_words=3)  # byte-level tokens: ~250 tokens with the preamble
     wd = windows.render_windows(t, model.tokenizer, cfg.render.model_copy(update={"max_context": 512}))
     assert len(wd.windows) == 1
     sig = model.signals([wd.windows[0].input_ids], [wd.windows[0].sids], [wd.windows[0].n_steps])
@@ -111,10 +110,10 @@ def test_windows_name_only_their_own_steps():
 
 
 @pytest.mark.parametrize("dense", [True, False])
-def test_combine_follows_the_documented_rule(monkeypatch, dense):
+def test_combine_follows_the_documented_rule(monkeypatch, dense, np_rng):
     """A[i->j] = sum over windows of owned-query mass of i on j (full or key-only copy) / owned tokens of i;
     the same A whether kept dense or row-sparse (a log past sparse_attn.DENSE_STEPS)."""
-    rng = np.random.default_rng()
+    rng = np_rng
     n = 5
     wd, sigs = _rule_case(rng, n)
     want, want_h = _rule(wd, sigs, n)
@@ -132,12 +131,12 @@ def test_combine_follows_the_documented_rule(monkeypatch, dense):
         np.testing.assert_array_equal(got.token_nll[w.full_start:w.full_end], s.token_nll[w.offset:w.offset + k])
 
 
-def test_learned_heads_applied_per_window_equal_applied_to_the_whole(monkeypatch):
+def test_learned_heads_applied_per_window_equal_applied_to_the_whole(monkeypatch, np_rng):
     """Head weights are linear: applied window by window (what long logs get) they give the learned A of the
     whole per-head A; past HEADS_BUDGET the per-head A is not kept, the learned A still is."""
     from masprism_batch.method.heads import HeadWeights
 
-    rng = np.random.default_rng()
+    rng = np_rng
     n = 5
     wd, sigs = _rule_case(rng, n)
     hw = HeadWeights("m", rng.normal(size=(2, 3)))
@@ -183,13 +182,12 @@ def test_digest_bisection_keeps_what_dropping_one_by_one_kept(tiny, seed):
         assert windows._digest(p, k, n, room, per, fixed_cum) == _digest_by_dropping(p, list(range(k)), n, room, per)
 
 
-def test_windowed_stage_scores_long_logs_linearly(tiny):
+def test_windowed_stage_scores_long_logs_linearly(tiny, rng):
     """The stage reads a log 4x longer than the context in windows: tokens read grow ~linearly."""
     from masprism_batch.stage.attribute import attribute_traces
 
     cfg, model = tiny
     cfg = cfg.model_copy(update={"method": cfg.method.model_copy(update={"counterfactual_k": 1})})
-    rng = random.Random()
     short, long = _trace(rng, 12), _trace(rng, 48)
     out = attribute_traces([short, long], model, cfg)
     assert not out.errors

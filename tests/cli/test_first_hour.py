@@ -28,17 +28,10 @@ def _flat(text: str) -> str:
     return re.sub(r"[\s│╭╮╰╯─]+", " ", text)
 
 
-@pytest.fixture
-def rng() -> random.Random:
-    seed = random.randrange(2**32)
-    print(f"seed={seed}")
-    return random.Random(seed)
-
-
 @pytest.fixture(scope="module")
-def labelled_run(tmp_path_factory):
+def labelled_run(tmp_path_factory, module_seed):
     """A finished tiny-random run over labelled canonical logs (random text, random labelled step)."""
-    rng = random.Random()
+    rng = random.Random(module_seed)
     d = tmp_path_factory.mktemp("first_hour")
     words = "plan search file error retry tool answer check result failed timeout".split()
     with open(d / "logs.jsonl", "w") as f:

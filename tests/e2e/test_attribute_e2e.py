@@ -37,9 +37,9 @@ def tiny():
     return cfg, load_model(cfg.model, cfg.signals)
 
 
-def test_stage_rows_are_complete_consistent_and_deterministic(tiny):
+def test_stage_rows_are_complete_consistent_and_deterministic(tiny, rng):
     cfg, model = tiny
-    traces = _synthetic(7, random.Random())
+    traces = _synthetic(7, rng)
     traces.append(Trace(trace_id="empty", source="jsonl", steps=[]))
     out = attribute_traces(traces, model, cfg)
     ids = [a["trace_id"] for a in out.attributions] + [e["record_id"] for e in out.errors]
@@ -61,17 +61,17 @@ def test_stage_rows_are_complete_consistent_and_deterministic(tiny):
     assert [a["candidates"] for a in again.attributions] == [a["candidates"] for a in out.attributions]
 
 
-def test_faithful_method_blames_the_agent_of_its_top_step(tiny):
+def test_faithful_method_blames_the_agent_of_its_top_step(tiny, rng):
     cfg, model = tiny
     cfg = cfg.model_copy(update={"method": cfg.method.model_copy(update={"name": "masprism"})})
-    traces = _synthetic(4, random.Random())
+    traces = _synthetic(4, rng)
     for a in attribute_traces(traces, model, cfg).attributions:
         t = next(x for x in traces if x.trace_id == a["trace_id"])
         assert a["pred_agent"] == t.steps[a["pred_step"]].agent and a["method"] == "masprism"
 
 
-def test_attribute_cli_writes_datasets(tmp_path, tiny):
-    traces = _synthetic(5, random.Random())
+def test_attribute_cli_writes_datasets(tmp_path, tiny, rng):
+    traces = _synthetic(5, rng)
     src = tmp_path / "in.jsonl"
     src.write_text("\n".join(json.dumps(t.to_row(), default=str) for t in traces) + "\n", encoding="utf-8")
     out = tmp_path / "out"
@@ -83,8 +83,8 @@ def test_attribute_cli_writes_datasets(tmp_path, tiny):
     assert ds.dataset(str(out / "traces")).count_rows() == len(traces)
 
 
-def test_method_option_selects_the_faithful_method_and_rejects_unknown(tmp_path):
-    traces = _synthetic(2, random.Random())
+def test_method_option_selects_the_faithful_method_and_rejects_unknown(tmp_path, rng):
+    traces = _synthetic(2, rng)
     src = tmp_path / "in.jsonl"
     src.write_text("\n".join(json.dumps(t.to_row(), default=str) for t in traces) + "\n", encoding="utf-8")
     res = runner.invoke(app, ["attribute", str(src), "-o", str(tmp_path / "o"), "--model", "tiny-random",

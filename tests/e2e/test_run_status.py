@@ -3,7 +3,6 @@ and runs of unknown status are attributed; the succeeded ones are counted and li
 them too). Checked on the real exports in ../shared/data/real_exports/ and on random status fields."""
 
 import json
-import random
 from pathlib import Path
 
 import pyarrow.dataset as ds
@@ -15,13 +14,6 @@ from masprism_batch.ingest import ingest, status
 
 REAL = Path(__file__).resolve().parents[2].parent / "shared" / "data" / "real_exports"
 needs_real = pytest.mark.skipif(not REAL.is_dir(), reason=f"real exports not found at {REAL}")
-
-
-@pytest.fixture
-def rng() -> random.Random:
-    seed = random.randrange(2**32)
-    print(f"seed={seed}")
-    return random.Random(seed)
 
 
 def test_status_rules_on_random_fields(rng):
@@ -44,6 +36,7 @@ def test_status_rules_on_random_fields(rng):
     assert status.of_langsmith([{"error": "boom"}], {"outputs": {"a": 1}}) == "failed"
 
 
+@pytest.mark.data
 @needs_real
 def test_real_exports_carry_their_status(tmp_path):
     ingest([str(REAL)], tmp_path / "i", "auto", progress=False)
@@ -79,6 +72,7 @@ def _attributed(out: Path) -> set[str]:
     return set(ds.dataset(str(out / "attributions")).to_table(columns=["trace_id"])["trace_id"].to_pylist())
 
 
+@pytest.mark.data
 @needs_real
 def test_only_failed_and_unknown_runs_are_attributed(tmp_path, rng):
     src, want = _canonical(tmp_path, rng)

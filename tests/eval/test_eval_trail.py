@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import random
 from itertools import combinations
 
 import pytest
@@ -55,8 +54,7 @@ def test_step_without_span_predicts_nothing():
     assert res["subsets"][GAIA]["precision@1"] == 0.0 and res["subsets"][GAIA]["n_pred@1"] == 0.0
 
 
-def test_random_baseline_is_exact_expectation():
-    rng = random.Random()
+def test_random_baseline_is_exact_expectation(rng):
     traces = []
     for n in range(rng.randint(4, 10)):
         spans = [(rng.choice(["llm", "llm", "tool", "agent"]), f"s{j}") for j in range(rng.randint(1, 9))]

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import random
 from itertools import combinations
 
 import pytest
@@ -82,8 +81,7 @@ def test_norm_agent():
     assert norm_agent(None) is None and norm_agent("  ") is None
 
 
-def test_random_and_fixed_baselines_match_enumeration():
-    rng = random.Random()
+def test_random_and_fixed_baselines_match_enumeration(rng):
     names = ["A", "B", "C (thought)", "c", None]
     traces = []
     for k in range(rng.randint(5, 12)):

@@ -4,7 +4,6 @@
 from __future__ import annotations
 
 import json
-import random
 
 from ingest_synth import SEED, rng, text
 
@@ -15,8 +14,8 @@ from masprism_batch.model.tiny import tiny_tokenizer
 from masprism_batch.render import pass1
 
 
-def test_cap_name_is_bounded_utf8_and_idempotent():
-    r = random.Random()
+def test_cap_name_is_bounded_utf8_and_idempotent(rng):
+    r = rng
     for _ in range(200):
         cap = r.randint(16, 300)
         name = "".join(r.choice("aé漢🙂") for _ in range(r.randint(0, 400)))

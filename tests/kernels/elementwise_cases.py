@@ -11,12 +11,13 @@ dtype before the weight multiply, the fused RoPE rounds once where torch rounds 
 from __future__ import annotations
 
 import os
-import random
 
 import pytest
 import torch
 
 from masprism_batch.model import layers
+
+pytestmark = pytest.mark.kernel  # the kernels' tests (Triton interpreter, AOT compile, GPU runbook): -m 'not kernel' skips
 
 DEVICE = "cuda" if torch.cuda.is_available() else "cpu"
 DTYPES = [torch.float32, torch.float16] + ([torch.bfloat16] if DEVICE == "cuda" else [])
@@ -32,10 +33,6 @@ def ew():
     return elementwise
 
 
-def _seed():
-    return int(os.environ.get("MASPRISM_TEST_SEED", random.SystemRandom().randrange(2**31)))
-
-
 def _close(got, want64, ref_same_dtype, dtype, what):
     got = got.detach().cpu().double()
     assert not bool(torch.isnan(got).any()), f"{what}: nan"
@@ -48,8 +45,7 @@ def _close(got, want64, ref_same_dtype, dtype, what):
 
 @pytest.mark.parametrize("dtype", DTYPES)
 @pytest.mark.parametrize("rows,n", [(123, 1024), (47, 576), (1, 47)])
-def test_rms_norm(ew, dtype, rows, n):
-    seed = _seed()
+def test_rms_norm(ew, dtype, rows, n, seed):
     g = torch.Generator().manual_seed(seed)
     x = (torch.randn(rows, n, generator=g, dtype=torch.float64) * 3).to(dtype).to(DEVICE)
     w = (1 + 0.1 * torch.randn(n, generator=g, dtype=torch.float64)).to(dtype).to(DEVICE)
@@ -70,8 +66,7 @@ def _rope64(x, cos, sin):
 
 @pytest.mark.parametrize("dtype", DTYPES)
 @pytest.mark.parametrize("T,hq,hk,d,norm", [(123, 16, 8, 128, True), (47, 9, 3, 64, False), (23, 4, 2, 16, True)])
-def test_qk_norm_rope(ew, dtype, T, hq, hk, d, norm):
-    seed = _seed()
+def test_qk_norm_rope(ew, dtype, T, hq, hk, d, norm, seed):
     g = torch.Generator().manual_seed(seed)
     hn = hq + hk
     # the strided q/k part of a qkv GEMM output [T, (hq + 2 hk) d], as qkv_proj passes it
@@ -98,8 +93,7 @@ def test_qk_norm_rope(ew, dtype, T, hq, hk, d, norm):
 
 @pytest.mark.parametrize("dtype", DTYPES)
 @pytest.mark.parametrize("T,inter", [(47, 3072), (123, 1536), (1, 37)])
-def test_silu_mul(ew, dtype, T, inter):
-    seed = _seed()
+def test_silu_mul(ew, dtype, T, inter, seed):
     g = torch.Generator().manual_seed(seed)
     gu = (torch.randn(T, 2 * inter, generator=g, dtype=torch.float64) * 3).to(dtype).to(DEVICE)
     got = ew.silu_mul(gu)
@@ -112,7 +106,7 @@ def test_silu_mul(ew, dtype, T, inter):
 
 
 @pytest.mark.parametrize("family", ["qwen3", "llama"])
-def test_forward_with_fused_chain_matches_torch_chain(ew, family, monkeypatch):
+def test_forward_with_fused_chain_matches_torch_chain(ew, family, monkeypatch, seed):
     """The wiring in layers.py: a whole packed prefill (q/k norms + RoPE for Qwen3, biases for Llama) with the
     fused kernels (RMSNorm, q/k norm + RoPE, SiLU * up) forced on equals the torch-op forward (fp32, so to fp32
     rounding)."""
@@ -120,9 +114,8 @@ def test_forward_with_fused_chain_matches_torch_chain(ew, family, monkeypatch):
     from pathlib import Path
 
     sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "model"))
-    from model_helpers import fresh_seed, hf_config, ours_from_hf, random_hf_model
+    from model_helpers import hf_config, ours_from_hf, random_hf_model
 
-    seed = fresh_seed()
     # the model on the kernels' device: on a CUDA machine a CPU model would hand CPU tensors to compiled kernels
     ours = ours_from_hf(random_hf_model(hf_config(family, tied=True), seed), device=DEVICE)
     g = torch.Generator().manual_seed(seed)

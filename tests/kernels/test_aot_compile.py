@@ -23,6 +23,8 @@ import pytest
 import torch
 from masprism_batch.kernels import aot
 
+pytestmark = pytest.mark.kernel  # the kernels' tests (Triton interpreter, AOT compile, GPU runbook): -m 'not kernel' skips
+
 
 @pytest.fixture(scope="module")
 def compiled():

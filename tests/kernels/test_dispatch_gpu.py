@@ -8,6 +8,8 @@ import torch
 
 from masprism_batch import signals
 
+pytestmark = pytest.mark.kernel  # the kernels' tests (Triton interpreter, AOT compile, GPU runbook): -m 'not kernel' skips
+
 CUDA = torch.device("cuda")  # a device object only: nothing is allocated on it
 
 

@@ -11,6 +11,8 @@ from pathlib import Path
 import pytest
 import torch
 
+pytestmark = pytest.mark.kernel  # the kernels' tests (Triton interpreter, AOT compile, GPU runbook): -m 'not kernel' skips
+
 
 def test_fused_elementwise_kernels_match_torch_and_oracle():
     pytest.importorskip("triton")

@@ -4,12 +4,12 @@ GQA, odd lengths)."""
 
 from __future__ import annotations
 
-import random
-
 import pytest
 import torch
 
 from masprism_batch.model import attention
+
+pytestmark = pytest.mark.kernel  # the kernels' tests (Triton interpreter, AOT compile, GPU runbook): -m 'not kernel' skips
 
 
 def _oracle(q, k, v, bounds, scale):
@@ -26,8 +26,7 @@ def _oracle(q, k, v, bounds, scale):
 
 @pytest.mark.parametrize("lengths,hq,hk,d", [([47, 123, 1], 4, 2, 64), ([123, 123], 9, 3, 64),
                                              ([47, 9, 31], 16, 8, 128), ([1023, 47], 2, 1, 16)])
-def test_padded_sdpa_matches_per_sequence_and_oracle(lengths, hq, hk, d):
-    seed = random.SystemRandom().randrange(2**31)
+def test_padded_sdpa_matches_per_sequence_and_oracle(lengths, hq, hk, d, seed):
     g = torch.Generator().manual_seed(seed)
     T = sum(lengths)
     q, k, v = (torch.randn(T, h, d, generator=g) * s for h, s in ((hq, 2.0), (hk, 1.0), (hk, 1.0)))

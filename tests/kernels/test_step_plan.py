@@ -5,10 +5,10 @@ numerics are in tests/signals/test_step_attention.py."""
 
 from __future__ import annotations
 
-import random
-
 import pytest
 import torch
+
+pytestmark = pytest.mark.kernel  # the kernels' tests (Triton interpreter, AOT compile, GPU runbook): -m 'not kernel' skips
 
 step_plan = pytest.importorskip("masprism_batch.kernels.step_plan")
 
@@ -32,8 +32,7 @@ def _pack(seed: int, interleaved: bool):
 
 
 @pytest.mark.parametrize("interleaved", [False, True])
-def test_plan_spans_and_step_token_lists_match_brute_force(interleaved):
-    seed = random.SystemRandom().randrange(2**31)
+def test_plan_spans_and_step_token_lists_match_brute_force(interleaved, seed):
     cu, sid, ns = _pack(seed, interleaved)
     plan = step_plan.Plan(cu, sid, ns, torch.device("cpu"))
     bounds, n_max = cu.tolist(), int(ns.max())

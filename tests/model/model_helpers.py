@@ -1,19 +1,14 @@
 """Shared builders for the model tests: random-weight transformers models and our PrefillModel on the same
-weights. Seeds are fresh per call (reported in messages) so that a test can fail on inputs nobody chose."""
+weights. Tests hand their `seed` fixture (tests/conftest.py) to the builders, so a test can fail on inputs nobody
+chose and MASPRISM_TEST_SEED replays them."""
 
 from __future__ import annotations
-
-import os
 
 import torch
 
 from masprism_batch.config import SignalsConfig
 from masprism_batch.model.loader import build_model
 from masprism_batch.model.tiny import tiny_tokenizer
-
-
-def fresh_seed() -> int:
-    return int.from_bytes(os.urandom(4), "little")
 
 
 def hf_config(family: str, *, tied: bool, rope: dict | None = None, layers: int = 3):

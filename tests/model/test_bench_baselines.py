@@ -10,14 +10,13 @@ from __future__ import annotations
 import numpy as np
 import pytest
 import torch
-from model_helpers import fresh_seed, hf_config, ours_from_hf, random_hf_model
+from model_helpers import hf_config, ours_from_hf, random_hf_model
 
 from benchmarks.kernels import bench_prefill
 
 
 @pytest.mark.parametrize("family", ["llama", "qwen3"])
-def test_eager_baselines_match_signals(family):
-    seed = fresh_seed()
+def test_eager_baselines_match_signals(family, seed):
     hf = random_hf_model(hf_config(family, tied=family == "qwen3", layers=10), seed)
     ours = ours_from_hf(hf)
     g = torch.Generator().manual_seed(seed)

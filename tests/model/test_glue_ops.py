@@ -14,7 +14,6 @@ import collections
 
 import pytest
 import torch
-from model_helpers import fresh_seed
 
 from masprism_batch import signals
 from masprism_batch.config import SignalsConfig
@@ -46,10 +45,9 @@ def _pack(seed: int):
     return seqs, sids
 
 
-def test_packed_forward_glue_ops_per_layer():
+def test_packed_forward_glue_ops_per_layer(seed):
     if (why := signals.cpp_available()) is not None:  # the CPU production path is the C++ op
         pytest.skip(f"C++ extension not built: {why}")
-    seed = fresh_seed()
     cfg = tiny_config()
     model = build_model(cfg, tiny_state_dict(cfg), tiny_tokenizer(), SignalsConfig(backend="cpp"), model_id="tiny")
     seqs, sids = _pack(seed)

@@ -7,7 +7,7 @@ import random
 
 import pytest
 import torch
-from model_helpers import fresh_seed, hf_config, random_hf_model, rel_err
+from model_helpers import hf_config, random_hf_model, rel_err
 from typer.testing import CliRunner
 
 from masprism_batch import config as config_mod
@@ -86,25 +86,24 @@ def test_auto_dtype_changes_the_hash_only_where_numbers_changed(monkeypatch):
     assert PipelineConfig.model_validate(tiny).config_hash() == h_tiny
 
 
-def test_tiny_tokenizer_round_trips_any_text():
+def test_tiny_tokenizer_round_trips_any_text(rng):
     tok = tiny_tokenizer()
-    rng = random.Random(fresh_seed())
     text = "".join(rng.choice("ab \n\t{}[]é中🙂\"\\") for _ in range(rng.randint(50, 200)))
     ids = tok(text, add_special_tokens=False)["input_ids"]
     assert tok.decode(ids) == text and max(ids) < 256 and tok.is_fast
     assert tok.convert_tokens_to_ids("<|im_end|>") >= 256
 
 
-def save_hf_folder(tmp_path, family="qwen2", seed=None):
-    hf = random_hf_model(hf_config(family, tied=False), seed if seed is not None else fresh_seed())
+def save_hf_folder(tmp_path, seed, family="qwen2"):
+    hf = random_hf_model(hf_config(family, tied=False), seed)
     folder = tmp_path / f"my-{family}"
     hf.save_pretrained(folder)
     tiny_tokenizer().save_pretrained(folder)
     return hf, folder
 
 
-def test_hf_folder_loads_and_matches(tmp_path):
-    hf, folder = save_hf_folder(tmp_path)
+def test_hf_folder_loads_and_matches(tmp_path, seed):
+    hf, folder = save_hf_folder(tmp_path, seed)
     # fp32 explicitly: `auto` is bf16 on CPUs with native bf16, and this is an fp32 parity test
     m = load_model(ModelConfig(name=str(folder), device="cpu", dtype="float32"), SignalsConfig(backend="torch"))
     assert m.model_id == folder.name and m.max_context == 256 and m.tokenizer.is_fast
@@ -114,8 +113,8 @@ def test_hf_folder_loads_and_matches(tmp_path):
     assert rel_err(m.forward_logits(ids.tolist()), ref) <= 1e-4
 
 
-def test_load_tokenizer_reads_no_weights(tmp_path, monkeypatch):
-    hf, folder = save_hf_folder(tmp_path)
+def test_load_tokenizer_reads_no_weights(tmp_path, monkeypatch, seed):
+    hf, folder = save_hf_folder(tmp_path, seed)
     from masprism_batch.model import loader
 
     def boom(*a, **k):
@@ -123,19 +122,19 @@ def test_load_tokenizer_reads_no_weights(tmp_path, monkeypatch):
 
     monkeypatch.setattr(loader, "_read_safetensors", boom)
     tok = load_tokenizer(ModelConfig(name=str(folder)))
-    text = "step 3: the agent " + os.urandom(6).hex()
+    text = "step 3: the agent " + random.Random(seed).randbytes(6).hex()
     assert tok.is_fast and tok.decode(tok(text)["input_ids"]) == text
     assert load_tokenizer(ModelConfig(name="tiny-random")).decode(tiny_tokenizer()(text)["input_ids"]) == text
     with pytest.raises(ModelNotFoundError):
         load_tokenizer(ModelConfig(name=str(tmp_path / "absent")))
 
 
-def test_gguf_cache_is_reused_without_converting(tmp_path, monkeypatch):
+def test_gguf_cache_is_reused_without_converting(tmp_path, monkeypatch, seed):
     gguf = tmp_path / "weird name!.gguf"
-    gguf.write_bytes(os.urandom(64))
+    gguf.write_bytes(random.Random(seed).randbytes(64))
     target = converted_dir(gguf, str(tmp_path / "cache"))
     assert target.parent == tmp_path / "cache" and "!" not in target.name and " " not in target.name
-    hf, folder = save_hf_folder(tmp_path, "llama")
+    hf, folder = save_hf_folder(tmp_path, seed, "llama")
     target.parent.mkdir(parents=True)
     folder.rename(target)
 
@@ -172,11 +171,11 @@ def test_models_command():
     assert r.exit_code == 1
 
 
-def test_checkpoint_name_mismatches_are_loud(caplog):
+def test_checkpoint_name_mismatches_are_loud(caplog, seed):
     from masprism_batch.model.arch import arch_from_config
     from masprism_batch.model.layers import weights_from_state_dict
 
-    hf = random_hf_model(hf_config("qwen3", tied=True), fresh_seed())
+    hf = random_hf_model(hf_config("qwen3", tied=True), seed)
     state = dict(hf.state_dict())
     arch = arch_from_config(hf.config)
     state["model.layers.0.self_attn.extra_proj.weight"] = torch.ones(2)

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 import torch
-from model_helpers import fresh_seed, hf_config, ours_from_hf, random_hf_model, rel_err
+from model_helpers import hf_config, ours_from_hf, random_hf_model, rel_err
 
 LLAMA3_ROPE = {"rope_type": "llama3", "factor": 8.0, "low_freq_factor": 1.0, "high_freq_factor": 4.0,
                "original_max_position_embeddings": 64}
@@ -19,8 +19,7 @@ CASES = [
 
 
 @pytest.mark.parametrize("family,tied,rope", CASES, ids=lambda c: str(c) if not isinstance(c, dict) else c["rope_type"])
-def test_logits_match_transformers(family, tied, rope):
-    seed = fresh_seed()
+def test_logits_match_transformers(family, tied, rope, seed):
     hf = random_hf_model(hf_config(family, tied=tied, rope=rope), seed)
     ours = ours_from_hf(hf)
     g = torch.Generator().manual_seed(seed)
@@ -38,8 +37,7 @@ def test_logits_match_transformers(family, tied, rope):
 
 
 @pytest.mark.parametrize("family", ["llama", "qwen3"])
-def test_token_nll_matches_log_softmax(family):
-    seed = fresh_seed()
+def test_token_nll_matches_log_softmax(family, seed):
     hf = random_hf_model(hf_config(family, tied=family == "qwen3"), seed)
     ours = ours_from_hf(hf)
     g = torch.Generator().manual_seed(seed + 1)

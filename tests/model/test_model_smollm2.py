@@ -55,11 +55,11 @@ def test_logits_and_nll_match_transformers(smol):
     assert rel_err(torch.from_numpy(sig.token_nll[1:]).double(), want) <= 1e-4
 
 
-def test_is_a_language_model(smol):
+def test_is_a_language_model(smol, rng):
     # a wrong GGUF dequantization (e.g. un-permuted q/k) still runs; it just stops predicting text
     ids = smol.tokenizer(TEXT, add_special_tokens=False)["input_ids"]
     shuffled = ids[:]
-    random.Random().shuffle(shuffled)
+    rng.shuffle(shuffled)
     real, shuf = smol.signals([ids, shuffled], [[-1] * len(ids)] * 2)
     assert np.nanmean(real.token_nll) < 4.0 < np.nanmean(shuf.token_nll), (np.nanmean(real.token_nll),
                                                                            np.nanmean(shuf.token_nll))

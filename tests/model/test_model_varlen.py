@@ -6,7 +6,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 import torch
-from model_helpers import fresh_seed, hf_config, ours_from_hf, random_hf_model, rel_err
+from model_helpers import hf_config, ours_from_hf, random_hf_model, rel_err
 
 from masprism_batch.config import SignalsConfig
 
@@ -37,8 +37,8 @@ def brute_force_A(hf, ids: torch.Tensor, sid: list[int], layers: list[int]) -> n
 
 
 @pytest.fixture(scope="module")
-def pair():
-    seed = fresh_seed()
+def pair(module_seed):
+    seed = module_seed
     hf = random_hf_model(hf_config("qwen3", tied=True, layers=5), seed)
     return seed, hf, ours_from_hf(hf, SignalsConfig(backend="torch", layer_fraction=0.4, attn_block=32))
 

@@ -1,14 +1,13 @@
 """Dense fp64 oracles and random packed inputs for the signal-op tests (shared by every backend's tests).
 
 The oracles form the full T x T attention and T x V logits in fp64: only ever used at test sizes.
-Inputs are fresh random each run; the seed is part of every case so a failure can be replayed
-(MASPRISM_TEST_SEED=<seed>).
+Inputs are fresh random each run: tests hand their `seed` fixture (tests/conftest.py) to the case builders; the seed
+is part of every case's message and a failing test's report names the MASPRISM_TEST_SEED that replays it.
 """
 
 from __future__ import annotations
 
 import os
-import random
 from dataclasses import dataclass
 
 import torch
@@ -25,10 +24,6 @@ TOL = {
     torch.float32: dict(o=2e-5, lse=1e-4, mass=2e-5, nll=1e-4),
     torch.bfloat16: dict(o=2e-2, lse=2e-3, mass=1e-3, nll=2e-3),
 }
-
-
-def new_seed() -> int:
-    return int(os.environ.get("MASPRISM_TEST_SEED", random.SystemRandom().randrange(2**31)))
 
 
 @dataclass

@@ -15,13 +15,13 @@ from masprism_batch.stage.attribute import attribute_traces
 BACKENDS = ["torch"] + (["cpp"] if signals.cpp_available() is None else [])
 
 
-def _real_traces(shared_data, n: int):
+def _real_traces(shared_data, n: int, seed: int):
     from masprism_batch import ingest
 
     traces = list(ingest.read_inputs([str(shared_data / "who_and_when" / "Algorithm-Generated")],
                                      on_error=lambda row: None))
     assert traces, "no Who&When traces ingested"
-    rng = np.random.default_rng()  # fresh traces each run
+    rng = np.random.default_rng(seed)  # fresh traces each run
     return [traces[i] for i in sorted(rng.choice(len(traces), size=min(n, len(traces)), replace=False))]
 
 
@@ -43,18 +43,18 @@ def _assert_same(outs: dict):
 
 
 @pytest.mark.skipif(len(BACKENDS) < 2, reason="only the torch backend is built here (no C++ extension)")
-def test_attributions_identical_across_backends_tiny_model(shared_data):
-    traces = _real_traces(shared_data, 3)
+def test_attributions_identical_across_backends_tiny_model(shared_data, seed):
+    traces = _real_traces(shared_data, 3, seed)
     _assert_same({be: _attribute(traces, "tiny-random", be, render__max_context=1024) for be in BACKENDS})
 
 
 @pytest.mark.slow
 @pytest.mark.skipif(len(BACKENDS) < 2, reason="only the torch backend is built here (no C++ extension)")
-def test_attributions_identical_across_backends_smollm2(shared_data):
+def test_attributions_identical_across_backends_smollm2(shared_data, seed):
     from masprism_batch.model import resolve_model
 
     spec = resolve_model("smollm2-135m")
     if not spec.available:
         pytest.skip(f"SmolLM2 not installed: {spec.how_to_get}")
-    traces = _real_traces(shared_data, 3)
+    traces = _real_traces(shared_data, 3, seed)
     _assert_same({be: _attribute(traces, "smollm2-135m", be, render__max_context=2048) for be in BACKENDS})

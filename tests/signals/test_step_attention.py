@@ -21,7 +21,6 @@ from signals_oracle import (
     dense_step_mass_per_head,
     device_of,
     make_attn_case,
-    new_seed,
     poisoned_attn_out,
     run_triton_cases,
 )
@@ -62,14 +61,15 @@ def _call(c, backend, **kw):
     return signals.step_attention(c.q, c.k, c.v, c.cu_seqlens, c.step_ids, c.n_steps, c.scale, backend=backend, **kw)
 
 
+@pytest.mark.kernel
 def test_triton_cases_in_interpreter_subprocess():
     run_triton_cases(__file__)
 
 
 @pytest.mark.parametrize("backend,lengths,hq,hk,d,pattern,dtype",
                          _cases(lambda be: TRITON_SHAPES if be == "triton" else SHAPES, lambda be: DTYPES[be]))
-def test_matches_dense_oracle(backend, lengths, hq, hk, d, pattern, dtype):
-    c = make_attn_case(lengths, hq, hk, d, dtype, new_seed(), pattern, device=device_of(backend))
+def test_matches_dense_oracle(backend, lengths, hq, hk, d, pattern, dtype, seed):
+    c = make_attn_case(lengths, hq, hk, d, dtype, seed, pattern, device=device_of(backend))
     out = poisoned_attn_out(c, reference.compute_dtype(dtype))
     got = _call(c, backend, block=64, out=out)
     assert all(g is p for g, p in zip(got, out, strict=True)), "out tensors must be the ones returned"
@@ -77,34 +77,34 @@ def test_matches_dense_oracle(backend, lengths, hq, hk, d, pattern, dtype):
 
 
 @pytest.mark.parametrize("backend", backend_params("torch", "cpp"))
-def test_bf16_inputs_accumulate_in_fp32(backend):
-    c = make_attn_case([123, 47], 8, 2, 64, torch.bfloat16, new_seed(), "ragged")
+def test_bf16_inputs_accumulate_in_fp32(backend, seed):
+    c = make_attn_case([123, 47], 8, 2, 64, torch.bfloat16, seed, "ragged")
     got = _call(c, backend)
     assert got[0].dtype == torch.bfloat16 and got[1].dtype == torch.float32 and got[2].dtype == torch.float32
     check_attention(c, got, TOL[torch.bfloat16])
 
 
 @pytest.mark.parametrize("backend", backend_params("triton"))
-def test_triton_long_odd_sequence(backend):
+def test_triton_long_odd_sequence(backend, seed):
     """T = 1023 with several query blocks per sequence (the launcher itself); one head pair keeps the
     interpreter quick. torch and cpp take T = 1023 in test_matches_dense_oracle."""
     from masprism_batch.kernels import step_attention as tk
 
-    c = make_attn_case([1023], 2, 1, 64, torch.float32, new_seed(), "ragged", device=device_of(backend))
+    c = make_attn_case([1023], 2, 1, 64, torch.float32, seed, "ragged", device=device_of(backend))
     got = tk.step_attention(c.q, c.k, c.v, c.cu_seqlens, c.step_ids, c.n_steps, c.scale)
     check_attention(c, got, TOL[torch.float32])
 
 
 @pytest.mark.parametrize("backend", backend_params())
-def test_mass_is_deterministic(backend):
-    c = make_attn_case([123, 47], 4, 2, 64, torch.float32, new_seed(), "ragged", device=device_of(backend))
+def test_mass_is_deterministic(backend, seed):
+    c = make_attn_case([123, 47], 4, 2, 64, torch.float32, seed, "ragged", device=device_of(backend))
     a, b = _call(c, backend)[2], _call(c, backend)[2]
     assert torch.equal(a, b), "deterministic ownership: two runs must be bit-identical"
 
 
 @pytest.mark.parametrize("backend", backend_params("cpp"))
-def test_mass_independent_of_thread_count(backend):
-    c = make_attn_case([123, 47], 8, 2, 64, torch.float32, new_seed(), "ragged")
+def test_mass_independent_of_thread_count(backend, seed):
+    c = make_attn_case([123, 47], 8, 2, 64, torch.float32, seed, "ragged")
     threads = torch.get_num_threads()
     try:
         torch.set_num_threads(1)
@@ -132,9 +132,9 @@ def _raw_args(c, backend, per_head=False):
 
 
 @pytest.mark.parametrize("backend", backend_params("cpp", "triton"))
-def test_raw_outputs_fully_defined(backend):
+def test_raw_outputs_fully_defined(backend, seed):
     """The registered op's own allocations (not only the copy into `out`): padding of shorter sequences is 0."""
-    c = make_attn_case([47, 123, 1], 4, 2, 64, torch.float32, new_seed(), "ragged", device=device_of(backend))
+    c = make_attn_case([47, 123, 1], 4, 2, 64, torch.float32, seed, "ragged", device=device_of(backend))
     o, lse, mass = _raw_op(backend)(*_raw_args(c, backend))
     assert torch.isfinite(o).all() and torch.isfinite(lse).all() and torch.isfinite(mass).all()
     for b, n in enumerate(c.n_steps.tolist()):
@@ -142,12 +142,12 @@ def test_raw_outputs_fully_defined(backend):
 
 
 @pytest.mark.parametrize("backend", backend_params("triton"))
-def test_triton_launcher_writes_every_element_of_out(backend):
+def test_triton_launcher_writes_every_element_of_out(backend, seed):
     """The launcher writes straight into `out` (the registered op allocates fresh tensors): every element of
     poisoned (o, lse, mass) is overwritten with the oracle's values."""
     from masprism_batch.kernels import step_attention as tk
 
-    c = make_attn_case([123, 47, 1], 4, 2, 64, torch.float32, new_seed(), "ragged", device=device_of(backend))
+    c = make_attn_case([123, 47, 1], 4, 2, 64, torch.float32, seed, "ragged", device=device_of(backend))
     out = poisoned_attn_out(c)
     got = tk.step_attention(c.q, c.k, c.v, c.cu_seqlens, c.step_ids, c.n_steps, c.scale, out=out)
     assert all(g is p for g, p in zip(got, out, strict=True))
@@ -156,16 +156,16 @@ def test_triton_launcher_writes_every_element_of_out(backend):
 
 @pytest.mark.parametrize("backend,per_head",  # no C++ per-head kernel (the dispatcher routes it to the reference)
                          [(be, ph) for be in backends("cpp", "triton") for ph in ([False, True] if be == "triton" else [False])])
-def test_opcheck(backend, per_head):
-    c = make_attn_case([47, 9], 4, 2, 64, torch.float32, new_seed(), "ragged", device=device_of(backend))
+def test_opcheck(backend, per_head, seed):
+    c = make_attn_case([47, 9], 4, 2, 64, torch.float32, seed, "ragged", device=device_of(backend))
     torch.library.opcheck(_raw_op(backend).default, _raw_args(c, backend, per_head))
 
 
 @pytest.mark.parametrize("backend", backend_params())
-def test_noncontiguous_steps(backend):
+def test_noncontiguous_steps(backend, seed):
     """Step ids that come back after another step (allowed by the API, never produced by render): on triton
     the kernel's read-modify-write path for a step it already stored must still give the oracle's mass."""
-    c = make_attn_case([123, 47], 4, 2, 64, torch.float32, new_seed(), "ragged", device=device_of(backend))
+    c = make_attn_case([123, 47], 4, 2, 64, torch.float32, seed, "ragged", device=device_of(backend))
     g = torch.Generator().manual_seed(abs(hash(c.desc)) % 2**31)
     sid = c.step_ids.cpu().clone()
     for b, (s, e) in enumerate(zip(c.cu_seqlens.tolist()[:-1], c.cu_seqlens.tolist()[1:], strict=True)):
@@ -181,7 +181,7 @@ def test_noncontiguous_steps(backend):
 # dot kernel forced onto interleaved ids (windows left and re-opened). Small packs: the interpreter is slow.
 @pytest.mark.parametrize("pattern,kernel", [("noncontiguous", "dot"), ("ragged", "loop"), ("noncontiguous", "loop")])
 @pytest.mark.parametrize("backend", backend_params("triton"))
-def test_triton_mass_kernels_match_oracle(backend, pattern, kernel):
+def test_triton_mass_kernels_match_oracle(backend, pattern, kernel, seed):
     """Both pass-2 kernels (kernels/step_mass.py): the one-hot dot kernel (the default path, which every other
     triton case takes, 1-token steps included: a key tile then spans BLOCK_N ids, the widest window) forced onto
     interleaved ids, and the per-step loop kernel (the fallback, forced with STEPS=0), per head and head mean,
@@ -189,7 +189,7 @@ def test_triton_mass_kernels_match_oracle(backend, pattern, kernel):
     from masprism_batch.kernels import step_attention as tk
     from masprism_batch.kernels import step_plan as sp
 
-    c = make_attn_case([70, 9, 1], 4, 2, 64, torch.float32, new_seed(), "ragged", device=device_of(backend))
+    c = make_attn_case([70, 9, 1], 4, 2, 64, torch.float32, seed, "ragged", device=device_of(backend))
     if pattern == "noncontiguous":  # random ids, -1 included: windows are left and re-opened (read-modify-write)
         g = torch.Generator().manual_seed(abs(hash(c.desc)) % 2**31)
         sid = c.step_ids.cpu().clone()
@@ -229,10 +229,10 @@ def _per_head_cases():
 
 
 @pytest.mark.parametrize("backend,lengths,hq,hk,d,pattern", _per_head_cases())
-def test_per_head_matches_oracle(backend, lengths, hq, hk, d, pattern):
+def test_per_head_matches_oracle(backend, lengths, hq, hk, d, pattern, seed):
     """per_head=True: mass per query head [B, Hq, N, N] (GQA, ragged packs), each head's sum (no mean); it
     matches the torch reference's per-head mass, and its head mean is the same backend's default mass."""
-    c = make_attn_case(lengths, hq, hk, d, torch.float32, new_seed(), pattern, device=device_of(backend))
+    c = make_attn_case(lengths, hq, hk, d, torch.float32, seed, pattern, device=device_of(backend))
     n_max = int(c.n_steps.max())
     out = poisoned_attn_out(c)
     out = (out[0], out[1], torch.full((len(lengths), hq, n_max, n_max), float("nan"), device=c.q.device))
@@ -298,9 +298,9 @@ def _err(got, want, rows=None):
 
 @pytest.mark.parametrize("dtype", LOW_DTYPES)
 @pytest.mark.parametrize("backend", backend_params("triton"))
-def test_16bit_qwen3_shapes_within_2x_plain(backend, dtype):
+def test_16bit_qwen3_shapes_within_2x_plain(backend, dtype, seed):
     # 200 tokens = two 128-row query blocks, the second with unmasked key tiles; ragged pack with a 1-token sequence
-    c = make_attn_case([200, 47, 1], QWEN3["hq"], QWEN3["hk"], QWEN3["d"], dtype, new_seed(), "ragged",
+    c = make_attn_case([200, 47, 1], QWEN3["hq"], QWEN3["hk"], QWEN3["d"], dtype, seed, "ragged",
                        device=device_of(backend))
     out = poisoned_attn_out(c)
     got = _call(c, backend, out=out)
@@ -317,16 +317,16 @@ def test_16bit_qwen3_shapes_within_2x_plain(backend, dtype):
 
 
 # ---- the torch reference's own paths --------------------------------------------------------------------------------
-def test_reference_blockwise_fallback_matches_oracle(monkeypatch):
+def test_reference_blockwise_fallback_matches_oracle(monkeypatch, seed):
     """The non-CPU path (no fused CPU flash op) is the blockwise softmax; force it here."""
     monkeypatch.setattr(reference, "_flash_cpu", lambda *a: None)
-    c = make_attn_case([123, 47], 4, 2, 64, torch.float32, new_seed(), "ragged")
+    c = make_attn_case([123, 47], 4, 2, 64, torch.float32, seed, "ragged")
     got = reference.step_attention(c.q, c.k, c.v, c.cu_seqlens, c.step_ids, c.n_steps, c.scale, block=32)
     check_attention(c, got, TOL[torch.float32])
 
 
-def test_reference_small_score_budget_gives_same_mass(monkeypatch):
-    c = make_attn_case([123], 4, 4, 64, torch.float64, new_seed(), "ragged")
+def test_reference_small_score_budget_gives_same_mass(monkeypatch, seed):
+    c = make_attn_case([123], 4, 4, 64, torch.float64, seed, "ragged")
     full = reference.step_attention(c.q, c.k, c.v, c.cu_seqlens, c.step_ids, c.n_steps, c.scale)[2]
     monkeypatch.setattr(reference, "SCORE_BUDGET", 1)  # forces the minimum block of 16 rows
     small = reference.step_attention(c.q, c.k, c.v, c.cu_seqlens, c.step_ids, c.n_steps, c.scale)[2]
@@ -335,8 +335,8 @@ def test_reference_small_score_budget_gives_same_mass(monkeypatch):
 
 # ---- dispatch -----------------------------------------------------------------------------------------------------
 @pytest.mark.parametrize("backend", backend_params())
-def test_bad_inputs_raise_clear_errors(backend):
-    c = make_attn_case([47], 4, 2, 64, torch.float32, new_seed(), device=device_of(backend))
+def test_bad_inputs_raise_clear_errors(backend, seed):
+    c = make_attn_case([47], 4, 2, 64, torch.float32, seed, device=device_of(backend))
     with pytest.raises(ValueError, match="Hq % Hk"):
         signals.step_attention(c.q, c.k[:, :1].expand(-1, 3, -1), c.v[:, :1].expand(-1, 3, -1),
                                c.cu_seqlens, c.step_ids, c.n_steps, c.scale, backend=backend)
@@ -348,8 +348,8 @@ def test_bad_inputs_raise_clear_errors(backend):
         signals.step_attention(c.q, c.k, c.v, c.cu_seqlens, c.step_ids, c.n_steps, c.scale, backend="cuda")
 
 
-def test_backend_options_are_keyword_only():
-    c = make_attn_case([47], 4, 2, 64, torch.float32, new_seed())
+def test_backend_options_are_keyword_only(seed):
+    c = make_attn_case([47], 4, 2, 64, torch.float32, seed)
     with pytest.raises(TypeError):
         signals.step_attention(c.q, c.k, c.v, c.cu_seqlens, c.step_ids, c.n_steps, c.scale, "torch")
     with pytest.raises(TypeError):

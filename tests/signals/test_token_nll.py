@@ -19,7 +19,6 @@ from signals_oracle import (
     dense_nll,
     device_of,
     make_nll_case,
-    new_seed,
     run_triton_cases,
 )
 
@@ -33,6 +32,7 @@ SIZES = {"torch": [(47, 64, 1237), (123, 96, 20011)], "cpp": [(47, 64, 1237), (1
 DTYPES = {"torch": [torch.float32, torch.float64], "cpp": [torch.float32, torch.float64], "triton": [torch.float32]}
 
 
+@pytest.mark.kernel
 def test_triton_cases_in_interpreter_subprocess():
     run_triton_cases(__file__)
 
@@ -40,8 +40,7 @@ def test_triton_cases_in_interpreter_subprocess():
 @pytest.mark.parametrize("backend,T,d,V,dtype", [
     pytest.param(be, *size, dt, id=f"{be}-{size[0]}x{size[1]}x{size[2]}-{dt}")
     for be in BACKENDS for size in SIZES[be] for dt in DTYPES[be]])
-def test_matches_dense_oracle(backend, T, d, V, dtype):
-    seed = new_seed()
+def test_matches_dense_oracle(backend, T, d, V, dtype, seed):
     dev = device_of(backend)
     hidden, weight, targets = make_nll_case(T, d, V, dtype, seed, device=dev)
     out = torch.full((T,), float("nan"), device=dev)
@@ -57,10 +56,9 @@ def test_matches_dense_oracle(backend, T, d, V, dtype):
 
 @pytest.mark.parametrize("backend", backend_params("torch", "cpp"))
 @pytest.mark.parametrize("share", [0.0, 0.03, 0.5, 0.95])
-def test_mostly_ignored_targets_score_only_their_rows(backend, share):
+def test_mostly_ignored_targets_score_only_their_rows(backend, share, seed):
     """Where most targets are ignored (a window's context and digest), only the scored rows reach the backend
     (issue 24); values equal the oracle's, ignored rows nan, `out` fully overwritten, whatever the share."""
-    seed = new_seed()
     T, d, V = 123, 96, 2053
     hidden, weight, targets = make_nll_case(T, d, V, torch.float32, seed)
     g = torch.Generator().manual_seed(seed + 1)
@@ -88,8 +86,7 @@ def test_mostly_ignored_targets_score_only_their_rows(backend, share):
 
 
 @pytest.mark.parametrize("backend", backend_params("torch", "cpp"))
-def test_bf16_weight_accumulates_in_fp32(backend):
-    seed = new_seed()
+def test_bf16_weight_accumulates_in_fp32(backend, seed):
     hidden, weight, targets = make_nll_case(64, 64, 9001, torch.bfloat16, seed)
     got = signals.token_nll(hidden, weight, targets, backend=backend, chunk=16)
     torch.testing.assert_close(got.double(), dense_nll(hidden, weight, targets), rtol=0,
@@ -97,9 +94,9 @@ def test_bf16_weight_accumulates_in_fp32(backend):
 
 
 @pytest.mark.parametrize("backend", backend_params("cpp"))
-def test_cpp_backend_is_the_reference(backend):
+def test_cpp_backend_is_the_reference(backend, seed):
     """No C++ NLL kernel is kept (it did not beat the reference); the cpp backend must still be correct."""
-    hidden, weight, targets = make_nll_case(47, 64, 1237, torch.float32, new_seed())
+    hidden, weight, targets = make_nll_case(47, 64, 1237, torch.float32, seed)
     got = signals.token_nll(hidden, weight, targets, backend=backend, chunk=16)
     torch.testing.assert_close(got.double(), dense_nll(hidden, weight, targets), rtol=0,
                                atol=TOL[torch.float32]["nll"], equal_nan=True)
@@ -109,11 +106,10 @@ def test_cpp_backend_is_the_reference(backend):
 
 @pytest.mark.parametrize("T,d,V,n_split", [(47, 64, 1237, None), (123, 96, 2053, 3)])
 @pytest.mark.parametrize("backend", backend_params("triton"))
-def test_triton_launcher_vocab_split(backend, T, d, V, n_split):
+def test_triton_launcher_vocab_split(backend, T, d, V, n_split, seed):
     """The launcher itself, with the automatic and a forced vocabulary split, writing into poisoned `out`."""
     from masprism_batch.kernels import token_nll as tk
 
-    seed = new_seed()
     dev = device_of(backend)
     hidden, weight, targets = make_nll_case(T, d, V, torch.float32, seed, device=dev)
     out = torch.full((T,), float("nan"), device=dev)
@@ -124,10 +120,10 @@ def test_triton_launcher_vocab_split(backend, T, d, V, n_split):
 
 
 @pytest.mark.parametrize("backend", backend_params("triton"))
-def test_opcheck(backend):
+def test_opcheck(backend, seed):
     from masprism_batch.signals import triton  # noqa: F401  (registers torch.ops.masprism_triton.*)
 
-    hidden, weight, targets = make_nll_case(47, 64, 1237, torch.float32, new_seed(), device=device_of(backend))
+    hidden, weight, targets = make_nll_case(47, 64, 1237, torch.float32, seed, device=device_of(backend))
     # no ignored targets here: opcheck compares eager vs traced outputs without equal_nan, and an ignored
     # target's NLL is nan by contract (the nan pattern is checked against the oracle above)
     targets[targets == -100] = 0
@@ -144,7 +140,7 @@ LOW_DTYPES = [torch.float16] + ([torch.bfloat16] if torch.cuda.is_available() el
 
 @pytest.mark.parametrize("dtype", LOW_DTYPES)
 @pytest.mark.parametrize("backend", backend_params("triton"))
-def test_16bit_qwen3_vocab_within_2x_plain(backend, dtype):
+def test_16bit_qwen3_vocab_within_2x_plain(backend, dtype, seed):
     """Qwen3-0.6B's vocabulary V = 151,936 (1,187 online-LSE rescales per token at BLOCK_V = 128) at a reduced
     T = 37 and a reduced hidden size d = 200 (odd against every BLOCK_D: the masked tail). The interpreter
     gathers every loaded element with numpy: Qwen3's d = 1,024 costs ~100 s here, d = 200 a few seconds; the
@@ -153,7 +149,6 @@ def test_16bit_qwen3_vocab_within_2x_plain(backend, dtype):
     sizes themselves are compile-checked by tests/kernels/test_aot_compile.py."""
     from masprism_batch.kernels import token_nll as tk
 
-    seed = new_seed()
     dev = device_of(backend)
     T, d = 37, 200 if dev == "cpu" else QWEN3["hidden"]
     hidden, weight, targets = make_nll_case(T, d, QWEN3["vocab"], dtype, seed, device=dev)
@@ -177,15 +172,15 @@ def test_16bit_qwen3_vocab_within_2x_plain(backend, dtype):
 
 # ---- dispatch -----------------------------------------------------------------------------------------------------
 @pytest.mark.parametrize("backend", backend_params())
-def test_bad_inputs_raise_clear_errors(backend):
-    h, w, t = make_nll_case(8, 16, 50, torch.float32, new_seed(), device=device_of(backend))
+def test_bad_inputs_raise_clear_errors(backend, seed):
+    h, w, t = make_nll_case(8, 16, 50, torch.float32, seed, device=device_of(backend))
     t[3] = 50
     with pytest.raises(ValueError, match="outside"):
         signals.token_nll(h, w, t, backend=backend)
 
 
-def test_backend_options_are_keyword_only():
-    h, w, t = make_nll_case(8, 16, 50, torch.float32, new_seed())
+def test_backend_options_are_keyword_only(seed):
+    h, w, t = make_nll_case(8, 16, 50, torch.float32, seed)
     with pytest.raises(TypeError):
         signals.token_nll(h, w, t, "torch")
     with pytest.raises(TypeError):
