@@ -55,9 +55,9 @@ def evidence(n_steps: int, rows: list[dict], order: list[int], scores=None) -> d
     second = s(order[1]) if len(order) > 1 else 0.0
     margin = (s(top) - second) / s(top) if s(top) > 0 else 0.0
     symptoms = [r["step"] for r in rows if r.get("is_symptom") and r["step"] > top]
-    points = 0
+    points, is_symptom = 0, set(symptoms)  # a set: a long log has thousands of symptoms
     for r in rows:
-        if r["step"] in symptoms:
+        if r["step"] in is_symptom:
             row = full_row(r.get("attention_pass1"), r["step"])[: r["step"]]
             if row.size and top < row.size:
                 points += top in np.argsort(-row, kind="stable")[:TOP_TARGETS]
