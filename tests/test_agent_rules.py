@@ -1,4 +1,4 @@
-"""benchmarks/agent_rules.py: TRAIL GAIA agent labels derived from the annotated spans, and the LOSO choice of
+"""benchmarks/accuracy/agent_rules.py: TRAIL GAIA agent labels derived from the annotated spans, and the LOSO choice of
 the zero-training agent rule (issue 23, item 7)."""
 
 from __future__ import annotations
@@ -9,12 +9,11 @@ from pathlib import Path
 import pytest
 
 ROOT = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(ROOT / "benchmarks"))
 sys.path.insert(0, str(ROOT / "tests" / "ingest"))
 
-import agent_rules as agr  # noqa: E402
 from ingest_synth import SEED, rng, trail_trace, write_json  # noqa: E402
 
+from benchmarks.accuracy import agent_rules as agr  # noqa: E402
 from masprism_batch.ingest import read_inputs  # noqa: E402
 from masprism_batch.trace import Labels, Step, Trace  # noqa: E402
 

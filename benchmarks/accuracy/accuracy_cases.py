@@ -10,8 +10,8 @@ import json
 from pathlib import Path
 
 import numpy as np
-from accuracy_extract import extract_config, load_systems, trace_key
 
+from benchmarks.accuracy.accuracy_extract import extract_config, load_systems, trace_key
 from masprism_batch.eval import score_trail, score_who_and_when
 from masprism_batch.fit import fitting as ft
 from masprism_batch.fit import system as fs
@@ -31,7 +31,7 @@ class Case:
 
 
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 
 
 def add_cache_args(ap: argparse.ArgumentParser) -> None:

@@ -1,7 +1,7 @@
 """Signal cache of bench_accuracy.py: runs the stage (pass 1 windows, pass 2, counterfactuals) once per trace
 and keeps what every ranker / head-weight variant needs, so refitting them costs no prefill.
 
-    python benchmarks/accuracy_extract.py --data ../shared/data --work /tmp/masprism-accuracy [--model smollm2-135m]
+    python benchmarks/accuracy/accuracy_extract.py --data ../shared/data --work /tmp/masprism-accuracy [--model smollm2-135m]
 
 One file per trace (`<work>/<config_hash>/<sha>.npz` + `.json`): written atomically, so a killed run resumes.
 Traces are processed round-robin across the four dev systems, so a partial cache covers all of them.
@@ -24,7 +24,7 @@ from masprism_batch.config import PipelineConfig, load_config
 from masprism_batch.ingest import read_inputs
 from masprism_batch.trace import Trace
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 log = logging.getLogger("accuracy_extract")
 SYSTEMS = {  # system name -> input folder under --data (the leave-one-system-out units)
     "who-and-when/Algorithm-Generated": "who_and_when/Algorithm-Generated",

@@ -10,8 +10,16 @@ import logging
 from dataclasses import dataclass
 
 import numpy as np
-from accuracy_cases import Case, _kfold_scores, available_rules, gold_of, headline_mean, rule_rows, score
 
+from benchmarks.accuracy.accuracy_cases import (
+    Case,
+    _kfold_scores,
+    available_rules,
+    gold_of,
+    headline_mean,
+    rule_rows,
+    score,
+)
 from masprism_batch.fit import clogit
 from masprism_batch.method import heads as hd
 from masprism_batch.method import masprism as mp

@@ -178,7 +178,7 @@ def markdown_section(res: dict, fine: dict, census: dict, step_rule: str, bare: 
     rules = list(res["acc"])
     shipped = res["shipped"]
     out = ["## Zero-training agent rule (systems without a ranker)", "",
-           "Protocol: **leave-one-system-out** over the dev systems with agent labels (`benchmarks/agent_rules.py`). "
+           "Protocol: **leave-one-system-out** over the dev systems with agent labels (`benchmarks/accuracy/agent_rules.py`). "
            f"Agent accuracy (exact) of each zero-training agent rule on the step order of the zero-training rule "
            f"`{step_rule}`, and the rule chosen for each held-out system on the *other* systems: the best "
            "worst-case one-sided 95% lower bound of its per-trace margin over \"most active agent\", ties by the "

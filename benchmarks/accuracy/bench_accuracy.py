@@ -1,7 +1,7 @@
 """Accuracy on the labelled dev data, judged the way a new system would judge it: leave one system out.
 
-    python benchmarks/accuracy_extract.py --work /tmp/masprism-accuracy      # prefills, once (resumable)
-    python benchmarks/bench_accuracy.py --work /tmp/masprism-accuracy [--train-weights]
+    python benchmarks/accuracy/accuracy_extract.py --work /tmp/masprism-accuracy      # prefills, once (resumable)
+    python benchmarks/accuracy/bench_accuracy.py --work /tmp/masprism-accuracy [--train-weights]
 
 The four dev systems (Who&When Algorithm-Generated, Who&When Hand-Crafted, TRAIL GAIA, TRAIL SWE-Bench) are
 the units of generalisation. Every learned piece is refitted without the system it is scored on:
@@ -11,11 +11,11 @@ the units of generalisation. Every learned piece is refitted without the system 
 - the portable ranker's agent rule (author of the blamed step vs summed step probabilities), chosen by LOSO;
 - the product's fit (`masprism-batch fit`: method/fit_system.py, called here, never re-implemented), 5-fold within
   each system, and the zero-training agent rule for systems without a ranker, chosen by LOSO over every
-  system with agent labels, TRAIL GAIA's derived from its error spans (issue 23; benchmarks/agent_rules.py).
+  system with agent labels, TRAIL GAIA's derived from its error spans (issue 23; benchmarks/accuracy/agent_rules.py).
 Zero-training methods (the faithful MASPrism, pass 1 alone, trivial baselines) need no protocol.
 Writes tidy rows to benchmarks/results/accuracy.csv and the tables to docs/results.md; --train-weights writes the
 packaged weights/rankers.json (the format `fit` writes; each entry lists the trace-id hashes it saw) and
-fallback.json. The learning curve is benchmarks/bench_learning_curve.py. The cases, scorers and the product's fit
+fallback.json. The learning curve is benchmarks/accuracy/bench_learning_curve.py. The cases, scorers and the product's fit
 protocol are in accuracy_cases.py; head weights and the portable rankers in accuracy_rankers.py.
 """
 
@@ -26,12 +26,16 @@ import csv
 import datetime as dt
 import json
 import logging
+import sys
 from pathlib import Path
 
-import accuracy_platt as platt
-import agent_rules as agr
 import numpy as np
-from accuracy_cases import (
+
+if __package__ in (None, ""):  # run as a file: the repository root makes `benchmarks` importable
+    sys.path.append(str(Path(__file__).resolve().parents[2]))  # last: an installed masprism_batch wins
+from benchmarks.accuracy import accuracy_platt as platt
+from benchmarks.accuracy import agent_rules as agr
+from benchmarks.accuracy.accuracy_cases import (
     Case,
     _kfold_scores,
     _unlabelled,
@@ -47,10 +51,17 @@ from accuracy_cases import (
     score,
     system_fit,
 )
-from accuracy_extract import SYSTEMS, load_systems
-from accuracy_rankers import PORTABLE, agent_orders, fit_heads, kfold, loso, rules_loso, with_learned
-from accuracy_report import METRIC, write_markdown
-
+from benchmarks.accuracy.accuracy_extract import SYSTEMS, load_systems
+from benchmarks.accuracy.accuracy_rankers import (
+    PORTABLE,
+    agent_orders,
+    fit_heads,
+    kfold,
+    loso,
+    rules_loso,
+    with_learned,
+)
+from benchmarks.accuracy.accuracy_report import METRIC, write_markdown
 from masprism_batch.fit import fitting as ft
 from masprism_batch.fit import rankfile
 from masprism_batch.fit.rankfile import RankerFile, SystemRanker
@@ -59,7 +70,7 @@ from masprism_batch.method import confidence as cf
 from masprism_batch.method import heads as hd
 from masprism_batch.method import ranker as rk
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 log = logging.getLogger("bench_accuracy")
 
 

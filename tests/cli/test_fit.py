@@ -148,14 +148,9 @@ def test_ranker_of_another_model_is_refused(run_dir, tmp_path):
 
 
 def test_bench_accuracy_and_fit_share_the_fitting_function(run_dir, tmp_path):
-    """One path: benchmarks/bench_accuracy.py fits through method/fit_system.py, so on the same cases it gives the
+    """One path: benchmarks/accuracy/bench_accuracy.py fits through method/fit_system.py, so on the same cases it gives the
     weights `fit` wrote."""
-    import sys
-    from pathlib import Path
-
-    sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "benchmarks"))
-    import bench_accuracy as ba
-
+    from benchmarks.accuracy import bench_accuracy as ba
     from masprism_batch.fit.runs import load_runs
 
     out = tmp_path / "r.json"
