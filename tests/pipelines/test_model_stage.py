@@ -3,7 +3,6 @@ and writes what the stage called pack by pack writes."""
 
 from __future__ import annotations
 
-import random
 from pathlib import Path
 
 import pyarrow.dataset as ds
@@ -22,9 +21,7 @@ def _rows(outdir: Path) -> list[dict]:
     return sorted(({k: v for k, v in r.items() if k not in skip} for r in rows), key=lambda r: r["trace_id"])
 
 
-def test_policy_is_read_once_per_run(tmp_path, monkeypatch):
-    seed = random.randrange(2**32)
-    print(f"seed {seed}")
+def test_policy_is_read_once_per_run(tmp_path, monkeypatch, seed):
     make_corpus(tmp_path / "in", 9, 2, seed=seed)
     cfg = load_config(None, model__name="tiny-random", batch__token_budget=160, engine__traces_per_shard=4)
     model = load_model(cfg.model, cfg.signals)
