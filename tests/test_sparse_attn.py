@@ -62,8 +62,8 @@ def _method(wd, sigs, full, n, rng, cfg=MethodConfig()):
     return s1, p1, ranking, flags
 
 
-def test_sparse_combine_and_method_equal_the_dense_path(monkeypatch):
-    rng = np.random.default_rng()
+def test_sparse_combine_and_method_equal_the_dense_path(monkeypatch, np_rng):
+    rng = np_rng
     n = 300
     wd, sigs, full = synthetic(rng, n, heads=True)
     hw = HeadWeights("m", rng.normal(size=(2, 3)))
@@ -103,8 +103,8 @@ def test_sparse_combine_and_method_equal_the_dense_path(monkeypatch):
         _quantise_attention([r["attention_pass1"] for r in r_dense], n)
 
 
-def test_row_tail_and_full_row_round_trip():
-    rng = np.random.default_rng()
+def test_row_tail_and_full_row_round_trip(np_rng):
+    rng = np_rng
     n = 40
     A = rng.random((n, n)).astype(np.float32)
     for i in range(n):  # rows with a zero head, no mass at all, and full rows
@@ -134,10 +134,10 @@ def _peak(n: int, seed: int) -> int:
     return peak
 
 
-def test_peak_memory_of_one_trace_grows_linearly_in_steps():
+def test_peak_memory_of_one_trace_grows_linearly_in_steps(np_rng):
     """combine + method + step rows at 2,500 and 10,000 steps (4x): a quadratic path would peak 16x higher,
     a dense A alone at 10,000 steps is 800 MB of float64."""
-    seed = int(np.random.default_rng().integers(1 << 30))
+    seed = int(np_rng.integers(1 << 30))
     t0 = time.perf_counter()
     small, big = _peak(2500, seed), _peak(10_000, seed)
     ratio = big / small
@@ -146,14 +146,14 @@ def test_peak_memory_of_one_trace_grows_linearly_in_steps():
     assert time.perf_counter() - t0 < 60
 
 
-def test_check_max_steps_bound_is_linear(monkeypatch):
+def test_check_max_steps_bound_is_linear(monkeypatch, np_rng):
     """Refused when one trace would not fit the machine, as before, but the need is now linear past the dense
     budget: 20,000 steps (14.4 GB as N^2 x 36 B, refused on a 8 GB machine before) fit in 8 GB."""
     from masprism_batch import config_checks
 
     monkeypatch.setattr(config_checks, "machine_memory", lambda: 8 * 10**9)
     assert check_max_steps(20_000) == 20_000
-    n = int(np.random.default_rng().integers(4096, 100_000))
+    n = int(np_rng.integers(4096, 100_000))
     assert config_checks.trace_memory(4 * n) - config_checks.trace_memory(n) == 3 * n * config_checks.BYTES_PER_STEP
     with pytest.raises(ValueError, match=r"ingest.max_steps = 200000: .* at most \d+ steps fit"):
         check_max_steps(200_000)

@@ -15,8 +15,8 @@ def _brute_auroc(conf, hits):
     return np.mean([1.0 if p > q else 0.5 if p == q else 0.0 for p in pos for q in neg])
 
 
-def test_auroc_matches_the_pairwise_definition():
-    rng = np.random.default_rng()
+def test_auroc_matches_the_pairwise_definition(np_rng):
+    rng = np_rng
     conf = list(np.round(rng.random(60), 1))  # rounded: ties count half
     hits = list(rng.random(60) < 0.4)
     assert cf.auroc(conf, hits) == pytest.approx(_brute_auroc(conf, hits))
@@ -24,11 +24,11 @@ def test_auroc_matches_the_pairwise_definition():
 
 
 @pytest.mark.parametrize("weights", ["equal", "fitted"])
-def test_calibration_follows_the_evidence_and_never_inverts_it(weights):
+def test_calibration_follows_the_evidence_and_never_inverts_it(weights, np_rng):
     """Hits planted on every feature in its a-priori direction but support, planted against it: confidence ranks
     them (AUROC well above 0.5), grows with the top share, and the feature the data ties to hits the wrong way
     cannot make the confidence fall as it grows."""
-    seed = int(np.random.default_rng().integers(1 << 30))
+    seed = int(np_rng.integers(1 << 30))
     rng = np.random.default_rng(seed)
     n = 400
     X = rng.random((n, len(cf.FEATURES)))
@@ -48,8 +48,8 @@ def test_calibration_follows_the_evidence_and_never_inverts_it(weights):
     assert up > calibrate.confidence(cal, base, 1000), seed
 
 
-def test_confidence_is_never_below_a_guess_among_the_steps():
-    rng = np.random.default_rng()
+def test_confidence_is_never_below_a_guess_among_the_steps(np_rng):
+    rng = np_rng
     X = rng.random((50, len(cf.FEATURES)))
     cal = calibrate.fit_evidence(X, [False] * 49 + [True], cf.FEATURES)  # almost never right
     for n_steps in (2, 3, int(rng.integers(4, 9))):
@@ -57,9 +57,9 @@ def test_confidence_is_never_below_a_guess_among_the_steps():
         assert calibrate.confidence(cal, feats, n_steps) >= 1 / n_steps
 
 
-def test_evidence_of_a_verdict(synth):
+def test_evidence_of_a_verdict(synth, np_rng):
     """The features of a log's verdict: shares and margins of its own scores, the symptoms pointing at it."""
-    seed = int(np.random.default_rng().integers(1 << 30))
+    seed = int(np_rng.integers(1 << 30))
     for c in synth(20, seed=seed):
         f = ft.evidence(c, c.ranked)
         assert set(f) == set(cf.FEATURES), seed

@@ -2,8 +2,6 @@
 
 from __future__ import annotations
 
-import random
-
 import numpy as np
 import pytest
 
@@ -29,9 +27,9 @@ def _trace(rng):
         for i in range(n)])
 
 
-def test_suffix_nll_equals_full_prefill(tiny):
+def test_suffix_nll_equals_full_prefill(tiny, np_rng):
     cfg, model = tiny
-    rng = np.random.default_rng()
+    rng = np_rng
     ids = rng.integers(3, 250, 123).tolist()
     base = model.signals([ids], [[0] * len(ids)], keep_kv=True)[0]
     cut = int(rng.integers(1, 100))
@@ -43,9 +41,8 @@ def test_suffix_nll_equals_full_prefill(tiny):
     np.testing.assert_allclose(got[1:], full[cut + 1:], rtol=0, atol=2e-4)
 
 
-def test_effects_match_brute_force(tiny):
+def test_effects_match_brute_force(tiny, rng):
     cfg, model = tiny
-    rng = random.Random()
     t = _trace(rng)
     n = len(t.steps)
     r = render.render_pass2(t, model.tokenizer, cfg.render, set(range(n)), None)
@@ -70,9 +67,9 @@ def test_effects_match_brute_force(tiny):
     assert np.isfinite(eff[cands]).all() and np.isnan(eff[last])
 
 
-def test_effects_need_the_cache(tiny):
+def test_effects_need_the_cache(tiny, rng):
     cfg, model = tiny
-    t = _trace(random.Random())
+    t = _trace(rng)
     r = render.render_pass2(t, model.tokenizer, cfg.render, {0}, None)
     base = model.signals([r.input_ids], [r.step_ids()])[0]
     with pytest.raises(ValueError, match="K/V cache"):
@@ -95,11 +92,11 @@ def _requests(cfg, model, rng, n_traces=3):
 
 
 @pytest.mark.parametrize("budget", [1, 10_000])  # one suffix per batch, and every trace's suffixes in one
-def test_batched_effects_equal_sequential(tiny, budget):
+def test_batched_effects_equal_sequential(tiny, budget, rng):
     """The packed path (every candidate of several traces in one forward) gives the sequential D: fp32,
     same weights, different attention calls and GEMM shapes -> within 2e-4 nats."""
     cfg, model = tiny
-    reqs, ph = _requests(cfg, model, random.Random())
+    reqs, ph = _requests(cfg, model, rng)
     stats: dict = {}
     got = cf.effects_batch(model, reqs, ph, budget, stats)
     assert stats["suffixes"] == sum(len(q.candidates) for q in reqs) and stats["tokens"] > 0
@@ -110,9 +107,9 @@ def test_batched_effects_equal_sequential(tiny, budget):
         np.testing.assert_allclose(D[np.isfinite(D)], want[np.isfinite(want)], rtol=0, atol=2e-4)
 
 
-def test_batched_effects_score_only_the_rows_asked(tiny):
+def test_batched_effects_score_only_the_rows_asked(tiny, rng):
     cfg, model = tiny
-    reqs, ph = _requests(cfg, model, random.Random(), 2)
+    reqs, ph = _requests(cfg, model, rng, 2)
     for q in reqs:
         q.rows = [q.last]  # the symptom rows the verdict reads
     full = [cf.effects(model, q.rendered, q.base, q.candidates, q.last, ph) for q in reqs]
@@ -124,9 +121,9 @@ def test_batched_effects_score_only_the_rows_asked(tiny):
                                    equal_nan=True)
 
 
-def test_batched_effects_without_cache_fail_that_trace_only(tiny):
+def test_batched_effects_without_cache_fail_that_trace_only(tiny, rng):
     cfg, model = tiny
-    reqs, ph = _requests(cfg, model, random.Random(), 2)
+    reqs, ph = _requests(cfg, model, rng, 2)
     reqs[0].base = model.signals([reqs[0].rendered.input_ids], [reqs[0].rendered.step_ids()])[0]
     got = cf.effects_batch(model, reqs, ph, 10_000)
     assert isinstance(got[0], ValueError) and isinstance(got[1], np.ndarray) and np.isfinite(got[1]).any()

@@ -22,8 +22,8 @@ def _synthetic(rng, w_true, n_traces=40):
     return samples
 
 
-def test_fit_recovers_planted_head_weights():
-    rng = np.random.default_rng()
+def test_fit_recovers_planted_head_weights(np_rng):
+    rng = np_rng
     w_true = np.zeros((3, 5))
     w_true[2, 1], w_true[1, 4], w_true[0, 0] = 1.0, 0.5, -0.3
     hw = hd.fit(_synthetic(rng, w_true), w_true.shape, "m")
@@ -33,8 +33,8 @@ def test_fit_recovers_planted_head_weights():
     assert abs(np.abs(hw.weights).sum() - 1.0) < 1e-9
 
 
-def test_apply_roundtrip_and_shape_check(tmp_path):
-    rng = np.random.default_rng()
+def test_apply_roundtrip_and_shape_check(tmp_path, np_rng):
+    rng = np_rng
     hw = hd.HeadWeights("m", rng.standard_normal((2, 3)), 10, 2)
     Ah = rng.random((2, 3, 7, 7))
     np.testing.assert_allclose(hw.apply(Ah), np.einsum("lh,lhij->ij", hw.weights, Ah))
@@ -51,8 +51,8 @@ def test_too_few_pairs_is_a_clear_error():
         hd.fit([(np.zeros((3, 15)), np.zeros(3))], (3, 5), "m")
 
 
-def test_pairs_standardise_within_trace():
-    rng = np.random.default_rng()
+def test_pairs_standardise_within_trace(np_rng):
+    rng = np_rng
     Ah = rng.random((2, 2, 5, 5))
     D = np.full((5, 5), np.nan)
     D[3, 1], D[4, 1], D[4, 2] = 1.0, 3.0, 5.0

@@ -33,8 +33,7 @@ HOSTILE_JSON = {
 
 
 @pytest.mark.parametrize("how", sorted(HOSTILE_JSON))
-def test_a_hostile_json_line_is_skipped_with_its_line_the_others_kept(tmp_path, how):
-    rng = random.Random()
+def test_a_hostile_json_line_is_skipped_with_its_line_the_others_kept(tmp_path, how, rng):
     traces = _traces(rng, 6)
     ids = list(traces)
     bad_at = rng.randrange(1, 5)  # a good row before it (so the file is JSON lines) and after it
@@ -47,8 +46,7 @@ def test_a_hostile_json_line_is_skipped_with_its_line_the_others_kept(tmp_path, 
     assert len(problems) == 1 and problems[0].startswith(f"labels.jsonl:{bad_at + 1}:"), problems
 
 
-def test_non_utf8_bytes_skip_their_line_only(tmp_path):
-    rng = random.Random()
+def test_non_utf8_bytes_skip_their_line_only(tmp_path, rng):
     traces = _traces(rng, 4)
     ids = list(traces)
     rows = [json.dumps({"trace_id": t, "step": 0}).encode() for t in ids[:3]]
@@ -59,8 +57,7 @@ def test_non_utf8_bytes_skip_their_line_only(tmp_path):
     assert sorted(gold) == sorted(ids[:3]) and len(problems) == 1 and "labels.jsonl:2:" in problems[0]
 
 
-def test_csv_oversized_field_and_unterminated_quote_skip_their_lines_only(tmp_path):
-    rng = random.Random()
+def test_csv_oversized_field_and_unterminated_quote_skip_their_lines_only(tmp_path, rng):
     traces = _traces(rng, 6)
     ids = list(traces)
     big = "x" * (128 * 1024 + rng.randrange(1, 5000))

@@ -51,8 +51,8 @@ def test_pass2_score_by_hand():
     assert r.ranked == sorted([0, 1, 2], key=lambda k: -r.scores[k])
 
 
-def test_random_cases_are_deterministic_and_well_formed():
-    rng = np.random.default_rng()
+def test_random_cases_are_deterministic_and_well_formed(np_rng):
+    rng = np_rng
     cfg = MethodConfig()
     for _ in range(20):
         n = int(rng.integers(1, 40))

@@ -20,17 +20,17 @@ def _trace_and_rows(rng, n):
     return Trace(trace_id="t", source="s", steps=steps), rows
 
 
-def test_features_shape_and_finiteness():
-    rng = np.random.default_rng()
+def test_features_shape_and_finiteness(np_rng):
+    rng = np_rng
     for n in (1, 2, 17):
         t, rows = _trace_and_rows(rng, n)
         X = rk.step_features(t, rows)
         assert X.shape == (n, len(rk.FEATURES)) and np.isfinite(X).all()
 
 
-def test_clogit_recovers_a_planted_feature():
+def test_clogit_recovers_a_planted_feature(np_rng):
     """The one conditional-logit solver (fit/clogit.py) on step features: gold = the most surprising step."""
-    rng = np.random.default_rng()
+    rng = np_rng
     col = rk.FEATURES.index("nll1_z")
     xs, golds = [], []
     for _ in range(60):

@@ -113,15 +113,14 @@ def test_atomic_write_keeps_the_old_file_on_failure(tmp_path, synth, monkeypatch
     assert path.read_text() == before and [p.name for p in tmp_path.iterdir()] == ["ranker.json"]
 
 
-def test_label_prior_verdict_re_ranks_the_logs_own_candidates(synth):
+def test_label_prior_verdict_re_ranks_the_logs_own_candidates(synth, np_rng):
     """Issue 32: the label prior moves the most often blamed position first only where it is one of the log's
     own candidates; elsewhere the rule's order stands. Never one fixed step for every log."""
-    import numpy as np
 
     from masprism_batch.fit import fitting as ft
     from masprism_batch.fit.rankfile import SystemRanker
 
-    seed = int(np.random.default_rng().integers(1 << 30))
+    seed = int(np_rng.integers(1 << 30))
     cases = synth(10, seed=seed)
     pri = ft.Priors.count(cases)
     from masprism_batch.method import rules
@@ -146,17 +145,16 @@ def test_label_prior_verdict_re_ranks_the_logs_own_candidates(synth):
     assert sr.features == []  # a label prior reads no costly signal
 
 
-def test_packaged_rankers_give_verdicts_that_differ_between_logs(synth):
+def test_packaged_rankers_give_verdicts_that_differ_between_logs(synth, np_rng):
     """Issue 32: no packaged entry names one step for every log of its system: applied to random logs of that
     system, each gives several distinct verdicts, none for most of them; the zero-training agent rule shipped is
     a known one and the shipped confidence reads the verdict's evidence."""
-    import numpy as np
 
     from masprism_batch.fit.rankfile import PACKAGED, RankerFile, SystemRanker
     from masprism_batch.method import rules, weights_dir
 
     rf = RankerFile.read(weights_dir() / PACKAGED)
-    seed = int(np.random.default_rng().integers(1 << 30))
+    seed = int(np_rng.integers(1 << 30))
     for name, entry in rf.systems.items():
         sr = SystemRanker(entry, rf.model_id)
         tops = [sr.apply(c.trace, c.rows, c.ranked)[0][0] for c in synth(40, seed=seed, source=name)]
@@ -233,11 +231,11 @@ TAMPERS = ["negative prior index", "relpos bin out of range", "NaN weight", "inf
 
 
 @pytest.mark.parametrize("how", TAMPERS)
-def test_each_tampered_value_is_refused_naming_its_field(tmp_path, synth, how):
+def test_each_tampered_value_is_refused_naming_its_field(tmp_path, synth, how, np_rng):
     path, _ = _file(tmp_path, synth)
     d = json.loads(path.read_text())
     assert d["systems"]["team/agents"]["verdict"] == "ranker"
-    field = _tampered(d, how, np.random.default_rng())
+    field = _tampered(d, how, np_rng)
     path.write_text(json.dumps(d))  # NaN and Infinity written as JSON's common extension, as Python writes them
     with pytest.raises(RankerFileError) as err:
         RankerFile.read(path)

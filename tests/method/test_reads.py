@@ -122,13 +122,13 @@ def test_stage_skips_what_the_verdict_does_not_read_and_verdicts_stay(tmp_path, 
         np.testing.assert_allclose(np.array(cf_lean, dtype=float), np.array(cf_full, dtype=float), atol=1e-5)
 
 
-def test_the_stage_reads_the_ranker_file_once_through_its_policy(tmp_path, tiny):
+def test_the_stage_reads_the_ranker_file_once_through_its_policy(tmp_path, tiny, np_rng):
     """The run's policy holds the ranker file: removed after the policy was loaded, the stage still applies it
     (no per-trace resolution), and what-to-compute and the verdict read the same entries."""
     from masprism_batch.fit.rankfile import RankerFile
 
     cfg, model = tiny
-    rng = np.random.default_rng()
+    rng = np_rng
     path = tmp_path / "ranker.json"
     fitted = {"system": "team/a", "verdict": "ranker", "rule": "faithful", "agent_rule": "author",
               "features": ["is_first", "nll1_z"], "weights": rng.normal(size=2).tolist(), "mean": [0.0, 0.0],

@@ -3,7 +3,6 @@
 import json
 import math
 
-import numpy as np
 import pytest
 
 from masprism_batch.method import rules
@@ -19,8 +18,8 @@ def _rows(n, rng, cf_at=(), learned=True):
 
 
 @pytest.mark.parametrize("n", [7, 47])
-def test_every_rule_is_a_permutation_of_the_candidates(n):
-    rng = np.random.default_rng()
+def test_every_rule_is_a_permutation_of_the_candidates(n, np_rng):
+    rng = np_rng
     ranked = [int(x) for x in rng.permutation(n)[: max(2, n // 3)]]
     rows = _rows(n, rng, cf_at=ranked[:2])
     for rule in rules.RULES:
@@ -28,8 +27,8 @@ def test_every_rule_is_a_permutation_of_the_candidates(n):
         assert sorted(got) == sorted(ranked), rule
 
 
-def test_each_rule_orders_by_its_signal():
-    rng = np.random.default_rng()
+def test_each_rule_orders_by_its_signal(np_rng):
+    rng = np_rng
     n = 23
     ranked = [int(x) for x in rng.permutation(n)[:6]]
     rows = _rows(n, rng, cf_at=ranked[1:3])
@@ -43,8 +42,8 @@ def test_each_rule_orders_by_its_signal():
     assert [rows[k]["attn_in_learned"] for k in lh] == sorted((rows[k]["attn_in_learned"] for k in ranked), reverse=True)
 
 
-def test_missing_or_nan_signal_keeps_faithful_order():
-    rng = np.random.default_rng()
+def test_missing_or_nan_signal_keeps_faithful_order(np_rng):
+    rng = np_rng
     ranked = [5, 2, 9]
     rows = _rows(11, rng, learned=False)
     rows[2]["cf_effect"] = math.nan
@@ -68,10 +67,9 @@ def test_fallback_rule_from_weights_folder(tmp_path, caplog):
     assert rules.read_fallback(None).rule in rules.RULES  # the packaged choice, whatever the benchmark shipped
 
 
-def test_stage_applies_the_fallback_rule_to_a_system_without_ranker(tmp_path):
+def test_stage_applies_the_fallback_rule_to_a_system_without_ranker(tmp_path, rng):
     """A log of a system no ranker was fitted on gets the rule of `fallback.json`: with "earliest" the verdict is
     the earliest of the faithful candidates (tiny random model, so the faithful order is arbitrary)."""
-    import random
 
     from masprism_batch.config import load_config
     from masprism_batch.model import load_model
@@ -81,7 +79,6 @@ def test_stage_applies_the_fallback_rule_to_a_system_without_ranker(tmp_path):
     # failure words only in the last step: it is a symptom, so every earlier step may be a candidate (with them
     # anywhere, an early lone symptom left a single candidate and nothing to reorder: a flaky draw)
     words = "plan search the file retry tool answer check result".split()
-    rng = random.Random()
 
     def content(i: int, n: int) -> str:
         text = " ".join(rng.choice(words) for _ in range(rng.randint(3, 40)))
@@ -139,13 +136,13 @@ def test_zero_training_agent_rules():
 
 
 @pytest.mark.parametrize("trial", range(5))
-def test_active_ties_go_to_the_author_then_the_first_speaker(trial):
+def test_active_ties_go_to_the_author_then_the_first_speaker(trial, np_rng):
     """Equally active agents: `active` blames the one that wrote the blamed step, else the one that spoke first;
     with any b the mix's scores are shares that sum to 1."""
     from masprism_batch.method import rules as zr
     from masprism_batch.trace import Step, Trace
 
-    rng = np.random.default_rng()
+    rng = np_rng
     names = [f"A{i}" for i in range(int(rng.integers(2, 6)))]
     k = int(rng.integers(1, 5))
     seq = [a for a in names for _ in range(k)]  # every agent acts k times: all tied
@@ -177,14 +174,14 @@ def test_fallback_agent_rule_defaults_to_the_floor(tmp_path, caplog):
 
 
 @pytest.mark.parametrize("trial", range(5))
-def test_the_floor_is_the_most_active_baseline_and_the_guard_moves_only_on_concentrated_votes(trial):
+def test_the_floor_is_the_most_active_baseline_and_the_guard_moves_only_on_concentrated_votes(trial, np_rng):
     """Issue 32: `most_active` blames exactly whom eval's "most active agent" baseline blames, whatever the step
     order; `guard:t` keeps it unless one other agent holds at least t of the top-5 candidates' votes."""
     from masprism_batch.eval.who_and_when_metrics import _majority
     from masprism_batch.method import rules as zr
     from masprism_batch.trace import Step, Trace
 
-    rng = np.random.default_rng()
+    rng = np_rng
     names = [f"Agent{i}" for i in range(int(rng.integers(2, 5)))] + ["user"]
     n = int(rng.integers(3, 30))
     steps = [Step(i, str(rng.choice(names)), "x", role=str(rng.choice(["assistant", "user", "tool"])))

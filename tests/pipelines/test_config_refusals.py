@@ -96,8 +96,8 @@ def test_head_weights_path_checked_before_outdir(tmp_path, case):
     assert not out.exists()
 
 
-def test_good_head_weights_and_templates_load(tmp_path):
-    r = random.Random()
+def test_good_head_weights_and_templates_load(tmp_path, rng):
+    r = rng
     hw = tmp_path / "hw.json"
     hw.write_text(json.dumps({"model_id": "m", "weights": [[r.uniform(-1, 1) for _ in range(3)] for _ in range(2)]}))
     cfg = load_config(None, method__head_weights=str(hw), render__header_template="<{agent}> #{index} {{x}}",

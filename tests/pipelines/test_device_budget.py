@@ -4,7 +4,6 @@ invocation and the time line name the budget sized for the device (tests/test_to
 from __future__ import annotations
 
 import json
-import random
 
 import torch
 from masprism_batch.pipelines import run_local
@@ -23,8 +22,7 @@ def _fake_gpu(monkeypatch, free: int) -> None:
     monkeypatch.setattr(torch.cuda, "memory_allocated", lambda device=None: 0)
 
 
-def test_run_json_and_time_line_name_the_budget_sized_for_a_fake_gpu(tmp_path, monkeypatch):
-    rng = random.Random()
+def test_run_json_and_time_line_name_the_budget_sized_for_a_fake_gpu(tmp_path, monkeypatch, rng):
     arch = ArchSpec("qwen3", rng.randint(1000, 200_000), 1024, rng.randint(1000, 4000), rng.randint(2, 30), 16, 8, 128,
                     1e-6, 32768, False, False, False, True, True)
     _fake_gpu(monkeypatch, 200 * GiB)

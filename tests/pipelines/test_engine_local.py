@@ -31,8 +31,7 @@ class DiesAfter(Fakes):
         return super().attribute(traces, model, cfg, rendered)
 
 
-def test_exactly_once_rejections_and_noop_rerun(tmp_path, small_cfg):
-    rng = random.Random()
+def test_exactly_once_rejections_and_noop_rerun(tmp_path, small_cfg, rng):
     n, bad = rng.randint(23, 41), rng.randint(1, 3)
     poisoned = rng.randrange(n)
     ids = make_corpus(tmp_path / "in", n, rng.randint(2, 4), bad_lines=bad, marks={poisoned: "RAISE"})
@@ -122,8 +121,8 @@ def _write_dataset(root, rng):
     return ids
 
 
-def test_parquet_dataset_input(tmp_path, small_cfg):
-    ids = _write_dataset(tmp_path / "ds", random.Random())
+def test_parquet_dataset_input(tmp_path, small_cfg, rng):
+    ids = _write_dataset(tmp_path / "ds", rng)
     out = tmp_path / "out"
     s = run_local([str(tmp_path / "ds")], out, small_cfg(per_shard=4), **Fakes().kwargs(), progress=False)
     assert not (out / "_staging").exists()  # canonical Parquet is read in place, not staged

@@ -22,8 +22,7 @@ from masprism_batch.outdir.parts import OUTPUT_TABLES, read_dataset
 from masprism_batch.render import pass1
 
 
-def test_prefetcher_overlaps_keeps_order_and_stays_bounded():
-    rng = random.Random()
+def test_prefetcher_overlaps_keeps_order_and_stays_bounded(rng):
     items = [rng.randrange(10**6) for _ in range(8)]
     lock, started, consumed, ahead = threading.Lock(), [0], [0], []
 
@@ -123,13 +122,12 @@ def test_slow_render_and_slow_model_overlap_with_the_same_outputs(tmp_path, smal
     assert (s0.attributed, s0.rejected) == (s1.attributed, s1.rejected)
 
 
-def test_render_pool_gives_the_renders_and_outputs_of_one_process(tmp_path, small_cfg):
+def test_render_pool_gives_the_renders_and_outputs_of_one_process(tmp_path, small_cfg, rng):
     from masprism_batch.config import ModelConfig, PipelineConfig
     from masprism_batch.model import load_tokenizer
     from masprism_batch.render.pool import RenderPool
     from masprism_batch.trace import Step, Trace
 
-    rng = random.Random()
     words = "plan code error search the answer failed tool check".split()
     traces = [Trace(trace_id=f"t{i}", source="x", steps=[
         Step(index=j, agent=rng.choice(["a", "b"]), content=" ".join(rng.choice(words) for _ in range(rng.randint(1, 300))))
