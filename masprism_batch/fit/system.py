@@ -32,14 +32,16 @@ log = logging.getLogger(__name__)
 #   against that choice (one-sided ~84%). 1.64 kept the rule on GAIA at k = 14 where the ranker was +12 points.
 # - Z_PRIOR_AGENT: the label prior's agent (most often blamed agent present in the log, else the rule's) against
 #   the zero-training agent rule. It has nothing to tune and is itself a baseline the verdict must reach.
-# - Z_AGENT: the blamed step's author, or the ranker's summed step probabilities, as the agent: only on
-#   overwhelming evidence (one-sided ~98%); on the dev systems neither beat the two above.
+# - Z_AGENT: the blamed step's author, the evidence-mixing rule, or the ranker's summed step probabilities, as
+#   the agent, against the choice so far: the same margin as the step's. It was 2.0 while the zero-training
+#   agent rule mixed in the step evidence itself; since that floor is the most active agent, 2.0 kept it on
+#   Algorithm-Generated where the author is 13 points better (fitted agent 0.478 vs 0.558 at 1.0, 5-fold; at
+#   every learning-curve k 1.0 was at or above 2.0 and the floor, Hand-Crafted unchanged: docs/results.md).
 # Chosen a priori among round values, each the same for every system, and checked by simulating the selection
-# on 3 x 30-40 draws per k of the dev signal cache: step margins 0.5-1.64 did not differ beyond that noise; the
-# agent's 0.5 / 2.0 fell below the rule or the label prior least on all three (1.0 / 1.0 lost Hand-Crafted's prior).
+# on 3 x 30-40 draws per k of the dev signal cache: step margins 0.5-1.64 did not differ beyond that noise.
 Z = 1.0
 Z_PRIOR_AGENT = 0.5
-Z_AGENT = 2.0
+Z_AGENT = 1.0
 MIX_AGENT = "mix:0.5"
 MIN_K = 10  # labelled logs below which the zero-training verdict is kept whatever the internal estimates say
 # the largest share of a system's logs a verdict may give one step index (held out): above it the verdict names a
@@ -125,8 +127,18 @@ def fit_system(cases: list[ft.FitCase], system: str, rule: str = "faithful", rul
     chosen = "rule"
     if overridable and "prior" not in constant and step_acc["prior"] is not None and beats(hits["prior"], hits["rule"], Z):
         chosen = "prior"
+    m = None
     if overridable and best is not None and beats(hits[best], hits[chosen], Z):
-        chosen = best
+        # the held-out folds saw rankers fitted on 4/5 of the logs; the one that ships is fitted on all of them
+        # and may lean harder on the position: it must pass the same guard on the logs themselves
+        m = ft.fit_correction(cases, best[1], best[0])
+        tops = [ft.top_of(m.probs(c)) for c in cases]
+        if modal_share(tops) > MAX_MODAL:
+            constant.add(best)
+            modal[best] = max(modal[best], modal_share(tops))
+            m = None
+        else:
+            chosen = best
     notes = _constant_notes(constant, step_acc, modal, hits, chosen, oof, ok)
     use_ranker = chosen not in ("rule", "prior")
     agent_rule, agent_acc = _agent_choice(cases, oof, ok, chosen, rule_agent, overridable, use_ranker)
@@ -151,7 +163,6 @@ def fit_system(cases: list[ft.FitCase], system: str, rule: str = "faithful", rul
              "fitted_on": sorted(hashlib.sha256(c.trace.trace_id.encode()).hexdigest()[:16] for c in cases)}
     if use_ranker or chosen == "prior" or agent_rule.startswith("prior"):
         # the label counts are all a prior verdict or a prior agent needs: a ranker is fitted only when it ships
-        m = ft.fit_correction(cases, best[1], best[0]) if use_ranker else None
         entry["priors"] = (m.priors if m is not None else ft.Priors.count(cases)).to_json()
         if m is not None:
             entry.update(features=ft.BASE_FEATURES + ft.PRIOR_FEATURES, weights=m.w.tolist(),
