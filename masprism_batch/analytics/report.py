@@ -5,9 +5,6 @@ of traces (report_data.DrillLimits) embedded as JSON in a <script type="applicat
 assets/report.js with textContent / createElement only. No CDN, no network: CSS and JS are inlined and the
 Content Security Policy allows exactly those two inline blocks (by hash), data: images, nothing else -- so a
 payload that escaped the escaping still could not run.
-
-Over 300 lines on purpose: every piece of HTML the report emits is built here, so the escaping rules and the
-Content Security Policy hashes are checked against one file (report_data.py holds the data, svg.py the charts).
 """
 
 from __future__ import annotations
