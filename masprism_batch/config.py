@@ -54,7 +54,7 @@ class ModelConfig(_Section):
 
 
 def cpu_has_native_bf16() -> bool:
-    """AVX512-BF16 or AMX: the model's GEMMs run 2.1-2.4x faster in bf16 there (benchmarks/bench_dtype.py);
+    """AVX512-BF16 or AMX: the model's GEMMs run 2.1-2.4x faster in bf16 there (benchmarks/kernels/bench_dtype.py);
     elsewhere bf16 is emulated and slower than fp32."""
     import torch
 

@@ -5,7 +5,7 @@ measured on traces those weights were fitted on is optimistic (README "Accuracy"
 Each ranker weights JSON (`rankers.json` written by `masprism-batch fit`: per system; older `ranker.json` /
 `ranker-<family>.json`) may carry `fitted_on`: a list
 of hex prefixes of sha256(trace_id as UTF-8) (any prefix length; ids are not shipped, only hashes), as
-`benchmarks/bench_accuracy.py --train-weights` writes it. A separate `fitted_on*.json` / `fitted_on*.txt` in the same folder
+`benchmarks/accuracy/bench_accuracy.py --train-weights` writes it. A separate `fitted_on*.json` / `fitted_on*.txt` in the same folder
 (a JSON list, or one prefix per line) is read too. Without any list the answer is "unknown".
 """
 

@@ -1,5 +1,5 @@
 """Fit a ranker to one system from its own labelled logs (issue 23): the one fitting path of `masprism-batch fit`
-and of benchmarks/bench_accuracy.py / bench_learning_curve.py.
+and of benchmarks/accuracy/bench_accuracy.py / bench_learning_curve.py.
 
 With k labelled logs a free linear ranker over ~20 features overfits, so the ranker is a *correction* of a simple
 order: step scores are `offset + x·w`, where the offset is the zero-training rule's order (OFFSET_SCALE / position

@@ -208,7 +208,7 @@ def check(d: dict, path) -> None:
         check_entry(path, name, e)
 
 
-PACKAGED = "rankers.json"  # the packaged per-system rankers, written by benchmarks/bench_accuracy.py --train-weights
+PACKAGED = "rankers.json"  # the packaged per-system rankers, written by benchmarks/accuracy/bench_accuracy.py --train-weights
 # `--ranker packaged` (config method.ranker_weights = "packaged"): the packaged rankers of the benchmark systems,
 # named explicitly; `eval --dataset` names them itself. Without a name no packaged ranker applies.
 PACKAGED_NAME = "packaged"

@@ -4,7 +4,7 @@ The paper averages every head of the last 20% of layers. Here each (instrumented
 step-to-step attention A_h[k -> c], and weights w_h are fitted so that sum_h w_h A_h[k -> c] predicts the
 counterfactual effect D[k, c] (method/counterfactual.py: how much step k's NLL rises when step c's content is
 removed). The target needs no label, only logs, so a team refits on its own unlabelled logs with
-`masprism-batch fit-heads LOGS... -o heads.json` (cli) or benchmarks/bench_accuracy.py.
+`masprism-batch fit-heads LOGS... -o heads.json` (cli) or benchmarks/accuracy/bench_accuracy.py.
 Fit: ridge least squares on per-trace standardised targets; weights are stored per model (the head layout
 is the model's) and checked against the model at load.
 """

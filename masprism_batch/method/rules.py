@@ -1,7 +1,7 @@
 """Zero-training orderings of MASPrism's candidates: what a log of an unknown system gets (issue 13, item 4).
 
 No rule reads a label or anything fitted on labels; each only reorders the faithful method's ranked candidates
-with signals any log has. Which rule ships is chosen by leave-one-system-out in benchmarks/bench_accuracy.py
+with signals any log has. Which rule ships is chosen by leave-one-system-out in benchmarks/accuracy/bench_accuracy.py
 (for each dev system, the rule best on the other three is scored on it); docs/results.md has the table.
 
 - faithful: the paper's pass-2 score order (MASPrism as published);
@@ -31,7 +31,7 @@ RULES = ("faithful", "earliest", "counterfactual", "learned_heads")
 # candidates (1/position votes) give one other agent at least a `tau` share of their votes. "author" blames the
 # blamed step's author; "active" the agent with most acting steps; "mix:<beta>" scores each agent by
 # (1 - beta) * its share of the acting steps + beta * its share of the candidates' votes. Which one ships is chosen
-# by leave-one-system-out (benchmarks/agent_rules.py), and a rule other than the floor only where, picked on other
+# by leave-one-system-out (benchmarks/accuracy/agent_rules.py), and a rule other than the floor only where, picked on other
 # systems, it helped on a held-out one; the grids are fixed a priori because a finer one overfits.
 AGENT_MIX = (0.25, 0.5, 0.75)
 AGENT_GUARD = (0.5, 0.75)
