@@ -215,7 +215,7 @@ class IngestConfig(_Section):
 
     @field_validator("max_steps")
     @classmethod
-    def _max_steps(cls, v):  # one trace's memory grows with steps squared: bounded by the machine's memory
+    def _max_steps(cls, v):  # one trace's memory (linear in its steps) bounded by the machine's
         return checks.check_max_steps(v)
     # attribute runs whose log records success too (`--all-runs`); default: failed and unknown runs only, the
     # succeeded ones listed in errors/ as `succeeded_run` (ingest/status.py)
