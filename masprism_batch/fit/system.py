@@ -128,17 +128,18 @@ def fit_system(cases: list[ft.FitCase], system: str, rule: str = "faithful", rul
     if overridable and "prior" not in constant and step_acc["prior"] is not None and beats(hits["prior"], hits["rule"], Z):
         chosen = "prior"
     m = None
-    if overridable and best is not None and beats(hits[best], hits[chosen], Z):
-        # the held-out folds saw rankers fitted on 4/5 of the logs; the one that ships is fitted on all of them
-        # and may lean harder on the position: it must pass the same guard on the logs themselves
-        m = ft.fit_correction(cases, best[1], best[0])
-        tops = [ft.top_of(m.probs(c)) for c in cases]
-        if modal_share(tops) > MAX_MODAL:
-            constant.add(best)
-            modal[best] = max(modal[best], modal_share(tops))
-            m = None
-        else:
-            chosen = best
+    # the held-out folds saw rankers fitted on 4/5 of the logs; the one that ships is fitted on all of them and
+    # may lean harder on the position: it must pass the same guard on the logs themselves, else the next best
+    for o in sorted((o for o in fitted_opts if o not in constant), key=lambda o: -step_acc[o]):
+        if not (overridable and beats(hits[o], hits[chosen], Z)):
+            break
+        fitted = ft.fit_correction(cases, o[1], o[0])
+        share = modal_share([ft.top_of(fitted.probs(c)) for c in cases])
+        if share <= MAX_MODAL:
+            chosen, best, m = o, o, fitted
+            break
+        constant.add(o)
+        modal[o] = max(modal[o], share)
     notes = _constant_notes(constant, step_acc, modal, hits, chosen, oof, ok)
     use_ranker = chosen not in ("rule", "prior")
     agent_rule, agent_acc = _agent_choice(cases, oof, ok, chosen, rule_agent, overridable, use_ranker)
