@@ -2,7 +2,7 @@
 p_h(t, u), with p = exp(s - lse) exact because pass 1 already gave the row LSE.
 
 Two kernels, one chosen per pack by the host (`step_mass`):
-- `_step_mass_dot` (the normal path, issue 33 item 3). The step mass is attention whose "values" are the
+- `_step_mass_dot` (the normal path). The step mass is attention whose "values" are the
   one-hot matrix of the key steps: a key tile's contribution to its rows is psum [BM, BN] @ onehot [BN, NS],
   where onehot[u, c] = (step(u) == base + c) over a window of NS consecutive step ids (NS a power of 2,
   16..64). A tensor-core dot replaces today's loop over the steps of a tile with one masked reduction each.

@@ -7,7 +7,7 @@ step-token lists: token indices sorted by (sequence, query step) with segment of
 `_sum_step_rows` turns R[hb, t, j] (per token, per head block) into mass[b, (h,) i, j] in ONE launch: a program
 per (sequence x query step, column block, output head) sums the R rows of its step's tokens (BLOCK_T tokens
 per iteration, the head blocks unrolled) in a fixed order and writes its row of the mass, padding included.
-It replaces a per-sequence one-hot matmul and copy per instrumented layer (issue 33 item 4: host launches
+It replaces a per-sequence one-hot matmul and copy per instrumented layer (host launches
 and glue that scaled with the pack's sequence count) and the separate head-block sum. Deterministic: no
 atomics, fixed summation order.
 """

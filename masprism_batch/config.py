@@ -110,7 +110,7 @@ class RenderConfig(_Section):
         "[Note] The next step is anomalous: trace the cause backward.\n"
     )
     pass2_key_share: float = Field(0.5, ge=0, le=1)  # (ours) share of content tokens kept for key steps when pass 2 must shrink
-    # (ours, issue 13) pass 1 reads the whole log in windows of max_context (masprism_batch/render/windows.py);
+    # (ours) pass 1 reads the whole log in windows of max_context (masprism_batch/render/windows.py);
     # "truncate" is the paper's single prompt with one equal step budget.
     pass1: Literal["windows", "truncate"] = "windows"
     window_step_cap: int | None = Field(128, ge=1)  # content tokens kept per step in the windows; None = every token (thorough)
@@ -140,7 +140,7 @@ class MethodConfig(_Section):
     # (ours) a ranker file from `masprism-batch fit` (or a folder holding rankers.json); "packaged": the rankers
     # fitted on the benchmark systems (eval --dataset names them); None: no ranker, the zero-training verdict
     ranker_weights: str | None = None
-    # (ours, issue 32) the system every log of the run belongs to (`--system`), matched against a ranker file's
+    # (ours) the system every log of the run belongs to (`--system`), matched against a ranker file's
     # entries; None: each log's recorded system (method/rankfile.system_key), never guessed from its shape
     system: str | None = None
     # (ours, ranked only) True: agent = argmax of summed step probabilities; False: the blamed step's author;
@@ -156,14 +156,14 @@ class MethodConfig(_Section):
         "cannot", "can't", "unable", "invalid", "incorrect", "wrong", "mistake", "denied", "refused",
     )
     run_pass2: bool = True
-    # (ours, issue 13) counterfactuals by prefill: the first K pass-1 candidates are removed from the pass-2
+    # (ours) counterfactuals by prefill: the first K pass-1 candidates are removed from the pass-2
     # prompt one at a time and the symptoms re-scored from the cached prefix (method/counterfactual.py)
     counterfactual_k: int = Field(2, ge=0)
-    # (ours, issue 13) per-(layer, head) attention weighted by head weights fitted without labels
+    # (ours) per-(layer, head) attention weighted by head weights fitted without labels
     # (method/heads.py); None: the packaged weights of the model if any
     learned_heads: bool = True
     head_weights: str | None = None  # a `fit-heads` file, checked at load (exists, regular, a finite table)
-    # (ours, issue 24) "verdict": counterfactuals and per-head attention only for the traces whose verdict reads
+    # (ours) "verdict": counterfactuals and per-head attention only for the traces whose verdict reads
     # them (method/reads.py; other traces' cf_effect / attn_in_learned are null); "all": for every trace, as a
     # run made to fit a ranker needs (CLI --all-features). Verdicts are the same either way.
     features: Literal["verdict", "all"] = "verdict"
@@ -188,7 +188,7 @@ class EngineConfig(_Section):
     cpu_stage_cpus: float = Field(0.25, gt=0)  # Ray CPUs per render/pack task: light, schedulable beside actors
     attempts_per_trace: int = Field(2, ge=1)  # a trace that raises this often alone goes to errors/
     # finished packs of an unfinished shard are committed (as pieces) once this many seconds passed since the
-    # last commit, and on an interruption: what a kill -9 can lose (issue 37); 0 = after every pack
+    # last commit, and on an interruption: what a kill -9 can lose; 0 = after every pack
     commit_seconds: float = Field(60.0, ge=0, allow_inf_nan=False)
     # threads building pass-2 prompts while the next pass-1 prefills run (pass2_prep.py); 0: inline, after them
     pass2_render_threads: int = Field(1, ge=0)
@@ -210,7 +210,7 @@ class IngestConfig(_Section):
     max_record_bytes: int = Field(64 * 1024**2, ge=1024)  # one JSON line (decompressed): longer -> file error
     max_file_bytes: int = Field(512 * 1024**2, ge=1024)  # one whole JSON document, decompressed; counted as read
     # an agent name (and a label's mistake_agent) longer than this is cut, with a warning: a name is repeated in
-    # every step header, so a 1 MiB name would cost ~1M pass-1 tokens per step (issue 37)
+    # every step header, so a 1 MiB name would cost ~1M pass-1 tokens per step
     max_agent_bytes: int = Field(256, ge=16)
 
     @field_validator("max_steps")

@@ -1,7 +1,7 @@
 """The domains a config field's type cannot state: prompt templates, prompt text sizes, the CPU thread count and
 files named by path. `config.py` runs these when a config is loaded, so a value that cannot work is refused (or,
 for the thread count, clamped with a warning) before OUTDIR is touched, never found per trace after every trace
-was rejected and committed under that config (issue 37).
+was rejected and committed under that config.
 """
 
 from __future__ import annotations
@@ -103,7 +103,7 @@ def clamp_threads(value: int | None, name: str = "model.threads") -> int | None:
 
 # Peak memory of one trace: up to sparse_attn.DENSE_STEPS steps the step attention A is one dense N x N (the float64
 # accumulator, its float32 copy, the learned-head view and step_scores.attention_pass1's rows: ~36 bytes per step
-# pair, measured by the issue 37 red team); above it A is kept by rows, each holding at most a window's steps, so
+# pair, measured on the tiny-random model); above it A is kept by rows, each holding at most a window's steps, so
 # what grows is linear: BYTES_PER_STEP a step, measured through `attribute` on the tiny-random model
 # (benchmarks/pipeline/bench_memory_caps.py --cases steps-N, docs/formats.md) with a margin of about 2x.
 BYTES_PER_STEP_PAIR = 36

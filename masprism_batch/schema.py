@@ -100,7 +100,7 @@ ATTRIBUTIONS = pa.schema(
         pa.field("agent_ranking", pa.list_(pa.field("item", AGENT_SCORE_TYPE, nullable=False))),  # best first
         pa.field("verdict_by", pa.string()),  # what decided pred_step: "ranker:<system>" | "prior:<system>" | "rule:<name>"
         pa.field("confidence", pa.float64()),  # calibrated P(pred_step is right) (docs/method.md); null: none
-        # why pred_agent is who it is, beside pred_step_agent (issue 32): "<pred_agent_rule>: <evidence>"; null in
+        # why pred_agent is who it is, beside pred_step_agent: "<pred_agent_rule>: <evidence>"; null in
         # older outputs and where nothing is blamed
         pa.field("agent_by", pa.string()),
     ],
@@ -160,7 +160,7 @@ def error_row(*, stage: str, reason: str, message: str, input_path: str | None =
               record_id: str | None = None) -> dict:
     """One row of ERRORS (every stage writes its rejections with this; keyword-only so the fields never swap).
     Every text is made valid UTF-8 here (`clean_text`): a rejected record's lone surrogate or a file name that is
-    not UTF-8 must cost that row's exactness, never the Parquet part it is written to (issue 37)."""
+    not UTF-8 must cost that row's exactness, never the Parquet part it is written to."""
     from datetime import datetime, timezone
 
     return {"input_path": clean_text(input_path), "record_id": clean_text(record_id), "stage": clean_text(stage),

@@ -4,7 +4,7 @@ Only the driver writes outputs (through `io.ShardStore`), so workers need no acc
 committed once, when its last pack comes back (entry `shard-<id>`: the shard is done); packs that finished
 before are committed as *pieces* of it (`shard-<id>_<k>`, recording the trace ids they settle) whenever
 `engine.commit_seconds` passed since the last commit, and on an interruption, so a kill loses at most that
-much finished work plus the packs that were running (issue 37). A resume skips done shards and, in a shard
+much finished work plus the packs that were running. A resume skips done shards and, in a shard
 committed in part, the traces its pieces hold. Every commit: parts first, manifest entry last.
 """
 
@@ -31,10 +31,10 @@ from masprism_batch.ingest.common import WARNING_REASONS
 from masprism_batch.outdir.parts import OUTPUT_TABLES, OutdirLock, ShardStore, read_dataset, write_json_atomic
 
 log = logging.getLogger(__name__)
-# seconds_input_wait (issue 33): the model stage's wait for its input, the CPU stage of a pack not done yet
+# seconds_input_wait: the model stage's wait for its input, the CPU stage of a pack not done yet
 STAGE_KEYS = ("seconds_read", "seconds_render", "seconds_input_wait", "seconds_model", "seconds_render_pass2",
               "seconds_render_pass2_wait", "seconds_commit")
-# where the model stage's time and tokens go (issue 24): pass 1, pass 2 (its prefill) and the counterfactual
+# where the model stage's time and tokens go: pass 1, pass 2 (its prefill) and the counterfactual
 # suffix re-reads, from the attributions' own per-trace timings and the stage's counterfactual counters
 PASS_KEYS = ("seconds_pass1", "seconds_pass2", "seconds_counterfactual")
 TOKEN_KEYS = ("tokens_pass1", "tokens_pass2", "tokens_counterfactual")

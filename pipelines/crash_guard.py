@@ -23,7 +23,7 @@ class CrashGuard:
     crashes alone, not one: three such kills in a row still reject no trace.) A rejected trace keeps its count
     until its unit (pack or CPU stage) finishes, whose `done` drops the unit's trace keys with it: if another
     trace of the unit crashes the process before the unit is committed, the rerun rejects the first one again
-    at once instead of running it from zero (k poison traces in one unit: 2 + 2k crashes, issue 37)."""
+    at once instead of running it from zero (k poison traces in one unit: 2 + 2k crashes)."""
 
     def __init__(self, begin_fn, done_fn, prefix: str):
         self.begin_fn, self.done_fn, self.prefix = begin_fn, done_fn, prefix

@@ -1,4 +1,4 @@
-"""Stopping a run by a signal, and what an interrupted run tells its user and leaves behind (issues 27, 35, 37).
+"""Stopping a run by a signal, and what an interrupted run tells its user and leaves behind.
 
 SIGTERM/SIGHUP end the run through the normal unwinding path (`interruptible`), SIGINT raises Python's own
 KeyboardInterrupt; either way the engine commits the packs that had finished (`Committer.flush`), then

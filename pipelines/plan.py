@@ -283,6 +283,6 @@ def read_shard(shard: Shard, limits: IngestConfig | None = None) -> tuple[list[T
         except Exception as e:  # noqa: BLE001 - a malformed row is rejected, not fatal
             errors.append(error_row(input_path=shard.label, record_id=tid or f"row:{i}", stage="ingest",
                                     reason="invalid_row", message=f"{e}"[:2000]))
-    if limits is None or not limits.all_runs:  # succeeded runs: counted and listed, not attributed (issue 35)
+    if limits is None or not limits.all_runs:  # succeeded runs: counted and listed, not attributed
         traces = list(attributable(traces, errors.append, shard.label))
     return traces, errors

@@ -1,7 +1,7 @@
 """A bounded prefetch: the CPU stage of the next shards runs in a thread while the model stage computes.
 
 The local engine used to render and pack a shard, then run its packs, then render the next shard: the device
-idled during every render (issue 33: 2.96 s of a 10.83 s run on an H200). `Prefetcher` runs `fn(item)` for
+idled during every render (2.96 s of a 10.83 s run on an H200). `Prefetcher` runs `fn(item)` for
 the items in order on one background thread, at most `depth` items ahead of the consumer, and hands the
 results back in the input order; the consumer's time blocked on a result is `wait_seconds` of that item (the
 model stage's wait for input: only the first item's should be more than ~0).

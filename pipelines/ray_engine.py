@@ -163,7 +163,7 @@ def actor_resources(workers: int | None, cfg: PipelineConfig) -> tuple[int, dict
         n = _capped(workers or gpus, gpus, "GPU(s)")
         return n, {"num_gpus": 1, "num_cpus": 1}, cfg.model.threads
     # at most one model actor per CPU: each holds a copy of the model, so 50 actors on 2 CPUs was 20 models in
-    # memory (6.1 GB) that only contended for the same cores (issue 37)
+    # memory (6.1 GB) that only contended for the same cores
     n = _capped(workers or 1, max(1, math.floor(cpus)), "CPU(s)")
     share = max(0.1, (cpus - cfg.engine.cpu_stage_cpus) / n)
     threads = cfg.model.threads or max(1, math.floor(cpus / n))

@@ -2,7 +2,7 @@
 
 - `resume_config`: the shard size recorded when OUTDIR was planned wins over the option (shard identity).
 - `bind_header`: `_manifest/HEADER.json` holds the config hash, model, staging, shard size, the ranker file's
-  SHA-256 (issue 37: a re-fitted file between a crash and the resume would mix two rankers' verdicts) and the
+  SHA-256 (a re-fitted file between a crash and the resume would mix two rankers' verdicts) and the
   run id; another configuration is refused, except over a header whose run committed no attribution.
 - pieces (`commit.Committer`): finished packs of a shard committed before the shard is done; `resume_of` gives a
   pending shard the trace ids they settled, so the resume runs only the rest.

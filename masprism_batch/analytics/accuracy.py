@@ -52,7 +52,7 @@ class AccuracyAccumulator:
         self._seen: set[str] = set()
         self._in_sample = in_sample or InSample()
         self._sample: dict[str, list[int]] = defaultdict(lambda: [0, 0, 0])  # source: scored, ranked, in-sample
-        # source -> [(confidence, top-1 hit)] of labelled traces whose verdict carries a confidence (issue 23)
+        # source -> [(confidence, top-1 hit)] of labelled traces whose verdict carries a confidence
         self._conf: dict[str, list[tuple[float, bool]]] = defaultdict(list)
 
     def add_batch(self, attrs: dict[str, dict[str, Any]], trace_rows: list[dict[str, Any]]) -> None:
@@ -69,7 +69,7 @@ class AccuracyAccumulator:
                 if attrs[r["trace_id"]].get("method", RANKED) == RANKED:
                     c[1] += 1
                     # in-sample only where a fitted entry decided: a zero-training verdict ("rule:...") read no
-                    # label, wherever its log came from (issue 32: packaged rankers apply only when named)
+                    # label, wherever its log came from (packaged rankers apply only when named)
                     by = attrs[r["trace_id"]].get("verdict_by") or ""
                     c[2] += bool(self._in_sample(r["trace_id"])) and not by.startswith("rule:")
         if not traces:

@@ -98,7 +98,7 @@ def _overview(stats, attr, errors) -> str:
     parts.append('<div class="kpis">' + "".join(
         f'<div class="kpi"><div class="kv">{escape(v)}</div><div class="kl">{escape(k)}</div></div>'
         for k, v in kpis) + "</div>")
-    if "run_status" in stats:  # which runs were attributed, by the status their logs record (issue 35)
+    if "run_status" in stats:  # which runs were attributed, by the status their logs record
         from masprism_batch.analytics.run_status import split_line
 
         parts.append(f'<p class="note">{escape(split_line(stats["run_status"]))}</p>')

@@ -168,7 +168,7 @@ def _payload(a: dict, scores: list[dict], trace: dict | None, limits: DrillLimit
                                          "agent": mark_bidi(labels.get("mistake_agent")),
                                          "locs": [mark_bidi(x) for x in labels.get("error_locations") or []]},
         "ok": ok, "steps": steps, "attn": heat,
-        # issue 23: what decided the step (ranker:<system> | rule:<name>) and P(it is right), calibrated
+        # what decided the step (ranker:<system> | rule:<name>) and P(it is right), calibrated
         "by": mark_bidi(a.get("verdict_by")), "conf": _num(a.get("confidence")),
-        "why": mark_bidi(a.get("agent_by")),  # issue 32: why the blamed agent, beside the step's author
+        "why": mark_bidi(a.get("agent_by")),  # why the blamed agent, beside the step's author
     }

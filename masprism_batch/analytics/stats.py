@@ -48,10 +48,10 @@ STATS_SCHEMAS: dict[str, pa.Schema] = {
     "throughput": pa.schema([("hour", pa.timestamp("us", tz="UTC")), ("model_id", _S), ("n_traces", _I),
                              ("tokens", _I), ("seconds", _F), ("traces_per_s", _F), ("tokens_per_s", _F)]),
     "runs": RUNS_SCHEMA,
-    # what decided the verdicts (issue 23): a fitted ranker of the system or a zero-training rule
+    # what decided the verdicts: a fitted ranker of the system or a zero-training rule
     "verdicts": pa.schema([("source", _S), ("system", _S), ("verdict_by", _S), ("n_traces", _I),
                            ("mean_confidence", _F)]),
-    "run_status": RUN_STATUS_SCHEMA,  # attributed runs by status, succeeded runs listed only (issue 35)
+    "run_status": RUN_STATUS_SCHEMA,  # attributed runs by status, succeeded runs listed only
 }
 RELATIVE_BINS = 10
 _EPOCH = datetime(1970, 1, 1, tzinfo=timezone.utc)
@@ -156,7 +156,7 @@ def blamed_by_day(attr: pa.Table) -> pa.Table:
 
 
 def verdicts(attr: pa.Table) -> pa.Table:
-    """Traces per (source, system, verdict_by) and their mean confidence (runs before issue 23: verdict_by null)."""
+    """Traces per (source, system, verdict_by) and their mean confidence (verdict_by null: a run that recorded none)."""
     acc: dict[tuple, list] = defaultdict(lambda: [0, 0.0, 0])
     for r in attr.select(["source", "system", "verdict_by", "confidence"]).to_pylist():
         a = acc[(r["source"], r["system"], r["verdict_by"] or "unknown (older run)")]

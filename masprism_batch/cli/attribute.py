@@ -112,7 +112,7 @@ def verdict_line(a: dict, t=None) -> str:
     if author is None and t is not None and a["pred_step"] is not None:
         author = t.steps[a["pred_step"]].agent  # outputs written before attributions carried the author
     line = f"predicted: step {a['pred_step']} (written by {author}); blamed agent: {a['pred_agent']}"
-    if a.get("agent_by") and a["pred_agent"] != author:  # why the blame left the step's author (issue 32)
+    if a.get("agent_by") and a["pred_agent"] != author:  # why the blame left the step's author
         line += f" ({a['agent_by']})"
     elif a.get("pred_agent_rule") == "aggregate":
         line += " (step probabilities summed per agent)"

@@ -1,5 +1,5 @@
 """Command `fit`: fit rankers to your own systems from finished runs on labelled logs, with no new prefill
-(issue 23). The work is fit/runs.py (runs -> cases -> one fit per system, fit/system.py) and the ranker file
+. The work is fit/runs.py (runs -> cases -> one fit per system, fit/system.py) and the ranker file
 fit/rankfile.py; here: the options, the checks said before any work, and the report."""
 
 from __future__ import annotations
@@ -119,7 +119,7 @@ def fit(
                       f"fitted {_pct(e['fitted_agent'])}, zero-training rule {_pct(e['rule_agent'])}, label prior "
                       f"(most common blamed agent) {_pct(e['agent_prior'])} | verdict: {escape(verdict)}; agent: "
                       f"{escape(agent_rule_words(f.entry['agent_rule']))}", soft_wrap=True)
-        for note in f.entry.get("notes") or []:  # e.g. the label prior is all it learned (issue 32)
+        for note in f.entry.get("notes") or []:  # e.g. the label prior is all it learned
             console.print(f"  [yellow]note:[/] {escape(note)}", soft_wrap=True)
     meta = {"date": dt.date.today().isoformat(), "fitted_by": "masprism-batch fit",
             "runs": [str(r) for r in runs], "labels": str(labels) if labels else "traces"}

@@ -1,5 +1,5 @@
-"""A forced `--format` checked on the first input files before a model loads or OUT is written (issue 35,
-item 7): a wrong one used to read and reject every file (68 rejections for a folder of TRAIL traces) and create
+"""A forced `--format` checked on the first input files before a model loads or OUT is written: a
+wrong one used to read and reject every file (68 rejections for a folder of TRAIL traces) and create
 OUT before saying so. (A `--ranker` file is checked by `common.check_ranker`.)
 """
 

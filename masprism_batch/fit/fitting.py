@@ -1,4 +1,4 @@
-"""Fit a ranker to one system from its own labelled logs (issue 23): the one fitting path of `masprism-batch fit`
+"""Fit a ranker to one system from its own labelled logs: the one fitting path of `masprism-batch fit`
 and of benchmarks/accuracy/bench_accuracy.py / bench_learning_curve.py.
 
 With k labelled logs a free linear ranker over ~20 features overfits, so the ranker is a *correction* of a simple
@@ -29,7 +29,7 @@ from masprism_batch.trace import Trace, norm_agent
 log = logging.getLogger(__name__)
 # What a fitted ranker reads: what any log has plus this system's turn-taking (within one system the agents'
 # choreography is real signal), without the counterfactual and per-head features, whose ablations lost
-# nothing (docs/results.md) and which cost most of a trace's time (issue 24 skips them when nothing reads them).
+# nothing (docs/results.md) and which cost most of a trace's time (method/reads.py skips them when nothing reads them).
 COSTLY = {"cf_z": "counterfactual", "has_cf": "counterfactual", "attn_learned_norm": "head_attention"}
 BASE_FEATURES = [f for f in rk.FEATURES if f not in COSTLY]
 PRIOR_FEATURES = ["pos_prior", "relpos_prior", "agent_prior"]
@@ -156,7 +156,7 @@ def design(c: FitCase, priors: Priors, loo: bool) -> np.ndarray:
 #   system (Hand-Crafted 2.8%), the fit can turn it down instead of spending w against it;
 # - "prior": the rule's candidates re-ranked by the label prior (prior_offset): a system whose failures sit at a
 #   few positions gets a correction of that order; only the log's own candidates score, so even at infinite
-#   strength the verdict is one of the places this log's signals point at, never a fixed position (issue 32).
+#   strength the verdict is one of the places this log's signals point at, never a fixed position.
 OFFSETS = ("rule", "rule_free", "prior")
 FREE_PEN = 1e-3  # L2 on the learned rule scale: unpenalised in effect, but keeps Newton well posed
 POS_COL = len(BASE_FEATURES)  # pos_prior's column in design()

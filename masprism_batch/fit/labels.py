@@ -1,4 +1,4 @@
-"""Labels for `masprism-batch fit` (issue 23): from the traces themselves or from a labels file.
+"""Labels for `masprism-batch fit`: from the traces themselves or from a labels file.
 
 Labels file: JSON lines or CSV, one labelled step per row, columns `trace_id`, `step` (0-based index into the
 trace's steps) or `span_id`, and optionally `agent` (the blamed agent). Outcomes, per row:

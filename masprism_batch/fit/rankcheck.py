@@ -1,4 +1,4 @@
-"""A ranker file (`--ranker`, `fit -o`) checked completely before any of it is applied (issue 37).
+"""A ranker file (`--ranker`, `fit -o`) checked completely before any of it is applied.
 
 A file is a user's input: it is read bounded (size, nesting depth), parsed, and every field a verdict reads is
 checked against its real domain: numbers finite and of the right type, vectors as long as the features they

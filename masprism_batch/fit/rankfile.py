@@ -1,4 +1,4 @@
-"""The ranker file `masprism-batch fit` writes and `--ranker` applies (issue 23): plain JSON, versioned.
+"""The ranker file `masprism-batch fit` writes and `--ranker` applies: plain JSON, versioned.
 
     {"format": "masprism-batch ranker", "version": 3, "model_id": "smollm2-135m", "date": ..., "config": {...},
      "systems": {"<system>": {"verdict": "ranker" | "prior" | "rule", "rule": "faithful", "agent_rule": ...,
@@ -97,7 +97,7 @@ class SystemRanker:
             p = m.probs(c)
             order = sorted(range(len(p)), key=lambda i: (-p[i], i))
         elif self.verdict == "prior" and pri is not None and pri.top_index() is not None and ranked:
-            # the label prior re-ranks this log's own candidates (never a fixed position: issue 32)
+            # the label prior re-ranks this log's own candidates (never a fixed position)
             order, scores = ft.prior_verdict(c, pri)
             prior_step = True
         else:

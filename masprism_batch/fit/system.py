@@ -1,5 +1,5 @@
 """One system's fit: internal cross-validation, the verdict it will use, its held-out estimates beside the
-zero-training rule's and the label-prior baselines', and the confidence calibration (issue 23).
+zero-training rule's and the label-prior baselines', and the confidence calibration.
 
 `fit_system(cases, system=...)` is what `masprism-batch fit` runs per system and what the benchmarks call, so
 the product and the measurement cannot drift apart. Its `entry` is the JSON a ranker file holds for the system.
@@ -45,7 +45,7 @@ Z_AGENT = 1.0
 MIX_AGENT = "mix:0.5"
 MIN_K = 10  # labelled logs below which the zero-training verdict is kept whatever the internal estimates say
 # the largest share of a system's logs a verdict may give one step index (held out): above it the verdict names a
-# position, not what the log says (issue 32: every Hand-Crafted log got step 8). "Three logs in four": on TRAIL
+# position, not what the log says (every Hand-Crafted log got step 8). "Three logs in four": on TRAIL
 # GAIA the first planning spans hold most annotated errors and sit among nearly every log's candidates, so the
 # prior's re-ranking of them named span 2 for ~88% of the logs (set aside), while a ranker reading the log named
 # it for ~64% (kept); results.md prints each shipped verdict's share.
@@ -118,7 +118,7 @@ def fit_system(cases: list[ft.FitCase], system: str, rule: str = "faithful", rul
     hits = {o: [ft.hit(cases[i], oof[i][o][0]) if o in oof[i] else None for i in ok] for o in step_opts}
     step_acc = {o: ft.mean(h) for o, h in hits.items()}
     # a verdict that names one step index for most of the system's logs reads the position, not the log: never
-    # shipped (issue 32); the rule (the log's own evidence) is exempt
+    # shipped; the rule (the log's own evidence) is exempt
     modal = {o: modal_share([oof[i][o][0] for i in ok if o in oof[i]]) for o in step_opts}
     constant = {o for o in step_opts if o != "rule" and step_acc[o] is not None and modal[o] > MAX_MODAL}
     fitted_opts = [o for o in step_acc if o not in ("rule", "prior") and step_acc[o] is not None]

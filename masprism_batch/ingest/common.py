@@ -97,7 +97,7 @@ class Context:
 def as_record_error(e: BaseException, record_id: str | None) -> IngestError:
     """Any failure while one record of a multi-record file is read, as that record's rejection: untrusted values
     reach the standard library (int()'s 4,300-digit limit, float() overflow, recursion on deep values), and one
-    record's failure must never end the reading of the records after it (issue 37)."""
+    record's failure must never end the reading of the records after it."""
     if isinstance(e, IngestError):
         e.record_id = e.record_id or record_id
         return e

@@ -181,7 +181,7 @@ def _from_lines(lines: Iterator[tuple[int, str]], fmt: str, ctx: Context) -> Ite
         try:
             doc = loads(t, f"line {n}")
             k = _line_kind(doc, kind, fmt)
-        except Exception as e:  # noqa: BLE001 - any failure is this line's rejection (issue 37)
+        except Exception as e:  # noqa: BLE001 - any failure is this line's rejection
             if not known and isinstance(e, IngestError) and e.reason == "unknown_format":
                 held.append((n, e))
                 if len(held) >= MAX_HELD:
@@ -200,7 +200,7 @@ def _from_lines(lines: Iterator[tuple[int, str]], fmt: str, ctx: Context) -> Ite
             continue
         try:
             yield from parse_doc(doc, k, ctx, line=n)
-        except Exception as e:  # noqa: BLE001 - any failure is this line's rejection (issue 37)
+        except Exception as e:  # noqa: BLE001 - any failure is this line's rejection
             ctx.reject_any(e, f"line {n}")
     if held:
         raise held[0][1]

@@ -259,12 +259,12 @@ def parse_docs(docs: list, ctx: Context) -> Iterator[Trace]:
         tid = str(t.get("id"))
         try:
             yield _trace(t, list(t["observations"]) + loose.pop(tid, []), ctx)
-        except Exception as e:  # noqa: BLE001 - any failure is this trace's rejection, the file goes on (issue 37)
+        except Exception as e:  # noqa: BLE001 - any failure is this trace's rejection, the file goes on
             ctx.reject_any(e, short(tid, 200))
     for tid, obs in loose.items():
         try:
             yield _trace({"id": tid}, obs, ctx)
-        except Exception as e:  # noqa: BLE001 - any failure is this trace's rejection, the file goes on (issue 37)
+        except Exception as e:  # noqa: BLE001 - any failure is this trace's rejection, the file goes on
             ctx.reject_any(e, short(tid, 200))
 
 

@@ -181,7 +181,7 @@ def parse_runs(runs: list, ctx: Context, record: str | None = None) -> Iterator[
             yield Trace(trace_id=tid, source="langsmith", system=system, question=question,
                         steps=steps, labels=None, metadata=facts,
                         run_status=status.of_langsmith((r for r, _ in members), root))
-        except Exception as e:  # noqa: BLE001 - any failure is this trace's rejection, the file goes on (issue 37)
+        except Exception as e:  # noqa: BLE001 - any failure is this trace's rejection, the file goes on
             ctx.reject_any(e, short(raw_tid, 200))
 
 

@@ -211,7 +211,7 @@ def traces_from_groups(groups: dict[str, list[Node]], ctx: Context, fmt: str,
             yield Trace(trace_id=tid, source=source, system=(roots[0].service if roots else nodes[0].service),
                         question=question, steps=steps, labels=None, metadata=facts,
                         run_status=status.combine_statuses(n.status for n in nodes))
-        except Exception as e:  # noqa: BLE001 - any failure is this trace's rejection, the file goes on (issue 37)
+        except Exception as e:  # noqa: BLE001 - any failure is this trace's rejection, the file goes on
             ctx.reject_any(e, raw_tid)
 
 

@@ -2,7 +2,7 @@
 by `run`/`attribute` (pipelines/plan.read_shard, plan_inputs).
 
 A Parquet file is small on disk for what it holds: a value repeated through a dictionary page, or a page that
-compresses 1,000:1, decodes to gigabytes (a 22 KB file took 4.1 GB when a row group was read whole, issue 37).
+compresses 1,000:1, decodes to gigabytes (a 22 KB file took 4.1 GB when a row group was read whole).
 Three bounds, each checked before the values are decoded:
 - a row group whose columns claim (footer statistics) more than `max_file_bytes` uncompressed is not read;
 - string columns are read as dictionaries (`read_dictionary`), so a value repeated a million times is held once,

@@ -39,7 +39,7 @@ def parse_time(v: Any) -> datetime | None:
         return None
     if isinstance(v, str):
         s = v.strip()
-        if len(s) > 64:  # no time is written this long; int() of 4,300+ digits would raise (issue 37)
+        if len(s) > 64:  # no time is written this long; int() of 4,300+ digits would raise
             return None
         if s.isdigit():
             v = int(s)

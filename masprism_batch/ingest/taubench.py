@@ -87,7 +87,7 @@ def parse(doc: Any, ctx: Context, line: int | None = None) -> Iterator[Trace]:
                 raise IngestError("invalid_record", f"results[{i}].traj is missing (a τ-bench result needs "
                                   "'task_id', 'reward' and 'traj')", tid)
             yield _result_trace(d, tid)
-        except Exception as e:  # noqa: BLE001 - any failure is this result's rejection (issue 37)
+        except Exception as e:  # noqa: BLE001 - any failure is this result's rejection
             if line is not None or not isinstance(doc, list):
                 raise
             ctx.reject_any(e, tid)

@@ -3,7 +3,7 @@
 - trace_id: the file's path without its suffix, `<parent folder>/<file stem>`, with more leading folders only
   where two input files would share it (sources.path_ids): the benchmark's `Algorithm-Generated/0`, and
   `team-a/x/0` / `team-b/x/0` for two folders holding the same names.
-- System identity is never guessed from the content (issue 32): a log is the benchmark's only when it sits in
+- System identity is never guessed from the content: a log is the benchmark's only when it sits in
   the benchmark's own folder (`Algorithm-Generated` -> source `who-and-when/Algorithm-Generated`, system
   CaptainAgent; `Hand-Crafted` -> Magentic-One). Any other log in this shape is source `who-and-when`, system
   null: the user names it (`--system`), and until then it gets the zero-training verdict, never a ranker fitted

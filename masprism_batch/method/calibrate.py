@@ -1,4 +1,4 @@
-"""Confidence: P(the blamed step is right), from a verdict's evidence (issue 32, item 4; issue 23, item 4).
+"""Confidence: P(the blamed step is right), from a verdict's evidence.
 
 `fit_evidence`: logistic regression of held-out hits on the verdict's evidence features (method/confidence.py),
 standardised; the weights carry an L2 pull toward 0 and the intercept toward the smoothed base rate, so that 5

@@ -1,8 +1,8 @@
-"""Confidence from a verdict's own evidence (issue 32, item 4): how clearly this log's signals single out the
+"""Confidence from a verdict's own evidence: how clearly this log's signals single out the
 blamed step, mapped to P(the blamed step is right) by a logistic calibration (method/calibrate.py).
 
 A raw top score alone (the rule's top share, a ranker's top probability) barely ranked verdicts within a system
-(AUROC 0.50-0.59 held out, issue 32). The features below describe the verdict's evidence in units that mean
+(AUROC 0.50-0.59 held out). The features below describe the verdict's evidence in units that mean
 the same on any system, so a calibration fitted on some systems can rank the verdicts of another:
 
 - top_share: the blamed step's share of the scores that ordered the candidates (MASPrism's Score for the

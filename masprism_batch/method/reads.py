@@ -1,4 +1,4 @@
-"""What a trace's verdict reads, decided per trace (its system) before any prefill (issue 24, item 1).
+"""What a trace's verdict reads, decided per trace (its system) before any prefill.
 
 Two features cost model work beyond the two passes:
 - "counterfactual": the cf_effect column (ranker features cf_z, has_cf; the zero-training rule
@@ -13,7 +13,7 @@ where it keeps the zero-training order, its `rule`) or, for a system no ranker w
 rule of the policy's fallback.
 `method.features = "all"` (CLI `--all-features`: runs made to fit a ranker) and callers that take the raw
 signals (`raw_sink`: fit-heads, benchmarks) get every feature the config enables. This module is the one place
-that answers the question; the ranker file format may change (issue 23) and only `_ranker_reads` follows it.
+that answers the question; the ranker file format may change and only `_ranker_reads` follows it.
 """
 
 from __future__ import annotations

@@ -1,4 +1,4 @@
-"""Zero-training orderings of MASPrism's candidates: what a log of an unknown system gets (issue 13, item 4).
+"""Zero-training orderings of MASPrism's candidates: what a log of an unknown system gets.
 
 No rule reads a label or anything fitted on labels; each only reorders the faithful method's ranked candidates
 with signals any log has. Which rule ships is chosen by leave-one-system-out in benchmarks/accuracy/bench_accuracy.py
@@ -25,7 +25,7 @@ from masprism_batch.trace import norm_agent
 
 log = logging.getLogger(__name__)
 RULES = ("faithful", "earliest", "counterfactual", "learned_heads")
-# Zero-training agent rules (issue 23, item 7; issue 32, item 3): "most_active" is the "most active agent"
+# Zero-training agent rules: "most_active" is the "most active agent"
 # baseline itself (most steps of any kind, ties to the first to speak, as eval counts it): the floor, equal to the
 # baseline on every system by construction. "guard:<tau>" keeps that floor unless the step verdict's top-5
 # candidates (1/position votes) give one other agent at least a `tau` share of their votes. "author" blames the

@@ -51,7 +51,7 @@ def causal_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, cu_seqle
 
 def _triton_varlen(q: torch.Tensor):
     """The Triton varlen forward (pass 1 of step_attention: varlen and GQA native, strided q/k/v) for a CUDA
-    pack, or None. Issue 33 item 4: without flash-attn the padded SDPA path scattered q, k and v into padded
+    pack, or None. Without flash-attn the padded SDPA path scattered q, k and v into padded
     buffers (index_put_, 17.3 of 145.7 ms CUDA time of a 16 x 2,048 pack on an H200) and gathered O back;
     this kernel reads the pack as it is. MASPRISM_NO_TRITON_ATTN=1 keeps the padded SDPA path."""
     if q.device.type != "cuda" or os.environ.get("MASPRISM_NO_TRITON_ATTN", "0") == "1":
@@ -106,7 +106,7 @@ def sdpa_per_sequence(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, bounds:
         kw = {"enable_gqa": True} if native_gqa else {}
         outs.append(F.scaled_dot_product_attention(qs, ks, vs, is_causal=True, scale=scale, **kw)[0].transpose(0, 1))
     # the CPU flash kernel allocates its output token-major, so each [L, H, D] view is contiguous: one pack
-    # needs no copy at all, several take one cat (not a copy per sequence into a preallocated o: issue 33)
+    # needs no copy at all, several take one cat (not a copy per sequence into a preallocated o)
     if len(outs) == 1 and outs[0].is_contiguous():
         return outs[0]
     return torch.cat(outs).contiguous()

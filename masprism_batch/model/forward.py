@@ -39,7 +39,7 @@ class SeqSignals:
     step_attn_heads: np.ndarray | None = None
     kv: KVCache | None = None  # only with keep_kv=True: this sequence's K/V of every layer (counterfactuals)
     # float32 [N, N]: A per head weighted by learned head weights, set by windows.combine (long logs keep no
-    # whole per-head A: issue 27); None: apply the weights to step_attn_heads
+    # whole per-head A); None: apply the weights to step_attn_heads
     step_attn_learned: np.ndarray | None = None
 
 
@@ -107,7 +107,7 @@ class PrefillModel:
         per_head: also A per (instrumented layer, head). keep_kv: keep every layer's K/V per sequence, the
         prefix cache of `suffix_nll` (memory: 2 x layers x tokens x kv heads x head dim).
         nll_from[b] / nll_steps_only: token NLL only from that position on / only of tokens inside a step (step
-        id >= 0); the others are nan and cost no LM-head row (the model stage reads nothing else: issue 24).
+        id >= 0); the others are nan and cost no LM-head row (the model stage reads nothing else).
         """
         batch = self._packed_batch(seqs)
         if len(step_ids) != len(seqs):
@@ -237,7 +237,7 @@ class PrefillModel:
             if step_ids is not None and i in self._instrumented:
                 # q/k/v stay strided views of the qkv projection: every backend reads them as they are (the
                 # Triton kernels take strides, the C++ op permutes q once, the reference views them), so no
-                # per-layer copy (issue 33 item 4)
+                # per-layer copy
                 o, _lse, mass = sig.step_attention(q, k, v, batch.cu_seqlens, step_ids, n_steps, a.scale,
                                                    backend=self.signals_cfg.backend,
                                                    block=self.signals_cfg.attn_block, per_head=per_head)

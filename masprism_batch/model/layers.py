@@ -126,7 +126,7 @@ def _fused(x: torch.Tensor, head_dim: int | None = None):
 @functools.cache
 def _scalar(value: float) -> torch.Tensor:
     """A 0-dim fp32 CPU tensor of `value`: an in-place op with a Python float wraps it in a double tensor
-    and converts it (an aten::to + copy_ per call, issue 33 item 4); a 0-dim fp32 operand is taken as the
+    and converts it (an aten::to + copy_ per call); a 0-dim fp32 operand is taken as the
     same fp32 scalar (bitwise the same result), on any device."""
     return torch.tensor(value, dtype=torch.float32)
 

@@ -178,7 +178,7 @@ def build_model(config, state: dict, tokenizer, signals_cfg, *, model_id: str, d
 def free_cpu_threads() -> int | None:
     """Intra-op threads for a CPU run when none is configured: the cores not already busy (1-minute load
     average), at least 1; None (torch's default: every core) where the environment sets OMP/MKL threads or the
-    load is unknown. Why (issue 24): torch splits each op evenly over its threads, so one thread that waits for
+    load is unknown. Why: torch splits each op evenly over its threads, so one thread that waits for
     a core another process holds stalls the whole op. On this 2-core machine at load ~4, one thread ran the
     SmolLM2 signal forward in 8.5 s where two took 16.4 s (cpp step_attention alone: 0.09 s vs 0.45 s);
     docs/benchmarks.md "Where the time goes"."""

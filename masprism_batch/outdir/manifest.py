@@ -2,7 +2,7 @@
 parts that are checked against their manifest entry before anything reads or resumes them.
 
 - `refuse_links`: OUTDIR must hold no symbolic link. A link inside it would make start-up clean-up delete, a
-  commit overwrite, or the lock truncate files of someone else (issue 27), so the commands that write OUTDIR
+  commit overwrite, or the lock truncate files of someone else, so the commands that write OUTDIR
   and the analytics commands refuse such an OUTDIR with one clear message before touching anything.
 - `part_record` / `check_part`: each committed part is recorded in its shard's manifest entry with its row
   count, size and SHA-256, and carries the run id of its OUTDIR in its Parquet metadata. A part that is missing,
@@ -10,7 +10,7 @@ parts that are checked against their manifest entry before anything reads or res
   OUTDIR naming the file, a resume re-runs exactly the damaged shards.
 - `read_control` / `require_regular`: the tool's own control files (`_ledger.json`, manifest entries, markers,
   staged parts) are opened without blocking and only if they are regular files, so a FIFO or device planted
-  under one of their names is refused at once instead of hanging a run or a reader (issue 37).
+  under one of their names is refused at once instead of hanging a run or a reader.
 
 Hashing reads every part once per process: digests are cached by (device, inode, size, mtime), so the many
 reads of one `report` cost one pass over the files.

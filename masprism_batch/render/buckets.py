@@ -69,7 +69,7 @@ def bucket_stream(
             yield [chunk[i] for i in group]
 
 
-# ---- how many tokens one packed forward may hold on this device (issue 33) --------------------------------
+# ---- how many tokens one packed forward may hold on this device --------------------------------
 # CPU: 8,192 is what the 2-core CPU runs best and what every CPU figure in docs/benchmarks.md used.
 CPU_TOKEN_BUDGET = 8192
 # CUDA: at least 32k whenever it fits, and not above 32k today: on an H200 (2026-11-26, 402f24b, Qwen3-0.6B

@@ -1,4 +1,4 @@
-"""Pass-1 renders of a shard on a pool of processes (the local engine on a CUDA host; issue 33).
+"""Pass-1 renders of a shard on a pool of processes (the local engine on a CUDA host).
 
 On a GPU the model stage is host-bound (kernel launches from Python), so a render thread beside it would take
 the interpreter lock from the launches, and the first shard's render is on the critical path whatever runs

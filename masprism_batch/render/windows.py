@@ -15,7 +15,7 @@ complete, or cut at `window_step_cap` content tokens in the default fast setting
   `window_digest_step_tokens` content tokens, at most `window_digest_share` of the window (most recent steps
   kept when even headers do not fit). It is what makes attention across windows defined.
 
-Step ids are local to a window (issue 27): a window's tokens name only the steps it holds, numbered 0..m-1
+Step ids are local to a window: a window's tokens name only the steps it holds, numbered 0..m-1
 (`Window.steps` maps them back: owned step i -> i, key-only copy of step j -> N + j), so the model computes an
 m x m step mass per window, not the whole log's 2N x 2N, and `combine` scatters it into one N x N: a dense
 array up to `sparse_attn.DENSE_STEPS` steps, above that rows of at most a window's steps each (only steps in

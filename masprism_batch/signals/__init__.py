@@ -218,7 +218,7 @@ def token_nll(hidden, weight, targets, *, backend="auto", chunk=1024, ignore_ind
     n_valid = int(torch.count_nonzero(valid))  # (a bool sum would first convert the mask: an extra copy)
     if n_valid > COMPACT_NLL_SHARE * targets.shape[0]:
         return op(hidden, weight, targets, chunk=chunk, ignore_index=ignore_index, out=out)
-    # most rows unread (issue 24: a window's re-read context and digest, prompt heads): the LM head, a quarter
+    # most rows unread (a window's re-read context and digest, prompt heads): the LM head, a quarter
     # of a bf16 CPU forward, runs on the scored rows only. Row results do not depend on the other rows.
     res = out if out is not None else torch.empty(targets.shape[0], dtype=torch.float32, device=hidden.device)
     res.fill_(float("nan"))

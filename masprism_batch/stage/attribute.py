@@ -48,7 +48,7 @@ class StageOutput:
     # wall seconds the caller waited, after the last pass-1 prefill, for pass-1 method + pass-2 prompts: the part
     # that did not overlap the prefills (all of it with engine.pass2_render_threads = 0)
     seconds_render_pass2_wait: float = 0.0
-    # counterfactual suffix prefills (issue 24): wall seconds and suffix tokens read, summed per call
+    # counterfactual suffix prefills: wall seconds and suffix tokens read, summed per call
     seconds_counterfactual: float = 0.0
     tokens_counterfactual: int = 0
 
@@ -208,7 +208,7 @@ def _extra_features(p1, s1, s2, D, hw) -> dict[str, np.ndarray]:
     out = {"cf_effect": np.full(n, np.nan), "attn_in_learned": np.full(n, np.nan)}
     if D is not None:
         out["cf_effect"] = counterfactual.symptom_effect(D, p1.symptoms)
-    if hw is not None and s1.step_attn_learned is not None:  # windows.combine applied hw (issue 27)
+    if hw is not None and s1.step_attn_learned is not None:  # windows.combine applied hw
         out["attn_in_learned"] = mp.inflow(s1.step_attn_learned, p1.symptoms)
     elif hw is not None and s1.step_attn_heads is not None:
         out["attn_in_learned"] = mp.inflow(hw.apply(s1.step_attn_heads), p1.symptoms)

@@ -2,7 +2,7 @@
 pass-1 prefills of the traces after it.
 
 Building a pass-2 prompt is tokenizer work on the CPU. Done after the last pass-1 prefill, it leaves the
-accelerator idle while the model stage tokenises (issue 15). `Pass2Prep` takes a trace as soon as its pass-1
+accelerator idle while the model stage tokenises. `Pass2Prep` takes a trace as soon as its pass-1
 signals are back and, with `engine.pass2_render_threads` >= 1, prepares it on a small thread pool while the
 caller launches the next prefill group: HF tokenizers release the GIL while encoding, torch while it waits on
 the device. With 0 threads a trace is prepared inline when the caller asks for it, as before the pool existed.

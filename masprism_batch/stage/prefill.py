@@ -21,7 +21,7 @@ def prefill_groups(model, rendered: dict, cfg: PipelineConfig, stage: str, on_gr
     `rendered` values have `input_ids` and `step_ids()` (and `n_steps` for windows); kw go to model.signals.
     A group that fails (e.g. out of memory) is retried item by item, so one bad trace fails alone.
     on_group({key: result}) is called after each group, before the next one is launched.
-    kw per_head: a bool, or the set of keys read per head (issue 24): those are packed apart, so the others
+    kw per_head: a bool, or the set of keys read per head: those are packed apart, so the others
     take the signal op's fused kernel (the C++ op has no per-head variant).
     """
     heads_for = kw.pop("per_head", False)

@@ -1,7 +1,7 @@
 """A trace's final verdict from its MASPrism ranking (the model stage's last step): a fitted ranker of its
 system (`--ranker`: a `fit` file, or `packaged`, the benchmark systems' rankers, which `eval --dataset` names),
 else the zero-training rule and agent rule, else the paper method. The system is the one the run names
-(`--system`) or the log records, never inferred from its shape (issue 32).
+(`--system`) or the log records, never inferred from its shape.
 Every output (attributions, step_scores' final columns, exports, stats, report, demo) names this verdict.
 """
 
@@ -30,7 +30,7 @@ class Verdict:
     agent: str | None
     rule: str
     agent_ranking: list[dict]
-    # what decided the step (issue 23): "ranker:<system>" (a fitted ranker) or "rule:<name>" (zero-training)
+    # what decided the step: "ranker:<system>" (a fitted ranker) or "rule:<name>" (zero-training)
     by: str = "rule:faithful"
     confidence: float | None = None  # calibrated P(pred_step is right); None where no calibration applies
 
@@ -93,10 +93,10 @@ def rule_confidence(t: Trace, rows: list[dict], ranking: mp.Ranking, cal: dict |
 
 
 def _agent_rule_used(sr, t: Trace, order: list[int]) -> tuple[str, list[dict] | None]:
-    """The agent rule that chose a fitted system's agent where its ranker did not decide the step (issue 32:
-    `pred_agent_rule` / `agent_by` say what decided): "prior|<rule>" whose agent is absent from this log fell back
+    """The agent rule that chose a fitted system's agent where its ranker did not decide the step
+    (`pred_agent_rule` / `agent_by` say what decided): "prior|<rule>" whose agent is absent from this log fell back
     to <rule>, "aggregate" without step probabilities to the author; with a zero-training agent rule, its own
-    ranking of the agents, on the order that rule read (method/fit.py agent_pick)."""
+    ranking of the agents, on the order that rule read (fit/fitting.py agent_pick)."""
     rule, pri = sr.agent_rule, sr.priors()
     if rule.startswith("prior|"):
         if pri is not None and pri.top_agent(t):
@@ -123,7 +123,7 @@ def masprism_verdict(t: Trace, ranking: mp.Ranking) -> Verdict:
 
 
 def agent_by(t: Trace, v: Verdict) -> str | None:
-    """Why the blamed agent is who it is, beside the blamed step's author (attributions `agent_by`, issue 32):
+    """Why the blamed agent is who it is, beside the blamed step's author (attributions `agent_by`):
     "author" when the agent rule blames the author; else the rule, its evidence for the agent and, where they
     differ, the author's score under the same rule. None when nothing is blamed."""
     if not v.order or v.agent is None:
