@@ -141,7 +141,7 @@ class MethodConfig(_Section):
     # fitted on the benchmark systems (eval --dataset names them); None: no ranker, the zero-training verdict
     ranker_weights: str | None = None
     # (ours) the system every log of the run belongs to (`--system`), matched against a ranker file's
-    # entries; None: each log's recorded system (method/rankfile.system_key), never guessed from its shape
+    # entries; None: each log's recorded system (fit/rankfile.system_key), never guessed from its shape
     system: str | None = None
     # (ours, ranked only) True: agent = argmax of summed step probabilities; False: the blamed step's author;
     # None: the rule shipped with the ranker weights (chosen by leave-one-system-out, docs/results.md)
@@ -176,7 +176,7 @@ class MethodConfig(_Section):
 
 class BatchConfig(_Section):
     # (ours) max tokens per packed prefill batch. Left unset (no option, not in the config file) it is sized for
-    # the device when the model is loaded (batching.with_token_budget): 8192 on CPU, from free memory on CUDA
+    # the device when the model is loaded (buckets.with_token_budget): 8192 on CPU, from free memory on CUDA
     token_budget: int = Field(8192, ge=1)
 
 
@@ -190,7 +190,7 @@ class EngineConfig(_Section):
     # finished packs of an unfinished shard are committed (as pieces) once this many seconds passed since the
     # last commit, and on an interruption: what a kill -9 can lose; 0 = after every pack
     commit_seconds: float = Field(60.0, ge=0, allow_inf_nan=False)
-    # threads building pass-2 prompts while the next pass-1 prefills run (pass2_prep.py); 0: inline, after them
+    # threads building pass-2 prompts while the next pass-1 prefills run (stage/pass2.py); 0: inline, after them
     pass2_render_threads: int = Field(1, ge=0)
 
     @field_validator("pass2_render_threads")

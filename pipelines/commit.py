@@ -1,6 +1,6 @@
 """The Committer: the driver side of a run, shared by both engines (resume, commits, progress, run record).
 
-Only the driver writes outputs (through `io.ShardStore`), so workers need no access to OUTDIR. A shard is
+Only the driver writes outputs (through `parts.ShardStore`), so workers need no access to OUTDIR. A shard is
 committed once, when its last pack comes back (entry `shard-<id>`: the shard is done); packs that finished
 before are committed as *pieces* of it (`shard-<id>_<k>`, recording the trace ids they settle) whenever
 `engine.commit_seconds` passed since the last commit, and on an interruption, so a kill loses at most that

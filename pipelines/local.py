@@ -58,9 +58,9 @@ def run_local(inputs: list[str], outdir: str | Path, cfg: PipelineConfig, *, fmt
     (only when a shard is pending, or first when the token budget is to be sized for a CUDA device).
     `attribute(traces, model, cfg, renders)`: the model stage on one pack (None: `seams.ModelStage`). `prefetch`: shards whose CPU stage
     may run ahead of the model stage (0: one after the other). `render_workers`: processes rendering pass 1
-    beside the model (`render_pool.RenderPool`); None: on a CUDA model up to 8, leaving 2 CPUs, else none.
+    beside the model (`render.pool.RenderPool`); None: on a CUDA model up to 8, leaving 2 CPUs, else none.
     `progress`: the display the run reports to (`progress.Progress`), or True/False for the default bar.
-    Raises `io.OutdirLocked` (a ValueError) when another live run holds OUTDIR.
+    Raises `parts.OutdirLocked` (a ValueError) when another live run holds OUTDIR.
     """
     outdir = Path(outdir)
     attribute = attribute if attribute is not None else ModelStage()

@@ -1,5 +1,5 @@
 """What issue 32's rules cost or gain on the dev systems, paired on the same cached cases and folds: the product's
-fit (method/fit_system.py) 5-fold within each system x3 seeds, as it ships (the label prior re-ranks a log's own
+fit (fit/system.py) 5-fold within each system x3 seeds, as it ships (the label prior re-ranks a log's own
 candidates; no verdict may name one step for more than three logs in four), against the same fit with the
 rules before issue 32 restored for this measurement only (the label prior over every step, whose verdict is one
 fixed position; no guard).

@@ -1,6 +1,6 @@
 """The cached dev cases of the accuracy benchmarks and how a verdict is scored on them (bench_accuracy.py,
 bench_learning_curve.py): loading the signal cache, gold steps, the scorers, the zero-training verdicts, and the
-product's fit (`masprism-batch fit`: method/fit_system.py, called here, never re-implemented) 5-fold within a system.
+product's fit (`masprism-batch fit`: fit/system.py, called here, never re-implemented) 5-fold within a system.
 """
 
 from __future__ import annotations

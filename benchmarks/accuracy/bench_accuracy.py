@@ -9,7 +9,7 @@ the units of generalisation. Every learned piece is refitted without the system 
 - rankers (method/ranker.py): fitted on the other three systems' labels (leave-one-system-out, "LOSO"),
   beside 5-fold cross-validation within a system (x3 seeds), which is optimistic for a new system;
 - the portable ranker's agent rule (author of the blamed step vs summed step probabilities), chosen by LOSO;
-- the product's fit (`masprism-batch fit`: method/fit_system.py, called here, never re-implemented), 5-fold within
+- the product's fit (`masprism-batch fit`: fit/system.py, called here, never re-implemented), 5-fold within
   each system, and the zero-training agent rule for systems without a ranker, chosen by LOSO over every
   system with agent labels, TRAIL GAIA's derived from its error spans (issue 23; benchmarks/accuracy/agent_rules.py).
 Zero-training methods (the faithful MASPrism, pass 1 alone, trivial baselines) need no protocol.
@@ -259,8 +259,8 @@ def train_weights(cases, args, policy, model_id, out, calibration) -> None:
             order, _, agent, _ = sr.apply(c.trace, c.rows, c.ranked)
             rows[c.trace.trace_id] = {"trace_id": c.trace.trace_id, "pred_step": order[0], "pred_agent": agent,
                                       "candidates": [{"step": i, "span_id": c.trace.steps[i].span_id} for i in order[:5]]}
-    RankerFile(model_id, entries, {"date": date, "fitted_by": "benchmarks/bench_accuracy.py --train-weights "
-                                   "(method/fit_system.py, as `masprism-batch fit`)"}).write(wdir / rankfile.PACKAGED)
+    RankerFile(model_id, entries, {"date": date, "fitted_by": "benchmarks/accuracy/bench_accuracy.py --train-weights "
+                                   "(fit/system.py, as `masprism-batch fit`)"}).write(wdir / rankfile.PACKAGED)
     shipped = score(cases, rows)[0]  # what `eval` prints on the dev data with these weights
     for system in sorted({c.system for c in cases}):
         emit(out, "shipped default (packaged rankers.json)",

@@ -4,7 +4,7 @@
     python benchmarks/accuracy/bench_learning_curve.py --counterfactual-k 0 --no-learned-heads
 
 For each dev system and k = 5, 10, 20, 40 and "all": 20 random draws of k labelled logs, fitted by the product's
-fit (method/fit_system.py, as `fit` runs it) and tested on that system's remaining logs ("all": 5-fold within
+fit (masprism_batch/fit/system.py, as `fit` runs it) and tested on that system's remaining logs ("all": 5-fold within
 the system x 3 seeds, the protocol of the per-system 5-fold reference figures). Every method is scored on the
 same test logs of a draw, so the targets compare them by the paired difference over draws (mean ± its SE).
 Beside the fitted verdict, on the same test logs: the zero-training rule, the same fit allowed to correct only

@@ -1,4 +1,4 @@
-"""Conditional logit over each log's steps (the solver behind method/fit.py): maximise the log probability of a
+"""Conditional logit over each log's steps (the solver behind fit/fitting.py): maximise the log probability of a
 log's gold steps under a softmax over its steps, with a per-column L2 penalty. Stacked arrays and damped Newton
 steps: a 200-log fit is a fraction of a second (numpy only)."""
 

@@ -150,7 +150,7 @@ def design(c: FitCase, priors: Priors, loo: bool) -> np.ndarray:
     return np.concatenate([base, pf], axis=1)
 
 
-# What the ranker corrects (its offset, the order it is shrunk toward), each tried by internal CV (fit_system.py):
+# What the ranker corrects (its offset, the order it is shrunk toward), each tried by internal CV (fit/system.py):
 # - "rule": the zero-training rule's order at OFFSET_SCALE;
 # - "rule_free": the rule's order with its scale learned beside w, unpenalised: where the rule is weak on a
 #   system (Hand-Crafted 2.8%), the fit can turn it down instead of spending w against it;
@@ -204,7 +204,7 @@ def _offset(kind: str, c: FitCase, x: np.ndarray, scale: float) -> np.ndarray:
 
 
 def fit_correction(cases: list[FitCase], l2: float, offset: str = "rule") -> Fitted:
-    """Conditional logit over each log's steps (method/clogit.py), maximising the log probability of its gold
+    """Conditional logit over each log's steps (fit/clogit.py), maximising the log probability of its gold
     steps, L2 `l2` per log on w; `offset`: what w corrects (OFFSETS)."""
     if offset not in OFFSETS:
         raise ValueError(f"unknown ranker offset {offset!r}; expected one of {', '.join(OFFSETS)}")

@@ -1,7 +1,7 @@
 """Pass 1 render: the one place in the call graph where a trace becomes its pass-1 prompt(s).
 
 Planning (pipelines' CPU stage) calls `render_traces` once per trace and packs by the result; the model stage
-(`model_stage.attribute_traces`) takes the result and never renders pass 1 again. `attribute_traces` called without
+(`stage.attribute.attribute_traces`) takes the result and never renders pass 1 again. `attribute_traces` called without
 pre-rendered input (a library caller, a benchmark) calls the same `render_traces`, so there is still one site.
 
 The render config is the model stage's: `max_context` clamped to the model's context (`render_config`), which

@@ -1,6 +1,6 @@
 """Output rows of one attributed trace: its `attributions` row and its `step_scores` rows (schema.py).
 
-Built by the model stage (`model_stage.attribute_traces`) from the method's results; kept apart so the stage reads as
+Built by the model stage (`stage.attribute.attribute_traces`) from the method's results; kept apart so the stage reads as
 the order of work and this module as the table layout.
 """
 

@@ -148,7 +148,7 @@ def test_ranker_of_another_model_is_refused(run_dir, tmp_path):
 
 
 def test_bench_accuracy_and_fit_share_the_fitting_function(run_dir, tmp_path):
-    """One path: benchmarks/accuracy/bench_accuracy.py fits through method/fit_system.py, so on the same cases it gives the
+    """One path: benchmarks/accuracy/bench_accuracy.py fits through fit/system.py, so on the same cases it gives the
     weights `fit` wrote."""
     from benchmarks.accuracy import bench_accuracy as ba
     from masprism_batch.fit.runs import load_runs

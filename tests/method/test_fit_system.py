@@ -1,4 +1,4 @@
-"""method/fit.py + fit_system.py: a correction of the zero-training order, shrinkage by internal CV, fallback."""
+"""fit/fitting.py + fit/system.py: a correction of the zero-training order, shrinkage by internal CV, fallback."""
 
 import numpy as np
 
