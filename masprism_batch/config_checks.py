@@ -14,7 +14,7 @@ import stat
 import string
 from collections.abc import Iterable
 
-from masprism_batch.method.sparse_attn import DENSE_STEPS
+from masprism_batch.schema import DENSE_STEPS
 
 log = logging.getLogger(__name__)
 
@@ -65,18 +65,17 @@ def check_render_text(field: str, value: str) -> str:
     return check_text(value, MAX_MARKER_CHARS if field == "truncation_marker" else MAX_PROMPT_TEXT_CHARS, name)
 
 
-def check_prompt_room(render, tokenizer, model_context: int) -> None:
+def check_prompt_room(render, encode, model_context: int) -> None:
     """The fixed text of each pass's prompt (preamble, question template, anomaly note), in the model's own tokens,
     must leave MIN_LOG_TOKENS of the context for the log; else every trace would be rejected as too long, one by
-    one, and the OUTDIR locked to that config. Checked when the model is loaded, before OUTDIR is touched."""
-    from masprism_batch.render.encoding import encoder_for
-
+    one, and the OUTDIR locked to that config. Checked when the model is loaded, before OUTDIR is touched.
+    `encode`: texts -> token id lists in the model's tokenizer (render.encoding's encoder)"""
     context = min(render.max_context, model_context)
     pre_q, _, post_q = render.question_template.partition("{question}")
     texts = {"render.pass1_preamble": render.pass1_preamble + pre_q + post_q,
              "render.pass2_preamble (with render.anomaly_note)": render.pass2_preamble + render.anomaly_note + pre_q
              + post_q}
-    for name, n in zip(texts, map(len, encoder_for(tokenizer).encode(list(texts.values()))), strict=True):
+    for name, n in zip(texts, map(len, encode(list(texts.values()))), strict=True):
         if n > context - MIN_LOG_TOKENS:
             raise ValueError(f"{name}: the prompt's fixed text is {n} tokens of this model, which leaves fewer than "
                              f"{MIN_LOG_TOKENS} of the {context}-token context (render.max_context, the model's) "

@@ -11,6 +11,10 @@ import re
 import pyarrow as pa
 
 SCHEMA_VERSION = "1"
+# up to this many steps a log's step attention A is one dense N x N (a 2,048^2 float64 accumulator: 32 MiB) and
+# step_scores.attention_pass1 holds whole rows; past it A is kept row-sparse and each row is written as its tail
+# from the first non-zero column (method/sparse_attn.full_row restores it). Every labelled dev log is far below.
+DENSE_STEPS = 2048
 _META = {b"masprism.schema_version": SCHEMA_VERSION.encode()}
 
 STEP_TYPE = pa.struct(
@@ -123,7 +127,7 @@ STEP_SCORES = pa.schema(
         pa.field("is_symptom", pa.bool_()),
         pa.field("is_candidate", pa.bool_()),
         pa.field("has_failure_word", pa.bool_()),
-        pa.field("attention_pass1", pa.list_(pa.float32())),  # row i of A (pass 1): A[i->j] for j <= i
+        pa.field("attention_pass1", pa.list_(pa.float32())),  # row i of A (pass 1), j <= i; a tail past DENSE_STEPS
         # mean rise of the symptoms' NLL when this step's content is removed (counterfactual; null if not run)
         pa.field("cf_effect", pa.float32()),
         pa.field("attn_in_learned", pa.float32()),  # attention inflow from symptoms, learned head weights

@@ -1,4 +1,4 @@
-"""Memory linear in a log's steps (issue 37, item 5): above `sparse_attn.DENSE_STEPS` steps `windows.combine`
+"""Memory linear in a log's steps (issue 37, item 5): above `sparse_attn.DENSE_STEPS` steps `stage/combine.combine_windows`
 keeps A row-sparse, the method reads it with the results of the dense path, `attention_pass1` writes each row's
 tail, every reader restores the whole row, and the peak memory of one trace's path grows ~linearly."""
 
@@ -19,6 +19,7 @@ from masprism_batch.method.heads import HeadWeights
 from masprism_batch.model.forward import SeqSignals
 from masprism_batch.render import windows
 from masprism_batch.render.prompt import Rendered
+from masprism_batch.stage import combine
 from masprism_batch.stage import rows as rows_mod
 from masprism_batch.trace import Step, Trace
 
@@ -54,7 +55,7 @@ def _trace(rng, n: int) -> Trace:
 
 
 def _method(wd, sigs, full, n, rng, cfg=MethodConfig()):
-    s1 = windows.combine(wd, sigs, n)
+    s1 = combine.combine_windows(wd, sigs, n)
     flags = rng.random(n) < 0.05
     p1 = mp.pass1(s1.token_nll, full.step_spans, s1.step_attn, flags, 0.2, cfg)
     ranking = mp.pass2(rng.random(len(full.input_ids)).astype(np.float32), full.step_spans, s1.step_attn, flags,
@@ -68,10 +69,10 @@ def test_sparse_combine_and_method_equal_the_dense_path(monkeypatch, np_rng):
     wd, sigs, full = synthetic(rng, n, heads=True)
     hw = HeadWeights("m", rng.normal(size=(2, 3)))
     seed = int(rng.integers(1 << 30))
-    dense = windows.combine(wd, sigs, n, head_weights=hw)
+    dense = combine.combine_windows(wd, sigs, n, head_weights=hw)
     d_p1, d_rank = _method(wd, sigs, full, n, np.random.default_rng(seed))[1:3]
-    monkeypatch.setattr(windows, "DENSE_STEPS", 16)
-    sparse = windows.combine(wd, sigs, n, head_weights=hw)
+    monkeypatch.setattr(combine, "DENSE_STEPS", 16)
+    sparse = combine.combine_windows(wd, sigs, n, head_weights=hw)
     assert isinstance(sparse.step_attn, sparse_attn.SparseAttn)
     assert sparse.step_attn.nnz < n * n / 4, "a query's mass lies inside its windows"
     np.testing.assert_array_equal(sparse.step_attn.toarray(), dense.step_attn)  # exact, not close

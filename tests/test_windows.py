@@ -12,6 +12,7 @@ from masprism_batch.config import RenderConfig, load_config
 from masprism_batch.model import load_model
 from masprism_batch.model.forward import SeqSignals
 from masprism_batch.render import windows
+from masprism_batch.stage import combine
 from masprism_batch.trace import Step, Trace
 
 WORDS = ["search", "result", "error", "file", "answer", "plan", "code", "value", "agent", "step"]
@@ -61,7 +62,7 @@ def test_one_window_log_reads_as_one_prompt(tiny, rng):
     wd = windows.render_windows(t, model.tokenizer, cfg.render.model_copy(update={"max_context": 512}))
     assert len(wd.windows) == 1
     sig = model.signals([wd.windows[0].input_ids], [wd.windows[0].sids], [wd.windows[0].n_steps])
-    comb = windows.combine(wd, sig, len(t.steps))
+    comb = combine.combine_windows(wd, sig, len(t.steps))
     plain = model.signals([wd.full.input_ids], [wd.full.step_ids()])[0]
     np.testing.assert_allclose(comb.token_nll, plain.token_nll, rtol=0, atol=1e-5)
     np.testing.assert_allclose(comb.step_attn, plain.step_attn, rtol=0, atol=1e-5)
@@ -118,8 +119,8 @@ def test_combine_follows_the_documented_rule(monkeypatch, dense, np_rng):
     wd, sigs = _rule_case(rng, n)
     want, want_h = _rule(wd, sigs, n)
     if not dense:
-        monkeypatch.setattr(windows, "DENSE_STEPS", 0)
-    got = windows.combine(wd, sigs, n)
+        monkeypatch.setattr(combine, "DENSE_STEPS", 0)
+    got = combine.combine_windows(wd, sigs, n)
     A = got.step_attn if dense else got.step_attn.toarray()
     assert isinstance(got.step_attn, np.ndarray) == dense
     np.testing.assert_allclose(A, want, rtol=1e-5)
@@ -140,10 +141,10 @@ def test_learned_heads_applied_per_window_equal_applied_to_the_whole(monkeypatch
     n = 5
     wd, sigs = _rule_case(rng, n)
     hw = HeadWeights("m", rng.normal(size=(2, 3)))
-    got = windows.combine(wd, sigs, n, head_weights=hw)
+    got = combine.combine_windows(wd, sigs, n, head_weights=hw)
     np.testing.assert_allclose(got.step_attn_learned, hw.apply(got.step_attn_heads), rtol=1e-4, atol=1e-6)
-    monkeypatch.setattr(windows, "HEADS_BUDGET", 2 * 3 * n * n - 1)
-    small = windows.combine(wd, sigs, n, head_weights=hw)
+    monkeypatch.setattr(combine, "HEADS_BUDGET", 2 * 3 * n * n - 1)
+    small = combine.combine_windows(wd, sigs, n, head_weights=hw)
     assert small.step_attn_heads is None
     np.testing.assert_allclose(small.step_attn_learned, got.step_attn_learned, rtol=1e-6)
 

@@ -161,6 +161,7 @@ def check_prompt_or_fail(cfg, tokenizer=None, context: int | None = None) -> Non
     a preamble that leaves no room would reject every trace. Without a loaded model (Ray: the actors load it),
     its tokenizer alone is loaded here."""
     from masprism_batch.config_checks import check_prompt_room
+    from masprism_batch.render.encoding import encoder_for
 
     if tokenizer is None:
         from masprism_batch.pipelines.seams import load_tokenizer
@@ -170,6 +171,6 @@ def check_prompt_or_fail(cfg, tokenizer=None, context: int | None = None) -> Non
         except (OSError, ValueError, RuntimeError, KeyError) as exc:
             raise fail(f"cannot load the tokenizer of {cfg.model.name!r}: {exc}") from None
     try:
-        check_prompt_room(cfg.render, tokenizer, context)
+        check_prompt_room(cfg.render, encoder_for(tokenizer).encode, context)
     except ValueError as exc:
         raise fail(f"bad configuration: {exc}") from None

@@ -24,6 +24,7 @@ import numpy as np
 from masprism_batch.fit import clogit
 from masprism_batch.method import ranker as rk
 from masprism_batch.method import rules
+from masprism_batch.method.calibrate import mean  # noqa: F401 - the fit's hit rates (ft.mean)
 from masprism_batch.trace import Trace, norm_agent
 
 log = logging.getLogger(__name__)
@@ -211,9 +212,9 @@ def fit_correction(cases: list[FitCase], l2: float, offset: str = "rule") -> Fit
     priors = Priors.count(cases)
     xs = [design(c, priors, loo=True) for c in cases]
     X = np.concatenate(xs)
-    mean, std = X.mean(0), X.std(0)
+    mu, std = X.mean(0), X.std(0)
     std = np.where(std > 1e-9, std, 1.0)
-    scaled = [(x - mean) / std for x in xs]
+    scaled = [(x - mu) / std for x in xs]
     pen = np.full(X.shape[1], float(l2))
     if offset == "rule_free":  # the rule's order (scale 1) as one more column, its weight the learned scale
         scaled = [np.concatenate([x, rule_offset(len(c.trace.steps), c.ranked, 1.0)[:, None]], axis=1)
@@ -224,8 +225,8 @@ def fit_correction(cases: list[FitCase], l2: float, offset: str = "rule") -> Fit
         offs = [_offset(offset, c, x, OFFSET_SCALE) for c, x in zip(cases, xs, strict=True)]
     w = clogit.solve(scaled, [c.gold for c in cases], offs, pen)
     if offset == "rule_free":
-        return Fitted(w[:-1], mean, std, priors, l2, float(w[-1]), offset=offset)
-    return Fitted(w, mean, std, priors, l2, offset=offset)
+        return Fitted(w[:-1], mu, std, priors, l2, float(w[-1]), offset=offset)
+    return Fitted(w, mu, std, priors, l2, offset=offset)
 
 
 def folds_of(n: int, seed: int = 0) -> np.ndarray:
@@ -288,10 +289,3 @@ def agent_hit(c: FitCase, agent: str | None) -> bool | None:
     if not c.gold_agents:
         return None
     return norm_agent(agent) in c.gold_agents
-
-
-def mean(xs) -> float | None:
-    """The mean of the values that are not None (a hit rate: a log without an agent label has no agent hit);
-    None when there is none. Summed in order, so a rate of k in n is exactly k / n."""
-    xs = [x for x in xs if x is not None]
-    return sum(xs) / len(xs) if xs else None

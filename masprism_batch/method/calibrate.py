@@ -93,3 +93,10 @@ def accuracy_at_coverage(conf, hits, fractions=(0.25, 0.5, 1.0)) -> dict[float, 
         top = [pairs[i][1] for i in order[:m]]
         out[f] = (m, float(np.mean(top)) if top else None)
     return out
+
+
+def mean(xs) -> float | None:
+    """The mean of the values that are not None (a hit rate: a log without an agent label has no agent hit);
+    None when there is none. Summed in order, so a rate of k in n is exactly k / n."""
+    xs = [x for x in xs if x is not None]
+    return sum(xs) / len(xs) if xs else None

@@ -17,8 +17,7 @@ from __future__ import annotations
 
 import numpy as np
 
-# up to this many steps A is one dense N x N (2,048^2 float64 accumulator: 32 MiB); every labelled log is far below
-DENSE_STEPS = 2048
+from masprism_batch.schema import DENSE_STEPS  # noqa: F401 - where A turns row-sparse (and attention_pass1 rows into tails)
 
 
 class SparseAttn:

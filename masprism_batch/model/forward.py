@@ -31,14 +31,14 @@ SUFFIX_SCORE_BUDGET = 1 << 22  # score elements per query block of suffix_nll (1
 @dataclass
 class SeqSignals:
     token_nll: np.ndarray  # float32 [L]; entry t = -log p(x_t | x_<t), entry 0 = nan
-    # float32 [N, N]; A[i -> j], heads and instrumented layers averaged, row i / |T_i|. From windows.combine past
+    # float32 [N, N]; A[i -> j], heads and instrumented layers averaged, row i / |T_i|. From combine.combine_windows past
     # sparse_attn.DENSE_STEPS steps: a row-sparse sparse_attn.SparseAttn (also step_attn_learned)
     step_attn: np.ndarray
     n_tokens: int
     # float32 [L_instr, Hq, N, N] per (instrumented layer, head), row i / |T_i|; only with per_head=True
     step_attn_heads: np.ndarray | None = None
     kv: KVCache | None = None  # only with keep_kv=True: this sequence's K/V of every layer (counterfactuals)
-    # float32 [N, N]: A per head weighted by learned head weights, set by windows.combine (long logs keep no
+    # float32 [N, N]: A per head weighted by learned head weights, set by combine.combine_windows (long logs keep no
     # whole per-head A); None: apply the weights to step_attn_heads
     step_attn_learned: np.ndarray | None = None
 

@@ -208,7 +208,7 @@ def _extra_features(p1, s1, s2, D, hw) -> dict[str, np.ndarray]:
     out = {"cf_effect": np.full(n, np.nan), "attn_in_learned": np.full(n, np.nan)}
     if D is not None:
         out["cf_effect"] = counterfactual.symptom_effect(D, p1.symptoms)
-    if hw is not None and s1.step_attn_learned is not None:  # windows.combine applied hw
+    if hw is not None and s1.step_attn_learned is not None:  # combine.combine_windows applied hw
         out["attn_in_learned"] = mp.inflow(s1.step_attn_learned, p1.symptoms)
     elif hw is not None and s1.step_attn_heads is not None:
         out["attn_in_learned"] = mp.inflow(hw.apply(s1.step_attn_heads), p1.symptoms)

@@ -9,7 +9,8 @@ import time
 
 from masprism_batch import progress_events
 from masprism_batch.config import PipelineConfig
-from masprism_batch.render import buckets, windows
+from masprism_batch.render import buckets
+from masprism_batch.stage.combine import combine_windows
 
 log = logging.getLogger(__name__)
 
@@ -82,7 +83,7 @@ def pass1_signals(model, r1: dict, wins: dict, cfg: PipelineConfig, per_head: bo
         bad = next((p[0] for p in got if isinstance(p[0], Exception)), None)
         secs = sum(p[1] for p in got)
         try:
-            out[i] = (bad if bad is not None else windows.combine(wd, [p[0] for p in got], len(wd.full.step_spans),
+            out[i] = (bad if bad is not None else combine_windows(wd, [p[0] for p in got], len(wd.full.step_spans),
                                                                   head_weights=hw), secs)
         except Exception as exc:  # noqa: BLE001 - raised after the prefills in trace order, as it always was
             broken[i] = exc
