@@ -3,19 +3,12 @@ the zero-training agent rule (issue 23, item 7)."""
 
 from __future__ import annotations
 
-import sys
-from pathlib import Path
-
 import pytest
+from ingest_synth import SEED, rng, trail_trace, write_json
 
-ROOT = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(ROOT / "tests" / "ingest"))
-
-from ingest_synth import SEED, rng, trail_trace, write_json  # noqa: E402
-
-from benchmarks.accuracy import agent_rules as agr  # noqa: E402
-from masprism_batch.ingest import read_inputs  # noqa: E402
-from masprism_batch.trace import Labels, Step, Trace  # noqa: E402
+from benchmarks.accuracy import agent_rules as agr
+from masprism_batch.ingest import read_inputs
+from masprism_batch.trace import Labels, Step, Trace
 
 
 def _gaia(tmp_path, r):

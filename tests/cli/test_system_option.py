@@ -6,16 +6,13 @@ from __future__ import annotations
 
 import json
 import random
-import sys
 from pathlib import Path
 
+from ingest_synth import SEED, who_and_when, write_json
 from typer.testing import CliRunner
 
 from masprism_batch.cli import EXIT_OK, app
 from masprism_batch.outdir.parts import read_dataset
-
-sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "ingest"))
-from ingest_synth import SEED, who_and_when, write_json  # noqa: E402
 
 runner = CliRunner()
 

@@ -5,11 +5,10 @@ benchmark rankers apply only when named; a team's fitted ranker applies only to 
 from __future__ import annotations
 
 import random
-import sys
-from pathlib import Path
 
 import numpy as np
 import pytest
+from ingest_synth import SEED, who_and_when, write_json
 
 from masprism_batch.config import load_config
 from masprism_batch.fit import rankfile as rk
@@ -20,9 +19,6 @@ from masprism_batch.method import masprism as mp
 from masprism_batch.method import weights_dir
 from masprism_batch.stage.verdict import agent_by, fitted_verdict
 from masprism_batch.trace import Trace
-
-sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "ingest"))
-from ingest_synth import SEED, who_and_when, write_json  # noqa: E402
 
 PACKAGED_MODEL = rk.RankerFile.read(weights_dir() / rk.PACKAGED).model_id
 
