@@ -36,7 +36,7 @@ def fit_heads(cases: list[Case], model_id: str) -> hd.HeadWeights | None:
         return None
     shape = next(c.arr["A2h"].shape[:2] for c in cases if "A2h" in c.arr)
     try:
-        return hd.fit(samples, shape, model_id)
+        return hd.fit_weights(samples, shape, model_id)
     except ValueError as exc:  # too few pairs (small folds): the learned-head feature stays empty
         log.warning("head weights not fitted: %s", exc)
         return None

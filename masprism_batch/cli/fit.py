@@ -12,6 +12,7 @@ import typer
 from rich.console import Console
 from rich.markup import escape
 
+from masprism_batch.analytics.export_text import agent_rule_words
 from masprism_batch.cli import EXIT_OK, app, setup_logging
 from masprism_batch.cli.common import VerboseOpt, check_out_file, fail
 
@@ -31,15 +32,6 @@ def unfinished(runs: list[Path], allow: bool) -> None:
     if not allow:
         raise fail(f"{what}; resume it (re-run the same command) or pass --allow-partial")
     console.print(f"[yellow]warning:[/] {escape(what)} (--allow-partial)", soft_wrap=True)
-
-
-def agent_rule_words(rule: str) -> str:
-    """The fitted agent verdict in words (`agent_rule` of a ranker file entry)."""
-    if rule.startswith("prior|"):
-        other = rule.split("|", 1)[1]
-        return f"label prior (most often blamed agent present in the log, else {agent_rule_words(other)})"
-    return {"author": "author of the blamed step", "aggregate": "ranker's summed step probabilities"}.get(
-        rule, f"zero-training rule {rule}")
 
 
 CORRECTS = {"rule": "a correction of the zero-training rule's order",

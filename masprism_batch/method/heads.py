@@ -58,7 +58,7 @@ def pairs(Ah: np.ndarray, D: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     return X, y
 
 
-def fit(samples: list[tuple[np.ndarray, np.ndarray]], shape: tuple[int, int], model_id: str,
+def fit_weights(samples: list[tuple[np.ndarray, np.ndarray]], shape: tuple[int, int], model_id: str,
         l2: float = 1.0) -> HeadWeights:
     """Ridge fit of y on X over all traces' pairs; weights scaled to sum |w| = 1 (only ranks matter)."""
     X = np.concatenate([x for x, _ in samples]) if samples else np.zeros((0, shape[0] * shape[1]))

@@ -2,7 +2,7 @@
 
 Per trace: pass 1 (windows), pass 2 with per-head attention and the K/V cache, counterfactual effects of the
 first `method.counterfactual_k` candidates (method/counterfactual.py); pairs (A_h[k -> c], D[k, c]) of every
-trace are pooled and fitted (heads.fit). No label is read: any folder of failed runs will do.
+trace are pooled and fitted (heads.fit_weights). No label is read: any folder of failed runs will do.
 """
 
 from __future__ import annotations
@@ -41,6 +41,6 @@ def harvest(traces: Iterable[Trace], model, cfg, progress=None) -> list[tuple[np
 def fit_model_heads(traces: Iterable[Trace], model, cfg, progress=None) -> hd.HeadWeights:
     samples = harvest(traces, model, cfg, progress)
     shape = (len(model.instrument_layers), model.arch.num_heads)
-    hw = hd.fit(samples, shape, model.model_id)
+    hw = hd.fit_weights(samples, shape, model.model_id)
     log.info("head weights for %s from %d pairs of %d traces", model.model_id, hw.n_pairs, hw.n_traces)
     return hw

@@ -26,7 +26,7 @@ def test_fit_recovers_planted_head_weights(np_rng):
     rng = np_rng
     w_true = np.zeros((3, 5))
     w_true[2, 1], w_true[1, 4], w_true[0, 0] = 1.0, 0.5, -0.3
-    hw = hd.fit(_synthetic(rng, w_true), w_true.shape, "m")
+    hw = hd.fit_weights(_synthetic(rng, w_true), w_true.shape, "m")
     assert hw.weights.shape == (3, 5)
     corr = np.corrcoef(hw.weights.ravel(), w_true.ravel())[0, 1]
     assert corr > 0.95, (corr, hw.weights)
@@ -48,7 +48,7 @@ def test_apply_roundtrip_and_shape_check(tmp_path, np_rng):
 
 def test_too_few_pairs_is_a_clear_error():
     with pytest.raises(ValueError, match="too few"):
-        hd.fit([(np.zeros((3, 15)), np.zeros(3))], (3, 5), "m")
+        hd.fit_weights([(np.zeros((3, 15)), np.zeros(3))], (3, 5), "m")
 
 
 def test_pairs_standardise_within_trace(np_rng):
