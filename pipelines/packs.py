@@ -12,32 +12,25 @@ from __future__ import annotations
 import logging
 import time
 import traceback
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 
 from masprism_batch.pipelines.crash_guard import CrashGuard
 from masprism_batch.pipelines.seams import attribute_traces
 
 from masprism_batch.config import PipelineConfig
 from masprism_batch.schema import error_row
+from masprism_batch.stage.attribute import TIMINGS, StageOutput
 from masprism_batch.trace import Trace
 
 log = logging.getLogger(__name__)
 
 
 @dataclass
-class PackOutput:
-    """`process_pack`'s rows (each input trace once in attributions + errors) and the model stage's timings."""
+class PackOutput(StageOutput):
+    """`process_pack`'s rows (each input trace once in attributions + errors) and the model stage's timings,
+    summed over the stage calls a pack took (one, or one per trace after a failure)."""
 
-    attributions: list[dict] = field(default_factory=list)
-    step_scores: list[dict] = field(default_factory=list)
-    errors: list[dict] = field(default_factory=list)
     seconds: float = 0.0  # wall seconds of the whole pack
-    # pass-2 prompt building (render_pass2): CPU seconds, and the seconds the model stage waited for it after its
-    # last pass-1 prefill, reported in run.json's stage timings
-    seconds_render_pass2: float = 0.0
-    seconds_render_pass2_wait: float = 0.0
-    seconds_counterfactual: float = 0.0
-    tokens_counterfactual: int = 0
 
 
 def make_packs(traces: list[Trace], tokenizer, rcfg, cfg: PipelineConfig, guard: CrashGuard | None = None,
@@ -85,10 +78,8 @@ def _describe(e: BaseException) -> str:
 
 def _run(traces, renders, model, cfg, attribute, acc: PackOutput) -> tuple[list[dict], list[dict], list[dict]]:
     out = attribute(traces, model, cfg, renders)
-    acc.seconds_render_pass2 += getattr(out, "seconds_render_pass2", 0.0)
-    acc.seconds_render_pass2_wait += getattr(out, "seconds_render_pass2_wait", 0.0)
-    acc.seconds_counterfactual += getattr(out, "seconds_counterfactual", 0.0)  # run.json's per-stage breakdown
-    acc.tokens_counterfactual += getattr(out, "tokens_counterfactual", 0)
+    for k in TIMINGS:  # a replacement stage (tests, benchmarks) may report none of them
+        setattr(acc, k, getattr(acc, k) + getattr(out, k, 0))
     return list(out.attributions), list(out.step_scores), list(out.errors)
 
 

@@ -104,10 +104,9 @@ def cpu_cases(threads: int, models, Ts, impls) -> list[dict]:
 
 def _gpu_rows(model: str, T: int, dtype_name: str) -> list[dict]:
     import torch
-    import triton
     from masprism_batch.kernels import step_attention as tk
 
-    from benchmarks.kernels.gpu_benchlib import gpu_row
+    from benchmarks.kernels.gpu_benchlib import time_impls
 
     dtype = {"bf16": torch.bfloat16, "fp16": torch.float16, "fp32": torch.float32}[dtype_name]
     q, k, v, cu, sid, n, scale = inputs(model, T, "cuda", dtype)
@@ -125,33 +124,12 @@ def _gpu_rows(model: str, T: int, dtype_name: str) -> list[dict]:
     }
     if 2 * m["hq"] * T * T * 4 <= EAGER_LIMIT:  # what HF eager + output_attentions costs
         benches["eager"] = (lambda: eager_step_attention(q, k, v, cu, sid, n, scale), 1.5 * fwd_flops)
-    rows = []
-    for name, (fn, flops) in benches.items():
-        ms = triton.testing.do_bench(fn)
-        rows.append(gpu_row("step_attention", "step_attention", name, model, T, dtype_name, ms, flops))
-        r = rows[-1]
-        print(f"{model:<14}{T:>7} {dtype_name:<5} {name:<14}{ms:9.3f}{r['tflops']:9.1f}{r['mfu'] or float('nan'):7.1%}")
+    rows = time_impls("step_attention", model, T, dtype_name, benches, width=14)
     ms = {r["impl"]: r["ms"] for r in rows}
     # issue 33 acceptance: the mass pass at <= 0.6x the forward kernel
     print(f"{'':<14}{'':>7} {'':<5} mass/fwd {ms['triton_mass'] / ms['triton_fwd']:.2f} "
           f"(loop kernel {ms['triton_mass_loop'] / ms['triton_fwd']:.2f})")
     return rows
-
-
-def gpu_main(models, Ts, dtypes, out: Path) -> None:
-    """CUDA: each kernel alone with triton.testing.do_bench; prints one table, appends tidy rows to `out`."""
-    import torch
-
-    from benchmarks.kernels.gpu_benchlib import GPU_FIELDS
-    from benchmarks.rows import append_rows
-
-    print(f"# {torch.cuda.get_device_name()}")
-    print(f"{'model':<14}{'T':>7} {'dtype':<5} {'impl':<14}{'ms':>9}{'TFLOP/s':>9}{'MFU':>7}")
-    for dtype_name in dtypes:
-        for model in models:
-            for T in Ts:
-                append_rows(out, _gpu_rows(model, T, dtype_name), GPU_FIELDS)
-                torch.cuda.empty_cache()
 
 
 def main() -> None:
@@ -173,7 +151,9 @@ def main() -> None:
         worker(json.loads(args.worker))
         return
     if args.gpu:
-        gpu_main(args.models, args.T, args.dtypes, args.out or RESULTS / "step_attention_gpu.csv")
+        from benchmarks.kernels.gpu_benchlib import sweep
+
+        sweep(_gpu_rows, args.models, args.T, args.dtypes, args.out or RESULTS / "step_attention_gpu.csv", width=14)
         return
     args.out = args.out or RESULTS / "step_attention.csv"
     cases = [c for c in cpu_cases(args.threads, args.models, args.T, args.impls)

@@ -76,39 +76,17 @@ def cpu_cases(threads: int, models, Ts, impls) -> list[dict]:
 
 def _gpu_rows(model: str, T: int, dtype_name: str) -> list[dict]:
     import torch
-    import triton
     from masprism_batch.kernels import token_nll as tk
 
-    from benchmarks.kernels.gpu_benchlib import gpu_row
+    from benchmarks.kernels.gpu_benchlib import time_impls
 
     dtype = {"bf16": torch.bfloat16, "fp16": torch.float16, "fp32": torch.float32}[dtype_name]
     h, w, t = inputs(model, T, "cuda", dtype)
     flops = 2 * T * MODELS[model]["vocab"] * MODELS[model]["hidden"]
-    rows = []
-    fns = {"triton": lambda: tk.token_nll(h, w, t)}
+    benches = {"triton": (lambda: tk.token_nll(h, w, t), flops)}
     if 2 * T * MODELS[model]["vocab"] * 4 <= EAGER_LIMIT:
-        fns["eager"] = lambda: eager_nll(h, w, t)
-    for name, fn in fns.items():
-        ms = triton.testing.do_bench(fn)
-        rows.append(gpu_row("token_nll", "token_nll", name, model, T, dtype_name, ms, flops))
-        r = rows[-1]
-        print(f"{model:<14}{T:>7} {dtype_name:<5} {name:<10}{ms:9.3f}{r['tflops']:9.1f}{r['mfu'] or float('nan'):7.1%}")
-    return rows
-
-
-def gpu_main(models, Ts, dtypes, out: Path) -> None:
-    import torch
-
-    from benchmarks.kernels.gpu_benchlib import GPU_FIELDS
-    from benchmarks.rows import append_rows
-
-    print(f"# {torch.cuda.get_device_name()}")
-    print(f"{'model':<14}{'T':>7} {'dtype':<5} {'impl':<10}{'ms':>9}{'TFLOP/s':>9}{'MFU':>7}")
-    for dtype_name in dtypes:
-        for model in models:
-            for T in Ts:
-                append_rows(out, _gpu_rows(model, T, dtype_name), GPU_FIELDS)
-                torch.cuda.empty_cache()
+        benches["eager"] = (lambda: eager_nll(h, w, t), flops)
+    return time_impls("token_nll", model, T, dtype_name, benches, width=10)
 
 
 def main() -> None:
@@ -126,7 +104,9 @@ def main() -> None:
         worker(json.loads(args.worker))
         return
     if args.gpu:
-        gpu_main(args.models, args.T, args.dtypes, args.out or RESULTS / "token_nll_gpu.csv")
+        from benchmarks.kernels.gpu_benchlib import sweep
+
+        sweep(_gpu_rows, args.models, args.T, args.dtypes, args.out or RESULTS / "token_nll_gpu.csv", width=10)
         return
     args.out = args.out or RESULTS / "token_nll.csv"
     rows = run_cases(__file__, cpu_cases(args.threads, args.models, args.T, args.impls), args.out)

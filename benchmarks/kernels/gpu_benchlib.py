@@ -44,3 +44,33 @@ def gpu_row(bench: str, op: str, impl: str, model: str, T: int, dtype: str, ms: 
                 tflops=round(tflops, 2), mfu=round(tflops / peak, 4) if peak == peak else "", peak_tflops=peak,
                 device=name, torch=torch.__version__, triton=triton.__version__, commit=commit(),
                 date=dt.date.today().isoformat())
+
+
+def time_impls(op: str, model: str, T: int, dtype: str, benches: dict, width: int) -> list[dict]:
+    """One row per implementation: `benches` {impl: (fn, useful FLOPs)} timed by triton.testing.do_bench,
+    each printed as a line of the table `sweep` heads."""
+    import triton
+
+    rows = []
+    for impl, (fn, flops) in benches.items():
+        ms = triton.testing.do_bench(fn)
+        r = gpu_row(op, op, impl, model, T, dtype, ms, flops)
+        rows.append(r)
+        print(f"{model:<14}{T:>7} {dtype:<5} {impl:<{width}}{ms:9.3f}{r['tflops']:9.1f}{r['mfu'] or float('nan'):7.1%}")
+    return rows
+
+
+def sweep(rows_of, models, Ts, dtypes, out, width: int) -> None:
+    """CUDA: `rows_of(model, T, dtype)` for every case (each kernel alone), one printed table, tidy rows appended
+    to `out` as each case ends."""
+    import torch
+
+    from benchmarks.rows import append_rows
+
+    print(f"# {torch.cuda.get_device_name()}")
+    print(f"{'model':<14}{'T':>7} {'dtype':<5} {'impl':<{width}}{'ms':>9}{'TFLOP/s':>9}{'MFU':>7}")
+    for dtype in dtypes:
+        for model in models:
+            for T in Ts:
+                append_rows(out, rows_of(model, T, dtype), GPU_FIELDS)
+                torch.cuda.empty_cache()

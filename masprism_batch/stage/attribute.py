@@ -53,6 +53,10 @@ class StageOutput:
     tokens_counterfactual: int = 0
 
 
+# the timings a caller sums over calls (run.json's per-stage breakdown)
+TIMINGS = ("seconds_render_pass2", "seconds_render_pass2_wait", "seconds_counterfactual", "tokens_counterfactual")
+
+
 @dataclass
 class _TraceWork:
     """One trace on its way through the stage; each step fills its fields (None: not reached, or not for it)."""
