@@ -100,7 +100,7 @@ def clamp_threads(value: int | None, name: str = "model.threads") -> int | None:
     return value
 
 
-# Peak memory of one trace: up to sparse_attn.DENSE_STEPS steps the step attention A is one dense N x N (the float64
+# Peak memory of one trace: up to schema.DENSE_STEPS steps the step attention A is one dense N x N (the float64
 # accumulator, its float32 copy, the learned-head view and step_scores.attention_pass1's rows: ~36 bytes per step
 # pair, measured on the tiny-random model); above it A is kept by rows, each holding at most a window's steps, so
 # what grows is linear: BYTES_PER_STEP a step, measured through `attribute` on the tiny-random model

@@ -1,4 +1,4 @@
-"""Memory linear in a log's steps (issue 37, item 5): above `sparse_attn.DENSE_STEPS` steps `stage/combine.combine_windows`
+"""Memory linear in a log's steps (issue 37, item 5): above `schema.DENSE_STEPS` steps `stage/combine.combine_windows`
 keeps A row-sparse, the method reads it with the results of the dense path, `attention_pass1` writes each row's
 tail, every reader restores the whole row, and the peak memory of one trace's path grows ~linearly."""
 

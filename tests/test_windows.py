@@ -113,7 +113,7 @@ def test_windows_name_only_their_own_steps():
 @pytest.mark.parametrize("dense", [True, False])
 def test_combine_follows_the_documented_rule(monkeypatch, dense, np_rng):
     """A[i->j] = sum over windows of owned-query mass of i on j (full or key-only copy) / owned tokens of i;
-    the same A whether kept dense or row-sparse (a log past sparse_attn.DENSE_STEPS)."""
+    the same A whether kept dense or row-sparse (a log past schema.DENSE_STEPS)."""
     rng = np_rng
     n = 5
     wd, sigs = _rule_case(rng, n)

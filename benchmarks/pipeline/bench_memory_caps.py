@@ -13,7 +13,7 @@ Cases (each one command in a fresh subprocess; peak RSS is that process's own `r
   max_file_bytes, 512 MiB by default, counted as decompressed; peak ~ the cap, not twice it).
 - `steps-N` (any N, e.g. `--cases steps-4096,steps-8192,steps-20000`): `masprism-batch attribute` (tiny-random,
   --threads 1) on one trace of N steps of ~10 bytes (bench_steps.write_trace) with `ingest.max_steps` = N: the
-  peak memory of one trace against its steps (linear past sparse_attn.DENSE_STEPS; config_checks.BYTES_PER_STEP).
+  peak memory of one trace against its steps (linear past schema.DENSE_STEPS; config_checks.BYTES_PER_STEP).
 
 Rows (tidy, one per case and repeat) are appended to benchmarks/results/memory_caps.csv. Not a test: nothing
 here asserts a time; tests/ingest/test_hostile.py and tests/pipelines/test_run_safety.py check the behaviour.

@@ -81,7 +81,7 @@ def fit(
         if lacking:
             console.print(f"the runs lack {', '.join(lacking)} (made without --all-features); the fitted rankers "
                           "do not read them, so nothing is lost", soft_wrap=True)
-        cases, problems, rule = fr.build_cases(traces, rows, labels, system, named)
+        cases, problems, fallback = fr.build_cases(traces, rows, labels, system, named)
     except fr.FitInputError as exc:
         raise fail(str(exc)) from None
     for p in problems:
@@ -94,7 +94,7 @@ def fit(
         raise fail("no labelled log to fit on" + (f" ({len(problems)} label rows skipped, see above; -v lists each)" if problems
                                                   else ": the runs' traces carry no labels; give --labels FILE"))
     try:
-        fits = fr.fit_systems(cases, rule)
+        fits = fr.fit_systems(cases, fallback)
     except fr.FitInputError as exc:
         raise fail(str(exc)) from None
     console.print("held out within each system (leave-one-out up to 20 logs, else 5 folds); step: top-1 (any "

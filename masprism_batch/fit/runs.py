@@ -82,7 +82,7 @@ def lacking_features(rows: dict[str, list[dict]]) -> list[str]:
 
 
 def build_cases(traces, rows, labels_file: Path | None, system: str | None, named: dict | None = None):
-    """({system: [FitCase]}, the label problems to report, the zero-training rule the cases are ordered by); a
+    """({system: [FitCase]}, the label problems to report, the zero-training fallback the cases are ordered by); a
     log's system: `system` (fit --system), else the one its run named (`named`), else what it records
     (rankfile.system_key), as `--ranker` will match it. A labels file that cannot be read: FitInputError."""
     if labels_file is not None:
@@ -93,7 +93,7 @@ def build_cases(traces, rows, labels_file: Path | None, system: str | None, name
     else:
         gold = {tid: g for tid, t in traces.items() if (g := lb.from_trace(t)) is not None}
         problems = []
-    rule = rules.read_fallback(None).rule
+    fallback = rules.read_fallback(None)
     out: dict[str, list] = {}
     for tid, g in sorted(gold.items()):
         t, r = traces[tid], rows.get(tid, [])
@@ -102,20 +102,19 @@ def build_cases(traces, rows, labels_file: Path | None, system: str | None, name
             continue
         base = sorted((x for x in r if (x.get("masprism_rank") or x.get("rank"))),
                       key=lambda x: x.get("masprism_rank") or x.get("rank"))
-        ranked = rules.order(rule, r, [x["step"] for x in base])
+        ranked = rules.order(fallback.rule, r, [x["step"] for x in base])
         key = system or system_key(t, (named or {}).get(tid))
         out.setdefault(key, []).append(ft.FitCase(t, r, sorted(g.steps), g.agents, ranked))
-    return out, problems, rule
+    return out, problems, fallback
 
 
-def fit_systems(cases: dict[str, list], rule: str) -> dict[str, fs.SystemFit]:
+def fit_systems(cases: dict[str, list], fallback: rules.Fallback) -> dict[str, fs.SystemFit]:
     """One fit per system, against the zero-training agent rule a log of an unfitted system gets (what the
     fit must beat); a system that cannot be fitted: FitInputError naming it."""
-    agent_rule = rules.read_fallback(None).agent_rule
     fits = {}
     for name, cs in sorted(cases.items()):
         try:
-            fits[name] = fs.fit_system(cs, name, rule=rule, rule_agent=agent_rule)
+            fits[name] = fs.fit_system(cs, name, rule=fallback.rule, rule_agent=fallback.agent_rule)
         except (ValueError, ArithmeticError) as exc:
             raise FitInputError(f"system {name!r}: {exc}") from None
     return fits

@@ -5,7 +5,7 @@ its own recent past read in full and the digest of older steps. Each row of A th
 as many non-zero entries as a window holds steps, whatever N is, and a row-sparse A is exact: every cell left
 out is exactly 0. Memory is O(N x steps per window) where the whole matrix would be O(N^2).
 
-`combine` keeps A dense up to `DENSE_STEPS` steps (every labelled benchmark log, so what they compute is
+`stage/combine.py` keeps A dense up to `schema.DENSE_STEPS` steps (every labelled benchmark log, so what they compute is
 unchanged) and stores it as `SparseAttn` above; the method reads either through `row_of` / `dense_row`.
 
 The `step_scores.attention_pass1` column writes row i as a *tail*: A[i, lo:i+1] where every entry before `lo`
@@ -16,8 +16,6 @@ A[i, :i+1]; every reader of the column goes through it.
 from __future__ import annotations
 
 import numpy as np
-
-from masprism_batch.schema import DENSE_STEPS  # noqa: F401 - where A turns row-sparse (and attention_pass1 rows into tails)
 
 
 class SparseAttn:
@@ -59,8 +57,7 @@ class SparseAttn:
     @classmethod
     def from_dense(cls, A: np.ndarray) -> SparseAttn:
         r, c = np.nonzero(A)
-        indptr = np.concatenate([[0], np.cumsum(np.bincount(r, minlength=A.shape[0]))]).astype(np.int64)
-        return cls(A.shape[0], indptr, c.astype(np.int64), A[r, c])
+        return cls(A.shape[0], _indptr(r, A.shape[0]), c.astype(np.int64), A[r, c])
 
 
 class Accumulator:
@@ -92,8 +89,12 @@ class Accumulator:
         del inv, vals
         rows, cols = np.divmod(uniq, self.n)
         data = (acc / denom[rows]).astype(np.float32)
-        indptr = np.concatenate([[0], np.cumsum(np.bincount(rows, minlength=self.n))]).astype(np.int64)
-        return SparseAttn(self.n, indptr, cols, data)
+        return SparseAttn(self.n, _indptr(rows, self.n), cols, data)
+
+
+def _indptr(rows: np.ndarray, n: int) -> np.ndarray:
+    """CSR row starts of entries sorted by row."""
+    return np.concatenate([[0], np.cumsum(np.bincount(rows, minlength=n))]).astype(np.int64)
 
 
 def row_of(A, i: int) -> np.ndarray:

@@ -32,7 +32,7 @@ SUFFIX_SCORE_BUDGET = 1 << 22  # score elements per query block of suffix_nll (1
 class SeqSignals:
     token_nll: np.ndarray  # float32 [L]; entry t = -log p(x_t | x_<t), entry 0 = nan
     # float32 [N, N]; A[i -> j], heads and instrumented layers averaged, row i / |T_i|. From combine.combine_windows past
-    # sparse_attn.DENSE_STEPS steps: a row-sparse sparse_attn.SparseAttn (also step_attn_learned)
+    # schema.DENSE_STEPS steps: a row-sparse sparse_attn.SparseAttn (also step_attn_learned)
     step_attn: np.ndarray
     n_tokens: int
     # float32 [L_instr, Hq, N, N] per (instrumented layer, head), row i / |T_i|; only with per_head=True

@@ -18,7 +18,7 @@ complete, or cut at `window_step_cap` content tokens in the default fast setting
 Step ids are local to a window: a window's tokens name only the steps it holds, numbered 0..m-1
 (`Window.steps` maps them back: owned step i -> i, key-only copy of step j -> N + j), so the model computes an
 m x m step mass per window, not the whole log's 2N x 2N, and `stage/combine.py` scatters it into one N x N: a dense
-array up to `sparse_attn.DENSE_STEPS` steps, above that rows of at most a window's steps each (only steps in
+array up to `schema.DENSE_STEPS` steps, above that rows of at most a window's steps each (only steps in
 a query's windows get its mass), so a log of N steps costs O(N) memory. The per-(layer, head) matrices are kept whole
 only while small (`combine.HEADS_BUDGET`); with learned head weights they are applied window by window instead.
 
