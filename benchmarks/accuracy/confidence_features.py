@@ -8,7 +8,11 @@ For the zero-training verdict (rule `faithful`) of every labelled cached log, th
 - candidate features that were considered and not shipped (agreement of pass 1 alone or of the `earliest` rule
   with the verdict, the blamed step's relative position, symptom / failure-word density, fewer candidates);
 - the shipped confidence, calibrated leave-one-system-out (the figure of docs/results.md), with a 95% bootstrap
-  interval over the system's logs (2,000 resamples, seed 0).
+  interval over the system's logs (2,000 resamples, seed 0);
+- whether choosing features could do better: an equal-weight sum of up to three features (shipped or
+  considered) chosen leave-one-system-out (best worst-case AUROC over the other systems, each of them scored
+  with the remaining ones' scales), and the ceiling: the subset chosen on all four systems at once (in-sample,
+  an upper bound of what selection among these features can give, not a protocol).
 A feature is portable only if it ranks every system the same way; one that helps one system and inverts another
 would be tuning on the dev systems. Writes tidy rows to benchmarks/results/confidence_features.csv.
 """
@@ -18,6 +22,7 @@ from __future__ import annotations
 import argparse
 import csv
 import datetime as dt
+import itertools
 import logging
 import platform
 import sys
@@ -52,6 +57,37 @@ def candidate_features(c, f: ft.FitCase) -> dict[str, float]:
             "symptom density": sum(bool(r.get("is_symptom")) for r in c.rows) / n,
             "failure-word density": sum(bool(r.get("has_failure_word")) for r in c.rows) / n,
             "fewer candidates": -float(len(cands))}
+
+
+def subset_auroc(per: dict, sub: tuple, train: list[str], test: str) -> float:
+    """AUROC within `test` of the equal-weight sum of the signed features `sub`, each scaled by its spread
+    over the `train` systems (as calibrate.fit_evidence's equal weights)."""
+    X = np.array([[r[f] for f in sub] for s in train for r, _ in per[s]])
+    sd = np.where(X.std(0) > 1e-9, X.std(0), 1.0)
+    return cf.auroc([float(np.dot([r[f] for f in sub], 1 / sd)) for r, _ in per[test]], [h for _, h in per[test]])
+
+
+def selection_rows(per: dict, max_size: int = 3) -> list[dict]:
+    """The feature subset chosen leave-one-system-out, and the in-sample ceiling, with their AUROC per system."""
+    systems = sorted(per)
+    names = list(per[systems[0]][0][0])
+    subs = [c for k in range(1, max_size + 1) for c in itertools.combinations(names, k)]
+
+    def worst(sub, within):  # each system of `within` scored with the scales of the others of `within`
+        return min(subset_auroc(per, sub, [u for u in within if u != t], t) for t in within)
+
+    rows = []
+    for s in systems:
+        others = [t for t in systems if t != s]
+        sub = max(subs, key=lambda c: worst(c, others))
+        rows.append({"system": s, "feature": "subset chosen leave-one-system-out: " + " + ".join(sub),
+                     "kind": "selection, held out", "auroc": subset_auroc(per, sub, others, s)})
+    best = max(subs, key=lambda c: worst(c, systems))
+    for s in systems:
+        rows.append({"system": s, "feature": "ceiling, subset chosen on all systems: " + " + ".join(best),
+                     "kind": "selection, in-sample", "auroc": subset_auroc(per, best, [t for t in systems if t != s],
+                                                                           s)})
+    return rows
 
 
 def bootstrap(conf, hits, n=2000, seed=0) -> tuple[float, float]:
@@ -99,6 +135,9 @@ def main() -> None:
         lo, hi = bootstrap(conf, hits)
         rows.append({"system": system, "feature": SHIPPED, "kind": "shipped", "auroc": cf.auroc(conf, hits),
                      "ci_low": lo, "ci_high": hi})
+    signed = {s: [({**{f: cf.SIGNS[f] * r[0][f] for f in cf.FEATURES}, **r[1]}, r[2]) for r in v]
+              for s, v in per.items()}
+    rows += [dict(r, ci_low="", ci_high="") for r in selection_rows(signed)]
     for r in rows:
         r.update(stamp, n_logs=len(per[r["system"]]), right=sum(x[2] for x in per[r["system"]]))
         for k in ("auroc", "ci_low", "ci_high"):
