@@ -26,7 +26,7 @@ from masprism_batch.pipelines.interrupts import interruptible, record_interrupti
 from masprism_batch.pipelines.plan import plan_inputs
 from masprism_batch.pipelines.prefetch import Prefetcher
 from masprism_batch.pipelines.progress import Progress
-from masprism_batch.pipelines.resume import resume_config
+from masprism_batch.pipelines.resume import resume_budget, resume_config
 from masprism_batch.pipelines.run_summary import RunSummary
 from masprism_batch.pipelines.seams import ModelStage, load_model
 from masprism_batch.pipelines.selection import Selection
@@ -65,12 +65,13 @@ def run_local(inputs: list[str], outdir: str | Path, cfg: PipelineConfig, *, fmt
     outdir = Path(outdir)
     attribute = attribute if attribute is not None else ModelStage()
     with OutdirLock(outdir, "run --engine local") as lock, interruptible(), contextlib.ExitStack() as stack:
-        cfg = resume_config(outdir, cfg)
+        cfg, kept = resume_budget(outdir, resume_config(outdir, cfg))
         extra: dict = {"seconds_model_load": 0.0}
         if model is None and "token_budget" not in cfg.batch.model_fields_set \
                 and auto_device_type(cfg.model.device) == "cuda":
             model = _load(load_model, cfg, extra)  # the budget enters the config hash the committer checks
         cfg, budget, why = buckets.with_token_budget(cfg, model)
+        why = kept or why
         log.info("token budget: %s tokens per packed forward (%s)", f"{budget:,}", why)
         extra.update(token_budget=budget, token_budget_source=why)
         workers = _render_workers(render_workers, model) if prefetch > 0 else 0

@@ -18,6 +18,7 @@ A cluster started here (no `--address`) is private and stopped when the run ends
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import math
 import os
@@ -32,8 +33,9 @@ from masprism_batch.pipelines.crash_guard import PACK_CRASHES_BEFORE_ONE_BY_ONE,
 from masprism_batch.pipelines.interrupts import interruptible, record_interruption
 from masprism_batch.pipelines.plan import Shard, plan_inputs
 from masprism_batch.pipelines.progress import Progress
+from masprism_batch.pipelines.ray_budget import cluster_token_budget, wants_gpu_sizing
 from masprism_batch.pipelines.ray_cluster import ray_cluster
-from masprism_batch.pipelines.resume import resume_config
+from masprism_batch.pipelines.resume import resume_budget, resume_config
 from masprism_batch.pipelines.run_summary import RunSummary
 from masprism_batch.pipelines.seams import ModelStage, load_model, load_tokenizer
 from masprism_batch.pipelines.selection import Selection
@@ -191,33 +193,53 @@ def run_ray(inputs: list[str], outdir: str | Path, cfg: PipelineConfig, *, worke
     attribute = attribute if attribute is not None else ModelStage()
     if not address and os.environ.get("RAY_ADDRESS", "local") != "local":
         address = os.environ["RAY_ADDRESS"]  # Ray's own variable names a cluster to join, as `--address` does
-    with OutdirLock(outdir, "run --engine ray") as lock, interruptible():
-        cfg = resume_config(outdir, cfg)
-        plan = plan_inputs(list(inputs), outdir, fmt, cfg.engine.traces_per_shard, cfg.ingest, select)
-        committer = Committer(outdir, cfg, plan, "ray", workers or 1, progress=progress, lock=lock)
+    with OutdirLock(outdir, "run --engine ray") as lock, interruptible(), contextlib.ExitStack() as stack:
+        cfg, kept = resume_budget(outdir, resume_config(outdir, cfg))
         extra: dict[str, Any] = {"ray_address": address or "local"}
-        if not committer.pending:  # a re-run of a finished run: no cluster needed
-            return committer.finish(extra)
-        # ray.init installs Ray's C++ fatal-signal handler, SIGTERM included (a stack dump, then abort: exit
-        # 134): our handlers go back on top of it, so SIGTERM/SIGHUP unwind the run and stop the cluster cleanly
-        with ray_cluster(address, num_cpus) as private, interruptible():
+
+        started: list[bool] = []
+
+        def cluster() -> None:
+            """Join or start the cluster, once. ray.init installs Ray's C++ fatal-signal handler, SIGTERM
+            included (a stack dump, then abort: exit 134): our handlers go back on top of it, so SIGTERM/SIGHUP
+            unwind the run and stop the cluster cleanly."""
+            if started:
+                return
+            started.append(True)
+            private = stack.enter_context(ray_cluster(address, num_cpus))
+            stack.enter_context(interruptible())
             if private is not None:
                 extra["ray_private_cluster"] = private
-            n, resources, threads = actor_resources(workers, cfg)
-            committer.workers = n
-            extra.update(actor_resources=resources, actor_threads=threads)
-            try:
-                _execute(committer, committer.pending, cfg, n, resources, threads,
-                         load_model=load_model, load_tokenizer=load_tokenizer, attribute=attribute)
-            except KeyboardInterrupt as exc:  # the ledger took its starts back (`_execute`)
-                record_interruption(committer, exc, extra)
-                raise
-            except Exception:
-                from masprism_batch.pipelines.local import flush_quietly
 
-                flush_quietly(committer)  # whatever stopped the run, the packs that finished are kept
-                raise
+        if not kept and wants_gpu_sizing(cfg, address):  # before the OUTDIR is bound: the budget is in its hash
+            cluster()
+            cfg, budget, why = cluster_token_budget(cfg, load_model)
+        else:
+            budget, why = cfg.batch.token_budget, kept or ("set by the user" if "token_budget" in
+                                                          cfg.batch.model_fields_set else "CPU default")
+        log.info("token budget: %s tokens per packed forward (%s)", f"{budget:,}", why)
+        extra.update(token_budget=budget, token_budget_source=why)
+        plan = plan_inputs(list(inputs), outdir, fmt, cfg.engine.traces_per_shard, cfg.ingest, select)
+        committer = Committer(outdir, cfg, plan, "ray", workers or 1, progress=progress, lock=lock)
+        committer.progress.describe(f"attribute (ray, {budget:,} tok/pack)")
+        if not committer.pending:  # a re-run of a finished run: no cluster needed
             return committer.finish(extra)
+        cluster()
+        n, resources, threads = actor_resources(workers, cfg)
+        committer.workers = n
+        extra.update(actor_resources=resources, actor_threads=threads)
+        try:
+            _execute(committer, committer.pending, cfg, n, resources, threads,
+                     load_model=load_model, load_tokenizer=load_tokenizer, attribute=attribute)
+        except KeyboardInterrupt as exc:  # the ledger took its starts back (`_execute`)
+            record_interruption(committer, exc, extra)
+            raise
+        except Exception:
+            from masprism_batch.pipelines.local import flush_quietly
+
+            flush_quietly(committer)  # whatever stopped the run, the packs that finished are kept
+            raise
+        return committer.finish(extra)
 
 
 def _execute(committer: Committer, pending: list[Shard], cfg: PipelineConfig, n: int, resources: dict[str, float],

@@ -46,6 +46,20 @@ def resume_config(outdir: Path, cfg: PipelineConfig) -> PipelineConfig:
     return cfg.model_copy(update={"engine": cfg.engine.model_copy(update={"traces_per_shard": int(old)})})
 
 
+def resume_budget(outdir: Path, cfg: PipelineConfig) -> tuple[PipelineConfig, str | None]:
+    """(cfg, why): a budget left unset on a resume is the one OUTDIR's run began with (its header), so that the
+    run keeps its configuration (the budget is in the config hash) when the device's free memory, and with it
+    the sized budget, changed since; why names it, None when nothing was kept (a budget the user set, or an
+    OUTDIR without one recorded: it is sized as for a new run)."""
+    if "token_budget" in cfg.batch.model_fields_set:
+        return cfg, None
+    old = (ShardStore(outdir).read_header() or {}).get("token_budget")
+    if old is None:
+        return cfg, None
+    batch = cfg.batch.model_copy(update={"token_budget": int(old)})
+    return cfg.model_copy(update={"batch": batch}), "OUTDIR's run began with it (resumed)"
+
+
 def piece_parts(committed: dict[str, dict[str, Any]]) -> dict[str, list[dict[str, Any]]]:
     """Committed pieces (entries with `piece_of`) by the shard they belong to."""
     out: dict[str, list[dict[str, Any]]] = {}
@@ -100,7 +114,7 @@ def bind_header(store: ShardStore, cfg: PipelineConfig, staged: bool) -> str:
     if old is None:
         run_id = uuid.uuid4().hex
         store.write_header({**header, "run_id": run_id, "created_at": now_utc().isoformat(),
-                            "ingest": cfg.ingest.model_dump(mode="json")})
+                            "ingest": cfg.ingest.model_dump(mode="json"), "token_budget": cfg.batch.token_budget})
     elif _other_config(old, header) and not _other_config({**old, **_ranker_part(header)}, header):
         raise ValueError(f"the ranker file {cfg.method.ranker_weights} changed since this OUTDIR's run began "
                          f"(SHA-256 {old['ranker_sha256'][:12]}... then, {header['ranker_sha256'][:12]}... now): "

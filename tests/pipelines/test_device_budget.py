@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 
+import pytest
 import torch
 from masprism_batch.pipelines import run_local
 from pipeline_fakes import Fakes, make_corpus
@@ -42,3 +43,34 @@ def test_run_json_and_time_line_name_the_budget_sized_for_a_fake_gpu(tmp_path, m
     assert run["config"]["batch"]["token_budget"] == run["this_invocation"]["token_budget"] == n
     assert "GiB free" in run["this_invocation"]["token_budget_source"]
     assert f"budget {n:,} tok/pack" in s.breakdown and s.attributed == 5
+
+
+def test_a_resume_keeps_the_budget_its_outdir_began_with(tmp_path, monkeypatch, rng):
+    """The budget is in the config hash OUTDIR is bound to: a re-run (any resume checks OUTDIR's header) on a card with less free memory (which
+    would size a smaller budget) keeps the one the run began with instead of being refused as another
+    configuration; a budget the user names is theirs (here: refused, it is another configuration)."""
+    arch = ArchSpec("qwen3", rng.randint(1000, 200_000), 1024, 3072, rng.randint(2, 30), 16, 8, 128, 1e-6, 32768,
+                    False, False, False, True, True)
+
+    class OnGpu(Fakes):
+        def load_model(self, cfg):
+            fake = super().load_model(cfg)
+            fake.device, fake.dtype, fake.arch, fake.signals_cfg = torch.device("cuda:0"), torch.bfloat16, arch, SignalsConfig()
+            return fake
+
+    make_corpus(tmp_path / "in", 6, 2)
+    cfg = load_config(None, model__device="cuda", engine__traces_per_shard=3)
+    _fake_gpu(monkeypatch, 200 * GiB)
+    run_local([str(tmp_path / "in")], tmp_path / "out", cfg, **OnGpu().kwargs(), progress=False, render_workers=0)
+    _fake_gpu(monkeypatch, 3 * GiB)
+    assert buckets.auto_token_budget(OnGpu().load_model(cfg))[0] < buckets.CUDA_MAX_TOKEN_BUDGET
+    s = run_local([str(tmp_path / "in")], tmp_path / "out", cfg, **OnGpu().kwargs(), progress=False,
+                  render_workers=0)
+    run = json.loads((tmp_path / "out" / "run.json").read_text())
+    assert run["this_invocation"]["token_budget"] == buckets.CUDA_MAX_TOKEN_BUDGET
+    assert run["this_invocation"]["token_budget_source"] == "OUTDIR's run began with it (resumed)"
+    assert s.attributed == 6
+    named = load_config(None, model__device="cuda", engine__traces_per_shard=3, batch__token_budget=4096)
+    with pytest.raises(ValueError, match="another configuration"):
+        run_local([str(tmp_path / "in")], tmp_path / "out", named, **OnGpu().kwargs(), progress=False,
+                  render_workers=0)
