@@ -6,7 +6,8 @@ For the zero-training verdict (rule `faithful`) of every labelled cached log, th
 (Who&When top-1, TRAIL P@1) within each system of:
 - each shipped evidence feature (method/confidence.py), in the direction fixed a priori (confidence.SIGNS);
 - candidate features that were considered and not shipped (agreement of pass 1 alone or of the `earliest` rule
-  with the verdict, the blamed step's relative position, symptom / failure-word density, fewer candidates);
+  with the verdict, the blamed step's relative position, symptom / failure-word density, fewer candidates; on a
+  cache extracted with --counterfactual-k > 0 also the blamed step's counterfactual effect, z-scored in its log);
 - the shipped confidence, calibrated leave-one-system-out (the figure of docs/results.md), with a 95% bootstrap
   interval over the system's logs (2,000 resamples, seed 0);
 - whether choosing features could do better: an equal-weight sum of up to three features (shipped or
@@ -43,7 +44,7 @@ log = logging.getLogger("confidence_features")
 SHIPPED = "confidence (shipped, LOSO-calibrated)"
 
 
-def candidate_features(c, f: ft.FitCase) -> dict[str, float]:
+def candidate_features(c, f: ft.FitCase, with_cf: bool = False) -> dict[str, float]:
     """Features considered beside the shipped ones, each signed so that larger should mean more confident."""
     top = f.ranked[0]
     cands = [int(x) for x in c.arr["candidates"]]
@@ -51,7 +52,15 @@ def candidate_features(c, f: ft.FitCase) -> dict[str, float]:
     p1 = sorted(cands, key=lambda k: (-h[k], k))
     earliest = zr.order("earliest", c.rows, [int(k) for k in c.meta["ranking"]["ranked"]])
     n = len(f.trace.steps)
-    return {"agrees with pass 1 alone": float(bool(p1) and p1[0] == top),
+    eff = {r["step"]: r.get("cf_effect") for r in c.rows}
+    vals = [v for v in eff.values() if v is not None and np.isfinite(v)]
+    cfz = {}
+    if with_cf:  # a cache extracted with --counterfactual-k > 0: the blamed step's effect, z-scored within the log
+        e = eff.get(top)  # (-1 when it was not among the first k pass-1 candidates replayed)
+        ok = e is not None and np.isfinite(e) and len(vals) > 1
+        cfz = {"counterfactual effect of the blamed step (z)": (e - np.mean(vals)) / (np.std(vals) + 1e-9) if ok
+               else -1.0}
+    return {**cfz, "agrees with pass 1 alone": float(bool(p1) and p1[0] == top),
             "agrees with rule earliest": float(earliest[0] == top),
             "earlier blamed step (-relative position)": -top / max(n - 1, 1),
             "symptom density": sum(bool(r.get("is_symptom")) for r in c.rows) / n,
@@ -74,7 +83,8 @@ def selection_rows(per: dict, max_size: int = 3) -> list[dict]:
     subs = [c for k in range(1, max_size + 1) for c in itertools.combinations(names, k)]
 
     def worst(sub, within):  # each system of `within` scored with the scales of the others of `within`
-        return min(subset_auroc(per, sub, [u for u in within if u != t], t) for t in within)
+        aucs = [subset_auroc(per, sub, [u for u in within if u != t], t) for t in within]
+        return min((a for a in aucs if a is not None), default=0.5)  # None: a system without both outcomes
 
     rows = []
     for s in systems:
@@ -98,6 +108,8 @@ def bootstrap(conf, hits, n=2000, seed=0) -> tuple[float, float]:
         a = cf.auroc([conf[i] for i in idx], [hits[i] for i in idx])
         if a is not None:
             vals.append(a)
+    if not vals:  # a system without both outcomes (a small cache): no AUROC to bound
+        return float("nan"), float("nan")
     lo, hi = np.percentile(vals, [2.5, 97.5])
     return float(lo), float(hi)
 
@@ -111,12 +123,13 @@ def main() -> None:
     cases, _ = cached_cases(args)
     by_id = {c.trace.trace_id: c for c in cases}
     per: dict[str, list] = {}
+    with_cf = any(r.get("cf_effect") is not None for c in cases for r in c.rows)
     for f in fit_cases(cases, "faithful"):
         if not f.ranked:
             continue
         c = by_id[f.trace.trace_id]
         feats = ft.evidence(f, f.ranked)
-        per.setdefault(c.system, []).append((feats, candidate_features(c, f), ft.hit(f, f.ranked[0]),
+        per.setdefault(c.system, []).append((feats, candidate_features(c, f, with_cf), ft.hit(f, f.ranked[0]),
                                              len(f.trace.steps)))
     stamp = {"date": dt.date.today().isoformat(), "hardware": f"{platform.machine()} CPU"}
     rows = []
