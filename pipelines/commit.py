@@ -20,7 +20,7 @@ from typing import Any
 
 import pyarrow as pa
 from masprism_batch.pipelines.contracts import PackResult
-from masprism_batch.pipelines.plan import INGEST_SHARD, InputPlan, Shard
+from masprism_batch.pipelines.plan import INGEST_SHARD, InputPlan, Shard, plan_inputs
 from masprism_batch.pipelines.progress import Progress, as_progress
 from masprism_batch.pipelines.resume import bind_header, now_utc, piece_parts, resume_of, settled_ids
 from masprism_batch.pipelines.run_summary import RunSummary, breakdown, split_reasons
@@ -49,6 +49,19 @@ def pass_stats(attributions: pa.Table, parts: list[PackResult]) -> dict[str, flo
             "seconds_counterfactual": cf_s, "tokens_pass1": int(col("tokens_pass1")),
             "tokens_pass2": int(col("tokens_pass2")),
             "tokens_counterfactual": int(sum(p.tokens_counterfactual for p in parts))}
+
+
+def open_run(inputs: list[str], outdir: Path, cfg: PipelineConfig, engine: str, workers: int, budget: tuple[int, str],
+             extra: dict, *, fmt: str, select, progress: bool | Progress, lock: OutdirLock) -> Committer:
+    """The start both engines share once the token budget (budget, why) is settled: it is logged and recorded
+    for run.json (`extra`), the inputs are planned and OUTDIR is bound, and the progress line names the budget."""
+    n, why = budget
+    log.info("token budget: %s tokens per packed forward (%s)", f"{n:,}", why)
+    extra.update(token_budget=n, token_budget_source=why)
+    plan = plan_inputs(list(inputs), outdir, fmt, cfg.engine.traces_per_shard, cfg.ingest, select)
+    committer = Committer(outdir, cfg, plan, engine, workers, progress=progress, lock=lock)
+    committer.progress.describe(f"attribute ({engine}, {n:,} tok/pack)")
+    return committer
 
 
 class Committer:

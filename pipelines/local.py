@@ -20,13 +20,12 @@ import threading
 import time
 from pathlib import Path
 
-from masprism_batch.pipelines.commit import Committer
+from masprism_batch.pipelines.commit import Committer, open_run
 from masprism_batch.pipelines.crash_guard import PACK_CRASHES_BEFORE_ONE_BY_ONE, CrashGuard, FileLedger
 from masprism_batch.pipelines.interrupts import interruptible, record_interruption
-from masprism_batch.pipelines.plan import plan_inputs
 from masprism_batch.pipelines.prefetch import Prefetcher
 from masprism_batch.pipelines.progress import Progress
-from masprism_batch.pipelines.resume import resume_budget, resume_config
+from masprism_batch.pipelines.resume import resume_config
 from masprism_batch.pipelines.run_summary import RunSummary
 from masprism_batch.pipelines.seams import ModelStage, load_model
 from masprism_batch.pipelines.selection import Selection
@@ -65,22 +64,18 @@ def run_local(inputs: list[str], outdir: str | Path, cfg: PipelineConfig, *, fmt
     outdir = Path(outdir)
     attribute = attribute if attribute is not None else ModelStage()
     with OutdirLock(outdir, "run --engine local") as lock, interruptible(), contextlib.ExitStack() as stack:
-        cfg, kept = resume_budget(outdir, resume_config(outdir, cfg))
+        cfg, kept = resume_config(outdir, cfg)
         extra: dict = {"seconds_model_load": 0.0}
         if model is None and "token_budget" not in cfg.batch.model_fields_set \
                 and auto_device_type(cfg.model.device) == "cuda":
             model = _load(load_model, cfg, extra)  # the budget enters the config hash the committer checks
         cfg, budget, why = buckets.with_token_budget(cfg, model)
-        why = kept or why
-        log.info("token budget: %s tokens per packed forward (%s)", f"{budget:,}", why)
-        extra.update(token_budget=budget, token_budget_source=why)
         workers = _render_workers(render_workers, model) if prefetch > 0 else 0
         pool = None
         if workers > 0 and model is not None:  # its processes start (imports, tokenizer) while staging runs
             pool = stack.enter_context(RenderPool(model.tokenizer, workers)).warm()
-        plan = plan_inputs(list(inputs), outdir, fmt, cfg.engine.traces_per_shard, cfg.ingest, select)
-        committer = Committer(outdir, cfg, plan, "local", 1, progress=progress, lock=lock)
-        committer.progress.describe(f"attribute (local, {budget:,} tok/pack)")
+        committer = open_run(inputs, outdir, cfg, "local", 1, (budget, kept or why), extra, fmt=fmt, select=select,
+                             progress=progress, lock=lock)
         if committer.pending:
             if model is None:
                 model = _load(load_model, cfg, extra)

@@ -37,17 +37,14 @@ def _probe(cfg_json: str, load_model) -> tuple[int, str]:
 
 def cluster_token_budget(cfg: PipelineConfig, load_model, timeout_s: float = 900.0
                          ) -> tuple[PipelineConfig, int, str]:
-    """(cfg, budget, why) for a run on the initialised Ray cluster: sized on one GPU when the cluster has one,
-    else the CPU default (`buckets.with_token_budget`)."""
+    """(cfg, budget, why) for a run on the initialised Ray cluster (`buckets.with_token_budget`): sized on one
+    GPU when the cluster has one and the budget is unset, else the user's or the CPU default."""
     import ray
 
-    if "token_budget" in cfg.batch.model_fields_set:
-        return cfg, cfg.batch.token_budget, "set by the user"
-    if cfg.model.device == "cpu" or not int(ray.cluster_resources().get("GPU", 0)):
+    if "token_budget" in cfg.batch.model_fields_set or cfg.model.device == "cpu" \
+            or not int(ray.cluster_resources().get("GPU", 0)):
         return buckets.with_token_budget(cfg, None)
     task = ray.remote(num_gpus=1, num_cpus=1, max_calls=1)(_probe)
     n, why = ray.get(task.remote(cfg.model_dump_json(), load_model), timeout=timeout_s)
     log.info("token budget sized on a GPU of the cluster: %s", why)
-    if n == cfg.batch.token_budget:
-        return cfg, n, why
-    return cfg.model_copy(update={"batch": cfg.batch.model_copy(update={"token_budget": int(n)})}), int(n), why
+    return buckets.with_token_budget(cfg, None, sized=(int(n), why))

@@ -27,15 +27,15 @@ import time
 from pathlib import Path
 from typing import Any
 
-from masprism_batch.pipelines.commit import Committer
+from masprism_batch.pipelines.commit import Committer, open_run
 from masprism_batch.pipelines.contracts import PackResult, PackTask
 from masprism_batch.pipelines.crash_guard import PACK_CRASHES_BEFORE_ONE_BY_ONE, CrashGuard, FileLedger
 from masprism_batch.pipelines.interrupts import interruptible, record_interruption
-from masprism_batch.pipelines.plan import Shard, plan_inputs
+from masprism_batch.pipelines.plan import Shard
 from masprism_batch.pipelines.progress import Progress
 from masprism_batch.pipelines.ray_budget import cluster_token_budget, wants_gpu_sizing
 from masprism_batch.pipelines.ray_cluster import ray_cluster
-from masprism_batch.pipelines.resume import resume_budget, resume_config
+from masprism_batch.pipelines.resume import resume_config
 from masprism_batch.pipelines.run_summary import RunSummary
 from masprism_batch.pipelines.seams import ModelStage, load_model, load_tokenizer
 from masprism_batch.pipelines.selection import Selection
@@ -43,6 +43,7 @@ from masprism_batch.pipelines.work import attribute_pack, prepare_shard
 
 from masprism_batch.config import PipelineConfig
 from masprism_batch.outdir.parts import OutdirLock
+from masprism_batch.render import buckets
 
 log = logging.getLogger(__name__)
 
@@ -194,7 +195,7 @@ def run_ray(inputs: list[str], outdir: str | Path, cfg: PipelineConfig, *, worke
     if not address and os.environ.get("RAY_ADDRESS", "local") != "local":
         address = os.environ["RAY_ADDRESS"]  # Ray's own variable names a cluster to join, as `--address` does
     with OutdirLock(outdir, "run --engine ray") as lock, interruptible(), contextlib.ExitStack() as stack:
-        cfg, kept = resume_budget(outdir, resume_config(outdir, cfg))
+        cfg, kept = resume_config(outdir, cfg)
         extra: dict[str, Any] = {"ray_address": address or "local"}
 
         started: list[bool] = []
@@ -215,13 +216,9 @@ def run_ray(inputs: list[str], outdir: str | Path, cfg: PipelineConfig, *, worke
             cluster()
             cfg, budget, why = cluster_token_budget(cfg, load_model)
         else:
-            budget, why = cfg.batch.token_budget, kept or ("set by the user" if "token_budget" in
-                                                          cfg.batch.model_fields_set else "CPU default")
-        log.info("token budget: %s tokens per packed forward (%s)", f"{budget:,}", why)
-        extra.update(token_budget=budget, token_budget_source=why)
-        plan = plan_inputs(list(inputs), outdir, fmt, cfg.engine.traces_per_shard, cfg.ingest, select)
-        committer = Committer(outdir, cfg, plan, "ray", workers or 1, progress=progress, lock=lock)
-        committer.progress.describe(f"attribute (ray, {budget:,} tok/pack)")
+            cfg, budget, why = buckets.with_token_budget(cfg, None)
+        committer = open_run(inputs, outdir, cfg, "ray", workers or 1, (budget, kept or why), extra, fmt=fmt,
+                             select=select, progress=progress, lock=lock)
         if not committer.pending:  # a re-run of a finished run: no cluster needed
             return committer.finish(extra)
         cluster()

@@ -1,6 +1,7 @@
 """Resuming a run: what OUTDIR binds (its header) and what it already holds (whole shards, pieces of shards).
 
-- `resume_config`: the shard size recorded when OUTDIR was planned wins over the option (shard identity).
+- `resume_config`: the shard size recorded when OUTDIR was planned wins over the option (shard identity), and an
+  unset token budget is the one the run began with.
 - `bind_header`: `_manifest/HEADER.json` holds the config hash, model, staging, shard size, the ranker file's
   SHA-256 (a re-fitted file between a crash and the resume would mix two rankers' verdicts) and the
   run id; another configuration is refused, except over a header whose run committed no attribution.
@@ -31,32 +32,27 @@ def now_utc() -> datetime:
     return datetime.now(timezone.utc)
 
 
-def resume_config(outdir: Path, cfg: PipelineConfig) -> PipelineConfig:
-    """Shard identity must not change on resume: a different `traces_per_shard` would plan other row ranges
-    and write committed traces a second time. The value recorded when OUTDIR was first planned (HEADER, or
-    the staging marker of an older OUTDIR) wins over the option, with a warning."""
-    old = (ShardStore(outdir).read_header() or {}).get("traces_per_shard")
+def resume_config(outdir: Path, cfg: PipelineConfig) -> tuple[PipelineConfig, str | None]:
+    """(cfg, why) with what OUTDIR's first run fixed, so that a resume stays the same run:
+    - shard identity: a different `traces_per_shard` would plan other row ranges and write committed traces a
+      second time. The value recorded when OUTDIR was first planned (HEADER, or the staging marker of an older
+      OUTDIR) wins over the option, with a warning;
+    - a token budget left unset is the one the run began with (the budget is in the config hash): a device with
+      less free memory, which would size less, must not turn the resume into another configuration. `why`
+      names it; None when nothing was kept (a budget the user set, or none recorded: sized as for a new run)."""
+    header = ShardStore(outdir).read_header() or {}
+    old = header.get("traces_per_shard")
     if old is None:
         old = ((read_marker(Path(outdir) / "_staging" / "_COMPLETE.json") or {}).get("key") or {}).get(
             "traces_per_shard")
-    if old is None or int(old) == cfg.engine.traces_per_shard:
-        return cfg
-    log.warning("%s was planned with traces_per_shard=%d; resuming with it (shard identity), not %d",
-                outdir, int(old), cfg.engine.traces_per_shard)
-    return cfg.model_copy(update={"engine": cfg.engine.model_copy(update={"traces_per_shard": int(old)})})
-
-
-def resume_budget(outdir: Path, cfg: PipelineConfig) -> tuple[PipelineConfig, str | None]:
-    """(cfg, why): a budget left unset on a resume is the one OUTDIR's run began with (its header), so that the
-    run keeps its configuration (the budget is in the config hash) when the device's free memory, and with it
-    the sized budget, changed since; why names it, None when nothing was kept (a budget the user set, or an
-    OUTDIR without one recorded: it is sized as for a new run)."""
-    if "token_budget" in cfg.batch.model_fields_set:
+    if old is not None and int(old) != cfg.engine.traces_per_shard:
+        log.warning("%s was planned with traces_per_shard=%d; resuming with it (shard identity), not %d",
+                    outdir, int(old), cfg.engine.traces_per_shard)
+        cfg = cfg.model_copy(update={"engine": cfg.engine.model_copy(update={"traces_per_shard": int(old)})})
+    budget = header.get("token_budget")
+    if budget is None or "token_budget" in cfg.batch.model_fields_set:
         return cfg, None
-    old = (ShardStore(outdir).read_header() or {}).get("token_budget")
-    if old is None:
-        return cfg, None
-    batch = cfg.batch.model_copy(update={"token_budget": int(old)})
+    batch = cfg.batch.model_copy(update={"token_budget": int(budget)})
     return cfg.model_copy(update={"batch": batch}), "OUTDIR's run began with it (resumed)"
 
 

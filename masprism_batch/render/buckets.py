@@ -132,13 +132,14 @@ def auto_token_budget(model) -> tuple[int, str]:
     return n, why
 
 
-def with_token_budget(cfg, model):
+def with_token_budget(cfg, model, sized: tuple[int, str] | None = None):
     """(cfg, budget, why): `cfg` with the token budget this run uses. A budget the user set (option or config
-    file: pydantic's fields_set) is kept; an unset one is sized for the model's device (`auto_token_budget`).
+    file: pydantic's fields_set) is kept; an unset one is sized for the model's device (`auto_token_budget`),
+    or is `sized` (budget, why) where that was done elsewhere (a Ray run: on one of the cluster's GPUs).
     On CPU that is the config default, so the config, and its hash, stay as they were."""
     if "token_budget" in cfg.batch.model_fields_set:
         return cfg, cfg.batch.token_budget, "set by the user"
-    n, why = auto_token_budget(model)
+    n, why = sized if sized is not None else auto_token_budget(model)
     if n == cfg.batch.token_budget:
         return cfg, n, why
     return cfg.model_copy(update={"batch": cfg.batch.model_copy(update={"token_budget": n})}), n, why

@@ -23,20 +23,27 @@ def _fake_gpu(monkeypatch, free: int) -> None:
     monkeypatch.setattr(torch.cuda, "memory_allocated", lambda device=None: 0)
 
 
+class OnGpu(Fakes):
+    """The fake model stage on a device that says it is a GPU, with the shapes `arch` the budget is sized for."""
+
+    def __init__(self, arch: ArchSpec):
+        super().__init__()
+        self.arch = arch
+
+    def load_model(self, cfg):
+        fake = super().load_model(cfg)
+        fake.device, fake.dtype, fake.arch, fake.signals_cfg = torch.device("cuda:0"), torch.bfloat16, self.arch, \
+            SignalsConfig()
+        return fake
+
+
 def test_run_json_and_time_line_name_the_budget_sized_for_a_fake_gpu(tmp_path, monkeypatch, rng):
     arch = ArchSpec("qwen3", rng.randint(1000, 200_000), 1024, rng.randint(1000, 4000), rng.randint(2, 30), 16, 8, 128,
                     1e-6, 32768, False, False, False, True, True)
     _fake_gpu(monkeypatch, 200 * GiB)
-
-    class OnGpu(Fakes):
-        def load_model(self, cfg):  # the fake model stage, on a device that says it is a GPU
-            fake = super().load_model(cfg)
-            fake.device, fake.dtype, fake.arch, fake.signals_cfg = torch.device("cuda:0"), torch.bfloat16, arch, SignalsConfig()
-            return fake
-
     make_corpus(tmp_path / "in", 5, 1)
     cfg = load_config(None, model__device="cuda")
-    s = run_local([str(tmp_path / "in")], tmp_path / "out", cfg, **OnGpu().kwargs(), progress=False,
+    s = run_local([str(tmp_path / "in")], tmp_path / "out", cfg, **OnGpu(arch).kwargs(), progress=False,
                   render_workers=0)  # a fake GPU: no render processes (test_prefetch.py tests the pool)
     run = json.loads((tmp_path / "out" / "run.json").read_text())
     n = buckets.CUDA_MAX_TOKEN_BUDGET
@@ -52,19 +59,13 @@ def test_a_resume_keeps_the_budget_its_outdir_began_with(tmp_path, monkeypatch, 
     arch = ArchSpec("qwen3", rng.randint(1000, 200_000), 1024, 3072, rng.randint(2, 30), 16, 8, 128, 1e-6, 32768,
                     False, False, False, True, True)
 
-    class OnGpu(Fakes):
-        def load_model(self, cfg):
-            fake = super().load_model(cfg)
-            fake.device, fake.dtype, fake.arch, fake.signals_cfg = torch.device("cuda:0"), torch.bfloat16, arch, SignalsConfig()
-            return fake
-
     make_corpus(tmp_path / "in", 6, 2)
     cfg = load_config(None, model__device="cuda", engine__traces_per_shard=3)
     _fake_gpu(monkeypatch, 200 * GiB)
-    run_local([str(tmp_path / "in")], tmp_path / "out", cfg, **OnGpu().kwargs(), progress=False, render_workers=0)
+    run_local([str(tmp_path / "in")], tmp_path / "out", cfg, **OnGpu(arch).kwargs(), progress=False, render_workers=0)
     _fake_gpu(monkeypatch, 3 * GiB)
-    assert buckets.auto_token_budget(OnGpu().load_model(cfg))[0] < buckets.CUDA_MAX_TOKEN_BUDGET
-    s = run_local([str(tmp_path / "in")], tmp_path / "out", cfg, **OnGpu().kwargs(), progress=False,
+    assert buckets.auto_token_budget(OnGpu(arch).load_model(cfg))[0] < buckets.CUDA_MAX_TOKEN_BUDGET
+    s = run_local([str(tmp_path / "in")], tmp_path / "out", cfg, **OnGpu(arch).kwargs(), progress=False,
                   render_workers=0)
     run = json.loads((tmp_path / "out" / "run.json").read_text())
     assert run["this_invocation"]["token_budget"] == buckets.CUDA_MAX_TOKEN_BUDGET
@@ -72,5 +73,5 @@ def test_a_resume_keeps_the_budget_its_outdir_began_with(tmp_path, monkeypatch, 
     assert s.attributed == 6
     named = load_config(None, model__device="cuda", engine__traces_per_shard=3, batch__token_budget=4096)
     with pytest.raises(ValueError, match="another configuration"):
-        run_local([str(tmp_path / "in")], tmp_path / "out", named, **OnGpu().kwargs(), progress=False,
+        run_local([str(tmp_path / "in")], tmp_path / "out", named, **OnGpu(arch).kwargs(), progress=False,
                   render_workers=0)
