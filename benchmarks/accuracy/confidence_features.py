@@ -52,10 +52,10 @@ def candidate_features(c, f: ft.FitCase, with_cf: bool = False) -> dict[str, flo
     p1 = sorted(cands, key=lambda k: (-h[k], k))
     earliest = zr.order("earliest", c.rows, [int(k) for k in c.meta["ranking"]["ranked"]])
     n = len(f.trace.steps)
-    eff = {r["step"]: r.get("cf_effect") for r in c.rows}
-    vals = [v for v in eff.values() if v is not None and np.isfinite(v)]
     cfz = {}
     if with_cf:  # a cache extracted with --counterfactual-k > 0: the blamed step's effect, z-scored within the log
+        eff = {r["step"]: r.get("cf_effect") for r in c.rows}
+        vals = [v for v in eff.values() if v is not None and np.isfinite(v)]
         e = eff.get(top)  # (-1 when it was not among the first k pass-1 candidates replayed)
         ok = e is not None and np.isfinite(e) and len(vals) > 1
         cfz = {"counterfactual effect of the blamed step (z)": (e - np.mean(vals)) / (np.std(vals) + 1e-9) if ok
