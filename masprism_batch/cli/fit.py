@@ -36,6 +36,8 @@ def unfinished(runs: list[Path], allow: bool) -> None:
 
 CORRECTS = {"rule": "a correction of the zero-training rule's order",
             "rule_free": "a correction of the zero-training rule's order at a learned weight",
+            "position": "a correction of the label prior (how often each step index was blamed), which alone would "
+                        "name one position",
             "prior": "a correction of the label prior's re-ranking of each log's own candidates"}
 
 

@@ -155,12 +155,26 @@ def design(c: FitCase, priors: Priors, loo: bool) -> np.ndarray:
 # - "rule": the zero-training rule's order at OFFSET_SCALE;
 # - "rule_free": the rule's order with its scale learned beside w, unpenalised: where the rule is weak on a
 #   system (Hand-Crafted 2.8%), the fit can turn it down instead of spending w against it;
-# - "prior": the rule's candidates re-ranked by the label prior (prior_offset): a system whose failures sit at a
-#   few positions gets a correction of that order; only the log's own candidates score, so even at infinite
-#   strength the verdict is one of the places this log's signals point at, never a fixed position.
-OFFSETS = ("rule", "rule_free", "prior")
+# - "position": the label prior over every step (position_offset: how often each index was blamed), for a
+#   system whose failures sit at a few positions. Its limit at infinite strength is one fixed position, which
+#   fit/system.py never ships (MAX_MODAL, on held-out folds and on the fit's own logs): a ranker on this order
+#   ships only where the log's evidence (w) moves the verdict off that position. Issue 32 confined it to the
+#   rule's candidates ("prior" below); that cost 1-2 points of the dev 5-fold step figure on GAIA,
+#   Algorithm-Generated and Hand-Crafted (results.md, "What 'no verdict ignores the log' costs") with the guard
+#   already in place, so the full order is back and "prior" is only read from files fitted with it.
+# - "prior" (read, no longer fitted): the rule's candidates re-ranked by the label prior (prior_offset).
+OFFSETS = ("rule", "rule_free", "position")
+READ_OFFSETS = (*OFFSETS, "prior")  # what a ranker file may hold: files fitted before "position" returned
 FREE_PEN = 1e-3  # L2 on the learned rule scale: unpenalised in effect, but keeps Newton well posed
 POS_COL = len(BASE_FEATURES)  # pos_prior's column in design()
+
+
+def position_offset(x: np.ndarray, scale: float = OFFSET_SCALE) -> np.ndarray:
+    """The label prior over every step: scale x its index's share of the blamed positions over the top share
+    (x: design() rows)."""
+    p = x[:, POS_COL]
+    top = p.max() if p.size else 0.0
+    return scale * p / top if top > 0 else np.zeros(len(p))
 
 
 def prior_offset(x: np.ndarray, ranked: list[int], scale: float = OFFSET_SCALE) -> np.ndarray:
@@ -178,7 +192,7 @@ def prior_offset(x: np.ndarray, ranked: list[int], scale: float = OFFSET_SCALE) 
 
 @dataclass
 class Fitted:
-    """A fitted correction: scores = offset + ((X - mean) / std) @ w (offset: OFFSETS)."""
+    """A fitted correction: scores = offset + ((X - mean) / std) @ w (offset: READ_OFFSETS)."""
 
     w: np.ndarray
     mean: np.ndarray
@@ -199,16 +213,18 @@ class Fitted:
 
 
 def _offset(kind: str, c: FitCase, x: np.ndarray, scale: float) -> np.ndarray:
+    if kind == "position":
+        return position_offset(x, scale)
     if kind == "prior":
         return prior_offset(x, c.ranked, scale)
     return rule_offset(len(c.trace.steps), c.ranked, scale)
 
 
 def fit_correction(cases: list[FitCase], l2: float, offset: str = "rule") -> Fitted:
-    """Conditional logit over each log's steps (fit/clogit.py), maximising the log probability of its gold
-    steps, L2 `l2` per log on w; `offset`: what w corrects (OFFSETS)."""
-    if offset not in OFFSETS:
-        raise ValueError(f"unknown ranker offset {offset!r}; expected one of {', '.join(OFFSETS)}")
+    """Conditional logit over each log's steps (fit/clogit.py), fitted to its gold steps (a uniform target over
+    them when there are several), L2 `l2` per log on w; `offset`: what w corrects (OFFSETS; "prior" only to measure what it did)."""
+    if offset not in READ_OFFSETS:
+        raise ValueError(f"unknown ranker offset {offset!r}; expected one of {', '.join(READ_OFFSETS)}")
     priors = Priors.count(cases)
     xs = [design(c, priors, loo=True) for c in cases]
     X = np.concatenate(xs)

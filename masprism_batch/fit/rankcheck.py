@@ -165,9 +165,9 @@ def check_entry(path, name: str, e) -> None:
     for key in ("agent_rule", "rule_agent"):
         if key in e or key == "agent_rule":
             _agent_rule(path, f"{where}.{key}", e.get(key, "author"))
-    if (verdict == "ranker" or "offset" in e) and e.get("offset") not in ft.OFFSETS:
+    if (verdict == "ranker" or "offset" in e) and e.get("offset") not in ft.READ_OFFSETS:
         raise _error(path, f"{where}.offset", f"corrects an order this version does not know: "
-                                             f"{json.dumps(e.get('offset'))[:60]} (one of {', '.join(ft.OFFSETS)})")
+                                             f"{json.dumps(e.get('offset'))[:60]} (one of {', '.join(ft.READ_OFFSETS)})")
     # offset_scale is a learned, unpenalised weight: a fit may turn the rule's order down or around (< 0)
     if "offset_scale" in e:
         _num(path, f"{where}.offset_scale", e["offset_scale"])

@@ -3,7 +3,7 @@
     {"format": "masprism-batch ranker", "version": 3, "model_id": "smollm2-135m", "date": ..., "config": {...},
      "systems": {"<system>": {"verdict": "ranker" | "prior" | "rule", "rule": "faithful", "agent_rule": ...,
                               "features": [...], "weights": [...], "mean": [...], "std": [...], "priors": {...},
-                              "offset": "rule" | "rule_free" | "prior", "offset_scale": 2.0,
+                              "offset": "rule" | "rule_free" | "position" | "prior", "offset_scale": 2.0,
                               "calibration": {"kind": "evidence", ...}, "heldout": {...}, "k": 20,
                               "fitted_on": [...]}}}
 

@@ -104,11 +104,13 @@ def _evidence(c: ft.FitCase, pred) -> dict:
 
 
 def fit_system(cases: list[ft.FitCase], system: str, rule: str = "faithful", rule_agent: str = "author",
-               grid=ft.L2_GRID, offsets=ft.OFFSETS) -> SystemFit:
+               grid=ft.L2_GRID, offsets=None) -> SystemFit:
     """Fit `system` on its labelled `cases` (each a FitCase with the zero-training `rule` order in `ranked`);
-    `offsets`: the orders the ranker may correct (fit.OFFSETS; a subset only to measure what each adds)."""
+    `offsets`: the orders the ranker may correct (default fit.OFFSETS, read at call time; others only to measure
+    what each adds)."""
     if not cases:
         raise ValueError(f"system {system!r}: no labelled logs to fit on")
+    offsets = ft.OFFSETS if offsets is None else offsets
     grid = tuple(lam for lam in grid if lam * len(cases) >= ft.MIN_L2_TIMES_K) or grid[:1]
     # every (offset, strength) the ranker may take; on ties the first: the rule's fixed order, strongest shrinkage
     opts = [(off, lam) for off in offsets for lam in grid]

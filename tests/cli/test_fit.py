@@ -11,6 +11,7 @@ import pytest
 from typer.testing import CliRunner
 
 from masprism_batch.cli import EXIT_FATAL, EXIT_OK, app
+from masprism_batch.fit import fitting as ft
 from masprism_batch.outdir.parts import read_dataset
 
 runner = CliRunner()
@@ -72,7 +73,7 @@ def test_fit_from_trace_labels_prints_estimates_and_applies(run_dir, tmp_path):
     rows = read_dataset(tmp_path / "applied" / "attributions").to_pylist()
     by = e["verdict"]
     if by == "ranker":  # a ranker says which order it corrects, in the file and in words
-        assert e["offset"] in ("rule", "rule_free", "prior") and "a correction of the" in line
+        assert e["offset"] in ft.OFFSETS and "a correction of the" in line
     assert {r["verdict_by"] for r in rows} == {f"{by}:billing-bot" if by != "rule" else f"rule:{e['rule']}"}
     assert all(0 < r["confidence"] < 1 for r in rows)
     # issue 32: the labels all blame step 1, yet no verdict names step 1 for every log whatever it says: the fit
@@ -169,7 +170,6 @@ def test_bench_accuracy_and_fit_share_the_fitting_function(run_dir, tmp_path):
     assert f.entry.get("weights") == e.get("weights") and f.entry["calibration"] == e["calibration"]
     assert f.entry["priors"] == e["priors"]
     # and the ranker weights themselves, at every strength the fit tries, from either path's cases
-    from masprism_batch.fit import fitting as ft
     from masprism_batch.fit.runs import build_cases
 
     cli_cases = build_cases(traces, rows, None, None)[0]["billing-bot"]
