@@ -159,8 +159,8 @@ def design(c: FitCase, priors: Priors, loo: bool) -> np.ndarray:
 #   system whose failures sit at a few positions. Its limit at infinite strength is one fixed position, which
 #   fit/system.py never ships (MAX_MODAL, on held-out folds and on the fit's own logs): a ranker on this order
 #   ships only where the log's evidence (w) moves the verdict off that position. Issue 32 confined it to the
-#   rule's candidates ("prior" below); that cost 1-2 points of the dev 5-fold step figure on GAIA,
-#   Algorithm-Generated and Hand-Crafted (results.md, "What 'no verdict ignores the log' costs") with the guard
+#   rule's candidates ("prior" below); that cost 2-4 points of the dev 5-fold step figure on every
+#   system but Algorithm-Generated (1.7) (results.md, "What 'no verdict ignores the log' costs") with the guard
 #   already in place, so the full order is back and "prior" is only read from files fitted with it.
 # - "prior" (read, no longer fitted): the rule's candidates re-ranked by the label prior (prior_offset).
 OFFSETS = ("rule", "rule_free", "position")
