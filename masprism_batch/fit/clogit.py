@@ -25,8 +25,10 @@ def solve(xs: list[np.ndarray], golds: list[list[int]], offs: list[np.ndarray], 
     starts = np.cumsum([0] + [len(x) for x in xs])[:-1]
     seg = np.repeat(np.arange(len(xs)), [len(x) for x in xs])
     target = np.zeros(len(X))
-    for s0, g in zip(starts, golds, strict=True):
+    for i, (s0, g) in enumerate(zip(starts, golds, strict=True)):
         g = np.unique(np.asarray(g, dtype=np.int64))
+        if g.size == 0:  # callers fit labelled logs only: a log without a gold step says nothing to fit
+            raise ValueError(f"log {i} has no gold step")
         target[s0 + g] = 1.0 / len(g)
     n, d = len(xs), X.shape[1]
     P = np.diag(np.asarray(pen, dtype=np.float64))

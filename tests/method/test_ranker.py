@@ -88,3 +88,9 @@ def test_clogit_converges_with_several_gold_steps_per_log(np_rng, l2):
         w = clogit.solve(xs, golds, offs, pen)
         # 1e-4: Newton's last steps reach ~1e-8; a solver stopped early leaves 1e-3 to 1 (and w = 0)
         assert np.abs(_clogit_grad(xs, golds, offs, pen, w)).max() < 1e-4, (l2, np.abs(w).max())
+
+
+def test_clogit_refuses_a_log_without_gold_steps(np_rng):
+    xs = [np_rng.normal(size=(int(np_rng.integers(3, 9)), 4)) for _ in range(3)]
+    with pytest.raises(ValueError, match="log 1 has no gold step"):
+        clogit.solve(xs, [[0], [], [2]], [np.zeros(len(x)) for x in xs], np.full(4, 1.0))

@@ -82,24 +82,27 @@ def test_not_a_ranker_file_or_newer_version_or_unknown_feature(tmp_path, synth):
 
 def test_a_ranker_entry_names_the_order_it_corrects(tmp_path, synth):
     """`offset` (what a ranker corrects) is part of every ranker entry `fit` writes: one without it is refused,
-    and a written one applies exactly the fitted model."""
+    and a written one applies exactly the fitted model, for every order this version fits and for "prior" (the
+    candidates re-ranked by the label prior), which it no longer fits but still reads from older fits."""
     from masprism_batch.fit import fitting as ft
 
+    assert set(ft.OFFSETS) < set(ft.READ_OFFSETS) and "prior" in ft.READ_OFFSETS
     cases = synth(30, seed=11)
-    m = ft.fit_correction(cases, 0.3)
-    entry = {"system": "team/agents", "verdict": "ranker", "rule": "faithful", "agent_rule": "author",
-             "features": ft.BASE_FEATURES + ft.PRIOR_FEATURES, "weights": m.w.tolist(), "mean": m.mean.tolist(),
-             "std": m.std.tolist(), "l2": 0.3, "offset_scale": m.offset_scale, "priors": m.priors.to_json()}
-    path = tmp_path / "r.json"
-    doc = {"format": FORMAT, "version": rk.VERSION, "model_id": "m", "systems": {"team/agents": entry}}
-    path.write_text(json.dumps(doc))
-    with pytest.raises(RankerFileError, match="offset"):
-        RankerFile.read(path)
-    entry["offset"] = m.offset
-    path.write_text(json.dumps(doc))
-    sr = RankerFile.read(path).for_trace(cases[0].trace)
-    for c in synth(5, seed=12):
-        assert np.allclose(sr.apply(c.trace, c.rows, c.ranked)[1], m.probs(c))
+    for offset in ft.READ_OFFSETS:
+        m = ft.fit_correction(cases, 0.3, offset)
+        entry = {"system": "team/agents", "verdict": "ranker", "rule": "faithful", "agent_rule": "author",
+                 "features": ft.BASE_FEATURES + ft.PRIOR_FEATURES, "weights": m.w.tolist(), "mean": m.mean.tolist(),
+                 "std": m.std.tolist(), "l2": 0.3, "offset_scale": m.offset_scale, "priors": m.priors.to_json()}
+        path = tmp_path / "r.json"
+        doc = {"format": FORMAT, "version": rk.VERSION, "model_id": "m", "systems": {"team/agents": entry}}
+        path.write_text(json.dumps(doc))
+        with pytest.raises(RankerFileError, match="offset"):
+            RankerFile.read(path)
+        entry["offset"] = m.offset
+        path.write_text(json.dumps(doc))
+        sr = RankerFile.read(path).for_trace(cases[0].trace)
+        for c in synth(5, seed=12):
+            assert np.allclose(sr.apply(c.trace, c.rows, c.ranked)[1], m.probs(c)), offset
 
 
 def test_atomic_write_keeps_the_old_file_on_failure(tmp_path, synth, monkeypatch):
