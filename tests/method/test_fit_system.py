@@ -126,12 +126,14 @@ def test_prior_offset_limit_is_the_prior_and_rule_scale_is_learned(synth, np_rng
     # the limit is the label prior re-ranking each log's own candidates (issue 32): one of them, never a fixed step
     assert all(ft.top_of(m.probs(c)) == ft.prior_verdict(c, pri)[0][0] and ft.top_of(m.probs(c)) in c.ranked
                for c in cases), seed
-    # the label prior over every step: its limit is the most blamed index for every log (a fixed position, which
-    # fit_system never ships: test_labels_on_one_position_never_give_one_verdict_for_every_log)
-    top = pri.top_index()
+    # the label prior over every step: its limit is the most blamed index for every log (one of them where several
+    # were blamed as often: the log's features, at this strength a tie-break, choose), a fixed position, which
+    # fit_system never ships: test_labels_on_one_position_never_give_one_verdict_for_every_log
+    most = max(pri.pos.values())
+    tops = {i for i, v in pri.pos.items() if v == most}
     pos = ft.fit_correction(cases, 1e6, "position")
-    long_enough = [c for c in cases if len(c.trace.steps) > top]
-    assert long_enough and all(ft.top_of(pos.probs(c)) == top for c in long_enough), (seed, top)
+    long_enough = [c for c in cases if len(c.trace.steps) > max(tops)]
+    assert long_enough and all(ft.top_of(pos.probs(c)) in tops for c in long_enough), (seed, tops)
     right = ft.fit_correction(synth(30, seed=seed, gold_by="rule"), 30.0, "rule_free")
     assert right.offset == "rule_free" and right.offset_scale > ft.OFFSET_SCALE, (seed, right.offset_scale)
     noise = ft.fit_correction(cases, 30.0, "rule_free")
