@@ -68,6 +68,32 @@ def kept_line(done: int, total: int, this_run: int, outdir) -> str:
             f"{left:,} will be run on resume")
 
 
+def flush_quietly(committer, when: str = "") -> None:
+    """Commit the packs that finished; a failure is logged, never raised: the run's own error (or the
+    interruption) is the one to report, and what is not committed is redone on resume."""
+    try:
+        committer.flush()
+    except Exception as e:  # noqa: BLE001 - a second failure while unwinding
+        log.warning("could not commit the finished packs%s (%s): they will be redone", when, e)
+
+
+@contextlib.contextmanager
+def keeping_finished(committer, extra: dict[str, Any], on_interrupt=None):
+    """Around an engine's work: whatever stops it, the packs that finished are committed. A signal
+    (SIGTERM/SIGHUP/SIGINT: no crash of what was running) first calls `on_interrupt` (the local engine's ledger
+    takes its starts back), then is recorded for the user and `stats` (`record_interruption`)."""
+    try:
+        yield
+    except KeyboardInterrupt as exc:
+        if on_interrupt is not None:
+            on_interrupt()
+        record_interruption(committer, exc, extra)
+        raise
+    except Exception:
+        flush_quietly(committer)
+        raise
+
+
 def record_interruption(committer, exc: KeyboardInterrupt, extra: dict[str, Any] | None = None) -> None:
     """Commit what finished, then say so: `exc.kept` (the user's line) and the invocation record for `stats`.
     Never raises: a failure here must not hide the interruption itself."""
@@ -75,10 +101,7 @@ def record_interruption(committer, exc: KeyboardInterrupt, extra: dict[str, Any]
 
     from masprism_batch.outdir.parts import write_json_atomic
 
-    try:
-        committer.flush()
-    except Exception as e:  # noqa: BLE001 - a second failure while unwinding: the work stays uncommitted
-        log.warning("could not commit the finished packs while stopping (%s): they will be redone", e)
+    flush_quietly(committer, " while stopping")
     done, total = committer.progress_counts()
     exc.kept = kept_line(done, total, committer.traces_committed, committer.outdir)  # type: ignore[attr-defined]
     wall = committer.elapsed()

@@ -22,7 +22,7 @@ from pathlib import Path
 
 from masprism_batch.pipelines.commit import Committer, open_run
 from masprism_batch.pipelines.crash_guard import PACK_CRASHES_BEFORE_ONE_BY_ONE, CrashGuard, FileLedger
-from masprism_batch.pipelines.interrupts import interruptible, record_interruption
+from masprism_batch.pipelines.interrupts import interruptible, keeping_finished
 from masprism_batch.pipelines.prefetch import Prefetcher
 from masprism_batch.pipelines.progress import Progress
 from masprism_batch.pipelines.resume import resume_config
@@ -81,23 +81,9 @@ def run_local(inputs: list[str], outdir: str | Path, cfg: PipelineConfig, *, fmt
                 model = _load(load_model, cfg, extra)
             extra["model_id"] = getattr(model, "model_id", None)
             ledger = FileLedger(outdir / LEDGER_NAME)
-            try:
+            with keeping_finished(committer, extra, on_interrupt=ledger.interrupted):
                 _work(committer, model, cfg, ledger, attribute, prefetch, workers, pool)
-            except KeyboardInterrupt as exc:  # SIGTERM/SIGHUP/SIGINT: not a crash of what was running
-                ledger.interrupted()
-                record_interruption(committer, exc, extra)
-                raise
-            except Exception:
-                flush_quietly(committer)  # whatever stopped the run, the packs that finished are kept
-                raise
         return committer.finish(extra)
-
-
-def flush_quietly(committer: Committer) -> None:
-    try:
-        committer.flush()
-    except Exception as e:  # noqa: BLE001 - the run's own error is the one to report
-        log.warning("could not commit the finished packs (%s): they will be redone", e)
 
 
 def _load(load_model, cfg: PipelineConfig, extra: dict):

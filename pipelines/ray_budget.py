@@ -17,10 +17,14 @@ from masprism_batch.render import buckets
 log = logging.getLogger(__name__)
 
 
+def _left_to_the_device(cfg: PipelineConfig) -> bool:
+    return "token_budget" not in cfg.batch.model_fields_set and cfg.model.device != "cpu"
+
+
 def wants_gpu_sizing(cfg: PipelineConfig, address: str | None) -> bool:
     """Whether the budget is left to the device and the cluster may have a GPU: a joined cluster (`address`)
     may, whatever this machine has; a private one only where this machine sees CUDA."""
-    if "token_budget" in cfg.batch.model_fields_set or cfg.model.device == "cpu":
+    if not _left_to_the_device(cfg):
         return False
     if address:
         return True
@@ -41,8 +45,7 @@ def cluster_token_budget(cfg: PipelineConfig, load_model, timeout_s: float = 900
     GPU when the cluster has one and the budget is unset, else the user's or the CPU default."""
     import ray
 
-    if "token_budget" in cfg.batch.model_fields_set or cfg.model.device == "cpu" \
-            or not int(ray.cluster_resources().get("GPU", 0)):
+    if not _left_to_the_device(cfg) or not int(ray.cluster_resources().get("GPU", 0)):
         return buckets.with_token_budget(cfg, None)
     task = ray.remote(num_gpus=1, num_cpus=1, max_calls=1)(_probe)
     n, why = ray.get(task.remote(cfg.model_dump_json(), load_model), timeout=timeout_s)

@@ -30,7 +30,7 @@ from typing import Any
 from masprism_batch.pipelines.commit import Committer, open_run
 from masprism_batch.pipelines.contracts import PackResult, PackTask
 from masprism_batch.pipelines.crash_guard import PACK_CRASHES_BEFORE_ONE_BY_ONE, CrashGuard, FileLedger
-from masprism_batch.pipelines.interrupts import interruptible, record_interruption
+from masprism_batch.pipelines.interrupts import interruptible, keeping_finished
 from masprism_batch.pipelines.plan import Shard
 from masprism_batch.pipelines.progress import Progress
 from masprism_batch.pipelines.ray_budget import cluster_token_budget, wants_gpu_sizing
@@ -225,17 +225,9 @@ def run_ray(inputs: list[str], outdir: str | Path, cfg: PipelineConfig, *, worke
         n, resources, threads = actor_resources(workers, cfg)
         committer.workers = n
         extra.update(actor_resources=resources, actor_threads=threads)
-        try:
+        with keeping_finished(committer, extra):  # the ledger takes its starts back itself (`_execute`)
             _execute(committer, committer.pending, cfg, n, resources, threads,
                      load_model=load_model, load_tokenizer=load_tokenizer, attribute=attribute)
-        except KeyboardInterrupt as exc:  # the ledger took its starts back (`_execute`)
-            record_interruption(committer, exc, extra)
-            raise
-        except Exception:
-            from masprism_batch.pipelines.local import flush_quietly
-
-            flush_quietly(committer)  # whatever stopped the run, the packs that finished are kept
-            raise
         return committer.finish(extra)
 
 

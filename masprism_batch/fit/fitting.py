@@ -182,12 +182,11 @@ def prior_offset(x: np.ndarray, ranked: list[int], scale: float = OFFSET_SCALE) 
     """The label prior re-ranking the log's own candidates: candidate k at position pos of the rule's order scores
     scale x (share(k) + 1/(pos + 1)) / 2, share = its index's share of the blamed positions over the top share
     (x: design() rows); every other step 0. The most blamed position goes first only where it is a candidate."""
-    p = x[:, POS_COL]
-    top = p.max() if p.size else 0.0
-    off = np.zeros(len(p))
+    share = position_offset(x, 1.0)
+    off = np.zeros(len(share))
     for pos, k in enumerate(ranked):
         # ties (a blamed position one place down the rule's order) go to the rule's order
-        off[k] = scale * (((p[k] / top if top > 0 else 0.0) + 1.0 / (pos + 1)) / 2 - 1e-3 * pos)
+        off[k] = scale * ((share[k] + 1.0 / (pos + 1)) / 2 - 1e-3 * pos)
     return off
 
 
