@@ -45,7 +45,7 @@ def _check_run_dir(outdir: Path) -> None:
 def stats(outdir: Path = OutdirArg, verbose: bool = VerboseOpt) -> None:
     """Write dashboard tables to OUTDIR/stats/*.parquet (blamed agents, positions, words, NLL, accuracy, throughput)."""
     from masprism_batch.analytics import AnalyticsInputError, write_stats
-    from masprism_batch.analytics.stats import stats_tables_for_terminal
+    from masprism_batch.analytics.stats_terminal import stats_tables_for_terminal
 
     setup_logging(verbose)
     _check_run_dir(outdir)

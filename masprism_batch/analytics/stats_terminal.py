@@ -1,0 +1,96 @@
+"""`masprism-batch stats` in the terminal: the main dashboard tables of OUTDIR/stats/ (written by stats.py) as rich
+Tables, with what each `verdict_by` value means under the verdicts table."""
+
+from __future__ import annotations
+
+from collections import Counter, defaultdict
+from pathlib import Path
+
+import pyarrow.parquet as pq
+
+from masprism_batch.analytics.stats import RELATIVE_BINS
+
+# what each `verdict_by` value means (README, docs/schema.md list the same), shown under the verdicts table
+VERDICT_BY = {
+    "ranker": "ranker:<system>: a ranker fitted on that system's labelled logs re-ranked every step (`fit`, "
+              "applied with --ranker; the packaged benchmark rankers only when named: --ranker packaged, eval)",
+    "prior": "prior:<system>: that system's fit learned only where its labels blame (the label prior); the prior "
+             "re-ranked this log's own candidates",
+    "rule": "rule:<name>: zero-training, no label read: MASPrism's candidates in the order of rule <name> "
+            "(faithful = the paper's); every log of a system no ranker was fitted on or named for",
+    "unknown (older run)": "unknown (older run): written before attributions recorded what decided",
+}
+
+
+def stats_tables_for_terminal(outdir: Path | str, top: int = 10) -> list:
+    """The main tables as rich Tables for the terminal: blamed agents, where failures sit, and accuracy where
+    labels exist (with whether it is in-sample for the packaged ranker weights). Reads OUTDIR/stats/."""
+    from rich.table import Table
+
+    from masprism_batch.analytics.insample import note
+
+    d = Path(outdir) / "stats"
+    read = {n: pq.read_table(d / f"{n}.parquet").to_pylist()
+            for n in ("blamed_agents", "step_position", "accuracy", "verdicts") if (d / f"{n}.parquet").is_file()}
+    out = []
+    t = Table(title=f"Most-blamed agents (top {top} per source and system)", title_justify="left")
+    for c, j in (("source", "left"), ("system", "left"), ("agent", "left"), ("traces", "right"), ("share", "right")):
+        t.add_column(c, justify=j, overflow="fold")
+    shown: Counter = Counter()
+    for r in read.get("blamed_agents", []):
+        key = (r["source"], r["system"])
+        if shown[key] < top:
+            shown[key] += 1
+            t.add_row(r["source"] or "-", r["system"] or "-", r["agent"] or "-", f"{r['n_traces']:,}",
+                      f"{r['share']:.0%}")
+    out.append(t)
+    t = Table(title="Where the blamed step sits (relative position: 0 = first step, 1 = last)", title_justify="left")
+    t.add_column("source", overflow="fold")
+    for b in range(RELATIVE_BINS):
+        t.add_column(f"{b / RELATIVE_BINS:.1f}", justify="right")
+    t.add_column("traces", justify="right")
+    rel: dict[str, dict[int, int]] = defaultdict(dict)
+    for r in read.get("step_position", []):
+        if r["measure"] == "relative":
+            rel[r["source"] or "-"][r["bin"]] = r["n_traces"]
+    for src, bins in sorted(rel.items()):
+        n = sum(bins.values())
+        t.add_row(src, *[f"{bins.get(b, 0) / n:.0%}" if n else "-" for b in range(RELATIVE_BINS)], f"{n:,}")
+    out.append(t)
+    if read.get("verdicts"):
+        t = Table(title="What decided the verdicts (verdict_by: ranker:<system> / prior:<system> = fitted on that "
+                        "system's labels; rule:<name> = zero-training)", title_justify="left")
+        for c, j in (("source", "left"), ("system", "left"), ("verdict by", "left"), ("traces", "right"),
+                     ("mean confidence", "right")):
+            t.add_column(c, justify=j, overflow="fold")
+        for r in read["verdicts"]:
+            mc = r["mean_confidence"]
+            t.add_row(r["source"] or "-", r["system"] or "-", r["verdict_by"], f"{r['n_traces']:,}",
+                      "-" if mc is None else f"{mc:.2f}")
+        seen = sorted({(r["verdict_by"] or "").split(":", 1)[0] for r in read["verdicts"]})
+        t.caption = "\n".join(f"{k}: {VERDICT_BY[k]}" for k in seen if k in VERDICT_BY)
+        t.caption_justify = "left"
+        out.append(t)
+    acc = read.get("accuracy", [])
+    if acc:
+        t = Table(title="Accuracy where labels exist (random baseline beside)", title_justify="left")
+        for c, j in (("source", "left"), ("metric", "left"), ("traces", "right"), ("value", "right"),
+                     ("random", "right"), ("sample", "left")):
+            t.add_column(c, justify=j, overflow="fold")
+        notes: dict[str, str] = {}
+
+        def fmt(v: float | None) -> str:
+            return "-" if v is None else f"{v:.3f}"
+
+        for r in acc:
+            t.add_row(r["source"], r["metric"], f"{r['n_traces']:,}", fmt(r["value"]), fmt(r["random_baseline"]),
+                      r.get("sample") or "-")
+            if r["metric"] in ("step_top1", "precision@1", "location_acc@1") or r["source"] not in notes:
+                notes[r["source"]] = note(r["n_traces"], r.get("n_in_sample"), r.get("sample") != "n/a: faithful method")
+        by_note: dict[str, list[str]] = defaultdict(list)
+        for src, n in sorted(notes.items()):
+            by_note[n].append(src)
+        t.caption = "\n".join(f"{', '.join(srcs)}: {n}" for n, srcs in by_note.items())
+        t.caption_justify = "left"
+        out.append(t)
+    return out
