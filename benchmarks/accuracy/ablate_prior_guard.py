@@ -1,12 +1,12 @@
 """What issue 32's rules cost or gain on the dev systems, paired on the same cached cases and folds: the product's
-fit (fit/system.py) 5-fold within each system x3 seeds, as it ships (the label-prior verdict re-ranks a log's own
+fit (fit/system.py) 5-fold within each system x8 seeds, as it ships (the label-prior verdict re-ranks a log's own
 candidates; a ranker may correct the label prior over every step; no verdict may name one step for more than
 three logs in four), against the same fit with, for this measurement only, (a) the ranker's prior order confined
 to the log's candidates (issue 32's first version, offset "prior") and (b) the rules before issue 32 (the
 label-prior verdict one fixed position; no guard).
 
     python benchmarks/accuracy/ablate_prior_guard.py --counterfactual-k 0 --no-learned-heads [--cache DIR]
-        [--seeds 3 4 5 6 7 --md ""]
+        [--seeds 8 9 10 --md ""]
 
 Writes a section of docs/results.md (kept by bench_accuracy.py; with --md "" only logs) and logs the same lines.
 Other fold seeds (--seeds) say how much of a difference is fold noise.
@@ -25,7 +25,13 @@ import numpy as np
 
 if __package__ in (None, ""):  # run as a file: the repository root makes `benchmarks` importable
     sys.path.append(str(Path(__file__).resolve().parents[2]))  # last: an installed masprism_batch wins
-from benchmarks.accuracy.accuracy_cases import add_cache_args, cached_cases, fitted_kfold, headline_mean
+from benchmarks.accuracy.accuracy_cases import (
+    FOLD_SEEDS,
+    add_cache_args,
+    cached_cases,
+    fitted_kfold,
+    headline_mean,
+)
 from benchmarks.accuracy.accuracy_report import GUARD_BEGIN, GUARD_END, replace_block
 from masprism_batch.fit import fitting as ft
 from masprism_batch.fit import system as fs
@@ -44,7 +50,7 @@ def _old_prior_verdict(c: ft.FitCase, priors: ft.Priors):
     return list(dict.fromkeys([top, *c.ranked, *range(n)])), off
 
 
-def per_system(cases, rule: str, agent_rule: str, seeds=(0, 1, 2)) -> dict[str, tuple[float, float]]:
+def per_system(cases, rule: str, agent_rule: str, seeds=FOLD_SEEDS) -> dict[str, tuple[float, float]]:
     m, sd = fitted_kfold(cases, rule, agent_rule, seeds=tuple(seeds))
     return {s: (headline_mean({k: v for k, v in m.items() if k[0] == s}),
                 headline_mean({k: v for k, v in sd.items() if k[0] == s})) for s in sorted({c.system for c in cases})}
@@ -54,7 +60,7 @@ def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     add_cache_args(ap)
     ap.add_argument("--md", default=str(ROOT / "docs" / "results.md"), help='the page to write ("": log only)')
-    ap.add_argument("--seeds", type=int, nargs="+", default=[0, 1, 2], help="fold seeds (default: 0 1 2)")
+    ap.add_argument("--seeds", type=int, nargs="+", default=list(FOLD_SEEDS), help="fold seeds (default: 0 to 7)")
     args = ap.parse_args()
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(message)s")
     cases, _ = cached_cases(args)

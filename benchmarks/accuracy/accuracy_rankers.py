@@ -12,6 +12,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from benchmarks.accuracy.accuracy_cases import (
+    FOLD_SEEDS,
     Case,
     _kfold_scores,
     available_rules,
@@ -144,7 +145,7 @@ def loso(cases: list[Case], feats: list[str], l2: float, agent_rule: str, model_
     return score(cases, rows)[0]
 
 
-def kfold(cases: list[Case], feats: list[str], l2: float, agent_rule: str, model_id: str, folds=5, seeds=(0, 1, 2)):
+def kfold(cases: list[Case], feats: list[str], l2: float, agent_rule: str, model_id: str, folds=5, seeds=FOLD_SEEDS):
     """5-fold CV within each system (x seeds): mean and spread per (system, metric)."""
     def rows_of(_system, train, test) -> dict:
         if not test or not train:

@@ -8,6 +8,8 @@ from pathlib import Path
 
 import numpy as np
 
+from benchmarks.accuracy.accuracy_cases import FOLD_SEEDS, KFOLD
+
 # the metrics shown per dataset (bench_accuracy.py scores and filters by the same lists)
 METRIC = {"who-and-when": ["step_top1", "step_top3", "agent"], "trail": ["precision@1", "location_acc@1", "precision@5"]}
 
@@ -75,8 +77,8 @@ def write_markdown(path: Path, rows, cases, heads_rows, policy, chosen, cfg, arg
                            ("zero-training rule chosen by leave-one-system-out", "leave-one-system-out"),
                            ("ranked, portable features", "leave-one-system-out"),
                            ("ranked, all features (incl. turn-taking)", "leave-one-system-out"),
-                           ("ranked, portable features", "5-fold CV within system x3 seeds"),
-                           ("fitted (masprism-batch fit)", "5-fold CV within system x3 seeds")):
+                           ("ranked, portable features", KFOLD),
+                           ("fitted (masprism-batch fit)", KFOLD)):
             cells.append(" / ".join(_cell(rows, s, meth, prot, m) for m in HEADLINE[ds]))
         if ds == "trail":
             base = "random LLM span " + _cell(rows, s, "baseline: random", "no training", "precision@1")
@@ -178,7 +180,7 @@ def _confidence_section(rows, rule) -> list[str]:
            "contrast, the numbers of steps and candidates; each counts the same in its a-priori direction, only the "
            "scale and intercept are fitted), beside one learned weight per feature (not shipped) and the top-share "
            "calibration it replaces. A confidence is never below 1/(steps). Fitted "
-           "verdict: `masprism-batch fit` **5-fold within the system x3 seeds**, confidence calibrated on each "
+           f"verdict: `masprism-batch fit` **5-fold within the system x{len(FOLD_SEEDS)} seeds**, confidence calibrated on each "
            "fit's internal folds (AUROC within each fit's test fold, averaged over folds). Issue 32's target: AUROC >= 0.65 in every system and the top 25% >= 1.4x the "
            "overall rate.", "",
            "| system | verdict | protocol | top 25% | top 50% | all | top 25% / all | AUROC |",

@@ -7,7 +7,7 @@ The four dev systems (Who&When Algorithm-Generated, Who&When Hand-Crafted, TRAIL
 the units of generalisation. Every learned piece is refitted without the system it is scored on:
 - head weights (method/heads.py): fitted label-free on the counterfactual effects of the other systems' logs;
 - rankers (method/ranker.py): fitted on the other three systems' labels (leave-one-system-out, "LOSO"),
-  beside 5-fold cross-validation within a system (x3 seeds), which is optimistic for a new system;
+  beside 5-fold cross-validation within a system (x8 seeds), which is optimistic for a new system;
 - the portable ranker's agent rule (author of the blamed step vs summed step probabilities), chosen by LOSO;
 - the product's fit (`masprism-batch fit`: fit/system.py, called here, never re-implemented), 5-fold within
   each system, and the zero-training agent rule for systems without a ranker, chosen by LOSO over every
@@ -36,6 +36,8 @@ if __package__ in (None, ""):  # run as a file: the repository root makes `bench
 from benchmarks.accuracy import accuracy_platt as platt
 from benchmarks.accuracy import agent_rules as agr
 from benchmarks.accuracy.accuracy_cases import (
+    FOLD_SEEDS,
+    KFOLD,
     Case,
     _kfold_scores,
     _unlabelled,
@@ -136,9 +138,9 @@ def main() -> None:
     emit(out, "ranked, all features (incl. turn-taking)", "leave-one-system-out",
          loso(cases, rk.FEATURES, args.l2, agent_rule, model_id))
     m, sd = kfold(cases, PORTABLE, args.l2, agent_rule, model_id)
-    emit(out, "ranked, portable features", "5-fold CV within system x3 seeds", m, sd)
-    fk, fsd = fitted_confidence(cases, fallback, agent_rule0, out)  # the product's fit, 5-fold x3 seeds
-    emit(out, FITTED, "5-fold CV within system x3 seeds", fk, fsd)
+    emit(out, "ranked, portable features", KFOLD, m, sd)
+    fk, fsd = fitted_confidence(cases, fallback, agent_rule0, out)  # the product's fit, 5-fold x FOLD_SEEDS
+    emit(out, FITTED, KFOLD, fk, fsd)
     loso_ranker = headline_mean(loso(cases, PORTABLE, args.l2, agent_rule, model_id))
     per_sys = {s: (headline_mean({k: v for k, v in fk.items() if k[0] == s}),
                    headline_mean({k: v for k, v in faithful_flat.items() if k[0] == s}))
@@ -204,7 +206,7 @@ def emit_confidence(out: list, system: str, method: str, conf, hits, protocol: s
 
 
 def fitted_confidence(cases: list[Case], rule: str, rule_agent: str, out: list) -> tuple[dict, dict]:
-    """The product's fit 5-fold within each system x3 seeds (accuracy_cases.fitted_kfold's protocol: its scores
+    """The product's fit 5-fold within each system x FOLD_SEEDS (accuracy_cases.fitted_kfold's protocol: its scores
     are returned) and its verdicts' confidence (calibrated on each fit's internal folds): accuracy at coverage
     over the seeds' pooled test logs, and the AUROC within each fit's own test fold, averaged over folds
     (weighted by their pairs): pooling folds would score how each fold's intercept differs, not whether one
@@ -224,9 +226,9 @@ def fitted_confidence(cases: list[Case], rule: str, rule_agent: str, out: list) 
             aucs.setdefault(system, []).append((auc, sum(hits) * (len(hits) - sum(hits))))
         return rows
 
-    scores = _kfold_scores(cases, rows_of, 5, (0, 1, 2))
+    scores = _kfold_scores(cases, rows_of, 5, FOLD_SEEDS)
     for system, (conf, hits) in sorted(got.items()):
-        emit_confidence(out, system, FITTED, conf, hits, "5-fold CV within system x3 seeds (confidence: the fit's "
+        emit_confidence(out, system, FITTED, conf, hits, KFOLD + " (confidence: the fit's "
                         "internal folds)")
         a = aucs.get(system)
         out[-1]["value"] = round(float(np.average([x for x, _ in a], weights=[w for _, w in a])), 4) if a else ""

@@ -5,7 +5,7 @@
 
 For each dev system and k = 5, 10, 20, 40 and "all": 20 random draws of k labelled logs, fitted by the product's
 fit (masprism_batch/fit/system.py, as `fit` runs it) and tested on that system's remaining logs ("all": 5-fold within
-the system x 3 seeds, the protocol of the per-system 5-fold reference figures). Every method is scored on the
+the system x 8 seeds, the protocol of the per-system 5-fold reference figures). Every method is scored on the
 same test logs of a draw, so the targets compare them by the paired difference over draws (mean ± its SE).
 Beside the fitted verdict, on the same test logs: the zero-training rule, the same fit allowed to correct only
 the rule's order (what fit.OFFSETS adds), and the label-prior baselines learned from the same k labels (most
@@ -32,7 +32,7 @@ import numpy as np
 
 if __package__ in (None, ""):  # run as a file: the repository root makes `benchmarks` importable
     sys.path.append(str(Path(__file__).resolve().parents[2]))  # last: an installed masprism_batch wins
-from benchmarks.accuracy.accuracy_cases import add_cache_args, cached_cases, fit_cases
+from benchmarks.accuracy.accuracy_cases import FOLD_SEEDS, add_cache_args, cached_cases, fit_cases
 from benchmarks.accuracy.accuracy_report import CURVE_BEGIN, CURVE_END, replace_block
 from masprism_batch.fit import fitting as ft
 from masprism_batch.fit import system as fs
@@ -83,7 +83,7 @@ def evaluate(train: list[ft.FitCase], test: list[ft.FitCase], system: str, rule:
     return out
 
 
-ALL_SEEDS = 3  # k = all: 5-fold x 3 seeds, as the 2026-11-24 per-system reference figures
+ALL_SEEDS = len(FOLD_SEEDS)  # k = all: 5-fold x as many seeds as the per-system reference figures
 
 
 def draws(cases: list[ft.FitCase], k, n_draws: int, seed: int):
@@ -194,7 +194,7 @@ def markdown(rows, cases, rule, rule_agent, args) -> str:
              f"({platform.machine()} CPU, 2 cores shared; model {args.model}; signals from the cache, no prefill). "
              f"Traces: " + ", ".join(f"{s} {v}" for s, v in n.items()) + ". For each k, "
              f"{args.draws} random draws of k labelled logs of the system fitted by the product's fit and tested "
-             "on the system's remaining logs (k = all: 5-fold within the system x 3 seeds); mean ± spread (std) over "
+             f"on the system's remaining logs (k = all: 5-fold within the system x {ALL_SEEDS} seeds); mean ± spread (std) over "
              "draws. "
              "Label-prior baselines are learned from the same k labels (`prior position`: the most often blamed "
              "position for every log, a baseline no shipped verdict may be: issue 32). Step: top-1 (TRAIL: P@1) over logs with a "

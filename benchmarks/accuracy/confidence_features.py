@@ -6,10 +6,13 @@ For the zero-training verdict (rule `faithful`) of every labelled cached log, th
 (Who&When top-1, TRAIL P@1) within each system of:
 - each shipped evidence feature (method/confidence.py), in the direction fixed a priori (confidence.SIGNS);
 - candidate features that were considered and not shipped (agreement of pass 1 alone or of the `earliest` rule
-  with the verdict, the blamed step's relative position, symptom / failure-word density, fewer candidates; on a
+  with the verdict, the blamed step's relative position, symptom / failure-word density, fewer candidates, the
+  blamed step's own NLL against its log's (the paper's unsurprising root cause), fewer symptoms; on a
   cache extracted with --counterfactual-k > 0 also the blamed step's counterfactual effect, z-scored in its log);
 - the shipped confidence, calibrated leave-one-system-out (the figure of docs/results.md), with a 95% bootstrap
   interval over the system's logs (2,000 resamples, seed 0);
+- whole feature sets (the shipped six, with the two latest leads added or swapped in), each with equal weights
+  and the other systems' scales, and the set chosen leave-one-system-out among them;
 - whether choosing features could do better: an equal-weight sum of up to three features (shipped or
   considered) chosen leave-one-system-out (best worst-case AUROC over the other systems, each of them scored
   with the remaining ones' scales), and the ceiling: the subset chosen on all four systems at once (in-sample,
@@ -60,10 +63,15 @@ def candidate_features(c, f: ft.FitCase, with_cf: bool = False) -> dict[str, flo
         ok = e is not None and np.isfinite(e) and len(vals) > 1
         cfz = {"counterfactual effect of the blamed step (z)": (e - np.mean(vals)) / (np.std(vals) + 1e-9) if ok
                else -1.0}
+    nll = cf.step_nll(c.rows)
+    sd = float(np.nanstd(nll))
+    nll_z = (nll[top] - float(np.nanmean(nll))) / sd if sd > 1e-9 and np.isfinite(nll[top]) else 0.0
+    n_symptoms = sum(bool(r.get("is_symptom")) for r in c.rows)
     return {**cfz, "agrees with pass 1 alone": float(bool(p1) and p1[0] == top),
+            QUIET: -nll_z, FEW: -float(np.log1p(n_symptoms)),
             "agrees with rule earliest": float(earliest[0] == top),
             "earlier blamed step (-relative position)": -top / max(n - 1, 1),
-            "symptom density": sum(bool(r.get("is_symptom")) for r in c.rows) / n,
+            "symptom density": n_symptoms / n,
             "failure-word density": sum(bool(r.get("has_failure_word")) for r in c.rows) / n,
             "fewer candidates": -float(len(cands))}
 
@@ -76,27 +84,53 @@ def subset_auroc(per: dict, sub: tuple, train: list[str], test: str) -> float:
     return cf.auroc([float(np.dot([r[f] for f in sub], 1 / sd)) for r, _ in per[test]], [h for _, h in per[test]])
 
 
+def worst_auroc(per: dict, sub: tuple, within: list[str]) -> float:
+    """The lowest AUROC over the systems of `within`, each scored with the scales of the others of `within`."""
+    aucs = [subset_auroc(per, sub, [u for u in within if u != t], t) for t in within]
+    return min((a for a in aucs if a is not None), default=0.5)  # None: a system without both outcomes
+
+
 def selection_rows(per: dict, max_size: int = 3) -> list[dict]:
     """The feature subset chosen leave-one-system-out, and the in-sample ceiling, with their AUROC per system."""
     systems = sorted(per)
     names = list(per[systems[0]][0][0])
     subs = [c for k in range(1, max_size + 1) for c in itertools.combinations(names, k)]
 
-    def worst(sub, within):  # each system of `within` scored with the scales of the others of `within`
-        aucs = [subset_auroc(per, sub, [u for u in within if u != t], t) for t in within]
-        return min((a for a in aucs if a is not None), default=0.5)  # None: a system without both outcomes
-
     rows = []
     for s in systems:
         others = [t for t in systems if t != s]
-        sub = max(subs, key=lambda c: worst(c, others))
+        sub = max(subs, key=lambda c: worst_auroc(per, c, others))
         rows.append({"system": s, "feature": "subset chosen leave-one-system-out: " + " + ".join(sub),
                      "kind": "selection, held out", "auroc": subset_auroc(per, sub, others, s)})
-    best = max(subs, key=lambda c: worst(c, systems))
+    best = max(subs, key=lambda c: worst_auroc(per, c, systems))
     for s in systems:
         rows.append({"system": s, "feature": "ceiling, subset chosen on all systems: " + " + ".join(best),
                      "kind": "selection, in-sample", "auroc": subset_auroc(per, best, [t for t in systems if t != s],
                                                                            s)})
+    return rows
+
+
+QUIET, FEW = "unsurprising blamed step (-NLL z in its log)", "fewer symptoms (-log count)"
+# the shipped six with the two 2026-11-27 leads: sets compared as a whole (equal weights, LOSO scales)
+VARIANTS = {"shipped six": cf.FEATURES,
+            "six + unsurprising blamed step + fewer symptoms": (*cf.FEATURES, QUIET, FEW),
+            "six, nll_contrast -> unsurprising blamed step": (*(f for f in cf.FEATURES if f != "nll_contrast"), QUIET),
+            "six, nll_contrast -> both": (*(f for f in cf.FEATURES if f != "nll_contrast"), QUIET, FEW)}
+
+
+def variant_rows(per: dict) -> list[dict]:
+    """Each feature set of VARIANTS scored on every system with the other systems' scales (equal weights, as
+    what ships), and the set chosen leave-one-system-out: best on its worst other system, each of those scored
+    with the scales of the remaining ones."""
+    systems = sorted(per)
+    rows = [{"system": s, "feature": f"feature set: {name}", "kind": "feature set, held out",
+             "auroc": subset_auroc(per, sub, [t for t in systems if t != s], s)}
+            for name, sub in VARIANTS.items() for s in systems]
+    for s in systems:
+        others = [t for t in systems if t != s]
+        name = max(VARIANTS, key=lambda k: worst_auroc(per, VARIANTS[k], others))
+        rows.append({"system": s, "feature": f"feature set chosen leave-one-system-out: {name}",
+                     "kind": "selection, held out", "auroc": subset_auroc(per, VARIANTS[name], others, s)})
     return rows
 
 
@@ -150,7 +184,7 @@ def main() -> None:
                      "ci_low": lo, "ci_high": hi})
     signed = {s: [({**{f: cf.SIGNS[f] * r[0][f] for f in cf.FEATURES}, **r[1]}, r[2]) for r in v]
               for s, v in per.items()}
-    rows += [dict(r, ci_low="", ci_high="") for r in selection_rows(signed)]
+    rows += [dict(r, ci_low="", ci_high="") for r in selection_rows(signed) + variant_rows(signed)]
     for r in rows:
         r.update(stamp, n_logs=len(per[r["system"]]), right=sum(x[2] for x in per[r["system"]]))
         for k in ("auroc", "ci_low", "ci_high"):

@@ -32,7 +32,7 @@ SIGNS = {"top_share": 1, "margin": 1, "support": 1, "nll_contrast": 1, "log_step
 TOP_TARGETS = 5  # a symptom "points at" a step among its five strongest attention targets (the paper's V_k)
 
 
-def _nll(rows: list[dict]) -> np.ndarray:
+def step_nll(rows: list[dict]) -> np.ndarray:
     """Pass-2 NLL where pass 2 read the step, else pass 1 (every step has one)."""
     out = []
     for r in rows:
@@ -61,7 +61,7 @@ def evidence(n_steps: int, rows: list[dict], order: list[int], scores=None) -> d
             row = full_row(r.get("attention_pass1"), r["step"])[: r["step"]]
             if row.size and top < row.size:
                 points += top in np.argsort(-row, kind="stable")[:TOP_TARGETS]
-    nll = _nll(rows)
+    nll = step_nll(rows)
     sd = float(np.nanstd(nll)) if np.isfinite(nll).sum() > 1 else 0.0
     sym_nll = nll[symptoms] if symptoms else np.array([])
     contrast = (float(np.nanmean(sym_nll)) - nll[top]) / sd if sd > 1e-9 and np.isfinite(sym_nll).any() \
