@@ -9,9 +9,8 @@ by internal cross-validation (leave-one-out up to 20 labels, else 5 folds). At i
 the order it corrects. Two label priors a team's system really has are features it may learn:
 how often the blamed step sat at this index (and at this relative position), and how often this step's author
 was the blamed agent, counted on the training labels (each training log's own label left out of its features).
-Which verdict a system uses (rule, label prior or ranker; fit/system.py) is chosen held out. Every estimate
-is returned beside the label-prior baselines fitted on the same labels, and the chosen verdict's held-out
-evidence is mapped to P(blamed step is right) by an evidence calibration (method/calibrate.py).
+Which verdict a system uses (rule, label prior or ranker) is chosen held out by fit/system.py, beside the
+label-prior baselines fitted on the same labels; its held-out evidence calibrates the confidence (calibrate.py).
 """
 
 from __future__ import annotations
@@ -139,16 +138,14 @@ def rule_offset(n: int, ranked: list[int], scale: float = OFFSET_SCALE) -> np.nd
 
 def design(c: FitCase, priors: Priors, loo: bool) -> np.ndarray:
     """[N, F] base + prior features; loo: the log's own label is taken out of the prior counts (training)."""
-    base = c.base()
     if loo:
         priors.add(c, -1.0)
-        try:
-            pf = priors.features(c.trace)
-        finally:
-            priors.add(c, 1.0)
-    else:
+    try:
         pf = priors.features(c.trace)
-    return np.concatenate([base, pf], axis=1)
+    finally:
+        if loo:
+            priors.add(c, 1.0)
+    return np.concatenate([c.base(), pf], axis=1)
 
 
 # What the ranker corrects (its offset, the order it is shrunk toward), each tried by internal CV (fit/system.py):
@@ -157,12 +154,10 @@ def design(c: FitCase, priors: Priors, loo: bool) -> np.ndarray:
 #   system (Hand-Crafted 2.8%), the fit can turn it down instead of spending w against it;
 # - "position": the label prior over every step (position_offset: how often each index was blamed), for a
 #   system whose failures sit at a few positions. Its limit at infinite strength is one fixed position, which
-#   fit/system.py never ships (MAX_MODAL, on held-out folds and on the fit's own logs): a ranker on this order
-#   ships only where the log's evidence (w) moves the verdict off that position. Issue 32 first confined it to
-#   the rule's candidates ("prior" below), but the guard, not the confinement, is what keeps a verdict reading
-#   the log, and the confinement cost GAIA 1.5-2.0 points of the dev 5-fold step figure (fold seeds 0-2 and 3-7;
-#   elsewhere -2.3 to +3.7 points, fold noise: results.md, docs/accuracy.md), so the full order is back and
-#   "prior" is only read from files fitted with it.
+#   fit/system.py never ships (MAX_MODAL, on held-out folds and on the fit's own logs), so a ranker on it ships
+#   only where the log's evidence (w) moves the verdict off that position. That guard, not issue 32's first
+#   confinement of this order to the rule's candidates ("prior"), keeps a verdict reading the log; the
+#   confinement cost GAIA 1.7 points of the dev 5-fold step figure (8 fold seeds; elsewhere 0.0-1.1: results.md).
 # - "prior" (read, no longer fitted): the rule's candidates re-ranked by the label prior (prior_offset).
 OFFSETS = ("rule", "rule_free", "position")
 READ_OFFSETS = (*OFFSETS, "prior")  # what a ranker file may hold: files fitted before "position" returned
@@ -291,9 +286,8 @@ def agent_pick(rule: str, c: FitCase, probs: np.ndarray | None, top: int, priors
 
 
 def prior_agent_order(ranked: list[int], top: int) -> list[int]:
-    """The order a zero-training agent rule reads under the label-prior step verdict: the rule's candidates
-    without the prior's step, so that a position prior does not cast the agents' votes (the same whether
-    `ranked` already puts the prior's step first or not: the run's stage passes it so)."""
+    """What a zero-training agent rule reads under the label-prior step verdict: the rule's candidates without
+    the prior's step (wherever `ranked` puts it), so that a position prior casts no agent votes."""
     return [k for k in ranked if k != top] or [top]
 
 
