@@ -15,6 +15,7 @@ from rich.markup import escape
 from masprism_batch.analytics.export_text import agent_rule_words
 from masprism_batch.cli import EXIT_OK, app, setup_logging
 from masprism_batch.cli.common import VerboseOpt, check_out_file, fail
+from masprism_batch.cli.fit_messages import confidence_words, skipped_summary
 
 console = Console(stderr=True)
 log = logging.getLogger(__name__)
@@ -89,8 +90,6 @@ def fit(
     for p in problems:
         log.debug("%s", p)  # each row with --verbose; one summary line otherwise
     if problems:
-        from masprism_batch.cli.fit_messages import skipped_summary
-
         console.print(f"[yellow]warning:[/] {escape(skipped_summary(problems))}", soft_wrap=True)
     if not cases:
         raise fail("no labelled log to fit on" + (f" ({len(problems)} label rows skipped, see above; -v lists each)" if problems
@@ -115,6 +114,8 @@ def fit(
                       f"{escape(agent_rule_words(f.entry['agent_rule']))}", soft_wrap=True)
         for note in f.entry.get("notes") or []:  # e.g. the label prior is all it learned
             console.print(f"  [yellow]note:[/] {escape(note)}", soft_wrap=True)
+        if words := confidence_words(f.entry):
+            console.print(f"  {escape(words)}", soft_wrap=True)
     meta = {"date": dt.date.today().isoformat(), "fitted_by": "masprism-batch fit",
             "runs": [str(r) for r in runs], "labels": str(labels) if labels else "traces"}
     RankerFile(model_id or "", {n: f.entry for n, f in fits.items()}, meta).write(out)

@@ -1,8 +1,10 @@
-"""`fit`'s report of the label rows it could not use: one summary line (a labels file of another run listed 58
-"unknown trace ... row skipped" lines before the 3-line result); each row's own message with --verbose."""
+"""What `fit` says beside its estimates: one summary line for the label rows it could not use (a labels file of
+another run listed 58 "unknown trace ... row skipped" lines before the 3-line result; each row's own message
+with --verbose), and how far each system's fitted confidence ranks its verdicts."""
 
 from __future__ import annotations
 
+import math
 import re
 from collections import Counter
 
@@ -31,3 +33,20 @@ def skipped_summary(problems: list[str], shown: int = SHOWN) -> str:
     first = ", ".join(ids[:shown]) + (f", … ({len(ids) - shown} more)" if len(ids) > shown else "")
     why = ", ".join(f"{n} {r}" for r, n in reasons.most_common())
     return f"{len(problems)} label row(s) skipped: {why}; first: {first} (-v lists each row)"
+
+
+def confidence_words(entry: dict) -> str | None:
+    """How far a fitted system's confidence can be trusted to rank its verdicts, from its held-out verdicts: the
+    AUROC against a right step, or that the evidence did not rank them at all (its calibration kept none), in
+    which case every log gets the same confidence and sorting by it orders nothing."""
+    cal, auroc = entry.get("calibration"), (entry.get("heldout") or {}).get("auroc")
+    if not cal:
+        return None
+    if not any(cal.get("w") or []):
+        rate = 1 / (1 + math.exp(-float(cal["b"])))
+        return (f"confidence: its evidence did not rank this system's held-out verdicts, so every log gets "
+                f"{rate:.0%} (the held-out hit rate; never below 1/steps): sorting by it puts no verdict first")
+    if auroc is None:
+        return "confidence: not measured held out (every held-out verdict was right, or every one wrong)"
+    weak = "" if auroc >= 0.6 else ": weak, read more than the most confident verdicts"
+    return f"confidence: ranks held-out verdicts with AUROC {auroc:.2f} against a right step (0.50: no ranking){weak}"

@@ -64,6 +64,14 @@ def test_fit_from_trace_labels_prints_estimates_and_applies(run_dir, tmp_path):
     assert e["rule_agent"] == rules.read_fallback(None).agent_rule
     assert e["agent_rule"] in (e["rule_agent"], f"prior|{e['rule_agent']}", "author", "aggregate")
     assert "; agent: " in line
+    # and how far its confidence ranks the verdicts, from the same held-out verdicts (or that it does not)
+    lines = res.output.splitlines()
+    after = lines[lines.index(line) + 1:]
+    conf = next(ln for ln in after if ln.strip().startswith("confidence:"))
+    if any(e["calibration"]["w"]):
+        assert f"AUROC {e['heldout']['auroc']:.2f}" in conf or "not measured" in conf
+    else:
+        assert "did not rank" in conf
     # applied: the system's logs get the fitted verdict, with what decided it and a confidence
     cfg = run_dir / "c.json"
     new = _logs(tmp_path / "new.jsonl", 8, 5, labelled=False)
@@ -196,3 +204,20 @@ def test_fit_says_which_costly_features_a_run_lacks(run_dir, tmp_path):
     res = runner.invoke(app, ["fit", str(tmp_path / "all"), "-o", str(tmp_path / "r2.json")])
     assert res.exit_code == EXIT_OK, res.output
     assert "the runs lack head_attention (made" in " ".join(res.output.split())
+
+
+def test_confidence_words_say_whether_the_fitted_confidence_ranks(np_rng):
+    from masprism_batch.cli.fit_messages import confidence_words
+
+    d = 6
+    b = float(np_rng.normal())
+    flat = {"calibration": {"w": [0.0] * d, "b": b}, "heldout": {"auroc": float(np_rng.uniform(0.3, 0.7))}}
+    words = confidence_words(flat)
+    assert "did not rank" in words and f"{1 / (1 + np.exp(-b)):.0%}" in words and "AUROC" not in words
+    w = np_rng.uniform(0.1, 1.0, d).tolist()
+    strong, weak = float(np_rng.uniform(0.61, 0.99)), float(np_rng.uniform(0.3, 0.59))
+    ranks = confidence_words({"calibration": {"w": w, "b": b}, "heldout": {"auroc": strong}})
+    assert f"AUROC {strong:.2f}" in ranks and "weak" not in ranks
+    assert "weak" in confidence_words({"calibration": {"w": w, "b": b}, "heldout": {"auroc": weak}})
+    assert "not measured" in confidence_words({"calibration": {"w": w, "b": b}, "heldout": {"auroc": None}})
+    assert confidence_words({"calibration": None, "heldout": {}}) is None
