@@ -10,11 +10,10 @@ from rich.console import Console
 from rich.markup import escape
 
 from masprism_batch.cli import EXIT_FATAL, EXIT_OK, app, setup_logging
-from masprism_batch.cli.common import VerboseOpt, check_out_file, fail, refuse_links, usage
+from masprism_batch.cli.common import VerboseOpt, check_out_file, console, fail, refuse_links, usage
 from masprism_batch.outdir.manifest import DamagedOutput
 
 log = logging.getLogger("masprism_batch.cli")
-console = Console(stderr=True)
 OutdirArg = typer.Argument(..., help="OUTDIR of an `attribute`/`run` command")
 
 

@@ -9,7 +9,6 @@ import time
 from pathlib import Path
 
 import typer
-from rich.console import Console
 from rich.table import Table
 
 from masprism_batch.cli import EXIT_FATAL, EXIT_OK, app, setup_logging
@@ -19,6 +18,7 @@ from masprism_batch.cli.common import (
     VerboseOpt,
     check_inputs,
     check_outdir,
+    console,
     fail,
     load_model_or_fail,
     no_traces_message,
@@ -28,7 +28,6 @@ from masprism_batch.cli.progress import DEFAULT_INTERVAL, heartbeat
 from masprism_batch.cli.run import ALL_FEATURES_HELP, Engine, LimitOpt, SampleOpt, SeedOpt, run
 
 log = logging.getLogger("masprism_batch.cli")
-console = Console(stderr=True)
 
 ModelOpt = typer.Option(None, "--model", "-m", help="smollm2-135m (default) | tiny-random | PATH (HF folder or .gguf)")
 ConfigOpt = typer.Option(None, "--config", help="JSON or TOML file with PipelineConfig sections")

@@ -20,7 +20,8 @@ from rich.markup import escape
 
 EXIT_OK, EXIT_FATAL, EXIT_USAGE, EXIT_REJECTED = 0, 1, 2, 3
 
-console = Console(stderr=True)
+# soft wrap: a message is one line in a nightly job's log, and a path or command in it stays whole to copy
+console = Console(stderr=True, soft_wrap=True)
 
 
 VerboseOpt = typer.Option(False, "--verbose", "-v", help="debug logging (each stage's log lines)")

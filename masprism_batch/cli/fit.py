@@ -9,15 +9,13 @@ import logging
 from pathlib import Path
 
 import typer
-from rich.console import Console
 from rich.markup import escape
 
 from masprism_batch.analytics.export_text import agent_rule_words
 from masprism_batch.cli import EXIT_OK, app, setup_logging
-from masprism_batch.cli.common import VerboseOpt, check_out_file, fail
+from masprism_batch.cli.common import VerboseOpt, check_out_file, console, fail
 from masprism_batch.cli.fit_messages import confidence_words, skipped_summary
 
-console = Console(stderr=True)
 log = logging.getLogger(__name__)
 
 

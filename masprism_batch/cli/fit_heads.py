@@ -5,12 +5,16 @@ from __future__ import annotations
 from pathlib import Path
 
 import typer
-from rich.console import Console
 
 from masprism_batch.cli import EXIT_OK, app, setup_logging
-from masprism_batch.cli.common import VerboseOpt, check_inputs, check_out_file, fail, load_model_or_fail
-
-console = Console(stderr=True)
+from masprism_batch.cli.common import (
+    VerboseOpt,
+    check_inputs,
+    check_out_file,
+    console,
+    fail,
+    load_model_or_fail,
+)
 
 
 @app.command("fit-heads")

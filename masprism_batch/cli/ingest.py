@@ -7,15 +7,21 @@ import logging
 from pathlib import Path
 
 import typer
-from rich.console import Console
 from rich.table import Table
 
 from masprism_batch.cli import EXIT_OK, EXIT_REJECTED, app, setup_logging
-from masprism_batch.cli.common import VerboseOpt, check_inputs, check_outdir, fail, no_traces_message, usage
+from masprism_batch.cli.common import (
+    VerboseOpt,
+    check_inputs,
+    check_outdir,
+    console,
+    fail,
+    no_traces_message,
+    usage,
+)
 from masprism_batch.cli.probe import check_format
 
 log = logging.getLogger("masprism_batch.cli")
-console = Console(stderr=True)
 
 
 def _summary_table(s) -> Table:

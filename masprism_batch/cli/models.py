@@ -10,9 +10,7 @@ from rich.console import Console
 from rich.table import Table
 
 from masprism_batch.cli import EXIT_FATAL, app, setup_logging
-from masprism_batch.cli.common import VerboseOpt
-
-console = Console(stderr=True)
+from masprism_batch.cli.common import VerboseOpt, console
 
 
 @app.command()

@@ -7,7 +7,6 @@ from enum import Enum
 from pathlib import Path
 
 import typer
-from rich.console import Console
 
 from masprism_batch.cli import app, setup_logging
 from masprism_batch.cli.common import (
@@ -18,6 +17,7 @@ from masprism_batch.cli.common import (
     check_outdir,
     check_prompt_or_fail,
     check_ranker,
+    console,
     fail,
     load_model_or_fail,
     no_traces_message,
@@ -26,7 +26,6 @@ from masprism_batch.cli.common import (
 from masprism_batch.cli.progress import DEFAULT_INTERVAL, heartbeat
 
 log = logging.getLogger("masprism_batch.cli")
-console = Console(stderr=True)
 
 
 LimitOpt = typer.Option(None, "--limit", min=1, help="attribute the first N traces (input order; smoke runs)")

@@ -49,6 +49,9 @@ def test_fit_from_trace_labels_prints_estimates_and_applies(run_dir, tmp_path):
     res = res_fit = runner.invoke(app, ["fit", str(run_dir / "run"), "-o", str(out)])
     assert res.exit_code == EXIT_OK, res.output
     line = next(ln for ln in res.output.splitlines() if ln.startswith("billing-bot: k=12"))
+    # the command to run next stays one line to copy, however long the path (a terminal or a job's log of 80 columns)
+    assert len(f"apply with --ranker {out}") > 80 - len("wrote : 1 system(s); ")
+    assert any(ln.endswith(f"apply with --ranker {out}") for ln in res.output.splitlines()), res.output
     for word in ("step: fitted", "zero-training rule", "label prior (most common blamed position) 100.0%",
                  "label prior (most common blamed agent) 100.0%", "verdict: "):
         assert word in line
