@@ -17,7 +17,8 @@ VERDICT_BY = {
     "prior": "prior:<system>: that system's fit learned only where its labels blame (the label prior); the prior "
              "re-ranked this log's own candidates",
     "rule": "rule:<name>: zero-training, no label read: MASPrism's candidates in the order of rule <name> "
-            "(faithful = the paper's); every log of a system no ranker was fitted on or named for",
+            "(faithful = the paper's); every log of a system no ranker was named for, or whose fit kept the rule "
+            "(the ranker did not beat it held out)",
     "unknown (older run)": "unknown (older run): written before attributions recorded what decided",
 }
 
