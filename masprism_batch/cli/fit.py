@@ -62,7 +62,8 @@ def fit(
     it; which order and how much shrinkage are chosen by internal cross-validation. The step and the agent verdict are each
     chosen held out, simplest first: the zero-training rule, the label prior if it beats it, the ranker only if it
     beats that clearly. Prints per system the held-out estimates beside the rule's and the label-prior
-    baselines' and the verdicts used; writes OUT only when every system fitted (never a partial file)."""
+    baselines', the verdicts used and how well the confidence ranked the held-out verdicts; writes OUT only when
+    every system fitted (never a partial file)."""
     from masprism_batch.fit import runs as fr
     from masprism_batch.fit import system as fs
     from masprism_batch.fit.rankfile import RankerFile, SystemRanker
