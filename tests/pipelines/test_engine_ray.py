@@ -20,6 +20,39 @@ ray = pytest.importorskip("ray", reason="the Ray engine tests need ray[data] (de
 pytestmark = pytest.mark.ray
 
 TIME_COLUMNS = ["attributed_at", "seconds_pass1", "seconds_pass2"]
+# how long a test waits for a run to reach the point it acts at (a commit, a model loaded): only a bound against
+# a hang, never a pace, since the loops below stop as soon as the point is reached; a 2-core CI machine under
+# load took 6.7 minutes for a run that takes seconds alone, and a killer that gave up after 60 s failed the test
+PATIENCE_S = 600
+
+
+class FirstActorKiller:
+    """SIGKILLs the first model actor (by the pid file its model load writes) once a shard is committed, while
+    the run is on: `with FirstActorKiller(out, piddir) as killed: run...`; then killed["pid"], killed["committed"]
+    (the shards committed before the kill), or no "pid" where the run ended first."""
+
+    def __init__(self, out: Path, piddir: Path):
+        self.out, self.piddir, self.killed, self.done = out, piddir, {}, threading.Event()
+        self.thread = threading.Thread(target=self._watch, daemon=True)
+
+    def _watch(self) -> None:
+        deadline = time.time() + PATIENCE_S
+        while not self.done.is_set() and time.time() < deadline:
+            entries = list((self.out / "_manifest").glob("shard-[0-9a-f]*.json"))
+            pids = sorted(self.piddir.glob("pid-*"))
+            if entries and pids:
+                self.killed["pid"], self.killed["committed"] = int(pids[0].name[4:]), len(entries)
+                os.kill(self.killed["pid"], signal.SIGKILL)
+                return
+            time.sleep(0.05)
+
+    def __enter__(self) -> dict:
+        self.thread.start()
+        return self.killed
+
+    def __exit__(self, *exc) -> None:
+        self.done.set()
+        self.thread.join()
 
 
 @pytest.fixture(scope="module")
@@ -44,7 +77,10 @@ def _table(outdir: Path, name: str):
 def test_ray_matches_local(tmp_path, small_cfg, cluster):
     """One shard of many packs: both actors must get packs, and the outputs equal the local engine's."""
     ids = make_corpus(tmp_path / "in", 31, 3, bad_lines=2, marks={7: "RAISE"})
+    # no time-bound piece commits (engine.commit_seconds, 60 s): on a loaded machine the Ray run passed a minute
+    # and committed a piece the local run did not, so the part files differed though every row was the same
     cfg = small_cfg(per_shard=64, budget=120)
+    cfg = cfg.model_copy(update={"engine": cfg.engine.model_copy(update={"commit_seconds": 3600.0})})
     run_local([str(tmp_path / "in")], tmp_path / "local", cfg, **Fakes().kwargs(), progress=False)
     piddir = tmp_path / "pids"
     piddir.mkdir()
@@ -64,24 +100,9 @@ def test_killed_actor_mid_run(tmp_path, small_cfg, cluster):
     piddir = tmp_path / "pids"
     piddir.mkdir()
     out = tmp_path / "out"
-    killed: dict = {}
-
-    def killer():
-        deadline = time.time() + 60
-        while time.time() < deadline:
-            entries = list((out / "_manifest").glob("shard-[0-9a-f]*.json"))
-            pids = sorted(piddir.glob("pid-*"))
-            if entries and pids:
-                killed["pid"], killed["committed"] = int(pids[0].name[4:]), len(entries)
-                os.kill(killed["pid"], signal.SIGKILL)
-                return
-            time.sleep(0.05)
-
-    th = threading.Thread(target=killer)
-    th.start()
-    s = run_ray([str(tmp_path / "in")], out, small_cfg(per_shard=6, budget=150), workers=2,
-                **Fakes(delay=0.08, piddir=str(piddir)).kwargs(ray=True), progress=False)
-    th.join()
+    with FirstActorKiller(out, piddir) as killed:
+        s = run_ray([str(tmp_path / "in")], out, small_cfg(per_shard=6, budget=150), workers=2,
+                    **Fakes(delay=0.08, piddir=str(piddir)).kwargs(ray=True), progress=False)
     assert "pid" in killed, "the actor was never killed"
     assert killed["committed"] < s.shards_run, "the kill came after the run was over"
     assert len(list(piddir.glob("pid-*"))) >= 3  # the killed actor was restarted (its model loaded again)
@@ -128,7 +149,7 @@ def test_killed_driver_then_rerun(tmp_path, small_cfg, cluster):
     script.write_text(DRIVER.format(tests=str(Path(__file__).parent), cfg=cfg.model_dump_json(),
                                     inp=str(tmp_path / "in"), out=str(out), address=cluster))
     proc = subprocess.Popen([sys.executable, str(script)], stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
-    deadline = time.time() + 90
+    deadline = time.time() + PATIENCE_S
     while time.time() < deadline and proc.poll() is None:
         if len(list((out / "_manifest").glob("shard-[0-9a-f]*.json"))) >= 2:
             break
@@ -158,21 +179,9 @@ def test_tiny_model_ray_matches_local_with_killed_actor(tmp_path, cluster):
     piddir = tmp_path / "pids"
     piddir.mkdir()
     out = tmp_path / "ray"
-    killed: dict = {}
-
-    def killer():
-        deadline = time.time() + 120
-        while time.time() < deadline and "pid" not in killed:
-            if list((out / "_manifest").glob("shard-[0-9a-f]*.json")) and list(piddir.glob("pid-*")):
-                killed["pid"] = int(sorted(piddir.glob("pid-*"))[0].name[4:])
-                killed["committed"] = len(list((out / "_manifest").glob("shard-[0-9a-f]*.json")))
-                os.kill(killed["pid"], signal.SIGKILL)
-            time.sleep(0.05)
-
-    th = threading.Thread(target=killer)
-    th.start()
-    s = run_ray([str(tmp_path / "in")], out, cfg, workers=2, **RealModel(piddir=str(piddir)).kwargs(ray=True), progress=False)
-    th.join()
+    with FirstActorKiller(out, piddir) as killed:
+        s = run_ray([str(tmp_path / "in")], out, cfg, workers=2, **RealModel(piddir=str(piddir)).kwargs(ray=True),
+                    progress=False)
     assert "pid" in killed and killed["committed"] < s.shards_run
     assert_exactly_once(out, ids)
     for name in ("traces", "attributions", "step_scores", "errors"):
@@ -208,14 +217,14 @@ def test_sigterm_to_the_driver_is_a_clean_stop_then_resume(tmp_path, small_cfg, 
     script.write_text(STOPPABLE.format(tests=str(Path(__file__).parent), cfg=cfg.model_dump_json(), delay=0.1,
                                        inp=str(tmp_path / "in"), out=str(out), address=cluster))
     proc = subprocess.Popen([sys.executable, str(script)], stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
-    deadline = time.time() + 120
+    deadline = time.time() + PATIENCE_S
     while time.time() < deadline and proc.poll() is None:
         if list((out / "_manifest").glob("shard-[0-9a-f]*.json")):
             break
         time.sleep(0.05)
     assert proc.poll() is None, f"driver ended before SIGTERM (rc={proc.returncode})"
     proc.send_signal(signal.SIGTERM)
-    text = proc.communicate(timeout=120)[0]
+    text = proc.communicate(timeout=PATIENCE_S)[0]
     assert proc.returncode == 128 + signal.SIGTERM, text[-3000:]
     assert "INTERRUPTED SIGTERM" in text and "SIGTERM received" not in text, text[-3000:]
     assert not (out / "run.json").exists()
@@ -231,7 +240,7 @@ def test_ray_address_in_the_environment_joins_that_cluster(tmp_path, small_cfg, 
     script.write_text(STOPPABLE.format(tests=str(Path(__file__).parent), cfg=small_cfg().model_dump_json(), delay=0.0,
                                        inp=str(tmp_path / "in"), out=str(tmp_path / "out"), address=None))
     env = {**os.environ, "RAY_ADDRESS": cluster}
-    res = subprocess.run([sys.executable, str(script)], capture_output=True, text=True, env=env, timeout=300)
+    res = subprocess.run([sys.executable, str(script)], capture_output=True, text=True, env=env, timeout=PATIENCE_S)
     assert res.returncode == 0, (res.stdout + res.stderr)[-3000:]
     assert f'SUMMARY "{cluster}"' in res.stdout
     assert not assert_exactly_once(tmp_path / "out", ids)
@@ -247,10 +256,11 @@ def test_killed_ledger_mid_run_then_the_run_completes_exactly_once(tmp_path, sma
     ids = make_corpus(tmp_path / "in", 24, 2)
     out = tmp_path / "out"
     killed: dict = {}
+    done = threading.Event()
 
     def killer():
-        deadline = time.time() + 90
-        while time.time() < deadline and "at" not in killed:
+        deadline = time.time() + PATIENCE_S
+        while not done.is_set() and time.time() < deadline and "at" not in killed:
             try:
                 if list((out / "_manifest").glob("shard-[0-9a-f]*.json")):
                     run_id = json.loads((out / "_manifest" / "HEADER.json").read_text())["run_id"]
@@ -262,9 +272,12 @@ def test_killed_ledger_mid_run_then_the_run_completes_exactly_once(tmp_path, sma
 
     th = threading.Thread(target=killer)
     th.start()
-    s = run_ray([str(tmp_path / "in")], out, small_cfg(per_shard=4, budget=150), workers=1,
-                **Fakes(delay=0.1).kwargs(ray=True), progress=False)
-    th.join()
+    try:
+        s = run_ray([str(tmp_path / "in")], out, small_cfg(per_shard=4, budget=150), workers=1,
+                    **Fakes(delay=0.1).kwargs(ray=True), progress=False)
+    finally:
+        done.set()
+        th.join()
     assert "at" in killed, "the ledger was never killed"
     assert killed["at"] < s.shards_run, "the kill came after the run was over"
     assert not assert_exactly_once(out, ids) and s.attributed == 24
