@@ -18,7 +18,7 @@ OutdirArg = typer.Argument(..., help="OUTDIR of an `attribute`/`run` command")
 
 
 def _fail(exc: Exception) -> typer.Exit:
-    console.print(f"[red]error:[/] {escape(str(exc))}", soft_wrap=True)  # paths must stay copyable: no wrapping
+    console.print(f"[red]error:[/] {escape(str(exc))}")
     return typer.Exit(EXIT_FATAL)
 
 
@@ -62,7 +62,7 @@ def stats(outdir: Path = OutdirArg, verbose: bool = VerboseOpt) -> None:
 
         out.print(split_line(pq.read_table(paths["run_status"])), soft_wrap=True)
     for name, p in paths.items():
-        console.print(f"{name:15s} -> {escape(str(p))}", soft_wrap=True)
+        console.print(f"{name:15s} -> {escape(str(p))}")
     raise typer.Exit(EXIT_OK)
 
 
@@ -84,7 +84,7 @@ def report(outdir: Path = OutdirArg,
     except (AnalyticsInputError, DamagedOutput, OSError) as exc:
         raise _fail(exc) from None
     console.print(f"{s['traces']:,} traces, {s['drilldown']:,} in the drill-down, {s['bytes'] / 1e6:.1f} MB -> "
-                  f"{escape(str(out))}", soft_wrap=True)
+                  f"{escape(str(out))}")
     raise typer.Exit(EXIT_OK)
 
 
@@ -114,5 +114,5 @@ def export(outdir: Path = OutdirArg,
     except (AnalyticsInputError, ValueError, OSError) as exc:  # DamagedOutput is a ValueError
         raise _fail(exc) from None
     for path, n in written.items():
-        console.print(f"{n:,} {escape(to)} records -> {escape(str(path))}", soft_wrap=True)
+        console.print(f"{n:,} {escape(to)} records -> {escape(str(path))}")
     raise typer.Exit(EXIT_OK)

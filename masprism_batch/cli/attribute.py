@@ -67,7 +67,7 @@ def _run(inputs: list[str], outdir: Path, cfg, model=None, interval: float = DEF
 def _print_summary(summary, outdir: Path, inputs: list[str] | None = None) -> int:
     console.print(f"[bold]{summary.attributed}[/] attributed, {summary.rejected} rejected "
                   f"({summary.rejected_by_reason or 'none'}) in {summary.wall_seconds:.1f} s, "
-                  f"{summary.tokens_per_second:,.0f} tokens/s -> {outdir}", soft_wrap=True)  # the path unbroken
+                  f"{summary.tokens_per_second:,.0f} tokens/s -> {outdir}")
     if inputs is not None and summary.attributed == 0:
         raise fail(no_traces_message(inputs, summary.rejected_by_reason))
     return summary.exit_code
@@ -165,11 +165,10 @@ def demo(
     except (FileNotFoundError, ValueError) as exc:
         raise fail(str(exc)) from None
     _print_attributions(outdir)
-    console.print(f"sample data: {sample} (licences: NOTICE.md there)", soft_wrap=True)
+    console.print(f"sample data: {sample} (licences: NOTICE.md there)")
     code = _print_summary(summary, outdir)
-    console.print(f"outputs: {outdir}" + ("" if out else " (replaced by the next demo; -o DIR keeps them)"),
-                  soft_wrap=True)
-    console.print(f"next: masprism-batch report {outdir} -o report.html", soft_wrap=True)
+    console.print(f"outputs: {outdir}" + ("" if out else " (replaced by the next demo; -o DIR keeps them)"))
+    console.print(f"next: masprism-batch report {outdir} -o report.html")
     raise typer.Exit(code)
 
 
@@ -256,10 +255,10 @@ def eval_(
     result["in_sample"] = _in_sample_note(cfg, [t.trace_id for t in traces if t.trace_id in {r["trace_id"] for r in rows}])
     for table in tables(result):
         console.print(table)
-    console.print(f"[yellow]note:[/] {result['in_sample']}", soft_wrap=True)
+    console.print(f"[yellow]note:[/] {result['in_sample']}")
     console.print(f"{summary.attributed} traces in {summary.wall_seconds:.0f} s ({result['seconds_per_trace']:.1f} s/trace, "
                   f"{summary.tokens_per_second:,.0f} tokens/s) with {result['model_id']}; outputs in {outdir}")
-    console.print(f"time: {summary.breakdown}", soft_wrap=True)
+    console.print(f"time: {summary.breakdown}")
     if json_out:
         json_out.write_text(json.dumps(result, indent=2, default=str), encoding="utf-8")
     raise typer.Exit(EXIT_OK)

@@ -33,7 +33,7 @@ FormatHelp = "input format for raw inputs (see `ingest`); a forced one is checke
 
 def fail(message: str, code: int = EXIT_FATAL) -> typer.Exit:
     """Print one `error:` line (paths stay copyable: no wrapping) and return the Exit to raise."""
-    console.print(f"[red]error:[/] {escape(message)}", soft_wrap=True)
+    console.print(f"[red]error:[/] {escape(message)}")
     return typer.Exit(code)
 
 
@@ -126,7 +126,7 @@ def check_ranker(cfg, model_id: str | None = None) -> None:
             packaged = rankfile.RankerFile.read(path).model_id if path.is_file() else None
             if packaged and model_id != packaged:
                 console.print(f"[yellow]note:[/] the packaged rankers were fitted on {packaged}; with {model_id} "
-                              "every log gets the zero-training verdict", soft_wrap=True)
+                              "every log gets the zero-training verdict")
         return
     path = rankfile.target(setting)
     if not path.is_file():

@@ -30,7 +30,7 @@ def unfinished(runs: list[Path], allow: bool) -> None:
             f"running), so only its committed part would be fitted")
     if not allow:
         raise fail(f"{what}; resume it (re-run the same command) or pass --allow-partial")
-    console.print(f"[yellow]warning:[/] {escape(what)} (--allow-partial)", soft_wrap=True)
+    console.print(f"[yellow]warning:[/] {escape(what)} (--allow-partial)")
 
 
 CORRECTS = {"rule": "a correction of the zero-training rule's order",
@@ -82,14 +82,14 @@ def fit(
         lacking = fr.lacking_features(rows)
         if lacking:
             console.print(f"the runs lack {', '.join(lacking)} (made without --all-features); the fitted rankers "
-                          "do not read them, so nothing is lost", soft_wrap=True)
+                          "do not read them, so nothing is lost")
         cases, problems, fallback = fr.build_cases(traces, rows, labels, system, named)
     except fr.FitInputError as exc:
         raise fail(str(exc)) from None
     for p in problems:
         log.debug("%s", p)  # each row with --verbose; one summary line otherwise
     if problems:
-        console.print(f"[yellow]warning:[/] {escape(skipped_summary(problems))}", soft_wrap=True)
+        console.print(f"[yellow]warning:[/] {escape(skipped_summary(problems))}")
     if not cases:
         raise fail("no labelled log to fit on" + (f" ({len(problems)} label rows skipped, see above; -v lists each)" if problems
                                                   else ": the runs' traces carry no labels; give --labels FILE"))
@@ -98,7 +98,7 @@ def fit(
     except fr.FitInputError as exc:
         raise fail(str(exc)) from None
     console.print("held out within each system (leave-one-out up to 20 logs, else 5 folds); step: top-1 (any "
-                  "labelled step is a hit), agent: exact", soft_wrap=True)
+                  "labelled step is a hit), agent: exact")
     for name, f in fits.items():
         e = f.estimates
         verdict = SystemRanker(f.entry, model_id or "").verdict_by
@@ -110,11 +110,11 @@ def fit(
                       f"{_pct(e['rule'])}, label prior (most common blamed position) {_pct(e['pos_prior'])} | agent: "
                       f"fitted {_pct(e['fitted_agent'])}, zero-training rule {_pct(e['rule_agent'])}, label prior "
                       f"(most common blamed agent) {_pct(e['agent_prior'])} | verdict: {escape(verdict)}; agent: "
-                      f"{escape(agent_rule_words(f.entry['agent_rule']))}", soft_wrap=True)
+                      f"{escape(agent_rule_words(f.entry['agent_rule']))}")
         for note in f.entry.get("notes") or []:  # e.g. the label prior is all it learned
-            console.print(f"  [yellow]note:[/] {escape(note)}", soft_wrap=True)
+            console.print(f"  [yellow]note:[/] {escape(note)}")
         if words := confidence_words(f.entry):
-            console.print(f"  {escape(words)}", soft_wrap=True)
+            console.print(f"  {escape(words)}")
     meta = {"date": dt.date.today().isoformat(), "fitted_by": "masprism-batch fit",
             "runs": [str(r) for r in runs], "labels": str(labels) if labels else "traces"}
     RankerFile(model_id or "", {n: f.entry for n, f in fits.items()}, meta).write(out)

@@ -4,9 +4,10 @@ with --verbose), and how far each system's fitted confidence ranks its verdicts.
 
 from __future__ import annotations
 
-import math
 import re
 from collections import Counter
+
+from masprism_batch.method.calibrate import flat_rate
 
 # (phrase in labels.from_file's / build_cases' message, the reason as the summary names it)
 _REASONS = [("unknown trace", "trace in none of the runs"), ("is not an integer", "step not an integer"),
@@ -42,8 +43,7 @@ def confidence_words(entry: dict) -> str | None:
     cal, auroc = entry.get("calibration"), (entry.get("heldout") or {}).get("auroc")
     if not cal:
         return None
-    if not any(cal.get("w") or []):
-        rate = 1 / (1 + math.exp(-float(cal["b"])))
+    if (rate := flat_rate(cal)) is not None:
         return (f"confidence: its evidence did not rank this system's held-out verdicts, so every log gets "
                 f"{rate:.0%} (the held-out hit rate; never below 1/steps): sorting by it puts no verdict first")
     if auroc is None:

@@ -42,7 +42,7 @@ def models(
     try:
         info = _describe(name, cache_dir)
     except (ModelNotFoundError, ValueError) as e:
-        console.print(f"[red]{e}[/]", soft_wrap=True)  # one line, however narrow the terminal
+        console.print(f"[red]{e}[/]")
         raise typer.Exit(EXIT_FATAL) from None
     if as_json:
         typer.echo(json.dumps(info, indent=2))

@@ -142,11 +142,11 @@ def run(
         + f"; {summary.traces_per_second:.2f} traces/s, "
         f"{summary.tokens_per_second:,.0f} tokens/s ({summary.engine}, {summary.workers} worker(s)) -> {out}")
     if summary.breakdown:
-        console.print(f"time: {summary.breakdown}", soft_wrap=True)
+        console.print(f"time: {summary.breakdown}")
     succeeded = summary.warnings_by_reason.get("succeeded_run", 0)
     if succeeded:
         console.print(f"{succeeded} run(s) whose log records success were not attributed (listed in "
-                      f"{out / 'errors'} as succeeded_run; --all-runs attributes them)", soft_wrap=True)
+                      f"{out / 'errors'} as succeeded_run; --all-runs attributes them)")
     if summary.attributed == 0 and succeeded:
         raise typer.Exit(summary.exit_code)  # every run succeeded: nothing to blame, and nothing went wrong
     if summary.attributed == 0:

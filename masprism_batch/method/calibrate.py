@@ -78,9 +78,17 @@ def confidence(cal: dict | None, feats: dict | None, n_steps: int) -> float | No
     if cal is None or feats is None:
         return None
     x = (np.array([feats[f] for f in cal["features"]]) - np.asarray(cal["mean"])) / np.asarray(cal["std"])
-    s = float(x @ np.asarray(cal["w"])) + cal["b"]
-    p = 1 / (1 + math.exp(-max(min(s, 50.0), -50.0)))
-    return max(p, 1.0 / max(n_steps, 1))
+    return max(_sigmoid(float(x @ np.asarray(cal["w"])) + cal["b"]), 1.0 / max(n_steps, 1))
+
+
+def flat_rate(cal: dict) -> float | None:
+    """The one P(right) every verdict gets where the calibration kept no feature (fit_evidence drops the evidence
+    when its scale comes out negative), before the 1/n floor; None where the evidence ranks verdicts."""
+    return None if any(cal.get("w") or []) else _sigmoid(float(cal["b"]))
+
+
+def _sigmoid(s: float) -> float:
+    return 1 / (1 + math.exp(-max(min(s, 50.0), -50.0)))
 
 
 def accuracy_at_coverage(conf, hits, fractions=(0.25, 0.5, 1.0)) -> dict[float, tuple[int, float | None]]:

@@ -26,33 +26,51 @@ TIME_COLUMNS = ["attributed_at", "seconds_pass1", "seconds_pass2"]
 PATIENCE_S = 600
 
 
-class FirstActorKiller:
-    """SIGKILLs the first model actor (by the pid file its model load writes) once a shard is committed, while
-    the run is on: `with FirstActorKiller(out, piddir) as killed: run...`; then killed["pid"], killed["committed"]
-    (the shards committed before the kill), or no "pid" where the run ended first."""
+def committed(out: Path) -> int:
+    return len(list((out / "_manifest").glob("shard-[0-9a-f]*.json")))
 
-    def __init__(self, out: Path, piddir: Path):
-        self.out, self.piddir, self.killed, self.done = out, piddir, {}, threading.Event()
+
+class WhileTheRunIsOn:
+    """`with WhileTheRunIsOn(act) as done: run...`: calls `act(done)` every 50 ms on a thread until it returns
+    True, the run (the `with` body) ends or PATIENCE_S pass; `done` is the dict `act` records what it did in."""
+
+    def __init__(self, act):
+        self.act, self.done, self.over = act, {}, threading.Event()
         self.thread = threading.Thread(target=self._watch, daemon=True)
 
     def _watch(self) -> None:
         deadline = time.time() + PATIENCE_S
-        while not self.done.is_set() and time.time() < deadline:
-            entries = list((self.out / "_manifest").glob("shard-[0-9a-f]*.json"))
-            pids = sorted(self.piddir.glob("pid-*"))
-            if entries and pids:
-                self.killed["pid"], self.killed["committed"] = int(pids[0].name[4:]), len(entries)
-                os.kill(self.killed["pid"], signal.SIGKILL)
-                return
+        while not self.over.is_set() and time.time() < deadline and not self.act(self.done):
             time.sleep(0.05)
 
     def __enter__(self) -> dict:
         self.thread.start()
-        return self.killed
+        return self.done
 
     def __exit__(self, *exc) -> None:
-        self.done.set()
+        self.over.set()
         self.thread.join()
+
+
+def kill_first_actor(out: Path, piddir: Path):
+    """SIGKILL the first model actor (by the pid file its model load writes) once a shard is committed; records
+    done["pid"] and done["committed"] (the shards committed before the kill)."""
+    def act(done: dict) -> bool:
+        pids, n = sorted(piddir.glob("pid-*")), committed(out)
+        if not (pids and n):
+            return False
+        done["pid"], done["committed"] = int(pids[0].name[4:]), n
+        os.kill(done["pid"], signal.SIGKILL)
+        return True
+
+    return WhileTheRunIsOn(act)
+
+
+def wait_for_commits(out: Path, proc: subprocess.Popen, n: int) -> None:
+    """Until `n` shards of the driver `proc` are committed or it ended (bounded by PATIENCE_S)."""
+    deadline = time.time() + PATIENCE_S
+    while time.time() < deadline and proc.poll() is None and committed(out) < n:
+        time.sleep(0.05)
 
 
 @pytest.fixture(scope="module")
@@ -79,8 +97,7 @@ def test_ray_matches_local(tmp_path, small_cfg, cluster):
     ids = make_corpus(tmp_path / "in", 31, 3, bad_lines=2, marks={7: "RAISE"})
     # no time-bound piece commits (engine.commit_seconds, 60 s): on a loaded machine the Ray run passed a minute
     # and committed a piece the local run did not, so the part files differed though every row was the same
-    cfg = small_cfg(per_shard=64, budget=120)
-    cfg = cfg.model_copy(update={"engine": cfg.engine.model_copy(update={"commit_seconds": 3600.0})})
+    cfg = small_cfg(per_shard=64, budget=120, commit_seconds=3600.0)
     run_local([str(tmp_path / "in")], tmp_path / "local", cfg, **Fakes().kwargs(), progress=False)
     piddir = tmp_path / "pids"
     piddir.mkdir()
@@ -100,7 +117,7 @@ def test_killed_actor_mid_run(tmp_path, small_cfg, cluster):
     piddir = tmp_path / "pids"
     piddir.mkdir()
     out = tmp_path / "out"
-    with FirstActorKiller(out, piddir) as killed:
+    with kill_first_actor(out, piddir) as killed:
         s = run_ray([str(tmp_path / "in")], out, small_cfg(per_shard=6, budget=150), workers=2,
                     **Fakes(delay=0.08, piddir=str(piddir)).kwargs(ray=True), progress=False)
     assert "pid" in killed, "the actor was never killed"
@@ -149,18 +166,14 @@ def test_killed_driver_then_rerun(tmp_path, small_cfg, cluster):
     script.write_text(DRIVER.format(tests=str(Path(__file__).parent), cfg=cfg.model_dump_json(),
                                     inp=str(tmp_path / "in"), out=str(out), address=cluster))
     proc = subprocess.Popen([sys.executable, str(script)], stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
-    deadline = time.time() + PATIENCE_S
-    while time.time() < deadline and proc.poll() is None:
-        if len(list((out / "_manifest").glob("shard-[0-9a-f]*.json"))) >= 2:
-            break
-        time.sleep(0.05)
+    wait_for_commits(out, proc, 2)
     assert proc.poll() is None, f"driver ended before it could be killed (rc={proc.returncode})"
     proc.send_signal(signal.SIGKILL)
     proc.wait()
-    committed = len(list((out / "_manifest").glob("shard-[0-9a-f]*.json")))
-    assert not (out / "run.json").exists() and committed < 12
+    before = committed(out)
+    assert not (out / "run.json").exists() and before < 12
     s = run_ray([str(tmp_path / "in")], out, cfg, workers=2, **Fakes().kwargs(ray=True), progress=False)
-    assert s.shards_skipped == committed and s.shards_run == 12 - committed
+    assert s.shards_skipped == before and s.shards_run == 12 - before
     reasons = assert_exactly_once(out, ids)
     assert not reasons
 
@@ -179,7 +192,7 @@ def test_tiny_model_ray_matches_local_with_killed_actor(tmp_path, cluster):
     piddir = tmp_path / "pids"
     piddir.mkdir()
     out = tmp_path / "ray"
-    with FirstActorKiller(out, piddir) as killed:
+    with kill_first_actor(out, piddir) as killed:
         s = run_ray([str(tmp_path / "in")], out, cfg, workers=2, **RealModel(piddir=str(piddir)).kwargs(ray=True),
                     progress=False)
     assert "pid" in killed and killed["committed"] < s.shards_run
@@ -217,11 +230,7 @@ def test_sigterm_to_the_driver_is_a_clean_stop_then_resume(tmp_path, small_cfg, 
     script.write_text(STOPPABLE.format(tests=str(Path(__file__).parent), cfg=cfg.model_dump_json(), delay=0.1,
                                        inp=str(tmp_path / "in"), out=str(out), address=cluster))
     proc = subprocess.Popen([sys.executable, str(script)], stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
-    deadline = time.time() + PATIENCE_S
-    while time.time() < deadline and proc.poll() is None:
-        if list((out / "_manifest").glob("shard-[0-9a-f]*.json")):
-            break
-        time.sleep(0.05)
+    wait_for_commits(out, proc, 1)
     assert proc.poll() is None, f"driver ended before SIGTERM (rc={proc.returncode})"
     proc.send_signal(signal.SIGTERM)
     text = proc.communicate(timeout=PATIENCE_S)[0]
@@ -255,29 +264,21 @@ def test_killed_ledger_mid_run_then_the_run_completes_exactly_once(tmp_path, sma
 
     ids = make_corpus(tmp_path / "in", 24, 2)
     out = tmp_path / "out"
-    killed: dict = {}
-    done = threading.Event()
 
-    def killer():
-        deadline = time.time() + PATIENCE_S
-        while not done.is_set() and time.time() < deadline and "at" not in killed:
-            try:
-                if list((out / "_manifest").glob("shard-[0-9a-f]*.json")):
-                    run_id = json.loads((out / "_manifest" / "HEADER.json").read_text())["run_id"]
-                    ray.kill(ray.get_actor(f"{LEDGER_ACTOR}-{run_id}"), no_restart=False)
-                    killed["at"] = len(list((out / "_manifest").glob("shard-[0-9a-f]*.json")))
-            except (ValueError, OSError):
-                pass  # not created yet
-            time.sleep(0.05)
+    def kill_the_ledger(done: dict) -> bool:
+        try:
+            if not committed(out):
+                return False
+            run_id = json.loads((out / "_manifest" / "HEADER.json").read_text())["run_id"]
+            ray.kill(ray.get_actor(f"{LEDGER_ACTOR}-{run_id}"), no_restart=False)
+        except (ValueError, OSError):
+            return False  # not created yet
+        done["at"] = committed(out)
+        return True
 
-    th = threading.Thread(target=killer)
-    th.start()
-    try:
+    with WhileTheRunIsOn(kill_the_ledger) as killed:
         s = run_ray([str(tmp_path / "in")], out, small_cfg(per_shard=4, budget=150), workers=1,
                     **Fakes(delay=0.1).kwargs(ray=True), progress=False)
-    finally:
-        done.set()
-        th.join()
     assert "at" in killed, "the ledger was never killed"
     assert killed["at"] < s.shards_run, "the kill came after the run was over"
     assert not assert_exactly_once(out, ids) and s.attributed == 24
