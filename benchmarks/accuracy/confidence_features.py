@@ -7,7 +7,8 @@ For the zero-training verdict (rule `faithful`) of every labelled cached log, th
 - each shipped evidence feature (method/confidence.py), in the direction fixed a priori (confidence.SIGNS);
 - candidate features that were considered and not shipped (agreement of pass 1 alone or of the `earliest` rule
   with the verdict, the blamed step's relative position, symptom / failure-word density, fewer candidates, the
-  blamed step's own NLL against its log's (the paper's unsurprising root cause), fewer symptoms; on a
+  blamed step's own NLL against its log's (the paper's unsurprising root cause), fewer symptoms, a shorter
+  blamed step, and the label-free batch consensus (how many of the system's other verdicts name the same step); on a
   cache extracted with --counterfactual-k > 0 also the blamed step's counterfactual effect, z-scored in its log);
 - the shipped confidence, calibrated leave-one-system-out (the figure of docs/results.md), with a 95% bootstrap
   interval over the system's logs (2,000 resamples, seed 0);
@@ -67,8 +68,9 @@ def candidate_features(c, f: ft.FitCase, with_cf: bool = False) -> dict[str, flo
     sd = float(np.nanstd(nll))
     nll_z = (nll[top] - float(np.nanmean(nll))) / sd if sd > 1e-9 and np.isfinite(nll[top]) else 0.0
     n_symptoms = sum(bool(r.get("is_symptom")) for r in c.rows)
+    tokens = {r["step"]: r.get("tokens_pass1") or 0 for r in c.rows}
     return {**cfz, "agrees with pass 1 alone": float(bool(p1) and p1[0] == top),
-            QUIET: -nll_z, FEW: -float(np.log1p(n_symptoms)),
+            SHORT: -float(np.log1p(tokens.get(top, 0))), QUIET: -nll_z, FEW: -float(np.log1p(n_symptoms)),
             "agrees with rule earliest": float(earliest[0] == top),
             "earlier blamed step (-relative position)": -top / max(n - 1, 1),
             "symptom density": n_symptoms / n,
@@ -111,11 +113,24 @@ def selection_rows(per: dict, max_size: int = 3) -> list[dict]:
 
 
 QUIET, FEW = "unsurprising blamed step (-NLL z in its log)", "fewer symptoms (-log count)"
+SHORT = "shorter blamed step (-log pass-1 tokens)"
+CONSENSUS = "batch consensus (share of the system's other verdicts at the same step)"
+
+
+def add_consensus(per: dict) -> None:
+    """Label-free: the share of the other logs of the same system whose verdict names the same step index
+    (a team's nightly batch could compute it; it is the unsupervised cousin of the label prior)."""
+    for v in per.values():
+        tops = [r[4] for r in v]
+        for i, r in enumerate(v):
+            r[1][CONSENSUS] = (sum(t == tops[i] for t in tops) - 1) / max(len(tops) - 1, 1)
 # the shipped six with the two 2026-11-27 leads: sets compared as a whole (equal weights, LOSO scales)
 VARIANTS = {"shipped six": cf.FEATURES,
             "six + unsurprising blamed step + fewer symptoms": (*cf.FEATURES, QUIET, FEW),
             "six, nll_contrast -> unsurprising blamed step": (*(f for f in cf.FEATURES if f != "nll_contrast"), QUIET),
-            "six, nll_contrast -> both": (*(f for f in cf.FEATURES if f != "nll_contrast"), QUIET, FEW)}
+            "six, nll_contrast -> both": (*(f for f in cf.FEATURES if f != "nll_contrast"), QUIET, FEW),
+            "six + batch consensus": (*cf.FEATURES, CONSENSUS),
+            "six + batch consensus + unsurprising blamed step + fewer symptoms": (*cf.FEATURES, CONSENSUS, QUIET, FEW)}
 
 
 def variant_rows(per: dict) -> list[dict]:
@@ -164,7 +179,8 @@ def main() -> None:
         c = by_id[f.trace.trace_id]
         feats = ft.evidence(f, f.ranked)
         per.setdefault(c.system, []).append((feats, candidate_features(c, f, with_cf), ft.hit(f, f.ranked[0]),
-                                             len(f.trace.steps)))
+                                             len(f.trace.steps), f.ranked[0]))
+    add_consensus(per)
     stamp = {"date": dt.date.today().isoformat(), "hardware": f"{platform.machine()} CPU"}
     rows = []
     for system in sorted(per):
