@@ -1,6 +1,6 @@
 """The Committer: the driver side of a run, shared by both engines (resume, commits, progress, run record).
 
-Only the driver writes outputs (through `parts.ShardStore`), so workers need no access to OUTDIR. A shard is
+Only the driver writes outputs (through `shards.ShardStore`), so workers need no access to OUTDIR. A shard is
 committed once, when its last pack comes back (entry `shard-<id>`: the shard is done); packs that finished
 before are committed as *pieces* of it (`shard-<id>_<k>`, recording the trace ids they settle) whenever
 `engine.commit_seconds` passed since the last commit, and on an interruption, so a kill loses at most that
@@ -28,7 +28,8 @@ from masprism_batch.pipelines.run_summary import RunSummary, breakdown, split_re
 from masprism_batch import __version__, schema
 from masprism_batch.config import PipelineConfig
 from masprism_batch.ingest.common import WARNING_REASONS
-from masprism_batch.outdir.parts import OUTPUT_TABLES, OutdirLock, ShardStore, read_dataset, write_json_atomic
+from masprism_batch.outdir.parts import OutdirLock, read_dataset, write_json_atomic
+from masprism_batch.outdir.shards import OUTPUT_TABLES, ShardStore
 
 log = logging.getLogger(__name__)
 # seconds_input_wait: the model stage's wait for its input, the CPU stage of a pack not done yet

@@ -16,7 +16,7 @@ from typing import Any
 import pyarrow as pa
 
 from masprism_batch import schema
-from masprism_batch.outdir.parts import OUTPUT_TABLES
+from masprism_batch.outdir.shards import OUTPUT_TABLES
 
 _TYPES = {"int": int, "float": float, "str": str, "bytes": bytes}
 

@@ -23,7 +23,7 @@ from masprism_batch.pipelines.plan import INGEST_SHARD, Shard, read_marker
 
 from masprism_batch.config import PipelineConfig
 from masprism_batch.fit.rankcheck import digest
-from masprism_batch.outdir.parts import OUTPUT_TABLES, ShardStore
+from masprism_batch.outdir.shards import OUTPUT_TABLES, ShardStore
 
 log = logging.getLogger(__name__)
 

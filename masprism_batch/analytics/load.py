@@ -19,6 +19,7 @@ import pyarrow.dataset as ds
 
 from masprism_batch import schema
 from masprism_batch.outdir import parts as outdir_parts
+from masprism_batch.outdir.shards import MANIFEST_DIR, ShardStore
 
 log = logging.getLogger(__name__)
 
@@ -90,7 +91,7 @@ def run_records(outdir: Path) -> list[dict[str, Any]]:
 
 def _interrupted(outdir: Path) -> list[dict[str, Any]]:
     out = []
-    for p in sorted((outdir / outdir_parts.MANIFEST_DIR).glob("interrupted-*.json")):
+    for p in sorted((outdir / MANIFEST_DIR).glob("interrupted-*.json")):
         try:
             rec = json.loads(outdir_parts.manifest.read_control(p) or "null")
         except (OSError, ValueError) as exc:
@@ -139,10 +140,10 @@ def latest_per_trace(attr: pa.Table) -> tuple[pa.Table, set[str]]:
 def committed_shards(outdir: Path) -> dict[str, dict[str, Any]]:
     """Manifest entries of a `run`/`attribute` OUTDIR (empty for other layouts): what each committed shard
     holds and when it was committed, for the work of invocations that never wrote run.json."""
-    if not (Path(outdir) / outdir_parts.MANIFEST_DIR).is_dir():
+    if not (Path(outdir) / MANIFEST_DIR).is_dir():
         return {}
     try:
-        return outdir_parts.ShardStore(outdir).committed()
+        return ShardStore(outdir).committed()
     except (OSError, ValueError) as exc:
         log.warning("manifest of %s unreadable (%s): killed invocations not counted", outdir, exc)
         return {}

@@ -9,7 +9,7 @@ import pytest
 from masprism_batch.pipelines import run_local
 from pipeline_fakes import Fakes, assert_exactly_once, make_corpus
 
-import masprism_batch.outdir.parts as mio
+import masprism_batch.outdir.shards as shards
 from masprism_batch import schema
 from masprism_batch.outdir.parts import read_dataset
 from masprism_batch.trace import Step, Trace
@@ -75,7 +75,7 @@ def test_crash_between_parts_and_manifest(tmp_path, small_cfg, monkeypatch):
     """The commit window: all parts renamed into place, manifest entry not yet written."""
     ids = make_corpus(tmp_path / "in", 29, 2)
     cfg = small_cfg(per_shard=5)
-    real = mio.write_json_atomic
+    real = shards.write_json_atomic
     entries = []
 
     def dying(obj, path, durable=True):
@@ -85,15 +85,15 @@ def test_crash_between_parts_and_manifest(tmp_path, small_cfg, monkeypatch):
                 raise Killed()
         real(obj, path, durable)
 
-    monkeypatch.setattr(mio, "write_json_atomic", dying)
+    monkeypatch.setattr(shards, "write_json_atomic", dying)
     with pytest.raises(Killed):
         run_local([str(tmp_path / "in")], tmp_path / "out", cfg, **Fakes().kwargs(), progress=False)
-    monkeypatch.setattr(mio, "write_json_atomic", real)
+    monkeypatch.setattr(shards, "write_json_atomic", real)
     # ingest + 2 committed + the parts of the shard whose entry was never written
     parts = sorted((tmp_path / "out" / "attributions").glob("shard-*"))
     assert len(parts) == 4
     # readers (analytics, eval) see the committed shards only: the resume rewrites the other one
-    committed = mio.ShardStore(tmp_path / "out").committed()
+    committed = shards.ShardStore(tmp_path / "out").committed()
     want = {t for p in parts if p.stem[len("shard-"):] in committed for t in pq.read_table(p)["trace_id"].to_pylist()}
     assert len(committed) == 3 and want
     assert set(read_dataset(tmp_path / "out" / "attributions")["trace_id"].to_pylist()) == want
@@ -144,7 +144,7 @@ def test_other_config_refused(tmp_path, small_cfg):
 
 
 def test_shard_store_rejects_path_like_ids(tmp_path):
-    store = mio.ShardStore(tmp_path)
+    store = shards.ShardStore(tmp_path)
     for bad in ["../x", "a/b", "", "A" * 70, ".hidden"]:
         with pytest.raises(ValueError):
             store.part_path("errors", bad)
