@@ -21,7 +21,7 @@ from __future__ import annotations
 
 import pytest
 import torch
-from masprism_batch.kernels import aot
+from masprism_batch.kernels import aot, aot_report
 
 pytestmark = pytest.mark.kernel  # the kernels' tests (Triton interpreter, AOT compile, GPU runbook): -m 'not kernel' skips
 
@@ -47,8 +47,8 @@ def test_kernels_compile_within_target_limits(compiled, target, dtype):
     # the loop kernel is the fallback for packs whose key tiles span more step ids than the window holds
     labels = " & ".join(r["label"] for r in rows if r["kernel"] == "_step_mass").split(" & ")
     assert {"qwen3-0.6b loop fallback", "smollm2-135m loop fallback"} <= set(labels)
-    bad = [f"{r['kernel']} [{r['label']}]: {p}" for r in rows for p in aot.problems(r)]
-    table = aot.markdown(rows)
+    bad = [f"{r['kernel']} [{r['label']}]: {p}" for r in rows for p in aot_report.problems(r)]
+    table = aot_report.markdown(rows)
     assert not bad, f"{target} {dtype}:\n" + "\n".join(bad) + "\n" + table
 
 
@@ -66,4 +66,4 @@ def test_oversized_config_is_caught():
     sig, constexprs, attrs, options = aot._specialise(fn, args, kwargs, 80)
     row = aot.compile_launch(aot.Launch(fn.__name__, "oversized", "fp32", 80, grid, sig, constexprs, attrs, options))
     assert row["shared"] > aot.SMEM_LIMIT[80]
-    assert any("shared memory" in p for p in aot.problems(row)), row
+    assert any("shared memory" in p for p in aot_report.problems(row)), row
