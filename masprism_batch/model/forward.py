@@ -5,8 +5,7 @@ sequence, no padding). Instrumented layers run their attention through masprism_
 whose output `o` IS the layer's attention output, so the signal costs no second forward. The final normed
 hidden states go to signals.token_nll with the LM-head weight: logits are only ever formed in chunks.
 
-Just over 300 lines: the packed forward and its per-layer signal hooks stay in one file so the order of
-operations of one layer reads top to bottom.
+Re-reading a suffix after a cached prefix (counterfactuals) is `model/suffix.py`.
 """
 
 from __future__ import annotations
@@ -25,7 +24,6 @@ from masprism_batch.model.attention import causal_attention
 from masprism_batch.model.layers import Weights, mlp, qkv_proj, rms_norm, rope_cos_sin
 
 log = logging.getLogger(__name__)
-SUFFIX_SCORE_BUDGET = 1 << 22  # score elements per query block of suffix_nll (16 MiB in fp32)
 
 
 @dataclass
@@ -139,53 +137,11 @@ class PrefillModel:
         return out
 
     def suffix_nll(self, cache: KVCache, prefix_len: int, suffix: list[int]) -> np.ndarray:
-        """Token NLL of `suffix` read after the first `prefix_len` tokens of a cached sequence.
+        """Token NLL of `suffix` read after the first `prefix_len` tokens of a cached sequence (one job; the
+        reference of the packed `suffix.suffix_nll_batch`): see `suffix.suffix_nll`."""
+        from masprism_batch.model.suffix import suffix_nll  # lazy: suffix's jobs hold this module's KVCache
 
-        The prefix is never recomputed: its K/V come from `cache` (a `signals(..., keep_kv=True)` pass), so a
-        counterfactual (a step replaced by a placeholder) costs only the tokens from that step on.
-        Returns float32 [len(suffix)]: entry t = -log p(suffix[t] | prefix, suffix[:t]); entry 0 is nan (the
-        hidden state that predicts it is the prefix's last, not cached: start the suffix one token early to
-        score it).
-        """
-        if not 0 <= prefix_len <= cache.n_tokens:
-            raise ValueError(f"prefix_len {prefix_len} outside the cached 0..{cache.n_tokens} tokens")
-        if not suffix or prefix_len + len(suffix) > self.max_context:
-            raise ValueError(f"suffix of {len(suffix)} tokens after {prefix_len}: need 1..{self.max_context} in all")
-        a, w = self.arch, self.weights
-        ids = torch.tensor(suffix, dtype=torch.int64, device=self.device)
-        pos = torch.arange(prefix_len, prefix_len + len(suffix), device=self.device)
-        with torch.inference_mode():
-            cos, sin = rope_cos_sin(pos, self._inv_freq, self._rope_scale, self.dtype)
-            h = F.embedding(ids, w.embed)
-            n = len(suffix)
-            groups = a.num_heads // a.num_kv_heads
-            # queries in blocks: the masked SDPA forms [H, block, keys] scores, so memory stays linear in length
-            qb = max(16, min(n, SUFFIX_SCORE_BUDGET // max(1, a.num_heads * (prefix_len + n))))
-            for i, lw in enumerate(w.layers):
-                x = rms_norm(h, lw.input_norm, a.rms_norm_eps)
-                q, k, v = qkv_proj(x, lw, a, cos, sin)
-                kk = torch.cat([cache.k[i][:prefix_len], k]).repeat_interleave(groups, 1).transpose(0, 1)
-                vv = torch.cat([cache.v[i][:prefix_len], v]).repeat_interleave(groups, 1).transpose(0, 1)
-                qt = q.transpose(0, 1)
-                o = torch.empty_like(qt)
-                for s0 in range(0, n, qb):
-                    s1 = min(n, s0 + qb)
-                    # query t (absolute prefix_len + t) sees every prefix key and suffix keys <= t
-                    keys = prefix_len + s1
-                    mask = torch.ones(s1 - s0, keys, dtype=torch.bool, device=self.device)
-                    mask[:, prefix_len + s0:] = torch.ones(s1 - s0, s1 - s0, dtype=torch.bool, device=self.device).tril_()
-                    o[:, s0:s1] = F.scaled_dot_product_attention(qt[:, s0:s1], kk[:, :keys], vv[:, :keys],
-                                                                 attn_mask=mask, scale=a.scale)
-                h.add_(F.linear(o.transpose(0, 1).reshape(n, -1), lw.o_w, lw.o_b))
-                h.add_(mlp(rms_norm(h, lw.post_norm, a.rms_norm_eps), lw))
-            hidden = rms_norm(h, w.final_norm, a.rms_norm_eps)
-            targets = torch.full_like(ids, -100)
-            targets[:-1] = ids[1:]
-            nll = sig.token_nll(hidden, self.weights.lm_head, targets, backend=self.signals_cfg.backend,
-                                chunk=self.signals_cfg.nll_chunk).float().cpu().numpy()
-        out = np.full(n, np.nan, dtype=np.float32)
-        out[1:] = nll[:-1]
-        return out
+        return suffix_nll(self, cache, prefix_len, suffix)
 
     def prefill(self, seqs: list[list[int]]) -> torch.Tensor:
         """Plain packed forward, no signals (for benchmarks): the final normed hidden states [T, H]."""

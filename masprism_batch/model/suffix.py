@@ -14,6 +14,8 @@ stays under MASK_BUDGET elements.
 
 Only the NLL of the positions a job asks for (`score`) goes through the LM head: the verdict reads the
 symptoms' spans only, and the LM head (49k x 576 for SmolLM2) is a fifth of the forward.
+
+`suffix_nll` reads one suffix at a time (`PrefillModel.suffix_nll`): the reference the batch is tested against.
 """
 
 from __future__ import annotations
@@ -28,6 +30,7 @@ from masprism_batch import signals as sig
 from masprism_batch.model.layers import mlp, qkv_proj, rms_norm, rope_cos_sin
 
 MASK_BUDGET = 1 << 24  # mask elements per query block (16 MiB of bool)
+SUFFIX_SCORE_BUDGET = 1 << 22  # score elements per query block of suffix_nll (16 MiB in fp32)
 
 
 @dataclass
@@ -111,4 +114,54 @@ def suffix_nll_batch(model, jobs: list[SuffixJob]) -> list[np.ndarray]:
                                 chunk=model.signals_cfg.nll_chunk).float().cpu().numpy()
             for (b, t), x in zip(want, nll, strict=True):
                 out[b][t] = x
+    return out
+
+
+def suffix_nll(model, cache, prefix_len: int, suffix: list[int]) -> np.ndarray:
+    """Token NLL of `suffix` read after the first `prefix_len` tokens of a cached sequence.
+
+    The prefix is never recomputed: its K/V come from `cache` (a `PrefillModel.signals(..., keep_kv=True)` pass), so a
+    counterfactual (a step replaced by a placeholder) costs only the tokens from that step on.
+    Returns float32 [len(suffix)]: entry t = -log p(suffix[t] | prefix, suffix[:t]); entry 0 is nan (the
+    hidden state that predicts it is the prefix's last, not cached: start the suffix one token early to
+    score it).
+    """
+    if not 0 <= prefix_len <= cache.n_tokens:
+        raise ValueError(f"prefix_len {prefix_len} outside the cached 0..{cache.n_tokens} tokens")
+    if not suffix or prefix_len + len(suffix) > model.max_context:
+        raise ValueError(f"suffix of {len(suffix)} tokens after {prefix_len}: need 1..{model.max_context} in all")
+    a, w = model.arch, model.weights
+    ids = torch.tensor(suffix, dtype=torch.int64, device=model.device)
+    pos = torch.arange(prefix_len, prefix_len + len(suffix), device=model.device)
+    with torch.inference_mode():
+        cos, sin = rope_cos_sin(pos, model._inv_freq, model._rope_scale, model.dtype)
+        h = F.embedding(ids, w.embed)
+        n = len(suffix)
+        groups = a.num_heads // a.num_kv_heads
+        # queries in blocks: the masked SDPA forms [H, block, keys] scores, so memory stays linear in length
+        qb = max(16, min(n, SUFFIX_SCORE_BUDGET // max(1, a.num_heads * (prefix_len + n))))
+        for i, lw in enumerate(w.layers):
+            x = rms_norm(h, lw.input_norm, a.rms_norm_eps)
+            q, k, v = qkv_proj(x, lw, a, cos, sin)
+            kk = torch.cat([cache.k[i][:prefix_len], k]).repeat_interleave(groups, 1).transpose(0, 1)
+            vv = torch.cat([cache.v[i][:prefix_len], v]).repeat_interleave(groups, 1).transpose(0, 1)
+            qt = q.transpose(0, 1)
+            o = torch.empty_like(qt)
+            for s0 in range(0, n, qb):
+                s1 = min(n, s0 + qb)
+                # query t (absolute prefix_len + t) sees every prefix key and suffix keys <= t
+                keys = prefix_len + s1
+                mask = torch.ones(s1 - s0, keys, dtype=torch.bool, device=model.device)
+                mask[:, prefix_len + s0:] = torch.ones(s1 - s0, s1 - s0, dtype=torch.bool, device=model.device).tril_()
+                o[:, s0:s1] = F.scaled_dot_product_attention(qt[:, s0:s1], kk[:, :keys], vv[:, :keys],
+                                                             attn_mask=mask, scale=a.scale)
+            h.add_(F.linear(o.transpose(0, 1).reshape(n, -1), lw.o_w, lw.o_b))
+            h.add_(mlp(rms_norm(h, lw.post_norm, a.rms_norm_eps), lw))
+        hidden = rms_norm(h, w.final_norm, a.rms_norm_eps)
+        targets = torch.full_like(ids, -100)
+        targets[:-1] = ids[1:]
+        nll = sig.token_nll(hidden, model.weights.lm_head, targets, backend=model.signals_cfg.backend,
+                            chunk=model.signals_cfg.nll_chunk).float().cpu().numpy()
+    out = np.full(n, np.nan, dtype=np.float32)
+    out[1:] = nll[:-1]
     return out
