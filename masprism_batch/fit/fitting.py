@@ -23,7 +23,6 @@ import numpy as np
 from masprism_batch.fit import clogit
 from masprism_batch.method import ranker as rk
 from masprism_batch.method import rules
-from masprism_batch.method.calibrate import mean  # noqa: F401 - the fit's hit rates (ft.mean)
 from masprism_batch.trace import Trace, norm_agent
 
 log = logging.getLogger(__name__)

@@ -118,7 +118,7 @@ def fit_system(cases: list[ft.FitCase], system: str, rule: str = "faithful", rul
     ok = [i for i in oof if "rule" in oof[i]]
     step_opts = [*opts, "rule", "prior"]
     hits = {o: [ft.hit(cases[i], oof[i][o][0]) if o in oof[i] else None for i in ok] for o in step_opts}
-    step_acc = {o: ft.mean(h) for o, h in hits.items()}
+    step_acc = {o: calibrate.mean(h) for o, h in hits.items()}
     # a verdict that names one step index for most of the system's logs reads the position, not the log: never
     # shipped; the rule (the log's own evidence) is exempt
     modal = {o: modal_share([oof[i][o][0] for i in ok if o in oof[i]]) for o in step_opts}
@@ -151,10 +151,10 @@ def fit_system(cases: list[ft.FitCase], system: str, rule: str = "faithful", rul
             for i in ok]
     est = {
         "fitted": step_acc[chosen], "rule": step_acc["rule"],
-        "pos_prior": ft.mean(ft.hit(cases[i], oof[i]["pos_prior"]) for i in ok),
+        "pos_prior": calibrate.mean(ft.hit(cases[i], oof[i]["pos_prior"]) for i in ok),
         "fitted_agent": agent_acc.get(agent_rule),
-        "rule_agent": ft.mean(ft.agent_hit(cases[i], oof[i]["rule_agent"]) for i in ok),
-        "agent_prior": ft.mean(ft.agent_hit(cases[i], oof[i]["agent_prior"]) for i in ok),
+        "rule_agent": calibrate.mean(ft.agent_hit(cases[i], oof[i]["rule_agent"]) for i in ok),
+        "agent_prior": calibrate.mean(ft.agent_hit(cases[i], oof[i]["agent_prior"]) for i in ok),
         "best_l2": best[1] if best else None, "best_offset": best[0] if best else None,
         "folds": "leave-one-out" if len(cases) <= 20 else "5-fold",
         "auroc": cf.auroc(conf, [ft.hit(cases[i], oof[i][chosen][0]) for i in ok]),
@@ -209,7 +209,7 @@ def _agent_choice(cases, oof, ok, chosen, rule_agent: str, overridable: bool, us
         return ft.agent_pick(a, cases[i], oof[i][chosen][2], top, oof[i][chosen][3], order)
 
     hits = {a: [ft.agent_hit(cases[i], pick(a, i)) for i in ok] for a in (rule_agent, prior, *extra)}
-    acc = {a: ft.mean(h) for a, h in hits.items()}
+    acc = {a: calibrate.mean(h) for a, h in hits.items()}
     out = rule_agent
     if overridable and beats(hits[prior], hits[rule_agent], Z_PRIOR_AGENT):
         out = prior
