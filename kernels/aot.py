@@ -28,6 +28,7 @@ import warnings
 from dataclasses import dataclass, field
 
 import torch
+from masprism_batch.kernels.aot_report import compact_markdown, markdown, problems
 
 # Max dynamic shared memory per block (cudaDevAttrMaxSharedMemoryPerBlockOptin).
 SMEM_LIMIT = {80: 166_912, 90: 232_448}
@@ -265,8 +266,6 @@ def main(argv=None) -> int:
     import argparse
     import json
 
-    from masprism_batch.kernels.aot_report import compact_markdown, markdown, problems  # lazy: imports aot
-
     ap = argparse.ArgumentParser(description="AOT-compile every Triton kernel launch for sm_80 and sm_90")
     ap.add_argument("--compact", action="store_true", help="one line per kernel variant (README table)")
     ap.add_argument("--json", default=None, help="also write every compiled row to this JSON file")
@@ -279,7 +278,7 @@ def main(argv=None) -> int:
     if args.json:
         with open(args.json, "w") as f:
             json.dump(rows, f, indent=1, default=str)
-    print(compact_markdown(rows) if args.compact else markdown(rows))
+    print(compact_markdown(rows, list(KERNELS)) if args.compact else markdown(rows))
     bad = [(r, p) for r in rows for p in problems(r)]
     for r, p in bad:
         print(f"FAIL {r['kernel']} {r['label']} {r['target']} {r['dtype']}: {p}", file=sys.stderr)

@@ -3,8 +3,6 @@ of shared memory, registers and spills per kernel, target and dtype (docs/gpu.md
 
 from __future__ import annotations
 
-from masprism_batch.kernels.aot import KERNELS
-
 
 def problems(row: dict) -> list[str]:
     """What makes a compiled row unfit for its target (empty = fine)."""
@@ -31,12 +29,11 @@ def markdown(rows: list[dict]) -> str:
     return "\n".join(lines)
 
 
-def compact_markdown(rows: list[dict]) -> str:
+def compact_markdown(rows: list[dict], order: list[str]) -> str:
     """One line per kernel variant: shared memory (B) / registers / spill (B) per target x {bf16, fp32}
-    (fp16 is reported where it differs from bf16)."""
+    (fp16 is reported where it differs from bf16); kernels in `order` (aot.KERNELS)."""
     by = {(r["kernel"], r["label"], r["target"], r["dtype"]): r for r in rows if "error" not in r}
     cols = [("sm_80", "bf16"), ("sm_90", "bf16"), ("sm_80", "fp32"), ("sm_90", "fp32")]
-    order = list(KERNELS)
     keys = sorted({(k, lab) for k, lab, _, _ in by}, key=lambda x: (order.index(x[0]), x[1]))
     lines = ["| kernel | shapes | bf16 tiles (constexpr), warps/stages sm_80 · sm_90 | sm_80 bf16 | sm_90 bf16 | "
              "sm_80 fp32 | sm_90 fp32 |", "|---|---|---|---:|---:|---:|---:|"]

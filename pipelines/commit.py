@@ -28,7 +28,8 @@ from masprism_batch.pipelines.run_summary import RunSummary, breakdown, split_re
 from masprism_batch import __version__, schema
 from masprism_batch.config import PipelineConfig
 from masprism_batch.ingest.common import WARNING_REASONS
-from masprism_batch.outdir.parts import OutdirLock, read_dataset, write_json_atomic
+from masprism_batch.outdir.parts import OutdirLock, write_json_atomic
+from masprism_batch.outdir.reads import read_dataset
 from masprism_batch.outdir.shards import OUTPUT_TABLES, ShardStore
 
 log = logging.getLogger(__name__)

@@ -34,7 +34,7 @@ from masprism_batch.pipelines.selection import Selection
 
 from masprism_batch.config import load_config
 from masprism_batch.model import load_model
-from masprism_batch.outdir.parts import read_dataset
+from masprism_batch.outdir.reads import read_dataset
 from masprism_batch.render import buckets, pass1
 from masprism_batch.trace import Trace
 

@@ -1,7 +1,7 @@
 """Reading a run's OUTDIR for analytics: which datasets exist, and narrow column reads of them.
 
 attributions/ is required; step_scores/, errors/, traces/ and run.json are optional (a report of a run
-without them just leaves those panels out). Reads go through masprism_batch.outdir.parts so temporary parts of a
+without them just leaves those panels out). Reads go through masprism_batch.outdir.reads so temporary parts of a
 run still in progress are ignored.
 """
 
@@ -18,7 +18,8 @@ import pyarrow.compute as pc
 import pyarrow.dataset as ds
 
 from masprism_batch import schema
-from masprism_batch.outdir import parts as outdir_parts
+from masprism_batch.outdir import manifest
+from masprism_batch.outdir import reads as outdir_reads
 from masprism_batch.outdir.shards import MANIFEST_DIR, ShardStore
 
 log = logging.getLogger(__name__)
@@ -46,13 +47,13 @@ def read(outdir: Path, name: str, columns: list[str] | None = None, trace_ids: s
     flt = ds.field("trace_id").isin(pa.array(sorted(trace_ids), pa.string())) if trace_ids is not None else None
     have = set(_schema(Path(outdir) / name).names) if columns else set()
     missing = [c for c in columns or [] if c not in have]
-    table = outdir_parts.read_dataset(Path(outdir) / name, columns=[c for c in columns if c in have] if columns else None,
+    table = outdir_reads.read_dataset(Path(outdir) / name, columns=[c for c in columns if c in have] if columns else None,
                             filter=flt)
     return with_columns(table, name, columns, missing)
 
 
 def _schema(directory: Path) -> pa.Schema:
-    return outdir_parts._open_dataset(directory).schema  # noqa: SLF001 - the same view of the parts as the reads
+    return outdir_reads.open_dataset(directory).schema  # the same view of the parts as the reads
 
 
 def with_columns(table: pa.Table, name: str, columns: list[str] | None, missing: list[str]) -> pa.Table:
@@ -69,7 +70,7 @@ def iter_table(outdir: Path, name: str, columns: list[str]) -> Iterator[pa.Recor
     """Stream columns of one dataset; columns the OUTDIR's parts predate read as nulls."""
     have = set(_schema(Path(outdir) / name).names)
     missing = [c for c in columns if c not in have]
-    for b in outdir_parts.iter_batches(Path(outdir) / name, columns=[c for c in columns if c in have]):
+    for b in outdir_reads.iter_batches(Path(outdir) / name, columns=[c for c in columns if c in have]):
         if missing:
             t = with_columns(pa.Table.from_batches([b]), name, columns, missing)
             yield from t.to_batches()
@@ -80,7 +81,7 @@ def iter_table(outdir: Path, name: str, columns: list[str]) -> Iterator[pa.Recor
 def iter_trace_batches(outdir: Path, columns: list[str], batch_size: int = 256) -> Iterator[pa.RecordBatch]:
     """Stream traces/ (its step text can be gigabytes at scale); nothing when it is absent."""
     if has_dataset(outdir, "traces"):
-        yield from outdir_parts.iter_batches(Path(outdir) / "traces", columns=columns, batch_size=batch_size)
+        yield from outdir_reads.iter_batches(Path(outdir) / "traces", columns=columns, batch_size=batch_size)
 
 
 def run_records(outdir: Path) -> list[dict[str, Any]]:
@@ -93,7 +94,7 @@ def _interrupted(outdir: Path) -> list[dict[str, Any]]:
     out = []
     for p in sorted((outdir / MANIFEST_DIR).glob("interrupted-*.json")):
         try:
-            rec = json.loads(outdir_parts.manifest.read_control(p) or "null")
+            rec = json.loads(manifest.read_control(p) or "null")
         except (OSError, ValueError) as exc:
             log.warning("%s unreadable (%s): that interrupted invocation is not listed", p, exc)
             continue

@@ -119,7 +119,7 @@ def verdict_line(a: dict, t=None) -> str:
 
 
 def _print_attributions(outdir: Path, top: int = 3) -> None:
-    from masprism_batch.outdir.parts import read_dataset
+    from masprism_batch.outdir.reads import read_dataset
     from masprism_batch.trace import Trace
 
     attrs = read_dataset(outdir / "attributions").to_pylist()
@@ -205,7 +205,7 @@ def eval_(
 ):
     """Attribute labelled traces and score them by exact match, trivial baselines beside (method doc)."""
     from masprism_batch.eval import score_trail, score_who_and_when, tables
-    from masprism_batch.outdir.parts import read_dataset
+    from masprism_batch.outdir.reads import read_dataset
     from masprism_batch.pipelines.selection import Selection
     from masprism_batch.trace import Trace
 

@@ -6,7 +6,7 @@ killed run leaves no partial part behind (only `.tmp-*` files, which readers ign
 
 Every write of a result file goes through the writers here, so no second writer can appear beside them; the
 exactly-once layer of the batch engines (`outdir/shards.ShardStore`) writes its parts and manifest entries
-with them, and the readers here trust only the parts that layer committed.
+with them, and the readers (`outdir/reads.py`) trust only the parts that layer committed.
 """
 
 from __future__ import annotations
@@ -23,7 +23,6 @@ from typing import IO, Any
 import pyarrow as pa
 import pyarrow.parquet as pq
 
-from masprism_batch.outdir import manifest
 from masprism_batch.outdir.lock import LOCK_NAME, LOCK_STALE_SECONDS, OutdirLock, OutdirLocked  # noqa: F401 - re-exported
 from masprism_batch.outdir.manifest import DamagedOutput, OutdirUnsafe  # noqa: F401 - re-exported: the errors of this module's API
 
@@ -126,52 +125,3 @@ class DatasetWriter:
 
     def __exit__(self, *exc) -> None:
         self.close()
-
-
-def read_dataset(directory: Path | str, columns: list[str] | None = None, filter=None) -> pa.Table:
-    """Read a dataset written by DatasetWriter (ignores temporary files); optionally only some columns/rows."""
-    return _open_dataset(directory).to_table(columns=columns, filter=filter)
-
-
-def iter_batches(directory: Path | str, columns: list[str] | None = None, filter=None,
-                 batch_size: int = 1024) -> Iterator[pa.RecordBatch]:
-    """Stream a dataset in record batches, so a reader's memory stays bounded on large outputs."""
-    yield from _open_dataset(directory).to_batches(columns=columns, filter=filter, batch_size=batch_size)
-
-
-def _open_dataset(directory: Path | str):
-    """The dataset under `directory`; inside a ShardStore OUTDIR only the parts of committed shards, so a
-    reader of a run that is still going, or was killed, never counts a shard its resume will rewrite."""
-    import pyarrow.dataset as ds
-
-    from masprism_batch.outdir.shards import MANIFEST_DIR, ShardStore  # lazy: shards imports parts
-
-    directory = Path(directory)
-    marker = directory.parent / "_INGEST.json"  # an `ingest` OUTDIR: complete only once the marker says so
-    text = manifest.read_control(marker)  # never blocks: a FIFO planted here is refused (OutdirUnsafe)
-    if text is not None:
-        try:
-            complete = json.loads(text).get("complete") is True
-        except (AttributeError, ValueError):
-            complete = False
-        if not complete:
-            log.warning("%s: the ingest that wrote it did not finish (%s): reading a partial output",
-                        directory, marker)
-    if not (directory.parent / MANIFEST_DIR).is_dir():
-        return ds.dataset(str(directory), format="parquet", exclude_invalid_files=True, ignore_prefixes=[".", "_"])
-    keep = ShardStore(directory.parent).verified()
-    files, dropped = [], 0
-    for p in sorted(directory.glob("*.parquet")):
-        if p.name.startswith((".", "_")):
-            continue
-        if p.name.startswith("shard-") and p.stem[len("shard-"):] not in keep:
-            dropped += 1
-            continue
-        files.append(str(p))
-    if dropped:
-        log.info("%s: %d part(s) of uncommitted shards ignored", directory, dropped)
-    if not files:
-        from masprism_batch.schema import TABLES  # an empty dataset still has its table's columns
-
-        return ds.dataset([], schema=TABLES.get(directory.name, pa.schema([])), format="parquet")
-    return ds.dataset(files, format="parquet")

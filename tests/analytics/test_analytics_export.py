@@ -11,7 +11,7 @@ from masprism_batch.analytics.export import (
     export,
     read_jsonl,
 )
-from masprism_batch.outdir import parts as outdir_parts
+from masprism_batch.outdir import reads as outdir_reads
 
 PHOENIX_COLUMNS = ["span_id", "trace_id", "name", "annotator_kind", "label", "score", "explanation", "metadata"]
 
@@ -126,7 +126,7 @@ def test_jsonl_round_trip(mixed_run, tmp_path):
     outdir, specs = mixed_run
     assert export(outdir, "jsonl", tmp_path / "a.jsonl") == len(specs)
     back = read_jsonl(tmp_path / "a.jsonl")
-    table = outdir_parts.read_dataset(outdir / "attributions").to_pylist()
+    table = outdir_reads.read_dataset(outdir / "attributions").to_pylist()
     assert set(back) == {r["trace_id"] for r in table}
     for r in table:
         b = back[r["trace_id"]]

@@ -194,7 +194,7 @@ def test_engine_run_json_builds_a_history(tmp_path, rng):
 def test_accuracy_equals_eval_over_all_traces_at_once(tmp_path, rng):
     """Stats score traces batch by batch (parts of 3..9 rows here); the folded means equal one eval call."""
     from masprism_batch.eval import evaluate
-    from masprism_batch.outdir import parts as outdir_parts
+    from masprism_batch.outdir import reads as outdir_reads
     from masprism_batch.trace import Trace
 
     specs = random_specs(rng, rng.randint(20, 50)) + random_specs(rng, rng.randint(10, 20), spans=True)
@@ -204,8 +204,8 @@ def test_accuracy_equals_eval_over_all_traces_at_once(tmp_path, rng):
             s["kind"] = rng.choice(["llm", "tool"]) if s["span_id"] else "message"
     write_outdir(tmp_path, specs, rows_per_part=rng.randint(3, 9))
     got = {(r["source"], r["metric"]): r for r in compute_stats(tmp_path)["accuracy"].to_pylist()}
-    traces = [Trace.from_row(r) for r in outdir_parts.read_dataset(tmp_path / "traces").to_pylist()]
-    res = evaluate(outdir_parts.read_dataset(tmp_path / "attributions").to_pylist(), traces, on_missing="skip", ks=(1, 5))
+    traces = [Trace.from_row(r) for r in outdir_reads.read_dataset(tmp_path / "traces").to_pylist()]
+    res = evaluate(outdir_reads.read_dataset(tmp_path / "attributions").to_pylist(), traces, on_missing="skip", ks=(1, 5))
     n_checked = 0
     for ds in res["datasets"]:
         for src, m in ds["subsets"].items():

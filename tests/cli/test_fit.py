@@ -12,7 +12,7 @@ from typer.testing import CliRunner
 
 from masprism_batch.cli import EXIT_FATAL, EXIT_OK, app
 from masprism_batch.fit import fitting as ft
-from masprism_batch.outdir.parts import read_dataset
+from masprism_batch.outdir.reads import read_dataset
 
 runner = CliRunner()
 WORDS = "plan search the file error retry tool answer check result failed timeout".split()

@@ -12,7 +12,7 @@ from ingest_synth import SEED, who_and_when, write_json
 from typer.testing import CliRunner
 
 from masprism_batch.cli import EXIT_OK, app
-from masprism_batch.outdir.parts import read_dataset
+from masprism_batch.outdir.reads import read_dataset
 
 runner = CliRunner()
 

@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 
 from masprism_batch.ingest import FORMATS, ingest, read_inputs
-from masprism_batch.outdir.parts import read_dataset
+from masprism_batch.outdir.reads import read_dataset
 
 FIX = Path(__file__).resolve().parents[1] / "data" / "formats"
 

@@ -17,7 +17,8 @@ from typer.testing import CliRunner
 from masprism_batch.cli import EXIT_FATAL, EXIT_REJECTED, app
 from masprism_batch.config import IngestConfig
 from masprism_batch.ingest import ingest
-from masprism_batch.outdir.parts import OutdirLock, read_dataset
+from masprism_batch.outdir.parts import OutdirLock
+from masprism_batch.outdir.reads import read_dataset
 
 HOSTILE = Path(__file__).resolve().parents[1] / "data" / "hostile"
 

@@ -13,7 +13,7 @@ from typer.testing import CliRunner
 from masprism_batch.cli import EXIT_OK, app
 from masprism_batch.ingest import read_inputs
 from masprism_batch.ingest.mapping import compile_path, load_mapping, select
-from masprism_batch.outdir.parts import read_dataset
+from masprism_batch.outdir.reads import read_dataset
 
 DATA = Path(__file__).resolve().parents[1] / "data" / "formats"
 

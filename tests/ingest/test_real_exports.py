@@ -14,7 +14,7 @@ from typer.testing import CliRunner
 
 from masprism_batch.cli import EXIT_OK, app
 from masprism_batch.ingest import WARNING_REASONS, read_inputs
-from masprism_batch.outdir.parts import read_dataset
+from masprism_batch.outdir.reads import read_dataset
 
 # file -> (traces, agents that must speak, agents that must not, texts that must appear in the steps)
 EXPECTED = {

@@ -15,7 +15,7 @@ from typer.testing import CliRunner
 
 from masprism_batch.cli import EXIT_REJECTED, app
 from masprism_batch.ingest import read_inputs
-from masprism_batch.outdir.parts import read_dataset
+from masprism_batch.outdir.reads import read_dataset
 from masprism_batch.schema import clean_text, error_row
 
 HOSTILE = {

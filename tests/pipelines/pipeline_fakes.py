@@ -19,7 +19,7 @@ from types import SimpleNamespace
 from masprism_batch.pipelines.resume import now_utc
 from masprism_batch.pipelines.seams import attribute_traces, load_model, load_tokenizer
 
-from masprism_batch.outdir.parts import read_dataset
+from masprism_batch.outdir.reads import read_dataset
 from masprism_batch.trace import Step, Trace
 
 FAKE_CONTEXT = 8192

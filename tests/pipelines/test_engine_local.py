@@ -11,7 +11,7 @@ from pipeline_fakes import Fakes, assert_exactly_once, make_corpus
 
 import masprism_batch.outdir.shards as shards
 from masprism_batch import schema
-from masprism_batch.outdir.parts import read_dataset
+from masprism_batch.outdir.reads import read_dataset
 from masprism_batch.trace import Step, Trace
 
 

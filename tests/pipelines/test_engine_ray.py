@@ -14,7 +14,7 @@ import pytest
 from masprism_batch.pipelines import run_local, run_ray
 from pipeline_fakes import Fakes, assert_exactly_once, make_corpus
 
-from masprism_batch.outdir.parts import read_dataset
+from masprism_batch.outdir.reads import read_dataset
 
 ray = pytest.importorskip("ray", reason="the Ray engine tests need ray[data] (dev extra)")
 pytestmark = pytest.mark.ray

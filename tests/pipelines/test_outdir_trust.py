@@ -24,6 +24,7 @@ from typer.testing import CliRunner
 from masprism_batch.cli import app
 from masprism_batch.config import BatchConfig, EngineConfig, MethodConfig, PipelineConfig
 from masprism_batch.outdir import parts as mio
+from masprism_batch.outdir import reads as outdir_reads
 from masprism_batch.outdir.manifest import DamagedOutput, OutdirUnsafe
 from masprism_batch.trace import Step, Trace
 
@@ -82,7 +83,7 @@ def test_parts_of_another_run_are_never_adopted(tmp_path, small_cfg):
     part = _shard_parts(tmp_path / "A", "attributions")[0]
     shutil.copyfile(tmp_path / "B" / "attributions" / part.name, part)
     with pytest.raises(DamagedOutput, match=part.name):
-        mio.read_dataset(tmp_path / "A" / "attributions")
+        outdir_reads.read_dataset(tmp_path / "A" / "attributions")
     res = CliRunner().invoke(app, ["export", str(tmp_path / "A"), "--to", "jsonl", "-o", str(tmp_path / "x.jsonl")])
     assert res.exit_code == 1 and part.name in res.output and "damaged" in res.output, res.output
     s = _run(tmp_path / "a", tmp_path / "A", cfg)
@@ -198,7 +199,7 @@ def test_an_outdir_of_the_previous_version_still_reads_and_resumes(tmp_path, sma
         for k in ("parts", "run_id"):
             d.pop(k, None)
         p.write_text(json.dumps(d))
-    assert len(mio.read_dataset(out / "attributions")) == 8
+    assert len(outdir_reads.read_dataset(out / "attributions")) == 8
     s = _run(tmp_path / "in", out, cfg)
     assert s.shards_run == 0 and s.attributed == 8
     assert json.loads((out / "_manifest" / "HEADER.json").read_text())["run_id"]

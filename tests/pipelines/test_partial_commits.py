@@ -25,7 +25,7 @@ from typer.testing import CliRunner
 
 from masprism_batch.cli import app
 from masprism_batch.config import BatchConfig, EngineConfig, ModelConfig, PipelineConfig
-from masprism_batch.outdir.parts import read_dataset
+from masprism_batch.outdir.reads import read_dataset
 
 HERE = Path(__file__).resolve().parent
 

@@ -18,7 +18,7 @@ from masprism_batch.pipelines import run_local
 from masprism_batch.pipelines.prefetch import Prefetcher
 from pipeline_fakes import Fakes, assert_exactly_once, make_corpus
 
-from masprism_batch.outdir.parts import read_dataset
+from masprism_batch.outdir.reads import read_dataset
 from masprism_batch.outdir.shards import OUTPUT_TABLES
 from masprism_batch.render import pass1
 

@@ -26,7 +26,8 @@ from masprism_batch import ingest, schema
 from masprism_batch.cli import EXIT_FATAL, app
 from masprism_batch.config import BatchConfig, EngineConfig, IngestConfig, PipelineConfig
 from masprism_batch.outdir import lock as outdir_lock
-from masprism_batch.outdir.parts import OutdirLock, OutdirLocked, read_dataset
+from masprism_batch.outdir.parts import OutdirLock, OutdirLocked
+from masprism_batch.outdir.reads import read_dataset
 from masprism_batch.render import pass1
 from masprism_batch.trace import Step, Trace
 

@@ -1,0 +1,65 @@
+"""Reading result datasets: the parts a writer renamed into place, and inside a run's OUTDIR only those of
+committed shards (`outdir/shards.py`), so a reader never sees a half-written file or a shard a resume will
+rewrite. Temporary (`.tmp-*`) and hidden files are never read.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+from collections.abc import Iterator
+from pathlib import Path
+
+import pyarrow as pa
+
+from masprism_batch.outdir import manifest
+from masprism_batch.outdir.shards import MANIFEST_DIR, ShardStore
+
+log = logging.getLogger(__name__)
+
+
+def read_dataset(directory: Path | str, columns: list[str] | None = None, filter=None) -> pa.Table:
+    """Read a dataset written by DatasetWriter (ignores temporary files); optionally only some columns/rows."""
+    return open_dataset(directory).to_table(columns=columns, filter=filter)
+
+
+def iter_batches(directory: Path | str, columns: list[str] | None = None, filter=None,
+                 batch_size: int = 1024) -> Iterator[pa.RecordBatch]:
+    """Stream a dataset in record batches, so a reader's memory stays bounded on large outputs."""
+    yield from open_dataset(directory).to_batches(columns=columns, filter=filter, batch_size=batch_size)
+
+
+def open_dataset(directory: Path | str):
+    """The dataset under `directory`; inside a ShardStore OUTDIR only the parts of committed shards, so a
+    reader of a run that is still going, or was killed, never counts a shard its resume will rewrite."""
+    import pyarrow.dataset as ds
+
+    directory = Path(directory)
+    marker = directory.parent / "_INGEST.json"  # an `ingest` OUTDIR: complete only once the marker says so
+    text = manifest.read_control(marker)  # never blocks: a FIFO planted here is refused (OutdirUnsafe)
+    if text is not None:
+        try:
+            complete = json.loads(text).get("complete") is True
+        except (AttributeError, ValueError):
+            complete = False
+        if not complete:
+            log.warning("%s: the ingest that wrote it did not finish (%s): reading a partial output",
+                        directory, marker)
+    if not (directory.parent / MANIFEST_DIR).is_dir():
+        return ds.dataset(str(directory), format="parquet", exclude_invalid_files=True, ignore_prefixes=[".", "_"])
+    keep = ShardStore(directory.parent).verified()
+    files, dropped = [], 0
+    for p in sorted(directory.glob("*.parquet")):
+        if p.name.startswith((".", "_")):
+            continue
+        if p.name.startswith("shard-") and p.stem[len("shard-"):] not in keep:
+            dropped += 1
+            continue
+        files.append(str(p))
+    if dropped:
+        log.info("%s: %d part(s) of uncommitted shards ignored", directory, dropped)
+    if not files:
+        from masprism_batch.schema import TABLES  # an empty dataset still has its table's columns
+
+        return ds.dataset([], schema=TABLES.get(directory.name, pa.schema([])), format="parquet")
+    return ds.dataset(files, format="parquet")
