@@ -177,3 +177,28 @@ def write_large_outdir(outdir: Path, n: int, seed: int, parts: int = 10, chars: 
                           schema=schema.TRACES)
         write_table_atomic(traces, outdir / "traces" / f"part-{p:03d}.parquet")
     return outdir
+
+
+def _step(agent, content, span=None):
+    return {"agent": agent, "content": content, "span_id": span, "kind": "llm" if span else "message"}
+
+
+def hand_specs():
+    """Four traces whose every statistic is worked out by hand (test_analytics_stats.test_hand_checked_numbers)."""
+    return [
+        {"trace_id": "h1", "source": "ww", "system": "X", "day_offset": 0,
+         "steps": [_step("A", "ok"), _step("B", "Error: x"), _step("A", "fine"), _step("C", "Traceback here")],
+         "labels": {"mistake_step": 1, "mistake_agent": "b"}, "ranked": [1, 3], "scores": [2.0, 1.0],
+         "symptoms": [1, 3], "nll": [1.0, 2.0, 3.0, 4.0]},
+        {"trace_id": "h2", "source": "ww", "system": "X", "day_offset": None,
+         "steps": [_step("A", "fine"), _step("A", "timeout error"), _step("B", "ok")],
+         "labels": {"mistake_step": 0, "mistake_agent": "A"}, "ranked": [2, 0, 1], "scores": [3.0, 2.0, 1.0],
+         "symptoms": [1], "nll": [2.0, 2.0, 5.0]},
+        {"trace_id": "h3", "source": "ww", "system": "Y", "day_offset": 1,
+         "steps": [_step("C", "a"), _step("C", "b")], "labels": None, "ranked": [0], "scores": [1.0],
+         "symptoms": [], "nll": [1.0, 3.0]},
+        {"trace_id": "s1", "source": "tr", "system": "Z", "day_offset": 0,
+         "steps": [_step("A", "x", "s0"), _step("B", "y", "s1"), _step("B", "z", "s2"), _step("A", "failed. Error", "s3")],
+         "labels": {"error_locations": ["s1", "s3"]}, "ranked": [1, 2], "scores": [5.0, 4.0], "symptoms": [3],
+         "nll": [1.0, 1.0, 1.0, 1.0]},
+    ]

@@ -1,38 +1,12 @@
-import json
 from datetime import date, datetime, timezone
 
 import duckdb
 import pyarrow.parquet as pq
 import pytest
-from analytics_synth import random_specs, write_outdir
+from analytics_synth import hand_specs, random_specs, write_outdir
 
 from masprism_batch.analytics import AnalyticsInputError, compute_stats, write_stats
 from masprism_batch.analytics.stats import STATS_SCHEMAS
-
-
-def _st(agent, content, span=None):
-    return {"agent": agent, "content": content, "span_id": span, "kind": "llm" if span else "message"}
-
-
-def hand_specs():
-    """Four traces whose every statistic is worked out by hand in the asserts below."""
-    return [
-        {"trace_id": "h1", "source": "ww", "system": "X", "day_offset": 0,
-         "steps": [_st("A", "ok"), _st("B", "Error: x"), _st("A", "fine"), _st("C", "Traceback here")],
-         "labels": {"mistake_step": 1, "mistake_agent": "b"}, "ranked": [1, 3], "scores": [2.0, 1.0],
-         "symptoms": [1, 3], "nll": [1.0, 2.0, 3.0, 4.0]},
-        {"trace_id": "h2", "source": "ww", "system": "X", "day_offset": None,
-         "steps": [_st("A", "fine"), _st("A", "timeout error"), _st("B", "ok")],
-         "labels": {"mistake_step": 0, "mistake_agent": "A"}, "ranked": [2, 0, 1], "scores": [3.0, 2.0, 1.0],
-         "symptoms": [1], "nll": [2.0, 2.0, 5.0]},
-        {"trace_id": "h3", "source": "ww", "system": "Y", "day_offset": 1,
-         "steps": [_st("C", "a"), _st("C", "b")], "labels": None, "ranked": [0], "scores": [1.0],
-         "symptoms": [], "nll": [1.0, 3.0]},
-        {"trace_id": "s1", "source": "tr", "system": "Z", "day_offset": 0,
-         "steps": [_st("A", "x", "s0"), _st("B", "y", "s1"), _st("B", "z", "s2"), _st("A", "failed. Error", "s3")],
-         "labels": {"error_locations": ["s1", "s3"]}, "ranked": [1, 2], "scores": [5.0, 4.0], "symptoms": [3],
-         "nll": [1.0, 1.0, 1.0, 1.0]},
-    ]
 
 
 def _rows(t, *keys):
@@ -131,18 +105,6 @@ def test_random_run_matches_duckdb(tmp_path, rng):
     assert sum(r["n_traces"] for r in pos if r["measure"] == "absolute") == n_pred
 
 
-@pytest.mark.parametrize("shape", ["object", "list", "history"])
-def test_run_json_shapes(tmp_path, shape):
-    write_outdir(tmp_path, hand_specs()[:1])
-    rec = {"engine": "local", "model": {"model_id": "m"}, "traces": 10, "wall_seconds": 4.0, "tokens": 1000}
-    data = {"object": rec, "list": [rec, {**rec, "traces": 20}], "history": {"history": [rec]}}[shape]
-    (tmp_path / "run.json").write_text(json.dumps(data))
-    runs = compute_stats(tmp_path)["runs"].to_pylist()
-    assert len(runs) == {"object": 1, "list": 2, "history": 1}[shape]
-    assert runs[0]["traces_per_s"] == pytest.approx(2.5) and runs[0]["tokens_per_s"] == pytest.approx(250.0)
-    assert runs[0]["model_id"] == "m" and json.loads(runs[0]["record_json"]) == rec
-
-
 def test_missing_inputs(tmp_path):
     with pytest.raises(AnalyticsInputError, match="attributions"):
         compute_stats(tmp_path)
@@ -167,28 +129,6 @@ def test_null_timestamps_do_not_break_grouping(tmp_path, rng):
     assert sum(r["n_traces"] for r in days if r["day"] is None) == len(nulls)
     assert days[-1]["day"] is None  # unknown days sort last
     assert sum(r["n_traces"] for r in s["throughput"].to_pylist() if r["hour"] is None) == len(nulls)
-
-
-def test_engine_run_json_builds_a_history(tmp_path, rng):
-    """run.json (pipelines/driver.py shape) holds only the latest invocation; stats keeps every one seen."""
-    write_outdir(tmp_path, hand_specs()[:2])
-    want = []
-    for i in range(rng.randint(2, 4)):
-        traces, wall = rng.randint(1, 500), rng.uniform(1, 100)
-        rec = {"engine": "local", "model": "tiny-random", "config": {"model": {"name": "tiny-random"}},
-               "counts": {"in": 999, "attributed": 999, "tokens": 10**6},
-               "this_invocation": {"started_at": f"2026-11-22T0{i}:00:00+00:00", "wall_seconds": wall,
-                                   "traces": traces, "tokens": traces * 100,
-                                   "traces_per_second": round(traces / wall, 4), "tokens_per_second": 1.0}}
-        (tmp_path / "run.json").write_text(json.dumps(rec))
-        write_stats(tmp_path)
-        write_stats(tmp_path)  # the same invocation twice: one row
-        want.append((datetime.fromisoformat(rec["this_invocation"]["started_at"]), traces, pytest.approx(wall),
-                     traces * 100))
-    got = pq.read_table(tmp_path / "stats" / "runs.parquet").to_pylist()
-    assert [(r["started_at"], r["traces"], r["seconds"], r["tokens"]) for r in got] == want
-    assert [r["run_index"] for r in got] == list(range(len(want)))
-    assert all(r["engine"] == "local" and r["model_id"] == "tiny-random" for r in got)
 
 
 def test_accuracy_equals_eval_over_all_traces_at_once(tmp_path, rng):
@@ -255,49 +195,6 @@ def test_report_reuses_fresh_stats_only(tmp_path, rng):
     part = next((tmp_path / "attributions").glob("*.parquet"))
     os.utime(part, (newer, newer))  # the run wrote again after `stats`
     assert all(r["n_traces"] < 1000 for r in cached_or_compute(tmp_path)["blamed_agents"].to_pylist())
-
-
-def _rec(start: str, end: str, traces: int, shards_run: int) -> dict:
-    return {"engine": "local", "model": "tiny-random", "shards": {"total": 9, "run": shards_run, "skipped": 0},
-            "this_invocation": {"started_at": start, "finished_at": end, "wall_seconds": 60.0, "traces": traces,
-                                "tokens": traces * 10}}
-
-
-def test_run_history_typed_no_op_resumes_and_killed_invocations(tmp_path, monkeypatch):
-    """A no-op resume adds no row; shards committed by an invocation killed before run.json are one `killed` row;
-    times are timestamps, and a runs.parquet of the older layout (text times) is converted, not dropped."""
-    import pyarrow as pa
-
-    import masprism_batch.analytics.load as load_mod
-    from masprism_batch.analytics.runs import RUNS_SCHEMA
-
-    write_outdir(tmp_path, hand_specs()[:2])
-    # invocation 1 finished 01:00-01:10; invocation 2 was killed after committing two shards at 02:00-02:05;
-    # invocation 3 resumed 03:00-03:02 and did the rest; invocation 4 found nothing left (a no-op)
-    manifest = {sid: {"label": "x", "attributed": n, "rejected": 0, "tokens": n * 10, "engine": "local",
-                      "stage_seconds": {"seconds_model": 6.0 * n}, "committed_at": when}
-                for sid, when, n in (("a1", "2026-11-22T01:05:00+00:00", 4), ("k1", "2026-11-22T02:00:00+00:00", 3),
-                                     ("k2", "2026-11-22T02:05:00+00:00", 5), ("r1", "2026-11-22T03:01:00+00:00", 2),
-                                     ("ingest", "2026-11-22T00:59:00+00:00", 0))}
-    monkeypatch.setattr(load_mod, "committed_shards", lambda outdir: manifest)
-    for rec in (_rec("2026-11-22T01:00:00+00:00", "2026-11-22T01:10:00+00:00", 4, 1),
-                _rec("2026-11-22T03:00:00+00:00", "2026-11-22T03:02:00+00:00", 2, 1),
-                _rec("2026-11-22T04:00:00+00:00", "2026-11-22T04:00:01+00:00", 0, 0)):
-        (tmp_path / "run.json").write_text(json.dumps(rec))
-        write_stats(tmp_path)
-    t = pq.read_table(tmp_path / "stats" / "runs.parquet")
-    assert t.schema.field("started_at").type == pa.timestamp("us", tz="UTC")
-    got = [(r["started_at"].hour, r["status"], r["traces"]) for r in t.to_pylist()]
-    assert got == [(1, "finished", 4), (2, "killed", 8), (3, "finished", 2)]
-    killed = t.to_pylist()[1]
-    assert killed["finished_at"].minute == 5 and killed["seconds"] == pytest.approx(48.0)
-    # an older runs.parquet (text times, no status) is converted
-    old = t.drop(["status"]).set_column(1, "started_at", pa.array([str(x) for x in t["started_at"].to_pylist()]))
-    old = old.set_column(2, "finished_at", pa.array([str(x) for x in t["finished_at"].to_pylist()]))
-    pq.write_table(old, tmp_path / "stats" / "runs.parquet")
-    (tmp_path / "run.json").unlink()
-    again = compute_stats(tmp_path)["runs"]
-    assert again.schema.equals(RUNS_SCHEMA) and [r["traces"] for r in again.to_pylist()] == [4, 8, 2]
 
 
 def test_accuracy_at_coverage_and_what_decided_the_verdicts(tmp_path):
