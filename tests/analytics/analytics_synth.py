@@ -140,6 +140,8 @@ def write_large_outdir(outdir: Path, n: int, seed: int, parts: int = 10, chars: 
                                       pa.timestamp("us", tz="UTC")),
             "pred_step_agent": pred_agent, "pred_agent_rule": ["author"] * m,  # the faithful method's verdict
             "agent_ranking": pa.nulls(m, schema.ATTRIBUTIONS.field("agent_ranking").type),
+            "verdict_by": ["rule:faithful"] * m, "confidence": g.random(m),
+            "agent_by": ["author: the blamed step's author"] * m,
         }, schema=schema.ATTRIBUTIONS)
         write_table_atomic(attr, outdir / "attributions" / f"part-{p:03d}.parquet")
         att_len = step_idx + 1
@@ -173,7 +175,8 @@ def write_large_outdir(outdir: Path, n: int, seed: int, parts: int = 10, chars: 
             [pa.array(gold), pa.array(step_agent[off[:-1] + gold]), pa.nulls(m, pa.list_(pa.string())),
              pa.nulls(m, pa.list_(pa.string())), pa.nulls(m, pa.list_(pa.string()))], fields=list(schema.LABELS_TYPE))
         traces = pa.table({"trace_id": ids, "source": src, "system": attr["system"], "question": ["q?"] * m,
-                           "steps": pa.ListArray.from_arrays(off, steps), "labels": labels, "metadata": ["{}"] * m},
+                           "steps": pa.ListArray.from_arrays(off, steps), "labels": labels, "metadata": ["{}"] * m,
+                           "run_status": ["failed"] * m},
                           schema=schema.TRACES)
         write_table_atomic(traces, outdir / "traces" / f"part-{p:03d}.parquet")
     return outdir
