@@ -11,7 +11,7 @@ For the zero-training verdict (rule `faithful`) of every labelled cached log, th
   blamed step, and the label-free batch consensus (how many of the system's other verdicts name the same step); on a
   cache extracted with --counterfactual-k > 0 also the blamed step's counterfactual effect, z-scored in its log);
 - the shipped confidence, calibrated leave-one-system-out (the figure of docs/results.md), with a 95% bootstrap
-  interval over the system's logs (2,000 resamples, seed 0);
+  interval over the system's logs (2,000 resamples, seed 0), and its mean beside the system's hit rate;
 - whole feature sets (the shipped six, with the two latest leads added or swapped in), each with equal weights
   and the other systems' scales, and the set chosen leave-one-system-out among them;
 - whether choosing features could do better: an equal-weight sum of up to three features (shipped or
@@ -196,14 +196,18 @@ def main() -> None:
         cal = calibrate.fit_evidence([cf.vector(r[0]) for r in train], [r[2] for r in train], cf.FEATURES)
         conf = [calibrate.confidence(cal, r[0], r[3]) for r in per[system]]
         lo, hi = bootstrap(conf, hits)
+        # its level beside the hit rate: the calibration of other systems need not fit this one's
         rows.append({"system": system, "feature": SHIPPED, "kind": "shipped", "auroc": cf.auroc(conf, hits),
-                     "ci_low": lo, "ci_high": hi})
+                     "ci_low": lo, "ci_high": hi, "mean_confidence": float(np.mean(conf)),
+                     "hit_rate": float(np.mean(hits))})
     signed = {s: [({**{f: cf.SIGNS[f] * r[0][f] for f in cf.FEATURES}, **r[1]}, r[2]) for r in v]
               for s, v in per.items()}
     rows += [dict(r, ci_low="", ci_high="") for r in selection_rows(signed) + variant_rows(signed)]
     for r in rows:
         r.update(stamp, n_logs=len(per[r["system"]]), right=sum(x[2] for x in per[r["system"]]))
-        for k in ("auroc", "ci_low", "ci_high"):
+        r.setdefault("mean_confidence", "")
+        r.setdefault("hit_rate", "")
+        for k in ("auroc", "ci_low", "ci_high", "mean_confidence", "hit_rate"):
             r[k] = round(r[k], 3) if isinstance(r[k], float) else r[k]
         log.info("%-34s %-44s %s", r["system"], r["feature"], r["auroc"])
     Path(args.csv).parent.mkdir(parents=True, exist_ok=True)
