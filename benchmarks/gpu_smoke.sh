@@ -6,7 +6,7 @@
 # What it runs (each step logged to OUT/<step>.log, rc in OUT/steps.tsv; a failed step does not stop the rest):
 #   env      nvidia-smi, torch / triton / CUDA versions, compute capability          -> OUT/env.txt
 #   aot      pytest tests/kernels: AOT compile for sm_80/sm_90 (smem, spills) + dispatch on CUDA
-#   triton   pytest tests/signals/test_{step_attention,token_nll}.py -k triton on the GPU: the kernels compiled for this device vs the
+#   triton   pytest tests/signals/test_{step_attention,step_attention_lowp,token_nll}.py -k triton on the GPU: the kernels compiled for this device vs the
 #            fp64 oracle in fp32, fp16 AND bf16 (bf16 numerics are checked nowhere else: the CPU interpreter's
 #            bf16 dot is wrong), Qwen3-0.6B shapes, ragged packs, per-head mass
 #   kernels  kernels/bench_step_attention.py --gpu and kernels/bench_token_nll.py --gpu in bf16 and fp32 (triton vs SDPA / eager,
@@ -131,7 +131,7 @@ STEPS=(env aot triton kernels_bf16 kernels_fp32 prefill e2e)
 declare -A CMD SKIP
 CMD[env]="nvidia-smi; $PY -c 'import torch, triton; print(torch.__version__, torch.version.cuda, triton.__version__, torch.cuda.get_device_name(), torch.cuda.get_device_capability())'"
 CMD[aot]="$PYTEST $ROOT/tests/kernels"
-CMD[triton]="$PYTEST $ROOT/tests/signals/test_step_attention.py $ROOT/tests/signals/test_token_nll.py -k triton"
+CMD[triton]="$PYTEST $ROOT/tests/signals/test_step_attention.py $ROOT/tests/signals/test_step_attention_lowp.py $ROOT/tests/signals/test_token_nll.py -k triton"
 CMD[kernels_bf16]="$PY benchmarks/kernels/bench_step_attention.py --gpu --dtypes bf16 --T $T_ATT --out $OUT/step_attention_gpu.csv && $PY benchmarks/kernels/bench_token_nll.py --gpu --dtypes bf16 --T $T_NLL --out $OUT/token_nll_gpu.csv"
 CMD[kernels_fp32]="$PY benchmarks/kernels/bench_step_attention.py --gpu --dtypes fp32 --T 1024 4096 --out $OUT/step_attention_gpu.csv && $PY benchmarks/kernels/bench_token_nll.py --gpu --dtypes fp32 --T 1024 4096 --out $OUT/token_nll_gpu.csv"
 CMD[prefill]="$PY benchmarks/kernels/bench_prefill.py --gpu $PEAK_ARG"
@@ -147,7 +147,8 @@ if [ -z "${SKIP[e2e]:-}" ] && [[ "$E2E_ARGS" != *--data* ]] && [ ! -d "$ROOT/../
 fi
 
 # ---- checks that run everywhere, dry run included --------------------------------------------------------
-for f in tests/kernels/test_aot_compile.py tests/signals/test_step_attention.py tests/signals/test_token_nll.py benchmarks/kernels/bench_step_attention.py \
+for f in tests/kernels/test_aot_compile.py tests/signals/test_step_attention.py tests/signals/test_step_attention_lowp.py \
+         tests/signals/test_token_nll.py benchmarks/kernels/bench_step_attention.py \
          benchmarks/kernels/bench_token_nll.py benchmarks/kernels/bench_prefill.py benchmarks/pipeline/bench_e2e_gpu.py; do
   [ -f "$f" ] || { say "missing $f"; exit 2; }
 done
