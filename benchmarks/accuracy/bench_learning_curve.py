@@ -32,9 +32,9 @@ import numpy as np
 
 if __package__ in (None, ""):  # run as a file: the repository root makes `benchmarks` importable
     sys.path.append(str(Path(__file__).resolve().parents[2]))  # last: an installed masprism_batch wins
-from benchmarks.accuracy.accuracy_cases import add_cache_args, cached_cases, fit_cases
+from benchmarks.accuracy.accuracy_cases import FOLD_SEEDS, add_cache_args, cached_cases, fit_cases
 from benchmarks.accuracy.accuracy_report import replace_block
-from benchmarks.accuracy.learning_curve_report import ABLATION, ALL_SEEDS, KS, markdown
+from benchmarks.accuracy.learning_curve_report import ABLATION, markdown
 from masprism_batch.fit import fitting as ft
 from masprism_batch.fit import system as fs
 from masprism_batch.fit.rankfile import SystemRanker
@@ -43,6 +43,7 @@ from masprism_batch.method import rules as zr
 
 ROOT = Path(__file__).resolve().parents[2]
 log = logging.getLogger("bench_learning_curve")
+KS = (5, 10, 20, 40, "all")
 
 
 def evaluate(train: list[ft.FitCase], test: list[ft.FitCase], system: str, rule: str, rule_agent: str) -> dict:
@@ -82,13 +83,11 @@ def evaluate(train: list[ft.FitCase], test: list[ft.FitCase], system: str, rule:
     return out
 
 
-
-
 def draws(cases: list[ft.FitCase], k, n_draws: int, seed: int):
-    """(train, test) pairs: k random logs vs the rest; "all": 5-fold x ALL_SEEDS (each fold once per seed)."""
+    """(train, test) pairs: k random logs vs the rest; "all": 5-fold x len(FOLD_SEEDS) (each fold once per seed, as the per-system 5-fold figures)."""
     rng = np.random.default_rng(seed)
     if k == "all":
-        for _ in range(ALL_SEEDS):
+        for _ in range(len(FOLD_SEEDS)):
             fold = rng.permutation(len(cases)) % 5
             for f in range(5):
                 yield ([c for c, x in zip(cases, fold, strict=True) if x != f],

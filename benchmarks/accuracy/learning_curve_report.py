@@ -11,9 +11,7 @@ import numpy as np
 from benchmarks.accuracy.accuracy_cases import FOLD_SEEDS
 from benchmarks.accuracy.accuracy_report import CURVE_BEGIN, CURVE_END
 
-KS = (5, 10, 20, 40, "all")
-ABLATION = "fitted, rule's order only"
-ALL_SEEDS = len(FOLD_SEEDS)  # k = all: 5-fold x as many seeds as the per-system reference figures
+ABLATION = "fitted, rule's order only"  # the method name of the rows of the fit allowed only the rule's order
 
 
 def _values(rows, system, k, method, metric) -> list[float]:
@@ -32,7 +30,7 @@ def markdown(rows, cases, rule, rule_agent, args) -> str:
              f"({platform.machine()} CPU, 2 cores shared; model {args.model}; signals from the cache, no prefill). "
              f"Traces: " + ", ".join(f"{s} {v}" for s, v in n.items()) + ". For each k, "
              f"{args.draws} random draws of k labelled logs of the system fitted by the product's fit and tested "
-             f"on the system's remaining logs (k = all: 5-fold within the system x {ALL_SEEDS} seeds); mean ± spread (std) over "
+             f"on the system's remaining logs (k = all: 5-fold within the system x {len(FOLD_SEEDS)} seeds); mean ± spread (std) over "
              "draws. "
              "Label-prior baselines are learned from the same k labels (`prior position`: the most often blamed "
              "position for every log, a baseline no shipped verdict may be: issue 32). Step: top-1 (TRAIL: P@1) over logs with a "

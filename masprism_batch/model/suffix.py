@@ -126,10 +126,7 @@ def suffix_nll(model, cache, prefix_len: int, suffix: list[int]) -> np.ndarray:
     hidden state that predicts it is the prefix's last, not cached: start the suffix one token early to
     score it).
     """
-    if not 0 <= prefix_len <= cache.n_tokens:
-        raise ValueError(f"prefix_len {prefix_len} outside the cached 0..{cache.n_tokens} tokens")
-    if not suffix or prefix_len + len(suffix) > model.max_context:
-        raise ValueError(f"suffix of {len(suffix)} tokens after {prefix_len}: need 1..{model.max_context} in all")
+    check_job(model, SuffixJob(cache, prefix_len, suffix))
     a, w = model.arch, model.weights
     ids = torch.tensor(suffix, dtype=torch.int64, device=model.device)
     pos = torch.arange(prefix_len, prefix_len + len(suffix), device=model.device)
