@@ -9,9 +9,11 @@ Reason codes are stable strings (documented in docs/schema.md). Two kinds exist:
 
 from __future__ import annotations
 
+import contextvars
 import dataclasses
 import json
 import logging
+import re
 import sys
 import threading
 from collections.abc import Callable
@@ -30,9 +32,15 @@ MAX_EMPTY_STEP_ROWS = 20  # warning rows per trace; the rest are counted in the 
 # reasons whose message is about the file or the caps, not about how the format's fields were read
 _UNLABELLED = frozenset({"unknown_format", "invalid_json", "too_deep", "empty_file", "duplicate_trace_id",
                          "too_many_steps", "trace_too_large", "file_too_large", "internal_error", "unreadable_file",
-                         "not_a_regular_file", "invalid_gzip", "not_a_trace"})
+                         "not_a_regular_file", "invalid_gzip", "not_a_trace", "invalid_zip"})
 MAX_TRACE_ID_CHARS = 1024  # longer ids are hostile or broken exports; ids are never used in paths anyway
 MAX_JSON_DEPTH = 200_000  # nesting levels accepted by the deep-JSON fallback (a 5,000-deep span tree is ~10k)
+LIMITS: contextvars.ContextVar[IngestConfig] = contextvars.ContextVar(
+    "ingest_limits", default=IngestConfig())  # noqa: B039 - a frozen model; read_inputs sets the run's caps
+# What a parse may build, as a multiple of the bytes it may read (max_file_bytes for a document, max_record_bytes
+# for a JSON line): JSON of small containers (`[{},{},...]`) builds ~20x its size in Python objects, so a byte cap
+# alone let a 128 KB .json.gz reach 3.4 GB. Real traces (text-heavy) estimate at ~1.1x their size.
+PARSED_FACTOR = 4
 
 
 class IngestError(Exception):
@@ -68,6 +76,7 @@ class Context:
         self.rejected = 0  # records of this file rejected so far
         # a trace id taken from the file's path, unique over the whole input (sources.path_ids; set by read_inputs)
         self.path_id: str | None = None
+        self.doc_lines: list[int] | None = None  # the JSON line of each record handed to a grouped reader
 
     def label(self, e: IngestError) -> str:
         """The rejection message, led by the format that was tried, so a user knows what was assumed."""
@@ -92,6 +101,12 @@ class Context:
         log.warning("%s: rejected %s: %s (%s)", self.input_path, short(e.record_id), msg, e.reason)
         self.on_error(error_row(input_path=self.input_path, record_id=e.record_id, stage="ingest", reason=e.reason,
                                 message=msg))
+
+
+def request_id(ctx: Context, i: int) -> str:
+    """Where record `i` of a grouped file is: its JSON line (`ctx.doc_lines`), else its position."""
+    lines = ctx.doc_lines
+    return f"line {lines[i]}" if lines is not None and i < len(lines) else f"request {i + 1}"
 
 
 def as_record_error(e: BaseException, record_id: str | None) -> IngestError:
@@ -138,8 +153,30 @@ def _loads_deep(text: str) -> Any:
     return result["value"]
 
 
-def loads(text: str, record_id: str | None = None) -> Any:
-    """json.loads that turns every failure into IngestError(invalid_json | too_deep)."""
+def parsed_cost(text: str) -> int:
+    """An upper estimate of the bytes `json.loads(text)` builds: the text, plus per container (a dict or list:
+    ~64 bytes empty, and a pointer in its parent), per value separator (an item's slot, a number object) and per
+    string (~50 bytes each). Linear C scans, ~1% of the parse's time."""
+    return (len(text) + 72 * (text.count("{") + text.count("[")) + 48 * text.count(",")
+            + 28 * text.count('"'))
+
+
+def check_parsed(text: str, max_parsed: int, record_id: str | None = None) -> None:
+    """IngestError when parsing `text` would build more than `max_parsed` bytes (`parsed_cost`); free for text
+    too short to reach it (the estimate is at most ~72x the text)."""
+    if len(text) * 72 > max_parsed:
+        cost = parsed_cost(text)
+        if cost > max_parsed:
+            what = "record_too_large" if record_id else "file_too_large"
+            raise IngestError(what, f"parsing these {len(text)} characters would build about {cost} bytes of "
+                              f"objects, more than {max_parsed} ({PARSED_FACTOR} x max_"
+                              f"{'record' if record_id else 'file'}_bytes): not parsed", record_id)
+
+
+def loads(text: str, record_id: str | None = None, max_parsed: int | None = None) -> Any:
+    """json.loads that turns every failure into IngestError(invalid_json | too_deep), refusing text whose parse
+    would build more than `max_parsed` bytes (default: PARSED_FACTOR x max_file_bytes)."""
+    check_parsed(text, PARSED_FACTOR * LIMITS.get().max_file_bytes if max_parsed is None else max_parsed, record_id)
     try:
         return json.loads(text)
     except RecursionError:
@@ -231,34 +268,56 @@ def apply_caps(trace: Trace, limits: IngestConfig | None = None,
     question, removed = cap_text(trace.question, lim.max_step_bytes) if trace.question else (trace.question, 0)
     cut, total = int(removed > 0), len((question or "").encode("utf-8", errors="replace"))
     steps = list(trace.steps)
-    names = 0  # agent names cut
+    names = 0  # names cut or cleaned
+    seen: dict[str | None, str | None] = {}  # a trace repeats few agent names: each is cleaned once
     for i, st in enumerate(steps):
         content, r = cap_text(st.content, lim.max_step_bytes)
-        agent = cap_name(st.agent, lim.max_agent_bytes)
-        if r or agent is not st.agent:
+        agent = seen.get(st.agent, _MISSING)
+        if agent is _MISSING:
+            agent = seen[st.agent] = clean_name(st.agent, lim.max_agent_bytes)
+        renamed = agent != st.agent  # (equal names may be distinct objects: compared by value)
+        if r or renamed:
             steps[i] = dataclasses.replace(st, content=content, agent=agent)
             cut, removed = cut + bool(r), removed + r
-            names += agent is not st.agent
+            names += renamed
         total += len(content) if content.isascii() else len(content.encode("utf-8", errors="replace"))
         if total > lim.max_trace_bytes:
             raise IngestError("trace_too_large", f"more than {lim.max_trace_bytes} bytes of step text after the "
                               f"step cap (max_trace_bytes)", tid)
     meta, bad = json_safe(trace.metadata) if trace.metadata else (trace.metadata, 0)
     labels = trace.labels
-    if labels is not None and cap_name(labels.mistake_agent, lim.max_agent_bytes) is not labels.mistake_agent:
+    if labels is not None and clean_name(labels.mistake_agent, lim.max_agent_bytes) is not labels.mistake_agent:
         # cut like the step agents, so the label still names the agent it did
-        labels = dataclasses.replace(labels, mistake_agent=cap_name(labels.mistake_agent, lim.max_agent_bytes))
+        labels = dataclasses.replace(labels, mistake_agent=clean_name(labels.mistake_agent, lim.max_agent_bytes))
+    # system and source are copied into every row and shown by `stats`/`report`: capped and cleaned like agents
+    system, source = clean_name(trace.system, lim.max_agent_bytes), clean_name(trace.source, lim.max_agent_bytes)
+    names += (system != trace.system) + (source != trace.source)
     if not cut and not bad and not names and labels is trace.labels:
         return trace
     if names and warn is not None:
-        warn("step_truncated", f"{names} agent name(s) longer than max_agent_bytes={lim.max_agent_bytes} cut "
-             "(head kept, ending in …)", tid)
+        warn("step_truncated", f"{names} name(s) from the log (agent names, system, source) cut to max_agent_bytes="
+             f"{lim.max_agent_bytes} (head kept, ending in …) or holding control characters (replaced by U+FFFD)",
+             tid)
     if cut and warn is not None:
         warn("step_truncated", f"{cut} step(s) (or the question) longer than max_step_bytes={lim.max_step_bytes} cut "
              f"({removed} bytes removed; head and tail kept)", tid)
     if bad and warn is not None:
         warn("non_finite_metadata", f"{bad} NaN/Infinity value(s) in metadata stored as null", tid)
-    return dataclasses.replace(trace, steps=steps, question=question, metadata=meta, labels=labels)
+    return dataclasses.replace(trace, steps=steps, question=question, metadata=meta, labels=labels, system=system,
+                               source=source or "unknown")
+
+
+_CONTROL = re.compile("[\x00-\x1f\x7f-\x9f\u202a-\u202e\u2066-\u2069]")  # C0, DEL, C1, bidi overrides
+_MISSING: Any = object()
+
+
+def clean_name(name: str | None, cap: int) -> str | None:
+    """A name from a log (agent, system, source) as stored: control characters (escape sequences, newlines,
+    bidi overrides) replaced by U+FFFD, then at most `cap` UTF-8 bytes (`cap_name`). `name` itself when nothing
+    changes (callers test identity); idempotent."""
+    if name is not None and _CONTROL.search(name):
+        name = _CONTROL.sub("\ufffd", name)
+    return cap_name(name, cap)
 
 
 def cap_name(name: str | None, cap: int) -> str | None:

@@ -36,9 +36,17 @@ from masprism_batch.ingest import (
     who_and_when,
 )
 from masprism_batch.ingest.classify import classify
-from masprism_batch.ingest.common import Context, IngestError, decode_utf8, loads
+from masprism_batch.ingest.common import (
+    LIMITS,
+    PARSED_FACTOR,
+    Context,
+    IngestError,
+    decode_utf8,
+    loads,
+    parsed_cost,
+)
 from masprism_batch.ingest.near_miss import near_misses
-from masprism_batch.ingest.sources import iter_lines, read_bytes
+from masprism_batch.ingest.sources import bad_units, iter_lines, iter_text_lines, read_bytes
 from masprism_batch.trace import Trace
 
 FORMATS = ("auto", "who-and-when", "trail", "otel", "tempo", "otel-sdk", "jaeger", "ag2", "autogen", "openai",
@@ -114,9 +122,13 @@ def parse_doc(doc: Any, kind: str | None, ctx: Context, line: int | None = None)
 def _lines(path: str, ctx: Context) -> Iterator[tuple[int, str]]:
     for n, raw in iter_lines(path, ctx.reject):  # an overlong line is rejected alone, the file goes on
         if n == 1 and containers.bom_codec(raw[:4]):  # UTF-16/32: lines are not split at a 0x0A byte
-            data = read_bytes(path)
-            ctx.nbytes += len(data)
-            yield from enumerate(containers.decode_text(data, ctx).splitlines(), 1)
+            codec, _ = containers.bom_codec(raw[:4])
+            unit, bad = (2 if "16" in codec else 4), bad_units()
+            for m, text in iter_text_lines(path, codec, ctx.reject):  # decoded and split as it streams
+                ctx.nbytes += unit * len(text)
+                yield m, text
+            if bad_units() > bad:
+                ctx.warn("invalid_utf8", f"{bad_units() - bad} invalid {codec.upper()} unit(s) replaced by U+FFFD")
             return
         ctx.nbytes += len(raw)
         yield n, decode_utf8(raw, ctx)
@@ -128,11 +140,79 @@ def _line_kind(doc: Any, kind: str, fmt: str) -> str:
         return kind  # forced, or canonical among canonical lines (the common case, not classified again)
     k = classify(doc)
     if k in _GROUPED or k is None:  # a grouped record among message lines, or no known format
-        if isinstance(doc, dict) and ("trace_id" in doc or "steps" in doc):
-            return "jsonl"
+        if isinstance(doc, dict) and ("steps" in doc or k is None and "trace_id" in doc):
+            return "jsonl"  # (a LangSmith run also has a trace_id: it is read as one)
         if k is None:
             raise unknown_format(doc)
     return k
+
+
+def _group_kind(doc: Any, kind: str, fmt: str) -> str:
+    """In a file whose first line is of grouped format `kind`: the format of this line. A record of `kind`, or of
+    no known format (its reader rejects it alone), joins the group; another grouped format its own group; a
+    canonical trace or a one-trace-per-line format is read as itself."""
+    if fmt != "auto":
+        return kind
+    if isinstance(doc, dict) and "trace_id" in doc and isinstance(doc.get("steps"), list) and "spans" not in doc:
+        return "jsonl"
+    k = classify(doc)
+    return kind if k is None else ALIASES.get(k, k)
+
+
+def _per_line(doc: Any, k: str, n: int, ctx: Context) -> Iterator[Trace]:
+    """The traces of JSON line `n` (parsed: `doc`) read as format `k`; any failure is the line's rejection."""
+    if k == "jsonl":  # canonical: its reader, handed the parsed line ("{}" stands for its text)
+        ctx.fmt, ctx.rendered = LABELS["jsonl"], False
+        yield from canonical.parse_jsonl((((n, "{}"),)), ctx, lambda _t, _r, d=doc: d)
+        return
+    try:
+        yield from parse_doc(doc, k, ctx, line=n)
+    except Exception as e:  # noqa: BLE001 - any failure is this line's rejection
+        ctx.reject_any(e, f"line {n}")
+
+
+_GROUP_READERS = {"otel": otel_genai.parse, "otel-sdk": otel_sdk.parse_sdk, "langsmith": langsmith.parse_lines,
+                  "claude-code": claude_code.parse_lines, "langfuse": langfuse.parse_docs}
+
+
+def _grouped(lines: Iterator[tuple[int, str]], kind: str, fmt: str, ctx: Context) -> Iterator[Trace]:
+    """A JSON-lines file whose first record is of a grouped format: its records of each grouped format are held
+    (a trace's records may be spread over the file) and read together at the end, within PARSED_FACTOR x
+    max_file_bytes of parsed objects; lines of another format are read as themselves as they come."""
+    groups: dict[str, tuple[list, list[int]]] = {kind: ([], [])}
+    held, budget = 0, PARSED_FACTOR * LIMITS.get().max_file_bytes
+    rec_cap = PARSED_FACTOR * LIMITS.get().max_record_bytes
+    for n, t in lines:
+        if not t or t.isspace():
+            continue
+        try:
+            doc = loads(t, f"line {n}", rec_cap)
+            k = _group_kind(doc, kind, fmt)
+        except Exception as e:  # noqa: BLE001 - this line's rejection
+            ctx.reject_any(e, f"line {n}")
+            continue
+        if k not in _GROUPED:
+            yield from _per_line(doc, k, n, ctx)
+            continue
+        held += parsed_cost(t)
+        if held > budget:
+            raise IngestError("file_too_large", f"the records to group (up to line {n}) would build more than "
+                              f"{budget} bytes of objects ({PARSED_FACTOR} x max_file_bytes): the file was not read")
+        docs, at = groups.setdefault(k, ([], []))
+        docs.append(doc)
+        at.append(n)
+    for k, (docs, at) in groups.items():
+        if not docs:
+            continue
+        ctx.fmt, ctx.rendered, ctx.doc_lines = LABELS.get(k, k), True, at
+        try:
+            yield from _GROUP_READERS[k](docs, ctx)
+        except IngestError as e:
+            if k == kind and len(groups) == 1:
+                raise  # the file's one format: a file-level row, as before
+            ctx.reject_any(e, f"line {at[0]}")
+        finally:
+            ctx.doc_lines = None
 
 
 def _from_lines(lines: Iterator[tuple[int, str]], fmt: str, ctx: Context) -> Iterator[Trace]:
@@ -145,10 +225,11 @@ def _from_lines(lines: Iterator[tuple[int, str]], fmt: str, ctx: Context) -> Ite
         if ctx.rejected:  # its lines were rejected one by one (a row each): not an empty file
             return
         raise IngestError("empty_file", "no JSON lines in file")
+    rec_cap = PARSED_FACTOR * LIMITS.get().max_record_bytes
     head = None
     if fmt != "jsonl":
         try:
-            head = loads(first[1], f"line {first[0]}")
+            head = loads(first[1], f"line {first[0]}", rec_cap)
         except IngestError:
             head = None  # a bad first line is rejected alone by the reader below
     kind = ALIASES.get(fmt, fmt) if fmt != "auto" else (classify(head) if head is not None else None) or "jsonl"
@@ -159,18 +240,10 @@ def _from_lines(lines: Iterator[tuple[int, str]], fmt: str, ctx: Context) -> Ite
         yield from lines
 
     if kind in _GROUPED:
-        docs = []
-        for n, t in again():  # records of one trace may be spread over lines: group the whole file first
-            if t.strip():
-                try:
-                    docs.append(loads(t, f"line {n}"))
-                except IngestError as e:
-                    ctx.reject(e)
-        yield from {"otel": otel_genai.parse, "otel-sdk": otel_sdk.parse_sdk, "langsmith": langsmith.parse_lines,
-                    "claude-code": claude_code.parse_lines, "langfuse": langfuse.parse_docs}[kind](docs, ctx)
+        yield from _grouped(again(), kind, fmt, ctx)
         return
     if fmt == "jsonl":
-        yield from canonical.parse_jsonl(again(), ctx, loads)
+        yield from canonical.parse_jsonl(again(), ctx, lambda t, r: loads(t, r, rec_cap))
         return
     # unknown lines before any known one are held back: a file none of whose lines is known (an application
     # log) is one `unknown_format` row, not one per line; after a known line each is rejected alone
@@ -179,7 +252,7 @@ def _from_lines(lines: Iterator[tuple[int, str]], fmt: str, ctx: Context) -> Ite
         if not t or t.isspace():  # (no strip(): it copies every long line)
             continue
         try:
-            doc = loads(t, f"line {n}")
+            doc = loads(t, f"line {n}", rec_cap)
             k = _line_kind(doc, kind, fmt)
         except Exception as e:  # noqa: BLE001 - any failure is this line's rejection
             if not known and isinstance(e, IngestError) and e.reason == "unknown_format":
@@ -194,14 +267,7 @@ def _from_lines(lines: Iterator[tuple[int, str]], fmt: str, ctx: Context) -> Ite
             for m, e in held:
                 ctx.reject_any(e, f"line {m}")
             held = []
-        if k == "jsonl":  # canonical: its reader, handed the parsed line
-            ctx.fmt, ctx.rendered = LABELS["jsonl"], False  # handed the parsed line ("{}" stands for its text)
-            yield from canonical.parse_jsonl((((n, "{}"),)), ctx, lambda _t, _r, d=doc: d)
-            continue
-        try:
-            yield from parse_doc(doc, k, ctx, line=n)
-        except Exception as e:  # noqa: BLE001 - any failure is this line's rejection
-            ctx.reject_any(e, f"line {n}")
+        yield from _per_line(doc, k, n, ctx)
     if held:
         raise held[0][1]
 
@@ -248,24 +314,27 @@ def read_file(path: str, fmt: str, ctx: Context) -> Iterator[Trace]:
 
 
 def _zip(path: str, data: bytes, fmt: str, ctx: Context) -> Iterator[Trace]:
-    """A zip container: an Inspect AI `.eval` log as one, else each data member as the file it would be alone."""
-    found = list(containers.members(data))
+    """A zip container: an Inspect AI `.eval` log as one, else each data member as the file it would be alone.
+    Members are read one at a time; a member that cannot be read or parsed is one row, the others go on."""
+    arc = containers.ZipArchive(data)
     del data
-    if fmt in ("auto", "inspect") and inspect_ai.is_eval_zip([n for n, _ in found]):
+    if fmt in ("auto", "inspect") and inspect_ai.is_eval_zip(arc.names):
         ctx.fmt, ctx.rendered = LABELS["inspect"], True
-        yield from inspect_ai.parse_zip(found, ctx)
+        yield from inspect_ai.parse_zip(arc, ctx)
         return
-    if not found:
+    if not arc.names:
         raise IngestError("unknown_format", "a zip archive without .json / .jsonl / .traj members")
     outer = ctx.input_path
     try:
-        for name, body in found:
+        for name, body in arc.members():
             ctx.input_path = f"{outer}/{name}"  # rows name the member; ids built from file names use its stem
             try:
-                yield from _read_text([containers.decode_text(body, ctx)], name.lower(), fmt, ctx)
-            except IngestError as e:
-                e.record_id = e.record_id or name
-                ctx.reject(e)
+                if isinstance(body, IngestError):
+                    raise body
+                held, body = [containers.decode_text(body, ctx)], None  # one member's text at a time
+                yield from _read_text(held, name.lower(), fmt, ctx)
+            except Exception as e:  # noqa: BLE001 - one member's failure is that member's row
+                ctx.reject_any(e, name)
     finally:
         ctx.input_path = outer
 

@@ -111,19 +111,28 @@ def parse(doc: Any, ctx: Context) -> Iterator[Trace]:
     yield from _samples(samples, doc, ctx)
 
 
-def parse_zip(members: list[tuple[str, bytes]], ctx: Context) -> Iterator[Trace]:
-    """An `.eval` archive's members: the header, then each `samples/*.json` as one sample."""
-    by_name = dict(members)
-    raw = by_name.get("header.json") or by_name.get("_journal/start.json") or b"{}"
-    head = loads(raw.decode("utf-8", errors="replace"), "header.json")
+def parse_zip(arc: Any, ctx: Context) -> Iterator[Trace]:
+    """An `.eval` archive (`containers.ZipArchive`): the header, then each `samples/*.json` as one sample, read
+    one at a time; a sample member that is damaged or not valid JSON is that sample's row, the others are read."""
+    try:
+        raw = arc.read_named("header.json") or arc.read_named("_journal/start.json") or b"{}"
+        head = loads(raw.decode("utf-8", errors="replace"), "header.json")
+    except IngestError as e:  # no header: samples are still read, their ids lack the task
+        ctx.reject_any(e, "header.json")
+        head = {}
     head = head if isinstance(head, dict) else {}
-    samples = []
-    for name, body in members:
-        if name.startswith("samples/"):
-            try:
-                samples.append(loads(body.decode("utf-8", errors="replace"), name))
-            except IngestError as e:
-                ctx.reject(e)
-    if not samples:
+    read = 0
+    for i, (name, body) in enumerate(arc.members()):
+        if not name.startswith("samples/"):
+            continue
+        try:
+            if isinstance(body, IngestError):
+                raise body
+            s = loads(body.decode("utf-8", errors="replace"), name)
+            body = None
+            read += 1
+            yield _sample(s, head, i)
+        except Exception as e:  # noqa: BLE001 - one sample's failure is its rejection, the log goes on
+            ctx.reject_any(e, name)
+    if not read and not ctx.rejected:
         raise IngestError("empty_trace", "the .eval archive holds no readable samples/")
-    yield from _samples(samples, head, ctx)

@@ -17,11 +17,11 @@ agent = the run's LangGraph node (`langgraph_node`; in a graph of subgraphs the 
 
 from __future__ import annotations
 
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from typing import Any
 
 from masprism_batch.ingest import status
-from masprism_batch.ingest.common import Context, IngestError, check_trace_id, short
+from masprism_batch.ingest.common import Context, IngestError, check_trace_id, request_id, short
 from masprism_batch.ingest.context import input_messages, with_context
 from masprism_batch.ingest.envelopes import output_text
 from masprism_batch.ingest.messages import content_text, dumps, join, question_of, tool_calls_text
@@ -92,17 +92,34 @@ def _tool_text(run: dict) -> str:
     return "\n".join(parts)
 
 
-def _flatten(roots: list, record: str | None) -> list[tuple[dict, str | None]]:
-    """(run, parent id) of every run, nested `child_runs` included, without recursion."""
+def _flatten(roots: list, record: str | None, ctx: Context | None = None,
+             where_of: Callable[[int], str] | None = None) -> list[tuple[dict, str | None]]:
+    """(run, parent id) of every run, nested `child_runs` included, without recursion. With `ctx`, a top-level
+    run holding anything that is not a run (a list for a `run_type`, ...) is rejected alone, with the runs
+    nested in it (one record, one row); without, it raises."""
     out: list[tuple[dict, str | None]] = []
-    stack = [(r, None, f"runs[{i}]") for i, r in enumerate(roots)][::-1]
+    for i, root in enumerate(roots):
+        try:
+            out.extend(_tree(root, f"runs[{i}]", record))
+        except IngestError as e:
+            if ctx is None:
+                raise
+            rid = root.get("id") if isinstance(root, dict) else None
+            ctx.reject_any(e, where_of(i) if where_of else short(rid, 200)[1:-1] if isinstance(rid, str) else
+                           e.record_id or f"runs[{i}]")
+    return out
+
+
+def _tree(root: Any, at: str, record: str | None) -> list[tuple[dict, str | None]]:
+    out: list[tuple[dict, str | None]] = []
+    stack = [(root, None, at)]
     while stack:
         run, parent, where = stack.pop()
         if not isinstance(run, dict):
             raise IngestError("invalid_record", f"{where} must be a run object, got {type(run).__name__}", record)
         if run.get("id") in (None, "") or not isinstance(run.get("run_type"), str):
-            raise IngestError("invalid_record", f"{where} is not a LangSmith run (needs 'id' and 'run_type'); "
-                              f"keys: {sorted(run)[:8]}", record)
+            raise IngestError("invalid_record", f"{where} is not a LangSmith run (needs 'id' and 'run_type' text); "
+                              f"keys: {sorted(map(str, run))[:8]}", record)
         pid = run.get("parent_run_id") or parent
         out.append((run, str(pid) if pid is not None else None))
         kids = run.get("child_runs") or []
@@ -146,10 +163,13 @@ def _node(run: dict, parent: str | None) -> Node:
     return n
 
 
-def parse_runs(runs: list, ctx: Context, record: str | None = None) -> Iterator[Trace]:
-    """Every run of one input (file or JSON lines), grouped into traces."""
-    flat = _flatten(runs, record)
+def parse_runs(runs: list, ctx: Context, record: str | None = None,
+               where_of: Callable[[int], str] | None = None) -> Iterator[Trace]:
+    """Every run of one input (file or JSON lines), grouped into traces; a run that is not one costs itself."""
+    flat = _flatten(runs, record, ctx, where_of)
     if not flat:
+        if ctx.rejected:
+            return
         raise IngestError("empty_trace", "no runs in the LangSmith export", record)
     by_id = {str(r["id"]): r for r, _ in flat}
     parent_of = {str(r["id"]): p for r, p in flat}
@@ -188,16 +208,19 @@ def parse_runs(runs: list, ctx: Context, record: str | None = None) -> Iterator[
 def parse_lines(docs: list, ctx: Context) -> Iterator[Trace]:
     """JSON lines: one run (or `{"runs": [...]}`) per line; a line that is neither is rejected alone."""
     runs: list = []
+    line_of: list[int] = []  # the record each run came from, to name it in a rejection
     for i, d in enumerate(docs):
         if isinstance(d, dict) and isinstance(d.get("runs"), list):
             runs.extend(d["runs"])
+            line_of.extend([i] * len(d["runs"]))
         elif is_run(d):
             runs.append(d)
+            line_of.append(i)
         else:
             ctx.reject(IngestError("invalid_record", f"not a LangSmith run (needs 'id' and 'run_type'): "
-                                   f"{short(d, 120)}", f"record {i + 1}"))
+                                   f"{short(d, 120)}", request_id(ctx, i).replace("request", "record")))
     if runs:
-        yield from parse_runs(runs, ctx)
+        yield from parse_runs(runs, ctx, where_of=lambda k: request_id(ctx, line_of[k]).replace("request", "record"))
 
 
 def is_batch(d: Any) -> bool:

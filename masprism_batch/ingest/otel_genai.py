@@ -17,7 +17,7 @@ from collections.abc import Iterator
 from typing import Any
 
 from masprism_batch.ingest import status
-from masprism_batch.ingest.common import Context, IngestError, check_trace_id, short
+from masprism_batch.ingest.common import Context, IngestError, check_trace_id, request_id, short
 from masprism_batch.ingest.context import attr_inputs, event_inputs, with_context
 from masprism_batch.ingest.envelopes import value_text
 from masprism_batch.ingest.genai_attrs import agent_name, llm_output, tool_text
@@ -120,20 +120,30 @@ def _items(d: Any, key: str) -> list:
     return v if isinstance(v, list) else []
 
 
-def _log_events(docs: list[Any]) -> dict[tuple[str, str], list[dict]]:
-    """GenAI events exported as OTLP logs (`resourceLogs`), by (traceId, spanId), as span events."""
+def _log_events(docs: list[Any], ctx: Context | None = None) -> dict[tuple[str, str], list[dict]]:
+    """GenAI events exported as OTLP logs (`resourceLogs`), by (traceId, spanId), as span events. A request that
+    cannot be read (a list where an object belongs) is its own row; the other requests' events are kept."""
     out: dict[tuple[str, str], list[dict]] = {}
-    for doc in docs:
-        for rl in _items(doc, "resourceLogs"):
-            for sl in _items(rl, "scopeLogs"):
-                for rec in _items(sl, "logRecords"):
-                    if not isinstance(rec, dict):
-                        continue
-                    a = attrs(rec.get("attributes"))
-                    ev = {"name": rec.get("eventName") or a.get("event.name") or a.get("gen_ai.event.name"),
-                          "attributes": a, "body": _value_d(rec.get("body")),
-                          "timeUnixNano": rec.get("timeUnixNano") or rec.get("observedTimeUnixNano")}
-                    out.setdefault((str(rec.get("traceId") or ""), str(rec.get("spanId") or "")), []).append(ev)
+    for i, doc in enumerate(docs):
+        got: list[tuple[tuple[str, str], dict]] = []
+        try:
+            for rl in _items(doc, "resourceLogs"):
+                for sl in _items(rl, "scopeLogs"):
+                    for rec in _items(sl, "logRecords"):
+                        if not isinstance(rec, dict):
+                            continue
+                        a = attrs(rec.get("attributes"))
+                        ev = {"name": rec.get("eventName") or a.get("event.name") or a.get("gen_ai.event.name"),
+                              "attributes": a, "body": _value_d(rec.get("body")),
+                              "timeUnixNano": rec.get("timeUnixNano") or rec.get("observedTimeUnixNano")}
+                        got.append(((str(rec.get("traceId") or ""), str(rec.get("spanId") or "")), ev))
+        except Exception as e:  # noqa: BLE001 - this request's rejection, the file goes on
+            if ctx is None:
+                raise
+            ctx.reject_any(e, request_id(ctx, i))
+            continue
+        for key, ev in got:
+            out.setdefault(key, []).append(ev)
     return out
 
 
@@ -227,12 +237,30 @@ def resource_spans(doc: dict) -> Any:
     return doc.get("resourceSpans", doc.get("batches"))
 
 
+def _request_spans(rss: list, logs: dict, ctx: Context, where: str) -> Iterator[tuple[str, dict, Any]]:
+    """(trace id, span with its log events, service name) of one export request's `resourceSpans`."""
+    for rs in rss:
+        if not isinstance(rs, dict):
+            continue
+        res = rs.get("resource") if isinstance(rs.get("resource"), dict) else {}
+        service = attrs(res.get("attributes")).get("service.name")
+        for ss in _items(rs, "scopeSpans") or _items(rs, "instrumentationLibrarySpans"):
+            for span in _items(ss, "spans"):
+                if not isinstance(span, dict) or not span.get("spanId") or not span.get("traceId"):
+                    ctx.warn("invalid_record", f"{where}: span without traceId/spanId skipped: {short(span)}", where)
+                    continue
+                ev = logs.pop((str(span["traceId"]), str(span["spanId"])), None)
+                if ev:
+                    span = {**span, "events": _items(span, "events") + ev}
+                yield str(span["traceId"]), span, service
+
+
 def parse(docs: list[Any], ctx: Context) -> Iterator[Trace]:
     """`docs`: the export requests of one file (one object, or one per JSON line): `resourceSpans` (or
     Tempo's `batches`) and/or `resourceLogs` (GenAI events, attached to their spans)."""
     groups: dict[str, list[Node]] = {}
     inputs: dict[str, dict[str, list[dict]]] = {}
-    logs = _log_events(docs)
+    logs = _log_events(docs, ctx)
     bad = 0
     for i, doc in enumerate(docs):
         rss = resource_spans(doc) if isinstance(doc, dict) else None
@@ -240,25 +268,21 @@ def parse(docs: list[Any], ctx: Context) -> Iterator[Trace]:
             continue
         if not isinstance(rss, list):
             ctx.reject(IngestError("invalid_record", f"request {i + 1}: 'resourceSpans' (Tempo: 'batches') must be a list, "
-                                   f"got {type(rss).__name__}", f"request {i + 1}"))
+                                   f"got {type(rss).__name__}", request_id(ctx, i)))
             bad += 1
             continue
-        for rs in rss:
-            if not isinstance(rs, dict):
-                continue
-            res = rs.get("resource") if isinstance(rs.get("resource"), dict) else {}
-            service = attrs(res.get("attributes")).get("service.name")
-            scopes = rs.get("scopeSpans") or rs.get("instrumentationLibrarySpans") or []
-            for ss in scopes if isinstance(scopes, list) else []:
-                for span in (ss.get("spans") or []) if isinstance(ss, dict) else []:
-                    if not isinstance(span, dict) or not span.get("spanId") or not span.get("traceId"):
-                        ctx.warn("invalid_record", f"span without traceId/spanId skipped: {short(span)}")
-                        continue
-                    ev = logs.pop((str(span["traceId"]), str(span["spanId"])), None)
-                    if ev:
-                        span = {**span, "events": list(span.get("events") or []) + ev}
-                    tid = str(span["traceId"])
-                    groups.setdefault(tid, []).append(node_of(span, service, inputs.setdefault(tid, {})))
+        try:  # a request is read whole before its spans join the groups: a bad one costs itself only
+            got = []
+            for tid, span, service in _request_spans(rss, logs, ctx, request_id(ctx, i)):
+                ins: dict[str, list[dict]] = {}
+                got.append((tid, node_of(span, service, ins), ins))
+        except Exception as e:  # noqa: BLE001 - this request's rejection, the file goes on
+            ctx.reject_any(e, request_id(ctx, i))
+            bad += 1
+            continue
+        for tid, node, ins in got:
+            groups.setdefault(tid, []).append(node)
+            inputs.setdefault(tid, {}).update(ins)
     for (tid, sid), evs in logs.items():  # events of spans this file does not hold
         if tid:
             groups.setdefault(tid, []).extend(_log_only_nodes(evs, tid, sid))

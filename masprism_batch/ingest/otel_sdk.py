@@ -17,7 +17,7 @@ from __future__ import annotations
 from collections.abc import Iterator
 from typing import Any
 
-from masprism_batch.ingest.common import Context, IngestError, short
+from masprism_batch.ingest.common import Context, IngestError, request_id, short
 from masprism_batch.ingest.otel_genai import node_of, traces_from_groups
 from masprism_batch.ingest.spantree import Node
 from masprism_batch.trace import Trace
@@ -68,8 +68,19 @@ def parse_sdk(doc: Any, ctx: Context) -> Iterator[Trace]:
     groups: dict[str, list[Node]] = {}
     inputs: dict[str, dict[str, list[dict]]] = {}
     for i, s in enumerate(spans):
-        tid, span, service = _sdk_span(s, i)
-        groups.setdefault(tid, []).append(node_of(span, service, inputs.setdefault(tid, {})))
+        try:  # a span that cannot be read is its own row; its trace is built from the others
+            tid, span, service = _sdk_span(s, i)
+            ins: dict[str, list[dict]] = {}
+            node = node_of(span, service, ins)
+        except Exception as e:  # noqa: BLE001 - this span's rejection, the file goes on
+            ctx.reject_any(e, request_id(ctx, i) if doc is spans else f"spans[{i}]")
+            continue
+        groups.setdefault(tid, []).append(node)
+        inputs.setdefault(tid, {}).update(ins)
+    if not groups:
+        if ctx.rejected:  # every span was rejected alone, a row each
+            return
+        raise IngestError("empty_trace", "no readable OTel SDK span")
     yield from traces_from_groups(groups, ctx, "otel-sdk", inputs)
 
 
@@ -82,6 +93,33 @@ def _kv(items: Any) -> dict[str, Any]:
     return {t["key"]: t.get("value") for t in _list(items) if isinstance(t, dict) and isinstance(t.get("key"), str)}
 
 
+def _jaeger_nodes(tr: Any, i: int) -> Iterator[tuple[str, Node, dict[str, list[dict]]]]:
+    """(trace id, node, input histories) of each span of Jaeger trace `data[i]`."""
+    if not isinstance(tr, dict) or not isinstance(tr.get("spans"), list):
+        raise IngestError("invalid_record", f"data[{i}].spans must be a list (a Jaeger trace)")
+    procs = tr.get("processes") if isinstance(tr.get("processes"), dict) else {}
+    for j, s in enumerate(tr["spans"]):
+        if not isinstance(s, dict) or _id(s.get("spanID")) is None:
+            raise IngestError("invalid_record", f"data[{i}].spans[{j}].spanID is missing (a Jaeger span)")
+        refs = [r for r in _list(s.get("references")) if isinstance(r, dict) and r.get("refType") == "CHILD_OF"]
+        tags = _kv(s.get("tags"))
+        events = []
+        for lg in _list(s.get("logs")):
+            if isinstance(lg, dict):
+                f = _kv(lg.get("fields"))
+                events.append({"name": f.pop("event", None), "attributes": f, "timeUnixNano": lg.get("timestamp")})
+        pid = s.get("processID")
+        proc = procs.get(pid) if isinstance(pid, str) and isinstance(procs.get(pid), dict) else {}
+        span = {"spanId": str(s["spanID"]), "parentSpanId": _id(refs[0].get("spanID")) if refs else None,
+                "name": s.get("operationName"), "startTimeUnixNano": s.get("startTime"), "attributes": tags,
+                "events": events}
+        tid = _id(s.get("traceID")) or _id(tr.get("traceID"))
+        if tid is None:
+            raise IngestError("invalid_record", f"data[{i}].spans[{j}].traceID is missing")
+        ins: dict[str, list[dict]] = {}
+        yield tid, node_of(span, proc.get("serviceName"), ins), ins
+
+
 def parse_jaeger(doc: Any, ctx: Context) -> Iterator[Trace]:
     data = doc.get("data") if isinstance(doc, dict) else None
     if not isinstance(data, list):
@@ -89,27 +127,17 @@ def parse_jaeger(doc: Any, ctx: Context) -> Iterator[Trace]:
     groups: dict[str, list[Node]] = {}
     inputs: dict[str, dict[str, list[dict]]] = {}
     for i, tr in enumerate(data):
-        if not isinstance(tr, dict) or not isinstance(tr.get("spans"), list):
-            raise IngestError("invalid_record", f"data[{i}].spans must be a list (a Jaeger trace)")
-        procs = tr.get("processes") if isinstance(tr.get("processes"), dict) else {}
-        for j, s in enumerate(tr["spans"]):
-            if not isinstance(s, dict) or _id(s.get("spanID")) is None:
-                raise IngestError("invalid_record", f"data[{i}].spans[{j}].spanID is missing (a Jaeger span)")
-            refs = [r for r in _list(s.get("references")) if isinstance(r, dict) and r.get("refType") == "CHILD_OF"]
-            tags = _kv(s.get("tags"))
-            events = []
-            for lg in _list(s.get("logs")):
-                if isinstance(lg, dict):
-                    f = _kv(lg.get("fields"))
-                    events.append({"name": f.pop("event", None), "attributes": f, "timeUnixNano": lg.get("timestamp")})
-            proc = procs.get(s.get("processID")) if isinstance(procs.get(s.get("processID")), dict) else {}
-            span = {"spanId": str(s["spanID"]), "parentSpanId": _id(refs[0].get("spanID")) if refs else None,
-                    "name": s.get("operationName"), "startTimeUnixNano": s.get("startTime"), "attributes": tags,
-                    "events": events}
-            tid = _id(s.get("traceID")) or _id(tr.get("traceID"))
-            if tid is None:
-                raise IngestError("invalid_record", f"data[{i}].spans[{j}].traceID is missing")
-            groups.setdefault(tid, []).append(node_of(span, proc.get("serviceName"), inputs.setdefault(tid, {})))
+        try:  # a Jaeger trace is read whole before it joins the groups: a bad one costs itself only
+            got = list(_jaeger_nodes(tr, i))
+        except Exception as e:  # noqa: BLE001 - this trace's rejection, the document goes on
+            tid = tr.get("traceID") if isinstance(tr, dict) and isinstance(tr.get("traceID"), str) else None
+            ctx.reject_any(e, short(tid, 200)[1:-1] if tid else f"data[{i}]")
+            continue
+        for tid, node, ins in got:
+            groups.setdefault(tid, []).append(node)
+            inputs.setdefault(tid, {}).update(ins)
     if not groups:
+        if ctx.rejected:  # every trace was rejected alone, a row each
+            return
         raise IngestError("empty_trace", "no spans in the Jaeger export")
     yield from traces_from_groups(groups, ctx, "jaeger", inputs)
