@@ -178,20 +178,37 @@ def _regular_file(path: str, name: str) -> os.stat_result:
     return st
 
 
-def read_config_file(path: str) -> str:
-    """A `--config` file's text: a regular file (a FIFO is refused, never opened to block), at most
-    MAX_CONFIG_BYTES, UTF-8."""
-    _regular_file(path, "--config")
+def input_file_problem(path) -> str | None:
+    """Why `path` cannot be read as an input file (`--ranker`, `--labels`), in the words `--config` uses: None when
+    it is a regular file (links followed), "not found", or "is not a regular file (a FIFO)" for a FIFO, device,
+    socket or folder, which is never opened (a FIFO would block, /dev/zero never ends)."""
+    try:
+        st = os.stat(path)
+    except FileNotFoundError:
+        return "not found"
+    except OSError as e:
+        return str(e.strerror or e)
+    if stat.S_ISREG(st.st_mode):
+        return None
+    kind = ("a FIFO" if stat.S_ISFIFO(st.st_mode) else "a device" if stat.S_ISCHR(st.st_mode) or
+            stat.S_ISBLK(st.st_mode) else "a folder" if stat.S_ISDIR(st.st_mode) else "a socket")
+    return f"is not a regular file ({kind})"
+
+
+def read_config_file(path: str, name: str = "--config") -> str:
+    """A `--config` (or `--map`: `name`) file's text: a regular file (a FIFO is refused, never opened to block),
+    at most MAX_CONFIG_BYTES, UTF-8."""
+    _regular_file(path, name)
     try:
         data, _ = read_regular(path, MAX_CONFIG_BYTES)
     except OSError as e:
-        raise ValueError(f"--config: {path!r}: {e.strerror or e}") from None
+        raise ValueError(f"{name}: {path!r}: {e.strerror or e}") from None
     if len(data) > MAX_CONFIG_BYTES:
-        raise ValueError(f"--config: {path!r} is larger than a config file ({MAX_CONFIG_BYTES} bytes)")
+        raise ValueError(f"{name}: {path!r} is larger than a config file ({MAX_CONFIG_BYTES} bytes)")
     try:
         return data.decode("utf-8")
     except UnicodeDecodeError as e:
-        raise ValueError(f"--config: {path!r} is not UTF-8 text (byte {e.start})") from None
+        raise ValueError(f"{name}: {path!r} is not UTF-8 text (byte {e.start})") from None
 
 
 def check_head_weights(path: str | None, name: str = "method.head_weights") -> str | None:

@@ -27,9 +27,10 @@ from masprism_batch.pipelines.selection import Selection
 from masprism_batch import schema
 from masprism_batch.config import IngestConfig
 from masprism_batch.ingest import SeenIds
-from masprism_batch.ingest.common import IngestError, apply_caps
+from masprism_batch.ingest.common import Context, IngestError
 from masprism_batch.ingest.parquet_rows import read_rows, trace_id_keys
 from masprism_batch.ingest.status import attributable
+from masprism_batch.ingest.validate import validate
 from masprism_batch.outdir.manifest import read_json as read_marker
 from masprism_batch.outdir.manifest import require_regular
 from masprism_batch.outdir.parts import DatasetWriter, write_json_atomic
@@ -275,8 +276,9 @@ def read_shard(shard: Shard, limits: IngestConfig | None = None) -> tuple[list[T
                 raise ValueError("trace_id and source are required")
             trace = Trace.from_row(row)
             del row
-            traces.append(apply_caps(trace, limits, lambda reason, msg, rid=None, **_: errors.append(
-                error_row(input_path=shard.label, record_id=rid, stage="ingest", reason=reason, message=msg))))
+            # checked against the schema before the run binds it, as ingest checks every trace (`validate`): a
+            # number where text belongs is cast, a value that cannot be (a text start_time) rejects the row
+            traces.append(validate(trace, Context(shard.label, errors.append), limits))
         except IngestError as e:
             errors.append(error_row(input_path=shard.label, record_id=e.record_id or tid, stage="ingest", reason=e.reason,
                                     message=e.message))

@@ -78,7 +78,8 @@ def ingest(
         try:
             mapping = load_mapping(str(map_file))
         except (OSError, ValueError) as exc:
-            raise fail(f"--map {map_file}: {exc}") from None
+            msg = str(exc)  # each names the file once: "--map: 'm.toml' is not UTF-8 text", "--map m.toml: ..."
+            raise fail(msg if msg.startswith("--map") else f"--map {msg}") from None
     check_format(list(inputs), fmt)  # before OUT exists: a wrong --format leaves nothing behind
     check_outdir(out)
     limits = None

@@ -27,13 +27,14 @@ from collections.abc import Iterator
 from dataclasses import dataclass, field
 from typing import Any
 
-from masprism_batch.ingest.common import Context, IngestError, check_trace_id
+from masprism_batch.ingest.common import LIMITS, Context, IngestError, check_trace_id, clean_name
 from masprism_batch.ingest.envelopes import value_text
 from masprism_batch.ingest.messages import join, tool_call_line
 from masprism_batch.ingest.sources import base_name
 from masprism_batch.trace import Step, Trace
 
 _TOKEN = re.compile(r"\.([A-Za-z_][\w\-]*)|\[\s*(\*|-?\d+|\"[^\"]*\"|'[^']*')\s*\]")
+MAX_INDEX_DIGITS = 18  # a list position; longer is no list here (and int() refuses past 4,300 digits)
 STEP_KEYS = ("agent", "role", "content", "tool_calls", "tool_name", "tool_args", "result")
 
 
@@ -46,6 +47,9 @@ def compile_path(p: Any, what: str) -> tuple:
         if m is None:
             raise ValueError(f"{what}: cannot read {p!r} at character {i} (use .key, [\"key\"], [n] or [*])")
         key, idx = m.group(1), m.group(2)
+        if idx is not None and idx[0] not in "\"'*" and len(idx.lstrip("-")) > MAX_INDEX_DIGITS:
+            raise ValueError(f"{what}: index {idx[:20]}… ({len(idx)} characters) in {p[:60]!r} is not a list "
+                             f"position (at most {MAX_INDEX_DIGITS} digits)")
         out.append(key if key is not None else "*" if idx == "*" else idx[1:-1] if idx[0] in "\"'" else int(idx))
         i = m.end()
     return tuple(out)
@@ -92,9 +96,11 @@ def load_mapping(path: str) -> Mapping:
     from masprism_batch import config_checks as checks
 
     try:
-        raw = tomllib.loads(checks.read_config_file(path))  # a regular file of bounded size
+        raw = tomllib.loads(checks.read_config_file(path, "--map"))  # a regular file of bounded size
     except tomllib.TOMLDecodeError as e:
         raise ValueError(f"{path}: not valid TOML: {e}") from None
+    except RecursionError:  # not a ValueError: would be an internal error
+        raise ValueError(f"{path}: nested too deeply to be a mapping file") from None
     unknown = set(raw) - {"source", "traces", "trace_id", "question", "steps", "step"}
     if unknown:
         raise ValueError(f"{path}: unknown keys {sorted(unknown)}")
@@ -103,9 +109,12 @@ def load_mapping(path: str) -> Mapping:
     step = raw.get("step", {})
     if not isinstance(step, dict) or set(step) - set(STEP_KEYS):
         raise ValueError(f"{path}: [step] holds only {list(STEP_KEYS)}")
-    opt = {k: compile_path(raw[k], k) for k in ("traces", "trace_id", "question") if k in raw}
-    return Mapping(source=raw["source"], steps=compile_path(raw.get("steps"), "steps"),
-                   step={k: compile_path(v, f"step.{k}") for k, v in step.items()}, **opt)
+    try:
+        opt = {k: compile_path(raw[k], k) for k in ("traces", "trace_id", "question") if k in raw}
+        return Mapping(source=raw["source"], steps=compile_path(raw.get("steps"), "steps"),
+                       step={k: compile_path(v, f"step.{k}") for k, v in step.items()}, **opt)
+    except ValueError as e:
+        raise ValueError(f"{path}: {e}") from None
 
 
 def _step(s: Any, m: Mapping, i: int) -> Step:
@@ -123,17 +132,26 @@ def _step(s: Any, m: Mapping, i: int) -> Step:
 
 
 def parse(doc: Any, ctx: Context, m: Mapping, line: int | None = None) -> Iterator[Trace]:
-    stem = f"{m.source}/{base_name(ctx.input_path)}" + (f"#{line}" if line is not None else "")
+    source = clean_name(m.source, LIMITS.get().max_agent_bytes)  # in every trace's id, source and system
+    stem = f"{source}/{base_name(ctx.input_path)}" + (f"#{line}" if line is not None else "")
     traces = select(doc, m.traces) if m.traces is not None else [doc]
     if not traces:
         raise IngestError("empty_trace", "the mapping's 'traces' path finds nothing in this document")
     for n, t in enumerate(traces):
-        raw_id = first(t, m.trace_id)
-        tid = check_trace_id(str(raw_id) if raw_id is not None else stem + (f"/{n}" if len(traces) > 1 else ""))
-        steps = [_step(s, m, i) for i, s in enumerate(select(t, m.steps))]
-        if not steps:
-            ctx.reject(IngestError("empty_trace", "the mapping's 'steps' path finds nothing in this trace", tid))
+        where = f"traces[{n}]" + (f" of line {line}" if line is not None else "")
+        try:  # one mapped trace's failure (a refused id, a value that cannot be read) is its row, the rest go on
+            raw_id = first(t, m.trace_id)
+            tid = check_trace_id(str(raw_id) if raw_id is not None else stem + (f"/{n}" if len(traces) > 1 else ""),
+                                 where)
+            steps = [_step(s, m, i) for i, s in enumerate(select(t, m.steps))]
+            if not steps:
+                raise IngestError("empty_trace", "the mapping's 'steps' path finds nothing in this trace", tid)
+            q = first(t, m.question)
+            trace = Trace(trace_id=tid, source=source, system=source, steps=steps, labels=None,
+                          question=value_text(q) if q is not None else None, metadata={"format": "map"})
+        except Exception as e:  # noqa: BLE001 - this trace's rejection
+            if isinstance(e, IngestError) and e.record_id and e.record_id != where and e.reason == "invalid_trace_id":
+                e.message = f"{where}: {e.message}"  # the id is refused: say where the trace is
+            ctx.reject_any(e, where)
             continue
-        q = first(t, m.question)
-        yield Trace(trace_id=tid, source=m.source, system=m.source, question=value_text(q) if q is not None else None,
-                    steps=steps, labels=None, metadata={"format": "map"})
+        yield trace

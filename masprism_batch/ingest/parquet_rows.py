@@ -62,7 +62,10 @@ def value_bytes(arr: pa.Array) -> np.ndarray:
         child = value_bytes(arr.flatten())
         parents = pc.list_parent_indices(arr).to_numpy(zero_copy_only=False)
         return np.bincount(parents, weights=child, minlength=n).astype(np.int64)
-    width = getattr(t, "bit_width", 64)
+    try:  # a fixed-width column (numbers, times; mistyped columns included), or a null column (no width)
+        width = t.bit_width
+    except (ValueError, AttributeError):
+        width = 8
     return np.full(n, max(1, width // 8), dtype=np.int64)
 
 

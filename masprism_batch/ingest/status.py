@@ -14,15 +14,18 @@ Each reader calls one function here with what it already holds, so the rule per 
 | SWE-agent, mini-swe-agent | `exit_status` an error / limit (anything but a submission) | never (a submission is not graded) |
 | OpenHands | an error observation or agent state "error" | never (finishing is not being right) |
 | Who&When | always (the data set holds failed runs only) | never |
-| canonical JSONL / Parquet | the `run_status` field as written | |
+| canonical JSONL / Parquet | the `run_status` field: "failed" or a word for it ("error", "FAILED", ...) | "succeeded" or a word for it ("success", "SUCCEEDED", "ok", ...) |
 
 Everything else (OpenAI chat, AG2, traces without a status) is "unknown".
 """
 
 from __future__ import annotations
 
+import logging
 from collections.abc import Iterable, Iterator
 from typing import Any
+
+log = logging.getLogger(__name__)
 
 FAILED, SUCCEEDED, UNKNOWN = "failed", "succeeded", "unknown"
 STATUSES = (FAILED, SUCCEEDED, UNKNOWN)
@@ -100,9 +103,36 @@ def of_openhands(events: Iterable[Any]) -> str:
     return UNKNOWN
 
 
+# the words logs and hand-written exports use for a run's end, folded to the three statuses (case, spaces, dashes
+# ignored): "SUCCEEDED", "success", "ok" are one class, never extra classes beside "succeeded"
+_WORDS = {
+    SUCCEEDED: ("succeeded", "success", "successful", "succeed", "ok", "okay", "pass", "passed", "solved",
+                "resolved", "status_code_ok"),
+    FAILED: ("failed", "fail", "failure", "error", "errored", "err", "crashed", "crash", "exception", "timeout",
+             "timed_out", "aborted", "status_code_error"),
+    UNKNOWN: ("unknown", "", "none", "null", "unset", "n/a", "na", "status_code_unset"),
+}
+VOCABULARY = {w: status for status, words in _WORDS.items() for w in words}
+_WARNED: set[str] = set()  # unknown words already warned about (bounded: a hostile file has many)
+_MAX_WARNED = 64
+
+
 def of_field(value: Any) -> str:
-    """A canonical row's `run_status` as written (anything else: unknown)."""
-    return value if value in STATUSES else UNKNOWN
+    """A canonical row's `run_status` (JSON lines, Parquet): one of the three statuses, or a word of
+    `VOCABULARY` ("success", "SUCCEEDED", "ok", "error", ...) folded to it; anything else is "unknown", with one
+    warning per word (not per row)."""
+    if value in STATUSES or value is None:  # None: the field is not there (older exports)
+        return value or UNKNOWN
+    if isinstance(value, str):
+        key = value.strip().lower().replace("-", "_").replace(" ", "_")
+        if key in VOCABULARY:
+            return VOCABULARY[key]
+    word = repr(value)[:80]
+    if word not in _WARNED and len(_WARNED) < _MAX_WARNED:
+        _WARNED.add(word)
+        log.warning("run_status %s is not a status this tool knows (%s, or %s): read as unknown", word,
+                    ", ".join(STATUSES), ", ".join(sorted(w for w in VOCABULARY if w)[:12]) + ", ...")
+    return UNKNOWN
 
 
 def attributable(traces: Iterable, on_skip, input_path: str | None = None) -> Iterator:
