@@ -160,6 +160,22 @@ def clean_text(s: str | None, replace=_surrogate_text) -> str | None:
         return _SURROGATES.sub(replace, s)
 
 
+# what a terminal acts on rather than shows: C0 controls but tab and newline (ESC starts screen clears, window
+# titles, OSC 52 clipboard writes, OSC 8 links), DEL, C1 controls (CSI as one byte), bidi overrides
+_UNPRINTABLE = re.compile("[\x00-\x08\x0b-\x1f\x7f-\x9f\u202a-\u202e\u2066-\u2069]")
+
+
+def printable(s: str | None) -> str | None:
+    """`s` safe to write to a terminal or a log file: every control character shown as its escape (`\x1b`),
+    tab and newline kept; valid UTF-8 (`clean_text`). The same object when nothing is to escape. Rich markup is
+    the printer's business (`rich.markup.escape`, or a `rich.text.Text`)."""
+    if s is None:
+        return s
+    if _UNPRINTABLE.search(s):
+        s = _UNPRINTABLE.sub(lambda m: repr(m.group())[1:-1], s)
+    return clean_text(s)
+
+
 def error_row(*, stage: str, reason: str, message: str, input_path: str | None = None,
               record_id: str | None = None) -> dict:
     """One row of ERRORS (every stage writes its rejections with this; keyword-only so the fields never swap).

@@ -43,7 +43,8 @@ def signal_name(exc: BaseException) -> str:
 def interruptible():
     """SIGTERM/SIGHUP end the run through the normal unwinding path (finally blocks: the ledger takes back
     the interrupted starts, Ray's private cluster is shut down, the OUTDIR lock released) instead of the
-    default abrupt death. Only the main thread can install handlers; elsewhere this is a no-op."""
+    default abrupt death. A signal inherited as ignored (`nohup`) is left ignored. Only the main thread can install
+    handlers; elsewhere this is a no-op."""
     if threading.current_thread() is not threading.main_thread():
         yield
         return
@@ -53,7 +54,10 @@ def interruptible():
             signal.signal(sig, signal.SIG_IGN)
         raise Interrupted(signum)
 
-    old = {sig: signal.signal(sig, stop) for sig in (signal.SIGTERM, signal.SIGHUP)}
+    # a signal the process inherited as ignored stays ignored: `nohup` ignores SIGHUP so that closing the
+    # terminal never stops the run (docs/cli.md), and replacing its SIG_IGN would undo what the user asked
+    old = {sig: signal.signal(sig, stop) for sig in (signal.SIGTERM, signal.SIGHUP)
+           if signal.getsignal(sig) is not signal.SIG_IGN}
     try:
         yield
     finally:

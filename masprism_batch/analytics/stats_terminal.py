@@ -9,6 +9,15 @@ from pathlib import Path
 import pyarrow.parquet as pq
 
 from masprism_batch.analytics.stats import RELATIVE_BINS
+from masprism_batch.schema import printable
+
+
+def cell(v) -> object:
+    """A table cell holding a name from the logs: rich Text (never read as markup: `[link=...]` stays text) with
+    control characters escaped (`schema.printable`: no escape sequence reaches the terminal)."""
+    from rich.text import Text
+
+    return Text(printable(v) if isinstance(v, str) and v else "-")
 
 # what each `verdict_by` value means (README, docs/schema.md list the same), shown under the verdicts table
 VERDICT_BY = {
@@ -27,6 +36,7 @@ def stats_tables_for_terminal(outdir: Path | str, top: int = 10) -> list:
     """The main tables as rich Tables for the terminal: blamed agents, where failures sit, and accuracy where
     labels exist (with whether it is in-sample for the packaged ranker weights). Reads OUTDIR/stats/."""
     from rich.table import Table
+    from rich.text import Text
 
     from masprism_batch.analytics.insample import note
 
@@ -42,7 +52,7 @@ def stats_tables_for_terminal(outdir: Path | str, top: int = 10) -> list:
         key = (r["source"], r["system"])
         if shown[key] < top:
             shown[key] += 1
-            t.add_row(r["source"] or "-", r["system"] or "-", r["agent"] or "-", f"{r['n_traces']:,}",
+            t.add_row(cell(r["source"]), cell(r["system"]), cell(r["agent"]), f"{r['n_traces']:,}",
                       f"{r['share']:.0%}")
     out.append(t)
     t = Table(title="Where the blamed step sits (relative position: 0 = first step, 1 = last)", title_justify="left")
@@ -56,7 +66,7 @@ def stats_tables_for_terminal(outdir: Path | str, top: int = 10) -> list:
             rel[r["source"] or "-"][r["bin"]] = r["n_traces"]
     for src, bins in sorted(rel.items()):
         n = sum(bins.values())
-        t.add_row(src, *[f"{bins.get(b, 0) / n:.0%}" if n else "-" for b in range(RELATIVE_BINS)], f"{n:,}")
+        t.add_row(cell(src), *[f"{bins.get(b, 0) / n:.0%}" if n else "-" for b in range(RELATIVE_BINS)], f"{n:,}")
     out.append(t)
     if read.get("verdicts"):
         t = Table(title="What decided the verdicts (verdict_by: ranker:<system> / prior:<system> = fitted on that "
@@ -66,7 +76,7 @@ def stats_tables_for_terminal(outdir: Path | str, top: int = 10) -> list:
             t.add_column(c, justify=j, overflow="fold")
         for r in read["verdicts"]:
             mc = r["mean_confidence"]
-            t.add_row(r["source"] or "-", r["system"] or "-", r["verdict_by"], f"{r['n_traces']:,}",
+            t.add_row(cell(r["source"]), cell(r["system"]), cell(r["verdict_by"]), f"{r['n_traces']:,}",
                       "-" if mc is None else f"{mc:.2f}")
         seen = sorted({(r["verdict_by"] or "").split(":", 1)[0] for r in read["verdicts"]})
         t.caption = "\n".join(f"{k}: {VERDICT_BY[k]}" for k in seen if k in VERDICT_BY)
@@ -84,14 +94,14 @@ def stats_tables_for_terminal(outdir: Path | str, top: int = 10) -> list:
             return "-" if v is None else f"{v:.3f}"
 
         for r in acc:
-            t.add_row(r["source"], r["metric"], f"{r['n_traces']:,}", fmt(r["value"]), fmt(r["random_baseline"]),
+            t.add_row(cell(r["source"]), r["metric"], f"{r['n_traces']:,}", fmt(r["value"]), fmt(r["random_baseline"]),
                       r.get("sample") or "-")
             if r["metric"] in ("step_top1", "precision@1", "location_acc@1") or r["source"] not in notes:
                 notes[r["source"]] = note(r["n_traces"], r.get("n_in_sample"), r.get("sample") != "n/a: faithful method")
         by_note: dict[str, list[str]] = defaultdict(list)
         for src, n in sorted(notes.items()):
             by_note[n].append(src)
-        t.caption = "\n".join(f"{', '.join(srcs)}: {n}" for n, srcs in by_note.items())
+        t.caption = Text("\n".join(f"{', '.join(printable(s) for s in srcs)}: {n}" for n, srcs in by_note.items()))
         t.caption_justify = "left"
         out.append(t)
     return out

@@ -24,9 +24,26 @@ app = typer.Typer(add_completion=False, no_args_is_help=True, help=__doc__, pret
 EXIT_OK, EXIT_FATAL, EXIT_USAGE, EXIT_REJECTED = 0, 1, 2, 3
 
 
+class _Printable(logging.Filter):
+    """Log lines quote names and values from the logs read: their control characters (terminal escape
+    sequences) are written escaped, in a terminal and in a log file alike (`schema.printable`)."""
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        from masprism_batch.schema import printable
+
+        msg = record.getMessage()
+        safe = printable(msg)
+        if safe is not msg:
+            record.msg, record.args = safe, None
+        return True
+
+
 def setup_logging(verbose: bool = False) -> None:
     logging.basicConfig(level=logging.DEBUG if verbose else logging.INFO,
                         format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+    for h in logging.getLogger().handlers:
+        if not any(isinstance(f, _Printable) for f in h.filters):
+            h.addFilter(_Printable())
 
 
 # Command modules register themselves on import (one module per command group).

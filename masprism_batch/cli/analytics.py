@@ -27,9 +27,7 @@ ForceOpt = typer.Option(False, "--force", help="replace FILE if it exists (defau
 
 def _check_new_file(out: Path, force: bool) -> None:
     """Like `attribute` with its OUTDIR, an existing result is never replaced by accident."""
-    check_out_file(out)
-    if out.exists() and not force:
-        raise fail(f"{out} exists; pass --force to replace it or choose another -o")
+    check_out_file(out, force)
 
 
 def _check_run_dir(outdir: Path) -> None:
@@ -60,7 +58,11 @@ def stats(outdir: Path = OutdirArg, verbose: bool = VerboseOpt) -> None:
 
         from masprism_batch.analytics.run_status import split_line
 
-        out.print(split_line(pq.read_table(paths["run_status"])), soft_wrap=True)
+        from rich.text import Text
+
+        from masprism_batch.schema import printable
+
+        out.print(Text(printable(split_line(pq.read_table(paths["run_status"])))), soft_wrap=True)
     for name, p in paths.items():
         console.print(f"{name:15s} -> {escape(str(p))}")
     raise typer.Exit(EXIT_OK)

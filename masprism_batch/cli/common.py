@@ -18,6 +18,8 @@ import typer
 from rich.console import Console
 from rich.markup import escape
 
+from masprism_batch.schema import printable
+
 EXIT_OK, EXIT_FATAL, EXIT_USAGE, EXIT_REJECTED = 0, 1, 2, 3
 
 # soft wrap: a message is one line in a nightly job's log, and a path or command in it stays whole to copy
@@ -33,7 +35,7 @@ FormatHelp = "input format for raw inputs (see `ingest`); a forced one is checke
 
 def fail(message: str, code: int = EXIT_FATAL) -> typer.Exit:
     """Print one `error:` line (paths stay copyable: no wrapping) and return the Exit to raise."""
-    console.print(f"[red]error:[/] {escape(message)}")
+    console.print(f"[red]error:[/] {escape(printable(message))}")  # a name from a log may be in it
     return typer.Exit(code)
 
 
@@ -73,10 +75,23 @@ def refuse_links(outdir: Path) -> None:
         raise fail(str(exc)) from None
 
 
-def check_out_file(out: Path) -> None:
-    """An output FILE: its folder must already exist (never created silently) and it must not be a folder."""
+def check_out_file(out: Path, force: bool | None = None) -> None:
+    """An output FILE: its folder must already exist (never created silently) and it must not be a folder. With
+    `force` given (report, export, fit), an existing file is refused unless `force`. Whatever `force` says, a device
+    or FIFO is written into, never replaced (`-o /dev/stdout`), any other special file is refused, and a symbolic
+    link to a file is refused rather than replaced (`outdir.parts.atomic_output` holds the same rule)."""
+    from masprism_batch.outdir.parts import OutdirUnsafe, output_target
+
+    try:
+        kind = output_target(out)
+    except OutdirUnsafe as exc:
+        raise fail(str(exc)) from None
+    if kind == "stream":  # written into as it is: nothing is replaced
+        return
     if out.is_dir():
         raise fail(f"output {out} is a directory; give a file name")
+    if kind == "file" and force is False:
+        raise fail(f"{out} exists; pass --force to replace it or choose another -o")
     parent = out.parent if str(out.parent) else Path(".")
     if not parent.is_dir():
         raise fail(f"output folder {parent} does not exist (it is not created for you): create it or choose "
@@ -115,6 +130,7 @@ def check_ranker(cfg, model_id: str | None = None) -> None:
     """`--ranker` / method.ranker_weights, refused (exit 1) before OUTDIR is touched: missing, not a ranker
     file, or, once the model is known (`model_id`), fitted on another model's signals (its weights would mean
     nothing). The same reader the run's verdict policy uses (`rankfile.load`)."""
+    from masprism_batch import config_checks as checks
     from masprism_batch.fit import rankfile
 
     setting = cfg.method.ranker_weights
@@ -129,8 +145,9 @@ def check_ranker(cfg, model_id: str | None = None) -> None:
                               "every log gets the zero-training verdict")
         return
     path = rankfile.target(setting)
-    if not path.is_file():
-        raise fail(f"ranker file not found: {path}")
+    problem = checks.input_file_problem(path)
+    if problem is not None:  # a FIFO or /dev/zero is said as such, never opened
+        raise fail(f"--ranker: {str(path)!r} {problem}" if problem != "not found" else f"ranker file not found: {path}")
     try:
         rf = rankfile.RankerFile.read(path)
     except (rankfile.RankerFileError, OSError, ValueError) as exc:

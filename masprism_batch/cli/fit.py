@@ -11,6 +11,7 @@ from pathlib import Path
 import typer
 from rich.markup import escape
 
+from masprism_batch import config_checks as checks
 from masprism_batch.analytics.export_text import agent_rule_words
 from masprism_batch.cli import EXIT_OK, app, setup_logging
 from masprism_batch.cli.common import VerboseOpt, check_out_file, console, fail
@@ -53,6 +54,7 @@ def fit(
     system: str = typer.Option(None, "--system", help="fit every labelled log as this one system (default: "
                                "per system: the --system its run was given, else each log's recorded system "
                                "field / source); apply with the same --system or on logs recording it"),
+    force: bool = typer.Option(False, "--force", help="replace OUT if it exists (default: refuse, exit 1)"),
     allow_partial: bool = typer.Option(False, "--allow-partial", help="fit on the committed part of a run that "
                                        "did not finish (interrupted, killed or still running); refused otherwise"),
     verbose: bool = VerboseOpt,
@@ -72,9 +74,10 @@ def fit(
     missing = [str(r) for r in runs if not r.is_dir()]
     if missing:
         raise fail(f"run directory not found: {', '.join(missing)}")
-    if labels is not None and not labels.is_file():
-        raise fail(f"labels file not found: {labels}")
-    check_out_file(out)
+    if labels is not None and (problem := checks.input_file_problem(labels)) is not None:
+        raise fail(f"labels file not found: {labels}" if problem == "not found" else f"--labels: {str(labels)!r} "
+                   f"{problem}")
+    check_out_file(out, force)  # an existing file (hand-made labels, a run's run.json) only with --force
     unfinished(runs, allow_partial)
     named: dict[str, str] = {}
     try:

@@ -15,6 +15,7 @@ import contextlib
 import json
 import logging
 import os
+import stat
 import uuid
 from collections.abc import Iterable, Iterator
 from pathlib import Path
@@ -68,14 +69,53 @@ def write_json_atomic(obj: Any, path: Path, durable: bool = True) -> None:
             tmp.unlink()
 
 
+_STREAM_ALIASES = ("/dev/stdout", "/dev/stderr", "/dev/fd/", "/proc/self/fd/")
+
+
+def output_target(path: Path | str) -> str:
+    """What writing a result to `path` does: "new" (no file there), "file" (a regular file, replaced atomically)
+    or "stream" (a character device or FIFO, or the process's own stdout/stderr: written into, never replaced).
+    OutdirUnsafe for what is never touched: a symbolic link to a file (replacing it would replace the link, and
+    following it would write outside where the user pointed), a block device, a socket."""
+    p = str(path)
+    if p.startswith(_STREAM_ALIASES):
+        return "stream"
+    try:
+        st = os.stat(p)  # follows links
+    except FileNotFoundError:
+        if os.path.islink(p):
+            raise OutdirUnsafe(f"output {p} is a symbolic link (to {os.readlink(p)}, which does not exist): it is "
+                               "never replaced, --force or not; give another -o") from None
+        return "new"
+    except OSError as e:
+        raise OutdirUnsafe(f"output {p}: {e.strerror or e}") from None
+    if stat.S_ISCHR(st.st_mode) or stat.S_ISFIFO(st.st_mode):
+        return "stream"
+    if os.path.islink(p):
+        raise OutdirUnsafe(f"output {p} is a symbolic link (to {os.path.realpath(p)}): it is never replaced, "
+                           "--force or not; give the file itself or another -o")
+    if stat.S_ISDIR(st.st_mode):
+        return "dir"
+    if not stat.S_ISREG(st.st_mode):
+        raise OutdirUnsafe(f"output {p} is not a regular file (a block device or socket): not written")
+    return "file"
+
+
 @contextlib.contextmanager
 def atomic_output(path: Path | str, mode: str = "w") -> Iterator[IO]:
-    """Open a file to stream into; it appears at `path` only if the block finishes (reports, exports)."""
+    """Open a file to stream into; it appears at `path` only if the block finishes (reports, exports). A device
+    or FIFO (`/dev/stdout`) is written into, never replaced; a link or other special file raises OutdirUnsafe
+    (`output_target`)."""
     path = Path(path)
+    text = {} if "b" in mode else {"encoding": "utf-8", "newline": "\n"}
+    if output_target(path) == "stream":
+        with open(path, mode, **text) as f:
+            yield f
+        return
     path.parent.mkdir(parents=True, exist_ok=True)
     tmp = path.parent / f".tmp-{uuid.uuid4().hex}-{path.name}"
     try:
-        with open(tmp, mode, **({} if "b" in mode else {"encoding": "utf-8", "newline": "\n"})) as f:
+        with open(tmp, mode, **text) as f:
             yield f
         os.replace(tmp, path)
     finally:
