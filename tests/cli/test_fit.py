@@ -134,11 +134,12 @@ def test_bad_input_never_leaves_a_partial_file(run_dir, tmp_path):
     out.write_text("previous")
     bad = tmp_path / "bad.jsonl"
     bad.write_text('{"trace_id": "nope", "step": 1}\n')  # every row skipped: nothing to fit
-    res = runner.invoke(app, ["fit", str(run_dir / "run"), "-o", str(out), "--labels", str(bad)])
+    # --force: past the refusal of an existing -o (issue 46), so the bad labels are what stops it
+    res = runner.invoke(app, ["fit", str(run_dir / "run"), "-o", str(out), "--labels", str(bad), "--force"])
     assert res.exit_code == EXIT_FATAL and "no labelled log" in res.output
     garbage = tmp_path / "g.jsonl"
     garbage.write_text('{"trace_id": \n')
-    res = runner.invoke(app, ["fit", str(run_dir / "run"), "-o", str(out), "--labels", str(garbage)])
+    res = runner.invoke(app, ["fit", str(run_dir / "run"), "-o", str(out), "--labels", str(garbage), "--force"])
     assert res.exit_code == EXIT_FATAL and "g.jsonl:1" in res.output  # the line skipped, named (issue 37)
     res = runner.invoke(app, ["fit", str(tmp_path / "absent"), "-o", str(out)])
     assert res.exit_code == EXIT_FATAL and "not found" in res.output

@@ -106,8 +106,14 @@ def jaeger_trace(r, tid: str) -> dict:
              {"key": "gen_ai.completion.0.content", "type": "string", "value": text(r, 3, 30)}]}]}
 
 
+def openai(r, tid: str) -> dict:
+    return {"id": tid, "messages": [{"role": "user", "content": text(r, 3, 30)},
+                                    {"role": "assistant", "content": text(r, 3, 30)}]}
+
+
 LINE_FORMATS: dict[str, Callable] = {"otel": otlp, "otel-logs": otlp_logs, "langsmith": langsmith,
-                                     "otel-sdk": otel_sdk, "langfuse": langfuse, "jsonl": canonical}
+                                     "otel-sdk": otel_sdk, "langfuse": langfuse, "jsonl": canonical,
+                                     "openai": openai}
 N_GOOD = 6
 
 
