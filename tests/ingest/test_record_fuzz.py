@@ -67,10 +67,14 @@ def otlp(r, tid: str) -> dict:
 
 
 def otlp_logs(r, tid: str) -> dict:
+    """A request with a span and its GenAI events exported as OTLP logs (joined to the span when read)."""
     rec = {"traceId": tid, "spanId": f"s{tid}", "eventName": "gen_ai.choice", "timeUnixNano": "1700000000000000000",
+           "attributes": [_kv("gen_ai.system", "openai")],
            "body": {"kvlistValue": {"values": [{"key": "message", "value": {"kvlistValue": {"values": [
                {"key": "content", "value": {"stringValue": text(r, 3, 30)}}]}}}]}}}
-    return {"resourceLogs": [{"resource": {"attributes": [_kv("service.name", "svc")]},
+    span = {"traceId": tid, "spanId": f"s{tid}", "name": "chat", "attributes": [_kv("gen_ai.operation.name", "chat")]}
+    return {"resourceSpans": [{"scopeSpans": [{"spans": [span]}]}],
+            "resourceLogs": [{"resource": {"attributes": [_kv("service.name", "svc")]},
                               "scopeLogs": [{"logRecords": [rec]}]}]}
 
 
