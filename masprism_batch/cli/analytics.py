@@ -55,11 +55,9 @@ def stats(outdir: Path = OutdirArg, verbose: bool = VerboseOpt) -> None:
         out.print(table)
     if "run_status" in paths:
         import pyarrow.parquet as pq
-
-        from masprism_batch.analytics.run_status import split_line
-
         from rich.text import Text
 
+        from masprism_batch.analytics.run_status import split_line
         from masprism_batch.schema import printable
 
         out.print(Text(printable(split_line(pq.read_table(paths["run_status"])))), soft_wrap=True)

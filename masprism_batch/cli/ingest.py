@@ -8,6 +8,7 @@ from pathlib import Path
 
 import typer
 from rich.table import Table
+from rich.text import Text
 
 from masprism_batch.cli import EXIT_OK, EXIT_REJECTED, app, setup_logging
 from masprism_batch.cli.common import (
@@ -20,6 +21,7 @@ from masprism_batch.cli.common import (
     usage,
 )
 from masprism_batch.cli.probe import check_format
+from masprism_batch.schema import printable
 
 log = logging.getLogger("masprism_batch.cli")
 
@@ -29,7 +31,7 @@ def _summary_table(s) -> Table:
     t.add_column("what")
     t.add_column("count", justify="right")
     for src, n in sorted(s.by_source.items()):
-        t.add_row(f"traces  {src}", str(n))
+        t.add_row(Text(f"traces  {printable(src)}"), str(n))  # a source name from the logs: shown as text
     t.add_row("[bold]traces ingested[/]", f"[bold]{s.traces}[/]")
     for reason, n in sorted(s.rejected.items()):
         t.add_row(f"[red]rejected  {reason}[/]", str(n))

@@ -9,7 +9,6 @@ Reason codes are stable strings (documented in docs/schema.md). Two kinds exist:
 
 from __future__ import annotations
 
-import contextvars
 import dataclasses
 import json
 import logging
@@ -20,6 +19,7 @@ from collections.abc import Callable
 from typing import Any
 
 from masprism_batch.config import IngestConfig
+from masprism_batch.ingest.limits import LIMITS, PARSED_FACTOR, parsed_cost, parsed_over  # noqa: F401 - re-exported
 from masprism_batch.schema import error_row
 from masprism_batch.trace import Trace
 
@@ -35,12 +35,6 @@ _UNLABELLED = frozenset({"unknown_format", "invalid_json", "too_deep", "empty_fi
                          "not_a_regular_file", "invalid_gzip", "not_a_trace", "invalid_zip"})
 MAX_TRACE_ID_CHARS = 1024  # longer ids are hostile or broken exports; ids are never used in paths anyway
 MAX_JSON_DEPTH = 200_000  # nesting levels accepted by the deep-JSON fallback (a 5,000-deep span tree is ~10k)
-LIMITS: contextvars.ContextVar[IngestConfig] = contextvars.ContextVar(
-    "ingest_limits", default=IngestConfig())  # noqa: B039 - a frozen model; read_inputs sets the run's caps
-# What a parse may build, as a multiple of the bytes it may read (max_file_bytes for a document, max_record_bytes
-# for a JSON line): JSON of small containers (`[{},{},...]`) builds ~20x its size in Python objects, so a byte cap
-# alone let a 128 KB .json.gz reach 3.4 GB. Real traces (text-heavy) estimate at ~1.1x their size.
-PARSED_FACTOR = 4
 
 
 class IngestError(Exception):
@@ -153,24 +147,14 @@ def _loads_deep(text: str) -> Any:
     return result["value"]
 
 
-def parsed_cost(text: str) -> int:
-    """An upper estimate of the bytes `json.loads(text)` builds: the text, plus per container (a dict or list:
-    ~64 bytes empty, and a pointer in its parent), per value separator (an item's slot, a number object) and per
-    string (~50 bytes each). Linear C scans, ~1% of the parse's time."""
-    return (len(text) + 72 * (text.count("{") + text.count("[")) + 48 * text.count(",")
-            + 28 * text.count('"'))
-
-
 def check_parsed(text: str, max_parsed: int, record_id: str | None = None) -> None:
-    """IngestError when parsing `text` would build more than `max_parsed` bytes (`parsed_cost`); free for text
-    too short to reach it (the estimate is at most ~72x the text)."""
-    if len(text) * 72 > max_parsed:
-        cost = parsed_cost(text)
-        if cost > max_parsed:
-            what = "record_too_large" if record_id else "file_too_large"
-            raise IngestError(what, f"parsing these {len(text)} characters would build about {cost} bytes of "
-                              f"objects, more than {max_parsed} ({PARSED_FACTOR} x max_"
-                              f"{'record' if record_id else 'file'}_bytes): not parsed", record_id)
+    """IngestError when parsing `text` would build more than `max_parsed` bytes (`limits.parsed_cost`)."""
+    cost = parsed_over(text, max_parsed)
+    if cost is not None:
+        what = "record_too_large" if record_id else "file_too_large"
+        raise IngestError(what, f"parsing these {len(text)} characters would build about {cost} bytes of objects, "
+                          f"more than {max_parsed} ({PARSED_FACTOR} x max_{'record' if record_id else 'file'}_bytes): "
+                          "not parsed", record_id)
 
 
 def loads(text: str, record_id: str | None = None, max_parsed: int | None = None) -> Any:

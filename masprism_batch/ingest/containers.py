@@ -11,14 +11,18 @@ is not trusted), and the archive's decompressed total at `MAX_TOTAL_FACTOR` time
 
 from __future__ import annotations
 
+import codecs
+import gzip
 import io
 import struct
+import threading
 import zipfile
 import zlib
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 
 from masprism_batch.ingest.common import Context, IngestError, decode_utf8
-from masprism_batch.ingest.sources import LIMITS
+from masprism_batch.ingest.limits import LIMITS
+from masprism_batch.ingest.sources import open_regular
 
 # longest first: the UTF-32 LE mark starts with the UTF-16 LE one
 _BOMS = ((b"\xff\xfe\x00\x00", "utf-32-le"), (b"\x00\x00\xfe\xff", "utf-32-be"), (b"\xff\xfe", "utf-16-le"),
@@ -49,6 +53,66 @@ def decode_text(data: bytes, ctx: Context) -> str:
     except UnicodeDecodeError as e:
         ctx.warn("invalid_utf8", f"invalid {codec.upper()} at byte {e.start + skip}; bad units replaced by U+FFFD")
         return bytes(data[skip:]).decode(codec, errors="replace")
+
+
+_BAD_UNITS = threading.local()  # undecodable units met by `iter_text_lines` (one thread reads one file)
+
+
+def _count_replace(e: UnicodeDecodeError) -> tuple[str, int]:
+    _BAD_UNITS.n = getattr(_BAD_UNITS, "n", 0) + 1
+    return "\ufffd", e.end
+
+
+codecs.register_error("masprism-count-replace", _count_replace)
+
+
+def bad_units() -> int:
+    """Undecodable units replaced by U+FFFD so far in this thread's `iter_text_lines` reads."""
+    return getattr(_BAD_UNITS, "n", 0)
+
+
+def iter_text_lines(path: str, codec: str, reject: Callable[[IngestError], None]) -> Iterator[tuple[int, str]]:
+    """(1-based line number, text) of a possibly gzipped UTF-16 / UTF-32 text file (its byte-order mark
+    dropped), decoded and split as it streams (memory: one line, never the whole file): the UTF-8 path of
+    `iter_lines` for the other encodings. A line longer than `max_record_bytes` characters is that line's
+    rejection; undecodable units become U+FFFD (counted by `bad_units`)."""
+    lim = LIMITS.get()
+    cap = lim.max_record_bytes
+    with open_regular(path) as raw:
+        gz = raw.read(2) == b"\x1f\x8b" or path.endswith(".gz")
+        raw.seek(0)
+        f = gzip.GzipFile(fileobj=raw, mode="rb") if gz else raw
+        text = io.TextIOWrapper(f, encoding=codec, errors="masprism-count-replace", newline=None)
+        n = 0
+        try:
+            while True:
+                line = text.readline(cap + 1)
+                if not line:
+                    break
+                n += 1
+                if n == 1 and line.startswith("\ufeff"):
+                    line = line[1:]
+                if len(line) > cap:
+                    skipped = len(line)
+                    while not line.endswith("\n"):
+                        line = text.readline(cap + 1)
+                        if not line:
+                            break
+                        skipped += len(line)
+                        if skipped > lim.max_file_bytes:
+                            raise IngestError("record_too_large", f"line {n} is longer than {lim.max_file_bytes} "
+                                              "characters (max_file_bytes); it and the rest of the file were not "
+                                              "read", f"line {n}")
+                    reject(IngestError("record_too_large", f"line {n} is {skipped} characters, longer than {cap} "
+                                       "(max_record_bytes): skipped; the lines after it were read", f"line {n}"))
+                    continue
+                yield n, line
+        except (EOFError, gzip.BadGzipFile, zlib.error) as e:
+            raise IngestError("invalid_gzip", f"corrupt or truncated gzip after line {n}: {e}") from None
+        except OSError as e:
+            raise IngestError("unreadable_file", f"read failed after line {n}: {e.strerror or e}") from None
+        finally:
+            text.detach()
 
 
 def is_zip(data: bytes) -> bool:

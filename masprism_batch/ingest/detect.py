@@ -46,7 +46,7 @@ from masprism_batch.ingest.common import (
     parsed_cost,
 )
 from masprism_batch.ingest.near_miss import near_misses
-from masprism_batch.ingest.sources import bad_units, iter_lines, iter_text_lines, read_bytes
+from masprism_batch.ingest.sources import iter_lines, read_bytes
 from masprism_batch.trace import Trace
 
 FORMATS = ("auto", "who-and-when", "trail", "otel", "tempo", "otel-sdk", "jaeger", "ag2", "autogen", "openai",
@@ -123,12 +123,12 @@ def _lines(path: str, ctx: Context) -> Iterator[tuple[int, str]]:
     for n, raw in iter_lines(path, ctx.reject):  # an overlong line is rejected alone, the file goes on
         if n == 1 and containers.bom_codec(raw[:4]):  # UTF-16/32: lines are not split at a 0x0A byte
             codec, _ = containers.bom_codec(raw[:4])
-            unit, bad = (2 if "16" in codec else 4), bad_units()
-            for m, text in iter_text_lines(path, codec, ctx.reject):  # decoded and split as it streams
+            unit, bad = (2 if "16" in codec else 4), containers.bad_units()
+            for m, text in containers.iter_text_lines(path, codec, ctx.reject):  # decoded and split as it streams
                 ctx.nbytes += unit * len(text)
                 yield m, text
-            if bad_units() > bad:
-                ctx.warn("invalid_utf8", f"{bad_units() - bad} invalid {codec.upper()} unit(s) replaced by U+FFFD")
+            if containers.bad_units() > bad:
+                ctx.warn("invalid_utf8", f"{containers.bad_units() - bad} invalid {codec.upper()} unit(s) replaced by U+FFFD")
             return
         ctx.nbytes += len(raw)
         yield n, decode_utf8(raw, ctx)

@@ -17,20 +17,18 @@ Input policy (every command reads inputs through here: `ingest`, `run`/`attribut
 
 from __future__ import annotations
 
-import codecs
 import contextlib
 import gzip
-import io
 import logging
 import os
 import stat
-import threading
 import zlib
 from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import BinaryIO
 
-from masprism_batch.ingest.common import LIMITS, IngestError
+from masprism_batch.ingest.common import IngestError
+from masprism_batch.ingest.limits import LIMITS
 from masprism_batch.schema import error_row
 
 log = logging.getLogger(__name__)
@@ -242,66 +240,6 @@ def iter_lines(path: str, reject: Callable[[IngestError], None] | None = None) -
             raise IngestError("invalid_gzip", f"corrupt or truncated gzip after line {n}: {e}") from None
         except OSError as e:
             raise IngestError("unreadable_file", f"read failed after line {n}: {e.strerror or e}") from None
-
-
-_BAD_UNITS = threading.local()  # undecodable units met by `iter_text_lines` (one thread reads one file)
-
-
-def _count_replace(e: UnicodeDecodeError) -> tuple[str, int]:
-    _BAD_UNITS.n = getattr(_BAD_UNITS, "n", 0) + 1
-    return "\ufffd", e.end
-
-
-codecs.register_error("masprism-count-replace", _count_replace)
-
-
-def bad_units() -> int:
-    """Undecodable units replaced by U+FFFD so far in this thread's `iter_text_lines` reads."""
-    return getattr(_BAD_UNITS, "n", 0)
-
-
-def iter_text_lines(path: str, codec: str, reject: Callable[[IngestError], None]) -> Iterator[tuple[int, str]]:
-    """(1-based line number, text) of a possibly gzipped UTF-16 / UTF-32 text file (its byte-order mark
-    dropped), decoded and split as it streams (memory: one line, never the whole file): the UTF-8 path of
-    `iter_lines` for the other encodings. A line longer than `max_record_bytes` characters is that line's
-    rejection; undecodable units become U+FFFD (counted by `bad_units`)."""
-    lim = LIMITS.get()
-    cap = lim.max_record_bytes
-    with open_regular(path) as raw:
-        gz = raw.read(2) == b"\x1f\x8b" or path.endswith(".gz")
-        raw.seek(0)
-        f = gzip.GzipFile(fileobj=raw, mode="rb") if gz else raw
-        text = io.TextIOWrapper(f, encoding=codec, errors="masprism-count-replace", newline=None)
-        n = 0
-        try:
-            while True:
-                line = text.readline(cap + 1)
-                if not line:
-                    break
-                n += 1
-                if n == 1 and line.startswith("\ufeff"):
-                    line = line[1:]
-                if len(line) > cap:
-                    skipped = len(line)
-                    while not line.endswith("\n"):
-                        line = text.readline(cap + 1)
-                        if not line:
-                            break
-                        skipped += len(line)
-                        if skipped > lim.max_file_bytes:
-                            raise IngestError("record_too_large", f"line {n} is longer than {lim.max_file_bytes} "
-                                              "characters (max_file_bytes); it and the rest of the file were not "
-                                              "read", f"line {n}")
-                    reject(IngestError("record_too_large", f"line {n} is {skipped} characters, longer than {cap} "
-                                       "(max_record_bytes): skipped; the lines after it were read", f"line {n}"))
-                    continue
-                yield n, line
-        except (EOFError, gzip.BadGzipFile, zlib.error) as e:
-            raise IngestError("invalid_gzip", f"corrupt or truncated gzip after line {n}: {e}") from None
-        except OSError as e:
-            raise IngestError("unreadable_file", f"read failed after line {n}: {e.strerror or e}") from None
-        finally:
-            text.detach()
 
 
 def _skip_line(f: BinaryIO, line: bytes, n: int, cap: int, budget: int) -> IngestError:

@@ -13,6 +13,8 @@ import threading
 import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
+import typer
+from masprism_batch.pipelines.interrupts import Interrupted, interruptible
 from rich.console import Console
 from typer.testing import CliRunner
 
@@ -21,7 +23,6 @@ from masprism_batch.cli import _Printable, app, setup_logging
 from masprism_batch.cli.common import check_ranker
 from masprism_batch.config import PipelineConfig
 from masprism_batch.outdir.parts import OutdirUnsafe, atomic_output
-from masprism_batch.pipelines.interrupts import Interrupted, interruptible
 
 HOSTILE = "\x1b[2J\x1b]0;pwned\x07\x1b]52;c;ZXZpbA==\x07[link=https://evil.example]click[/link]\x9b31m"
 
@@ -148,7 +149,7 @@ def test_ranker_and_labels_on_a_special_file_say_not_a_regular_file(tmp_path, ki
         os.mkdir(path)
         (path / "rankers.json").mkdir()  # a folder means its rankers.json: itself a folder here
     cfg = PipelineConfig.model_validate({"method": {"ranker_weights": str(path)}})
-    with pytest.raises(BaseException):
+    with pytest.raises(typer.Exit):
         check_ranker(cfg)
     err = capsys.readouterr().err
     assert "not a regular file" in err and "not found" not in err, err

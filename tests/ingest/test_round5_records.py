@@ -13,13 +13,13 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
 from ingest_synth import SEED, rng, text
+from masprism_batch.pipelines.plan import Shard, read_shard
 from typer.testing import CliRunner
 
 from masprism_batch import schema
 from masprism_batch.cli import app
 from masprism_batch.ingest import read_inputs
 from masprism_batch.ingest.mapping import Mapping, compile_path, load_mapping
-from masprism_batch.pipelines.plan import Shard, read_shard
 
 
 def _read(path, **kw):
