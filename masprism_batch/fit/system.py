@@ -105,7 +105,7 @@ def _confidence(cases: list[ft.FitCase], oof: dict, ok: list[int], chosen, zero_
             order = sorted(range(len(probs)), key=lambda k: (-probs[k], k))
         order = list(order) if order else [step]
         feats.append(vc.features(cases[i], order, probs, scores, zero_cal))
-        zero.append(vc.zero_training_confidence(cases[i], step, zero_cal))
+        zero.append(vc.zero_training_confidence(cases[i], order[0], zero_cal, feats[-1]["zero_training"]))
     folds = ft.folds_of(len(cases))[ok]
     return vc.fit(feats, [ft.hit(cases[i], oof[i][chosen][0]) for i in ok], folds,
                   [len(cases[i].trace.steps) for i in ok], zero, zero_cal)

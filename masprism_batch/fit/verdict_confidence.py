@@ -59,13 +59,14 @@ def features(c: ft.FitCase, order: list[int], probs=None, scores=None, zero_cal:
             "agrees": float(bool(c.ranked) and top == c.ranked[0])}
 
 
-def zero_training_confidence(c: ft.FitCase, top: int, zero_cal: dict | None) -> float | None:
+def zero_training_confidence(c: ft.FitCase, top: int, zero_cal: dict | None, score: float | None = None):
     """What the zero-training calibration says of blaming `top` (the confidence a log of an unfitted system gets
-    for the rule's verdict): None without a calibration."""
+    for the rule's verdict; `score`: its zero_training feature, when already computed): None without one."""
     if zero_cal is None:
         return None
-    ev = ft.evidence(c, [top] + [k for k in c.ranked if k != top])
-    return calibrate.confidence(zero_cal, ev, len(c.trace.steps))
+    if score is None:
+        score = zero_training_score(zero_cal, ft.evidence(c, [top] + [k for k in c.ranked if k != top]))
+    return max(1 / (1 + np.exp(-np.clip(score, -50, 50))), 1.0 / max(len(c.trace.steps), 1))
 
 
 def lift(conf, hits, fraction: float = 0.25) -> float | None:

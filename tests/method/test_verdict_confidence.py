@@ -13,9 +13,8 @@ from masprism_batch.fit import system as fs
 from masprism_batch.fit import verdict_confidence as vc
 from masprism_batch.fit.rankcheck import RankerFileError
 from masprism_batch.fit.rankfile import RankerFile, SystemRanker
-from masprism_batch.method import calibrate
+from masprism_batch.method import calibrate, rules
 from masprism_batch.method import confidence as cf
-from masprism_batch.method import rules
 
 
 def _planted(rng, n, on: str):
@@ -123,6 +122,13 @@ def test_fitted_features_of_a_ranker_verdict(synth, np_rng):
         assert x["agrees"] == float(order[0] == c.ranked[0])
         rule = vc.features(c, c.ranked, None, None, None)  # the rule's own verdict agrees with itself
         assert rule["agrees"] == 1.0 and 0 <= rule["gap"] <= 1
+        # its zero-training score is the logit of the confidence an unfitted system's log gets for that step
+        cal = rules.read_fallback(None).calibration
+        ev = ft.evidence(c, [order[0]] + [k for k in c.ranked if k != order[0]])
+        want = calibrate.confidence(cal, ev, len(c.trace.steps))
+        got = vc.features(c, order, p, None, cal)["zero_training"]
+        assert vc.zero_training_confidence(c, order[0], cal, got) == pytest.approx(want, abs=1e-12)
+        assert vc.zero_training_confidence(c, order[0], cal) == pytest.approx(want, abs=1e-12)
 
 
 def test_a_fitted_calibration_with_a_negative_weight_or_a_bad_zero_training_part_is_refused(tmp_path, synth):
