@@ -98,17 +98,14 @@ def modal_share(steps: list[int]) -> float:
 def _confidence(cases: list[ft.FitCase], oof: dict, ok: list[int], chosen, zero_cal: dict | None):
     """(calibration, held-out figures) of the chosen verdict's confidence from its held-out verdicts
     (fit/verdict_confidence.py), each scored in the internal fold it was held out in."""
-    feats, zero = [], []
+    feats = []
     for i in ok:
         step, (order, scores), probs, _ = oof[i][chosen]
         if probs is not None:
             order = sorted(range(len(probs)), key=lambda k: (-probs[k], k))
         order = list(order) if order else [step]
         feats.append(vc.features(cases[i], order, probs, scores, zero_cal))
-        zero.append(vc.zero_training_confidence(cases[i], order[0], zero_cal, feats[-1]["zero_training"]))
-    folds = ft.folds_of(len(cases))[ok]
-    return vc.fit(feats, [ft.hit(cases[i], oof[i][chosen][0]) for i in ok], folds,
-                  [len(cases[i].trace.steps) for i in ok], zero, zero_cal)
+    return vc.fit(feats, [ft.hit(cases[i], oof[i][chosen][0]) for i in ok], ft.folds_of(len(cases))[ok], zero_cal)
 
 
 def fit_system(cases: list[ft.FitCase], system: str, rule: str = "faithful", rule_agent: str = "author",

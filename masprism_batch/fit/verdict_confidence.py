@@ -13,9 +13,9 @@ verdict's confidence therefore reads (FEATURES, each oriented so that larger sho
 `fit` (fit/system.py) calibrates it on the system's held-out verdicts (its internal folds, never the logs a
 verdict was fitted on): a logistic, non-decreasing in each feature (calibrate.fit_monotone), whose intercept
 makes its level the system's held-out hit rate. It measures, on the same folds, the AUROC and the top-quarter
-lift of this confidence (each fold's verdicts scored by a calibration fitted on the other folds) beside the
-zero-training confidence's, and ships whichever ranks better (the fitted one by MARGIN): where the zero-training confidence wins, the shipped
-calibration reads it alone (the same order, at this system's level).
+lift of this confidence (each fold's verdicts ordered by the weights of a calibration fitted on the other folds)
+beside the zero-training confidence's, and ships whichever ranks better (the fitted one by MARGIN): where the
+zero-training confidence wins, the shipped calibration reads it alone (the same order, at this system's level).
 """
 
 from __future__ import annotations
@@ -76,30 +76,32 @@ def lift(conf, hits, fraction: float = 0.25) -> float | None:
     return top / every if top is not None and every else None
 
 
-def crossfit(F: np.ndarray, hits: np.ndarray, folds: np.ndarray, names, n_steps) -> list[float]:
-    """Each held-out verdict's confidence under a calibration fitted on the other folds' verdicts only."""
-    out = [0.0] * len(hits)
+def crossfit(F: np.ndarray, hits: np.ndarray, folds: np.ndarray, names) -> np.ndarray:
+    """Each held-out verdict's score under the weights of a calibration fitted on the other folds' verdicts only:
+    x @ (w / std), the part that orders verdicts. Its intercept and centring are left out: they are common to a
+    fold's verdicts and differ between folds by the folds' hit rates, so with leave-one-out (each fold one log)
+    they alone made a confidence that orders nothing look inverted (AUROC 0.0 on 9 logs: leaving a right verdict
+    out lowers the level it is scored at)."""
+    out = np.zeros(len(hits))
     for f in sorted(set(folds.tolist())):
-        train, test = folds != f, np.flatnonzero(folds == f)
+        train, test = folds != f, folds == f
         cal = calibrate.fit_monotone(F[train], hits[train], names)
-        for i in test:
-            out[i] = calibrate.confidence(cal, dict(zip(names, F[i], strict=True)), int(n_steps[i]))
+        out[test] = F[test] @ (np.asarray(cal["w"]) / np.asarray(cal["std"]))
     return out
 
 
-def fit(feats: list[dict], hits: list[bool], folds, n_steps: list[int], zero_conf: list[float | None],
-        zero_cal: dict | None) -> tuple[dict, dict]:
+def fit(feats: list[dict], hits: list[bool], folds, zero_cal: dict | None) -> tuple[dict, dict]:
     """(the calibration to ship, held-out figures) from a system's held-out verdicts: their FEATURES `feats`,
-    whether each was right, the internal fold each was held out in, their logs' step counts and the
-    zero-training confidence of each. Figures: auroc / top_quarter_lift (the kept confidence's, cross-fitted over
-    the folds), fitted_auroc / fitted_top_quarter_lift, zero_training_auroc / zero_training_top_quarter_lift, and
-    confidence_kept ("fitted" | "zero-training")."""
+    whether each was right and the internal fold each was held out in. Figures: fitted_auroc /
+    fitted_top_quarter_lift (scores cross-fitted over the folds), zero_training_auroc /
+    zero_training_top_quarter_lift (its score as it comes: nothing of it is fitted on this system), auroc /
+    top_quarter_lift (the kept one's) and confidence_kept ("fitted" | "zero-training")."""
     y = np.asarray(hits, dtype=bool)
     folds = np.asarray(folds)
     F = {names: np.array([[x[f] for f in names] for x in feats], dtype=np.float64).reshape(len(y), len(names))
          for names in (FEATURES, OWN)}
-    fitted = crossfit(F[FEATURES], y, folds, FEATURES, n_steps) if len(y) else []
-    zero = zero_conf if zero_cal is not None else crossfit(F[OWN], y, folds, OWN, n_steps)
+    fitted = crossfit(F[FEATURES], y, folds, FEATURES)
+    zero = F[OWN][:, 0] if zero_cal is not None else crossfit(F[OWN], y, folds, OWN)
     fig = {"fitted_auroc": cf.auroc(fitted, y), "fitted_top_quarter_lift": lift(fitted, y),
            "zero_training_auroc": cf.auroc(zero, y), "zero_training_top_quarter_lift": lift(zero, y)}
     # the richer confidence only where it ranks these held-out verdicts better (by MARGIN) than the one a log of an

@@ -54,14 +54,11 @@ def test_keeps_whichever_confidence_ranks_the_held_out_verdicts_better(on, kept,
     seed = int(np_rng.integers(1 << 30))
     rng = np.random.default_rng(seed)
     feats, hits, folds, X = _planted(rng, int(rng.integers(150, 250)), on)
-    zero_cal = None
-    zero = [None] * len(hits)
-    if on == "zero_training":  # a zero-training calibration whose logit is the planted score itself
+    zero_cal = None  # without one the zero-training score is itself cross-fitted
+    if on == "zero_training":  # the feature is the logit of this (given) zero-training calibration
         zero_cal = {"kind": "evidence", "features": list(cf.FEATURES), "mean": [0.0] * 6, "std": [1.0] * 6,
                     "w": [1.0, 0, 0, 0, 0, 0], "b": 0.0}
-        zero = [calibrate.confidence(zero_cal, {f: (x[0] if f == "top_share" else 0.0) for f in cf.FEATURES}, 1000)
-                for x in X]
-    cal, fig = vc.fit(feats, hits, folds, [1000] * len(hits), zero, zero_cal)
+    cal, fig = vc.fit(feats, hits, folds, zero_cal)
     assert fig["confidence_kept"] == kept, (seed, fig)
     assert fig["auroc"] > 0.7 and fig["top_quarter_lift"] > 1.2, (seed, fig)
     if kept == "fitted":
@@ -72,14 +69,28 @@ def test_keeps_whichever_confidence_ranks_the_held_out_verdicts_better(on, kept,
         assert cal["features"] == list(vc.OWN) and cal["w"][0] > 0 and cal["zero_training"] == zero_cal
 
 
+def test_leave_one_out_does_not_make_a_confidence_that_orders_nothing_look_inverted(np_rng):
+    """Verdicts that the features cannot tell apart are scored 0.5 held out, with leave-one-out folds too (scored
+    by its calibrated level, a log left out of its own calibration sits below it when right and above it when
+    wrong: AUROC 0.0 on 9 real logs)."""
+    seed = int(np_rng.integers(1 << 30))
+    rng = np.random.default_rng(seed)
+    n = int(rng.integers(9, 21))
+    hits = np.arange(n) < max(2, n // 3)
+    x = dict(zip(vc.FEATURES, rng.random(3), strict=True))  # every verdict's evidence the same
+    _, fig = vc.fit([x] * n, hits, np.arange(n), None)
+    assert fig["fitted_auroc"] == 0.5 and fig["zero_training_auroc"] == 0.5, (seed, fig)
+    assert fig["confidence_kept"] == "zero-training"
+
+
 def test_a_held_out_fold_is_scored_by_a_calibration_that_never_saw_its_labels(np_rng):
     seed = int(np_rng.integers(1 << 30))
     rng = np.random.default_rng(seed)
     feats, hits, folds, X = _planted(rng, 123, "gap")
-    before = vc.crossfit(X, hits, folds, vc.FEATURES, [47] * len(hits))
+    before = vc.crossfit(X, hits, folds, vc.FEATURES)
     flipped = hits.copy()
     flipped[folds == 2] = ~flipped[folds == 2]  # the labels of fold 2 only
-    after = vc.crossfit(X, flipped, folds, vc.FEATURES, [47] * len(hits))
+    after = vc.crossfit(X, flipped, folds, vc.FEATURES)
     assert np.allclose(np.array(before)[folds == 2], np.array(after)[folds == 2]), seed
     assert not np.allclose(np.array(before)[folds != 2], np.array(after)[folds != 2]), seed
 
