@@ -66,7 +66,7 @@ def zero_training_confidence(c: ft.FitCase, top: int, zero_cal: dict | None, sco
         return None
     if score is None:
         score = zero_training_score(zero_cal, ft.evidence(c, [top] + [k for k in c.ranked if k != top]))
-    return max(1 / (1 + np.exp(-np.clip(score, -50, 50))), 1.0 / max(len(c.trace.steps), 1))
+    return max(float(1 / (1 + np.exp(-np.clip(score, -50, 50)))), 1.0 / max(len(c.trace.steps), 1))
 
 
 def lift(conf, hits, fraction: float = 0.25) -> float | None:
