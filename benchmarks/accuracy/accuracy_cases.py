@@ -163,13 +163,16 @@ def fit_cases(cases: list[Case], rule: str = "faithful") -> list[ft.FitCase]:
     return out
 
 
-def system_fit(cases: list[Case], system: str, rule: str = "faithful", rule_agent: str = "author") -> fs.SystemFit:
-    return fs.fit_system(fit_cases(cases, rule), system, rule=rule, rule_agent=rule_agent)
+def system_fit(cases: list[Case], system: str, rule: str = "faithful", rule_agent: str = "author",
+               zero_cal: dict | None = None) -> fs.SystemFit:
+    return fs.fit_system(fit_cases(cases, rule), system, rule=rule, rule_agent=rule_agent, zero_cal=zero_cal)
 
 
-def fitted_rows(train: list[Case], test: list[Case], system: str, rule: str, rule_agent: str) -> dict[str, dict]:
-    """Verdicts on `test` of the fit on `train` (applied as `--ranker` applies it), keyed by trace id."""
-    sr = SystemRanker(system_fit(train, system, rule, rule_agent).entry, "")
+def fitted_rows(train: list[Case], test: list[Case], system: str, rule: str, rule_agent: str,
+                zero_cal: dict | None = None) -> dict[str, dict]:
+    """Verdicts on `test` of the fit on `train` (applied as `--ranker` applies it), keyed by trace id;
+    `zero_cal`: the zero-training confidence's calibration the fit reads (fallback.json's)."""
+    sr = SystemRanker(system_fit(train, system, rule, rule_agent, zero_cal).entry, "")
     out = {}
     for c in fit_cases(test, rule) + [fc for fc in _unlabelled(test, rule)]:
         order, _, agent, conf = sr.apply(c.trace, c.rows, c.ranked)

@@ -35,18 +35,16 @@ if __package__ in (None, ""):  # run as a file: the repository root makes `bench
     sys.path.append(str(Path(__file__).resolve().parents[2]))  # last: an installed masprism_batch wins
 from benchmarks.accuracy import accuracy_platt as platt
 from benchmarks.accuracy import agent_rules as agr
+from benchmarks.accuracy import fitted_confidence as fconf
 from benchmarks.accuracy.accuracy_cases import (
-    FOLD_SEEDS,
     KFOLD,
     Case,
-    _kfold_scores,
     _unlabelled,
     add_cache_args,
     available_rules,
     cached_cases,
     faithful_rows,
     fit_cases,
-    fitted_rows,
     headline_mean,
     pass1_rows,
     rule_rows,
@@ -139,7 +137,9 @@ def main() -> None:
          loso(cases, rk.FEATURES, args.l2, agent_rule, model_id))
     m, sd = kfold(cases, PORTABLE, args.l2, agent_rule, model_id)
     emit(out, "ranked, portable features", KFOLD, m, sd)
-    fk, fsd = fitted_confidence(cases, fallback, agent_rule0, out)  # the product's fit, 5-fold x FOLD_SEEDS
+    conf, loso_cals = rule_calibration(cases, fallback, out)
+    # the product's fit, 5-fold x FOLD_SEEDS, each fit given the zero-training calibration of the other systems
+    fk, fsd = fitted_confidence(cases, fallback, agent_rule0, out, loso_cals)
     emit(out, FITTED, KFOLD, fk, fsd)
     loso_ranker = headline_mean(loso(cases, PORTABLE, args.l2, agent_rule, model_id))
     per_sys = {s: (headline_mean({k: v for k, v in fk.items() if k[0] == s}),
@@ -149,7 +149,6 @@ def main() -> None:
               "agent_picked": agent_picked, "fallback_rule": fallback, "rules_loso": rules_loso_mean,
               "rules_picked": picked, "per_system_kfold_vs_faithful": per_sys, "ranked_systems": [],
               "available": available, "agent_md": agent_md}
-    conf = rule_calibration(cases, fallback, out)
     if args.train_weights:
         train_weights(cases, args, policy, model_id, out, conf)
     log.info("policy: %s", {k: v for k, v in policy.items() if k != "agent_md"})
@@ -164,21 +163,24 @@ def main() -> None:
 FITTED = "fitted (masprism-batch fit)"
 
 
-def rule_calibration(cases: list[Case], rule: str, out: list) -> dict:
+def rule_calibration(cases: list[Case], rule: str, out: list) -> tuple[dict, dict[str, dict]]:
     """Confidence of the zero-training verdict from its own evidence (method/confidence.py), calibrated by
     leave-one-system-out (fitted on the other systems, applied to the held-out one), reported per system as
     accuracy at 25/50/100% coverage and the AUROC against a right step, beside the raw top-share Platt
-    calibration it replaces (issue 32); returns the calibration fitted on every system (what ships)."""
+    calibration it replaces (issue 32); returns the calibration fitted on every system (what ships) and, per
+    system, the one fitted without it (what a fit of that system is given in the k-fold protocol)."""
     fc = fit_cases(cases, rule)
     sys_of = {c.trace.trace_id: c.system for c in cases}
     feats = {c.trace.trace_id: ft.evidence(c, c.ranked) for c in fc if c.ranked}
     raw = {c.trace.trace_id: platt.raw_confidence(c) for c in fc if c.ranked}
     n = {c.trace.trace_id: len(c.trace.steps) for c in fc}
     hits = {c.trace.trace_id: ft.hit(c, c.ranked[0]) for c in fc if c.ranked}
+    held_out = {}
     for held in sorted({c.system for c in cases}):
         train = [t for t in feats if sys_of[t] != held]
         test = [t for t in feats if sys_of[t] == held]
         ev = calibrate.fit_evidence([cf.vector(feats[t]) for t in train], [hits[t] for t in train], cf.FEATURES)
+        held_out[held] = ev
         learned = calibrate.fit_evidence([cf.vector(feats[t]) for t in train], [hits[t] for t in train],
                                          cf.FEATURES, weights="fitted")
         pl = platt.fit_platt([raw[t] for t in train], [hits[t] for t in train])
@@ -186,7 +188,7 @@ def rule_calibration(cases: list[Case], rule: str, out: list) -> dict:
                            (CONF_LEARNED, [calibrate.confidence(learned, feats[t], n[t]) for t in test]),
                            (CONF_RAW, [platt.apply(pl, raw[t]) for t in test])):
             emit_confidence(out, held, f"zero-training rule {rule}: {name}", conf, [hits[t] for t in test])
-    return calibrate.fit_evidence([cf.vector(feats[t]) for t in feats], list(hits.values()), cf.FEATURES)
+    return calibrate.fit_evidence([cf.vector(feats[t]) for t in feats], list(hits.values()), cf.FEATURES), held_out
 
 
 CONF_EVIDENCE, CONF_RAW = "confidence from its evidence", "confidence from the top share (before issue 32)"
@@ -205,34 +207,32 @@ def emit_confidence(out: list, system: str, method: str, conf, hits, protocol: s
                 "value": round(auc, 4) if auc is not None else "", "spread": ""})
 
 
-def fitted_confidence(cases: list[Case], rule: str, rule_agent: str, out: list) -> tuple[dict, dict]:
+def fitted_confidence(cases: list[Case], rule: str, rule_agent: str, out: list, zero_cals: dict) -> tuple[dict, dict]:
     """The product's fit 5-fold within each system x FOLD_SEEDS (accuracy_cases.fitted_kfold's protocol: its scores
-    are returned) and its verdicts' confidence (calibrated on each fit's internal folds): accuracy at coverage
-    over the seeds' pooled test logs, and the AUROC within each fit's own test fold, averaged over folds
-    (weighted by their pairs): pooling folds would score how each fold's intercept differs, not whether one
-    fit's confidence ranks its verdicts."""
-    got: dict[str, tuple[list, list]] = {}
-    aucs: dict[str, list[tuple[float, int]]] = {}
-
-    def rows_of(system, train, test) -> dict:
-        rows = fitted_rows(train, test, system, rule, rule_agent) if test and fit_cases(train) else {}
-        gold = {c.trace.trace_id: c for c in fit_cases(test, rule)}
-        conf = [rows[t]["confidence"] for t in gold if t in rows]
-        hits = [ft.hit(gold[t], rows[t]["pred_step"]) for t in gold if t in rows]
-        got.setdefault(system, ([], []))[0].extend(conf)
-        got[system][1].extend(hits)
-        auc = cf.auroc(conf, hits)
-        if auc is not None:
-            aucs.setdefault(system, []).append((auc, sum(hits) * (len(hits) - sum(hits))))
-        return rows
-
-    scores = _kfold_scores(cases, rows_of, 5, FOLD_SEEDS)
-    for system, (conf, hits) in sorted(got.items()):
-        emit_confidence(out, system, FITTED, conf, hits, KFOLD + " (confidence: the fit's "
-                        "internal folds)")
-        a = aucs.get(system)
-        out[-1]["value"] = round(float(np.average([x for x, _ in a], weights=[w for _, w in a])), 4) if a else ""
+    are returned) and its verdicts' confidence beside the zero-training confidence of the same verdicts and the
+    zero-training verdict's own (fitted_confidence.py): accuracy at coverage over the seeds' pooled test logs, the
+    AUROC within each fit's own test fold averaged over folds (weighted by their pairs: pooling folds would score
+    how each fold's intercept differs, not whether one fit's confidence ranks its verdicts), its 95% bootstrap
+    interval, and the top-quarter lift of each fold's most confident quarter."""
+    scores, folds = fconf.measure(cases, rule, rule_agent, zero_cals)
+    method = {"fitted": FITTED, fconf.KINDS[1]: f"{FITTED}: zero-training confidence of the same verdicts",
+              fconf.KINDS[2]: f"zero-training rule {rule}: confidence from its evidence, on the same test folds"}
+    summary = {(r["system"], r["confidence"]): r for r in fconf.summary(folds)}
+    for system, per in sorted(folds.items()):
+        for kind, name in method.items():
+            conf = [c for cs, _ in per[kind] for c in cs]
+            hits = [h for _, hs in per[kind] for h in hs]
+            emit_confidence(out, system, name, conf, hits, CONF_KFOLD)
+            r = summary[(system, kind)]
+            out[-1]["value"] = round(r["auroc"], 4) if r["auroc"] is not None else ""
+            for metric in ("ci_low", "ci_high", "top_quarter_lift"):
+                out.append({"system": system, "method": name, "protocol": CONF_KFOLD, "metric": f"auroc_{metric}"
+                            if metric.startswith("ci") else metric, "value": "" if r[metric] is None or
+                            not np.isfinite(r[metric]) else round(r[metric], 4), "spread": ""})
     return scores
+
+
+CONF_KFOLD = KFOLD + " (confidence: the fit's internal folds; AUROC within each test fold)"
 
 
 def train_weights(cases, args, policy, model_id, out, calibration) -> None:
@@ -250,7 +250,7 @@ def train_weights(cases, args, policy, model_id, out, calibration) -> None:
     entries, rows = {}, {}
     for system in sorted({c.system for c in cases}):
         sub = [c for c in cases if c.system == system]
-        f = system_fit(sub, system, policy["fallback_rule"], policy["agent_rule"])
+        f = system_fit(sub, system, policy["fallback_rule"], policy["agent_rule"], calibration)
         entries[system] = f.entry
         if f.verdict != "rule":
             policy["ranked_systems"].append(f"{system} ({f.verdict}; held out it names its most common step for "

@@ -49,4 +49,20 @@ def confidence_words(entry: dict) -> str | None:
     if auroc is None:
         return "confidence: not measured held out (every held-out verdict was right, or every one wrong)"
     weak = "" if auroc >= 0.6 else ": weak, read more than the most confident verdicts"
-    return f"confidence: ranks held-out verdicts with AUROC {auroc:.2f} against a right step (0.50: no ranking){weak}"
+    return (f"confidence: ranks held-out verdicts with AUROC {auroc:.2f} against a right step (0.50: no ranking)"
+            f"{_lift(entry['heldout'].get('top_quarter_lift'))}{weak}{_against_zero_training(entry['heldout'])}")
+
+
+def _lift(x) -> str:
+    return "" if x is None else f", top quarter {x:.2f}x the hit rate"
+
+
+def _against_zero_training(h: dict) -> str:
+    """Issue 48: the zero-training confidence's figures on the same held-out verdicts, and which one is kept."""
+    if "confidence_kept" not in h:
+        return ""
+    zt = h.get("zero_training_auroc")
+    kept = ("fitted (the step's evidence, the ranker's gap, agreement with the rule)" if h["confidence_kept"] ==
+            "fitted" else "the zero-training confidence's order, at this system's hit rate")
+    return (f"; the zero-training confidence on the same verdicts: AUROC {'—' if zt is None else f'{zt:.2f}'}"
+            f"{_lift(h.get('zero_training_top_quarter_lift'))}; kept: {kept}")

@@ -140,16 +140,26 @@ def _priors(path, where: str, p) -> None:
     _num(path, f"{where}.n", p.get("n"), lo=0, integer=True)
 
 
-def _calibration(path, where: str, cal) -> None:
+def _calibration(path, where: str, cal, kinds=("evidence", "fitted")) -> None:
     if cal is None:
         return
-    if not isinstance(cal, dict) or cal.get("kind") != "evidence":
-        raise _error(path, where, 'must be an object of kind "evidence" (calibrate.fit_evidence)')
-    feats = _str_list(path, f"{where}.features", cal.get("features"))
+    if not isinstance(cal, dict) or cal.get("kind") not in kinds:
+        raise _error(path, where, "must be an object of kind " + " or ".join(f'"{k}"' for k in kinds)
+                     + " (calibrate.fit_evidence / fit_monotone)")
+    from masprism_batch.fit.verdict_confidence import FEATURES as VERDICT
+    from masprism_batch.method.confidence import FEATURES as EVIDENCE
+
+    fitted = cal["kind"] == "fitted"
+    feats = _str_list(path, f"{where}.features", cal.get("features"), list(VERDICT if fitted else EVIDENCE))
     _vector(path, f"{where}.mean", cal.get("mean"), len(feats))
     _vector(path, f"{where}.std", cal.get("std"), len(feats), positive=True)
     _vector(path, f"{where}.w", cal.get("w"), len(feats))
     _num(path, f"{where}.b", cal.get("b"))
+    if fitted:  # monotone: no weight may turn its feature against the confidence
+        for i, w in enumerate(cal["w"]):
+            if w < 0:
+                raise _error(path, f"{where}.w[{i}]", f"{w} must be >= 0 (the confidence rises with each feature)")
+        _calibration(path, f"{where}.zero_training", cal.get("zero_training"), ("evidence",))
 
 
 def check_entry(path, name: str, e) -> None:

@@ -4,7 +4,7 @@
      "systems": {"<system>": {"verdict": "ranker" | "prior" | "rule", "rule": "faithful", "agent_rule": ...,
                               "features": [...], "weights": [...], "mean": [...], "std": [...], "priors": {...},
                               "offset": "rule" | "rule_free" | "position" | "prior", "offset_scale": 2.0,
-                              "calibration": {"kind": "evidence", ...}, "heldout": {...}, "k": 20,
+                              "calibration": {"kind": "fitted", ...}, "heldout": {...}, "k": 20,
                               "fitted_on": [...]}}}
 
 A log is matched to an entry by its system (`system_key`: the name the user gave with `--system`, else what the
@@ -24,12 +24,12 @@ from pathlib import Path
 import numpy as np
 
 from masprism_batch.fit import fitting as ft
+from masprism_batch.fit import verdict_confidence as vc
 from masprism_batch.fit.rankcheck import FORMAT, VERSION, RankerFileError, is_packaged, read_checked, target
 
 # the names a `--ranker` setting uses, defined beside the reader that resolves them (rankcheck.target)
 from masprism_batch.fit.rankcheck import PACKAGED as PACKAGED
 from masprism_batch.fit.rankcheck import PACKAGED_NAME as PACKAGED_NAME
-from masprism_batch.method import calibrate
 from masprism_batch.outdir.parts import atomic_output
 from masprism_batch.trace import Trace
 
@@ -105,8 +105,7 @@ class SystemRanker:
         agent = ft.agent_pick(self.agent_rule, c, p, order[0], pri,
                               ft.prior_agent_order(list(ranked), order[0]) if prior_step else None) if order else None
         cal = self.entry.get("calibration")
-        feats = ft.evidence(c, order, p, scores) if order and cal else None
-        return order, p, agent, calibrate.confidence(cal, feats, len(trace.steps))
+        return order, p, agent, vc.apply(cal, c, order, p, scores) if order and cal else None
 
 
 @dataclass

@@ -109,12 +109,13 @@ def build_cases(traces, rows, labels_file: Path | None, system: str | None, name
 
 
 def fit_systems(cases: dict[str, list], fallback: rules.Fallback) -> dict[str, fs.SystemFit]:
-    """One fit per system, against the zero-training agent rule a log of an unfitted system gets (what the
-    fit must beat); a system that cannot be fitted: FitInputError naming it."""
+    """One fit per system, against the zero-training agent rule and confidence a log of an unfitted system gets
+    (what the fit must beat); a system that cannot be fitted: FitInputError naming it."""
     fits = {}
     for name, cs in sorted(cases.items()):
         try:
-            fits[name] = fs.fit_system(cs, name, rule=fallback.rule, rule_agent=fallback.agent_rule)
+            fits[name] = fs.fit_system(cs, name, rule=fallback.rule, rule_agent=fallback.agent_rule,
+                                       zero_cal=fallback.calibration)
         except (ValueError, ArithmeticError) as exc:
             raise FitInputError(f"system {name!r}: {exc}") from None
     return fits

@@ -22,8 +22,8 @@ from dataclasses import dataclass
 import numpy as np
 
 from masprism_batch.fit import fitting as ft
+from masprism_batch.fit import verdict_confidence as vc
 from masprism_batch.method import calibrate, rules
-from masprism_batch.method import confidence as cf
 
 log = logging.getLogger(__name__)
 # How an option must beat the current choice held out, in standard errors of the paired difference of hits on
@@ -95,19 +95,25 @@ def modal_share(steps: list[int]) -> float:
     return max(Counter(steps).values()) / len(steps) if steps else 0.0
 
 
-def _evidence(c: ft.FitCase, pred) -> dict:
-    step, (order, scores), probs, _ = pred
-    if probs is not None:
-        order = sorted(range(len(probs)), key=lambda k: (-probs[k], k))
-    order = list(order) if order else [step]
-    return ft.evidence(c, order, probs, scores)
+def _confidence(cases: list[ft.FitCase], oof: dict, ok: list[int], chosen, zero_cal: dict | None):
+    """(calibration, held-out figures) of the chosen verdict's confidence from its held-out verdicts
+    (fit/verdict_confidence.py), each scored in the internal fold it was held out in."""
+    feats = []
+    for i in ok:
+        step, (order, scores), probs, _ = oof[i][chosen]
+        if probs is not None:
+            order = sorted(range(len(probs)), key=lambda k: (-probs[k], k))
+        order = list(order) if order else [step]
+        feats.append(vc.features(cases[i], order, probs, scores, zero_cal))
+    return vc.fit(feats, [ft.hit(cases[i], oof[i][chosen][0]) for i in ok], ft.folds_of(len(cases))[ok], zero_cal)
 
 
 def fit_system(cases: list[ft.FitCase], system: str, rule: str = "faithful", rule_agent: str = "author",
-               grid=ft.L2_GRID, offsets=None) -> SystemFit:
+               grid=ft.L2_GRID, offsets=None, zero_cal: dict | None = None) -> SystemFit:
     """Fit `system` on its labelled `cases` (each a FitCase with the zero-training `rule` order in `ranked`);
     `offsets`: the orders the ranker may correct (default fit.OFFSETS, read at call time; others only to measure
-    what each adds)."""
+    what each adds); `zero_cal`: the calibration of the zero-training confidence a log of an unfitted system gets
+    (fallback.json's), which the fitted confidence reads and is measured against."""
     if not cases:
         raise ValueError(f"system {system!r}: no labelled logs to fit on")
     offsets = ft.OFFSETS if offsets is None else offsets
@@ -145,10 +151,7 @@ def fit_system(cases: list[ft.FitCase], system: str, rule: str = "faithful", rul
     notes = _constant_notes(constant, step_acc, modal, hits, chosen, oof, ok)
     use_ranker = chosen not in ("rule", "prior")
     agent_rule, agent_acc = _agent_choice(cases, oof, ok, chosen, rule_agent, overridable, use_ranker)
-    cal = calibrate.fit_evidence([cf.vector(_evidence(cases[i], oof[i][chosen])) for i in ok],
-                                 [ft.hit(cases[i], oof[i][chosen][0]) for i in ok], cf.FEATURES)
-    conf = [calibrate.confidence(cal, _evidence(cases[i], oof[i][chosen]), len(cases[i].trace.steps))
-            for i in ok]
+    cal, conf = _confidence(cases, oof, ok, chosen, zero_cal)
     est = {
         "fitted": step_acc[chosen], "rule": step_acc["rule"],
         "pos_prior": calibrate.mean(ft.hit(cases[i], oof[i]["pos_prior"]) for i in ok),
@@ -157,8 +160,7 @@ def fit_system(cases: list[ft.FitCase], system: str, rule: str = "faithful", rul
         "agent_prior": calibrate.mean(ft.agent_hit(cases[i], oof[i]["agent_prior"]) for i in ok),
         "best_l2": best[1] if best else None, "best_offset": best[0] if best else None,
         "folds": "leave-one-out" if len(cases) <= 20 else "5-fold",
-        "auroc": cf.auroc(conf, [ft.hit(cases[i], oof[i][chosen][0]) for i in ok]),
-        "modal_share": modal[chosen],
+        "modal_share": modal[chosen], **conf,
     }
     entry = {"system": system, "verdict": "ranker" if use_ranker else chosen, "rule": rule,
              "agent_rule": agent_rule, "rule_agent": rule_agent, "k": len(cases), "calibration": cal,

@@ -4,6 +4,12 @@
 standardised; the weights carry an L2 pull toward 0 and the intercept toward the smoothed base rate, so that 5
 labels cannot produce a certainty of 0 or 1: with few labels the calibration says little more than the held-out
 hit rate, which is what it knows. `confidence` applies it and floors it at 1/(number of steps).
+
+`fit_monotone`: the same logistic over the few verdict-level features of a fitted system's confidence
+(fit/verdict_confidence.py), each oriented so that larger means more confident and its weight kept >= 0 (a
+feature the data ties the other way is dropped and the rest refitted); where every weight would drop, each keeps a
+small floor weight, so the confidence still orders verdicts by their a-priori evidence at the held-out hit rate's
+level instead of giving every log one number.
 """
 
 from __future__ import annotations
@@ -54,6 +60,19 @@ def fit_evidence(X, hits, names, signs=None, weights: str = "equal") -> dict:
             keep[np.argmin(np.where(wrong, signs * full, np.inf))] = False  # the most inverted first, then refit
     return {"kind": "evidence", "features": list(names), "mean": mean.tolist(), "std": std.tolist(),
             "w": full.tolist(), "b": float(b), "n": n, "base_rate": float(rate), "weights": weights}
+
+
+FLOOR_W = 0.05  # per standardised feature where the data kept none: an order, at nearly the base rate's level
+
+
+def fit_monotone(X, hits, names) -> dict:
+    """{"kind": "fitted", "features", "mean", "std", "w", "b", "n", "base_rate"}: fit_evidence's "fitted" weights
+    with every feature's sign +1 (monotone non-decreasing in each), never all zero (FLOOR_W)."""
+    cal = fit_evidence(X, hits, names, signs=[1] * len(names), weights="fitted")
+    if not any(cal["w"]):  # b is then the intercept-only fit: the features are centred, so the level stays there
+        cal["w"] = [FLOOR_W] * len(names)
+    cal.update(kind="fitted", weights="monotone")
+    return cal
 
 
 def _logistic(Z: np.ndarray, y: np.ndarray, b0: float) -> tuple[np.ndarray, float]:

@@ -71,10 +71,10 @@ def test_fit_from_trace_labels_prints_estimates_and_applies(run_dir, tmp_path):
     lines = res.output.splitlines()
     after = lines[lines.index(line) + 1:]
     conf = next(ln for ln in after if ln.strip().startswith("confidence:"))
-    if any(e["calibration"]["w"]):
-        assert f"AUROC {e['heldout']['auroc']:.2f}" in conf or "not measured" in conf
-    else:
-        assert "did not rank" in conf
+    assert any(e["calibration"]["w"]) and e["calibration"]["kind"] == "fitted"  # issue 48: never one number
+    assert f"AUROC {e['heldout']['auroc']:.2f}" in conf or "not measured" in conf
+    if e["heldout"]["auroc"] is not None:  # beside the zero-training confidence's, and which one it keeps
+        assert "zero-training confidence on the same verdicts" in conf and "kept: " in conf
     # applied: the system's logs get the fitted verdict, with what decided it and a confidence
     cfg = run_dir / "c.json"
     new = _logs(tmp_path / "new.jsonl", 8, 5, labelled=False)
@@ -176,7 +176,8 @@ def test_bench_accuracy_and_fit_share_the_fitting_function(run_dir, tmp_path):
         cases.append(ba.Case("billing-bot", t, {"rows": r, "ranking": {"ranked": ranked}}, {}))
     from masprism_batch.method import rules
 
-    f = ba.system_fit(cases, "billing-bot", rule_agent=rules.read_fallback(None).agent_rule)  # the agent rule fit uses
+    fb = rules.read_fallback(None)  # the agent rule and zero-training calibration fit uses
+    f = ba.system_fit(cases, "billing-bot", rule_agent=fb.agent_rule, zero_cal=fb.calibration)
     e = json.loads(out.read_text())["systems"]["billing-bot"]
     assert f.entry["verdict"] == e["verdict"] and f.entry["heldout"] == e["heldout"]
     assert f.entry.get("weights") == e.get("weights") and f.entry["calibration"] == e["calibration"]
@@ -224,4 +225,10 @@ def test_confidence_words_say_whether_the_fitted_confidence_ranks(np_rng):
     assert f"AUROC {strong:.2f}" in ranks and "weak" not in ranks
     assert "weak" in confidence_words({"calibration": {"w": w, "b": b}, "heldout": {"auroc": weak}})
     assert "not measured" in confidence_words({"calibration": {"w": w, "b": b}, "heldout": {"auroc": None}})
+    # issue 48: both held-out figures, and which confidence is kept
+    zt, lift = float(np_rng.uniform(0.3, 0.6)), float(np_rng.uniform(1.0, 2.0))
+    both = confidence_words({"calibration": {"w": w, "b": b}, "heldout": {
+        "auroc": strong, "top_quarter_lift": lift, "zero_training_auroc": zt, "confidence_kept": "fitted"}})
+    assert f"AUROC {strong:.2f}" in both and f"{lift:.2f}x" in both and f"AUROC {zt:.2f}" in both
+    assert "kept: fitted" in both
     assert confidence_words({"calibration": None, "heldout": {}}) is None

@@ -1,0 +1,170 @@
+"""fit/verdict_confidence.py + calibrate.fit_monotone (issue 48): a fitted verdict's confidence reads the
+zero-training evidence of its step, the ranker's gap and agreement with the rule; it is monotone, never one number
+for every log, calibrated only on held-out verdicts, and `fit` keeps it only where it ranks better than the
+zero-training confidence on the same held-out verdicts."""
+
+import json
+
+import numpy as np
+import pytest
+
+from masprism_batch.fit import fitting as ft
+from masprism_batch.fit import system as fs
+from masprism_batch.fit import verdict_confidence as vc
+from masprism_batch.fit.rankcheck import RankerFileError
+from masprism_batch.fit.rankfile import RankerFile, SystemRanker
+from masprism_batch.method import calibrate, rules
+from masprism_batch.method import confidence as cf
+
+
+def _planted(rng, n, on: str):
+    """Verdict features with hits planted on feature `on` (the others noise); folds of 5."""
+    X = np.column_stack([rng.normal(0, 1, n), rng.random(n), (rng.random(n) < 0.5) * 1.0])
+    col = vc.FEATURES.index(on)
+    z = (X[:, col] - X[:, col].mean()) / X[:, col].std()
+    hits = rng.random(n) < 1 / (1 + np.exp(-(2.0 * z - 0.5)))
+    feats = [dict(zip(vc.FEATURES, x, strict=True)) for x in X]
+    return feats, hits, rng.permutation(n) % 5, X
+
+
+def test_monotone_weights_and_never_one_number_for_every_log(np_rng):
+    seed = int(np_rng.integers(1 << 30))
+    rng = np.random.default_rng(seed)
+    n = int(rng.integers(40, 123))
+    X = rng.random((n, 3))
+    # hits tied against every feature: each weight would be negative, so every one is dropped ...
+    hits = rng.random(n) < 1 / (1 + np.exp(4 * (X.sum(1) - 1.5)))
+    cal = calibrate.fit_monotone(X, hits, vc.FEATURES)
+    assert cal["kind"] == "fitted" and all(w > 0 for w in cal["w"]), (seed, cal["w"])
+    conf = [calibrate.confidence(cal, dict(zip(vc.FEATURES, x, strict=True)), 1000) for x in X]
+    assert len(set(np.round(conf, 12))) > 1, seed  # ... and yet the logs do not all get one number
+    # its level stays the held-out hit rate (smoothed), not the features' doing
+    assert abs(np.mean(conf) - hits.mean()) < 0.1, (seed, np.mean(conf), hits.mean())
+    # and it never falls as any feature grows
+    base = dict(zip(vc.FEATURES, X[0], strict=True))
+    for f in vc.FEATURES:
+        assert calibrate.confidence(cal, {**base, f: base[f] + 1.0}, 1000) >= calibrate.confidence(cal, base, 1000)
+
+
+@pytest.mark.parametrize("on, kept", [("gap", "fitted"), ("agrees", "fitted"), ("zero_training", "zero-training")])
+def test_keeps_whichever_confidence_ranks_the_held_out_verdicts_better(on, kept, np_rng):
+    """Hits planted on the ranker's gap or on agreement: only the fitted confidence sees them, it ranks better
+    held out and is kept; planted on the zero-training score itself, the zero-training confidence (the same
+    order) is kept, at this system's level."""
+    seed = int(np_rng.integers(1 << 30))
+    rng = np.random.default_rng(seed)
+    feats, hits, folds, X = _planted(rng, int(rng.integers(150, 250)), on)
+    zero_cal = None  # without one the zero-training score is itself cross-fitted
+    if on == "zero_training":  # the feature is the logit of this (given) zero-training calibration
+        zero_cal = {"kind": "evidence", "features": list(cf.FEATURES), "mean": [0.0] * 6, "std": [1.0] * 6,
+                    "w": [1.0, 0, 0, 0, 0, 0], "b": 0.0}
+    cal, fig = vc.fit(feats, hits, folds, zero_cal)
+    assert fig["confidence_kept"] == kept, (seed, fig)
+    assert fig["auroc"] > 0.7 and fig["top_quarter_lift"] > 1.2, (seed, fig)
+    if kept == "fitted":
+        assert fig["fitted_auroc"] > fig["zero_training_auroc"] + 0.1, (seed, fig)
+        assert cal["features"] == list(vc.FEATURES)
+        assert cal["w"][vc.FEATURES.index(on)] == max(cal["w"]), (seed, cal["w"])
+    else:
+        assert cal["features"] == list(vc.OWN) and cal["w"][0] > 0 and cal["zero_training"] == zero_cal
+
+
+def test_leave_one_out_does_not_make_a_confidence_that_orders_nothing_look_inverted(np_rng):
+    """Verdicts that the features cannot tell apart are scored 0.5 held out, with leave-one-out folds too (scored
+    by its calibrated level, a log left out of its own calibration sits below it when right and above it when
+    wrong: AUROC 0.0 on 9 real logs)."""
+    seed = int(np_rng.integers(1 << 30))
+    rng = np.random.default_rng(seed)
+    n = int(rng.integers(9, 21))
+    hits = np.arange(n) < max(2, n // 3)
+    x = dict(zip(vc.FEATURES, rng.random(3), strict=True))  # every verdict's evidence the same
+    _, fig = vc.fit([x] * n, hits, np.arange(n), None)
+    assert fig["fitted_auroc"] == 0.5 and fig["zero_training_auroc"] == 0.5, (seed, fig)
+    assert fig["confidence_kept"] == "zero-training"
+
+
+def test_a_held_out_fold_is_scored_by_a_calibration_that_never_saw_its_labels(np_rng):
+    seed = int(np_rng.integers(1 << 30))
+    rng = np.random.default_rng(seed)
+    feats, hits, folds, X = _planted(rng, 123, "gap")
+    before = vc.crossfit(X, hits, folds, vc.FEATURES)
+    flipped = hits.copy()
+    flipped[folds == 2] = ~flipped[folds == 2]  # the labels of fold 2 only
+    after = vc.crossfit(X, flipped, folds, vc.FEATURES)
+    assert np.allclose(np.array(before)[folds == 2], np.array(after)[folds == 2]), seed
+    assert not np.allclose(np.array(before)[folds != 2], np.array(after)[folds != 2]), seed
+
+
+def test_fit_ships_a_fitted_confidence_and_the_verdicts_do_not_move(synth, np_rng):
+    """The system's entry carries the fitted calibration (with the zero-training one it reads) and both held-out
+    figures; giving the fit a zero-training calibration moves the confidence only, never a verdict."""
+    seed = int(np_rng.integers(1 << 30))
+    cases = synth(int(np.random.default_rng(seed).integers(40, 60)), seed=seed)
+    zero_cal = rules.read_fallback(None).calibration
+    with_cal = fs.fit_system(cases, "team/agents", zero_cal=zero_cal)
+    without = fs.fit_system(cases, "team/agents")
+    e = with_cal.entry
+    assert e["calibration"]["kind"] == "fitted" and e["calibration"]["zero_training"] == zero_cal
+    h = e["heldout"]
+    assert h["confidence_kept"] in ("fitted", "zero-training")
+    for k in ("auroc", "top_quarter_lift", "fitted_auroc", "zero_training_auroc", "zero_training_top_quarter_lift"):
+        assert k in h, k
+    assert h["auroc"] == h[f"{h['confidence_kept'].replace('-', '_')}_auroc"]
+    same = {k for k in e if k not in ("calibration", "heldout")}
+    assert {k: e[k] for k in same} == {k: without.entry[k] for k in same}, seed
+    test = synth(30, seed=seed + 1)
+    a, b = SystemRanker(e, "m"), SystemRanker(without.entry, "m")
+    got = [a.apply(c.trace, c.rows, c.ranked) for c in test]
+    for c, (order, _, agent, conf) in zip(test, got, strict=True):
+        o2, _, a2, _ = b.apply(c.trace, c.rows, c.ranked)
+        assert order == o2 and agent == a2, seed
+        assert 1 / len(c.trace.steps) <= conf < 1
+    assert len({round(g[3], 9) for g in got}) > 1, seed  # it orders the logs
+
+
+def test_fitted_features_of_a_ranker_verdict(synth, np_rng):
+    seed = int(np_rng.integers(1 << 30))
+    rng = np.random.default_rng(seed)
+    for c in synth(12, seed=seed):
+        p = rng.dirichlet(np.ones(len(c.trace.steps)))
+        order = sorted(range(len(p)), key=lambda k: (-p[k], k))
+        x = vc.features(c, order, p, None, None)
+        assert x["gap"] == pytest.approx(p[order[0]] - p[order[1]])
+        assert x["agrees"] == float(order[0] == c.ranked[0])
+        rule = vc.features(c, c.ranked, None, None, None)  # the rule's own verdict agrees with itself
+        assert rule["agrees"] == 1.0 and 0 <= rule["gap"] <= 1
+        # its zero-training score is the logit of the confidence an unfitted system's log gets for that step
+        cal = rules.read_fallback(None).calibration
+        ev = ft.evidence(c, [order[0]] + [k for k in c.ranked if k != order[0]])
+        want = calibrate.confidence(cal, ev, len(c.trace.steps))
+        got = vc.features(c, order, p, None, cal)["zero_training"]
+        assert vc.zero_training_confidence(c, order[0], cal, got) == pytest.approx(want, abs=1e-12)
+        assert vc.zero_training_confidence(c, order[0], cal) == pytest.approx(want, abs=1e-12)
+
+
+def test_a_fitted_calibration_with_a_negative_weight_or_a_bad_zero_training_part_is_refused(tmp_path, synth):
+    f = fs.fit_system(synth(30, seed=7), "team/agents", zero_cal=rules.read_fallback(None).calibration)
+    path = tmp_path / "r.json"
+    RankerFile("m", {"team/agents": f.entry}, {}).write(path)
+    RankerFile.read(path)  # as written: valid
+    for where, tamper in (("calibration.w[0]", lambda c: c["w"].__setitem__(0, -0.5)),
+                          ("calibration.zero_training.std[1]", lambda c: c["zero_training"]["std"].__setitem__(1, 0)),
+                          ("calibration.features", lambda c: c["features"].__setitem__(0, "oracle"))):
+        d = json.loads(path.read_text())
+        tamper(d["systems"]["team/agents"]["calibration"])
+        bad = tmp_path / "bad.json"
+        bad.write_text(json.dumps(d))
+        with pytest.raises(RankerFileError, match=where.replace("[", r"\[").replace("]", r"\]")):
+            RankerFile.read(bad)
+
+
+def test_a_file_written_before_issue_48_keeps_its_evidence_confidence(synth):
+    """An entry whose calibration is of kind "evidence" still reads the verdict's own evidence."""
+    cases = synth(20, seed=11)
+    f = fs.fit_system(cases, "team/agents")
+    ev = calibrate.fit_evidence([cf.vector(ft.evidence(c, c.ranked)) for c in cases],
+                                [ft.hit(c, c.ranked[0]) for c in cases], cf.FEATURES)
+    sr = SystemRanker({**f.entry, "calibration": ev}, "m")
+    c = cases[0]
+    order, p, _, conf = sr.apply(c.trace, c.rows, c.ranked)
+    assert conf == pytest.approx(calibrate.confidence(ev, ft.evidence(c, order, p), len(c.trace.steps)))
