@@ -24,6 +24,7 @@ from masprism_batch.ingest import (
     openai_chat,
     openhands,
     otel_sdk,
+    smolagents_runs,
     swe_agent,
     taubench,
 )
@@ -53,6 +54,10 @@ def _chat_list_kind(msgs: list) -> str | None:
 def _classify_dict(doc: dict) -> str | None:
     if swe_agent.is_traj(doc):
         return "swe-agent"
+    if smolagents_runs.is_run_line(doc):
+        return "smolagents"  # a benchmark runner's output line
+    if smolagents_runs.is_bus_message(doc):
+        return "smolagents-bus"
     if otel_sdk.is_sdk_span(doc):
         return "otel-sdk"  # one span: a line of a span-per-line dump
     if "history" in doc:

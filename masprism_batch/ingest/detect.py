@@ -31,6 +31,7 @@ from masprism_batch.ingest import (
     openinference,
     otel_genai,
     otel_sdk,
+    smolagents_runs,
     swe_agent,
     taubench,
     who_and_when,
@@ -53,13 +54,13 @@ LABELS = {"who-and-when": "Who&When", "trail": "TRAIL/OpenInference", "otel": "O
           "openhands": "OpenHands events", "tau-bench": "τ-bench", "inspect": "Inspect AI log",
           "smolagents": "smolagents memory", "mini-swe-agent": "mini-swe-agent trajectory",
           "claude-code": "Claude Code transcript", "agentops": "AgentOps trace export", "map": "--map mapping",
-          "jsonl": "canonical JSON lines",
+          "jsonl": "canonical JSON lines", "smolagents-bus": "smolagents message bus",
           "trail-annotation": "TRAIL annotation", "parquet": "canonical Parquet"}
 TRIED = ", ".join(v for k, v in LABELS.items() if k not in ("trail-annotation", "parquet"))
 CANONICAL_EXAMPLE = ('{"trace_id": "t1", "source": "my-app", "steps": [{"agent": "planner", "role": "assistant", '
                      '"content": "..."}]}')
 _LINE_SUFFIXES = (".jsonl", ".ndjson", ".jsonl.gz", ".ndjson.gz")
-_GROUPED = ("otel", "otel-sdk", "langsmith", "langfuse", "claude-code")  # JSON lines whose records are grouped into traces per file
+_GROUPED = ("otel", "otel-sdk", "langsmith", "langfuse", "claude-code", "smolagents-bus")  # JSON lines whose records are grouped into traces per file
 _PER_LINE = ("ag2", "openai", "langgraph-messages", "tau-bench")  # JSON lines with one trace per line
 _VERBATIM = ("jsonl", "parquet", "who-and-when")  # step text copied as given: no empty-step check
 MAX_HELD = 1000  # unknown JSON lines held back before a file of no known format is rejected whole
@@ -100,6 +101,8 @@ def parse_doc(doc: Any, kind: str | None, ctx: Context, line: int | None = None)
         yield from agent_logs.parse(doc, ctx, kind, line)
     elif kind == "claude-code":
         yield from claude_code.parse_lines(doc if isinstance(doc, list) else [doc], ctx)
+    elif kind == "smolagents-bus":
+        yield from smolagents_runs.parse_bus(doc if isinstance(doc, list) else [doc], ctx)
     elif kind == "map":  # ingest --map: the user's declarative mapping (mapping.py)
         yield from mapping.parse(doc, ctx, ctx.mapping, line)
     elif kind == "jsonl":
@@ -167,7 +170,8 @@ def _from_lines(lines: Iterator[tuple[int, str]], fmt: str, ctx: Context) -> Ite
                 except IngestError as e:
                     ctx.reject(e)
         yield from {"otel": otel_genai.parse, "otel-sdk": otel_sdk.parse_sdk, "langsmith": langsmith.parse_lines,
-                    "claude-code": claude_code.parse_lines, "langfuse": langfuse.parse_docs}[kind](docs, ctx)
+                    "claude-code": claude_code.parse_lines, "langfuse": langfuse.parse_docs,
+                    "smolagents-bus": smolagents_runs.parse_bus}[kind](docs, ctx)
         return
     if fmt == "jsonl":
         yield from canonical.parse_jsonl(again(), ctx, loads)
