@@ -17,7 +17,9 @@ from masprism_batch.ingest import (
     ag2,
     agent_logs,
     agentops,
+    autogen_recorder,
     claude_code,
+    crewai_log,
     inspect_ai,
     langfuse,
     langsmith,
@@ -137,6 +139,10 @@ def classify(doc: Any) -> str | None:
             return "langfuse"
         if claude_code.is_line(doc[0]):
             return "claude-code"
+        if crewai_log.is_json_log(doc):
+            return "crewai"
+        if autogen_recorder.is_session(doc):
+            return "autogen-recorder"
         if agent_logs.is_smolagents(doc):
             return "smolagents"
         if agent_logs.is_mini_swe(doc):

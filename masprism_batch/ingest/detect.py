@@ -19,9 +19,11 @@ from masprism_batch.ingest import (
     ag2,
     agent_logs,
     agentops,
+    autogen_recorder,
     canonical,
     claude_code,
     containers,
+    crewai_log,
     inspect_ai,
     langfuse,
     langsmith,
@@ -44,7 +46,7 @@ from masprism_batch.trace import Trace
 
 FORMATS = ("auto", "who-and-when", "trail", "otel", "tempo", "otel-sdk", "jaeger", "ag2", "autogen", "openai",
            "langsmith", "langgraph", "langfuse", "swe-agent", "openhands", "tau-bench", "inspect", "smolagents",
-           "mini-swe-agent", "claude-code", "agentops", "jsonl", "parquet")
+           "mini-swe-agent", "claude-code", "agentops", "crewai", "jsonl", "parquet")
 ALIASES = {"autogen": "ag2", "langgraph": "langsmith", "tempo": "otel"}
 # what each kind is called in messages (a rejection names the format it assumed)
 LABELS = {"who-and-when": "Who&When", "trail": "TRAIL/OpenInference", "otel": "OTLP JSON", "otel-sdk":
@@ -54,7 +56,8 @@ LABELS = {"who-and-when": "Who&When", "trail": "TRAIL/OpenInference", "otel": "O
           "openhands": "OpenHands events", "tau-bench": "τ-bench", "inspect": "Inspect AI log",
           "smolagents": "smolagents memory", "mini-swe-agent": "mini-swe-agent trajectory",
           "claude-code": "Claude Code transcript", "agentops": "AgentOps trace export", "map": "--map mapping",
-          "jsonl": "canonical JSON lines", "smolagents-bus": "smolagents message bus",
+          "jsonl": "canonical JSON lines", "smolagents-bus": "smolagents message bus", "crewai": "CrewAI output log",
+          "autogen-recorder": "AutoGen recorder session",
           "trail-annotation": "TRAIL annotation", "parquet": "canonical Parquet"}
 TRIED = ", ".join(v for k, v in LABELS.items() if k not in ("trail-annotation", "parquet"))
 CANONICAL_EXAMPLE = ('{"trace_id": "t1", "source": "my-app", "steps": [{"agent": "planner", "role": "assistant", '
@@ -78,7 +81,8 @@ def unknown_format(doc: Any) -> IngestError:
 _DOC_READERS = {"who-and-when": who_and_when.parse, "trail": openinference.parse, "otel-sdk": otel_sdk.parse_sdk,
                 "jaeger": otel_sdk.parse_jaeger, "langsmith": langsmith.parse, "langfuse": langfuse.parse,
                 "swe-agent": swe_agent.parse, "openhands": openhands.parse, "inspect": inspect_ai.parse,
-                "agentops": agentops.parse}
+                "agentops": agentops.parse, "crewai": crewai_log.parse_entries,
+                "autogen-recorder": autogen_recorder.parse}
 
 
 def parse_doc(doc: Any, kind: str | None, ctx: Context, line: int | None = None) -> Iterator[Trace]:
@@ -282,6 +286,10 @@ def _read_text(held: list[str], low: str, fmt: str, ctx: Context) -> Iterator[Tr
         return
     if not text.strip():
         raise IngestError("empty_file", "file is empty")
+    if fmt in ("auto", "crewai") and crewai_log.is_text_log(text):  # CrewAI's text output_log_file: not JSON
+        ctx.fmt, ctx.rendered = LABELS["crewai"], True
+        yield from crewai_log.parse_text(text, ctx)
+        return
     try:
         doc = loads(text)
     except IngestError as e:
