@@ -14,6 +14,7 @@ from __future__ import annotations
 from typing import Any
 
 from masprism_batch.ingest import (
+    adk_session,
     ag2,
     agent_logs,
     agentops,
@@ -23,6 +24,7 @@ from masprism_batch.ingest import (
     inspect_ai,
     langfuse,
     langsmith,
+    letta,
     openai_chat,
     openhands,
     otel_sdk,
@@ -58,6 +60,10 @@ def _classify_dict(doc: dict) -> str | None:
         return "swe-agent"
     if smolagents_runs.is_run_line(doc):
         return "smolagents"  # a benchmark runner's output line
+    if letta.is_agent_file(doc):
+        return "letta"
+    if adk_session.is_session(doc):
+        return "adk"
     if smolagents_runs.is_bus_message(doc):
         return "smolagents-bus"
     if otel_sdk.is_sdk_span(doc):
@@ -143,6 +149,8 @@ def classify(doc: Any) -> str | None:
             return "crewai"
         if autogen_recorder.is_session(doc):
             return "autogen-recorder"
+        if adk_session.is_session(doc):
+            return "adk"
         if agent_logs.is_smolagents(doc):
             return "smolagents"
         if agent_logs.is_mini_swe(doc):

@@ -16,6 +16,7 @@ from collections.abc import Iterator
 from typing import Any
 
 from masprism_batch.ingest import (
+    adk_session,
     ag2,
     agent_logs,
     agentops,
@@ -27,6 +28,7 @@ from masprism_batch.ingest import (
     inspect_ai,
     langfuse,
     langsmith,
+    letta,
     mapping,
     openai_chat,
     openhands,
@@ -46,7 +48,7 @@ from masprism_batch.trace import Trace
 
 FORMATS = ("auto", "who-and-when", "trail", "otel", "tempo", "otel-sdk", "jaeger", "ag2", "autogen", "openai",
            "langsmith", "langgraph", "langfuse", "swe-agent", "openhands", "tau-bench", "inspect", "smolagents",
-           "mini-swe-agent", "claude-code", "agentops", "crewai", "jsonl", "parquet")
+           "mini-swe-agent", "claude-code", "agentops", "crewai", "adk", "letta", "jsonl", "parquet")
 ALIASES = {"autogen": "ag2", "langgraph": "langsmith", "tempo": "otel"}
 # what each kind is called in messages (a rejection names the format it assumed)
 LABELS = {"who-and-when": "Who&When", "trail": "TRAIL/OpenInference", "otel": "OTLP JSON", "otel-sdk":
@@ -57,7 +59,7 @@ LABELS = {"who-and-when": "Who&When", "trail": "TRAIL/OpenInference", "otel": "O
           "smolagents": "smolagents memory", "mini-swe-agent": "mini-swe-agent trajectory",
           "claude-code": "Claude Code transcript", "agentops": "AgentOps trace export", "map": "--map mapping",
           "jsonl": "canonical JSON lines", "smolagents-bus": "smolagents message bus", "crewai": "CrewAI output log",
-          "autogen-recorder": "AutoGen recorder session",
+          "autogen-recorder": "AutoGen recorder session", "adk": "Google ADK session", "letta": "Letta agent file",
           "trail-annotation": "TRAIL annotation", "parquet": "canonical Parquet"}
 TRIED = ", ".join(v for k, v in LABELS.items() if k not in ("trail-annotation", "parquet"))
 CANONICAL_EXAMPLE = ('{"trace_id": "t1", "source": "my-app", "steps": [{"agent": "planner", "role": "assistant", '
@@ -82,7 +84,7 @@ _DOC_READERS = {"who-and-when": who_and_when.parse, "trail": openinference.parse
                 "jaeger": otel_sdk.parse_jaeger, "langsmith": langsmith.parse, "langfuse": langfuse.parse,
                 "swe-agent": swe_agent.parse, "openhands": openhands.parse, "inspect": inspect_ai.parse,
                 "agentops": agentops.parse, "crewai": crewai_log.parse_entries,
-                "autogen-recorder": autogen_recorder.parse}
+                "autogen-recorder": autogen_recorder.parse, "adk": adk_session.parse, "letta": letta.parse}
 
 
 def parse_doc(doc: Any, kind: str | None, ctx: Context, line: int | None = None) -> Iterator[Trace]:

@@ -37,7 +37,7 @@ log = logging.getLogger(__name__)
 
 # Files picked up when walking a directory (explicitly named files are always tried).
 # .traj: SWE-agent trajectories (JSON); .zip / .eval: zip containers (Inspect AI logs), read as their members
-DATA_SUFFIXES = (".json", ".jsonl", ".ndjson", ".parquet", ".traj", ".zip", ".eval")
+DATA_SUFFIXES = (".json", ".jsonl", ".ndjson", ".parquet", ".traj", ".zip", ".eval", ".af")  # .af: Letta agent files
 LIMITS: contextvars.ContextVar[IngestConfig] = contextvars.ContextVar(
     "ingest_limits", default=IngestConfig())  # noqa: B039 - a frozen model; read_inputs sets the run's caps
 GZIP_CHUNK = 8 * 1024**2  # decompressed bytes produced per step
