@@ -205,3 +205,18 @@ def test_ag2_empty_message_is_no_blank_step(tmp_path):
     (t,), errors = _read(tmp_path / "chat.json")
     assert [s.content for s in t.steps][1] == "(empty message)" and all(s.content.strip() for s in t.steps)
     assert not [e for e in errors if e["reason"] == "empty_step"]
+
+
+def test_who_and_when_reads_as_before(shared_data):
+    """Issue 47 changed no Who&When step: the digest of all 114 dev traces (ids, question, status, every step's
+    index, agent, role, kind, text and span id, labels) is the one the tree before it gave (569366a, 2026-11-28)."""
+    import hashlib
+
+    h = hashlib.sha256()
+    ts = sorted(read_inputs([str(shared_data / "who_and_when")], "auto", lambda e: None), key=lambda t: t.trace_id)
+    for t in ts:
+        h.update(json.dumps([t.trace_id, t.source, t.system, t.question, t.run_status,
+                             [[s.index, s.agent, s.role, s.kind, s.content, s.span_id] for s in t.steps],
+                             [t.labels.mistake_step, t.labels.mistake_agent] if t.labels else None]).encode())
+    assert (len(ts), h.hexdigest()[:32]) == (114, "79075cd516c377e5c758d83acce02653")
+    assert not any(s.error for t in ts for s in t.steps)
