@@ -220,3 +220,23 @@ def test_who_and_when_reads_as_before(shared_data):
                              [t.labels.mistake_step, t.labels.mistake_agent] if t.labels else None]).encode())
     assert (len(ts), h.hexdigest()[:32]) == (114, "79075cd516c377e5c758d83acce02653")
     assert not any(s.error for t in ts for s in t.steps)
+
+
+def test_trail_errors_only_where_recorded(shared_data):
+    """38 of the 87 dev TRAIL traces record an error (a span with status Error and an exception event); exactly
+    those have steps with `error` set, and each such step's text holds its error."""
+    import gzip
+
+    recorded = set()
+    for f in (shared_data / "trail").glob("*/traces/*.json.gz"):
+        stack = list(json.loads(gzip.decompress(f.read_bytes()))["spans"])
+        while stack:
+            s = stack.pop()
+            stack.extend(s.get("child_spans") or [])
+            if s.get("status_code") == "Error" or any(e.get("Name") == "exception" for e in s.get("events") or []):
+                recorded.add(f.name.removesuffix(".json.gz"))
+                break
+    traces = list(read_inputs([str(shared_data / "trail")], "auto", lambda e: None))
+    with_error = {t.trace_id for t in traces if any(s.error for s in t.steps)}
+    assert len(traces) == 87 and len(recorded) == 38 and with_error == recorded
+    assert all(s.error in s.content for t in traces for s in t.steps if s.error)
