@@ -5,9 +5,11 @@
   intermediate_steps, start_time, end_time, token_counts}`. `intermediate_steps` is the agent's memory as
   `write_memory_to_messages()` writes it (read as smolagents memory: `agent_logs.smolagents_trace`), the
   model's bare answer (a string: `agent_action_type` "vanilla", no agent), or step reprs (`SystemPromptStep(...)`,
-  `TaskStep(...)`, `ActionStep(...)`: older runner versions), one step each. question = the line's `question`;
-  answer, true answer, data source, model and action type in metadata. A tool response that is smolagents'
-  `Error:` block fills the step's `error` (`status.error_text`).
+  `TaskStep(...)`, `ActionStep(...)`: older runner versions; `ChatMessage(...)` reprs: open_deep_research), one
+  step each; none (the run raised: `intermediate_steps: []`, the exception in `answer` / `agent_error`): the task
+  and one step with the error (run failed). question = the line's `question`; answer, true answer, data source,
+  model and action type in metadata. A tool response that is smolagents' `Error:` block fills the step's
+  `error` (`status.error_text`); `agent_error` or `iteration_limit_exceeded` makes the run failed.
 - **Decentralized message bus** (`examples/decentralized_smolagents_benchmark`, `runs/<id>/messages.jsonl`):
   one message per line `{id, timestamp, sender, type, content, recipients, thread_id, reply_to}`, one run per
   file. One step per message, speaking as its `sender`: the `task` (from `system`) is the question; polls,
@@ -21,17 +23,20 @@ import re
 from collections.abc import Iterator
 from typing import Any
 
+from masprism_batch.ingest import status
 from masprism_batch.ingest.common import Context, IngestError, check_trace_id, short
 from masprism_batch.ingest.messages import content_text, dumps, join
 from masprism_batch.ingest.spantree import parse_time
 from masprism_batch.ingest.status import error_text
 from masprism_batch.trace import Step, Trace
 
-RUN_META = ("answer", "true_answer", "source", "model_id", "agent_action_type", "original_question", "task")
+RUN_META = ("answer", "prediction", "true_answer", "source", "model_id", "agent_name", "agent_action_type",
+            "original_question", "task", "task_id")
 BUS_KEYS = ("sender", "type", "recipients")
 BUS_SKIP = {"channel_created"}  # a channel opened: no agent's action
 _ERROR = re.compile(r"^(?:Call id: ?\S+\n)?Error:\s*\n?(.+)", re.S)
 _STEP_REPR = re.compile(r"^(SystemPromptStep|TaskStep|PlanningStep|ActionStep|FinalAnswerStep)\(")
+_REPR_ROLE = re.compile(r"^ChatMessage\(role=(?:<MessageRole\.\w+: )?'([\w-]+)'")
 
 
 def is_run_line(doc: Any) -> bool:
@@ -55,9 +60,17 @@ def run_trace(doc: dict, tid: str) -> Trace:
             m = _ERROR.match(s.content) if s.role == "tool" else None
             if m:
                 s.error = error_text(m.group(1).strip().split("\nNow let's retry")[0][:2000])
-    elif isinstance(inter, list) and all(isinstance(m, str) for m in inter):
-        steps = [_repr_step(i, m) for i, m in enumerate(inter) if m.strip()]
+    elif isinstance(inter, list) and inter and all(isinstance(m, str) for m in inter):
+        steps = [_repr_step(i, m) for i, m in enumerate(m for m in inter if m.strip())]
         tr = Trace(trace_id=tid, source="smolagents", system="smolagents", steps=steps)
+    elif inter in ([], None, ""):  # the run raised: the runner keeps no steps, only the exception's text
+        err = doc.get("agent_error") or (doc.get("answer") if doc.get("agent_action_type") != "vanilla" else None)
+        steps = [Step(index=0, agent="user", content=q, role="user", kind="message")] if q else []
+        if err:
+            e = error_text(content_text(err))
+            steps.append(Step(index=len(steps), agent="agent", content=e, role="assistant", kind="message", error=e))
+        tr = Trace(trace_id=tid, source="smolagents", system="smolagents", steps=steps,
+                   run_status=status.FAILED if err else status.UNKNOWN)
     elif isinstance(inter, str):  # a model answering alone ("vanilla"): the task, then its answer
         steps = [Step(index=0, agent="user", content=q or "", role="user", kind="message")] if q else []
         steps.append(Step(index=len(steps), agent="agent", content=inter.strip() or "(empty answer)",
@@ -72,14 +85,21 @@ def run_trace(doc: dict, tid: str) -> Trace:
     tr.metadata = {"format": "smolagents-benchmark", **{k: doc[k] for k in RUN_META if doc.get(k) is not None}}
     for k in ("parsing_error", "iteration_limit_exceeded", "agent_error"):
         if doc.get(k):
-            tr.metadata[k] = doc[k]
+            tr.metadata[k] = doc[k] if isinstance(doc[k], (bool, int, float)) else content_text(doc[k])[:2000]
+    if doc.get("agent_error") or doc.get("iteration_limit_exceeded") is True:
+        tr.run_status = status.FAILED  # the runner recorded the run as raising or running out of steps
     return tr
 
 
 def _repr_step(i: int, text: str) -> Step:
-    m = _STEP_REPR.match(text)
+    """A step kept as its Python repr: `SystemPromptStep(...)`, `TaskStep(...)`, `ActionStep(...)` (older
+    runners), or `ChatMessage(role=<MessageRole.USER: 'user'>, ...)` (open_deep_research's memory messages)."""
+    m, r = _STEP_REPR.match(text), _REPR_ROLE.search(text[:200])
     kind = m.group(1) if m else ""
-    role = {"SystemPromptStep": "system", "TaskStep": "user"}.get(kind, "assistant")
+    role = {"SystemPromptStep": "system", "TaskStep": "user"}.get(kind) or (r.group(1) if r else "assistant")
+    if role == "tool-response":
+        return Step(index=i, agent="tool", content=text.strip(), role="tool", kind="tool")
+    role = role if role in ("system", "user") else "assistant"
     return Step(index=i, agent=role if role != "assistant" else "agent", content=text.strip(), role=role,
                 kind="message")
 

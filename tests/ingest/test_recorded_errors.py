@@ -240,3 +240,17 @@ def test_trail_errors_only_where_recorded(shared_data):
     with_error = {t.trace_id for t in traces if any(s.error for s in t.steps)}
     assert len(traces) == 87 and len(recorded) == 38 and with_error == recorded
     assert all(s.error in s.content for t in traces for s in t.steps if s.error)
+
+
+def test_smolagents_runner_line_of_a_run_that_raised(tmp_path):
+    """run.py keeps `intermediate_steps: []` and the exception's text as `answer` when the agent raised: the task
+    and that error are the trace (failed), not an empty_trace row."""
+    r = rng("smol-raised")
+    q, err = _words(r), "Error in generating model output: " + _words(r)
+    line = {"model_id": "m", "agent_action_type": "code", "question": q, "original_question": q, "answer": err,
+            "true_answer": "1", "source": "MATH", "intermediate_steps": [], "start_time": 1.0, "end_time": "x"}
+    (tmp_path / "out.jsonl").write_text(json.dumps(line) + "\n")
+    (t,), errors = _read(tmp_path / "out.jsonl")
+    assert errors == [] and t.run_status == "failed" and t.question == q
+    assert [(s.agent, s.content) for s in t.steps] == [("user", q), ("agent", f"Error: {err}")]
+    assert t.steps[1].error == f"Error: {err}"
