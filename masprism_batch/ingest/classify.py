@@ -130,6 +130,8 @@ def _classify_dict(doc: dict) -> str | None:
 def classify(doc: Any) -> str | None:
     if isinstance(doc, dict):
         return _classify_dict(doc)
+    if isinstance(doc, str) and doc[:1] == "{":  # a document JSON-encoded once more (Letta's newer .af exports)
+        return "letta" if letta.is_agent_file(letta.unwrap(doc)) else None
     if isinstance(doc, list) and doc and isinstance(doc[0], dict):
         if otel_sdk.is_sdk_span(doc[0]):
             return "otel-sdk"

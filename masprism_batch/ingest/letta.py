@@ -124,6 +124,9 @@ def parse(doc: Any, ctx: Context) -> Iterator[Trace]:
                 env.get("status", "")).lower() in ("failed", "error") else None
             steps.append(Step(index=len(steps), agent=tool, content=join(body, err or "") or "(empty result)",
                               role="tool", kind="tool", start_time=when, error=err))
+        else:  # a role this reader does not know (approvals, ...): counted, never dropped unsaid
+            key = f"role {str(role)[:40]}"
+            skipped[key] = skipped.get(key, 0) + 1
     if not steps:
         raise IngestError("empty_trace", "the agent file holds no messages", tid)
     meta: dict[str, Any] = {"format": "letta-agent-file", "agent_type": ag.get("agent_type")}
