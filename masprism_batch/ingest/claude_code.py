@@ -19,10 +19,10 @@ from collections.abc import Iterator
 from typing import Any
 
 from masprism_batch.ingest.common import Context, IngestError, check_trace_id, short
-from masprism_batch.ingest.status import error_text
 from masprism_batch.ingest.messages import content_text, join, tool_call_line
 from masprism_batch.ingest.sources import base_name
 from masprism_batch.ingest.spantree import parse_time
+from masprism_batch.ingest.status import error_text
 from masprism_batch.trace import Step, Trace
 
 LINE_TYPES = {"user", "assistant", "system", "summary", "file-history-snapshot"}

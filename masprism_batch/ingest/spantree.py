@@ -123,8 +123,8 @@ def attach_errors(errored: list[tuple[Node, int]], picked: list[tuple[Node, str 
     """The error of a span that is no step (a smolagents `Step N` CHAIN, an AGENT run) goes to the step that
     acted under it: its last step in step order, else the step just before it in the tree, else the first step.
     Its text is appended to that step's `content` (unless already there) and `error`."""
-    step_of = {n.id: s for (n, _, _), s in zip(picked, steps)}
-    by_pos = sorted((pos, s) for (_, _, pos), s in zip(picked, steps))
+    step_of = {n.id: s for (n, _, _), s in zip(picked, steps, strict=True)}
+    by_pos = sorted((pos, s) for (_, _, pos), s in zip(picked, steps, strict=True))
     for node, pos in errored:
         inside, stack = [], list(children.get(node.id, ()))
         while stack:

@@ -153,7 +153,7 @@ def test_crewai_output_log_text_and_json(tmp_path):
     outs = [_words(r) + "\n\nmore", _words(r)]
     lines = []
     for run in range(2):  # the crew appended two kickoffs to the file
-        for (name, task, agent), out in zip(tasks, outs):
+        for (name, task, agent), out in zip(tasks, outs, strict=True):
             lines.append(_crew_line(f"2025-03-0{run + 1} 10:00:00", task_name=name, task=task, agent=agent,
                                     status="started"))
             lines.append(_crew_line(f"2025-03-0{run + 1} 10:01:00", task_name=name, task=task, agent=agent,
@@ -172,7 +172,7 @@ def test_crewai_output_log_text_and_json(tmp_path):
     # the JSON form (a `.json` output_log_file): one array, the same entries
     entries = [{"timestamp": "2025-03-01 10:00:00", "task_name": n, "task": tk, "agent": a, "status": st,
                 **({"output": o} if st == "completed" else {})}
-               for (n, tk, a), o in zip(tasks, outs) for st in ("started", "completed")]
+               for (n, tk, a), o in zip(tasks, outs, strict=True) for st in ("started", "completed")]
     (tmp_path / "logs.json").write_text(json.dumps(entries, indent=4))
     (tj,), errors = _read(tmp_path / "logs.json")
     assert errors == [] and [s.content for s in tj.steps] == [s.content for s in t.steps]
