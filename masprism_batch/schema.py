@@ -27,6 +27,7 @@ STEP_TYPE = pa.struct(
         pa.field("span_id", pa.string()),  # OpenInference/OTel span id; null for chat logs
         pa.field("parent_span_id", pa.string()),
         pa.field("start_time", pa.timestamp("us", tz="UTC")),
+        pa.field("error", pa.large_string()),  # the error the log records for the step (also in content); null if none
     ]
 )
 

@@ -23,6 +23,8 @@ class Step:
     span_id: str | None = None
     parent_span_id: str | None = None
     start_time: datetime | None = None
+    # the error the log records for this step (ingest/status.py `error_text`), also inside `content`
+    error: str | None = None
 
 
 @dataclass

@@ -44,7 +44,8 @@ def _summary_table(s) -> Table:
 
 FORMATS_HELP = ("auto (per file; per line in JSON lines) | who-and-when | trail | otel (alias tempo) | otel-sdk | jaeger "
                 "| ag2 (alias autogen) | openai | langsmith (alias langgraph) | langfuse | swe-agent | openhands | tau-bench "
-                "| inspect | smolagents | mini-swe-agent | claude-code | agentops | jsonl (canonical) | parquet "
+                "| inspect | smolagents | mini-swe-agent | claude-code | agentops | crewai | adk | letta | jsonl (canonical) "
+                "| parquet "
                 "(canonical); docs/formats.md")
 
 

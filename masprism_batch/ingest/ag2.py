@@ -9,10 +9,13 @@ Accepted shapes (`--format ag2`, alias `autogen`):
   "stop_reason"}`; `type` is `TextMessage`, `ToolCallRequestEvent` (content: `[{"id", "name",
   "arguments"}]`), `ToolCallExecutionEvent` (content: `[{"call_id", "name", "content", "is_error"}]`),
   `ToolCallSummaryMessage`, `HandoffMessage`, `ThoughtEvent`, `StopMessage`, `MultiModalMessage`, ...
-  Streaming chunks (`ModelClientStreamingChunkEvent`) repeat the final message and are skipped.
+  Streaming chunks (`ModelClientStreamingChunkEvent`) repeat the final message and are skipped. Also the model
+  context `autogen_core.models` keeps (`SystemMessage`, `UserMessage`, `AssistantMessage` with `thought` and
+  function calls, `FunctionExecutionResultMessage` without a `source`), e.g. a saved chat history.
 
-Steps: one per message, in list order. agent = `name` (AG2) / `source` (AutoGen 0.4), else the role; kind
-`tool` for tool results, `message` otherwise. source `ag2` (system `ag2`) or `autogen` (system
+Steps: one per message, in list order. agent = `name` (AG2) / `source` (AutoGen 0.4), else the role; a tool
+result speaks as its tool (AutoGen: when its results name one tool), `is_error` results fill `Step.error`; kind
+`tool` for tool results, `message` otherwise; a message logged as `""` reads `(empty message)`. source `ag2` (system `ag2`) or `autogen` (system
 `autogen-agentchat`); trace id = the object's `trace_id`/`id` when it is a string, else `ag2/<file stem>`
 (`#<line>` added for JSON lines).
 """
@@ -33,9 +36,13 @@ from masprism_batch.ingest.messages import (
     tool_calls_text,
 )
 from masprism_batch.ingest.sources import base_name
+from masprism_batch.ingest.status import error_text
 from masprism_batch.trace import Step, Trace
 
 _SKIP_TYPES = {"ModelClientStreamingChunkEvent", "CodeGenerationEvent", "UserInputRequestedEvent"}
+_RESULTS = {"ToolCallExecutionEvent", "FunctionExecutionResultMessage"}  # tool results: credited to the tool
+_NO_SOURCE = {"SystemMessage": "system"}
+EMPTY = "(empty message)"  # a message logged as "": a step that says so, never blank text
 _META_KEYS = ("chat_id", "summary", "cost", "stop_reason", "human_input")
 
 
@@ -68,8 +75,28 @@ def _ag2_steps(msgs: list, tid: str) -> list[Step]:
             text = join(text, *(content_text(r.get("content")) if isinstance(r, dict) else dumps(r)
                                 for r in (responses if isinstance(responses, list) else [responses])))
         tool = role in ("tool", "function") or bool(responses)
-        steps.append(Step(index=i, agent=name or role, content=text, role=role, kind="tool" if tool else "message"))
+        steps.append(Step(index=i, agent=name or role, content=text or EMPTY, role=role,
+                          kind="tool" if tool else "message"))
     return steps
+
+
+def _results(content: Any, src: str | None) -> tuple[str, str, str | None]:
+    """A tool-result message (`ToolCallExecutionEvent`, model context `FunctionExecutionResultMessage`): its
+    text, the tool it is credited to (the one tool named, else the executing agent) and its error, if any."""
+    lines, names, errors = [], [], []
+    for r in content if isinstance(content, list) else [content]:
+        if isinstance(r, dict):
+            name = r.get("name") if isinstance(r.get("name"), str) and r.get("name") else None
+            names.append(name)
+            body = content_text(r.get("content"))
+            if r.get("is_error") is True:
+                errors.append(error_text(body or "tool error"))
+            lines.append(f"Tool result {name or r.get('call_id') or '?'}"
+                         f"{' (error)' if r.get('is_error') is True else ''}: {body}")
+        else:
+            lines.append(content_text(r))
+    one = names[0] if names and all(n == names[0] for n in names) and names[0] else None
+    return "\n".join(lines), one or src or "tool", "\n".join(errors) or None
 
 
 def _autogen_steps(msgs: list, tid: str) -> list[Step]:
@@ -77,33 +104,32 @@ def _autogen_steps(msgs: list, tid: str) -> list[Step]:
     for i, m in enumerate(msgs):
         m = require_obj(m, f"messages[{i}]", tid)
         typ, src = m.get("type"), m.get("source")
-        if not isinstance(typ, str) or not isinstance(src, str):
+        if isinstance(typ, str) and src is None and typ in _NO_SOURCE:
+            src = _NO_SOURCE[typ]  # model-context messages that carry no source (autogen_core.models)
+        if not isinstance(typ, str) or not isinstance(src, (str, type(None))) or src is None and typ not in _RESULTS:
             raise IngestError("invalid_record", f"messages[{i}] needs string 'source' and 'type' "
                               "(AutoGen 0.4 message)", tid)
         if typ in _SKIP_TYPES:
             continue
         content = m.get("content")
-        kind, role = "message", "user" if src == "user" else "assistant"
-        if typ == "ToolCallRequestEvent":
+        kind, role, err = "message", "system" if typ == "SystemMessage" else "user" if src in ("user", "User") or (
+            typ == "UserMessage") else "assistant", None
+        if typ == "ToolCallRequestEvent" or typ == "AssistantMessage" and isinstance(content, list):
             text = tool_calls_text(content)
-        elif typ == "ToolCallExecutionEvent":
+        elif typ in _RESULTS:
             kind, role = "tool", "tool"
-            lines = []
-            for r in content if isinstance(content, list) else [content]:
-                if isinstance(r, dict):
-                    err = " (error)" if r.get("is_error") else ""
-                    lines.append(f"Tool result {r.get('name') or r.get('call_id') or '?'}{err}: "
-                                 f"{content_text(r.get('content'))}")
-                else:
-                    lines.append(content_text(r))
-            text = "\n".join(lines)
+            text, src, err = _results(content, src)
         elif typ == "HandoffMessage":
             text = join(content_text(content), f"Handoff to: {m['target']}" if isinstance(m.get("target"), str) else "")
         elif typ == "ThoughtEvent":
             text = f"Thought: {content_text(content)}"
         else:
             text = content_text(content)
-        steps.append(Step(index=len(steps), agent=src, content=text, role=role, kind=kind))
+        if typ == "AssistantMessage" and isinstance(m.get("thought"), str) and m["thought"].strip():
+            text = join(f"Thought: {m['thought'].strip()}", text)
+        if err and err not in text:
+            text = join(text, err)
+        steps.append(Step(index=len(steps), agent=src, content=text or EMPTY, role=role, kind=kind, error=err))
     return steps
 
 

@@ -21,6 +21,7 @@ import re
 from collections.abc import Iterator
 from typing import Any
 
+from masprism_batch.ingest import smolagents_runs
 from masprism_batch.ingest.common import Context, IngestError
 from masprism_batch.ingest.messages import content_text, dumps, join, tool_call_line
 from masprism_batch.ingest.sources import base_name
@@ -28,6 +29,7 @@ from masprism_batch.trace import Step, Trace
 
 SMOL_ROLES = {"tool-call", "tool-response"}
 _CALL_ID = re.compile(r"^Call id: ?(\S+)\n", re.M)
+_ERR_TOOL = re.compile(r"^Error:\s*Error (?:executing|when executing) tool '([^'\n]{1,100})'")
 _MAX_REPR = 1_000_000  # a tool-call repr longer than this is shown as text, not evaluated
 
 
@@ -84,7 +86,8 @@ def smolagents_trace(msgs: list, tid: str) -> Trace:
         elif role == "tool-response":
             cid = _CALL_ID.match(text)
             tool = names.get(cid.group(1)) if cid else None
-            tool = tool or (next(reversed(names.values())) if names else "tool")
+            named = _ERR_TOOL.search(text[:300]) if not tool else None  # an error before any recorded call
+            tool = tool or (named.group(1) if named else None) or (next(reversed(names.values())) if names else "tool")
             steps.append(Step(index=len(steps), agent=tool, content=text or "(empty result)", role="tool", kind="tool"))
         elif role in ("system", "user", "assistant"):
             if not text:
@@ -145,6 +148,9 @@ def parse(doc: Any, ctx: Context, kind: str, line: int | None = None) -> Iterato
     tid = f"{kind}/{stem}" + (f"#{line}" if line is not None else "")
     if kind == "mini-swe-agent":
         yield mini_swe_trace(doc, tid)
+        return
+    if smolagents_runs.is_run_line(doc):  # a benchmark runner's output line: one run
+        yield smolagents_runs.run_trace(doc, tid)
         return
     msgs = doc.get("messages") if isinstance(doc, dict) else doc
     if not isinstance(msgs, list):

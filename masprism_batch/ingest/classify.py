@@ -14,16 +14,21 @@ from __future__ import annotations
 from typing import Any
 
 from masprism_batch.ingest import (
+    adk_session,
     ag2,
     agent_logs,
     agentops,
+    autogen_recorder,
     claude_code,
+    crewai_log,
     inspect_ai,
     langfuse,
     langsmith,
+    letta,
     openai_chat,
     openhands,
     otel_sdk,
+    smolagents_runs,
     swe_agent,
     taubench,
 )
@@ -53,6 +58,14 @@ def _chat_list_kind(msgs: list) -> str | None:
 def _classify_dict(doc: dict) -> str | None:
     if swe_agent.is_traj(doc):
         return "swe-agent"
+    if smolagents_runs.is_run_line(doc):
+        return "smolagents"  # a benchmark runner's output line
+    if letta.is_agent_file(doc):
+        return "letta"
+    if adk_session.is_session(doc):
+        return "adk"
+    if smolagents_runs.is_bus_message(doc):
+        return "smolagents-bus"
     if otel_sdk.is_sdk_span(doc):
         return "otel-sdk"  # one span: a line of a span-per-line dump
     if "history" in doc:
@@ -117,6 +130,8 @@ def _classify_dict(doc: dict) -> str | None:
 def classify(doc: Any) -> str | None:
     if isinstance(doc, dict):
         return _classify_dict(doc)
+    if isinstance(doc, str) and doc[:1] == "{":  # a document JSON-encoded once more (Letta's newer .af exports)
+        return "letta" if letta.is_agent_file(letta.unwrap(doc)) else None
     if isinstance(doc, list) and doc and isinstance(doc[0], dict):
         if otel_sdk.is_sdk_span(doc[0]):
             return "otel-sdk"
@@ -132,6 +147,12 @@ def classify(doc: Any) -> str | None:
             return "langfuse"
         if claude_code.is_line(doc[0]):
             return "claude-code"
+        if crewai_log.is_json_log(doc):
+            return "crewai"
+        if autogen_recorder.is_session(doc):
+            return "autogen-recorder"
+        if adk_session.is_session(doc):
+            return "adk"
         if agent_logs.is_smolagents(doc):
             return "smolagents"
         if agent_logs.is_mini_swe(doc):

@@ -22,24 +22,40 @@ from masprism_batch.ingest.common import Context, IngestError, check_trace_id, s
 from masprism_batch.ingest.messages import content_text, join, tool_call_line
 from masprism_batch.ingest.sources import base_name
 from masprism_batch.ingest.spantree import parse_time
+from masprism_batch.ingest.status import error_text
 from masprism_batch.trace import Step, Trace
 
 LINE_TYPES = {"user", "assistant", "system", "summary", "file-history-snapshot"}
+# lines Claude Code writes beside the conversation: file backups, hook / sub-agent progress mirrors, the input
+# queue, titles, modes. Skipped by name (counted in metadata `skipped_lines`), never a step, a row or a format vote.
+AUXILIARY = {"file-history-snapshot", "progress", "queue-operation", "custom-title", "permission-mode",
+             "agent-name", "tag", "last-prompt"}
 MAIN = "claude-code"
 
 
 def is_line(d: Any) -> bool:
-    return isinstance(d, dict) and d.get("type") in LINE_TYPES and (
-        "sessionId" in d and ("message" in d or "uuid" in d) or d.get("type") == "summary" and "leafUuid" in d)
+    if not isinstance(d, dict) or not isinstance(d.get("type"), str):
+        return False
+    t = d["type"]
+    if t == "file-history-snapshot":
+        return "snapshot" in d or "messageId" in d
+    if t in AUXILIARY:
+        return "sessionId" in d and ("data" in d or "operation" in d or "uuid" in d or len(d) > 2)
+    return t in LINE_TYPES and (
+        "sessionId" in d and ("message" in d or "uuid" in d) or t == "summary" and "leafUuid" in d)
 
 
 def _blocks(content: Any) -> list:
     return content if isinstance(content, list) else [{"type": "text", "text": content}] if content else []
 
 
-def _result_text(b: dict) -> str:
+def _result_text(b: dict) -> tuple[str, str | None]:
+    """A tool result's text and, when Claude Code marks it `is_error`, its error (`status.error_text`)."""
     text = content_text(b.get("content")).strip()
-    return f"Error: {text}" if b.get("is_error") and text else text
+    if b.get("is_error") is True and text:
+        err = error_text(text)
+        return err, err
+    return text, None
 
 
 def _session(lines: list[dict], tid: str) -> Trace:
@@ -59,6 +75,7 @@ def _session(lines: list[dict], tid: str) -> Trace:
                 sub_by_agent[d["agentId"]] = sub_by_call[b["tool_use_id"]]
     steps: list[Step] = []
     question, last_msg = None, None
+    only_side = all(d.get("isSidechain") is True for d in lines if d.get("type") in ("user", "assistant"))
     meta: dict[str, Any] = {"format": "claude-code"}
     for d in lines:
         if d.get("type") == "summary":
@@ -88,21 +105,21 @@ def _session(lines: list[dict], tid: str) -> Trace:
         last_msg = None
         for b in _blocks(msg.get("content")):
             if isinstance(b, dict) and b.get("type") == "tool_result":
-                tool = calls.get(b.get("tool_use_id"), "tool")
-                text = _result_text(b)
+                tool = calls.get(b.get("tool_use_id"), "tool") if isinstance(b.get("tool_use_id"), str) else "tool"
+                text, err = _result_text(b)
                 if not text and steps and steps[-1].role == "assistant":
                     steps[-1].content = join(steps[-1].content, f"Tool result {tool}: (empty)")
                     continue
                 steps.append(Step(index=len(steps), agent=tool, content=text or "(empty result)", role="tool",
-                                  kind="tool", span_id=d.get("uuid"), start_time=when))
+                                  kind="tool", span_id=d.get("uuid"), start_time=when, error=err))
             else:
                 text = content_text([b]).strip()
                 if not text:
                     continue
                 role = "system" if d.get("type") == "system" else "user"
                 who = ("system" if role == "system" else MAIN if side else "user")
-                if role == "user" and not side and question is None:
-                    question = text
+                if role == "user" and question is None and (not side or only_side):
+                    question = text  # a sub-agent's own transcript: its task is the prompt it was given
                 steps.append(Step(index=len(steps), agent=who, content=text, role=role, kind="message",
                                   span_id=d.get("uuid"), start_time=when))
     if not steps:
@@ -122,23 +139,50 @@ def _assistant_block(b: Any) -> str:
     return content_text([b]).strip()
 
 
+def _trace_id(sid: str, lines: list[dict]) -> str:
+    """A sub-agent's own transcript (`agent-<id>.jsonl`: every turn a sidechain of one agentId) carries its parent's
+    sessionId: it is trace `<sessionId>/agent-<agentId>`, so it never collides with the parent session's trace."""
+    turns = [d for d in lines if d.get("type") in ("user", "assistant")]
+    agents = {d.get("agentId") for d in turns}
+    if turns and all(d.get("isSidechain") is True for d in turns) and len(agents) == 1:
+        agent = next(iter(agents))
+        if isinstance(agent, str) and agent:
+            return f"{sid}/agent-{agent}"
+    return sid
+
+
 def parse_lines(docs: list, ctx: Context) -> Iterator[Trace]:
-    """The lines of one transcript file, one trace per `sessionId` (a line of another shape is rejected)."""
+    """The lines of one transcript file, one trace per `sessionId` (a line of another shape is rejected alone;
+    auxiliary lines are skipped by their `type`, counted in each trace's metadata `skipped_lines`)."""
     sessions: dict[str, list[dict]] = {}
+    skipped: dict[str, int] = {}
     for i, d in enumerate(docs):
-        if not is_line(d):
-            ctx.reject(IngestError("invalid_record", f"not a Claude Code transcript line (needs 'type' in "
-                                   f"{sorted(LINE_TYPES)} and 'sessionId'): {short(d, 120)}", f"record {i + 1}"))
+        t = d.get("type") if isinstance(d, dict) else None
+        sid = d.get("sessionId") if isinstance(d, dict) else None
+        if isinstance(t, str) and (t in AUXILIARY or t not in LINE_TYPES and isinstance(sid, str)):
+            skipped[t[:64]] = skipped.get(t[:64], 0) + 1  # by name: a snapshot, progress, queue line, ...
             continue
-        if d.get("type") != "file-history-snapshot":
-            sid = d.get("sessionId")
-            sessions.setdefault(str(sid) if sid else f"claude-code/{base_name(ctx.input_path)}", []).append(d)
+        if not is_line(d) or sid is not None and not isinstance(sid, str):
+            ctx.reject(IngestError("invalid_record", f"not a Claude Code transcript line (needs a string 'type' in "
+                                   f"{sorted(LINE_TYPES)} and a string 'sessionId'): {short(d, 120)}",
+                                   f"record {i + 1}"))
+            continue
+        sessions.setdefault(sid if sid else f"claude-code/{base_name(ctx.input_path)}", []).append(d)
     summaries = sessions.pop(f"claude-code/{base_name(ctx.input_path)}", None) if len(sessions) > 1 else None
     for sid, lines in sessions.items():
         try:
-            yield _session(lines + (summaries or []), check_trace_id(sid))
+            tr = _session(lines + (summaries or []), check_trace_id(_trace_id(sid, lines)))
         except IngestError as e:
             e.record_id = e.record_id or short(sid, 200)
             ctx.reject(e)
+            continue
+        except Exception as e:  # noqa: BLE001 - a value of an unexpected type costs its session, not the file
+            ctx.reject(IngestError("invalid_record", f"session could not be read: {type(e).__name__}: "
+                                   f"{short(str(e), 200)}", short(sid, 200)))
+            continue
+        if skipped:
+            tr.metadata["skipped_lines"] = dict(skipped)
+        yield tr
     if not sessions:
-        raise IngestError("empty_trace", f"no Claude Code session lines among {len(docs)} records")
+        raise IngestError("empty_trace", f"no Claude Code session lines among {len(docs)} records"
+                          + (f" (skipped by type: {skipped})" if skipped else ""))

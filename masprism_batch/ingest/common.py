@@ -27,7 +27,7 @@ log = logging.getLogger(__name__)
 
 WARNING_REASONS = frozenset({"invalid_annotation", "invalid_utf8", "invalid_label", "annotation_mismatch",
                              "duplicate_span", "step_truncated", "non_finite_metadata", "empty_step",
-                             "unreadable_reasoning", "succeeded_run"})
+                             "unreadable_reasoning", "succeeded_run", "skipped_file"})
 MAX_EMPTY_STEP_ROWS = 20  # warning rows per trace; the rest are counted in the last row
 # reasons whose message is about the file or the caps, not about how the format's fields were read
 _UNLABELLED = frozenset({"unknown_format", "invalid_json", "too_deep", "empty_file", "duplicate_trace_id",

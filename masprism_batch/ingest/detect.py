@@ -16,21 +16,26 @@ from collections.abc import Iterator
 from typing import Any
 
 from masprism_batch.ingest import (
+    adk_session,
     ag2,
     agent_logs,
     agentops,
+    autogen_recorder,
     canonical,
     claude_code,
     containers,
+    crewai_log,
     inspect_ai,
     langfuse,
     langsmith,
+    letta,
     mapping,
     openai_chat,
     openhands,
     openinference,
     otel_genai,
     otel_sdk,
+    smolagents_runs,
     swe_agent,
     taubench,
     who_and_when,
@@ -51,7 +56,7 @@ from masprism_batch.trace import Trace
 
 FORMATS = ("auto", "who-and-when", "trail", "otel", "tempo", "otel-sdk", "jaeger", "ag2", "autogen", "openai",
            "langsmith", "langgraph", "langfuse", "swe-agent", "openhands", "tau-bench", "inspect", "smolagents",
-           "mini-swe-agent", "claude-code", "agentops", "jsonl", "parquet")
+           "mini-swe-agent", "claude-code", "agentops", "crewai", "adk", "letta", "jsonl", "parquet")
 ALIASES = {"autogen": "ag2", "langgraph": "langsmith", "tempo": "otel"}
 # what each kind is called in messages (a rejection names the format it assumed)
 LABELS = {"who-and-when": "Who&When", "trail": "TRAIL/OpenInference", "otel": "OTLP JSON", "otel-sdk":
@@ -61,13 +66,14 @@ LABELS = {"who-and-when": "Who&When", "trail": "TRAIL/OpenInference", "otel": "O
           "openhands": "OpenHands events", "tau-bench": "τ-bench", "inspect": "Inspect AI log",
           "smolagents": "smolagents memory", "mini-swe-agent": "mini-swe-agent trajectory",
           "claude-code": "Claude Code transcript", "agentops": "AgentOps trace export", "map": "--map mapping",
-          "jsonl": "canonical JSON lines",
+          "jsonl": "canonical JSON lines", "smolagents-bus": "smolagents message bus", "crewai": "CrewAI output log",
+          "autogen-recorder": "AutoGen recorder session", "adk": "Google ADK session", "letta": "Letta agent file",
           "trail-annotation": "TRAIL annotation", "parquet": "canonical Parquet"}
 TRIED = ", ".join(v for k, v in LABELS.items() if k not in ("trail-annotation", "parquet"))
 CANONICAL_EXAMPLE = ('{"trace_id": "t1", "source": "my-app", "steps": [{"agent": "planner", "role": "assistant", '
                      '"content": "..."}]}')
 _LINE_SUFFIXES = (".jsonl", ".ndjson", ".jsonl.gz", ".ndjson.gz")
-_GROUPED = ("otel", "otel-sdk", "langsmith", "langfuse", "claude-code")  # JSON lines whose records are grouped into traces per file
+_GROUPED = ("otel", "otel-sdk", "langsmith", "langfuse", "claude-code", "smolagents-bus")  # JSON lines whose records are grouped into traces per file
 _PER_LINE = ("ag2", "openai", "langgraph-messages", "tau-bench")  # JSON lines with one trace per line
 _VERBATIM = ("jsonl", "parquet", "who-and-when")  # step text copied as given: no empty-step check
 MAX_HELD = 1000  # unknown JSON lines held back before a file of no known format is rejected whole
@@ -85,7 +91,8 @@ def unknown_format(doc: Any) -> IngestError:
 _DOC_READERS = {"who-and-when": who_and_when.parse, "trail": openinference.parse, "otel-sdk": otel_sdk.parse_sdk,
                 "jaeger": otel_sdk.parse_jaeger, "langsmith": langsmith.parse, "langfuse": langfuse.parse,
                 "swe-agent": swe_agent.parse, "openhands": openhands.parse, "inspect": inspect_ai.parse,
-                "agentops": agentops.parse}
+                "agentops": agentops.parse, "crewai": crewai_log.parse_entries,
+                "autogen-recorder": autogen_recorder.parse, "adk": adk_session.parse, "letta": letta.parse}
 
 
 def parse_doc(doc: Any, kind: str | None, ctx: Context, line: int | None = None) -> Iterator[Trace]:
@@ -108,6 +115,8 @@ def parse_doc(doc: Any, kind: str | None, ctx: Context, line: int | None = None)
         yield from agent_logs.parse(doc, ctx, kind, line)
     elif kind == "claude-code":
         yield from claude_code.parse_lines(doc if isinstance(doc, list) else [doc], ctx)
+    elif kind == "smolagents-bus":
+        yield from smolagents_runs.parse_bus(doc if isinstance(doc, list) else [doc], ctx)
     elif kind == "map":  # ingest --map: the user's declarative mapping (mapping.py)
         yield from mapping.parse(doc, ctx, ctx.mapping, line)
     elif kind == "jsonl":
@@ -172,7 +181,8 @@ def _per_line(doc: Any, k: str, n: int, ctx: Context) -> Iterator[Trace]:
 
 
 _GROUP_READERS = {"otel": otel_genai.parse, "otel-sdk": otel_sdk.parse_sdk, "langsmith": langsmith.parse_lines,
-                  "claude-code": claude_code.parse_lines, "langfuse": langfuse.parse_docs}
+                  "claude-code": claude_code.parse_lines, "langfuse": langfuse.parse_docs,
+                  "smolagents-bus": smolagents_runs.parse_bus}
 
 
 def _grouped(lines: Iterator[tuple[int, str]], kind: str, fmt: str, ctx: Context) -> Iterator[Trace]:
@@ -347,6 +357,10 @@ def _read_text(held: list[str], low: str, fmt: str, ctx: Context) -> Iterator[Tr
         return
     if not text.strip():
         raise IngestError("empty_file", "file is empty")
+    if fmt in ("auto", "crewai") and crewai_log.is_text_log(text):  # CrewAI's text output_log_file: not JSON
+        ctx.fmt, ctx.rendered = LABELS["crewai"], True
+        yield from crewai_log.parse_text(text, ctx)
+        return
     try:
         doc = loads(text)
     except IngestError as e:

@@ -12,7 +12,8 @@ Instrumentations write the same facts under different keys; each is read here, f
   `running tool: `); arguments from `gen_ai.tool.call.arguments`, `gcp.vertex.agent.tool_call_args`,
   `tool_arguments` (pydantic-ai), `gen_ai.tool.args` (any-agent), `input.value`; result from
   `gen_ai.tool.call.result`, `gcp.vertex.agent.tool_response`, `tool_response`, `output.value`,
-  `gen_ai.output`; an `exception` event adds its type and message.
+  `gen_ai.output`; the span's error (status message, `exception` events) is added by the reader
+  (`status.span_error`).
 - Agent: `gen_ai.agent.name`, `agent.name`, `agent_name`, else `invoke_agent X` / `agent_run [X]` span names.
 """
 
@@ -124,7 +125,7 @@ def _first(a: dict[str, Any], keys: tuple[str, ...]) -> Any:
 
 def tool_text(a: dict[str, Any], events: list[dict[str, Any]], span_name: str | None,
               args: Any = None, result: Any = None) -> str:
-    """`Tool: name`, `Input: ...`, `Output: ...` (given values win over attributes), then any exception."""
+    """`Tool: name`, `Input: ...`, `Output: ...` (given values win over attributes)."""
     args = args if args not in (None, "", {}) else _first(a, ARG_KEYS)
     result = result if result not in (None, "", {}) else _first(a, RESULT_KEYS)
     parts = [f"Tool: {tool_name(a, span_name)}"]
@@ -132,11 +133,7 @@ def tool_text(a: dict[str, Any], events: list[dict[str, Any]], span_name: str | 
         parts.append(f"Input: {value_text(args)}")
     if result is not None:
         parts.append(f"Output: {value_text(result)}")
-    for ev in events:
-        if ev.get("name") == "exception":
-            ea = event_attrs(ev)
-            parts.append(f"{ea.get('exception.type') or 'Error'}: {ea.get('exception.message')}")
-    return "\n".join(parts)
+    return "\n".join(parts)  # the span's error (exception events, status message) is added by its reader
 
 
 def agent_name(a: dict[str, Any], span_name: str | None) -> str | None:

@@ -65,8 +65,15 @@ def _obs_attrs(o: dict) -> dict[str, Any]:
 
 
 def _status(o: dict) -> str:
+    """A WARNING's message as `WARNING: msg`; an ERROR as `status.error_text` renders it (`Error: msg`)."""
     msg = o.get("statusMessage")
-    return f"{o.get('level')}: {msg}" if isinstance(msg, str) and msg and o.get("level") in ("WARNING", "ERROR") else ""
+    if str(o.get("level", "")).upper() == "ERROR":
+        return status.error_text(msg if isinstance(msg, str) and msg.strip() else "observation level ERROR")
+    return f"{o.get('level')}: {msg}" if isinstance(msg, str) and msg and o.get("level") == "WARNING" else ""
+
+
+def _error(o: dict) -> str:
+    return _status(o) if str(o.get("level", "")).upper() == "ERROR" else ""
 
 
 def _graph_node(a: dict[str, Any]) -> str | None:
@@ -171,7 +178,7 @@ def _node(o: dict, trace_name: str | None) -> Node:
     name = o.get("name") if isinstance(o.get("name"), str) else None
     parent = o.get("parentObservationId")
     return Node(id=str(o["id"]), parent=str(parent) if parent not in (None, "", "None") else None, name=name,
-                start=parse_time(o.get("startTime")), service=trace_name)
+                start=parse_time(o.get("startTime")), service=trace_name, error=_error(o))
 
 
 def _fold_bare_events(steps: list) -> list:

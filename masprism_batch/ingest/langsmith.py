@@ -146,8 +146,8 @@ def _node(run: dict, parent: str | None) -> Node:
     meta = _meta(run)
     lg = _graph_agent(meta)
     name = run.get("name") if isinstance(run.get("name"), str) else None
-    err = f"Error: {run['error']}" if isinstance(run.get("error"), str) and run["error"] else ""
-    n = Node(id=str(run["id"]), parent=parent, name=name, start=parse_time(run.get("start_time")))
+    err = status.error_text(run["error"]) if isinstance(run.get("error"), str) and run["error"].strip() else ""
+    n = Node(id=str(run["id"]), parent=parent, name=name, start=parse_time(run.get("start_time")), error=err)
     if rt == "llm":
         n.kind, n.role, n.content = "LLM", "assistant", join(_llm_text(run.get("outputs")), err)
         n.agent_name = lg

@@ -3,9 +3,10 @@
 
 Which spans become steps (see docs/schema.md):
 - LLM spans (kind `llm`): what the model *produced*: the output message text, then one line per tool call
-  (`Tool call: name(arguments)`); `output.value` when no output messages are logged; the exception message
-  when the call failed. The repeated input history (`llm.input_messages.*`) is never copied.
-- TOOL spans (kind `tool`): tool name, input and output, and the exception message if the tool raised.
+  (`Tool call: name(arguments)`); `output.value` when no output messages are logged; the error the span
+  records (status message, exception type, message and stack head: `status.error_text`). The repeated input history (`llm.input_messages.*`) is never copied.
+- TOOL spans (kind `tool`): tool name, input and output, and the error if the tool raised. The error of a span
+  that is no step (smolagents' `Step N`) goes to the last step under it (`spantree.attach_errors`).
 - AGENT / CHAIN / unlabelled spans give structure only. A step's agent is the nearest enclosing AGENT span
   (`agent named 'x'` in its task text, else its span name without `.run`, e.g. `CodeAgent`), else the root
   span's service name.
@@ -44,19 +45,7 @@ def _attrs(span: dict[str, Any]) -> dict[str, Any]:
     return a if isinstance(a, dict) else {}
 
 
-def _exception(span: dict[str, Any]) -> str | None:
-    events = span.get("events")
-    if not isinstance(events, list):
-        return None
-    for ev in events:
-        if isinstance(ev, dict) and str(ev.get("Name", ev.get("name", ""))).lower() == "exception":
-            at = ev.get("Attributes", ev.get("attributes"))
-            if isinstance(at, dict) and at.get("exception.message") is not None:
-                return f"{at.get('exception.type') or 'Error'}: {at['exception.message']}"
-    return None
-
-
-def _llm_content(a: dict[str, Any], span: dict[str, Any]) -> tuple[str, str | None]:
+def _llm_content(a: dict[str, Any]) -> tuple[str, str | None]:
     msgs: dict[int, dict[str, Any]] = {}
     for k, v in a.items():
         if k.startswith("llm.output_messages."):
@@ -78,21 +67,15 @@ def _llm_content(a: dict[str, Any], span: dict[str, Any]) -> tuple[str, str | No
             parts.append(f"Tool call: {c.get('name', '?')}({c.get('arguments', '')})")
     if not parts and a.get("output.value") is not None:
         parts.append(str(a["output.value"]))
-    exc = _exception(span)
-    if exc:
-        parts.append(exc)
     return "\n".join(parts), role or "assistant"
 
 
-def _tool_content(a: dict[str, Any], span: dict[str, Any], name: str | None) -> str:
+def _tool_content(a: dict[str, Any], name: str | None) -> str:
     parts = [f"Tool: {a.get('tool.name') or name or '?'}"]
     if a.get("input.value") is not None:
         parts.append(f"Input: {a['input.value']}")
     if a.get("output.value") is not None:
         parts.append(f"Output: {a['output.value']}")
-    exc = _exception(span)
-    if exc:
-        parts.append(exc)
     return "\n".join(parts)
 
 
@@ -128,10 +111,13 @@ def to_nodes(spans: list[Any], trace_id: str) -> tuple[list[Node], str | None]:
                     name=name, kind=kind if isinstance(kind, str) else None, start=parse_time(span.get("timestamp")),
                     service=span.get("service_name") if isinstance(span.get("service_name"), str) else None,
                     status=status.span_status(span, a))
+        node.error = status.span_error(span, span.get("events"), node.status == status.FAILED)
         if node.kind == "LLM":
-            node.content, node.role = _llm_content(a, span)
+            node.content, node.role = _llm_content(a)
         elif node.kind == "TOOL":
-            node.content, node.role = _tool_content(a, span, name), "tool"
+            node.content, node.role = _tool_content(a, name), "tool"
+        if node.kind in ("LLM", "TOOL") and node.error:  # what the call raised, in the step the model reads
+            node.content = "\n".join(x for x in (node.content, node.error) if x)
         elif node.kind == "AGENT":
             node.agent_name = _agent_name(a, name)
             if question is None:

@@ -103,12 +103,11 @@ def node_of(span: dict[str, Any], service: str | None, inputs: dict[str, list[di
             msgs = attr_inputs(a) or event_inputs(events)
             if msgs:
                 inputs[n.id] = msgs
-        for ev in events:
-            if ev.get("name") == "exception":
-                ea = ev["attributes"]
-                n.content = join(n.content, f"{ea.get('exception.type') or 'Error'}: {ea.get('exception.message')}")
     elif kind == "TOOL":
         n.content, n.role = tool_text(a, events, name), "tool"
+    n.error = status.span_error(span, events, n.status == status.FAILED)
+    if kind in ("LLM", "TOOL") and n.error:  # what the call raised, in the step the model reads
+        n.content = join(n.content, n.error)
     if kind == "AGENT" or a.get("gen_ai.agent.name") or a.get("agent.name"):  # a step span may name its agent
         n.agent_name = agent_name(a, name) or (a.get("traceloop.entity.name") if kind == "AGENT" else None) or (
             (name[:-4] if name and name.endswith(".run") else name) if kind == "AGENT" else None)

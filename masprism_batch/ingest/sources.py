@@ -21,6 +21,7 @@ import contextlib
 import gzip
 import logging
 import os
+import re
 import stat
 import zlib
 from collections.abc import Callable, Iterator
@@ -35,7 +36,7 @@ log = logging.getLogger(__name__)
 
 # Files picked up when walking a directory (explicitly named files are always tried).
 # .traj: SWE-agent trajectories (JSON); .zip / .eval: zip containers (Inspect AI logs), read as their members
-DATA_SUFFIXES = (".json", ".jsonl", ".ndjson", ".parquet", ".traj", ".zip", ".eval")
+DATA_SUFFIXES = (".json", ".jsonl", ".ndjson", ".parquet", ".traj", ".zip", ".eval", ".af")  # .af: Letta agent files
 GZIP_CHUNK = 8 * 1024**2  # decompressed bytes produced per step
 
 
@@ -68,6 +69,29 @@ def _not_regular(path: str) -> str | None:
     return f"{kind}, not a regular file: not read"
 
 
+# text logs a known format writes (CrewAI's output_log_file): read from a folder when their first bytes say so
+TEXT_LOG_SUFFIXES = (".txt", ".log")
+_TEXT_LOG_HEAD = re.compile(rb'^(?:\xef\xbb\xbf)?\d{4}-\d\d-\d\d \d\d:\d\d:\d\d: [a-z_]{2,12}="')
+
+
+def _is_text_log(path: str, name: str) -> bool:
+    if not name.lower().endswith(TEXT_LOG_SUFFIXES) or name.startswith((".", "_")) or _not_regular(path):
+        return False
+    try:
+        with open(path, "rb") as f:
+            return _TEXT_LOG_HEAD.match(f.read(64)) is not None
+    except OSError:
+        return False
+
+
+def skipped_row(path: str, name: str) -> dict:
+    """The `errors/` row (a warning, `skipped_file`) of a file a folder walk does not read, with the reason."""
+    ext = os.path.splitext(name[:-3] if name.endswith(".gz") else name)[1] or "(none)"
+    why = (f"extension {ext} is not a data file (read: {', '.join(DATA_SUFFIXES)}, optionally .gz; .txt/.log "
+           f"only when they are a CrewAI output log): not read; name the file to read it anyway")
+    return error_row(input_path=path, stage="ingest", reason="skipped_file", message=why)
+
+
 def _inside(path: str, root: str) -> bool:
     real = os.path.realpath(path)
     return real == root or real.startswith(root.rstrip(os.sep) + os.sep)
@@ -95,9 +119,11 @@ def expand(paths: list[str], on_error: Callable[[dict], None], skipped: list[str
                 dirnames[:] = keep
                 for name in sorted(filenames):
                     full = os.path.join(dirpath, name)
-                    if name.startswith((".", "_")) or not _is_data_file(name):
+                    if name.startswith((".", "_")) or not (_is_data_file(name) or _is_text_log(full, name)):
                         if skipped is not None:
                             skipped.append(full)
+                        if not name.startswith((".", "_")):  # hidden / '_' names are housekeeping (_SUCCESS)
+                            on_error(skipped_row(full, name))  # listed: nothing in a folder goes unread unsaid
                         continue
                     if os.path.islink(full) and not _inside(full, root):
                         on_error(error_row(input_path=full, stage="ingest", reason="symlink_outside_input",

@@ -31,6 +31,7 @@ class Node:
     role: str | None = None
     service: str | None = None  # service.name of the emitting resource, the agent of last resort
     status: str | None = None  # the span's own status (ingest/status.py), read for Trace.run_status
+    error: str = ""  # the error it records (status.error_text), already in `content` for step nodes
 
 
 def parse_time(v: Any) -> datetime | None:
@@ -110,6 +111,32 @@ def build_steps(nodes: list[Node], trace_id: str, step_kinds: dict[str, str] | N
     far = datetime.max.replace(tzinfo=timezone.utc)
     picked.sort(key=lambda x: (x[0].start is None, x[0].start or far, x[2]))
     steps = [Step(index=i, agent=n.agent_name or agent, content=n.content, role=n.role, kind=step_kinds[n.kind], span_id=n.id,
-                  parent_span_id=n.parent, start_time=n.start)
+                  parent_span_id=n.parent, start_time=n.start, error=n.error or None)
              for i, (n, agent, _) in enumerate(picked)]
+    if steps:
+        attach_errors([(n, pos) for n, _, pos in order if n.error and n.kind not in step_kinds], picked, steps, children)
     return steps, {"n_spans": len(nodes), "n_orphan_spans": orphans, "n_duplicate_spans_dropped": dropped}
+
+
+def attach_errors(errored: list[tuple[Node, int]], picked: list[tuple[Node, str | None, int]], steps: list[Step],
+                  children: dict[str, list[Node]]) -> None:
+    """The error of a span that is no step (a smolagents `Step N` CHAIN, an AGENT run) goes to the step that
+    acted under it: its last step in step order, else the step just before it in the tree, else the first step.
+    Its text is appended to that step's `content` (unless already there) and `error`."""
+    step_of = {n.id: s for (n, _, _), s in zip(picked, steps, strict=True)}
+    by_pos = sorted((pos, s) for (_, _, pos), s in zip(picked, steps, strict=True))
+    for node, pos in errored:
+        inside, stack = [], list(children.get(node.id, ()))
+        while stack:
+            c = stack.pop()
+            if c.id in step_of:
+                inside.append(step_of[c.id])
+            stack.extend(children.get(c.id, ()))
+        if inside:
+            target = max(inside, key=lambda s: s.index)
+        else:
+            before = [s for p, s in by_pos if p < pos]
+            target = before[-1] if before else steps[0]
+        if node.error not in target.content:
+            target.content = f"{target.content}\n{node.error}" if target.content else node.error
+            target.error = f"{target.error}\n{node.error}" if target.error else node.error

@@ -147,3 +147,73 @@ def attributable(traces: Iterable, on_skip, input_path: str | None = None) -> It
                                       f"attributes it)"))
         else:
             yield t
+
+
+# --- Recorded errors as step text (issue 47) ---------------------------------------------------------------
+# One rendering for every format, so the model reads the same words whatever wrote the log:
+#   Error: <status message>                   (OTel/TRAIL span status message, Langfuse statusMessage, LangSmith
+#                                              `error`, a tool result marked as an error)
+#   Exception: <type>: <message>              (each `exception` event: OTel, OTel SDK dumps, Jaeger logs, TRAIL)
+#   Stack head: <line> | <line> | ...          (the first STACK_LINES lines of its stack trace, STACK_CHARS at most)
+# A line whose text is already in the step (a TRAIL status message repeating its exception) is not repeated.
+STACK_LINES, STACK_CHARS, MESSAGE_CHARS = 4, 400, 2000
+
+
+def _clip(text: str, n: int) -> str:
+    return text if len(text) <= n else text[: n - 1] + "…"
+
+
+def _stack_head(stack: Any) -> str:
+    if not isinstance(stack, str) or not stack.strip():
+        return ""
+    lines = [ln.strip() for ln in stack.splitlines()
+             if ln.strip(" ^~\t") and not ln.startswith("Traceback (most recent")]  # no caret underlines
+    return _clip(" | ".join(lines[:STACK_LINES]), STACK_CHARS)
+
+
+def error_text(message: Any = None, exceptions: Iterable[tuple[Any, Any, Any]] = ()) -> str:
+    """The rendering above: a status message, then each (type, message, stacktrace) exception."""
+    out: list[str] = []
+    msg = str(message).strip() if message not in (None, "") and not isinstance(message, (dict, list)) else ""
+    for typ, emsg, stack in exceptions:
+        typ = str(typ).strip() if typ not in (None, "") else "Error"
+        emsg = str(emsg).strip() if emsg not in (None, "") else ""
+        line = _clip(f"Exception: {typ}: {emsg}" if emsg else f"Exception: {typ}", MESSAGE_CHARS)
+        if line not in out:
+            out.append(line)
+        head = _stack_head(stack)
+        if head:
+            out.append(f"Stack head: {head}")
+    if msg and not any(msg[:200] in line for line in out):  # TRAIL: the status message is "Type: message"
+        out.insert(0, _clip(f"Error: {msg}", MESSAGE_CHARS))
+    return "\n".join(out)
+
+
+def _event_attrs(ev: dict[str, Any]) -> dict[str, Any]:
+    a = ev.get("attributes", ev.get("Attributes"))
+    return a if isinstance(a, dict) else {}
+
+
+def exception_events(events: Any) -> list[tuple[Any, Any, Any]]:
+    """(type, message, stacktrace) of each `exception` event (OTel `name`/`attributes`, TRAIL `Name`/`Attributes`;
+    attributes already read as a map)."""
+    out = []
+    for ev in events if isinstance(events, list) else ():
+        if isinstance(ev, dict) and str(ev.get("name", ev.get("Name", ""))).lower() == "exception":
+            a = _event_attrs(ev)
+            if a.get("exception.type") is not None or a.get("exception.message") is not None:
+                out.append((a.get("exception.type"), a.get("exception.message"), a.get("exception.stacktrace")))
+    return out
+
+
+def status_message(span: dict[str, Any]) -> Any:
+    """A failed span's status message: OTLP `status.message`, SDK dumps `status.description`, TRAIL
+    `status_message`; None when the span did not fail (an OK span's message is no error)."""
+    st = span.get("status")
+    msg = st.get("message", st.get("description")) if isinstance(st, dict) else None
+    return msg if msg not in (None, "") else span.get("status_message") or None
+
+
+def span_error(span: dict[str, Any], events: Any, failed: bool) -> str:
+    """The error text a span records: its status message when it failed, and its exception events."""
+    return error_text(status_message(span) if failed else None, exception_events(events))

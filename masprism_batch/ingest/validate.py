@@ -143,7 +143,8 @@ def _validate(trace: Trace, tid: str) -> Trace:
             steps.append(Step(index=i, agent=text_or_none(s.agent), content=_clean_str(s.content),
                               role=text_or_none(s.role), kind=text_or_none(s.kind) or "other",
                               span_id=text_or_none(s.span_id), parent_span_id=text_or_none(s.parent_span_id),
-                              start_time=_utc(s.start_time)))
+                              start_time=_utc(s.start_time),
+                              error=_clean_str(s.error[:8192]) if isinstance(s.error, str) and s.error else None))
         labels = trace.labels
         if labels is not None:
             ms = labels.mistake_step

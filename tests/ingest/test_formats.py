@@ -57,10 +57,10 @@ def test_ag2_chat_result_wrapper_and_history_wrapper(tmp_path):
 
 
 def test_autogen_task_result():
-    t = _one("autogen_task_result.json")
+    t = _one("autogen_task_result.json")  # a tool result speaks as its tool (issue 47), not the executing agent
     assert (t.source, t.system) == ("autogen", "autogen-agentchat")
     assert _cols(t) == [("user", "user", "message"), ("weather_agent", "assistant", "message"),
-                        ("weather_agent", "tool", "tool"), ("weather_agent", "assistant", "message"),
+                        ("get_weather", "tool", "tool"), ("weather_agent", "assistant", "message"),
                         ("weather_agent", "assistant", "message"), ("travel_agent", "assistant", "message")]
     assert t.steps[1].content == 'Tool call: get_weather({"city":"New York"})'
     assert t.steps[2].content.startswith("Tool result get_weather: The weather in New York")

@@ -1,0 +1,147 @@
+"""CrewAI's own `output_log_file` (`Crew(output_log_file=...)`, `crewai/utilities/file_handler.py`), source
+`crewai`; not its AgentOps or OTel exports (agentops.py, otel_genai.py).
+
+Two shapes, the same entries (`task_name`, `task`, `agent`, `status` "started" | "completed", `output`; newer
+versions also `error`, `level`, `tool`, `crew`, `input`, `message`, ...):
+- text (`logs.txt`, the default, and any name not ending `.json`): one entry per line group,
+  `YYYY-MM-DD HH:MM:SS: task_name="...", task="...", agent="...", status="started"`, values written raw (a task
+  description keeps its newlines and quotes), so an entry runs until the next timestamped line;
+- JSON (`*.json`): the file is rewritten as one array of `{"timestamp", "task_name", "task", "agent", "status",
+  "output", ...}` on every entry.
+
+Steps, in file order: a task handed to an agent (`started`) is one step spoken by `crew` (role user): the task
+text, once per task (a task the same crew run already handed out is not repeated); its result (`completed`)
+is one step of the agent (its role, as CrewAI names it) with the output. An entry with `error` (or level ERROR)
+renders the error (`status.error_text`) in its step and fills `Step.error`; the run is then `failed`.
+question = the first task. A file the crew appended several runs to is split: a task started again begins a new
+run (trace `crewai/<file>#<n>`).
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Iterator
+from typing import Any
+
+from masprism_batch.ingest import status
+from masprism_batch.ingest.common import Context, IngestError, check_trace_id, short
+from masprism_batch.ingest.messages import content_text, join
+from masprism_batch.ingest.sources import base_name
+from masprism_batch.ingest.spantree import parse_time
+from masprism_batch.trace import Step, Trace
+
+KEYS = ("task_name", "task", "agent", "status", "output", "input", "message", "level", "crew", "flow", "tool",
+        "error", "duration", "metadata")
+_ENTRY = re.compile(r'^(\d{4}-\d\d-\d\d \d\d:\d\d:\d\d): (?=(?:' + "|".join(KEYS) + r')=")', re.M)
+_KEY = re.compile(r'(?:^|", )(' + "|".join(KEYS) + r')="')
+SNIFF = re.compile(rb'^\xef?\xbb?\xbf?\d{4}-\d\d-\d\d \d\d:\d\d:\d\d: (?:' + "|".join(KEYS).encode() + rb')="')
+
+
+def is_text_log(text: str) -> bool:
+    return _ENTRY.match(text.lstrip("\ufeff")[:200]) is not None
+
+
+def is_json_log(doc: Any) -> bool:
+    return isinstance(doc, list) and bool(doc) and isinstance(doc[0], dict) and all(
+        k in doc[0] for k in ("timestamp", "agent", "status")) and ("task" in doc[0] or "task_name" in doc[0])
+
+
+def _fields(body: str) -> dict[str, str]:
+    """`task_name="a", task="b\nc", agent="d"` -> fields; a value runs to the next `", key="` or the end."""
+    body = body.rstrip()
+    marks = list(_KEY.finditer(body))
+    out: dict[str, str] = {}
+    for i, m in enumerate(marks):
+        end = marks[i + 1].start() if i + 1 < len(marks) else len(body)
+        val = body[m.end():end]
+        out[m.group(1)] = val[:-1] if i + 1 == len(marks) and val.endswith('"') else val
+    return out
+
+
+def text_entries(text: str) -> list[dict[str, str]]:
+    text = text.lstrip("\ufeff")
+    starts = list(_ENTRY.finditer(text))
+    out = []
+    for i, m in enumerate(starts):
+        end = starts[i + 1].start() if i + 1 < len(starts) else len(text)
+        out.append({"timestamp": m.group(1), **_fields(text[m.end():end])})
+    return out
+
+
+def _key(e: dict) -> str:
+    """A task's identity within a run: its name (CrewAI writes "None" for an unnamed task), else its text."""
+    name = e.get("task_name")
+    return f"name:{name}" if name not in (None, "", "None") else f"text:{content_text(e.get('task')).strip()}"
+
+
+def _runs(entries: list[dict]) -> list[list[dict]]:
+    runs: list[list[dict]] = [[]]
+    done: set[str] = set()
+    for e in entries:
+        key = _key(e)
+        if e.get("status") == "started":
+            if key in done:  # a task the run already started starts again: the crew was kicked off anew
+                runs.append([])
+                done = set()
+            done.add(key)
+        runs[-1].append(e)
+    return [r for r in runs if r]
+
+
+def _trace(entries: list[dict], tid: str) -> Trace:
+    steps: list[Step] = []
+    handed: set[str] = set()
+    question, failed = None, False
+    for e in entries:
+        agent = str(e.get("agent") or "").strip() or "agent"
+        task = content_text(e.get("task")).strip()
+        when = parse_time(e.get("timestamp"))
+        err_msg = e.get("error") if e.get("error") not in (None, "", "None") else (
+            e.get("message") if str(e.get("level", "")).upper() == "ERROR" else None)
+        err = status.error_text(content_text(err_msg)) if err_msg else ""
+        failed = failed or bool(err) or str(e.get("status", "")).lower() in ("failed", "error")
+        if task and _key(e) not in handed:  # the task once, when first handed out (or first seen in a result)
+            handed.add(_key(e))
+            question = question or task
+            steps.append(Step(index=len(steps), agent="crew", content=f"Task for {agent}: {task}", role="user",
+                              kind="message", start_time=when))
+        if e.get("status") == "started" and e.get("output") in (None, ""):
+            if err:
+                steps.append(Step(index=len(steps), agent=agent, content=err, role="assistant", kind="message",
+                                  start_time=when, error=err))
+            continue
+        out = content_text(e.get("output")).strip()
+        tool = str(e.get("tool")).strip() if e.get("tool") not in (None, "", "None") else None
+        text = join(f"Tool: {tool}" if tool else "", out or ("" if err else "(no output)"), err)
+        steps.append(Step(index=len(steps), agent=agent, content=text, role="assistant", kind="message",
+                          start_time=when, error=err or None))
+    if not steps:
+        raise IngestError("empty_trace", "no task entries in the CrewAI log", tid)
+    crews = {str(e["crew"]) for e in entries if e.get("crew") not in (None, "", "None")}
+    meta: dict[str, Any] = {"format": "crewai-output-log", "entries": len(entries)}
+    return Trace(trace_id=tid, source="crewai", system=next(iter(crews)) if len(crews) == 1 else "crewai",
+                 question=question, steps=steps, metadata=meta, run_status=status.FAILED if failed else status.UNKNOWN)
+
+
+def parse_entries(entries: list, ctx: Context) -> Iterator[Trace]:
+    good = []
+    for i, e in enumerate(entries):
+        if isinstance(e, dict) and ("task" in e or "task_name" in e or "agent" in e):
+            good.append(e)
+        else:
+            ctx.reject(IngestError("invalid_record", f"not a CrewAI log entry: {short(e, 120)}", f"entry {i + 1}"))
+    runs = _runs(good)
+    if not runs:
+        raise IngestError("empty_trace", "no CrewAI log entries")
+    stem = base_name(ctx.input_path)
+    for n, run in enumerate(runs, 1):
+        tid = f"crewai/{stem}" + (f"#{n}" if len(runs) > 1 else "")
+        try:
+            yield _trace(run, check_trace_id(tid))
+        except IngestError as e:
+            e.record_id = e.record_id or tid
+            ctx.reject(e)
+
+
+def parse_text(text: str, ctx: Context) -> Iterator[Trace]:
+    yield from parse_entries(text_entries(text), ctx)
