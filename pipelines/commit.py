@@ -28,6 +28,7 @@ from masprism_batch.pipelines.run_summary import RunSummary, breakdown, split_re
 from masprism_batch import __version__, schema
 from masprism_batch.config import PipelineConfig
 from masprism_batch.ingest.common import WARNING_REASONS
+from masprism_batch.ingest.status import outcome_counts
 from masprism_batch.outdir.parts import OutdirLock, write_json_atomic
 from masprism_batch.outdir.reads import read_dataset
 from masprism_batch.outdir.shards import OUTPUT_TABLES, ShardStore
@@ -216,8 +217,8 @@ class Committer:
         record = {
             "engine": self.engine, "workers": self.workers, "model": self.cfg.model.name,
             "config_hash": self.cfg.config_hash(), "config": self.cfg.model_dump(mode="json"),
-            "counts": {"in": distinct, "attributed": attributed, "rejected": rejected,
-                       "rejected_by_reason": rej_by, "warnings": warnings, "warnings_by_reason": warn_by,
+            # attributed, rejected, succeeded (set aside), warnings: the counts every output states
+            "counts": {"in": distinct, **outcome_counts(attributed, {**rej_by, **warn_by}),
                        "tokens": sum(e["tokens"] for e in committed.values())},
             "shards": {"total": whole, "run": self.shards_run, "skipped": self.skipped,
                        "pieces": len(committed) - whole, "pieces_run": self.pieces_run},

@@ -16,6 +16,7 @@ import json
 import logging
 import os
 import shutil
+from collections import Counter
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
@@ -29,7 +30,7 @@ from masprism_batch.config import IngestConfig
 from masprism_batch.ingest import SeenIds
 from masprism_batch.ingest.common import IngestError, apply_caps
 from masprism_batch.ingest.parquet_rows import read_rows, trace_id_keys
-from masprism_batch.ingest.status import attributable
+from masprism_batch.ingest.status import attributable, counts_line, outcome_counts
 from masprism_batch.outdir.manifest import read_json as read_marker
 from masprism_batch.outdir.manifest import require_regular
 from masprism_batch.outdir.parts import DatasetWriter, write_json_atomic
@@ -187,9 +188,21 @@ def stage_raw(inputs: list[str], staging: Path, fmt: str, traces_per_shard: int,
     traces = DatasetWriter(partial / "traces", schema.TRACES, rows_per_part=traces_per_shard, prefix="part")
     errors = DatasetWriter(partial / "errors", schema.ERRORS, rows_per_part=4096, prefix="part")
     n, buffered = 0, 0
-    read = ingest.read_inputs(list(inputs), fmt=fmt, on_error=errors.write, limits=limits)
+    reasons: Counter = Counter()
+    set_aside: list[dict] = []  # succeeded_run rows of the file being read: they get its path when it ends
+
+    def error(row: dict) -> None:
+        reasons[row["reason"]] += 1
+        errors.write(row)
+
+    def file_done(path: str, *_sizes: int) -> None:  # called once a file's last trace was taken (ingest)
+        for row in set_aside:
+            error({**row, "input_path": path})
+        set_aside.clear()
+
+    read = ingest.read_inputs(list(inputs), fmt=fmt, on_error=error, on_file=file_done, limits=limits)
     if limits is None or not limits.all_runs:  # before the selection: --sample N / --limit N count attributed runs
-        read = attributable(read, errors.write)
+        read = attributable(read, set_aside.append)
     for t in select.apply(read):
         traces.write(t.to_row())
         n += 1
@@ -198,11 +211,13 @@ def stage_raw(inputs: list[str], staging: Path, fmt: str, traces_per_shard: int,
             traces.flush()
             buffered = 0
     traces.close()
+    file_done(",".join(inputs))  # rows of a file cut short by the selection (--limit): named by the inputs
     errors.close()
     write_json_atomic({"key": key, "traces": n, "errors": errors.rows_written, "parts": _staged_rows(partial)},
                       partial / "_COMPLETE.json")
     os.replace(partial, staging)
-    log.info("staged %d traces (%d rejected) from %d input(s)", n, errors.rows_written, len(inputs))
+    log.info("staged %s from %d input(s)", counts_line(outcome_counts(n, dict(reasons))).replace(
+        "attributed", "to attribute", 1), len(inputs))
 
 
 def plan_inputs(inputs: list[str], outdir: Path, fmt: str, traces_per_shard: int,

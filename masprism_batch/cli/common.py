@@ -48,6 +48,15 @@ def check_inputs(inputs: list[str]) -> None:
         raise fail(f"input not found: {', '.join(missing)}")
 
 
+def check_some_data(inputs: list[str]) -> None:
+    """At least one data file under the inputs, checked before a model loads or OUTDIR is created: an empty
+    folder used to load the model, create OUT and print a zero summary before `no usable traces`."""
+    from masprism_batch.ingest.sources import expand
+
+    if not any(True for _ in expand(list(inputs), lambda row: None)):
+        raise fail(no_traces_message(inputs))
+
+
 def check_outdir(out: Path) -> None:
     """OUTDIR may exist (as a folder) or not (it is created, parents too); a file or an unwritable place is fatal."""
     if out.exists() and not out.is_dir():

@@ -7,6 +7,7 @@ from enum import Enum
 from pathlib import Path
 
 import typer
+from rich.markup import escape
 
 from masprism_batch.cli import app, setup_logging
 from masprism_batch.cli.common import (
@@ -17,6 +18,7 @@ from masprism_batch.cli.common import (
     check_outdir,
     check_prompt_or_fail,
     check_ranker,
+    check_some_data,
     console,
     fail,
     load_model_or_fail,
@@ -91,6 +93,7 @@ def run(
     if fmt not in FORMATS:
         raise usage(f"unknown --format {fmt!r}; choose one of {', '.join(FORMATS)}")
     check_inputs(inputs)
+    check_some_data(inputs)
     from masprism_batch.cli.probe import check_format
 
     check_format(list(inputs), fmt)  # before OUT exists: a wrong --format leaves nothing behind
@@ -134,19 +137,22 @@ def run(
         raise fail(str(exc)) from None
     except OSError as exc:
         raise fail(f"cannot write {out}: {exc}") from None
-    rej = f"{summary.rejected} rejected {summary.rejected_by_reason}" if summary.rejected else "0 rejected"
+    from masprism_batch.ingest.status import counts_line
+
     console.print(
-        f"[bold]{summary.attributed}[/] attributed, {rej}; {summary.shards_run} shards run, "
+        f"{escape(counts_line(summary.counts))}; {summary.shards_run} shards run, "
         f"{summary.shards_skipped} already committed"
         + (f" ({summary.traces_resumed:,} traces committed before this run)" if summary.traces_resumed else "")
         + f"; {summary.traces_per_second:.2f} traces/s, "
         f"{summary.tokens_per_second:,.0f} tokens/s ({summary.engine}, {summary.workers} worker(s)) -> {out}")
     if summary.breakdown:
         console.print(f"time: {summary.breakdown}")
-    succeeded = summary.warnings_by_reason.get("succeeded_run", 0)
+    succeeded = summary.counts["succeeded"]
     if succeeded:
-        console.print(f"{succeeded} run(s) whose log records success were not attributed (listed in "
+        console.print(f"{succeeded} run(s) whose log records success were set aside, not attributed (listed in "
                       f"{out / 'errors'} as succeeded_run; --all-runs attributes them)")
+    if summary.rejected or summary.counts["warnings"] or succeeded:
+        console.print(f"each with its file: masprism-batch show {out} --errors")
     if summary.attributed == 0 and succeeded:
         raise typer.Exit(summary.exit_code)  # every run succeeded: nothing to blame, and nothing went wrong
     if summary.attributed == 0:
