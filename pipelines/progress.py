@@ -48,7 +48,7 @@ class BarProgress:
 
     def begin(self, total: int, description: str) -> None:
         self.bar = tqdm(total=total, unit="trace", desc=description, dynamic_ncols=True,
-                        disable=not self.show or None, smoothing=0.1)
+                        disable=not self.show or None, smoothing=0)  # rate = done / elapsed: the ETA moves with the clock
         self._last_log = time.perf_counter()
 
     def describe(self, description: str) -> None:
