@@ -20,6 +20,7 @@ from masprism_batch.cli.common import (
     check_ranker,
     check_some_data,
     console,
+    ranker_matches,
     fail,
     load_model_or_fail,
     no_traces_message,
@@ -147,6 +148,8 @@ def run(
         f"{summary.tokens_per_second:,.0f} tokens/s ({summary.engine}, {summary.workers} worker(s)) -> {out}")
     if summary.breakdown:
         console.print(f"time: {summary.breakdown}")
+    if matched := ranker_matches(cfg, out):
+        console.print(escape(matched))
     succeeded = summary.counts["succeeded"]
     if succeeded:
         console.print(f"{succeeded} run(s) whose log records success were set aside, not attributed (listed in "
