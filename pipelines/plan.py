@@ -23,6 +23,7 @@ from pathlib import Path
 import pyarrow as pa
 import pyarrow.dataset as pads
 import pyarrow.parquet as pq
+from masprism_batch.pipelines import increment
 from masprism_batch.pipelines.selection import Selection
 
 from masprism_batch import schema
@@ -73,6 +74,9 @@ class InputPlan:
     shards: list[Shard]
     staged: bool
     ingest_errors: pa.Table | None  # rejections of the raw-input staging pass (committed as shard "ingest")
+    # rejections of each later staging generation (increment.py), by the shard id they are committed as
+    increment_errors: dict[str, pa.Table] = field(default_factory=dict)
+    increment: dict | None = None  # what this invocation found new in the inputs (`increment.Increment`)
 
 
 def _shard_id(key: str, start: int, stop: int) -> str:
@@ -160,26 +164,38 @@ def staging_conflict(outdir: Path, inputs: list[str], fmt: str, select: Selectio
 
 
 def stage_raw(inputs: list[str], staging: Path, fmt: str, traces_per_shard: int,
-              limits: IngestConfig | None = None, select: Selection | None = None) -> None:
+              limits: IngestConfig | None = None, select: Selection | None = None) -> increment.Increment:
     """Stream raw inputs through ingest into a canonical dataset, once (a completed staging is reused).
 
     Atomic: everything is written under `_staging.partial/`, the marker `_COMPLETE.json` (with the row count of
     every part) last, then the folder is renamed to `_staging/`. A reused staging is checked against its marker
     (part names and row counts), so a damaged staging is refused instead of planned as the whole input. The
-    caller holds the OUTDIR lock, so no other run writes here meanwhile."""
+    caller holds the OUTDIR lock, so no other run writes here meanwhile. A completed staging whose inputs grew
+    or changed since stages what is new (increment.py); returns what was new."""
     from masprism_batch import ingest
 
     marker = staging / "_COMPLETE.json"
     select = select or Selection()
     key = _staging_key(inputs, fmt, traces_per_shard, select)
     done = read_marker(marker, strict=True)
+    now = increment.fingerprints(inputs)
     if done is not None:
         if done.get("key") != key:
             raise ValueError(_conflict(staging.parent, done.get("key") or {}, key))
+        increment.drop_unlisted(staging, done)
         if "parts" in done and _staged_rows(staging) != done["parts"]:
             raise ValueError(f"{staging} does not match its completion marker (parts or row counts differ): "
                              f"it was changed after staging; use a new OUTDIR")
-        return
+        if "files" not in done:  # staged by a version that did not record its files
+            return increment.Increment(files=len(now), not_added="this OUTDIR's staging does not record its files "
+                                       "(an older version): new logs are not picked up; use a new OUTDIR for them")
+        inc = increment.compare(done, now)
+        if (inc.new_files or inc.changed_files) and not select.everything:
+            inc.not_added = (f"{len(inc.new_files) + len(inc.changed_files):,} new or changed file(s) not added: "
+                             f"this OUTDIR holds a selection (--sample/--limit); a new OUTDIR takes them")
+        elif inc.new_files or inc.changed_files:
+            increment.stage_increment(staging, done, now, inc, fmt, traces_per_shard, limits, _staged_rows)
+        return inc
     if staging.exists():
         shutil.rmtree(staging)  # a staging pass of an older version that did not finish: nothing was committed
     partial = staging.parent / (staging.name + ".partial")
@@ -213,11 +229,12 @@ def stage_raw(inputs: list[str], staging: Path, fmt: str, traces_per_shard: int,
     traces.close()
     file_done(",".join(inputs))  # rows of a file cut short by the selection (--limit): named by the inputs
     errors.close()
-    write_json_atomic({"key": key, "traces": n, "errors": errors.rows_written, "parts": _staged_rows(partial)},
-                      partial / "_COMPLETE.json")
+    write_json_atomic({"key": key, "traces": n, "errors": errors.rows_written, "parts": _staged_rows(partial),
+                       "files": increment.recorded(now)}, partial / "_COMPLETE.json")
     os.replace(partial, staging)
     log.info("staged %s from %d input(s)", counts_line(outcome_counts(n, dict(reasons))).replace(
         "attributed", "to attribute", 1), len(inputs))
+    return increment.Increment(files=len(now), new_files=sorted(v[0] for v in now.values()), new_traces=n)
 
 
 def plan_inputs(inputs: list[str], outdir: Path, fmt: str, traces_per_shard: int,
@@ -237,17 +254,19 @@ def plan_inputs(inputs: list[str], outdir: Path, fmt: str, traces_per_shard: int
             raise ValueError(f"{p} is the output of an `ingest` that did not finish (no completion in "
                              f"_INGEST.json): it would be planned as the whole input; re-run `ingest`")
     files: list[tuple[str, str, str, dict[str, str]]] = []  # (path, shard key, label, partition)
-    ingest_errors = None
+    ingest_errors, increment_errors, inc = None, {}, None
     if staged:
         staging = outdir / "_staging"
-        stage_raw(inputs, staging, fmt, traces_per_shard, limits, select)
+        inc = stage_raw(inputs, staging, fmt, traces_per_shard, limits, select).as_dict()
         label = ",".join(inputs)
         for f in sorted((staging / "traces").glob("part-*.parquet")):
             files.append((str(f.resolve()), f"_staging/{f.name}", label, {}))
-        err_files = sorted((staging / "errors").glob("part-*.parquet"))
-        ingest_errors = (pa.concat_tables([pq.read_table(f, schema=schema.ERRORS) for f in err_files
-                                           if require_regular(f) is None])
-                         if err_files else schema.ERRORS.empty_table())
+        by_gen: dict[int, list[pa.Table]] = {}
+        for f in sorted((staging / "errors").glob("part-*.parquet")):
+            require_regular(f)
+            by_gen.setdefault(increment.generation_of(f.name), []).append(pq.read_table(f, schema=schema.ERRORS))
+        ingest_errors = pa.concat_tables(by_gen.pop(0)) if 0 in by_gen else schema.ERRORS.empty_table()
+        increment_errors = {f"{INGEST_SHARD}-g{g:04d}": pa.concat_tables(t) for g, t in sorted(by_gen.items())}
     else:
         for p in inputs:
             files += [(f, f, p, part) for f, part in _fragments(p)]
@@ -260,7 +279,7 @@ def plan_inputs(inputs: list[str], outdir: Path, fmt: str, traces_per_shard: int
             stop = min(start + traces_per_shard, len(ids))
             skip = tuple(i for i in dup if start <= i < stop)
             shards.append(Shard(_shard_id(key, start, stop), path, start, stop, label, part, skip))
-    return InputPlan(shards, staged, ingest_errors)
+    return InputPlan(shards, staged, ingest_errors, increment_errors, inc)
 
 
 def read_shard(shard: Shard, limits: IngestConfig | None = None) -> tuple[list[Trace], list[dict]]:

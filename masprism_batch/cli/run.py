@@ -20,10 +20,10 @@ from masprism_batch.cli.common import (
     check_ranker,
     check_some_data,
     console,
-    ranker_matches,
     fail,
     load_model_or_fail,
     no_traces_message,
+    ranker_matches,
     usage,
 )
 from masprism_batch.cli.progress import DEFAULT_INTERVAL, heartbeat
@@ -146,6 +146,10 @@ def run(
         + (f" ({summary.traces_resumed:,} traces committed before this run)" if summary.traces_resumed else "")
         + f"; {summary.traces_per_second:.2f} traces/s, "
         f"{summary.tokens_per_second:,.0f} tokens/s ({summary.engine}, {summary.workers} worker(s)) -> {out}")
+    from masprism_batch.pipelines.increment import summary_line
+
+    if new := summary_line(summary.extra.get("inputs")):
+        console.print(escape(new))
     if summary.breakdown:
         console.print(f"time: {summary.breakdown}")
     if matched := ranker_matches(cfg, out):
