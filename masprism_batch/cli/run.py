@@ -156,7 +156,7 @@ def run(
         console.print(escape(matched))
     succeeded = summary.counts["succeeded"]
     if succeeded:
-        console.print(f"{succeeded} run(s) whose log records success were set aside, not attributed (listed in "
+        console.print(f"{succeeded} run(s) whose log records success were not attributed: set aside (listed in "
                       f"{out / 'errors'} as succeeded_run; --all-runs attributes them)")
     if summary.rejected or summary.counts["warnings"] or succeeded:
         console.print(f"each with its file: masprism-batch show {out} --errors")
