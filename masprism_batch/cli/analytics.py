@@ -64,8 +64,10 @@ def stats(outdir: Path = OutdirArg, verbose: bool = VerboseOpt) -> None:
     from masprism_batch.analytics.run_status import outdir_counts
     from masprism_batch.ingest.status import counts_line
 
-    out.print(escape(counts_line(outdir_counts(outdir))) + f" (each with its file: masprism-batch show {outdir} "
-              "--errors)", soft_wrap=True)
+    counts = outdir_counts(outdir)
+    hint = (f" (each with its file: masprism-batch show {outdir} --errors)"
+            if counts["rejected"] or counts["succeeded"] or counts["warnings"] else "")
+    out.print(escape(counts_line(counts) + hint), soft_wrap=True)
     for name, p in paths.items():
         console.print(f"{name:15s} -> {escape(str(p))}")
     raise typer.Exit(EXIT_OK)

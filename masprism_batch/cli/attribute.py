@@ -118,6 +118,11 @@ def verdict_line(a: dict, t=None) -> str:
         line += f" ({a['agent_by']})"
     elif a.get("pred_agent_rule") == "aggregate":
         line += " (step probabilities summed per agent)"
+    by, conf = a.get("verdict_by"), a.get("confidence")
+    if by:
+        line += f"; decided by {by}" + ("" if conf is None else f", confidence {conf:.2f}")
+        if by.startswith("no_symptom:"):  # said, not dressed as evidence (issue 51)
+            line += " (no symptom points to this step: the rule's fallback by position, no evidence)"
     return line
 
 
