@@ -149,7 +149,7 @@ def run(
     from masprism_batch.pipelines.increment import summary_line
 
     if new := summary_line(summary.extra.get("inputs")):
-        console.print(escape(new))
+        console.print(escape(new), highlight=False)
     if summary.breakdown:
         console.print(f"time: {summary.breakdown}")
     if matched := ranker_matches(cfg, out):
