@@ -33,7 +33,8 @@ def _verdicts(outdir: Path, limit: int, by: str) -> tuple[Table, int]:
         rows.sort(key=lambda r: r["trace_id"])
     table = Table(title=f"{len(rows):,} verdicts (by {by})", title_justify="left")
     for col in ("trace", "source", "steps", "blamed step", "its author", "blamed agent", "confidence", "decided by"):
-        table.add_column(col, overflow="fold")
+        whole = col in ("steps", "blamed step", "confidence", "decided by")  # short: never broken mid-word
+        table.add_column(col, overflow="fold", no_wrap=whole)
     for r in rows[:limit or None]:
         conf = "-" if r["confidence"] is None else f"{r['confidence']:.2f}"
         table.add_row(escape(r["trace_id"]), escape(r["source"] or "-"), str(r["n_steps"]), str(r["pred_step"]),
