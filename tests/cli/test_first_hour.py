@@ -35,7 +35,7 @@ def labelled_run(tmp_path_factory, module_seed):
     d = tmp_path_factory.mktemp("first_hour")
     words = "plan search file error retry tool answer check result failed timeout".split()
     with open(d / "logs.jsonl", "w") as f:
-        for j in range(rng.randint(6, 9)):
+        for j in range(rng.randint(10, 13)):  # at least fit.MIN_K: a fit below it writes no ranker (issue 51)
             n = rng.randint(4, 8)
             steps = [{"index": i, "agent": rng.choice(["Planner", "Coder", "Critic"]),
                       "content": " ".join(rng.choices(words, k=rng.randint(3, 10)))} for i in range(n)]
