@@ -82,8 +82,8 @@ def run(
     from masprism_batch.ingest import FORMATS
     from masprism_batch.model import ModelNotFoundError, require_model
     from masprism_batch.pipelines import run_local, run_ray
-    from masprism_batch.pipelines.plan import staging_conflict
     from masprism_batch.pipelines.selection import Selection
+    from masprism_batch.pipelines.staging import staging_conflict
 
     setup_logging(verbose)
     if engine is Engine.local and (workers not in (None, 1) or address):

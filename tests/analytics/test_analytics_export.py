@@ -120,7 +120,7 @@ def test_a_verdict_on_an_input_message_targets_the_span_that_carried_it(tmp_path
     knows no `#input1` id (404)."""
     specs = random_specs(rng, rng.randint(3, 8), spans=True)
     carriers = {}
-    for i, sp in enumerate(specs):
+    for sp in specs:
         sp["trace_id"] = f"{rng.getrandbits(128):032x}"
         if sp["ranked"]:
             step = sp["steps"][sp["ranked"][0]]

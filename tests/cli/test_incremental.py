@@ -1,6 +1,6 @@
 """Issue 51 item 3: a nightly job re-runs the same command over a log folder that grew. Exactly the new traces
 are attributed (never one twice), a changed file is said and read again, and run.json and the summary say how
-many were new. Both engines plan through the same staging (plan.stage_raw); the Ray case is one slow test."""
+many were new. Both engines plan through the same staging (staging.stage_raw); the Ray case is one slow test."""
 
 import json
 import re
