@@ -28,6 +28,7 @@ from masprism_batch.pipelines.run_summary import RunSummary, breakdown, split_re
 from masprism_batch import __version__, schema
 from masprism_batch.config import PipelineConfig
 from masprism_batch.ingest.common import WARNING_REASONS
+from masprism_batch.ingest.status import outcome_counts
 from masprism_batch.outdir.parts import OutdirLock, write_json_atomic
 from masprism_batch.outdir.reads import read_dataset
 from masprism_batch.outdir.shards import OUTPUT_TABLES, ShardStore
@@ -61,6 +62,8 @@ def open_run(inputs: list[str], outdir: Path, cfg: PipelineConfig, engine: str, 
     log.info("token budget: %s tokens per packed forward (%s)", f"{n:,}", why)
     extra.update(token_budget=n, token_budget_source=why)
     plan = plan_inputs(list(inputs), outdir, fmt, cfg.engine.traces_per_shard, cfg.ingest, select)
+    if plan.increment is not None:  # run.json and the summary say how many traces were new
+        extra["inputs"] = plan.increment
     committer = Committer(outdir, cfg, plan, engine, workers, progress=progress, lock=lock)
     committer.progress.describe(f"attribute ({engine}, {n:,} tok/pack)")
     return committer
@@ -97,6 +100,11 @@ class Committer:
             tables = {"traces": schema.TRACES.empty_table(), "attributions": schema.ATTRIBUTIONS.empty_table(),
                       "step_scores": schema.STEP_SCORES.empty_table(), "errors": plan.ingest_errors}
             self.store.commit(INGEST_SHARD, tables, self._entry(INGEST_SHARD, tables, {}, "raw inputs"), self.run_id)
+        for sid, errs in plan.increment_errors.items():  # the rejections of inputs added since (increment.py)
+            if sid not in committed:
+                tables = {**{t: getattr(schema, t.upper()).empty_table() for t in ("traces", "attributions",
+                                                                                   "step_scores")}, "errors": errs}
+                self.store.commit(sid, tables, self._entry(sid, tables, {}, "raw inputs added"), self.run_id)
         pieces = piece_parts(committed)
         for sid, es in pieces.items():
             self._next_piece[sid] = 1 + max(int(e["shard_id"].rsplit("_", 1)[1]) for e in es)
@@ -216,8 +224,8 @@ class Committer:
         record = {
             "engine": self.engine, "workers": self.workers, "model": self.cfg.model.name,
             "config_hash": self.cfg.config_hash(), "config": self.cfg.model_dump(mode="json"),
-            "counts": {"in": distinct, "attributed": attributed, "rejected": rejected,
-                       "rejected_by_reason": rej_by, "warnings": warnings, "warnings_by_reason": warn_by,
+            # attributed, rejected, succeeded (set aside), warnings: the counts every output states
+            "counts": {"in": distinct, **outcome_counts(attributed, {**rej_by, **warn_by}),
                        "tokens": sum(e["tokens"] for e in committed.values())},
             "shards": {"total": whole, "run": self.shards_run, "skipped": self.skipped,
                        "pieces": len(committed) - whole, "pieces_run": self.pieces_run},

@@ -2,7 +2,7 @@
 
 Every run works on a canonical traces Parquet dataset. A directory or file of canonical Parquet (hive
 partitions allowed) is used in place; anything else (raw logs) is first streamed through
-`ingest.read_inputs` into `OUTDIR/_staging/` once, with its rejections (the "ingest" shard). A shard is a
+`ingest.read_inputs` into `OUTDIR/_staging/` once (staging.py), with its rejections (the "ingest" shard). A shard is a
 row range [start, stop) of one Parquet file, at most `traces_per_shard` rows; its id hashes the file key and
 range, never the trace content, so a resumed run finds the same shards. Repeated trace ids are found by one
 scan of the `trace_id` column through the check raw input gets in `read_inputs` (`ingest.SeenIds`): the first
@@ -15,14 +15,15 @@ import hashlib
 import json
 import logging
 import os
-import shutil
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
 import pyarrow as pa
 import pyarrow.dataset as pads
 import pyarrow.parquet as pq
+from masprism_batch.pipelines import increment
 from masprism_batch.pipelines.selection import Selection
+from masprism_batch.pipelines.staging import stage_raw
 
 from masprism_batch import schema
 from masprism_batch.config import IngestConfig
@@ -31,16 +32,13 @@ from masprism_batch.ingest.common import Context, IngestError
 from masprism_batch.ingest.parquet_rows import read_rows, trace_id_keys
 from masprism_batch.ingest.status import attributable
 from masprism_batch.ingest.validate import validate
-from masprism_batch.outdir.manifest import read_json as read_marker
 from masprism_batch.outdir.manifest import require_regular
-from masprism_batch.outdir.parts import DatasetWriter, write_json_atomic
 from masprism_batch.schema import error_row
 from masprism_batch.trace import Trace
 
 log = logging.getLogger(__name__)
 
 INGEST_SHARD = "ingest"
-STAGING_PART_CHARS = 64 * 1024**2  # flush a staged part once this much step text is buffered
 
 
 @dataclass(frozen=True)
@@ -73,6 +71,9 @@ class InputPlan:
     shards: list[Shard]
     staged: bool
     ingest_errors: pa.Table | None  # rejections of the raw-input staging pass (committed as shard "ingest")
+    # rejections of each later staging generation (increment.py), by the shard id they are committed as
+    increment_errors: dict[str, pa.Table] = field(default_factory=dict)
+    increment: dict | None = None  # what this invocation found new in the inputs (`increment.Increment`)
 
 
 def _shard_id(key: str, start: int, stop: int) -> str:
@@ -111,101 +112,6 @@ def _fragments(path: str) -> list[tuple[str, dict[str, str]]]:
     return sorted(out)
 
 
-def _staged_rows(staging: Path) -> dict[str, int]:
-    return {f"{d}/{f.name}": _parquet(f).metadata.num_rows
-            for d in ("traces", "errors") for f in sorted((staging / d).glob("part-*.parquet"))}
-
-
-def _parquet(path: Path) -> pq.ParquetFile:
-    require_regular(path)  # a FIFO would block the open forever
-    return pq.ParquetFile(path)
-
-
-def _describe(key: dict) -> str:
-    """A staging key as the options that made it (what a user typed), for the refusal message."""
-    sel = key.get("select") or {}
-    opts = [f"--{k} {sel[k]}" for k in ("limit", "sample") if sel.get(k) is not None]
-    if sel.get("sample") is not None:
-        opts.append(f"--seed {sel.get('seed', 0)}")
-    if sel.get("dataset"):
-        opts.append(f"dataset {sel['dataset']}")
-    opts += [f"--format {key['fmt']}"] if key.get("fmt", "auto") != "auto" else []
-    opts += [f"traces_per_shard {key['traces_per_shard']}"] if "traces_per_shard" in key else []
-    return f"inputs {', '.join(key.get('inputs') or []) or '?'} ({', '.join(opts) or 'every trace'})"
-
-
-def _staging_key(inputs: list[str], fmt: str, traces_per_shard: int | None, select: Selection | None) -> dict:
-    key: dict = {"inputs": [os.path.abspath(p) for p in inputs], "fmt": fmt, "traces_per_shard": traces_per_shard}
-    chosen = (select or Selection()).key()
-    if chosen is not None:  # "everything" stays out of the key, so older stagings keep theirs
-        key["select"] = chosen
-    return key
-
-
-def _conflict(outdir: Path, staged: dict, asked: dict) -> str:
-    return (f"{outdir} holds a run of other inputs or another selection: it was started with {_describe(staged)}; "
-            f"this run asks for {_describe(asked)}. Use a new OUTDIR (or re-run the first command to resume it)")
-
-
-def staging_conflict(outdir: Path, inputs: list[str], fmt: str, select: Selection | None) -> str | None:
-    """Read-only early answer, before a model is loaded: why OUTDIR's finished staging is not these inputs and
-    this selection (None: no staging, or the same). `stage_raw` makes the binding check under the OUTDIR lock;
-    shard size is left to it, since a resume may take it from the run's header."""
-    done = read_marker(Path(outdir) / "_staging" / "_COMPLETE.json")
-    if done is None:
-        return None
-    staged = done.get("key") or {}
-    asked = _staging_key(inputs, fmt, staged.get("traces_per_shard"), select)
-    return None if staged == asked else _conflict(Path(outdir), staged, asked)
-
-
-def stage_raw(inputs: list[str], staging: Path, fmt: str, traces_per_shard: int,
-              limits: IngestConfig | None = None, select: Selection | None = None) -> None:
-    """Stream raw inputs through ingest into a canonical dataset, once (a completed staging is reused).
-
-    Atomic: everything is written under `_staging.partial/`, the marker `_COMPLETE.json` (with the row count of
-    every part) last, then the folder is renamed to `_staging/`. A reused staging is checked against its marker
-    (part names and row counts), so a damaged staging is refused instead of planned as the whole input. The
-    caller holds the OUTDIR lock, so no other run writes here meanwhile."""
-    from masprism_batch import ingest
-
-    marker = staging / "_COMPLETE.json"
-    select = select or Selection()
-    key = _staging_key(inputs, fmt, traces_per_shard, select)
-    done = read_marker(marker, strict=True)
-    if done is not None:
-        if done.get("key") != key:
-            raise ValueError(_conflict(staging.parent, done.get("key") or {}, key))
-        if "parts" in done and _staged_rows(staging) != done["parts"]:
-            raise ValueError(f"{staging} does not match its completion marker (parts or row counts differ): "
-                             f"it was changed after staging; use a new OUTDIR")
-        return
-    if staging.exists():
-        shutil.rmtree(staging)  # a staging pass of an older version that did not finish: nothing was committed
-    partial = staging.parent / (staging.name + ".partial")
-    if partial.exists():
-        shutil.rmtree(partial)  # a staging pass that did not finish (we hold the lock: no one else writes it)
-    traces = DatasetWriter(partial / "traces", schema.TRACES, rows_per_part=traces_per_shard, prefix="part")
-    errors = DatasetWriter(partial / "errors", schema.ERRORS, rows_per_part=4096, prefix="part")
-    n, buffered = 0, 0
-    read = ingest.read_inputs(list(inputs), fmt=fmt, on_error=errors.write, limits=limits)
-    if limits is None or not limits.all_runs:  # before the selection: --sample N / --limit N count attributed runs
-        read = attributable(read, errors.write)
-    for t in select.apply(read):
-        traces.write(t.to_row())
-        n += 1
-        buffered += sum(len(s.content or "") for s in t.steps)
-        if buffered > STAGING_PART_CHARS:  # multi-MB traces: bound the buffer by text, not only by rows
-            traces.flush()
-            buffered = 0
-    traces.close()
-    errors.close()
-    write_json_atomic({"key": key, "traces": n, "errors": errors.rows_written, "parts": _staged_rows(partial)},
-                      partial / "_COMPLETE.json")
-    os.replace(partial, staging)
-    log.info("staged %d traces (%d rejected) from %d input(s)", n, errors.rows_written, len(inputs))
-
-
 def plan_inputs(inputs: list[str], outdir: Path, fmt: str, traces_per_shard: int,
                 limits: IngestConfig | None = None, select: Selection | None = None) -> InputPlan:
     """Shards of `inputs`; a `select` other than everything stages even canonical input (it is applied there)."""
@@ -223,17 +129,19 @@ def plan_inputs(inputs: list[str], outdir: Path, fmt: str, traces_per_shard: int
             raise ValueError(f"{p} is the output of an `ingest` that did not finish (no completion in "
                              f"_INGEST.json): it would be planned as the whole input; re-run `ingest`")
     files: list[tuple[str, str, str, dict[str, str]]] = []  # (path, shard key, label, partition)
-    ingest_errors = None
+    ingest_errors, increment_errors, inc = None, {}, None
     if staged:
         staging = outdir / "_staging"
-        stage_raw(inputs, staging, fmt, traces_per_shard, limits, select)
+        inc = stage_raw(inputs, staging, fmt, traces_per_shard, limits, select).as_dict()
         label = ",".join(inputs)
         for f in sorted((staging / "traces").glob("part-*.parquet")):
             files.append((str(f.resolve()), f"_staging/{f.name}", label, {}))
-        err_files = sorted((staging / "errors").glob("part-*.parquet"))
-        ingest_errors = (pa.concat_tables([pq.read_table(f, schema=schema.ERRORS) for f in err_files
-                                           if require_regular(f) is None])
-                         if err_files else schema.ERRORS.empty_table())
+        by_gen: dict[int, list[pa.Table]] = {}
+        for f in sorted((staging / "errors").glob("part-*.parquet")):
+            require_regular(f)
+            by_gen.setdefault(increment.generation_of(f.name), []).append(pq.read_table(f, schema=schema.ERRORS))
+        ingest_errors = pa.concat_tables(by_gen.pop(0)) if 0 in by_gen else schema.ERRORS.empty_table()
+        increment_errors = {f"{INGEST_SHARD}-g{g:04d}": pa.concat_tables(t) for g, t in sorted(by_gen.items())}
     else:
         for p in inputs:
             files += [(f, f, p, part) for f, part in _fragments(p)]
@@ -246,7 +154,7 @@ def plan_inputs(inputs: list[str], outdir: Path, fmt: str, traces_per_shard: int
             stop = min(start + traces_per_shard, len(ids))
             skip = tuple(i for i in dup if start <= i < stop)
             shards.append(Shard(_shard_id(key, start, stop), path, start, stop, label, part, skip))
-    return InputPlan(shards, staged, ingest_errors)
+    return InputPlan(shards, staged, ingest_errors, increment_errors, inc)
 
 
 def read_shard(shard: Shard, limits: IngestConfig | None = None) -> tuple[list[Trace], list[dict]]:

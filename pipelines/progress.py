@@ -47,8 +47,12 @@ class BarProgress:
         self._last_log = time.perf_counter()
 
     def begin(self, total: int, description: str) -> None:
-        self.bar = tqdm(total=total, unit="trace", desc=description, dynamic_ncols=True,
-                        disable=not self.show or None, smoothing=0.1)
+        # a pty that reports no size (0x0: `script`, some CI and container terminals) made tqdm draw nothing at
+        # all (it takes -1 rows from it): a fixed size there
+        sized = _terminal_columns() > 0
+        self.bar = tqdm(total=total, unit="trace", desc=description, dynamic_ncols=sized,
+                        ncols=None if sized else 100, nrows=None if sized else 24,
+                        disable=not self.show or None, smoothing=0)  # rate = done / elapsed: the ETA moves with the clock
         self._last_log = time.perf_counter()
 
     def describe(self, description: str) -> None:
@@ -72,6 +76,16 @@ class BarProgress:
     def close(self) -> None:
         if self.bar is not None:
             self.bar.close()
+
+
+def _terminal_columns() -> int:
+    import os
+    import sys
+
+    try:
+        return os.get_terminal_size(sys.stderr.fileno()).columns
+    except (OSError, ValueError, AttributeError):
+        return 0
 
 
 def as_progress(progress: bool | Progress) -> Progress:

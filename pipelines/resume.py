@@ -19,10 +19,11 @@ from pathlib import Path
 from typing import Any
 
 import pyarrow as pa
-from masprism_batch.pipelines.plan import INGEST_SHARD, Shard, read_marker
+from masprism_batch.pipelines.plan import INGEST_SHARD, Shard
 
 from masprism_batch.config import PipelineConfig
 from masprism_batch.fit.rankcheck import digest
+from masprism_batch.outdir.manifest import read_json as read_marker
 from masprism_batch.outdir.shards import OUTPUT_TABLES, ShardStore
 
 log = logging.getLogger(__name__)

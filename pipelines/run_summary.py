@@ -52,6 +52,14 @@ class RunSummary:
     traces_resumed: int = 0  # traces committed before this invocation (whole shards and pieces)
 
     @property
+    def counts(self) -> dict:
+        """attributed, rejected, set aside as succeeded, warnings (`ingest.status.outcome_counts`): what run.json,
+        `stats` and the report state."""
+        from masprism_batch.ingest.status import outcome_counts
+
+        return outcome_counts(self.attributed, {**self.rejected_by_reason, **self.warnings_by_reason})
+
+    @property
     def exit_code(self) -> int:
         return 3 if self.rejected else 0  # warnings alone do not make a run "with rejections"
 

@@ -1,7 +1,7 @@
 """Which ingested traces a run attributes: all, the first N (`--limit`), a reproducible sample (`--sample N
 --seed S`), optionally only one labelled dataset (`eval --dataset`).
 
-Selection is part of planning: it is applied to the one ingest stream while it is staged (`plan.stage_raw`),
+Selection is part of planning: it is applied to the one ingest stream while it is staged (`staging.stage_raw`),
 so the rejections of that ingest are kept (OUTDIR/errors) and the selection is part of the staging key. A
 re-run into the same OUTDIR with another selection is therefore refused (never reported as done over the
 outputs of the first one), and the same command resumes.

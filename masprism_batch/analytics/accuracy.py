@@ -68,10 +68,10 @@ class AccuracyAccumulator:
                 c[0] += 1
                 if attrs[r["trace_id"]].get("method", RANKED) == RANKED:
                     c[1] += 1
-                    # in-sample only where a fitted entry decided: a zero-training verdict ("rule:...") read no
+                    # in-sample only where a fitted entry decided: a zero-training verdict ("rule:...", "no_symptom:...") read no
                     # label, wherever its log came from (packaged rankers apply only when named)
                     by = attrs[r["trace_id"]].get("verdict_by") or ""
-                    c[2] += bool(self._in_sample(r["trace_id"])) and not by.startswith("rule:")
+                    c[2] += bool(self._in_sample(r["trace_id"])) and not by.startswith(("rule:", "no_symptom:"))
         if not traces:
             return
         res = evaluate([attrs[t.trace_id] for t in traces], traces, on_missing="skip", ks=KS)

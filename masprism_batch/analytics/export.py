@@ -4,13 +4,18 @@ Every format names the run's verdict as `attributions` holds it: rank 1 is `pred
 `pred_agent` (chosen by `pred_agent_rule`; it may differ from the step's author under the "aggregate" rule);
 nothing here re-derives either.
 
-- phoenix: Arize Phoenix annotations, all in FILE (Parquet when it ends in .parquet, else JSON lines): one
-  span annotation per (trace, candidate rank <= top_k) whose step has a span id, and one trace annotation
-  (span_id null) per trace none of whose top-k steps has one (chat logs: AG2, OpenAI, Who&When). Columns:
-  span_id, trace_id (both in OTel hex form where the source's id is one), name, annotator_kind (CODE), label,
-  score (the verdict's confidence, in [0, 1]), explanation, metadata (a struct, read by pandas as a dict;
-  the source's ids and the raw MASPrism score). Rows with a span_id go to
-  `Client().spans.log_span_annotations_dataframe`, the others to `Client().traces.log_trace_annotations_dataframe`.
+- phoenix: Arize Phoenix annotations, one file per Phoenix target, each taken as written by the Phoenix
+  client (`phoenix_paths`; Parquet when FILE ends in .parquet, else JSON lines; a file with no row is not
+  written): `FILE.spans`: the verdict's span annotation (rank 1) per trace whose blamed step has a span id,
+  for `Client().spans.log_span_annotations_dataframe`; `FILE.traces`: one trace annotation per trace whose
+  blamed step has none (chat logs: AG2, OpenAI, Who&When; the other candidates in its explanation), for
+  `Client().traces.log_trace_annotations_dataframe`; `FILE.candidates` (`--top-k` > 1): the lower-ranked
+  candidates' span annotations, for `log_span_annotations_dataframe` too, without a `score` column (a candidate
+  has no calibrated probability, and Phoenix refuses a null score). Columns: span_id (spans, candidates),
+  trace_id (both in OTel hex form where the source's id is one), name, annotator_kind (CODE), label, score
+  (the verdict's confidence, in [0, 1]; not in candidates), explanation, metadata (a struct, read by pandas as
+  a dict; the source's ids and the raw MASPrism score). A step made of an input message (span id
+  `<span>#input<j>`, ingest/context.py) is annotated on the span that carried it.
 - otel: OpenTelemetry `gen_ai.evaluation.result` events as OTLP/JSON log records, one
   ExportLogsServiceRequest per line (the Collector's otlpjsonfile receiver format), one record per blamed step,
   traceId/spanId in hex, `gen_ai.evaluation.score.value` the verdict's confidence.
@@ -46,12 +51,15 @@ _META_TYPE = pa.struct([("trace_id", pa.string()), ("span_id", pa.string()), ("s
                         ("n_candidates", pa.int32()), ("blamed_step", pa.int32()), ("blamed_agent", pa.string()),
                         ("agent_rule", pa.string()), ("verdict_by", pa.string()), ("confidence", pa.float64()),
                         ("raw_score", pa.float64()), ("model_id", pa.string()), ("config_hash", pa.string())])
-# One file for every annotation: a row with a span_id is a Phoenix span annotation, a row without one (a chat
-# log: no step carries a span id) a trace annotation; each API takes its rows (docs/reporting.md).
-PHOENIX_SCHEMA = pa.schema([
-    ("span_id", pa.string()), ("trace_id", pa.string()), ("name", pa.string()), ("annotator_kind", pa.string()),
-    ("label", pa.string()), ("score", pa.float64()), ("explanation", pa.large_string()), ("metadata", _META_TYPE),
-])
+# One file per Phoenix target, each loaded by its client method as is (docs/reporting.md): a null span_id or a
+# null score in a frame is refused by the client, so neither column holds one where it is present.
+_COMMON = [("trace_id", pa.string()), ("name", pa.string()), ("annotator_kind", pa.string()), ("label", pa.string())]
+_TEXT = [("explanation", pa.large_string()), ("metadata", _META_TYPE)]
+PHOENIX_SCHEMAS = {
+    "spans": pa.schema([("span_id", pa.string()), *_COMMON, ("score", pa.float64()), *_TEXT]),
+    "traces": pa.schema([*_COMMON, ("score", pa.float64()), *_TEXT]),
+    "candidates": pa.schema([("span_id", pa.string()), *_COMMON, *_TEXT]),
+}
 
 
 class NothingToExport(load.AnalyticsInputError):
@@ -80,9 +88,10 @@ def _meta(a: dict, c: dict, r: int) -> dict:
 
 
 def _hex_ids(a: dict, c: dict | None) -> tuple[str | None, str | None]:
-    """(trace id, span id) as backends expect them (ids.py), None where the source's id is no OTel id."""
+    """(trace id, span id) as backends expect them (ids.py), None where the source's id is no OTel id; a step
+    made of an input message gets the span that carried it (`ids.carrying_span`)."""
     dec = ids.decimal_ids(a["trace_id"])
-    return ids.otel_trace_id(a["trace_id"]), ids.otel_span_id(c.get("span_id"), dec) if c else None
+    return ids.otel_trace_id(a["trace_id"]), ids.otel_span_id(ids.carrying_span(c.get("span_id")), dec) if c else None
 
 
 def _attributions(outdir: Path) -> Iterator[dict[str, Any]]:
@@ -101,26 +110,45 @@ def _ranked(a: dict, top_k: int) -> list[tuple[int, dict]]:
     return list(enumerate([first, *rest][:top_k], start=1))
 
 
-def phoenix_rows(outdir: Path, top_k: int = 1) -> list[dict]:
-    """Every Phoenix annotation: one span annotation per top-k candidate with a span id; a trace none of whose
-    top-k candidates has one (a chat log) gets one trace annotation instead (span_id null, the other
-    candidates in its explanation)."""
-    rows = []
+def phoenix_rows(outdir: Path, top_k: int = 1) -> dict[str, list[dict]]:
+    """Every Phoenix annotation, by target ("spans", "traces", "candidates": `PHOENIX_SCHEMAS`). A trace whose
+    blamed step has a span id gets a span annotation on it (and its next candidates with a span id, when
+    `top_k` > 1, one "candidates" row each); one whose blamed step has none (a chat log) a trace annotation,
+    the other candidates in its explanation."""
+    out: dict[str, list[dict]] = {"spans": [], "traces": [], "candidates": []}
     for a in _attributions(outdir):
         ranked = _ranked(a, top_k)
         if not ranked:
             continue
-        with_span = [(r, c) for r, c in ranked if c.get("span_id")]
-        for r, c in with_span or ranked[:1]:
-            tid, sid = _hex_ids(a, c if with_span else None)
-            text = txt.explain(a, c, r)
-            if not with_span and len(ranked) > 1:
-                text += " Next candidates: " + "; ".join(
-                    f"#{k} step {x['step']} ({x['agent'] or '-'})" for k, x in ranked[1:]) + "."
-            rows.append({"span_id": (sid or c["span_id"]) if with_span else None, "trace_id": tid or a["trace_id"],
-                         "name": ANNOTATION_NAME, "annotator_kind": "CODE", "label": _label(r),
-                         "score": txt.score(a, r), "explanation": text, "metadata": _meta(a, c, r)})
-    return rows
+        (_, first), rest = ranked[0], ranked[1:]
+        tid, sid = _hex_ids(a, first)
+        span = sid or ids.carrying_span(first.get("span_id"))
+        text = txt.explain(a, first, 1)
+        if not span and rest:
+            text += " Next candidates: " + "; ".join(
+                f"#{k} step {x['step']} ({x['agent'] or '-'})" for k, x in rest) + "."
+        row = {"trace_id": tid or a["trace_id"], "name": ANNOTATION_NAME, "annotator_kind": "CODE",
+               "label": _label(1), "score": txt.score(a, 1), "explanation": text, "metadata": _meta(a, first, 1)}
+        if span:
+            out["spans"].append({"span_id": span, **row})
+        else:
+            out["traces"].append(row)
+            continue
+        for r, c in rest:
+            _, csid = _hex_ids(a, c)
+            cspan = csid or ids.carrying_span(c.get("span_id"))
+            if cspan:
+                out["candidates"].append({"span_id": cspan, "trace_id": tid or a["trace_id"], "name": ANNOTATION_NAME,
+                                          "annotator_kind": "CODE", "label": _label(r),
+                                          "explanation": txt.explain(a, c, r), "metadata": _meta(a, c, r)})
+    return out
+
+
+def phoenix_paths(out: Path | str) -> dict[str, Path]:
+    """The file of each Phoenix target for `-o FILE`: `annotations.parquet` -> `annotations.spans.parquet`,
+    `annotations.traces.parquet`, `annotations.candidates.parquet` (the suffix, Parquet or JSON lines, kept)."""
+    out = Path(out)
+    return {t: out.with_name(f"{out.stem}.{t}{out.suffix or '.jsonl'}") for t in PHOENIX_SCHEMAS}
 
 
 def _kv(key: str, v: Any) -> dict:
@@ -204,18 +232,23 @@ def export_files(outdir: Path | str, to: str, out: Path | str, top_k: int = 1) -
     if not out.parent.is_dir():
         raise FileNotFoundError(f"output folder {out.parent} does not exist (it is not created for you)")
     if to == "phoenix":
-        rows = phoenix_rows(outdir, top_k)
-        if not rows:
+        by_target = phoenix_rows(outdir, top_k)
+        if not any(by_target.values()):
             raise NothingToExport(f"nothing to export: {attr.num_rows} attributed trace(s), none with a ranked "
                                   f"candidate; no file written")
-        if out.suffix == ".parquet":
-            outdir_parts.write_table_atomic(pa.Table.from_pylist(rows, schema=PHOENIX_SCHEMA), out)
-        else:
-            _write_lines(rows, out)
-        n_trace = sum(r["span_id"] is None for r in rows)
-        log.info("%d span annotation(s), %d trace annotation(s) (traces without span ids) -> %s",
-                 len(rows) - n_trace, n_trace, out)
-        return {out: len(rows)}
+        written = {}
+        for target, path in phoenix_paths(out).items():
+            rows = by_target[target]
+            if not rows:
+                continue
+            if path.suffix == ".parquet":
+                outdir_parts.write_table_atomic(pa.Table.from_pylist(rows, schema=PHOENIX_SCHEMAS[target]), path)
+            else:
+                _write_lines(rows, path)
+            written[path] = len(rows)
+        log.info("phoenix: %s", ", ".join(f"{n} {t} annotation(s)" for t, n in
+                                           ((t, len(r)) for t, r in by_target.items()) if n))
+        return written
     if to == "otel":
         n = 0
         if not any(True for _ in otel_records(outdir, top_k)):

@@ -28,13 +28,16 @@ def agent_rule_words(rule: str | None) -> str:
 
 
 def verdict_by_words(by: str | None) -> str:
-    """What chose `pred_step` (`verdict_by`: "ranker:<system>" | "prior:<system>" | "rule:<name>")."""
+    """What chose `pred_step` (`verdict_by`: "ranker:<system>" | "prior:<system>" | "rule:<name>" |
+    "no_symptom:<rule>")."""
     if not by:
         return "an unrecorded verdict (an output written before verdict_by existed)"
     kind, _, name = by.partition(":")
     return {"ranker": f"the ranker fitted on system {name}",
             "prior": f"the label prior fitted on system {name} (most often blamed position first)",
-            "rule": f"the zero-training rule {name}"}.get(kind, by)
+            "rule": f"the zero-training rule {name}",
+            "no_symptom": f"no symptom found: the zero-training rule {name}'s fallback order (by position), "
+                          f"no evidence; confidence that of a random pick"}.get(kind, by)
 
 
 def raw_score(c: dict) -> float | None:

@@ -76,3 +76,12 @@ def otel_span_id(raw: object, decimal: bool = False) -> str | None:
     """16 lower-case hex digits, or None when `raw` is no 64-bit id; `decimal`: the trace's ids are decimal
     text (`decimal_ids`)."""
     return _normalise(raw, 16, decimal)
+
+
+def carrying_span(span_id: object) -> str | None:
+    """The span a step belongs to in its backend: a step made of a span's input message has the id
+    `<span>#input<j>` (ingest/context.py), which no backend knows; the span that carried it is `<span>`."""
+    if span_id is None:
+        return None
+    text = str(span_id).split("#", 1)[0].strip()
+    return text or None

@@ -90,7 +90,11 @@ def _overview(stats, attr, errors) -> str:
                                               strict=True)]
     secs = sum((a or 0) + (b or 0) for a, b in zip(attr["seconds_pass1"].to_pylist(),
                                                    attr["seconds_pass2"].to_pylist(), strict=True))
-    kpis = [("traces attributed", f"{n:,}"), ("rejected / failed rows", f"{errors.num_rows:,}"),
+    from masprism_batch.ingest.status import outcome_counts
+
+    c = outcome_counts(n, dict(Counter(errors["reason"].to_pylist())))
+    kpis = [("traces attributed", f"{n:,}"), ("rejected", f"{c['rejected']:,}"),
+            ("set aside as succeeded", f"{c['succeeded']:,}"), ("warnings (traces kept)", f"{c['warnings']:,}"),
             ("sources", str(len(set(attr["source"].to_pylist())))),
             ("tokens per trace (mean)", f"{sum(tok) / n:,.0f}" if n else "-"),
             ("model seconds per trace", f"{secs / n:.2f}" if n else "-"),
@@ -172,8 +176,8 @@ def _errors_panel(errors) -> str:
     rows.sort(key=lambda r: (r["reason"] in WARNING_REASONS, r["reason"] or "", r["input_path"] or "",
                              str(r["record_id"] or "")))
     shown = rows[:ERROR_ROWS_SHOWN]
-    more = (f"<p class=\"limits\">{len(rows) - len(shown):,} more rows: <code>duckdb -c \"SELECT * FROM "
-            f"'OUTDIR/errors/*.parquet'\"</code></p>" if len(rows) > len(shown) else "")
+    more = (f"<p class=\"limits\">{len(rows) - len(shown):,} more rows: <code>masprism-batch show OUTDIR --errors "
+            f"--limit 0</code></p>" if len(rows) > len(shown) else "")
     from masprism_batch.analytics.report_data import mark_bidi  # ids and paths: bidi controls shown escaped
 
     detail = svg.table(["reason", "stage", "file", "record", "message"],

@@ -1,6 +1,8 @@
 """`stats` table `run_status`: how many runs of each status (as their logs record it, ingest/status.py) were
 attributed, and how many succeeded runs were only listed (errors/ rows `succeeded_run`; `--all-runs` attributes
-them). Older outputs without the column count their attributed runs as "unknown"."""
+them). Older outputs without the column count their attributed runs as "unknown".
+
+`outdir_counts`: the one set of counts every output states (ingest.status.outcome_counts), from OUTDIR's rows."""
 
 from __future__ import annotations
 
@@ -39,3 +41,12 @@ def split_line(table: pa.Table) -> str:
     skipped = sum(r["n_traces"] for r in rows if not r["attributed"])
     return (f"runs attributed: {done or 'none'}; succeeded runs not attributed: {skipped:,}"
             + (" (errors/ reason succeeded_run; --all-runs attributes them)" if skipped else ""))
+
+
+def outdir_counts(outdir: Path) -> dict:
+    """`outcome_counts` of a run's OUTDIR as its tables hold it (stats, report): what run.json states."""
+    attributed = load.read(outdir, "attributions", columns=["trace_id"]).num_rows
+    from masprism_batch.ingest.status import outcome_counts
+
+    errors = load.read(outdir, "errors", columns=["reason"])
+    return outcome_counts(attributed, dict(Counter(errors["reason"].to_pylist())))

@@ -28,6 +28,8 @@ VERDICT_BY = {
     "rule": "rule:<name>: zero-training, no label read: MASPrism's candidates in the order of rule <name> "
             "(faithful = the paper's); every log of a system no ranker was named for, or whose fit kept the rule "
             "(the ranker did not beat it held out)",
+    "no_symptom": "no_symptom:<rule>: no symptom step points to the blamed step: rule <rule>'s fallback order "
+                  "(by position) chose it, no evidence; its confidence is a random pick's (1/steps)",
     "unknown (older run)": "unknown (older run): written before attributions recorded what decided",
 }
 

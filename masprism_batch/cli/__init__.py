@@ -21,6 +21,50 @@ import typer
 app = typer.Typer(add_completion=False, no_args_is_help=True, help=__doc__, pretty_exceptions_show_locals=False,
                   pretty_exceptions_enable=False)
 
+
+def _version(value: bool) -> None:
+    if value:
+        from importlib.metadata import PackageNotFoundError, version
+
+        try:
+            v = version("masprism-batch")
+        except PackageNotFoundError:  # a source tree on PYTHONPATH, not installed
+            v = "unknown (not installed)"
+        print(f"masprism-batch {v}")
+        raise typer.Exit(0)
+
+
+@app.callback()
+def _root(_v: bool = typer.Option(False, "--version", callback=_version, is_eager=True,
+                                  help="print the version and exit")) -> None:
+    pass
+
+
+def _plain_help_types() -> None:
+    """Help without Python type tags: typer prints `<bool>` beside every flag, `<list[str]>` beside a list
+    argument and `<int>` beside a number; a flag takes no value, and a value's kind is in its help and its
+    metavar (upper case, as Unix tools write it)."""
+    from typer.core import TyperArgument, TyperOption
+
+    def display(self, ctx):
+        if isinstance(self, TyperOption) and (self.is_flag or self.is_bool_flag):
+            return None
+        if isinstance(self, TyperArgument):
+            return None  # its name says it (INPUTS...)
+        label = self.display_type(ctx).strip("<>")
+        return None if label.startswith("list[") else {"str": "TEXT"}.get(label, label.upper())
+
+    def usage_name(self) -> str:  # `INPUTS...`, `[NAME]`: typer's `{inputs}...` reads like a template
+        name = self.display_name_raw.upper()
+        return (name if self.required else f"[{name}]") + ("..." if self.nargs != 1 else "")
+
+    TyperOption.display_type_rich = display
+    TyperArgument.display_type_rich = display
+    TyperArgument._usage_display_name = usage_name
+
+
+_plain_help_types()
+
 EXIT_OK, EXIT_FATAL, EXIT_USAGE, EXIT_REJECTED = 0, 1, 2, 3
 
 
@@ -54,21 +98,28 @@ from masprism_batch.cli import fit_heads as _fit_heads  # noqa: E402,F401
 from masprism_batch.cli import ingest as _ingest  # noqa: E402,F401
 from masprism_batch.cli import models as _models  # noqa: E402,F401
 from masprism_batch.cli import run as _run  # noqa: E402,F401
+from masprism_batch.cli import show as _show  # noqa: E402,F401
 
-# (panel, command, example) in the order of a user's work: --help lists them this way.
+# (panel, command, example) in the order of a user's work, the README's sections: --help lists them this way.
 WORKFLOW = [
     ("Try it", "demo", "masprism-batch demo"),
-    ("Read your logs", "ingest", "masprism-batch ingest ./logs -o out/"),
-    ("Attribute failures", "attribute", "masprism-batch attribute ./logs -o out/"),
-    ("Attribute failures", "run", "masprism-batch run ./logs -o out/ --engine ray --address auto"),
-    ("Measure and fit", "eval", "masprism-batch eval --dataset who-and-when ./Who_and_When"),
-    ("Measure and fit", "fit", "masprism-batch fit out/ -o ranker.json"),
-    ("Measure and fit", "fit-heads", "masprism-batch fit-heads ./logs -o heads.json"),
+    ("Attribute a folder of your logs", "ingest", "masprism-batch ingest ./logs -o out/"),
+    ("Attribute a folder of your logs", "attribute", "masprism-batch attribute ./logs -o out/"),
+    ("Read the results", "show", "masprism-batch show out/"),
     ("Read the results", "stats", "masprism-batch stats out/"),
     ("Read the results", "report", "masprism-batch report out/ -o report.html"),
     ("Read the results", "export", "masprism-batch export out/ --to phoenix -o annotations.parquet"),
+    ("Fit it to your own system", "fit", "masprism-batch fit out/ -o ranker.json"),
+    ("Fit it to your own system", "fit-heads", "masprism-batch fit-heads ./logs -o heads.json"),
+    ("Overnight on Ray, and measuring on labelled data", "run",
+     "masprism-batch run ./logs -o out/ --engine ray --address auto"),
+    ("Overnight on Ray, and measuring on labelled data", "eval",
+     "masprism-batch eval --dataset who-and-when ./Who_and_When"),
     ("Models", "models", "masprism-batch models"),
 ]
+# Short flags, one meaning each on every command that has the option: -o --out, -m --model, -f --format (the
+# input format), -v --verbose, -d --dataset. An option that replaces or removes something (--force) has none.
+SHORT_FLAGS = {"-o": "--out", "-m": "--model", "-f": "--format", "-v": "--verbose", "-d": "--dataset"}
 
 
 def _one_paragraph_per_line(text: str) -> str:

@@ -61,6 +61,13 @@ def stats(outdir: Path = OutdirArg, verbose: bool = VerboseOpt) -> None:
         from masprism_batch.schema import printable
 
         out.print(Text(printable(split_line(pq.read_table(paths["run_status"])))), soft_wrap=True)
+    from masprism_batch.analytics.run_status import outdir_counts
+    from masprism_batch.ingest.status import counts_line
+
+    counts = outdir_counts(outdir)
+    hint = (f" (each with its file: masprism-batch show {outdir} --errors)"
+            if counts["rejected"] or counts["succeeded"] or counts["warnings"] else "")
+    out.print(escape(counts_line(counts) + hint), soft_wrap=True)
     for name, p in paths.items():
         console.print(f"{name:15s} -> {escape(str(p))}")
     raise typer.Exit(EXIT_OK)
@@ -91,22 +98,25 @@ def report(outdir: Path = OutdirArg,
 @app.command()
 def export(outdir: Path = OutdirArg,
            to: str = typer.Option(..., "--to", help="phoenix | otel | jsonl"),
-           out: Path = typer.Option(..., "--out", "-o", help="the one file to write (phoenix: .parquet, else JSON "
-                                    "lines)"),
+           out: Path = typer.Option(..., "--out", "-o", help="the file to write (phoenix: FILE names its files, "
+                                    "FILE.spans / FILE.traces / FILE.candidates; .parquet, else JSON lines)"),
            top_k: int = typer.Option(1, "--top-k", min=1, help="candidates per trace (phoenix, otel)"),
            force: bool = ForceOpt, verbose: bool = VerboseOpt) -> None:
-    """Export attributions, all in FILE: for Phoenix (span annotations, and a trace annotation with span_id
-    null for each chat log without span ids), OpenTelemetry (gen_ai.evaluation.result log records) or JSONL.
-    Ids in the hex form backends expect (the source's form in metadata); score = the verdict's confidence in
-    [0, 1]. Writes nothing and exits 1 when there is no record to export; FILE's folder must exist."""
+    """Export attributions: for Phoenix (one file per Phoenix client method, each loaded as written: span
+    annotations on the blamed spans, trace annotations for chat logs without span ids, and with --top-k > 1
+    the lower candidates' span annotations without a score), OpenTelemetry (gen_ai.evaluation.result log
+    records) or JSONL. Ids in the hex form backends expect (the source's form in metadata); score = the
+    verdict's confidence in [0, 1]. Writes nothing and exits 1 when there is no record to export; FILE's
+    folder must exist."""
     from masprism_batch.analytics import AnalyticsInputError
-    from masprism_batch.analytics.export import FORMATS, NothingToExport, export_files
+    from masprism_batch.analytics.export import FORMATS, NothingToExport, export_files, phoenix_paths
 
     setup_logging(verbose)
     if to not in FORMATS:
         raise usage(f"unknown --to {to!r}; choose one of {', '.join(FORMATS)}")
     _check_run_dir(outdir)
-    _check_new_file(out, force)
+    for path in phoenix_paths(out).values() if to == "phoenix" else [out]:
+        _check_new_file(path, force)
     try:
         written = export_files(outdir, to, out, top_k=top_k)
     except NothingToExport as exc:  # nothing written: an empty file would look like a successful export
@@ -114,5 +124,6 @@ def export(outdir: Path = OutdirArg,
     except (AnalyticsInputError, ValueError, OSError) as exc:  # DamagedOutput is a ValueError
         raise _fail(exc) from None
     for path, n in written.items():
-        console.print(f"{n:,} {escape(to)} records -> {escape(str(path))}")
+        what = f"Phoenix {path.suffixes[-2].lstrip('.')[:-1]} annotations" if to == "phoenix" else f"{to} records"
+        console.print(f"{n:,} {escape(what)} -> {escape(str(path))}")
     raise typer.Exit(EXIT_OK)

@@ -65,8 +65,11 @@ def _run(inputs: list[str], outdir: Path, cfg, model=None, interval: float = DEF
 
 
 def _print_summary(summary, outdir: Path, inputs: list[str] | None = None) -> int:
-    console.print(f"[bold]{summary.attributed}[/] attributed, {summary.rejected} rejected "
-                  f"({summary.rejected_by_reason or 'none'}) in {summary.wall_seconds:.1f} s, "
+    from rich.markup import escape
+
+    from masprism_batch.ingest.status import counts_line
+
+    console.print(f"{escape(counts_line(summary.counts))} in {summary.wall_seconds:.1f} s, "
                   f"{summary.tokens_per_second:,.0f} tokens/s -> {outdir}")
     if inputs is not None and summary.attributed == 0:
         raise fail(no_traces_message(inputs, summary.rejected_by_reason))
@@ -115,6 +118,11 @@ def verdict_line(a: dict, t=None) -> str:
         line += f" ({a['agent_by']})"
     elif a.get("pred_agent_rule") == "aggregate":
         line += " (step probabilities summed per agent)"
+    by, conf = a.get("verdict_by"), a.get("confidence")
+    if by:
+        line += f"; decided by {by}" + ("" if conf is None else f", confidence {conf:.2f}")
+        if by.startswith("no_symptom:"):  # said, not dressed as evidence (issue 51)
+            line += " (no symptom points to this step: the rule's fallback by position, no evidence)"
     return line
 
 

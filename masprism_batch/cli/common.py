@@ -50,6 +50,15 @@ def check_inputs(inputs: list[str]) -> None:
         raise fail(f"input not found: {', '.join(missing)}")
 
 
+def check_some_data(inputs: list[str]) -> None:
+    """At least one data file under the inputs, checked before a model loads or OUTDIR is created: an empty
+    folder used to load the model, create OUT and print a zero summary before `no usable traces`."""
+    from masprism_batch.ingest.sources import expand
+
+    if not any(True for _ in expand(list(inputs), lambda row: None)):
+        raise fail(no_traces_message(inputs))
+
+
 def check_outdir(out: Path) -> None:
     """OUTDIR may exist (as a folder) or not (it is created, parents too); a file or an unwritable place is fatal."""
     if out.exists() and not out.is_dir():
@@ -192,3 +201,32 @@ def check_prompt_or_fail(cfg, tokenizer=None, context: int | None = None) -> Non
         check_prompt_room(cfg.render, encoder_for(tokenizer).encode, context)
     except ValueError as exc:
         raise fail(f"bad configuration: {exc}") from None
+
+
+def ranker_matches(cfg, outdir: Path) -> str | None:
+    """One line after a run with `--ranker`: the systems its file holds and how many of this run's logs each
+    matched (`rankfile.system_key`, as the verdict policy keys them). A ranker that matched no log changed no
+    verdict, and a user had no way to tell (issue 51)."""
+    from collections import Counter
+    from types import SimpleNamespace
+
+    from masprism_batch.fit import rankfile
+    from masprism_batch.outdir.reads import read_dataset
+
+    setting = cfg.method.ranker_weights
+    if setting is None or not (outdir / "attributions").is_dir():
+        return None
+    try:
+        rf = rankfile.load(setting)
+    except (rankfile.RankerFileError, OSError, ValueError):
+        return None
+    if rf is None or not rf.systems:
+        return f"--ranker {setting}: no ranker applies to this model; every log got the zero-training verdict"
+    rows = read_dataset(outdir / "attributions", columns=["source", "system"]).to_pylist()
+    keys = Counter(rankfile.system_key(SimpleNamespace(**r), cfg.method.system) for r in rows)
+    each = ", ".join(f"{name} ({keys.get(name, 0):,} log{'s' * (keys.get(name, 0) != 1)})" for name in rf.systems)
+    line = f"--ranker {setting} applies to {len(rf.systems)} system(s): {each}"
+    if not any(keys.get(n) for n in rf.systems):
+        line += ("; no log of this run matched, so every verdict is the zero-training one (name the system of "
+                 "your logs with --system NAME)")
+    return line

@@ -118,8 +118,18 @@ def fit(
             console.print(f"  [yellow]note:[/] {escape(note)}")
         if words := confidence_words(f.entry):
             console.print(f"  {escape(words)}")
+    # A system with fewer than MIN_K labels learned nothing: an entry for it would keep the rule's step and
+    # replace its confidence by a flat rate (0.14 for every log, issue 51), so it is left out of the file.
+    learned = {n: f for n, f in fits.items() if f.k >= fs.MIN_K}
+    if not learned:
+        raise fail(f"nothing learned: every system has fewer than {fs.MIN_K} labelled logs, so a ranker would "
+                   f"change no verdict; no file written (label at least {fs.MIN_K} failed runs of a system)")
+    if len(learned) < len(fits):
+        console.print(f"[yellow]note:[/] left out of {escape(str(out))} (fewer than {fs.MIN_K} labelled logs, "
+                      f"nothing learned): {escape(', '.join(n for n in fits if n not in learned))}")
     meta = {"date": dt.date.today().isoformat(), "fitted_by": "masprism-batch fit",
             "runs": [str(r) for r in runs], "labels": str(labels) if labels else "traces"}
-    RankerFile(model_id or "", {n: f.entry for n, f in fits.items()}, meta).write(out)
-    console.print(f"wrote {escape(str(out))}: {len(fits)} system(s); apply with --ranker {escape(str(out))}")
+    RankerFile(model_id or "", {n: f.entry for n, f in learned.items()}, meta).write(out)
+    console.print(f"wrote {escape(str(out))}: {len(learned)} system(s) ({escape(', '.join(learned))}); apply "
+                  f"with --ranker {escape(str(out))}")
     raise typer.Exit(EXIT_OK)

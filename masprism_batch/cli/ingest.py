@@ -104,7 +104,7 @@ def ingest(
         typer.echo(json.dumps(s.as_dict()))
     if s.error_rows:
         console.print(f"[yellow]{s.error_rows} error rows[/] -> {out / 'errors'} "
-                      f"(duckdb: select reason, input_path, message from read_parquet('{out}/errors/*.parquet'))")
+                      f"(each with its file: masprism-batch show {out} --errors)")
     if s.traces == 0:
         raise fail(no_traces_message(inputs, dict(s.rejected)))
     raise typer.Exit(EXIT_REJECTED if s.rejected else EXIT_OK)  # warnings alone (repaired traces) exit 0

@@ -1,7 +1,9 @@
 """Progress of `attribute` / `run` / `eval` / `demo` when stderr is not a terminal (a log file, CI, nohup).
 
-On a terminal the driver's tqdm bar is shown as before. Without one, tqdm draws nothing, and finished packs
-can be minutes apart, so lines are logged instead:
+On a terminal the driver's tqdm bar is redrawn every `TICK` second from the first pack on (a bar redrawn only
+when a pack ends sat at `0/4 [00:00<?, ?trace/s]`, clock frozen, for a whole 29 s run): elapsed time always,
+tokens/s from the first finished prefill group, traces/s and ETA once a pack is in. Without one, tqdm draws
+nothing, and finished packs can be minutes apart, so lines are logged instead:
 
     progress: 120/2,000 traces (6.0%), 0.41 traces/s, 1,850 tokens/s, elapsed 4m53s, ETA 1h16m
 
@@ -29,6 +31,7 @@ from masprism_batch.pipelines.progress import BarProgress
 
 log = logging.getLogger("masprism_batch.progress")
 DEFAULT_INTERVAL = 30.0
+TICK = 1.0  # seconds between redraws of the terminal bar
 
 
 def _dur(s: float) -> str:
@@ -74,6 +77,10 @@ class HeartbeatProgress(BarProgress):
         tty = bool(getattr(sys.stderr, "isatty", lambda: False)())
         self._on = self.show and not tty and self.interval > 0
         super().begin(total, description)
+        if self.bar is not None and not self.bar.disable:  # a terminal: the bar moves every TICK
+            progress_events.subscribe(self.on_group)
+            self._thread = threading.Thread(target=self._tick, name="progress-tick", daemon=True)
+            self._thread.start()
         if self._on:
             self._log()
             progress_events.subscribe(self.on_group)
@@ -101,9 +108,20 @@ class HeartbeatProgress(BarProgress):
             self._tokens += tokens
             if stage == "pass2":
                 self._inflight += items
-            due = time.perf_counter() - self._last >= self.interval / 6
+            due = self._on and time.perf_counter() - self._last >= self.interval / 6
         if due:  # a pass-1 group: tokens/s from the first one; a pass-2 group: its traces are about done
             self._log()
+
+    def _tick(self) -> None:
+        """Redraw the bar every TICK: tqdm's clock and ETA move only when it draws, and the tokens/s of the
+        prefill groups finished so far (packs can be minutes apart on a CPU)."""
+        while not self._stop.wait(TICK):
+            with self._lock:
+                elapsed = time.perf_counter() - self._t0
+                toks = self._tokens / elapsed if self._tokens and elapsed > 0 else None
+            if toks is not None:
+                self.bar.set_postfix_str(f"{toks:,.0f} tok/s", refresh=False)
+            self.bar.refresh()
 
     def _beat(self) -> None:
         while not self._stop.wait(self.interval):
@@ -118,10 +136,11 @@ class HeartbeatProgress(BarProgress):
         super().on_pack(records, traces, tokens, elapsed)
 
     def close(self) -> None:
-        if self._on and not self._stop.is_set():
+        if not self._stop.is_set():
             self._stop.set()
             progress_events.unsubscribe(self.on_group)
-            self._log(final=True)
+            if self._on:
+                self._log(final=True)
         super().close()
 
 

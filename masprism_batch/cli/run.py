@@ -7,6 +7,7 @@ from enum import Enum
 from pathlib import Path
 
 import typer
+from rich.markup import escape
 
 from masprism_batch.cli import app, setup_logging
 from masprism_batch.cli.common import (
@@ -17,10 +18,12 @@ from masprism_batch.cli.common import (
     check_outdir,
     check_prompt_or_fail,
     check_ranker,
+    check_some_data,
     console,
     fail,
     load_model_or_fail,
     no_traces_message,
+    ranker_matches,
     usage,
 )
 from masprism_batch.cli.progress import DEFAULT_INTERVAL, heartbeat
@@ -79,8 +82,8 @@ def run(
     from masprism_batch.ingest import FORMATS
     from masprism_batch.model import ModelNotFoundError, require_model
     from masprism_batch.pipelines import run_local, run_ray
-    from masprism_batch.pipelines.plan import staging_conflict
     from masprism_batch.pipelines.selection import Selection
+    from masprism_batch.pipelines.staging import staging_conflict
 
     setup_logging(verbose)
     if engine is Engine.local and (workers not in (None, 1) or address):
@@ -91,6 +94,7 @@ def run(
     if fmt not in FORMATS:
         raise usage(f"unknown --format {fmt!r}; choose one of {', '.join(FORMATS)}")
     check_inputs(inputs)
+    check_some_data(inputs)
     from masprism_batch.cli.probe import check_format
 
     check_format(list(inputs), fmt)  # before OUT exists: a wrong --format leaves nothing behind
@@ -134,19 +138,28 @@ def run(
         raise fail(str(exc)) from None
     except OSError as exc:
         raise fail(f"cannot write {out}: {exc}") from None
-    rej = f"{summary.rejected} rejected {summary.rejected_by_reason}" if summary.rejected else "0 rejected"
+    from masprism_batch.ingest.status import counts_line
+
     console.print(
-        f"[bold]{summary.attributed}[/] attributed, {rej}; {summary.shards_run} shards run, "
+        f"{escape(counts_line(summary.counts))}; {summary.shards_run} shards run, "
         f"{summary.shards_skipped} already committed"
         + (f" ({summary.traces_resumed:,} traces committed before this run)" if summary.traces_resumed else "")
         + f"; {summary.traces_per_second:.2f} traces/s, "
         f"{summary.tokens_per_second:,.0f} tokens/s ({summary.engine}, {summary.workers} worker(s)) -> {out}")
+    from masprism_batch.pipelines.increment import summary_line
+
+    if new := summary_line(summary.extra.get("inputs")):
+        console.print(escape(new), highlight=False)
     if summary.breakdown:
         console.print(f"time: {summary.breakdown}")
-    succeeded = summary.warnings_by_reason.get("succeeded_run", 0)
+    if matched := ranker_matches(cfg, out):
+        console.print(escape(matched))
+    succeeded = summary.counts["succeeded"]
     if succeeded:
-        console.print(f"{succeeded} run(s) whose log records success were not attributed (listed in "
+        console.print(f"{succeeded} run(s) whose log records success were not attributed: set aside (listed in "
                       f"{out / 'errors'} as succeeded_run; --all-runs attributes them)")
+    if summary.rejected or summary.counts["warnings"] or succeeded:
+        console.print(f"each with its file: masprism-batch show {out} --errors")
     if summary.attributed == 0 and succeeded:
         raise typer.Exit(summary.exit_code)  # every run succeeded: nothing to blame, and nothing went wrong
     if summary.attributed == 0:

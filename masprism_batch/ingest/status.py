@@ -217,3 +217,32 @@ def status_message(span: dict[str, Any]) -> Any:
 def span_error(span: dict[str, Any], events: Any, failed: bool) -> str:
     """The error text a span records: its status message when it failed, and its exception events."""
     return error_text(status_message(span) if failed else None, exception_events(events))
+
+
+# The one set of counts every output states (terminal, run.json, stats, report): attributed, rejected, set aside
+# as succeeded (the rows `attributable` writes), warnings (a kept trace's repaired or dropped part).
+SET_ASIDE = "succeeded_run"  # listed, not attributed, not a rejection
+
+
+def outcome_counts(attributed: int, reasons: dict[str, int]) -> dict:
+    """{attributed, rejected, succeeded, warnings, and each by reason} from errors/ rows counted by reason."""
+    from masprism_batch.ingest.common import WARNING_REASONS
+
+    rej = {k: v for k, v in sorted(reasons.items()) if k not in WARNING_REASONS}
+    warn = {k: v for k, v in sorted(reasons.items()) if k in WARNING_REASONS and k != SET_ASIDE}
+    return {"attributed": attributed, "rejected": sum(rej.values()), "rejected_by_reason": rej,
+            "succeeded": reasons.get(SET_ASIDE, 0), "warnings": sum(warn.values()), "warnings_by_reason": warn}
+
+
+def _reasons(by: dict[str, int]) -> str:
+    return ", ".join(f"{k} x{v:,}" for k, v in by.items())
+
+
+def counts_line(c: dict) -> str:
+    """`8 attributed, 2 rejected (invalid_json x2), 4 set aside as succeeded, 1 warning (empty_step x1)`."""
+    parts = [f"{c['attributed']:,} attributed",
+             f"{c['rejected']:,} rejected" + (f" ({_reasons(c['rejected_by_reason'])})" if c["rejected"] else ""),
+             f"{c['succeeded']:,} set aside as succeeded",
+             f"{c['warnings']:,} warning{'s' * (c['warnings'] != 1)}"
+             + (f" ({_reasons(c['warnings_by_reason'])})" if c["warnings"] else "")]
+    return ", ".join(parts)

@@ -62,6 +62,8 @@ def fitted_verdict(t: Trace, rows: list[dict], base: mp.Ranking, cfg: PipelineCo
                 v.agent = v.agent_ranking[0]["agent"] if v.agent_ranking else v.agent
             v.confidence = rule_confidence(t, rows, ranking, policy.fallback.calibration)
         v.by = sr.verdict_by if sr is not None else f"rule:{rule}"
+        if sr is None and _no_symptom(base, order):  # said, not dressed as evidence: same step, same agent
+            v.by, v.confidence = f"no_symptom:{rule}", 1.0 / max(len(t.steps), 1)
         return ranking, v
     full, probs, agent, conf = sr.apply(t, rows, order)
     p = {i: float(probs[i]) for i in range(len(probs))}
@@ -76,6 +78,13 @@ def fitted_verdict(t: Trace, rows: list[dict], base: mp.Ranking, cfg: PipelineCo
     agent_ranking = [{"agent": a, "score": float(v)} for a, v in sorted(ag.items(), key=lambda kv: (-kv[1], kv[0]))]
     verdict = Verdict(full, p, agent, agent_rule, agent_ranking, sr.verdict_by, conf)
     return mp.Ranking(top, {k: p[k] for k in top}, support, base.symptoms, base.nll), verdict
+
+
+def _no_symptom(base: mp.Ranking, order: list[int]) -> bool:
+    """No symptom step points to the blamed step: the zero-training rule's order then rests on its fallback
+    (position), not on evidence (issue 51: the demo blamed the task prompt, step 0, with score 0 on 3 of 6
+    logs). Its verdict is labelled `no_symptom:<rule>` and its confidence is a random pick's, 1/steps."""
+    return bool(order) and not base.support.get(order[0])
 
 
 def rule_confidence(t: Trace, rows: list[dict], ranking: mp.Ranking, cal: dict | None) -> float | None:

@@ -32,9 +32,9 @@ def test_trail_phoenix_export_loads_in_pandas(shared_data, tmp_path):
     out = tmp_path / "OUT"
     _cli("attribute", str(shared_data / "trail" / "GAIA"), "-o", str(out), "--model", "tiny-random", "--limit", "3")
     _cli("export", str(out), "--to", "phoenix", "-o", str(tmp_path / "ann.parquet"), "--top-k", "5")
-    df = pd.read_parquet(tmp_path / "ann.parquet")
+    df = pd.read_parquet(tmp_path / "ann.spans.parquet")
     assert list(df.columns) == ["span_id", "trace_id", "name", "annotator_kind", "label", "score", "explanation",
                                 "metadata"]
     assert len(df) >= 3 and df["span_id"].str.fullmatch(r"[0-9a-f]{16}").all()
     assert df["trace_id"].str.fullmatch(r"[0-9a-f]{32}").all()
-    assert (df["label"] == "failure_source").sum() == 3
+    assert (df["label"] == "failure_source").sum() == 3 and df["score"].notna().all()

@@ -9,11 +9,17 @@ from masprism_batch.analytics.export import (
     ANNOTATION_NAME,
     NothingToExport,
     export,
+    export_files,
+    phoenix_paths,
     read_jsonl,
 )
 from masprism_batch.outdir import reads as outdir_reads
 
-PHOENIX_COLUMNS = ["span_id", "trace_id", "name", "annotator_kind", "label", "score", "explanation", "metadata"]
+PHOENIX_COLUMNS = {
+    "spans": ["span_id", "trace_id", "name", "annotator_kind", "label", "score", "explanation", "metadata"],
+    "traces": ["trace_id", "name", "annotator_kind", "label", "score", "explanation", "metadata"],
+    "candidates": ["span_id", "trace_id", "name", "annotator_kind", "label", "explanation", "metadata"],
+}
 
 
 @pytest.fixture
@@ -35,58 +41,100 @@ def _read(path):
 
 @pytest.mark.parametrize("suffix", [".parquet", ".jsonl"])
 @pytest.mark.parametrize("top_k", [1, 3])
-def test_phoenix_annotations_in_the_one_file(mixed_run, tmp_path, suffix, top_k):
-    """README: `pd.read_parquet("annotations.parquet")` loads every annotation, span and trace ones, from the
-    one file -o names; nothing else is written beside it."""
+def test_phoenix_annotations_one_file_per_target(mixed_run, tmp_path, suffix, top_k):
+    """Issue 51: each file is what one Phoenix client method takes as is: span annotations (span_id never
+    null), trace annotations (no span_id column), lower candidates (no score column: Phoenix refuses a null
+    score); nothing else is written beside them."""
     outdir, specs = mixed_run
     out = tmp_path / f"annotations{suffix}"
-    n = export(outdir, "phoenix", out, top_k=top_k)
-    assert sorted(p.name for p in tmp_path.iterdir() if p.is_file()) == [out.name]
-    df = _read(out)
-    assert list(df.columns) == PHOENIX_COLUMNS and n == len(df)
-    spans = df[df["span_id"].notna()]
-    traces = df[df["span_id"].isna()]
+    written = export_files(outdir, "phoenix", out, top_k=top_k)
+    paths = phoenix_paths(out)
+    assert sorted(p.name for p in tmp_path.iterdir() if p.is_file()) == sorted(p.name for p in written)
+    dfs = {t: _read(p) for t, p in paths.items() if p in written}
+    for t, df in dfs.items():
+        assert list(df.columns) == PHOENIX_COLUMNS[t] and written[paths[t]] == len(df)
+        assert (df["annotator_kind"] == "CODE").all() and (df["name"] == ANNOTATION_NAME).all()
+        if "score" in df:
+            assert df["score"].notna().all() and df["score"].between(0, 1).all()
+        if "span_id" in df:
+            assert df["span_id"].map(lambda s: isinstance(s, str) and len(s) == 16).all()
+    spans, traces = dfs.get("spans"), dfs.get("traces")
+    cands = dfs.get("candidates")
+    assert (cands is None) == (top_k == 1 or not any(len(sp["ranked"]) > 1 for sp in specs
+                                                      if sp["steps"][0]["span_id"]))
     want = {(sp["trace_id"], k) for sp in specs if sp["steps"][0]["span_id"] for k in sp["ranked"][:top_k]}
     chats = {sp["trace_id"] for sp in specs if not sp["steps"][0]["span_id"] and sp["ranked"]}
-    assert {(m["trace_id"], m["step"]) for m in spans["metadata"]} == want
+    got = [(m["trace_id"], m["step"]) for df in (spans, cands) if df is not None for m in df["metadata"]]
+    assert sorted(got) == sorted(want)
     assert set(traces["trace_id"]) == chats and len(traces) == len(chats)
-    assert (traces["label"] == "failure_source").all()
-    assert (df["annotator_kind"] == "CODE").all() and (df["name"] == ANNOTATION_NAME).all()
-    assert spans["span_id"].map(lambda s: isinstance(s, str) and len(s) == 16).all()
-    assert set(df["label"]) <= {"failure_source", "candidate"}
-    assert (spans["label"] == "failure_source").sum() == len({t for t, _ in want})
+    assert (traces["label"] == "failure_source").all() and (spans["label"] == "failure_source").all()
+    assert len(spans) == len({t for t, _ in want})
+    assert cands is None or (cands["label"] == "candidate").all()
     by_id = {sp["trace_id"]: sp for sp in specs}
-    for row in df.itertuples():
-        sp, m = by_id[row.metadata["trace_id"]], row.metadata
-        # score in [0, 1] = the verdict's confidence on its own row; the raw score is kept apart
-        if row.label == "failure_source":
-            assert 0.0 <= row.score <= 1.0 and row.score == pytest.approx(sp["confidence"])
-        else:
-            assert row.score is None or pd.isna(row.score)
-        assert m["raw_score"] == pytest.approx(sp["scores"][sp["ranked"].index(m["step"])])
-        # the explanation names the verdict actually used
-        assert m["verdict_by"] == sp["verdict_by"] and m["agent_rule"] == sp["pred_agent_rule"]
-        assert sp["verdict_by"].split(":", 1)[1] in row.explanation
-        assert f"{sp['confidence']:.2f}" in row.explanation
+    for df in dfs.values():
+        for row in df.itertuples():
+            sp, m = by_id[row.metadata["trace_id"]], row.metadata
+            if row.label == "failure_source":  # score = the verdict's confidence on its own row
+                assert row.score == pytest.approx(sp["confidence"])
+            assert m["raw_score"] == pytest.approx(sp["scores"][sp["ranked"].index(m["step"])])
+            # the explanation names the verdict actually used
+            assert m["verdict_by"] == sp["verdict_by"] and m["agent_rule"] == sp["pred_agent_rule"]
+            assert sp["verdict_by"].split(":", 1)[1] in row.explanation
+            assert f"{sp['confidence']:.2f}" in row.explanation
 
 
-def test_phoenix_frame_passes_phoenix_client_validation(mixed_run, tmp_path):
+def test_phoenix_files_load_with_the_phoenix_client_as_written(mixed_run, tmp_path):
+    """Issue 51: every file goes through Phoenix's own client unchanged (its validation, its row-to-annotation
+    conversion and its strict JSON body), against a stand-in server that records what was posted."""
     try:
-        from phoenix.client.utils.annotation_helpers import (
-            _chunk_span_annotations_dataframe,
-            _validate_span_annotations_dataframe,
-        )
+        import httpx
+        from phoenix.client import Client
     except ImportError as exc:
-        pytest.skip(f"arize-phoenix-client not installed or its helpers moved ({exc}); columns checked above")
-    outdir, _ = mixed_run
-    export(outdir, "phoenix", tmp_path / "a.parquet", top_k=5)
-    df = pd.read_parquet(tmp_path / "a.parquet")
-    df = df[df["span_id"].notna()]  # the span rows, as docs/reporting.md passes them
-    _validate_span_annotations_dataframe(dataframe=df, annotation_name_required=True, annotator_kind_required=True)
-    anns = [a for chunk in _chunk_span_annotations_dataframe(dataframe=df) for a in chunk]
-    assert len(anns) == len(df)
-    assert all(a["annotator_kind"] == "CODE" and "score" in a["result"] and a["metadata"]["trace_id"]
-               for a in anns)
+        pytest.skip(f"arize-phoenix-client not installed ({exc}); the columns are checked in the test above")
+    outdir, specs = mixed_run
+    written = export_files(outdir, "phoenix", tmp_path / "a.parquet", top_k=5)
+    posted = []
+
+    def server(request):
+        posted.append((request.url.path, json.loads(request.content)))
+        return httpx.Response(200, json={"data": []})
+
+    client = Client(http_client=httpx.Client(transport=httpx.MockTransport(server), base_url="http://phoenix"))
+    paths = phoenix_paths(tmp_path / "a.parquet")
+    for target, path in paths.items():
+        if path not in written:
+            continue
+        df = pd.read_parquet(path)  # as docs/reporting.md says: read, pass, nothing dropped or renamed
+        if target == "traces":
+            client.traces.log_trace_annotations_dataframe(dataframe=df)
+        else:
+            client.spans.log_span_annotations_dataframe(dataframe=df)
+    sent = [a for _, body in posted for a in body["data"]]
+    assert len(sent) == sum(written.values())
+    assert all(("span_id" in a) != ("trace_id" in a and "span_id" not in a) for a in sent)
+    assert {a["metadata"]["trace_id"] for a in sent} == {sp["trace_id"] for sp in specs if sp["ranked"]}
+
+
+def test_a_verdict_on_an_input_message_targets_the_span_that_carried_it(tmp_path, rng):
+    """Issue 51: a step made of a span's input message (`<span>#input<j>`) is annotated on `<span>`; Phoenix
+    knows no `#input1` id (404)."""
+    specs = random_specs(rng, rng.randint(3, 8), spans=True)
+    carriers = {}
+    for sp in specs:
+        sp["trace_id"] = f"{rng.getrandbits(128):032x}"
+        if sp["ranked"]:
+            step = sp["steps"][sp["ranked"][0]]
+            carriers[sp["trace_id"]] = step["span_id"]
+            step["span_id"] = f"{step['span_id']}#input{rng.randint(0, 3)}"
+    outdir = write_outdir(tmp_path / "out", specs)
+    export(outdir, "phoenix", tmp_path / "a.parquet", top_k=1)
+    df = pd.read_parquet(phoenix_paths(tmp_path / "a.parquet")["spans"])
+    assert dict(zip(df["trace_id"], df["span_id"], strict=True)) == carriers
+    assert not df["span_id"].str.contains("#").any()
+    export(outdir, "otel", tmp_path / "e.jsonl", top_k=1)
+    recs = [r for line in (tmp_path / "e.jsonl").read_text().splitlines()
+            for r in json.loads(line)["resourceLogs"][0]["scopeLogs"][0]["logRecords"]]
+    assert {r["traceId"]: r["spanId"] for r in recs} == carriers
 
 
 def test_otel_records(mixed_run, tmp_path):
@@ -144,19 +192,6 @@ def test_export_errors(tmp_path):
     assert not (tmp_path / "x.jsonl").exists()
 
 
-def test_phoenix_trace_annotations_pass_phoenix_client_validation(mixed_run, tmp_path):
-    try:
-        from phoenix.client.utils.annotation_helpers import _validate_trace_annotations_dataframe
-    except ImportError as exc:
-        pytest.skip(f"arize-phoenix-client not installed or its helpers moved ({exc})")
-    outdir, specs = mixed_run
-    export(outdir, "phoenix", tmp_path / "a.parquet", top_k=3)
-    df = pd.read_parquet(tmp_path / "a.parquet")
-    tdf = df[df["span_id"].isna()].drop(columns="span_id")  # the trace rows, as docs/reporting.md passes them
-    _validate_trace_annotations_dataframe(dataframe=tdf, annotation_name_required=True,
-                                          annotator_kind_required=True)
-
-
 def test_export_with_nothing_to_export_writes_nothing(tmp_path, rng):
     specs = random_specs(rng, 3)
     for sp in specs:
@@ -165,7 +200,7 @@ def test_export_with_nothing_to_export_writes_nothing(tmp_path, rng):
     for to in ("phoenix", "otel"):
         with pytest.raises(NothingToExport, match="nothing to export"):
             export(outdir, to, tmp_path / f"x.{to}")
-        assert not (tmp_path / f"x.{to}").exists()
+        assert not [p for p in tmp_path.iterdir() if p.is_file()]
 
 
 def test_export_never_creates_the_output_folder(mixed_run, tmp_path):

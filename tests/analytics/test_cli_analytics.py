@@ -16,7 +16,7 @@ def test_commands_on_a_synthetic_run(tmp_path, rng):
     assert (tmp_path / "r.html").read_text().count('"id":') == 3
     r = CliRunner().invoke(app, ["export", str(out), "--to", "phoenix", "-o", str(tmp_path / "a.parquet")])
     assert r.exit_code == 0, r.output
-    assert len(pd.read_parquet(tmp_path / "a.parquet")) == sum(1 for sp in specs if sp["ranked"])
+    assert len(pd.read_parquet(tmp_path / "a.spans.parquet")) == sum(1 for sp in specs if sp["ranked"])
 
 
 def test_bad_input_exits_1_with_a_message(tmp_path):

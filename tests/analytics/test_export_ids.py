@@ -98,7 +98,7 @@ def test_otel_ids_round_trip(id_run, tmp_path):
 def test_phoenix_ids_round_trip(id_run, tmp_path):
     outdir, specs, chats, truth = id_run
     export(outdir, "phoenix", tmp_path / "a.parquet", top_k=3)
-    df = pd.read_parquet(tmp_path / "a.parquet")
+    df = pd.concat([pd.read_parquet(p) for p in sorted(tmp_path.glob("a.*.parquet"))], ignore_index=True)
     for row in df.itertuples():
         m = row.metadata
         if m["trace_id"] in truth:

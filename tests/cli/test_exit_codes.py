@@ -139,10 +139,11 @@ def test_attribute_chat_formats_and_analytics_commands(run_dir, tmp_path):
     out = _ok(runner.invoke(app, ["export", str(run_dir), "--to", "jsonl", "-o", str(tmp_path / "nope" / "dir" / "x")]),
               EXIT_FATAL)
     assert "does not exist" in out and not (tmp_path / "nope").exists()
-    # chat logs have no span ids: Phoenix trace annotations, in the one file -o names
+    # chat logs have no span ids: Phoenix trace annotations, in the file of that target (langfuse: spans)
     out = _ok(runner.invoke(app, ["export", str(run_dir), "--to", "phoenix", "-o", str(tmp_path / "a.parquet")]),
               EXIT_OK)
-    assert "phoenix records" in out and sorted(p.name for p in tmp_path.glob("a*.parquet")) == ["a.parquet"]
+    assert "Phoenix trace annotations" in out and "Phoenix span annotations" in out
+    assert sorted(p.name for p in tmp_path.glob("a*.parquet")) == ["a.spans.parquet", "a.traces.parquet"]
 
 
 def test_export_with_zero_records_is_fatal_and_writes_nothing(run_dir, tmp_path):
@@ -157,7 +158,7 @@ def test_export_with_zero_records_is_fatal_and_writes_nothing(run_dir, tmp_path)
                                     pa.array([[]] * t.num_rows, t.schema.field("candidates").type)), p)
     shutil.rmtree(d / "_manifest")  # the parts were rewritten: their manifest would (rightly) call them damaged
     out = _ok(runner.invoke(app, ["export", str(d), "--to", "phoenix", "-o", str(tmp_path / "a.parquet")]), EXIT_FATAL)
-    assert "nothing to export" in out and not (tmp_path / "a.parquet").exists()
+    assert "nothing to export" in out and not list(tmp_path.glob("a*.parquet"))
 
 
 def test_internal_error_is_one_line_without_traceback(monkeypatch, capsys):

@@ -35,7 +35,7 @@ def labelled_run(tmp_path_factory, module_seed):
     d = tmp_path_factory.mktemp("first_hour")
     words = "plan search file error retry tool answer check result failed timeout".split()
     with open(d / "logs.jsonl", "w") as f:
-        for j in range(rng.randint(6, 9)):
+        for j in range(rng.randint(10, 13)):  # at least fit.MIN_K: a fit below it writes no ranker (issue 51)
             n = rng.randint(4, 8)
             steps = [{"index": i, "agent": rng.choice(["Planner", "Coder", "Critic"]),
                       "content": " ".join(rng.choices(words, k=rng.randint(3, 10)))} for i in range(n)]
@@ -104,14 +104,15 @@ def test_wrong_format_is_caught_on_the_first_files_before_out_exists(tmp_path):
 def test_report_and_export_refuse_to_overwrite_without_force(labelled_run, tmp_path, rng):
     run = str(labelled_run / "run")
     for argv, name in ((["report", run], "r.html"), (["export", run, "--to", "jsonl"], "a.jsonl"),
-                       (["export", run, "--to", "phoenix"], "a.parquet")):
+                       (["export", run, "--to", "phoenix"], "a.traces.parquet")):
         target = tmp_path / name
         before = f"keep me {rng.random()}"
         target.write_text(before)
-        res = runner.invoke(app, [*argv, "-o", str(target)])
+        given = tmp_path / name.replace(".traces", "")  # phoenix: -o names the files of its targets
+        res = runner.invoke(app, [*argv, "-o", str(given)])
         assert res.exit_code == EXIT_FATAL and "--force" in res.output, res.output
         assert target.read_text() == before
-        res = runner.invoke(app, [*argv, "-o", str(target), "--force"])
+        res = runner.invoke(app, [*argv, "-o", str(given), "--force"])
         assert res.exit_code == EXIT_OK, res.output
         assert target.read_bytes() != before.encode()
 

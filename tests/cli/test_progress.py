@@ -111,3 +111,43 @@ def test_progress_moves_before_the_first_pack_is_committed(tmp_path, caplog, mon
     lines = [msg for kind, msg in order if kind == "line"]
     assert all(a != b for a, b in zip(lines, lines[1:], strict=False)), lines
     assert lines[-1].endswith("done")
+
+
+class _Terminal:
+    """stderr as a terminal: tqdm draws its bar here."""
+
+    def __init__(self):
+        self.text = ""
+
+    def write(self, s):
+        self.text += s
+
+    def flush(self):
+        pass
+
+    def isatty(self):
+        return True
+
+
+def test_terminal_bar_ticks_every_second_from_the_first_pack(monkeypatch):
+    """Issue 51 item 1: the bar sat at `0/4 [00:00<?, ?trace/s]`, clock frozen, for a whole 29 s run. It is
+    redrawn every second: elapsed time always, tokens/s once a prefill group finished, ETA once a pack is in."""
+    import sys
+
+    from masprism_batch import progress_events
+    from masprism_batch.cli import progress as prog
+
+    term = _Terminal()
+    monkeypatch.setattr(sys, "stderr", term)
+    monkeypatch.setattr(prog, "TICK", 0.2)
+    with heartbeat(30.0) as display:
+        display.begin(4, "attribute (local)")
+        time.sleep(1.3)  # nothing finished yet: the clock still moves
+        assert "00:01" in term.text, term.text
+        progress_events.prefill_done("pass1", 3, 2500)  # the first prefill group: tokens/s before any pack
+        time.sleep(0.5)
+        assert "tok/s" in term.text.rsplit("\r", 1)[-1] or "tok/s" in term.text
+        display.on_pack(1, 1, 4000, 1.5)
+        time.sleep(0.5)
+        last = term.text.rsplit("\r", 1)[-1]
+        assert "1/4" in last and "<00:" in last and "?" not in last.split("<", 1)[1].split(",", 1)[0], last

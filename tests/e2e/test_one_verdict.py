@@ -90,11 +90,11 @@ def _doctor(outdir: Path, dst: Path, **changes) -> Path:
 def _outputs(outdir: Path, tmp: Path) -> dict[str, tuple]:
     """(step, agent) as each output names the verdict of the single trace."""
     got: dict[str, tuple] = {}
-    # exports: the trace has no span ids, so Phoenix gets a trace annotation (span_id null), in the one file
-    ph = tmp / "ann.jsonl"
-    files = export.export_files(outdir, "phoenix", ph, top_k=3)
+    # exports: the trace has no span ids, so Phoenix gets a trace annotation, in the file of that target
+    ph = tmp / "ann.traces.jsonl"
+    files = export.export_files(outdir, "phoenix", tmp / "ann.jsonl", top_k=3)
     (rec, *_) = [json.loads(x) for x in ph.read_text().splitlines()]
-    assert rec["label"] == "failure_source" and set(files) == {ph} and rec["span_id"] is None
+    assert rec["label"] == "failure_source" and set(files) == {ph} and "span_id" not in rec
     assert rec["metadata"]["step"] == rec["metadata"]["blamed_step"]
     got["phoenix"] = (rec["metadata"]["blamed_step"], rec["metadata"]["blamed_agent"])
     m = re.search(r"Blamed: step (\d+) \(written by [^)]*\); blamed agent (\S+) ", rec["explanation"])

@@ -72,11 +72,12 @@ def test_who_and_when_shape_gets_the_zero_training_verdict_unless_a_ranker_is_na
     fitted_system = next(s for s, e in sorted(packaged.items()) if e.get("verdict") != "rule")
     for folder, traces in by_folder.items():
         for t in traces:  # nothing named: the zero-training verdict, whatever the folder
-            assert _by(t, _cfg(), rng).by.startswith("rule:"), (folder, SEED)
+            assert _by(t, _cfg(), rng).by.startswith(("rule:", "no_symptom:")), (folder, SEED)
             # the packaged rankers named: only the benchmark's own folder is the benchmark system
             v = _by(t, _cfg(ranker_weights=rk.PACKAGED_NAME), rng)
             # (the packaged fit may keep the rule for a benchmark system: then its entry says "rule:...")
-            want = "rule:" if folder == team else rk.SystemRanker(packaged[f"who-and-when/{folder}"], "").verdict_by
+            want = ("rule:", "no_symptom:") if folder == team else (
+                rk.SystemRanker(packaged[f"who-and-when/{folder}"], "").verdict_by,)
             assert v.by.startswith(want), (folder, v.by, SEED)
             # a team may name a benchmark system for its logs: then its ranker is what they asked for
             named = _cfg(ranker_weights=rk.PACKAGED_NAME, system=fitted_system)
@@ -95,7 +96,7 @@ def test_a_fitted_ranker_applies_only_to_its_named_system(tmp_path, synth, logs)
     rf = rk.load(str(path), PACKAGED_MODEL)
     for t in by_folder[team] + by_folder["Algorithm-Generated"] + by_folder["Hand-Crafted"]:
         assert rf.for_trace(t) is None  # recorded/unknown system: not billing-bot
-        assert _by(t, _cfg(ranker_weights=str(path)), rng).by.startswith("rule:")
+        assert _by(t, _cfg(ranker_weights=str(path)), rng).by.startswith(("rule:", "no_symptom:"))
         got = rf.for_trace(t, "billing-bot")
         assert got is not None and got.system == "billing-bot"
         assert _by(t, _cfg(ranker_weights=str(path), system="billing-bot"), rng).by == sr.verdict_by

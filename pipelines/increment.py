@@ -1,0 +1,172 @@
+"""Incremental runs: re-running the same command into an OUTDIR whose input folder grew attributes exactly the
+new traces (a nightly job over a log folder).
+
+The staging marker (`_staging/_COMPLETE.json`) records every data file it read with its size and mtime. A re-run
+with the same inputs and the same selection (everything) compares the folder with it:
+
+- a new file is staged as the next *generation* of parts (`part-g0001-00000.parquet`, ...): new shards, the
+  committed ones untouched (a shard's id is its part name and row range, plan.py);
+- a changed file (size or mtime) is said and read again; its traces already staged are skipped (the same trace
+  is never attributed twice), the others are new;
+- a removed file is said; its verdicts stay.
+
+A trace of a new file whose id was staged before is skipped too (first wins, as in one run). The generation's
+rejections are committed as their own shard (`ingest-g0001`). Crash safety: the generation is written beside
+the staging, its files moved in, the marker rewritten last; parts the marker does not list (a generation cut
+short) are removed before anything is planned, so they are staged again, never planned half-done.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import shutil
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+
+import pyarrow.parquet as pq
+
+from masprism_batch import schema
+from masprism_batch.config import IngestConfig
+from masprism_batch.ingest.status import attributable
+from masprism_batch.outdir.parts import DatasetWriter, write_json_atomic
+
+log = logging.getLogger(__name__)
+
+GENERATION = "part-g"  # prefix of an increment's parts; generation 0 (the first staging) is `part-NNNNN`
+
+
+@dataclass
+class Increment:
+    """What this invocation found in the inputs against the staging (run.json `this_invocation.inputs`)."""
+
+    files: int = 0  # data files under the inputs now
+    new_files: list[str] = field(default_factory=list)
+    changed_files: list[str] = field(default_factory=list)
+    removed_files: list[str] = field(default_factory=list)
+    new_traces: int = 0  # traces staged by this invocation (all of them on a first run)
+    already_staged: int = 0  # traces of new or changed files whose id was staged before: skipped
+    not_added: str | None = None  # why new or changed files were not staged (a --sample/--limit run)
+
+    def as_dict(self, names: int = 20) -> dict:
+        """Counts, and the first `names` paths of each list (a folder of 100,000 logs stays a small run.json)."""
+        d = asdict(self)
+        for k in ("new_files", "changed_files", "removed_files"):
+            d[f"{k}_count"], d[k] = len(d[k]), d[k][:names]
+        return d
+
+
+def fingerprints(inputs: list[str]) -> dict[str, tuple[str, int, int]]:
+    """{absolute path: (path as expanded from the inputs, size, mtime_ns)} of every data file under `inputs`."""
+    from masprism_batch.ingest.sources import expand
+
+    out = {}
+    for f in expand(list(inputs), lambda row: None):
+        try:
+            st = os.stat(f)
+        except OSError:
+            continue  # gone meanwhile: ingest reports it if it is read
+        out[os.path.abspath(f)] = (f, st.st_size, st.st_mtime_ns)
+    return out
+
+
+def recorded(now: dict[str, tuple[str, int, int]]) -> dict[str, list[int]]:
+    """The marker's form of `fingerprints`: {absolute path: [size, mtime_ns]}."""
+    return {k: [v[1], v[2]] for k, v in sorted(now.items())}
+
+
+def compare(marker: dict, now: dict[str, tuple[str, int, int]]) -> Increment:
+    old = marker.get("files") or {}
+    inc = Increment(files=len(now))
+    inc.new_files = sorted(now[k][0] for k in now if k not in old)
+    inc.changed_files = sorted(now[k][0] for k in now if k in old and list(old[k]) != [now[k][1], now[k][2]])
+    inc.removed_files = sorted(k for k in old if k not in now)
+    return inc
+
+
+def drop_unlisted(staging: Path, marker: dict) -> None:
+    """Remove generation parts the marker does not list: a generation that did not finish (never planned)."""
+    listed = set(marker.get("parts") or {})
+    for d in ("traces", "errors"):
+        for f in (staging / d).glob(f"{GENERATION}*.parquet"):
+            if f"{d}/{f.name}" not in listed:
+                log.warning("%s: part of an increment that did not finish; staged again", f)
+                f.unlink()
+
+
+def generation_of(name: str) -> int:
+    """0 for the first staging's parts, N for `part-gNNNN-*`."""
+    return int(name[len(GENERATION):].split("-", 1)[0]) if name.startswith(GENERATION) else 0
+
+
+def _staged_ids(staging: Path) -> set[str]:
+    ids: set[str] = set()
+    for f in sorted((staging / "traces").glob("part-*.parquet")):
+        ids.update(pq.read_table(f, columns=["trace_id"]).column("trace_id").to_pylist())
+    return ids
+
+
+def stage_increment(staging: Path, marker: dict, now: dict[str, tuple[str, int, int]], inc: Increment, fmt: str,
+                    traces_per_shard: int, limits: IngestConfig | None, staged_rows) -> None:
+    """Stage the new and changed files of `inc` as the next generation and rewrite the marker (`staged_rows`:
+    plan's part census, which the marker holds)."""
+    from masprism_batch import ingest
+
+    files = inc.new_files + inc.changed_files
+    gen = 1 + max([generation_of(p.split("/", 1)[1]) for p in marker.get("parts") or {}] or [0])
+    prefix = f"{GENERATION}{gen:04d}"
+    partial = staging.parent / "_staging.increment"
+    if partial.exists():
+        shutil.rmtree(partial)
+    seen = _staged_ids(staging)
+    traces = DatasetWriter(partial / "traces", schema.TRACES, rows_per_part=traces_per_shard, prefix=prefix)
+    errors = DatasetWriter(partial / "errors", schema.ERRORS, rows_per_part=4096, prefix=prefix)
+    set_aside: list[dict] = []
+
+    def file_done(path: str, *_sizes: int) -> None:  # succeeded_run rows of the file just read get its path
+        for row in set_aside:
+            errors.write({**row, "input_path": path})
+        set_aside.clear()
+
+    read = ingest.read_inputs(files, fmt=fmt, on_error=errors.write, on_file=file_done, limits=limits)
+    if limits is None or not limits.all_runs:
+        read = attributable(read, set_aside.append)
+    for t in read:
+        if t.trace_id in seen:
+            inc.already_staged += 1
+            continue
+        seen.add(t.trace_id)
+        traces.write(t.to_row())
+        inc.new_traces += 1
+    traces.close()
+    errors.close()
+    for d in ("traces", "errors"):
+        for f in sorted((partial / d).glob("*.parquet")):
+            os.replace(f, staging / d / f.name)
+    shutil.rmtree(partial)
+    gens = list(marker.get("generations") or []) + [{"generation": gen, **inc.as_dict()}]
+    write_json_atomic({**marker, "traces": int(marker.get("traces", 0)) + inc.new_traces,
+                       "errors": int(marker.get("errors", 0)) + errors.rows_written, "parts": staged_rows(staging),
+                       "files": recorded(now), "generations": gens}, staging / "_COMPLETE.json")
+    log.info("increment %d: %d new trace(s) from %d new and %d changed file(s); %d already staged, skipped", gen,
+             inc.new_traces, len(inc.new_files), len(inc.changed_files), inc.already_staged)
+
+
+def summary_line(inc: dict | None) -> str | None:
+    """One line for the terminal: how many traces and files were new since the OUTDIR's last run."""
+    if not inc:
+        return None
+    parts = [f"{inc['new_traces']:,} new trace(s) from {inc['files']:,} input file(s)"]
+    if inc["new_files_count"]:
+        parts.append(f"{inc['new_files_count']:,} new file(s)")
+    if inc["changed_files_count"]:
+        shown = inc["changed_files"][:3]
+        parts.append(f"{inc['changed_files_count']:,} changed since the last run, read again ({', '.join(shown)}"
+                     f"{', ...' if inc['changed_files_count'] > len(shown) else ''})")
+    if inc["already_staged"]:
+        parts.append(f"{inc['already_staged']:,} trace(s) already attributed, skipped")
+    if inc["removed_files_count"]:
+        parts.append(f"{inc['removed_files_count']:,} file(s) gone since (their verdicts kept)")
+    if inc.get("not_added"):
+        parts.append(inc["not_added"])
+    return "inputs: " + "; ".join(parts)
