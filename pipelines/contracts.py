@@ -44,7 +44,9 @@ class PackTask(_Row):
     label: str  # the input as the user named it (errors' input_path)
     pack_index: int
     pack_key: str  # the pack's name in the crash ledger (`work.pack_key`)
-    n_packs: int  # packs of the shard: the committer commits the shard when it holds them all
+    # packs of the shard: the committer commits the shard when it holds them all; 0 = not known yet (packs are
+    # handed on as they are cut: only the shard's last pack carries the count)
+    n_packs: int
     n_traces: int
     n_records: int  # what the progress display counts: the traces, and on pack 0 the shard's read rejections
     tokens_pass1_est: int
