@@ -7,9 +7,10 @@ Tails run one at a time, in submission order (commits and ledger calls in pack o
 them). A tail's exception is raised by the `submit` that waits for it, or on a clean `close`. `depth` 0 runs
 each tail inline (a run with a crash history: nothing runs beside anything else).
 
-On an interruption (any exception leaving the block) the tail that is running finishes and those queued are
-dropped, so the caller's unwinding (commit of what finished, the ledger taking its starts back) sees every
-finished pack and no tail running any more.
+On an interruption (any exception leaving the block) the tails already queued still run (their device half is
+done: only host work is left, so finishing them is what loses least), their errors are logged, not raised,
+and the caller's unwinding (commit of what finished, the ledger taking its starts back) sees every finished
+pack and no tail running any more.
 """
 
 from __future__ import annotations
@@ -39,16 +40,16 @@ class Tails:
             self._pending.popleft().result()
 
     def close(self, drain: bool = True) -> None:
-        """`drain`: wait for every queued tail and raise the first error; else finish the running one only."""
+        """Wait for every queued tail; `drain`: raise the first error (a clean end), else only log them."""
         if self._pool is None:
             return
         try:
             while drain and self._pending:
                 self._pending.popleft().result()
         finally:
-            self._pool.shutdown(wait=True, cancel_futures=True)
+            self._pool.shutdown(wait=True)
             for f in self._pending:
-                if not f.cancelled() and f.exception() is not None:  # unwinding: the caller's error is the one
+                if f.exception() is not None:  # unwinding: the caller's error is the one to report
                     log.warning("a pack's host tail failed while the run stopped: %s", f.exception())
             self._pending.clear()
 
