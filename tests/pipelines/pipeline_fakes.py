@@ -170,10 +170,16 @@ class Halves(Fakes):
     def kwargs(self, ray: bool = False) -> dict:
         return {**super().kwargs(ray), "attribute": self}
 
+    def load_model(self, cfg):
+        cfg.config_hash()  # its first call imports torch (~10 s here): a model load's cost, not a pack's
+        return super().load_model(cfg)
+
     def _note(self, what: str) -> None:
         if self.events:
+            import threading
+
             with open(self.events, "a") as f:
-                f.write(f"{what} {time.time():.6f}\n")
+                f.write(f"{what} {time.time():.6f} {threading.get_ident() % 1000}\n")
 
     def __call__(self, traces, model, cfg, rendered):
         return self.tail(self.device(traces, model, cfg, rendered))
@@ -181,9 +187,11 @@ class Halves(Fakes):
     def device(self, traces, model, cfg, rendered):
         self._note("device")
         time.sleep(self.device_s)
+        self._note("device_end")
         return self.attribute(traces, model, cfg, rendered)
 
     def tail(self, out):
+        self._note("tail_start")
         time.sleep(self.tail_s)
         self._note("tail")
         return out
@@ -192,7 +200,7 @@ class Halves(Fakes):
 def events(path: str) -> tuple[int, float]:
     """(packs, seconds from the first device start to the last tail end) of a `Halves` events file."""
     rows = [line.split() for line in Path(path).read_text().splitlines()]
-    starts = [float(t) for what, t in rows if what == "device"]
-    ends = [float(t) for what, t in rows if what == "tail"]
+    starts = [float(r[1]) for r in rows if r[0] == "device"]
+    ends = [float(r[1]) for r in rows if r[0] == "tail"]
     assert len(starts) == len(ends), "a pack started on the device and never finished its tail"
     return len(starts), max(ends) - min(starts)
