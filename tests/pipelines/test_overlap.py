@@ -53,10 +53,10 @@ def test_local_engine_overlaps_device_and_host_tail(tmp_path, small_cfg, x, y):
 def test_ray_engine_overlaps_device_and_host_tail(tmp_path, small_cfg):
     ray = pytest.importorskip("ray", reason="the Ray engine tests need ray[data] (dev extra)")
     import pipeline_fakes
-    import ray.cloudpickle
     from masprism_batch.pipelines import run_ray
+    from ray import cloudpickle
 
-    ray.cloudpickle.register_pickle_by_value(pipeline_fakes)  # Ray workers do not have tests/ on sys.path
+    cloudpickle.register_pickle_by_value(pipeline_fakes)  # Ray workers do not have tests/ on sys.path
     x, y = 0.25, 0.25
     ids = make_corpus(tmp_path / "in", N_LOGS, 2)
     cfg = small_cfg(per_shard=256, budget=400)
