@@ -1,6 +1,6 @@
 """What the engines hand each other: a pack to attribute (`PackTask`) and what came of it (`PackResult`).
 
-The CPU stage (`work.prepare_shard`) makes the tasks, the model stage (`work.attribute_pack`) turns each into a
+The CPU stage (`work.shard_packs`) makes the tasks, the model stage (`work.start_pack`/`finish_pack`) turns each into a
 result, and the driver's `Committer` commits results per shard. Input data travels inside as Arrow IPC bytes
 (schema-checked, no pickle of input data); the rest are scalars. The local engine hands the objects over as
 they are; Ray Data moves rows, so under Ray they cross as `to_row()` dicts and come back through `from_row`,

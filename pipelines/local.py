@@ -1,6 +1,6 @@
 """The local engine: the whole run in this process, one model, no Ray.
 
-It runs the same stage functions as the Ray engine (`work.prepare_shard`, `work.attribute_pack`) in the
+It runs the same stage functions as the Ray engine (`work.shard_packs`, `work.start_pack`/`finish_pack`) in the
 same order, so both engines write the same shards with the same content.
 
 The OUTDIR lock is held for the whole run. A crash of the process itself (segfault, OOM kill) cannot be caught

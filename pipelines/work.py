@@ -3,8 +3,7 @@
 `shard_packs` (CPU stage): read one shard, render pass 1 (the only pass-1 render of a run) window by window,
 cut packs of bounded work (the longest traces alone) and hand each on as it is cut. `start_pack` /
 `finish_pack` (model stage): the device half (prefills) and the host tail (method, verdicts, rows) of one pack,
-on the renders shipped with it; the engines overlap one pack's tail with the next pack's device half
-(`attribute_pack`: both at once). They exchange `contracts.PackTask` / `PackResult`: scalars
+on the renders shipped with it; the engines overlap one pack's tail with the next pack's device half. They exchange `contracts.PackTask` / `PackResult`: scalars
 and Arrow IPC bytes, which is also what a Ray Data row holds, so the local engine runs the very same bytes
 through the very same functions.
 """
@@ -19,21 +18,11 @@ from masprism_batch.pipelines.contracts import PackResult, PackTask, from_ipc, t
 from masprism_batch.pipelines.crash_guard import CrashGuard
 from masprism_batch.pipelines.packs import PackRunner, Started, make_packs, tokens_of, windows_of
 from masprism_batch.pipelines.plan import Shard, read_shard
-from masprism_batch.pipelines.seams import attribute_traces
 
 from masprism_batch import schema
 from masprism_batch.config import PipelineConfig
 from masprism_batch.render import pass1
 from masprism_batch.trace import Trace
-
-
-def prepare_shard(shard: Shard, tokenizer, model_context: int, cfg: PipelineConfig,
-                  guard: CrashGuard | None = None, render=None) -> list[PackTask]:
-    """Every pack of `shard` at once (`shard_packs`), each knowing the shard's pack count."""
-    tasks = list(shard_packs(shard, tokenizer, model_context, cfg, guard, render))
-    for t in tasks:
-        t.n_packs = len(tasks)
-    return tasks
 
 
 def shard_packs(shard: Shard, tokenizer, model_context: int, cfg: PipelineConfig,
@@ -85,14 +74,6 @@ def pack_key(trace_ids) -> str:
     """A pack's name in the crash ledger, from the traces it holds (not its index): a resume that packs only
     the traces not yet committed finds the same pack under the same key, so its crash count carries over."""
     return hashlib.sha256("\0".join(sorted(trace_ids)).encode()).hexdigest()[:16]
-
-
-def attribute_pack(task: PackTask, model, cfg: PipelineConfig, guard=None,
-                   attribute=attribute_traces) -> PackResult:
-    """One pack -> its result (IPC tables) with the pack's shard bookkeeping and timings. `attribute`: the
-    model stage (see `packs.process_pack`)."""
-    runner = PackRunner(model, cfg, attribute)
-    return finish_pack(start_pack(task, runner, guard), runner)
 
 
 def start_pack(task: PackTask, runner: PackRunner, guard=None) -> tuple[PackTask, Started]:
