@@ -32,13 +32,13 @@ from typing import Any
 
 from masprism_batch.pipelines.commit import Committer, open_run
 from masprism_batch.pipelines.contracts import PackResult, PackTask
-from masprism_batch.pipelines.crash_guard import PACK_CRASHES_BEFORE_ONE_BY_ONE, CrashGuard, FileLedger
 from masprism_batch.pipelines.interrupts import interruptible, keeping_finished
 from masprism_batch.pipelines.packs import PackRunner, with_pack_bound
 from masprism_batch.pipelines.plan import Shard
 from masprism_batch.pipelines.progress import Progress
 from masprism_batch.pipelines.ray_budget import cluster_token_budget, wants_gpu_sizing
 from masprism_batch.pipelines.ray_cluster import ray_cluster
+from masprism_batch.pipelines.ray_ledger import LEDGER_ACTOR, Ledger, ledger_call, ledger_guard
 from masprism_batch.pipelines.resume import resume_config
 from masprism_batch.pipelines.run_summary import RunSummary
 from masprism_batch.pipelines.seams import ModelStage, load_model, load_tokenizer
@@ -61,43 +61,6 @@ _TOKENIZERS: dict[Any, Any] = {}  # per worker process: the tokenizer is loaded 
 _POOLS: dict[Any, Any] = {}  # per worker process: its render pool, started once
 
 
-LEDGER_ACTOR = "masprism-ledger"  # + the OUTDIR's run id: named, so an operator (or a test) can find it
-LEDGER_ATTEMPTS = 6  # calls to the ledger actor: tried this often, waits doubling from 0.5 s (~30 s in all)
-
-
-def retry(call, retryable: tuple[type[BaseException], ...], attempts: int = LEDGER_ATTEMPTS, wait: float = 0.5,
-          sleep=time.sleep):
-    """`call()` again after a `retryable` error (the ledger actor died and is restarting), `attempts` times in
-    all with doubling waits; the last error is raised."""
-    for i in range(attempts):
-        try:
-            return call()
-        except retryable as exc:
-            if i == attempts - 1:
-                raise
-            log.warning("ledger call failed (%s: %s): retrying", type(exc).__name__, exc)
-            sleep(wait * 2**i)
-    raise AssertionError("unreachable")
-
-
-def ledger_call(ledger, method: str, *args):
-    """One call to the ledger actor, retried while it restarts (a killed ledger must not abort the run)."""
-    import ray
-
-    errors = (ray.exceptions.RayActorError, ray.exceptions.GetTimeoutError,
-              getattr(ray.exceptions, "ActorUnavailableError", ray.exceptions.RayActorError))
-    return retry(lambda: ray.get(getattr(ledger, method).remote(*args), timeout=60), errors)
-
-
-def _ledger_guard(ledger, key: str) -> CrashGuard | None:
-    """begin(key) on the ledger actor; past the crash rule, a guard that pins crashes to single traces."""
-    crashes = ledger_call(ledger, "begin", key)
-    if crashes < PACK_CRASHES_BEFORE_ONE_BY_ONE:
-        return None
-    log.warning("%s crashed a worker %d times: running its traces one by one", key, crashes)
-    return CrashGuard(lambda k: ledger_call(ledger, "begin", k), lambda k: ledger_call(ledger, "done", k), key + "/")
-
-
 def _prepare(row: dict[str, Any], cfg_json: str, load_tokenizer, ledger=None) -> Iterator[dict[str, Any]]:
     """A shard's packs as they are cut (`work.shard_packs`, window by window): a generator, so Ray Data hands
     each pack to the model actors while the rest of the shard renders (one block per pack, `_CTX`); a run of
@@ -115,7 +78,7 @@ def _prepare(row: dict[str, Any], cfg_json: str, load_tokenizer, ledger=None) ->
             yield t.to_row()  # Ray Data rows are dicts: `PackTask.from_row` on the other side
         return
     lkey = f"{shard.shard_id}/prepare"  # Ray retries a task whose worker died: the ledger bounds it
-    for t in shard_packs(shard, tokenizer, context, cfg, guard=_ledger_guard(ledger, lkey), render=pool):
+    for t in shard_packs(shard, tokenizer, context, cfg, guard=ledger_guard(ledger, lkey), render=pool):
         yield t.to_row()
     ledger_call(ledger, "done", lkey)
 
@@ -130,29 +93,6 @@ def _render_pool(tokenizer, cpus: int):
     if key not in _POOLS:
         _POOLS[key] = RenderPool(tokenizer, cpus)
     return _POOLS[key]
-
-
-class Ledger(FileLedger):
-    """Start/finish counts per key, held by one actor; a crash leaves a start without a finish. Kept in
-    OUTDIR/_ledger.json (`FileLedger`): a restarted actor, and a resumed run, start from the counts. Where the
-    actor's node cannot write OUTDIR (a cluster without the shared filesystem the docs ask for), the counts stay
-    in memory, as before, with one warning: crash counting must not fail the run."""
-
-    def __init__(self, path):
-        try:
-            super().__init__(path)
-        except OSError as exc:  # OutdirUnsafe (a FIFO there) is a ValueError and still refuses the run
-            self.path, self._mine, self.started = Path(path), set(), {}
-            self._warned = True
-            log.warning("ledger %s not readable here (%s): crash counts kept in memory only", path, exc)
-
-    def _save(self) -> None:
-        try:
-            super()._save()
-        except OSError as exc:
-            if not getattr(self, "_warned", False):
-                self._warned = True
-                log.warning("ledger %s not writable here (%s): crash counts kept in memory only", self.path, exc)
 
 
 IN_FLIGHT = 2  # packs per model actor: one holds the device while the other's host tail runs
@@ -184,7 +124,7 @@ class ModelActor:
         for row in batch.to_pylist():
             task = PackTask.from_row(row)
             key = f"{task.shard_id}/{task.pack_key}"  # by content: the same after a partial commit
-            guard = _ledger_guard(self.ledger, key)
+            guard = ledger_guard(self.ledger, key)
             with self.gate.enter(alone=guard is not None):
                 started = start_pack(task, self.runner, guard)
                 out.append(finish_pack(started, self.runner).to_row())
@@ -326,6 +266,7 @@ def _execute(committer: Committer, pending: list[Shard], cfg: PipelineConfig, n:
                                                    "load_model": load_model, "attribute": attribute}, **resources)
         for row in ds.iter_rows():
             committer.add(PackResult.from_row(row))
+        ledger_call(ledger, "settle")  # every unit is done; a finish still on its way is no crash
     except KeyboardInterrupt:  # not a crash of what was running: its starts are taken back, as locally
         try:
             ray.get(ledger.interrupted.remote(), timeout=10)

@@ -143,7 +143,7 @@ def test_several_poison_traces_in_one_pack_cost_the_documented_crashes(tmp_path,
 
 
 def test_ray_ledger_keeps_counts_across_restarts_and_its_calls_are_retried(tmp_path):
-    from masprism_batch.pipelines.ray_engine import Ledger, retry
+    from masprism_batch.pipelines.ray_ledger import Ledger, retry
 
     path = tmp_path / "_ledger.json"
     key = f"{random.randrange(16**8):08x}/{random.randrange(16**8):08x}"
