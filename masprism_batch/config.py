@@ -190,6 +190,9 @@ class EngineConfig(_Section):
     # finished packs of an unfinished shard are committed (as pieces) once this many seconds passed since the
     # last commit, and on an interruption: what a kill -9 can lose; 0 = after every pack
     commit_seconds: float = Field(60.0, ge=0, allow_inf_nan=False)
+    # pass-1 tokens of one pack, the unit that finishes and commits (pipelines/packs.py): None = the token budget
+    # on a GPU, 2,048 on a CPU (a pack of ~20-30 s there), so an interruption loses about that much
+    pack_tokens: int | None = Field(None, ge=1)
     # threads building pass-2 prompts while the next pass-1 prefills run (stage/pass2.py); 0: inline, after them
     pass2_render_threads: int = Field(1, ge=0)
 

@@ -83,6 +83,7 @@ class Committer:
         self.started_at = now_utc()
         self._open: dict[str, list[PackResult]] = {}  # finished packs not committed yet, per shard
         self._seen: dict[str, set[int]] = {}  # pack indices received per shard (this invocation)
+        self._expect: dict[str, int] = {}  # packs of a shard, once its last pack told
         self._done: set[str] = set()
         self._next_piece: dict[str, int] = {}
         self.commit_seconds = float(getattr(cfg.engine, "commit_seconds", 60.0))
@@ -150,12 +151,14 @@ class Committer:
             log.warning("ignoring a repeated result for shard %s pack %s", sid, idx)
             return
         seen.add(idx)
+        if result.n_packs:  # the shard's last pack knows the count (`work.shard_packs`); it may come first
+            self._expect[sid] = result.n_packs
         self._open.setdefault(sid, []).append(result)
         self.traces_done += result.n_traces
         self.tokens_done += result.tokens
         elapsed = max(time.perf_counter() - self.t0, 1e-9)
         self.progress.on_pack(result.n_records, self.traces_done, self.tokens_done, elapsed)
-        if len(seen) == result.n_packs:
+        if len(seen) == self._expect.get(sid):
             self._commit(sid, self._open.pop(sid))
         elif time.perf_counter() - self._last_commit >= self.commit_seconds:
             self.flush()

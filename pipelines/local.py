@@ -1,6 +1,6 @@
 """The local engine: the whole run in this process, one model, no Ray.
 
-It runs the same stage functions as the Ray engine (`work.prepare_shard`, `work.attribute_pack`) in the
+It runs the same stage functions as the Ray engine (`work.shard_packs`, `work.start_pack`/`finish_pack`) in the
 same order, so both engines write the same shards with the same content.
 
 The OUTDIR lock is held for the whole run. A crash of the process itself (segfault, OOM kill) cannot be caught
@@ -14,6 +14,7 @@ and the ledger takes back the starts they interrupted.
 from __future__ import annotations
 
 import contextlib
+import functools
 import logging
 import os
 import threading
@@ -23,13 +24,15 @@ from pathlib import Path
 from masprism_batch.pipelines.commit import Committer, open_run
 from masprism_batch.pipelines.crash_guard import PACK_CRASHES_BEFORE_ONE_BY_ONE, CrashGuard, FileLedger
 from masprism_batch.pipelines.interrupts import interruptible, keeping_finished
+from masprism_batch.pipelines.packs import PackRunner, with_pack_bound
 from masprism_batch.pipelines.prefetch import Prefetcher
 from masprism_batch.pipelines.progress import Progress
 from masprism_batch.pipelines.resume import resume_config
 from masprism_batch.pipelines.run_summary import RunSummary
 from masprism_batch.pipelines.seams import ModelStage, load_model
 from masprism_batch.pipelines.selection import Selection
-from masprism_batch.pipelines.work import attribute_pack, prepare_shard
+from masprism_batch.pipelines.tails import Tails
+from masprism_batch.pipelines.work import finish_pack, shard_packs, start_pack
 
 from masprism_batch.config import PipelineConfig, auto_device_type
 from masprism_batch.outdir.parts import OutdirLock
@@ -80,6 +83,7 @@ def run_local(inputs: list[str], outdir: str | Path, cfg: PipelineConfig, *, fmt
             if model is None:
                 model = _load(load_model, cfg, extra)
             extra["model_id"] = getattr(model, "model_id", None)
+            cfg = with_pack_bound(cfg, _on_gpu(model))
             ledger = FileLedger(outdir / LEDGER_NAME)
             with keeping_finished(committer, extra, on_interrupt=ledger.interrupted):
                 _work(committer, model, cfg, ledger, attribute, prefetch, workers, pool)
@@ -93,44 +97,55 @@ def _load(load_model, cfg: PipelineConfig, extra: dict):
     return model
 
 
+def _on_gpu(model) -> bool:
+    return getattr(getattr(model, "device", None), "type", "cpu") == "cuda"
+
+
 def _render_workers(asked: int | None, model) -> int:
     if asked is not None:
         return asked
-    on_gpu = getattr(getattr(model, "device", None), "type", "cpu") == "cuda"
-    return min(8, (os.cpu_count() or 1) - 2) if on_gpu else 0  # on CPU the model wants every core
+    return min(8, (os.cpu_count() or 1) - 2) if _on_gpu(model) else 0  # on CPU the model wants every core
 
 
 def _work(committer: Committer, model, cfg: PipelineConfig, ledger: FileLedger, attribute, prefetch: int,
           workers: int, pool: RenderPool | None) -> None:
-    def prepare(shard):
+    """Three things at once: the prefetch thread cuts the next packs, this thread holds the device for one
+    pack, the tail thread finishes the pack before it (method, verdicts, rows, commit) and then its ledger key."""
+    ledger = _OneAtATime(ledger)
+
+    def packs_of(shard):
         key = f"{shard.shard_id}/prepare"
-        tasks = prepare_shard(shard, model.tokenizer, model.max_context, cfg, guard=_guard(ledger, key), render=pool)
+        guard = _guard(ledger, key)
+        yield from shard_packs(shard, model.tokenizer, model.max_context, cfg, guard=guard, render=pool)
         ledger.done(key)
-        return tasks
 
     def serial():
         for shard in committer.pending:
-            t0 = time.perf_counter()
-            tasks = prepare(shard)
-            yield shard, tasks, time.perf_counter() - t0
+            packs, t0 = packs_of(shard), time.perf_counter()
+            for task in packs:
+                yield shard, task, time.perf_counter() - t0
+                t0 = time.perf_counter()
 
-    ledger = _OneAtATime(ledger)
+    def tail(started, pkey: str) -> None:
+        committer.add(finish_pack(started, runner))
+        ledger.done(pkey)
+
     # a crash history: nothing runs beside anything else, so the next crash is pinned to what ran alone (with
     # a render beside a pack, a crash would count against both)
     ahead = max(prefetch, 0) if not ledger.started else 0
     if not ahead:
         pool = None  # one thing at a time: the render runs in this process
+    runner = PackRunner(model, cfg, attribute)
     with contextlib.ExitStack() as stack:
         if ahead and workers > 0 and pool is None:
             pool = stack.enter_context(RenderPool(model.tokenizer, workers))
-        pf = stack.enter_context(Prefetcher(prepare, committer.pending, ahead)) if ahead > 0 else serial()
-        for _shard, tasks, waited in pf:
-            for i, task in enumerate(tasks):
-                # the model stage's wait for this pack's input: all of it before the shard's first pack
-                task.seconds_input_wait = waited if i == 0 else 0.0
-                pkey = f"{task.shard_id}/{task.pack_key}"  # by content: the same after a partial commit
-                committer.add(attribute_pack(task, model, cfg, guard=_guard(ledger, pkey), attribute=attribute))
-                ledger.done(pkey)
+        source = stack.enter_context(Prefetcher(packs_of, committer.pending, ahead, flat=True)) if ahead else serial()
+        tails = stack.enter_context(Tails(1 if ahead else 0))  # closed first: no tail runs once we unwind
+        for _shard, task, waited in source:
+            task.seconds_input_wait = waited  # the model stage's wait for this pack's input
+            pkey = f"{task.shard_id}/{task.pack_key}"  # by content: the same after a partial commit
+            started = start_pack(task, runner, guard=_guard(ledger, pkey))
+            tails.submit(functools.partial(tail, started, pkey))
 
 
 class _OneAtATime:

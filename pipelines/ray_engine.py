@@ -1,7 +1,8 @@
 """The Ray engine: the same shards and stage functions as the local engine, on Ray Data.
 
-    shards (driver) -> flat_map(prepare_shard)  CPU tasks: read, render pass 1, token-budget packs
-                    -> map_batches(ModelActor)  stateful actors: model loaded once, both passes per pack
+    shards (driver) -> flat_map(_prepare)       CPU tasks: read, render pass 1, bounded packs as they are cut
+                    -> map_batches(ModelActor)  stateful actors: model loaded once, both passes per pack,
+                                                two packs in flight (one on the device, one in its host tail)
                     -> iter_rows (driver)       Committer: per-shard atomic commit + manifest
 
 Fault tolerance: CPU tasks are retried on a worker crash (Ray Data's default `max_retries=-1`); actors
@@ -23,23 +24,26 @@ import logging
 import math
 import os
 import sys
+import threading
 import time
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
 from masprism_batch.pipelines.commit import Committer, open_run
 from masprism_batch.pipelines.contracts import PackResult, PackTask
-from masprism_batch.pipelines.crash_guard import PACK_CRASHES_BEFORE_ONE_BY_ONE, CrashGuard, FileLedger
 from masprism_batch.pipelines.interrupts import interruptible, keeping_finished
+from masprism_batch.pipelines.packs import PackRunner, with_pack_bound
 from masprism_batch.pipelines.plan import Shard
 from masprism_batch.pipelines.progress import Progress
 from masprism_batch.pipelines.ray_budget import cluster_token_budget, wants_gpu_sizing
 from masprism_batch.pipelines.ray_cluster import ray_cluster
+from masprism_batch.pipelines.ray_ledger import LEDGER_ACTOR, Ledger, ledger_call, ledger_guard
 from masprism_batch.pipelines.resume import resume_config
 from masprism_batch.pipelines.run_summary import RunSummary
 from masprism_batch.pipelines.seams import ModelStage, load_model, load_tokenizer
 from masprism_batch.pipelines.selection import Selection
-from masprism_batch.pipelines.work import attribute_pack, prepare_shard
+from masprism_batch.pipelines.work import finish_pack, shard_packs, start_pack
 
 from masprism_batch.config import PipelineConfig
 from masprism_batch.outdir.parts import OutdirLock
@@ -54,90 +58,61 @@ _CTX = {  # Ray Data settings of a run (restored afterwards: the context is proc
     "target_max_block_size": 1,  # one pack per block, so the packs of one shard spread over all actors
 }
 _TOKENIZERS: dict[Any, Any] = {}  # per worker process: the tokenizer is loaded once, not once per shard
+_POOLS: dict[Any, Any] = {}  # per worker process: its render pool, started once
 
 
-LEDGER_ACTOR = "masprism-ledger"  # + the OUTDIR's run id: named, so an operator (or a test) can find it
-LEDGER_ATTEMPTS = 6  # calls to the ledger actor: tried this often, waits doubling from 0.5 s (~30 s in all)
-
-
-def retry(call, retryable: tuple[type[BaseException], ...], attempts: int = LEDGER_ATTEMPTS, wait: float = 0.5,
-          sleep=time.sleep):
-    """`call()` again after a `retryable` error (the ledger actor died and is restarting), `attempts` times in
-    all with doubling waits; the last error is raised."""
-    for i in range(attempts):
-        try:
-            return call()
-        except retryable as exc:
-            if i == attempts - 1:
-                raise
-            log.warning("ledger call failed (%s: %s): retrying", type(exc).__name__, exc)
-            sleep(wait * 2**i)
-    raise AssertionError("unreachable")
-
-
-def ledger_call(ledger, method: str, *args):
-    """One call to the ledger actor, retried while it restarts (a killed ledger must not abort the run)."""
-    import ray
-
-    errors = (ray.exceptions.RayActorError, ray.exceptions.GetTimeoutError,
-              getattr(ray.exceptions, "ActorUnavailableError", ray.exceptions.RayActorError))
-    return retry(lambda: ray.get(getattr(ledger, method).remote(*args), timeout=60), errors)
-
-
-def _ledger_guard(ledger, key: str) -> CrashGuard | None:
-    """begin(key) on the ledger actor; past the crash rule, a guard that pins crashes to single traces."""
-    crashes = ledger_call(ledger, "begin", key)
-    if crashes < PACK_CRASHES_BEFORE_ONE_BY_ONE:
-        return None
-    log.warning("%s crashed a worker %d times: running its traces one by one", key, crashes)
-    return CrashGuard(lambda k: ledger_call(ledger, "begin", k), lambda k: ledger_call(ledger, "done", k), key + "/")
-
-
-def _prepare(row: dict[str, Any], cfg_json: str, load_tokenizer, ledger=None) -> list[dict[str, Any]]:
-
+def _prepare(row: dict[str, Any], cfg_json: str, load_tokenizer, ledger=None) -> Iterator[dict[str, Any]]:
+    """A shard's packs as they are cut (`work.shard_packs`, window by window): a generator, so Ray Data hands
+    each pack to the model actors while the rest of the shard renders (one block per pack, `_CTX`); a run of
+    one shard overlaps its render with the model too. Rendered on the process pool the local engine uses
+    (`render.pool.RenderPool`) where the task has CPUs for one (`engine.cpu_stage_cpus` >= 2)."""
     cfg = PipelineConfig.model_validate_json(cfg_json)
     key = (cfg.model.model_dump_json(), load_tokenizer)  # the loader too: another run may pass another one
     if key not in _TOKENIZERS:
         _TOKENIZERS[key] = load_tokenizer(cfg)
+    tokenizer, context = _TOKENIZERS[key]
     shard = Shard.from_json(row["shard"])
+    pool = _render_pool(tokenizer, int(cfg.engine.cpu_stage_cpus))
     if ledger is None:
-        return [t.to_row() for t in prepare_shard(shard, *_TOKENIZERS[key], cfg)]
+        for t in shard_packs(shard, tokenizer, context, cfg, render=pool):
+            yield t.to_row()  # Ray Data rows are dicts: `PackTask.from_row` on the other side
+        return
     lkey = f"{shard.shard_id}/prepare"  # Ray retries a task whose worker died: the ledger bounds it
-    out = prepare_shard(shard, *_TOKENIZERS[key], cfg, guard=_ledger_guard(ledger, lkey))
+    for t in shard_packs(shard, tokenizer, context, cfg, guard=ledger_guard(ledger, lkey), render=pool):
+        yield t.to_row()
     ledger_call(ledger, "done", lkey)
-    return [t.to_row() for t in out]  # Ray Data rows are dicts: `PackTask.from_row` on the other side
 
 
-class Ledger(FileLedger):
-    """Start/finish counts per key, held by one actor; a crash leaves a start without a finish. Kept in
-    OUTDIR/_ledger.json (`FileLedger`): a restarted actor, and a resumed run, start from the counts. Where the
-    actor's node cannot write OUTDIR (a cluster without the shared filesystem the docs ask for), the counts stay
-    in memory, as before, with one warning: crash counting must not fail the run."""
+def _render_pool(tokenizer, cpus: int):
+    """This worker process's render pool (kept, like its tokenizer), or None with fewer than 2 CPUs."""
+    if cpus < 2:
+        return None
+    from masprism_batch.render.pool import RenderPool
 
-    def __init__(self, path):
-        try:
-            super().__init__(path)
-        except OSError as exc:  # OutdirUnsafe (a FIFO there) is a ValueError and still refuses the run
-            self.path, self._mine, self.started = Path(path), set(), {}
-            self._warned = True
-            log.warning("ledger %s not readable here (%s): crash counts kept in memory only", path, exc)
+    key = (id(tokenizer), cpus)
+    if key not in _POOLS:
+        _POOLS[key] = RenderPool(tokenizer, cpus)
+    return _POOLS[key]
 
-    def _save(self) -> None:
-        try:
-            super()._save()
-        except OSError as exc:
-            if not getattr(self, "_warned", False):
-                self._warned = True
-                log.warning("ledger %s not writable here (%s): crash counts kept in memory only", self.path, exc)
+
+IN_FLIGHT = 2  # packs per model actor: one holds the device while the other's host tail runs
 
 
 class ModelActor:
-    """Loads the model once per actor (re-loaded after a restart) and runs both passes per pack."""
+    """Loads the model once per actor (re-loaded after a restart) and runs both passes per pack, `IN_FLIGHT`
+    packs at once (Ray Data calls it from that many threads): the device half of each under one lock
+    (`packs.PackRunner`), the host tail outside it, so pack n's tail runs while pack n+1 is on the device.
+
+    The ledger stays off the device's path: a pack's start is recorded (a blocking call: its answer decides
+    the crash rule) while the other pack holds the device, its finish is sent without waiting. A pack with a
+    crash history runs alone (`_Gate`), so a crash is pinned to it and to nothing beside it."""
 
     def __init__(self, cfg_json: str, ledger, threads: int | None, load_model, attribute):
         self.cfg = PipelineConfig.model_validate_json(cfg_json)
         self.ledger, self.attribute = ledger, attribute
         self.model = load_model(self.cfg)
+        self.runner = PackRunner(self.model, self.cfg, attribute)
+        self.gate = _Gate()
         if threads and "torch" in sys.modules:  # a model without torch (test fakes) needs no thread setting
             sys.modules["torch"].set_num_threads(threads)
         log.info("actor pid %d loaded %s", os.getpid(), getattr(self.model, "model_id", "?"))
@@ -149,10 +124,37 @@ class ModelActor:
         for row in batch.to_pylist():
             task = PackTask.from_row(row)
             key = f"{task.shard_id}/{task.pack_key}"  # by content: the same after a partial commit
-            guard = _ledger_guard(self.ledger, key)
-            out.append(attribute_pack(task, self.model, self.cfg, guard=guard, attribute=self.attribute).to_row())
-            ledger_call(self.ledger, "done", key)
+            guard = ledger_guard(self.ledger, key)
+            with self.gate.enter(alone=guard is not None):
+                started = start_pack(task, self.runner, guard)
+                out.append(finish_pack(started, self.runner).to_row())
+            self.ledger.done.remote(key)  # not waited for: a lost finish only counts one crash too many
         return pa.Table.from_pylist(out)
+
+
+class _Gate:
+    """Packs of one actor run `IN_FLIGHT` at a time; one with a crash history (`alone`) waits for the others
+    to finish and runs with nothing beside it."""
+
+    def __init__(self):
+        self._cond = threading.Condition()
+        self._running, self._alone = 0, False
+
+    @contextlib.contextmanager
+    def enter(self, alone: bool):
+        with self._cond:
+            while self._alone or (alone and self._running):
+                self._cond.wait()
+            self._running += 1
+            self._alone = alone
+        try:
+            yield
+        finally:
+            with self._cond:
+                self._running -= 1
+                if alone:
+                    self._alone = False
+                self._cond.notify_all()
 
 
 def actor_resources(workers: int | None, cfg: PipelineConfig) -> tuple[int, dict[str, float], int | None]:
@@ -223,6 +225,7 @@ def run_ray(inputs: list[str], outdir: str | Path, cfg: PipelineConfig, *, worke
             return committer.finish(extra)
         cluster()
         n, resources, threads = actor_resources(workers, cfg)
+        cfg = with_pack_bound(cfg, "num_gpus" in resources)
         committer.workers = n
         extra.update(actor_resources=resources, actor_threads=threads)
         with keeping_finished(committer, extra):  # the ledger takes its starts back itself (`_execute`)
@@ -257,11 +260,13 @@ def _execute(committer: Committer, pending: list[Shard], cfg: PipelineConfig, n:
         # Ray Data's actor defaults are the fault tolerance wanted here: max_restarts=-1 and
         # max_task_retries=-1 (a killed actor comes back and its pack is retried; the ledger bounds loops).
         ds = ds.map_batches(ModelActor, batch_size=1, batch_format="pyarrow",
-                            compute=ray.data.ActorPoolStrategy(size=n),
+                            compute=ray.data.ActorPoolStrategy(size=n, max_concurrent_calls_per_actor=IN_FLIGHT,
+                                                               enable_true_multi_threading=True),
                             fn_constructor_kwargs={"cfg_json": cfg_json, "ledger": ledger, "threads": threads,
                                                    "load_model": load_model, "attribute": attribute}, **resources)
         for row in ds.iter_rows():
             committer.add(PackResult.from_row(row))
+        ledger_call(ledger, "settle")  # every unit is done; a finish still on its way is no crash
     except KeyboardInterrupt:  # not a crash of what was running: its starts are taken back, as locally
         try:
             ray.get(ledger.interrupted.remote(), timeout=10)

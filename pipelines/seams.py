@@ -39,17 +39,47 @@ class ModelStage:
     """The engines' default `attribute(traces, model, cfg, rendered)`: the model stage with the run's verdict
     policy (ranker file, fallback rule, calibration: `fit/policy.py`), read on the first pack and kept for the
     run. One per run (under Ray: one copy per model actor); a pack with another method config or model reads
-    it again."""
+    it again.
+
+    It also comes in its two halves, which the engines overlap across packs (`packs.PackRunner`):
+    `device(traces, model, cfg, rendered)` holds the model (every prefill) and returns a handle, `tail(handle)`
+    is host work only (method, verdicts, rows) and gives what the whole call gives. A replacement `attribute`
+    without them runs whole on the device side."""
 
     def __init__(self):
         self._policy = None
         self._policy_for: tuple[str, str] | None = None
 
     def __call__(self, traces: list[Trace], model, cfg: PipelineConfig, rendered: list):
-        from masprism_batch.fit.policy import VerdictPolicy
+        return self.tail(self.device(traces, model, cfg, rendered))
+
+    def device(self, traces: list[Trace], model, cfg: PipelineConfig, rendered: list):
         from masprism_batch.stage import attribute as attribution
+
+        return attribution.on_device(traces, model, cfg, rendered=rendered, policy=self._policy_of(cfg, model))
+
+    def tail(self, handle):
+        from masprism_batch.stage import attribute as attribution
+
+        return attribution.host_tail(handle)
+
+    def _policy_of(self, cfg: PipelineConfig, model):
+        from masprism_batch.fit.policy import VerdictPolicy
 
         key = (cfg.method.model_dump_json(), model.model_id)
         if self._policy_for != key:
             self._policy, self._policy_for = VerdictPolicy.load(cfg.method, model.model_id), key
-        return attribution.attribute_traces(traces, model, cfg, rendered=rendered, policy=self._policy)
+        return self._policy
+
+
+def halves(attribute):
+    """(device, tail) of an engine's `attribute`: its own halves where it has them (`ModelStage`), else the whole
+    call on the device side and a tail that hands its output on."""
+    device, tail = getattr(attribute, "device", None), getattr(attribute, "tail", None)
+    if callable(device) and callable(tail):
+        return device, tail
+    return attribute, _as_is
+
+
+def _as_is(out):
+    return out

@@ -9,6 +9,10 @@
    signals, no logits) on random ids with exactly the sequence lengths the pipeline prefilled (each trace's
    pass-1 windows or prompt and its pass-2 prompt), packed with the same token budget.
 
+The pipeline's packs are bounded by work (`engine.pack_tokens`: 2,048 pass-1 tokens on a CPU, so a pack finishes
+and commits within seconds, issue 51) while the plain reference packs at the token budget, its best: the ratio
+includes what the bound costs. Its host tails run beside the next pack's prefills (issue 45).
+
 ratio = pipeline tokens/s / plain tokens/s, on wall time and on process CPU time (the CPU ratio is the one
 to read when other jobs share the cores: it does not count the time this process waited for a core).
 Rows are appended to benchmarks/results/pipeline_ratio.csv.

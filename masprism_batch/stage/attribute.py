@@ -80,11 +80,32 @@ def attribute_traces(traces: list[Trace], model, cfg: PipelineConfig, raw_sink=N
     """rendered: the pass-1 renders of `traces` (pass1.render_traces, one per trace, done by planning); None
     renders here through that same function. raw_sink: optional callable(trace, dict of raw signals) --
     benchmarks cache them to refit rankers. policy: the run's verdict policy (fit/policy.py), loaded once by
-    the engine; None loads it here."""
+    the engine; None loads it here. The two halves (`on_device`, `host_tail`) one after the other."""
+    return host_tail(on_device(traces, model, cfg, raw_sink, rendered, policy))
+
+
+@dataclass
+class OnDevice:
+    """What the device half of the stage hands its host tail: every trace's signals, read back to the host."""
+
+    traces: list[Trace]
+    work: dict[int, _TraceWork]
+    out: StageOutput
+    cfg: PipelineConfig
+    model_id: str
+    policy: VerdictPolicy
+    hw: object
+    raw_sink: object
+
+
+def on_device(traces: list[Trace], model, cfg: PipelineConfig, raw_sink=None, rendered: list | None = None,
+              policy: VerdictPolicy | None = None) -> OnDevice:
+    """Every prefill of `traces` (pass 1, pass 2, counterfactuals) and what must run between them (the pass-1
+    method, pass-2 prompts): the part of the stage that holds the model. The engines run the host tail of one
+    pack (`host_tail`) on a worker while the next pack is here."""
     out = StageOutput()
     rcfg = pass1.render_config(cfg, model.max_context)
     tok = model.tokenizer
-    chash = cfg.config_hash()
     if rendered is None:
         rendered = pass1.render_traces(traces, tok, rcfg)
     if len(rendered) != len(traces):
@@ -140,6 +161,13 @@ def attribute_traces(traces: list[Trace], model, cfg: PipelineConfig, raw_sink=N
         if w.sig2 is not None and not isinstance(w.sig2, Exception):
             w.sig2.kv = None  # the cache is large: drop it once the counterfactuals are done
 
+    return OnDevice(traces, work, out, cfg, model.model_id, policy, hw, raw_sink)
+
+
+def host_tail(d: OnDevice) -> StageOutput:
+    """Pass-2 method, verdicts and rows from `on_device`'s signals: host work only (no model call)."""
+    out, cfg, policy, hw, raw_sink, work = d.out, d.cfg, d.policy, d.hw, d.raw_sink, d.work
+    chash = cfg.config_hash()
     now = datetime.now(timezone.utc)
     for i in sorted(i for i, w in work.items() if w.p1 is not None):
         w = work[i]
@@ -167,7 +195,7 @@ def attribute_traces(traces: list[Trace], model, cfg: PipelineConfig, raw_sink=N
             verdict.confidence = rule_confidence(t, rows, ranking, policy.fallback.calibration)
         rows_mod.final_columns(rows, verdict)
         r1_or_windows = w.win if w.win is not None else w.r1
-        out.attributions.append(rows_mod.attribution_row(t, ranking, model.model_id, chash, cfg, r1_or_windows, w.r2,
+        out.attributions.append(rows_mod.attribution_row(t, ranking, d.model_id, chash, cfg, r1_or_windows, w.r2,
                                                          w.seconds1, w.seconds2, now, verdict))
         out.step_scores.extend(rows)
     return out

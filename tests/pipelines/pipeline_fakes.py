@@ -155,3 +155,52 @@ def assert_exactly_once(outdir: Path, ids: list[str]) -> dict[str, str]:
     missing = set(ids) - set(counts)
     assert not missing, f"ids never written: {sorted(missing)[:5]}"
     return reasons
+
+
+@dataclass(eq=False)
+class Halves(Fakes):
+    """The fake model stage in the two halves the engines overlap (`seams.halves`): `device` sleeps `device_s`
+    per pack (the model), `tail` sleeps `tail_s` per pack (the host tail); both append (what, wall time) lines
+    to `events` (a file: Ray's actors are other processes), so a test reads when each pack was where."""
+
+    device_s: float = 0.0
+    tail_s: float = 0.0
+    events: str | None = None
+
+    def kwargs(self, ray: bool = False) -> dict:
+        return {**super().kwargs(ray), "attribute": self}
+
+    def load_model(self, cfg):
+        cfg.config_hash()  # its first call imports torch (~10 s here): a model load's cost, not a pack's
+        return super().load_model(cfg)
+
+    def _note(self, what: str) -> None:
+        if self.events:
+            import threading
+
+            with open(self.events, "a") as f:
+                f.write(f"{what} {time.time():.6f} {threading.get_ident() % 1000}\n")
+
+    def __call__(self, traces, model, cfg, rendered):
+        return self.tail(self.device(traces, model, cfg, rendered))
+
+    def device(self, traces, model, cfg, rendered):
+        self._note("device")
+        time.sleep(self.device_s)
+        self._note("device_end")
+        return self.attribute(traces, model, cfg, rendered)
+
+    def tail(self, out):
+        self._note("tail_start")
+        time.sleep(self.tail_s)
+        self._note("tail")
+        return out
+
+
+def events(path: str) -> tuple[int, float]:
+    """(packs, seconds from the first device start to the last tail end) of a `Halves` events file."""
+    rows = [line.split() for line in Path(path).read_text().splitlines()]
+    starts = [float(r[1]) for r in rows if r[0] == "device"]
+    ends = [float(r[1]) for r in rows if r[0] == "tail"]
+    assert len(starts) == len(ends), "a pack started on the device and never finished its tail"
+    return len(starts), max(ends) - min(starts)

@@ -67,6 +67,42 @@ def test_prefetcher_raises_at_the_failing_item_and_starts_nothing_after_it():
     assert out == list(range(bad)) and seen == list(range(bad + 1))
 
 
+def test_flat_prefetcher_hands_over_each_element_in_order_bounded_and_raises_in_place(rng):
+    """flat=True: fn(item) is an iterable (a shard's packs); each element is one result, `depth` ahead at most."""
+    sizes = [rng.randrange(0, 5) for _ in range(9)]  # an item may give nothing (an empty window)
+    depth = rng.randrange(1, 4)
+    made, consumed, ahead = [0], [0], []
+
+    def fn(i):
+        for k in range(sizes[i]):
+            made[0] += 1
+            ahead.append(made[0] - consumed[0])
+            yield (i, k)
+
+    got = []
+    with Prefetcher(fn, range(len(sizes)), depth=depth, flat=True) as pf:
+        for item, value, _ in pf:
+            time.sleep(0.01)  # the consumer is the slower side: the producer runs ahead as far as it may
+            got.append((item, value))
+            consumed[0] += 1
+    assert got == [(i, (i, k)) for i in range(len(sizes)) for k in range(sizes[i])]
+    assert max(ahead, default=0) <= depth + 1, f"{max(ahead)} results made ahead with depth {depth}"
+
+    bad = rng.randrange(1, 6)
+
+    def failing(i):
+        yield i
+        if i == bad:
+            raise ValueError("at this element")
+        yield -i
+
+    out = []
+    with pytest.raises(ValueError, match="at this element"), Prefetcher(failing, range(10), 1, flat=True) as pf:
+        for _, v, _ in pf:
+            out.append(v)
+    assert out == [v for i in range(bad) for v in (i, -i)] + [bad]
+
+
 def _slow_render(monkeypatch, seconds: float) -> None:
     real = pass1.render_traces
 
