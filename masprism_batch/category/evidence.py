@@ -1,9 +1,9 @@
 """The model's evidence for a step's failure kind: how readily it reads each kind's description after that step.
 
-For a step k of a prompt whose K/V are cached (the pass-2 prompt, `signals(..., keep_kv=True)`), each kind's
-suffix `LEAD + description` is read as if it followed the first `step_spans[k][1]` tokens (the log up to and
-including step k), reusing the cached K/V (model/suffix.py, every suffix of every step of a call in packed
-batches). The score of a kind is the mean NLL of its description tokens there, minus the same description's NLL
+For a step k of a prompt whose K/V are cached (the pass-2 prompt, `signals(..., keep_kv=True)`), `LEAD` and
+then each kind's description are read as if they followed the first `step_spans[k][1]` tokens (the log up to
+and including step k), reusing the cached K/V: one tree-shaped sequence per step, LEAD once and the
+descriptions side by side (tree_read.py), the steps of a call in packed batches. The score of a kind is the mean NLL of its description tokens there, minus the same description's NLL
 after `LEAD` alone (no log: read once per model and taxonomy, `baseline`), a pointwise mutual information: how
 much the log up to step k makes this description *more* likely than it is on its own. Long and rare words cost
 the same in both reads, so they cancel.
@@ -21,7 +21,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from masprism_batch.category.taxonomy import Taxonomy
-from masprism_batch.model.suffix import SuffixJob, suffix_nll_batch
+from masprism_batch.category.tree_read import TreeRead, branch_nll
 from masprism_batch.render import buckets
 from masprism_batch.render.encoding import encoder_for
 
@@ -34,60 +34,49 @@ _LOCK = threading.Lock()
 
 @dataclass
 class Read:
-    """One step to read: the cached prompt (SeqSignals with kv), and the token where step k ends."""
+    """One step to read: the cached prompt's K/V (forward.KVCache), and the token where step k ends."""
 
-    cache: object  # forward.KVCache
+    cache: object
     prefix_len: int
 
 
-def suffixes(tok, taxonomy: Taxonomy) -> tuple[list[list[int]], int]:
-    """Each kind's suffix ids (LEAD then its description) and where the description starts in it."""
+def suffixes(tok, taxonomy: Taxonomy) -> tuple[list[int], list[list[int]]]:
+    """The stem (LEAD) ids and each kind's description ids (read as branches after it)."""
     enc = encoder_for(tok)
     lead, *descs = enc.encode([LEAD] + [" " + k.description for k in taxonomy.kinds])
-    return [list(lead) + list(d) for d in descs], len(lead)
+    return list(lead), [list(d) for d in descs]
 
 
-def _mean_nll(nll: np.ndarray, start: int) -> float:
-    v = nll[start:]
-    v = v[np.isfinite(v)]
-    return float(v.mean()) if v.size else float("nan")
-
-
-def baseline(model, taxonomy: Taxonomy, cache, sfx: list[list[int]], start: int) -> np.ndarray:
+def baseline(model, taxonomy: Taxonomy, cache, stem: list[int], branches: list[list[int]]) -> np.ndarray:
     """Per kind: the description's mean NLL after LEAD with no log before it (prefix length 0 of any cache), read
     once per process for a model and taxonomy."""
     key = (model.model_id, str(getattr(model, "dtype", "")), taxonomy.digest())
     with _LOCK:
         if key not in _BASELINES:
-            nll = suffix_nll_batch(model, [SuffixJob(cache, 0, s, [(start, len(s))]) for s in sfx])
-            _BASELINES[key] = np.array([_mean_nll(x, start) for x in nll], dtype=np.float64)
+            _BASELINES[key] = branch_nll(model, [TreeRead(cache, 0)], stem, branches)[0]
         return _BASELINES[key]
 
 
 def description_pmi(model, taxonomy: Taxonomy, reads: list[Read], token_budget: int,
                     stats: dict | None = None) -> np.ndarray:
     """[len(reads), kinds] float64: mean description NLL after the step minus after nothing (nan where a read
-    does not fit the context or failed). Every suffix of every read in packed batches of <= token_budget tokens."""
+    does not fit the context or failed). Each read is one tree sequence (tree_read.py: LEAD once, every
+    description beside each other); reads go through the model in packed batches of <= token_budget tokens."""
     out = np.full((len(reads), len(taxonomy.kinds)), np.nan)
     if not reads:
         return out
-    sfx, start = suffixes(model.tokenizer, taxonomy)
-    base = baseline(model, taxonomy, reads[0].cache, sfx, start)
-    jobs = [(r, c, SuffixJob(rd.cache, rd.prefix_len, s, [(start, len(s))]))
-            for r, rd in enumerate(reads) if rd.prefix_len + max(map(len, sfx)) <= model.max_context
-            for c, s in enumerate(sfx)]
+    stem, branches = suffixes(model.tokenizer, taxonomy)
+    base = baseline(model, taxonomy, reads[0].cache, stem, branches)
+    per = len(stem) + sum(map(len, branches))
     if stats is not None:
-        stats["tokens"] = stats.get("tokens", 0) + sum(len(j[2]) for j in jobs)
-    for group in buckets.pack([len(j[2]) for j in jobs], token_budget):
+        stats["tokens"] = stats.get("tokens", 0) + per * len(reads)
+    for group in buckets.pack([per] * len(reads), token_budget):
         try:
-            nll = suffix_nll_batch(model, [jobs[i][2] for i in group])
+            out[group] = branch_nll(model, [TreeRead(reads[i].cache, reads[i].prefix_len) for i in group],
+                                    stem, branches) - base[None, :]
         except Exception as exc:  # noqa: BLE001 - a failed batch loses that evidence; the log's stays
-            log.warning("category suffixes: a batch of %d failed (%s); those steps keep the log evidence only",
+            log.warning("category reads: a batch of %d steps failed (%s); they keep the log evidence only",
                         len(group), exc)
-            continue
-        for i, x in zip(group, nll, strict=True):
-            r, c, _ = jobs[i]
-            out[r, c] = _mean_nll(x, start) - base[c]
     return out
 
 

@@ -1,5 +1,6 @@
-"""The model's category evidence: the packed suffix reads equal one-at-a-time re-reads (model.suffix_nll, the
-reference), minus the no-log baseline; the pooled step vector is unit length."""
+"""The model's category evidence: one tree read per step (tree_read.py) equals separate suffix re-reads
+(model.suffix_nll, the reference), minus the no-log baseline; packing reads together changes nothing; the
+pooled step vector is unit length."""
 
 import numpy as np
 import pytest
@@ -16,18 +17,25 @@ def tiny():
     return load_model(cfg.model, cfg.signals)
 
 
-def test_packed_reads_equal_the_reference(tiny, np_rng):
+def test_tree_reads_equal_separate_suffix_reads(tiny, np_rng):
     seqs = [np_rng.integers(3, 250, n).tolist() for n in (47, 123)]
     sigs = tiny.signals(seqs, [[0] * len(s) for s in seqs], keep_kv=True)
     reads = [evidence.Read(sigs[0].kv, 31), evidence.Read(sigs[1].kv, 123), evidence.Read(sigs[1].kv, 5)]
-    got = evidence.description_pmi(tiny, TRAIL, reads, token_budget=97)  # small budget: several packed batches
-    sfx, start = evidence.suffixes(tiny.tokenizer, TRAIL)
+    stem, branches = evidence.suffixes(tiny.tokenizer, TRAIL)
+    per = len(stem) + sum(map(len, branches))
+    got = evidence.description_pmi(tiny, TRAIL, reads, token_budget=per + 1)  # one read per batch
+    packed = evidence.description_pmi(tiny, TRAIL, reads, token_budget=10 * per)  # all three in one forward
+    assert np.allclose(got, packed, atol=1e-4)  # fp32, other GEMM shapes
     assert got.shape == (3, 20) and np.isfinite(got).all()
     for r, rd in enumerate(reads):
         for c in (0, 7, 19):
-            ref = tiny.suffix_nll(rd.cache, rd.prefix_len, sfx[c])[start:].mean()
-            base = tiny.suffix_nll(rd.cache, 0, sfx[c])[start:].mean()
-            # fp32, the same weights through the packed SDPA path and the one-suffix path: ~1e-6 apart
+            # reference: LEAD + this description alone as one suffix, starting one token early (the prefix's
+            # last token) so the description's first token is scored too
+            L = len(stem)
+            sfx = [seqs[0 if r == 0 else 1][rd.prefix_len - 1]] + stem + branches[c]
+            ref = tiny.suffix_nll(rd.cache, rd.prefix_len - 1, sfx)[1 + L:].mean()
+            base = tiny.suffix_nll(rd.cache, 0, stem + branches[c])[L:].mean()
+            # fp32, the same weights through a tree-masked SDPA and the one-suffix path: ~1e-6 apart
             assert got[r, c] == pytest.approx(ref - base, abs=2e-4)
 
 
