@@ -2,8 +2,8 @@
 
 `failure_categories`: per source, system and kind, the failed runs the verdicts put there, their share of the
 system's attributed runs (the failure rate by kind among failures) and the mean category confidence.
-`categories_by`: the same counts broken down by the blamed agent (`by` = "agent") and by the day the failure
-happened (`by` = "day": the trace's first logged time, else the day it was attributed, as blamed_by_day), with
+`categories_by`: the same counts broken down by the blamed agent (`dimension` = "agent") and by the day the
+failure happened (`dimension` = "day": the trace's first logged time, else the day it was attributed, as blamed_by_day), with
 the share within that agent or day, so a trend across run dates reads off one column.
 `failure_groups`: the label-free groups (category/groups.py: `verdict_groups`, one row per verdict) per system,
 named by their most distinctive terms, with the kind most of their verdicts have.
@@ -25,7 +25,7 @@ COLUMNS = ["category", "category_family", "category_confidence"]
 SCHEMAS: dict[str, pa.Schema] = {
     "failure_categories": pa.schema([("source", _S), ("system", _S), ("category", _S), ("category_family", _S),
                                      ("n_traces", _I), ("share", _F), ("mean_confidence", _F)]),
-    "categories_by": pa.schema([("by", _S), ("value", _S), ("source", _S), ("system", _S), ("category", _S),
+    "categories_by": pa.schema([("dimension", _S), ("value", _S), ("source", _S), ("system", _S), ("category", _S),
                                 ("n_traces", _I), ("share", _F)]),
     "failure_groups": pa.schema([("source", _S), ("system", _S), ("group", _I), ("group_name", _S),
                                  ("n_traces", _I), ("share", _F), ("top_category", _S)]),
@@ -61,9 +61,9 @@ def category_tables(attr: pa.Table, groups: dict | None = None) -> dict[str, pa.
              "share": a[0] / per_sys[(s, y)], "mean_confidence": a[1] / a[2] if a[2] else None}
             for (s, y, c, f), a in acc.items()]
     cats.sort(key=lambda r: (r["source"] or "", r["system"] or "", -r["n_traces"], r["category"]))
-    by_rows = [{"by": k, "value": v, "source": s, "system": y, "category": c, "n_traces": n,
+    by_rows = [{"dimension": k, "value": v, "source": s, "system": y, "category": c, "n_traces": n,
                 "share": n / by_tot[(k, v, s, y)]} for (k, v, s, y, c), n in by.items()]
-    by_rows.sort(key=lambda r: (r["by"], r["value"] or "", r["source"] or "", r["system"] or "", -r["n_traces"],
+    by_rows.sort(key=lambda r: (r["dimension"], r["value"] or "", r["source"] or "", r["system"] or "", -r["n_traces"],
                                 r["category"]))
     return {"failure_categories": pa.Table.from_pylist(cats, schema=SCHEMAS["failure_categories"]),
             "categories_by": pa.Table.from_pylist(by_rows, schema=SCHEMAS["categories_by"]),
@@ -88,7 +88,7 @@ def _groups(rows: list[dict], per_sys: Counter) -> pa.Table:
 
 def trend(by_table: pa.Table, top: int = 5) -> dict[str, list[tuple[str, int]]]:
     """category -> [(day, failed runs)] over every day of the run, for the `top` kinds (the report's trend)."""
-    rows = [r for r in by_table.to_pylist() if r["by"] == "day" and r["value"]]
+    rows = [r for r in by_table.to_pylist() if r["dimension"] == "day" and r["value"]]
     total: Counter = Counter()
     for r in rows:
         total[r["category"]] += r["n_traces"]
