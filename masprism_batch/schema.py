@@ -117,6 +117,7 @@ ATTRIBUTIONS = pa.schema(
         # pooled last-layer values of pred_step in the pass-2 read (unit length): what the label-free groups
         # cluster; null without pass 2
         pa.field("blamed_vector", pa.list_(pa.float32())),
+        pa.field("blamed_terms", pa.list_(pa.string())),  # the blamed step's most frequent words (groups' names)
     ],
     metadata=_META,
 )

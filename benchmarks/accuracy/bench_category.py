@@ -31,6 +31,7 @@ import numpy as np
 
 from benchmarks.rows import RESULTS, append_rows
 from masprism_batch.category import classify
+from masprism_batch.category.groups import terms_of
 from masprism_batch.category.taxonomy import TRAIL
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -40,25 +41,40 @@ L2, DRAWS, K_FIT = 10.0, 20, 20
 BEGIN, END = "<!-- categories: begin -->", "<!-- categories: end -->"
 
 
-def load(work: Path, model: str, split: str) -> dict:
-    cols = {"trace": [], "y": [], "pmi": [], "log": [], "vec": [], "text": []}
+def load(data: Path, work: Path, model: str, split: str) -> dict:
+    """Every labelled error of the split whose span is a step: its kind, the log evidence (computed here, no
+    model), and the model evidence from category_extract.py's cache where that trace was read (else nan)."""
+    from benchmarks.accuracy.category_extract import labelled_errors
+    from masprism_batch.category.log_signals import step_features
+    from masprism_batch.ingest import read_inputs
+
+    cols = {"trace": [], "y": [], "pmi": [], "log": [], "vec": [], "terms": []}
     skipped = 0
-    for p in sorted((work / model / split).glob("*.npz")):
-        d = np.load(p)
-        for j, c in enumerate(d["category"]):
-            k = TRAIL.resolve(str(c))
-            if k is None:
+    for t in sorted(read_inputs([str(data / "trail" / split)]), key=lambda t: t.trace_id):
+        cache = work / model / split / f"{t.trace_id}.npz"
+        d = np.load(cache) if cache.exists() else None
+        for j, (k, c) in enumerate(labelled_errors(t)):
+            kind = TRAIL.resolve(str(c))
+            if kind is None:
                 skipped += 1
                 continue
-            cols["trace"].append(p.stem)
-            cols["y"].append(TRAIL.index(k))
-            cols["pmi"].append(d["pmi"][j])
-            cols["log"].append(d["log"][j])
-            cols["vec"].append(d["vec"][j])
-            cols["text"].append(str(d["text"][j]))
-    out = {k: np.array(v) for k, v in cols.items()}
+            cols["trace"].append(t.trace_id)
+            cols["y"].append(TRAIL.index(kind))
+            cols["log"].append(step_features(t.steps, k))
+            cols["pmi"].append(d["pmi"][j] if d is not None else np.full(len(TRAIL.kinds), np.nan))
+            cols["vec"].append(d["vec"][j] if d is not None else None)
+            cols["terms"].append(terms_of(t.steps[k].content))
+    out = {k: (np.array(v) if k not in ("vec", "terms") else v) for k, v in cols.items()}
+    out["trace"] = np.array(cols["trace"])
     out["skipped"] = skipped
+    out["read"] = np.isfinite(out["pmi"]).all(axis=1)
     return out
+
+
+def subset(d: dict, mask: np.ndarray) -> dict:
+    idx = np.flatnonzero(mask)
+    return {k: (v[idx] if isinstance(v, np.ndarray) else [v[i] for i in idx] if isinstance(v, list) else v)
+            for k, v in d.items()}
 
 
 def family_idx(y: np.ndarray) -> np.ndarray:
@@ -95,12 +111,12 @@ def calibrate(d: dict, name: str, use_model: bool = True, prior=None, idx=None) 
     return m
 
 
-def score_split(cal: dict, test: dict, cal_name: str, test_name: str) -> list[dict]:
+def score_split(cal: dict, test: dict, cal_name: str, test_name: str, scope: str) -> list[dict]:
     rows = []
 
     def add(method, held_out, ms, sd=None, n=None):
         for k, v in ms.items():
-            rows.append({"scored_on": test_name, "calibrated_on": cal_name, "method": method, "metric": k,
+            rows.append({"scope": scope, "scored_on": test_name, "calibrated_on": cal_name, "method": method, "metric": k,
                          "value": round(v, 4), "sd": None if sd is None else round(sd[k], 4),
                          "n_errors": n or len(test["y"]), "held_out": held_out})
 
@@ -143,11 +159,11 @@ def markdown(rows: list[dict], skipped: dict, model: str) -> str:
            f"are not scored ({', '.join(f'{k}: {v}' for k, v in skipped.items())}). How each figure is held out is "
            "in its row. Family balanced accuracy: mean recall over the families in the scored split (any constant: "
            "1/families); target >= 0.55. fitted-20: mean (sd) over 20 draws.", ""]
-    for split in SPLITS:
-        rs = [r for r in rows if r["scored_on"] == split]
+    for scope, split in [(sc, sp) for sc in dict.fromkeys(r["scope"] for r in rows) for sp in SPLITS]:
+        rs = [r for r in rows if r["scored_on"] == split and r["scope"] == scope]
         if not rs:
             continue
-        out += [f"### scored on trail/{split} ({rs[0]['n_errors']} errors)", "",
+        out += [f"### scored on trail/{split} ({rs[0]['n_errors']} errors): {scope}", "",
                 "| method | family bal. acc. | leaf macro-F1 | leaf acc. | held out |", "|---|---|---|---|---|"]
         for m in dict.fromkeys(r["method"] for r in rs):
             g = {r["metric"]: r for r in rs if r["method"] == m}
@@ -165,15 +181,25 @@ def markdown(rows: list[dict], skipped: dict, model: str) -> str:
 
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--data", default=str(ROOT.parent / "shared" / "data"))
     ap.add_argument("--work", default="/tmp/masprism-category")
     ap.add_argument("--model", default="smollm2-135m")
     ap.add_argument("--md", default=str(ROOT / "docs" / "results.md"), help='page to write ("": none)')
     ap.add_argument("--write-weights", action="store_true")
     args = ap.parse_args()
     logging.basicConfig(level=logging.INFO, format="%(message)s")
-    data = {s: load(Path(args.work), args.model, s) for s in SPLITS}
-    rows = score_split(data["SWE_Bench"], data["GAIA"], "SWE_Bench", "GAIA") + \
-        score_split(data["GAIA"], data["SWE_Bench"], "GAIA", "SWE_Bench")
+    data = {s: load(Path(args.data), Path(args.work), args.model, s) for s in SPLITS}
+    cover = ", ".join(f"{s} {int(d['read'].sum())}/{len(d['y'])}" for s, d in data.items())
+    log.info("errors with the model's evidence read: %s", cover)
+    rows = []
+    for scope, pick in ((f"all errors (model evidence read for {cover}; elsewhere the log's only)", None),
+                        ("errors whose step the model read", "read")):
+        dd = {s: (subset(d, d["read"]) if pick else d) for s, d in data.items()}
+        if min(len(d["y"]) for d in dd.values()) < 2 * K_FIT:
+            log.info("scope %r: too few errors (%s), skipped", scope, {s: len(d["y"]) for s, d in dd.items()})
+            continue
+        rows += score_split(dd["SWE_Bench"], dd["GAIA"], "SWE_Bench", "GAIA", scope) + \
+            score_split(dd["GAIA"], dd["SWE_Bench"], "GAIA", "SWE_Bench", scope)
     commit = subprocess.run(["git", "rev-parse", "--short", "HEAD"], capture_output=True, text=True, cwd=ROOT).stdout.strip()
     for r in rows:
         r.update(date=date.today().isoformat(), commit=commit, model=args.model, machine="shared 2-core CPU")

@@ -52,7 +52,8 @@ def extract_trace(model, rcfg, t) -> dict | None:
         return None
     steps = sorted({k for k, _ in errs})
     r2 = render.render_pass2(t, model.tokenizer, rcfg, set(steps), None)
-    (sig,) = model.signals([r2.input_ids], [r2.step_ids()], keep_kv=True)
+    end = r2.step_spans[steps[-1]][1]  # nothing after the last labelled step is read: the prefill stops there
+    (sig,) = model.signals([r2.input_ids[:end]], [r2.step_ids()[:end]], keep_kv=True)
     reads = [evidence.Read(sig.kv, r2.step_spans[k][1]) for k in steps]
     pmi = evidence.description_pmi(model, TRAIL, reads, 8192)
     feats = np.array([log_signals.step_features(t.steps, k) for k in steps])
@@ -62,7 +63,7 @@ def extract_trace(model, rcfg, t) -> dict | None:
             "pmi": pmi[[row[k] for k, _ in errs]], "log": feats[[row[k] for k, _ in errs]],
             "vec": np.stack([vecs[row[k]] for k, _ in errs]),
             "text": np.array([(t.steps[k].content or "")[:2000] for k, _ in errs]),
-            "tokens": np.array(len(r2.input_ids))}
+            "tokens": np.array(end)}
 
 
 def main() -> None:

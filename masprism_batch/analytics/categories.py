@@ -29,7 +29,11 @@ SCHEMAS: dict[str, pa.Schema] = {
                                 ("n_traces", _I), ("share", _F)]),
     "failure_groups": pa.schema([("source", _S), ("system", _S), ("group", _I), ("group_name", _S),
                                  ("n_traces", _I), ("share", _F), ("top_category", _S)]),
+    # the group of every verdict (the `group` column of the outputs; join on trace_id), and whether the trace is
+    # one of its group's exemplars (nearest its centre)
+    "verdict_groups": pa.schema([("trace_id", _S), ("group", _I), ("group_name", _S), ("exemplar", pa.bool_())]),
 }
+GROUP_SEED = 0
 
 
 def _days(attr: pa.Table) -> list:
@@ -37,8 +41,10 @@ def _days(attr: pa.Table) -> list:
     return pc.cast(pc.if_else(pc.is_null(start), attr["attributed_at"], start), pa.date32()).to_pylist()
 
 
-def category_tables(attr: pa.Table, groups: dict | None = None) -> dict[str, pa.Table]:
-    """groups: trace_id -> (group, group_name) of the run's label-free groups (category/groups.py), if any."""
+def category_tables(attr: pa.Table, outdir=None, dups: set[str] = frozenset()) -> dict[str, pa.Table]:
+    """The category tables; with `outdir`, the label-free groups of its verdicts too (category/groups.py)."""
+    vg = verdict_groups(outdir, dups) if outdir is not None else pa.Table.from_pylist([], schema=SCHEMAS["verdict_groups"])
+    groups = {r["trace_id"]: (r["group"], r["group_name"]) for r in vg.to_pylist()}
     rows = attr.select(["trace_id", "source", "system", "pred_agent", *COLUMNS]).to_pylist()
     for r in rows:
         r["group"], r["group_name"] = (groups or {}).get(r["trace_id"], (None, None))
@@ -67,7 +73,40 @@ def category_tables(attr: pa.Table, groups: dict | None = None) -> dict[str, pa.
                                 r["category"]))
     return {"failure_categories": pa.Table.from_pylist(cats, schema=SCHEMAS["failure_categories"]),
             "categories_by": pa.Table.from_pylist(by_rows, schema=SCHEMAS["categories_by"]),
-            "failure_groups": _groups(rows, per_sys)}
+            "failure_groups": _groups(rows, per_sys), "verdict_groups": vg}
+
+
+def verdict_groups(outdir, dups: set[str] = frozenset(), seed: int = GROUP_SEED) -> pa.Table:
+    """Every verdict's label-free group, streamed from attributions/ in batches (bounded memory; a trace
+    attributed twice counts once, its first row)."""
+    from masprism_batch.analytics import load
+    from masprism_batch.category import groups as grp
+
+    cols = ["trace_id", "blamed_vector", "blamed_terms"]
+    dim = 0
+    for b in load.iter_table(outdir, "attributions", cols):
+        dim = next((len(v) for v in b.column("blamed_vector").to_pylist() if v), 0)
+        if dim:
+            break
+
+    def batches():
+        seen: set[str] = set()
+        for b in load.iter_table(outdir, "attributions", cols):
+            items = []
+            for tid, vec, terms in zip(*(b.column(c).to_pylist() for c in cols), strict=True):
+                if tid in dups:
+                    if tid in seen:
+                        continue
+                    seen.add(tid)
+                if vec is not None or terms:
+                    items.append(grp.Item(tid, vec, terms))
+            if items:
+                yield items
+
+    g = grp.fit_groups(batches, dim, seed=seed)
+    ex = {t for ts in g.exemplars for t in ts}
+    return pa.Table.from_pylist([{"trace_id": t, "group": gi, "group_name": g.names[gi], "exemplar": t in ex}
+                                 for t, gi in g.assign.items()], schema=SCHEMAS["verdict_groups"])
 
 
 def _groups(rows: list[dict], per_sys: Counter) -> pa.Table:

@@ -77,7 +77,7 @@ def compute_stats(outdir: Path | str, failure_words: tuple[str, ...] | None = No
            "step_position": step_position(attr), "throughput": throughput(attr), "verdicts": verdicts(attr),
            "runs": runs(load.run_records(outdir), previous_runs(outdir), load.committed_shards(outdir)),
            "run_status": run_status_table(outdir, set(attr["trace_id"].to_pylist())),
-           **category_tables(attr)}
+           **category_tables(attr, outdir, dups)}
     out["nll_by_agent"] = nll_by_agent(attr, load.read(
         outdir, "step_scores", columns=["trace_id", "step", "agent", "nll_pass1", "nll_pass2"]), dups)
     out["symptom_words"], out["accuracy"] = _trace_pass(outdir, attr, failure_words or MethodConfig().failure_words)

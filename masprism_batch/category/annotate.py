@@ -15,7 +15,7 @@ from functools import lru_cache
 
 import numpy as np
 
-from masprism_batch.category import classify, evidence, log_signals
+from masprism_batch.category import classify, evidence, groups, log_signals
 from masprism_batch.category.taxonomy import Taxonomy, load_taxonomy
 
 log = logging.getLogger(__name__)
@@ -62,29 +62,37 @@ def annotate(model, cfg, items: list[tuple], token_budget: int) -> dict:
     stats: dict = {}
     pmi = evidence.description_pmi(model, tax, reads, token_budget, stats)
     for it, (t, r2, s2, arow, rows) in enumerate(items):
-        ranked = plan[it]
-        if not ranked:
-            continue
-        f = np.array([log_signals.step_features(t.steps, r["step"]) for r in ranked])
-        P = np.full((len(ranked), len(tax.kinds)), np.nan)
-        for j, r in enumerate(ranked):
-            if (it, r["step"]) in where:
-                P[j] = pmi[where[(it, r["step"])]]
-        probs = cm.probs(P, f)
-        for j, r in enumerate(ranked):
-            r["category"], r["category_family"], r["category_confidence"] = classify.decide(probs[j], tax)
-        top = ranked[0]
-        if top["step"] != arow["pred_step"]:  # one verdict: the rows' rank 1 is pred_step (stage/rows.py)
-            raise AssertionError(f"trace {t.trace_id!r}: final rank 1 is step {top['step']}, not {arow['pred_step']}")
-        arow["category"], arow["category_family"] = top["category"], top["category_family"]
-        arow["category_confidence"] = top["category_confidence"]
-        read = np.isfinite(P[0]).all()
-        arow["category_by"] = f"{'model+log' if read else 'log'}:{tax.name}:{cm.fitted_on}"
-        k = top["step"]
-        if r2 is not None and getattr(s2, "kv", None) is not None and k < len(r2.content_spans):
-            vec = evidence.pooled_values(s2.kv, *r2.content_spans[k])
-            arow["blamed_vector"] = vec.tolist() if vec is not None else None
+        try:
+            _fill(it, t, r2, s2, arow, plan[it], pmi, where, tax, cm)
+        except Exception as exc:  # noqa: BLE001 - a verdict without a kind, never a lost verdict
+            log.warning("trace %r: no failure category (%s)", t.trace_id, exc)
     dt = time.perf_counter() - t0
     log.debug("categories: %d verdicts, %d suffix reads (%d tokens) in %.2f s", len(items), len(reads),
               stats.get("tokens", 0), dt)
     return {"seconds": dt, "tokens": stats.get("tokens", 0)}
+
+
+def _fill(it, t, r2, s2, arow, ranked, pmi, where, tax, cm) -> None:
+    """The category columns of one verdict's rows (and its blamed vector and terms)."""
+    if not ranked:
+        return
+    if ranked[0]["step"] != arow["pred_step"]:  # one verdict: the rows' rank 1 is pred_step (stage/rows.py)
+        raise AssertionError(f"final rank 1 is step {ranked[0]['step']}, not pred_step {arow['pred_step']}")
+    f = np.array([log_signals.step_features(t.steps, r["step"]) for r in ranked])
+    P = np.full((len(ranked), len(tax.kinds)), np.nan)
+    for j, r in enumerate(ranked):
+        if (it, r["step"]) in where:
+            P[j] = pmi[where[(it, r["step"])]]
+    probs = cm.probs(P, f)
+    for j, r in enumerate(ranked):
+        r["category"], r["category_family"], r["category_confidence"] = classify.decide(probs[j], tax)
+    top = ranked[0]
+    arow["category"], arow["category_family"] = top["category"], top["category_family"]
+    arow["category_confidence"] = top["category_confidence"]
+    read = np.isfinite(P[0]).all()
+    arow["category_by"] = f"{'model+log' if read else 'log'}:{tax.name}:{cm.fitted_on}"
+    k = top["step"]
+    arow["blamed_terms"] = groups.terms_of(t.steps[k].content)
+    if r2 is not None and getattr(s2, "kv", None) is not None and k < len(r2.content_spans):
+        vec = evidence.pooled_values(s2.kv, *r2.content_spans[k])
+        arow["blamed_vector"] = vec.tolist() if vec is not None else None

@@ -23,6 +23,7 @@ from masprism_batch.category.log_signals import NAMES
 from masprism_batch.category.taxonomy import Taxonomy
 
 FORMAT = "masprism-category/1"
+MIN_FAMILY_CASES = 20
 
 
 def model_evidence(pmi: np.ndarray) -> np.ndarray:
@@ -116,11 +117,12 @@ def fit(z: np.ndarray, f: np.ndarray, y: np.ndarray, n_kinds: int, digest: str, 
 
 
 def family_weights(y: np.ndarray, taxonomy: Taxonomy) -> np.ndarray:
-    """Per case 1 / (cases of its family): every family counts the same in the fit (the verdict's family is
+    """Per case 1 / (cases of its family, at least MIN_FAMILY_CASES): every family counts the same in the fit (the verdict's family is
     judged by balanced accuracy; a constant already gets the majority family's share of plain accuracy)."""
     fam = np.array([taxonomy.kinds[i].family for i in y])
     counts = {f: int((fam == f).sum()) for f in set(fam)}
-    return np.array([1.0 / counts[f] for f in fam])
+    # a family seen a handful of times is not given the weight of a whole one: a few cases would steer it
+    return np.array([1.0 / max(counts[f], MIN_FAMILY_CASES) for f in fam])
 
 
 def load_model(taxonomy: Taxonomy, model_id: str, path: str | Path | None = None) -> CategoryModel:
