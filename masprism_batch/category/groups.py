@@ -22,6 +22,7 @@ import re
 from collections import Counter
 from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass, field
+from functools import lru_cache
 
 import numpy as np
 
@@ -45,6 +46,7 @@ def terms_of(text: str | None, n: int = 24) -> list[str]:
     return [w for w, _ in sorted(Counter(words(text)).items(), key=lambda wc: (-wc[1], wc[0]))[:n]]
 
 
+@lru_cache(maxsize=1 << 16)
 def _bucket(w: str) -> int:
     return int.from_bytes(hashlib.blake2b(w.encode(), digest_size=4).digest(), "little") % TEXT_DIM
 
