@@ -84,13 +84,17 @@ def _fill(it, t, r2, s2, arow, ranked, pmi, where, tax, cm) -> None:
         if (it, r["step"]) in where:
             P[j] = pmi[where[(it, r["step"])]]
     probs = cm.probs(P, f)
+    # a step with no evidence the layer reads (no description read, and weights that ignore the log: zero-
+    # training) gets no kind rather than the first of a uniform guess
+    has = np.isfinite(P).all(axis=1) | cm.reads_log()
     for j, r in enumerate(ranked):
-        r["category"], r["category_family"], r["category_confidence"] = classify.decide(probs[j], tax)
+        if has[j]:
+            r["category"], r["category_family"], r["category_confidence"] = classify.decide(probs[j], tax)
     top = ranked[0]
-    arow["category"], arow["category_family"] = top["category"], top["category_family"]
-    arow["category_confidence"] = top["category_confidence"]
-    read = np.isfinite(P[0]).all()
-    arow["category_by"] = f"{'model+log' if read else 'log'}:{tax.name}:{cm.fitted_on}"
+    if has[0]:
+        arow["category"], arow["category_family"] = top["category"], top["category_family"]
+        arow["category_confidence"] = top["category_confidence"]
+        arow["category_by"] = f"{'model+log' if np.isfinite(P[0]).all() else 'log'}:{tax.name}:{cm.fitted_on}"
     k = top["step"]
     arow["blamed_terms"] = groups.terms_of(t.steps[k].content)
     if r2 is not None and getattr(s2, "kv", None) is not None and k < len(r2.content_spans):

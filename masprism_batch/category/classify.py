@@ -49,6 +49,10 @@ class CategoryModel:
         k = len(taxonomy.kinds)
         return cls(taxonomy.digest(), 1.0, np.zeros(k), np.zeros((k, len(NAMES))))
 
+    def reads_log(self) -> bool:
+        """Whether the log's evidence moves these weights' answer (zero-training: it does not)."""
+        return bool(np.any(self.W != 0))
+
     def logits(self, z: np.ndarray, f: np.ndarray) -> np.ndarray:
         return self.a * z + self.b[None, :] + np.asarray(f, dtype=np.float64) @ self.W.T
 

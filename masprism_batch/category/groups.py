@@ -3,8 +3,8 @@
 A verdict's point is its blamed step's pooled pass-2 values (attributions.blamed_vector, evidence.py: how the
 model read the step) beside a hashed bag of the step's most frequent words (attributions.blamed_terms: what it
 says), each part unit length and weighted
-`VECTOR_WEIGHT` / `1 - VECTOR_WEIGHT`. Points are clustered by mini-batch k-means (Sculley 2010): k-means++ on
-a seeded reservoir sample, then `EPOCHS` passes of mini-batches with per-centre learning rates, then one pass
+`VECTOR_WEIGHT` / `1 - VECTOR_WEIGHT`. Points are clustered by mini-batch k-means (Sculley 2010): the best of three
+k-means++ seedings of a seeded reservoir sample (each refined on it), then `EPOCHS` passes of mini-batches with per-centre learning rates, then one pass
 assigning every verdict. Memory holds the centres, the sample, one batch and per-group word counts (pruned),
 never every point: a million verdicts stream through (benchmarks/accuracy/bench_groups.py measures 100k).
 The same points in the same order and the same seed give the same groups.
@@ -100,6 +100,22 @@ def _kmeanspp(S: np.ndarray, k: int, rng: np.random.Generator) -> np.ndarray:
     return np.stack(C)
 
 
+def _seed_centres(S: np.ndarray, k: int, rng: np.random.Generator, tries: int = 3, iters: int = 10) -> np.ndarray:
+    """The best of `tries` k-means++ seedings of the sample, each refined by `iters` Lloyd steps on it (by the
+    sample's inertia): one unlucky seeding would otherwise split a group and merge two others for good, since
+    the streamed passes only move centres toward their own points."""
+    best, best_cost = None, np.inf
+    for _ in range(tries):
+        C = _kmeanspp(S, k, rng)
+        for _ in range(iters):
+            g, _ = _nearest(S, C)
+            C = np.stack([S[g == j].mean(0) if (g == j).any() else C[j] for j in range(k)])
+        cost = float(_nearest(S, C)[1].sum())
+        if cost < best_cost:
+            best, best_cost = C, cost
+    return best
+
+
 def _nearest(X: np.ndarray, C: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     d = (X * X).sum(1)[:, None] - 2 * X @ C.T + (C * C).sum(1)[None, :]
     g = d.argmin(1)
@@ -129,7 +145,7 @@ def fit_groups(batches: Callable[[], Iterable[list[Item]]], dim: int, k: int | N
     if not seen:
         return Groups(np.zeros((0, dim + TEXT_DIM), np.float32), [], [], [])
     k = n_groups(seen, k)
-    C = _kmeanspp(np.stack(sample), k, rng).astype(np.float64)
+    C = _seed_centres(np.stack(sample), k, rng).astype(np.float64)
     counts = np.zeros(k)
     for _ in range(EPOCHS):  # mini-batch k-means: each centre moves by 1/(its count so far)
         for b in batches():
