@@ -167,6 +167,14 @@ class MethodConfig(_Section):
     # them (method/reads.py; other traces' cf_effect / attn_in_learned are null); "all": for every trace, as a
     # run made to fit a ranker needs (CLI --all-features). Verdicts are the same either way.
     features: Literal["verdict", "all"] = "verdict"
+    # (ours) a failure kind per verdict (masprism_batch/category/, docs/categories.md): the taxonomy (a TOML
+    # file; None: TRAIL's 20 kinds), its weights (None: the packaged ones when they match, else zero-training),
+    # and how many of the best-ranked steps have every kind's description read after them (the others of the
+    # top_k_candidates get the log's evidence only)
+    categories: bool = False  # opt-in: held-out family accuracy is at chance so far (docs/results.md)
+    taxonomy: str | None = None
+    category_weights: str | None = None
+    category_reads: int = Field(1, ge=0)
 
     @field_validator("head_weights")
     @classmethod
@@ -262,6 +270,9 @@ class PipelineConfig(BaseModel):
             data["method"].pop("features")  # the default: verdicts as before the option, same hash
         if data["method"].get("system") is None:
             data["method"].pop("system", None)  # no named system: the same hash as before the option
+        for k, default in (("categories", False), ("taxonomy", None), ("category_weights", None), ("category_reads", 1)):
+            if data["method"].get(k) == default:  # categories at their defaults: the hash the verdicts had before
+                data["method"].pop(k, None)
         if data.get("ingest") == IngestConfig().model_dump(mode="json"):
             data.pop("ingest")  # default caps: same hash as before the section existed
         blob = json.dumps(data, sort_keys=True).encode()

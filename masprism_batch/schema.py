@@ -108,6 +108,17 @@ ATTRIBUTIONS = pa.schema(
         # why pred_agent is who it is, beside pred_step_agent: "<pred_agent_rule>: <evidence>"; null in
         # older outputs and where nothing is blamed
         pa.field("agent_by", pa.string()),
+        # what went wrong at pred_step (masprism_batch/category/, docs/categories.md): a kind of the run's
+        # taxonomy, its family, P(kind); category_by: "<model+log|log>:<taxonomy>:<weights>"; all null when
+        # categories are off or nothing is blamed
+        pa.field("category", pa.string()),
+        pa.field("category_family", pa.string()),
+        pa.field("category_confidence", pa.float64()),
+        pa.field("category_by", pa.string()),
+        # pooled last-layer values of pred_step in the pass-2 read (unit length): what the label-free groups
+        # cluster; null without pass 2
+        pa.field("blamed_vector", pa.list_(pa.float32())),
+        pa.field("blamed_terms", pa.list_(pa.string())),  # the blamed step's most frequent words (groups' names)
     ],
     metadata=_META,
 )
@@ -135,6 +146,10 @@ STEP_SCORES = pa.schema(
         pa.field("masprism_rank", pa.int32()),  # the paper method's internal 1-based rank among its candidates
         pa.field("final_prob", pa.float32()),  # the final method's step probability (ranked); null under masprism
         pa.field("final_rank", pa.int32()),  # 1-based rank in the final method's order (1 = pred_step)
+        # the failure kind of this step, for the top_k_candidates final ranks (null elsewhere); rank 1 = the verdict's
+        pa.field("category", pa.string()),
+        pa.field("category_family", pa.string()),
+        pa.field("category_confidence", pa.float32()),
     ],
     metadata=_META,
 )

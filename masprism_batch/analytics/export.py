@@ -68,7 +68,10 @@ class NothingToExport(load.AnalyticsInputError):
 
 _COLS = ["trace_id", "source", "system", "n_steps", "pred_step", "pred_agent", "pred_span_id", "candidates",
          "symptoms", "method", "model_id", "config_hash", "attributed_at", "pred_step_agent", "pred_agent_rule",
-         "agent_ranking", "verdict_by", "confidence"]
+         "agent_ranking", "verdict_by", "confidence", "category", "category_family", "category_confidence",
+         "category_by"]
+# the verdict's failure kind travels as its own annotation on the blamed span: label = the kind
+CATEGORY_ANNOTATION = "masprism_failure_kind"
 
 
 def _label(rank: int) -> str:
@@ -129,10 +132,11 @@ def phoenix_rows(outdir: Path, top_k: int = 1) -> dict[str, list[dict]]:
                 f"#{k} step {x['step']} ({x['agent'] or '-'})" for k, x in rest) + "."
         row = {"trace_id": tid or a["trace_id"], "name": ANNOTATION_NAME, "annotator_kind": "CODE",
                "label": _label(1), "score": txt.score(a, 1), "explanation": text, "metadata": _meta(a, first, 1)}
+        kind = _kind_row(a, row)
         if span:
-            out["spans"].append({"span_id": span, **row})
+            out["spans"] += [{"span_id": span, **r} for r in (row, kind) if r]
         else:
-            out["traces"].append(row)
+            out["traces"] += [r for r in (row, kind) if r]
             continue
         for r, c in rest:
             _, csid = _hex_ids(a, c)
@@ -142,6 +146,15 @@ def phoenix_rows(outdir: Path, top_k: int = 1) -> dict[str, list[dict]]:
                                           "annotator_kind": "CODE", "label": _label(r),
                                           "explanation": txt.explain(a, c, r), "metadata": _meta(a, c, r)})
     return out
+
+
+def _kind_row(a: dict, row: dict) -> dict | None:
+    """The verdict's failure kind as its own annotation on the same target (the kind as the label); none where
+    the verdict has no kind or no confidence for it (a Phoenix score is never null)."""
+    if not a.get("category") or a.get("category_confidence") is None:
+        return None
+    return {**row, "name": CATEGORY_ANNOTATION, "label": a["category"], "score": a["category_confidence"],
+            "explanation": _kind_text(a)}
 
 
 def phoenix_paths(out: Path | str) -> dict[str, Path]:
@@ -181,6 +194,7 @@ def otel_records(outdir: Path, top_k: int = 1) -> Iterator[dict[str, Any]]:
             attrs = [_kv("gen_ai.evaluation.name", ANNOTATION_NAME)]
             if txt.score(a, r) is not None:  # [0, 1]: the verdict's confidence; none for a lower candidate
                 attrs.append(_kv("gen_ai.evaluation.score.value", txt.score(a, r)))
+            kind = _kind_record(rec, a) if r == 1 and a.get("category") else None
             rec["attributes"] = attrs + [
                 _kv("gen_ai.evaluation.score.label", _label(r)),
                 _kv("gen_ai.evaluation.explanation", txt.explain(a, c, r)),
@@ -192,6 +206,26 @@ def otel_records(outdir: Path, top_k: int = 1) -> Iterator[dict[str, Any]]:
                 _kv("masprism.agent_rule", _rule(a)), _kv("masprism.verdict_by", a.get("verdict_by")),
                 _kv("masprism.model_id", a["model_id"]), _kv("masprism.config_hash", a["config_hash"])]
             yield rec
+            if kind is not None:
+                yield kind
+
+
+def _kind_text(a: dict) -> str:
+    return (f"Failure kind of blamed step {a['pred_step']} ({a['pred_agent'] or '-'}): {a['category']} "
+            f"({a.get('category_family') or '-'}), by {a.get('category_by') or '-'}.")
+
+
+def _kind_record(rec: dict, a: dict) -> dict:
+    """The OTel evaluation event of the verdict's failure kind, on the same trace/span as rank 1's."""
+    out = {k: v for k, v in rec.items() if k != "attributes"}
+    attrs = [_kv("gen_ai.evaluation.name", CATEGORY_ANNOTATION)]
+    if a.get("category_confidence") is not None:
+        attrs.append(_kv("gen_ai.evaluation.score.value", float(a["category_confidence"])))
+    out["attributes"] = attrs + [
+        _kv("gen_ai.evaluation.score.label", a["category"]), _kv("gen_ai.evaluation.explanation", _kind_text(a)),
+        _kv("masprism.trace_id", a["trace_id"]), _kv("masprism.category_family", a.get("category_family")),
+        _kv("masprism.category_by", a.get("category_by")), _kv("masprism.blamed_step", int(a["pred_step"]))]
+    return out
 
 
 def jsonl_records(outdir: Path) -> Iterator[dict[str, Any]]:

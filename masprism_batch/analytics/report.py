@@ -18,7 +18,7 @@ from datetime import datetime, timezone
 from importlib import resources
 from pathlib import Path
 
-from masprism_batch.analytics import load, svg
+from masprism_batch.analytics import load, report_categories, svg
 from masprism_batch.analytics.report_data import DrillLimits, build_payloads, sample_ids
 from masprism_batch.analytics.stats import ATTR_COLS, cached_or_compute
 from masprism_batch.analytics.svg import (
@@ -64,9 +64,13 @@ def build_report(outdir: Path | str, out: Path | str, limits: DrillLimits | None
                 + ")")
     stats = cached_or_compute(outdir)
     errors = load.read(outdir, "errors", columns=["stage", "reason", "input_path", "record_id", "message"])
-    payloads = build_payloads(outdir, attr, sample_ids(attr, limits, include), limits)
+    examples = report_categories.examples(attr)  # "what fails most" links them: they join the drill-down sample
+    wanted = list(dict.fromkeys([*(include or []), *(t for ts in examples.values() for t in ts)]))
+    payloads = build_payloads(outdir, attr, sample_ids(attr, limits, wanted), limits)
     data = {"traces": payloads, "total": attr.num_rows, "limits": limits.__dict__}
-    html = render_html(outdir, stats, attr, errors, data, csp)
+    index_of = {p["id"]: i for i, p in enumerate(payloads)}
+    html = render_html(outdir, stats, attr, errors, data, csp,
+                       first=report_categories.section(stats, examples, index_of))
     out = Path(out)
     with outdir_parts.atomic_output(out) as f:
         f.write(html)
@@ -241,7 +245,8 @@ def _median_bin(rel: Counter) -> str:
     return "-"
 
 
-def render_html(outdir: Path, stats, attr, errors, data: dict, csp: bool = True) -> str:
+def render_html(outdir: Path, stats, attr, errors, data: dict, csp: bool = True, first: str = "") -> str:
+    """first: the section shown before the overview ("What fails most", report_categories.py)."""
     css, js = _asset("report.css"), _asset("report.js")
     policy = (f"default-src 'none'; script-src '{_sha(js)}'; style-src '{_sha(css)}'; img-src data:; "
               "base-uri 'none'; form-action 'none'")
@@ -257,6 +262,7 @@ def render_html(outdir: Path, stats, attr, errors, data: dict, csp: bool = True)
 <header><h1>Failure attribution report</h1>
 <p class="meta">{escape(outdir.name or str(outdir))} &middot; generated {now} &middot; {total:,} traces</p></header>
 <main>
+{first}
 <section id="overview"><h2>Overview (all traces)</h2>{_overview(stats, attr, errors)}</section>
 <section id="drilldown"><h2>Trace drill-down</h2>
 <p class="limits">Showing {shown:,} of {total:,} traces (deterministic sample, every source represented; at most

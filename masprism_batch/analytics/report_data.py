@@ -171,4 +171,5 @@ def _payload(a: dict, scores: list[dict], trace: dict | None, limits: DrillLimit
         # what decided the step (ranker:<system> | rule:<name>) and P(it is right), calibrated
         "by": mark_bidi(a.get("verdict_by")), "conf": _num(a.get("confidence")),
         "why": mark_bidi(a.get("agent_by")),  # why the blamed agent, beside the step's author
+        "cat": mark_bidi(a.get("category")), "catc": _num(a.get("category_confidence")),  # what went wrong
     }

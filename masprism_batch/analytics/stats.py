@@ -23,6 +23,9 @@ import pyarrow.parquet as pq
 from tqdm.auto import tqdm
 
 from masprism_batch.analytics import load
+from masprism_batch.analytics.categories import COLUMNS as CATEGORY_COLUMNS
+from masprism_batch.analytics.categories import SCHEMAS as CATEGORY_SCHEMAS
+from masprism_batch.analytics.categories import category_tables
 from masprism_batch.analytics.accuracy import AccuracyAccumulator
 from masprism_batch.analytics.run_status import SCHEMA as RUN_STATUS_SCHEMA
 from masprism_batch.analytics.run_status import run_status_table
@@ -52,12 +55,14 @@ STATS_SCHEMAS: dict[str, pa.Schema] = {
     "verdicts": pa.schema([("source", _S), ("system", _S), ("verdict_by", _S), ("n_traces", _I),
                            ("mean_confidence", _F)]),
     "run_status": RUN_STATUS_SCHEMA,  # attributed runs by status, succeeded runs listed only
+    **CATEGORY_SCHEMAS,  # what fails most: failure kinds per system / agent / day, label-free groups
 }
 RELATIVE_BINS = 10
 _EPOCH = datetime(1970, 1, 1, tzinfo=timezone.utc)
 ATTR_COLS = ["trace_id", "source", "system", "n_steps", "pred_step", "pred_agent", "candidates", "symptoms",
               "model_id", "tokens_pass1", "tokens_pass2", "seconds_pass1", "seconds_pass2", "trace_start",
-              "attributed_at", "method", "pred_step_agent", "pred_agent_rule", "verdict_by", "confidence", "agent_by"]
+              "attributed_at", "method", "pred_step_agent", "pred_agent_rule", "verdict_by", "confidence", "agent_by",
+              *CATEGORY_COLUMNS]
 
 
 def _table(name: str, rows: list[dict[str, Any]]) -> pa.Table:
@@ -71,7 +76,8 @@ def compute_stats(outdir: Path | str, failure_words: tuple[str, ...] | None = No
     out = {"blamed_agents": blamed_agents(attr), "blamed_by_day": blamed_by_day(attr),
            "step_position": step_position(attr), "throughput": throughput(attr), "verdicts": verdicts(attr),
            "runs": runs(load.run_records(outdir), previous_runs(outdir), load.committed_shards(outdir)),
-           "run_status": run_status_table(outdir, set(attr["trace_id"].to_pylist()))}
+           "run_status": run_status_table(outdir, set(attr["trace_id"].to_pylist())),
+           **category_tables(attr, outdir, dups)}
     out["nll_by_agent"] = nll_by_agent(attr, load.read(
         outdir, "step_scores", columns=["trace_id", "step", "agent", "nll_pass1", "nll_pass2"]), dups)
     out["symptom_words"], out["accuracy"] = _trace_pass(outdir, attr, failure_words or MethodConfig().failure_words)

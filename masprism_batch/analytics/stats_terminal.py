@@ -44,8 +44,24 @@ def stats_tables_for_terminal(outdir: Path | str, top: int = 10) -> list:
 
     d = Path(outdir) / "stats"
     read = {n: pq.read_table(d / f"{n}.parquet").to_pylist()
-            for n in ("blamed_agents", "step_position", "accuracy", "verdicts") if (d / f"{n}.parquet").is_file()}
+            for n in ("blamed_agents", "step_position", "accuracy", "verdicts", "failure_categories")
+            if (d / f"{n}.parquet").is_file()}
     out = []
+    if read.get("failure_categories"):  # what fails most comes first: the table a team acts on
+        t = Table(title=f"What fails most: failure kinds of the verdicts (top {top} per source and system)",
+                  title_justify="left")
+        for c, j in (("source", "left"), ("system", "left"), ("kind", "left"), ("family", "left"),
+                     ("traces", "right"), ("share", "right"), ("mean confidence", "right")):
+            t.add_column(c, justify=j, overflow="fold")
+        shown: Counter = Counter()
+        for r in read["failure_categories"]:
+            key = (r["source"], r["system"])
+            if shown[key] < top:
+                shown[key] += 1
+                mc = r["mean_confidence"]
+                t.add_row(r["source"] or "-", r["system"] or "-", r["category"], r["category_family"] or "-",
+                          f"{r['n_traces']:,}", f"{r['share']:.0%}", "-" if mc is None else f"{mc:.2f}")
+        out.append(t)
     t = Table(title=f"Most-blamed agents (top {top} per source and system)", title_justify="left")
     for c, j in (("source", "left"), ("system", "left"), ("agent", "left"), ("traces", "right"), ("share", "right")):
         t.add_column(c, justify=j, overflow="fold")

@@ -22,6 +22,7 @@ from masprism_batch.cli.common import (
     fail,
     load_model_or_fail,
     no_traces_message,
+    taxonomy_overrides,
     usage,
 )
 from masprism_batch.cli.progress import DEFAULT_INTERVAL, heartbeat
@@ -39,17 +40,22 @@ RankerOpt = typer.Option(None, "--ranker", help="ranker file from `masprism-batc
 SystemOpt = typer.Option(None, "--system", help="the system these logs come from, as your ranker file names it "
                          "(default: what each log records: service name, framework; never guessed from its shape)")
 AllFeaturesOpt = typer.Option(False, "--all-features", help=ALL_FEATURES_HELP)
+TaxonomyOpt = typer.Option(None, "--taxonomy", help="name a failure kind for each verdict (opt-in, "
+                           "experimental: docs/categories.md): `trail` for TRAIL's 20 kinds, or a TOML file of your own "
+                           "([[kind]] name, family, description)")
 IntervalOpt = typer.Option(DEFAULT_INTERVAL, "--progress-interval", min=0,
                            help="seconds between progress lines when stderr is not a terminal (0: none)")
 
 
-def _config(config, model, max_context, threads=None, method=None, ranker=None, all_features=False, system=None):
+def _config(config, model, max_context, threads=None, method=None, ranker=None, all_features=False, system=None,
+            taxonomy=None):
     from masprism_batch.config import load_config
 
     try:
         return load_config(config, model__name=model, render__max_context=max_context, model__threads=threads,
                            method__name=method, method__ranker_weights=str(ranker) if ranker else None,
-                           method__features="all" if all_features else None, method__system=system)
+                           method__features="all" if all_features else None, method__system=system,
+                           **taxonomy_overrides(taxonomy))
     except (OSError, ValueError) as exc:  # pydantic's ValidationError is a ValueError
         console.print(f"[red]error:[/] bad configuration: {exc}")
         raise typer.Exit(EXIT_FATAL) from None
@@ -84,7 +90,7 @@ def attribute(
     inputs: list[str] = typer.Argument(..., help="raw trace files/dirs (auto-ingested) or a canonical traces dataset"),
     out: Path = typer.Option(..., "-o", "--out", help="output directory"),
     model: str = ModelOpt, config: str = ConfigOpt, max_context: int = ContextOpt, method: str = MethodOpt,
-    ranker: Path = RankerOpt, system: str = SystemOpt,
+    ranker: Path = RankerOpt, system: str = SystemOpt, taxonomy: Path = TaxonomyOpt,
     token_budget: int = typer.Option(None, help="max tokens per packed prefill batch (default: sized for the device: 8,192 on CPU, from free memory on CUDA; run.json names it)"),
     traces_per_shard: int = typer.Option(None, help="traces per committed output shard"),
     threads: int = typer.Option(None, help="torch CPU threads"),
@@ -96,7 +102,8 @@ def attribute(
     verbose: bool = VerboseOpt,
 ):
     run(inputs, out, engine=Engine.local, workers=None, address=None, num_cpus=None, model=model, config=config,
-        max_context=max_context, method=method, ranker=ranker, system=system, token_budget=token_budget,
+        max_context=max_context, method=method, ranker=ranker, system=system, taxonomy=taxonomy,
+        token_budget=token_budget,
         traces_per_shard=traces_per_shard,
         threads=threads, all_features=all_features, fmt=fmt, all_runs=all_runs, limit=limit, sample=sample, seed=seed, progress=progress,
         progress_interval=progress_interval, verbose=verbose)
@@ -199,7 +206,7 @@ def eval_(
     path: list[str] = typer.Argument(..., help="labelled traces (raw files/dirs or a canonical dataset)"),
     dataset: str = typer.Option(..., "--dataset", "-d", help="who-and-when | trail"),
     model: str = ModelOpt, config: str = ConfigOpt, max_context: int = ContextOpt, method: str = MethodOpt,
-    ranker: Path = RankerOpt,
+    ranker: Path = RankerOpt, taxonomy: Path = TaxonomyOpt,
     json_out: Path = typer.Option(None, "--json", help="write the scores as JSON here"),
     out: Path = typer.Option(None, "-o", "--out", help="keep the attribution outputs here (default: temporary)"),
     limit: int = typer.Option(None, min=1, help="score only the first N labelled traces (smoke runs)"),
@@ -228,7 +235,7 @@ def eval_(
     if json_out is not None:
         from masprism_batch.cli.common import check_out_file
         check_out_file(json_out)
-    cfg = _config(config, model, max_context, threads, method, ranker, all_features)
+    cfg = _config(config, model, max_context, threads, method, ranker, all_features, taxonomy=taxonomy)
     if cfg.method.ranker_weights is None:  # eval scores the benchmarks themselves: their packaged rankers apply
         from masprism_batch.fit.rankfile import PACKAGED_NAME
 

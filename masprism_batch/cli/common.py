@@ -135,6 +135,28 @@ def no_traces_message(inputs: list[str], rejected: dict[str, int] | None = None)
     return "; ".join(parts)
 
 
+def taxonomy_overrides(taxonomy) -> dict:
+    """`--taxonomy trail|FILE` turns the failure kinds on: `trail` names the packaged TRAIL kinds, else a TOML file."""
+    if not taxonomy:
+        return {}
+    return {"method__categories": True, "method__taxonomy": None if str(taxonomy) == "trail" else str(taxonomy)}
+
+
+def check_taxonomy(cfg) -> None:
+    """`--taxonomy` / method.taxonomy (and method.category_weights), refused (exit 1) before OUTDIR is touched."""
+    if not cfg.method.categories:
+        return
+    from masprism_batch.category.classify import load_model
+    from masprism_batch.category.taxonomy import load_taxonomy
+
+    try:
+        tax = load_taxonomy(cfg.method.taxonomy)
+        if cfg.method.category_weights is not None:
+            load_model(tax, cfg.model.name, cfg.method.category_weights)
+    except (OSError, ValueError, KeyError, TypeError) as exc:
+        raise fail(f"--taxonomy: {exc}") from None
+
+
 def check_ranker(cfg, model_id: str | None = None) -> None:
     """`--ranker` / method.ranker_weights, refused (exit 1) before OUTDIR is touched: missing, not a ranker
     file, or, once the model is known (`model_id`), fitted on another model's signals (its weights would mean
@@ -142,6 +164,7 @@ def check_ranker(cfg, model_id: str | None = None) -> None:
     from masprism_batch import config_checks as checks
     from masprism_batch.fit import rankfile
 
+    check_taxonomy(cfg)
     setting = cfg.method.ranker_weights
     if setting is None:
         return

@@ -24,6 +24,7 @@ from masprism_batch.cli.common import (
     load_model_or_fail,
     no_traces_message,
     ranker_matches,
+    taxonomy_overrides,
     usage,
 )
 from masprism_batch.cli.progress import DEFAULT_INTERVAL, heartbeat
@@ -64,6 +65,9 @@ def run(
                                 "the rankers fitted on the benchmark systems"),
     system: str = typer.Option(None, "--system", help="the system these logs come from, as your ranker file names "
                                "it (default: what each log records; never guessed from its shape)"),
+    taxonomy: Path = typer.Option(None, "--taxonomy", help="name a failure kind for each verdict "
+                                  "(opt-in, experimental: docs/categories.md): `trail` for TRAIL's 20 kinds, or a TOML "
+                                  "file of your own ([[kind]] name, family, description)"),
     token_budget: int = typer.Option(None, help="max tokens per packed prefill batch (default: sized for the device: 8,192 on CPU, from free memory on CUDA; run.json names it)"),
     traces_per_shard: int = typer.Option(None, help="traces per committed output shard"),
     threads: int = typer.Option(None, help="torch CPU threads per model (default: CPUs / workers)"),
@@ -104,7 +108,8 @@ def run(
                           method__name=method, method__ranker_weights=str(ranker) if ranker else None,
                           batch__token_budget=token_budget, engine__traces_per_shard=traces_per_shard,
                           ingest__all_runs=True if all_runs else None,
-                          method__features="all" if all_features else None, method__system=system)
+                          method__features="all" if all_features else None, method__system=system,
+                          **taxonomy_overrides(taxonomy))
     except (OSError, ValueError) as exc:  # pydantic's ValidationError is a ValueError
         raise fail(f"bad configuration: {exc}") from None
     conflict = staging_conflict(out, list(inputs), fmt, select)

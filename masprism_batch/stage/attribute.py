@@ -19,6 +19,7 @@ from typing import TYPE_CHECKING
 
 import numpy as np
 
+from masprism_batch.category import annotate as categories
 from masprism_batch.config import PipelineConfig
 from masprism_batch.fit.policy import VerdictPolicy
 from masprism_batch.method import counterfactual, heads, reads
@@ -51,10 +52,14 @@ class StageOutput:
     # counterfactual suffix prefills: wall seconds and suffix tokens read, summed per call
     seconds_counterfactual: float = 0.0
     tokens_counterfactual: int = 0
+    # failure categories' description suffixes (category/annotate.py): wall seconds and suffix tokens read
+    seconds_category: float = 0.0
+    tokens_category: int = 0
 
 
 # the timings a caller sums over calls (run.json's per-stage breakdown)
-TIMINGS = ("seconds_render_pass2", "seconds_render_pass2_wait", "seconds_counterfactual", "tokens_counterfactual")
+TIMINGS = ("seconds_render_pass2", "seconds_render_pass2_wait", "seconds_counterfactual", "tokens_counterfactual",
+           "seconds_category", "tokens_category")
 
 
 @dataclass
@@ -96,6 +101,9 @@ class OnDevice:
     policy: VerdictPolicy
     hw: object
     raw_sink: object
+    # the failure kinds (opt-in, `method.categories`) read suffixes on the pass-2 caches after the verdicts, so
+    # the tail holds the model only when they are on: that read is device work on the tail's thread
+    model: object = None
 
 
 def on_device(traces: list[Trace], model, cfg: PipelineConfig, raw_sink=None, rendered: list | None = None,
@@ -152,16 +160,18 @@ def on_device(traces: list[Trace], model, cfg: PipelineConfig, raw_sink=None, re
     r2 = {i: w.r2 for i, w in work.items() if w.r2 is not None}
     want_cf = {i for i in r2 if cf_k and reads.COUNTERFACTUAL in work[i].need}
     # pass-2 per-head attention is read by no verdict, only by raw_sink callers (fit-heads' training pairs)
+    # the categories read their suffixes on the same pass-2 caches, after the verdicts
+    keep_kv = bool(want_cf) or cfg.method.categories
     sig2 = prefill_groups(model, r2, cfg, "pass2", per_head=per_head if raw_sink is not None else False,
-                    keep_kv=bool(want_cf))
+                    keep_kv=keep_kv)
     for i, (s, secs) in sig2.items():
         work[i].sig2, work[i].seconds2 = s, secs
     _counterfactuals(model, [work[i] for i in sorted(want_cf)], cfg, full=raw_sink is not None, out=out)
-    for w in work.values():
-        if w.sig2 is not None and not isinstance(w.sig2, Exception):
-            w.sig2.kv = None  # the cache is large: drop it once the counterfactuals are done
+    if not cfg.method.categories:
+        _drop_kv(work)
 
-    return OnDevice(traces, work, out, cfg, model.model_id, policy, hw, raw_sink)
+    return OnDevice(traces, work, out, cfg, model.model_id, policy, hw, raw_sink,
+                    model if cfg.method.categories else None)
 
 
 def host_tail(d: OnDevice) -> StageOutput:
@@ -169,6 +179,7 @@ def host_tail(d: OnDevice) -> StageOutput:
     out, cfg, policy, hw, raw_sink, work = d.out, d.cfg, d.policy, d.hw, d.raw_sink, d.work
     chash = cfg.config_hash()
     now = datetime.now(timezone.utc)
+    cat_items: list[tuple] = []  # (trace, pass-2 render, pass-2 signals, attribution row, step rows) per verdict
     for i in sorted(i for i, w in work.items() if w.p1 is not None):
         w = work[i]
         t, p1, s2 = w.trace, w.p1, w.sig2
@@ -198,7 +209,19 @@ def host_tail(d: OnDevice) -> StageOutput:
         out.attributions.append(rows_mod.attribution_row(t, ranking, d.model_id, chash, cfg, r1_or_windows, w.r2,
                                                          w.seconds1, w.seconds2, now, verdict))
         out.step_scores.extend(rows)
+        if verdict.order:
+            cat_items.append((t, w.r2, s2, out.attributions[-1], rows))
+    got = categories.annotate(d.model, cfg, cat_items, buckets.forward_budget(cfg))
+    out.seconds_category, out.tokens_category = got["seconds"], got["tokens"]
+    _drop_kv(work)
     return out
+
+
+def _drop_kv(work: dict) -> None:
+    """The pass-2 K/V caches are large: dropped once the counterfactuals (and categories) have read them."""
+    for w in work.values():
+        if w.sig2 is not None and not isinstance(w.sig2, Exception):
+            w.sig2.kv = None
 
 
 def _counterfactuals(model, want: list[_TraceWork], cfg, full: bool, out: StageOutput) -> None:

@@ -101,7 +101,9 @@
       (t.why && t.agent !== t.pa ? " (" + t.why + ")" :
         t.rule === "aggregate" ? " (step probabilities summed per agent)" : "") +
       (t.by ? " · decided by " + t.by : "") +
-      (t.conf !== null && t.conf !== undefined ? " · confidence " + t.conf.toFixed(2) : "")));
+      (t.conf !== null && t.conf !== undefined ? " · confidence " + t.conf.toFixed(2) : "") +
+      (t.cat ? " · failure kind " + t.cat + (t.catc !== null && t.catc !== undefined ?
+        " (" + t.catc.toFixed(2) + ")" : "") : "")));
     if (t.gold) {
       var g = t.gold.step !== null && t.gold.step !== undefined ? "step " + t.gold.step + " (" + (t.gold.agent || "-") + ")"
         : t.gold.locs.length + " labelled error span(s)";
@@ -230,5 +232,10 @@
   drawList();
   var m = /^#t=(\d+)$/.exec(location.hash);
   showTrace(m ? parseInt(m[1], 10) : 0, null);
+  // "What fails most" links a kind's example traces as #t=<index>: open them without a reload
+  window.addEventListener("hashchange", function () {
+    var h = /^#t=(\d+)$/.exec(location.hash);
+    if (h) { showTrace(parseInt(h[1], 10), null); document.getElementById("detail").scrollIntoView(); }
+  });
   document.body.setAttribute("data-ready", "1");
 })();

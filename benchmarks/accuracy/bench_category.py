@@ -1,0 +1,223 @@
+"""Failure category accuracy on the TRAIL dev errors, located by the label (issue 49), from category_extract.py's
+cache: calibrated on one TRAIL split and scored on the other (GAIA <-> SWE-Bench), baselines beside.
+
+    python benchmarks/accuracy/bench_category.py --work /tmp/masprism-category [--write-weights]
+
+Rows (benchmarks/results/category.csv), one per (scored split, method, metric):
+- zero-training: the description the log makes likeliest (a = 1, b = W = 0; no label read anywhere);
+- cross-split: the category layer calibrated on the OTHER split's errors (family-balanced weights), scored on
+  this one: what the packaged weights give a system they were not calibrated on;
+- log-only: the same calibration with the model's evidence left out (its ablation);
+- fitted-20: 20 errors of the scored split drawn at random (20 draws), the layer refitted from the cross-split
+  one on them, scored on the errors of the scored split's traces none of whose errors was drawn (the same
+  held-out errors score the cross-split layer in that draw, "cross-split@draws");
+- majority / label-frequency: the calibration split's most frequent kind; a kind drawn with the calibration
+  split's frequencies (mean over 200 seeded draws).
+Metrics: family balanced accuracy (mean recall over the families present in the scored split's labels; any
+constant scores 1/families), leaf macro-F1 (over the kinds in the labels or the predictions), leaf accuracy.
+`--write-weights` writes the layer calibrated on both splits to the packaged weights (what runs ship).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import logging
+import subprocess
+from datetime import date
+from pathlib import Path
+
+import numpy as np
+
+from benchmarks.rows import RESULTS, append_rows
+from masprism_batch.category import classify
+from masprism_batch.category.groups import terms_of
+from masprism_batch.category.taxonomy import TRAIL
+
+ROOT = Path(__file__).resolve().parents[2]
+log = logging.getLogger("bench_category")
+SPLITS = ("GAIA", "SWE_Bench")
+L2, DRAWS, K_FIT = 10.0, 20, 20
+BEGIN, END = "<!-- categories: begin -->", "<!-- categories: end -->"
+
+
+def load(data: Path, work: Path, model: str, split: str) -> dict:
+    """Every labelled error of the split whose span is a step: its kind, the log evidence (computed here, no
+    model), and the model evidence from category_extract.py's cache where that trace was read (else nan)."""
+    from benchmarks.accuracy.category_extract import labelled_errors
+    from masprism_batch.category.log_signals import step_features
+    from masprism_batch.ingest import read_inputs
+
+    cols = {"trace": [], "y": [], "pmi": [], "log": [], "vec": [], "terms": []}
+    skipped = 0
+    for t in sorted(read_inputs([str(data / "trail" / split)]), key=lambda t: t.trace_id):
+        cache = work / model / split / f"{t.trace_id}.npz"
+        d = np.load(cache) if cache.exists() else None
+        for j, (k, c) in enumerate(labelled_errors(t)):
+            kind = TRAIL.resolve(str(c))
+            if kind is None:
+                skipped += 1
+                continue
+            cols["trace"].append(t.trace_id)
+            cols["y"].append(TRAIL.index(kind))
+            cols["log"].append(step_features(t.steps, k))
+            cols["pmi"].append(d["pmi"][j] if d is not None else np.full(len(TRAIL.kinds), np.nan))
+            cols["vec"].append(d["vec"][j] if d is not None else None)
+            cols["terms"].append(terms_of(t.steps[k].content))
+    out = {k: (np.array(v) if k not in ("vec", "terms") else v) for k, v in cols.items()}
+    out["trace"] = np.array(cols["trace"])
+    out["skipped"] = skipped
+    out["read"] = np.isfinite(out["pmi"]).all(axis=1)
+    return out
+
+
+def subset(d: dict, mask: np.ndarray) -> dict:
+    idx = np.flatnonzero(mask)
+    return {k: (v[idx] if isinstance(v, np.ndarray) else [v[i] for i in idx] if isinstance(v, list) else v)
+            for k, v in d.items()}
+
+
+def family_idx(y: np.ndarray) -> np.ndarray:
+    fams = TRAIL.families
+    return np.array([fams.index(TRAIL.kinds[i].family) for i in y])
+
+
+def metrics(y: np.ndarray, pred: np.ndarray) -> dict:
+    fy, fp = family_idx(y), family_idx(pred)
+    bal = float(np.mean([(fp[fy == f] == f).mean() for f in np.unique(fy)]))
+    f1 = []
+    for k in np.union1d(np.unique(y), np.unique(pred)):
+        tp = float(((pred == k) & (y == k)).sum())
+        p, r = tp / max(1, (pred == k).sum()), tp / max(1, (y == k).sum())
+        f1.append(0.0 if p + r == 0 else 2 * p * r / (p + r))
+    return {"family_balanced_accuracy": bal, "leaf_macro_f1": float(np.mean(f1)),
+            "leaf_accuracy": float((pred == y).mean())}
+
+
+def predict(m: classify.CategoryModel, d: dict, idx=None) -> np.ndarray:
+    idx = np.arange(len(d["y"])) if idx is None else idx
+    probs = m.probs(d["pmi"][idx], d["log"][idx])
+    return np.array([TRAIL.index(classify.decide(p, TRAIL)[0]) for p in probs])
+
+
+def calibrate(d: dict, name: str, use_model: bool = True, prior=None, idx=None) -> classify.CategoryModel:
+    idx = np.arange(len(d["y"])) if idx is None else idx
+    z = classify.model_evidence(d["pmi"][idx]) if use_model else np.zeros((len(idx), len(TRAIL.kinds)))
+    y = d["y"][idx]
+    m = classify.fit(z, d["log"][idx], y, len(TRAIL.kinds), TRAIL.digest(), l2=L2, fitted_on=name,
+                     weight=classify.family_weights(y, TRAIL), prior=prior)
+    if not use_model:
+        m.a = 0.0
+    return m
+
+
+def score_split(cal: dict, test: dict, cal_name: str, test_name: str, scope: str) -> list[dict]:
+    rows = []
+
+    def add(method, held_out, ms, sd=None, n=None):
+        for k, v in ms.items():
+            rows.append({"scope": scope, "scored_on": test_name, "calibrated_on": cal_name, "method": method, "metric": k,
+                         "value": round(v, 4), "sd": None if sd is None else round(sd[k], 4),
+                         "n_errors": n or len(test["y"]), "held_out": held_out})
+
+    y = test["y"]
+    add("zero-training", "no labels read", metrics(y, predict(classify.CategoryModel.zero(TRAIL), test)))
+    cross = calibrate(cal, f"trail/{cal_name}")
+    add("cross-split", f"calibrated on {cal_name} only", metrics(y, predict(cross, test)))
+    add("log-only", f"calibrated on {cal_name} only, model evidence left out",
+        metrics(y, predict(calibrate(cal, "log-only", use_model=False), test)))
+    maj = np.bincount(cal["y"], minlength=len(TRAIL.kinds)).argmax()
+    add("majority", f"{TRAIL.names[maj]} (the most frequent kind of {cal_name})", metrics(y, np.full(len(y), maj)))
+    freq = np.bincount(cal["y"], minlength=len(TRAIL.kinds)) / len(cal["y"])
+    draws = [metrics(y, np.random.default_rng(s).choice(len(freq), len(y), p=freq)) for s in range(200)]
+    add("label-frequency", f"kinds drawn with {cal_name}'s frequencies, 200 seeds",
+        {k: float(np.mean([d[k] for d in draws])) for k in draws[0]})
+    fitted, base, n_held = [], [], []
+    for s in range(DRAWS):
+        rng = np.random.default_rng(1000 + s)
+        pick = rng.choice(len(y), K_FIT, replace=False)
+        drawn = set(test["trace"][pick])
+        held = np.array([i for i in range(len(y)) if test["trace"][i] not in drawn])
+        if len(held) == 0:
+            continue
+        m = calibrate(test, f"fit-{K_FIT}", prior=cross, idx=pick)
+        fitted.append(metrics(y[held], predict(m, test, held)))
+        base.append(metrics(y[held], predict(cross, test, held)))
+        n_held.append(len(held))
+    for name, got in ((f"fitted-{K_FIT}", fitted), ("cross-split@draws", base)):
+        add(name, f"{K_FIT} errors of {test_name} drawn x{len(got)}; scored on the errors of its traces with none "
+            f"drawn (mean {np.mean(n_held):.0f})", {k: float(np.mean([g[k] for g in got])) for k in got[0]},
+            {k: float(np.std([g[k] for g in got])) for k in got[0]}, int(np.mean(n_held)))
+    return rows
+
+
+def markdown(rows: list[dict], skipped: dict, model: str) -> str:
+    out = [BEGIN, "## Failure category, located by the label (issue 49)", "",
+           f"Each labelled TRAIL dev error's span is given (what, apart from where); its step is read as the stage "
+           f"reads a blamed step (`{model}`, the pass-2 prompt with the labelled steps as key steps; "
+           "benchmarks/accuracy/category_extract.py, bench_category.py). Errors whose label is not a TRAIL kind "
+           f"are not scored ({', '.join(f'{k}: {v}' for k, v in skipped.items())}). How each figure is held out is "
+           "in its row. Family balanced accuracy: mean recall over the families in the scored split (any constant: "
+           "1/families); target >= 0.55. fitted-20: mean (sd) over 20 draws.", ""]
+    for scope, split in [(sc, sp) for sc in dict.fromkeys(r["scope"] for r in rows) for sp in SPLITS]:
+        rs = [r for r in rows if r["scored_on"] == split and r["scope"] == scope]
+        if not rs:
+            continue
+        out += [f"### scored on trail/{split} ({rs[0]['n_errors']} errors): {scope}", "",
+                "| method | family bal. acc. | leaf macro-F1 | leaf acc. | held out |", "|---|---|---|---|---|"]
+        for m in dict.fromkeys(r["method"] for r in rs):
+            g = {r["metric"]: r for r in rs if r["method"] == m}
+
+            def cell(k):
+                r = g[k]
+                return f"{r['value']:.3f}" + (f" ({r['sd']:.3f})" if r["sd"] is not None else "")
+
+            out.append(f"| {m} | {cell('family_balanced_accuracy')} | {cell('leaf_macro_f1')} | "
+                       f"{cell('leaf_accuracy')} | {g['leaf_accuracy']['held_out']} |")
+        out.append("")
+    out.append(END)
+    return "\n".join(out)
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--data", default=str(ROOT.parent / "shared" / "data"))
+    ap.add_argument("--work", default="/tmp/masprism-category")
+    ap.add_argument("--model", default="smollm2-135m")
+    ap.add_argument("--md", default=str(ROOT / "docs" / "results.md"), help='page to write ("": none)')
+    ap.add_argument("--write-weights", action="store_true")
+    args = ap.parse_args()
+    logging.basicConfig(level=logging.INFO, format="%(message)s")
+    data = {s: load(Path(args.data), Path(args.work), args.model, s) for s in SPLITS}
+    cover = ", ".join(f"{s} {int(d['read'].sum())}/{len(d['y'])}" for s, d in data.items())
+    log.info("errors with the model's evidence read: %s", cover)
+    rows = []
+    for scope, pick in ((f"all errors (model evidence read for {cover}; elsewhere the log's only)", None),
+                        ("errors whose step the model read", "read")):
+        dd = {s: (subset(d, d["read"]) if pick else d) for s, d in data.items()}
+        if min(len(d["y"]) for d in dd.values()) < 2 * K_FIT:
+            log.info("scope %r: too few errors (%s), skipped", scope, {s: len(d["y"]) for s, d in dd.items()})
+            continue
+        rows += score_split(dd["SWE_Bench"], dd["GAIA"], "SWE_Bench", "GAIA", scope) + \
+            score_split(dd["GAIA"], dd["SWE_Bench"], "GAIA", "SWE_Bench", scope)
+    commit = subprocess.run(["git", "rev-parse", "--short", "HEAD"], capture_output=True, text=True, cwd=ROOT).stdout.strip()
+    for r in rows:
+        r.update(date=date.today().isoformat(), commit=commit, model=args.model, machine="shared 2-core CPU")
+        log.info("%-10s %-18s %-26s %.3f", r["scored_on"], r["method"], r["metric"], r["value"])
+    append_rows(RESULTS / "category.csv", rows)
+    if args.md:
+        from benchmarks.accuracy.accuracy_report import replace_block
+
+        replace_block(Path(args.md), markdown(rows, {s: d["skipped"] for s, d in data.items()}, args.model), BEGIN, END)
+    if args.write_weights:
+        both = {k: np.concatenate([data[s][k] for s in SPLITS]) for k in ("y", "pmi", "log")}
+        m = calibrate(both, "trail-dev")
+        from masprism_batch.method import weights_dir
+
+        dst = weights_dir() / f"category-trail-{args.model}.json"
+        dst.write_text(json.dumps(m.to_json(), indent=1) + "\n", encoding="utf-8")
+        log.info("wrote %s", dst)
+
+
+if __name__ == "__main__":
+    main()
