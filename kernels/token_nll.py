@@ -69,7 +69,8 @@ def _nll_partial(H, W, TGT, M_OUT, S_OUT, P_OUT, T, V, d, v_per_split,
         picked += tl.sum(tl.where(offs_v[None, :] == tgt[:, None], logits, 0.0), 1)
     tl.store(M_OUT + split * T + offs_t, m, mask=t_ok)
     tl.store(S_OUT + split * T + offs_t, s, mask=t_ok)
-    tl.store(P_OUT + split * T + offs_t, picked, mask=t_ok)
+    # nan for an ignored target: the merge's lse - sum(picked) is then nan there, with no masking op after it
+    tl.store(P_OUT + split * T + offs_t, tl.where(tgt == IGNORE, float("nan"), picked), mask=t_ok)
 
 
 def token_nll(hidden, weight, targets, *, ignore_index: int = -100, out=None, n_split: int | None = None,
@@ -91,7 +92,7 @@ def token_nll(hidden, weight, targets, *, ignore_index: int = -100, out=None, n_
     v_per_split = triton.cdiv(triton.cdiv(V, n_split), block_v) * block_v
     n_split = triton.cdiv(V, v_per_split)
     part = torch.empty(3, n_split, T, dtype=torch.float32, device=hidden.device)
-    tgt = targets.to(device=hidden.device, dtype=torch.int32).contiguous()
+    tgt = targets if targets.device == hidden.device and targets.stride(0) == 1 else targets.to(hidden.device).contiguous()
     _nll_partial[(n_tblocks, n_split)](
         hidden, weight, tgt, part[0], part[1], part[2], T, V, d, v_per_split,
         hidden.stride(0), weight.stride(0), IGNORE=ignore_index,
@@ -100,6 +101,4 @@ def token_nll(hidden, weight, targets, *, ignore_index: int = -100, out=None, n_
     m, s, picked = part[0], part[1], part[2]
     m_all = m.amax(dim=0)
     lse = m_all + torch.log((s * torch.exp(m - m_all)).sum(dim=0))
-    nll = lse - picked.sum(dim=0)
-    out.copy_(torch.where(targets.to(hidden.device) == ignore_index, torch.full_like(nll, float("nan")), nll))
-    return out
+    return torch.sub(lse, picked.sum(dim=0), out=out)  # nan where the target is ignored (the kernel's picked)

@@ -49,24 +49,50 @@ class KVCache:
     n_tokens: int
 
 
-@dataclass
 class PrefillTiming:
-    sequences: int
-    tokens: int
-    seconds: float
-    with_signals: bool
+    """One forward's time: on CUDA between two events around its device work (read without a synchronize on the
+    hot path: `signals` reads the results first, so the end event has completed by then), else wall time."""
+
+    def __init__(self, sequences: int, tokens: int, with_signals: bool, clock: _Clock):
+        self.sequences, self.tokens, self.with_signals, self._clock = sequences, tokens, with_signals, clock
+
+    @property
+    def seconds(self) -> float:
+        return self._clock.seconds()
 
     @property
     def tokens_per_s(self) -> float:
         return self.tokens / self.seconds if self.seconds > 0 else float("inf")
 
 
+class _Clock:
+    def __init__(self, device: torch.device):
+        self._events = None
+        if device.type == "cuda":
+            self._events = (torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True))
+            self._events[0].record()
+        self._t = [time.perf_counter(), None]
+
+    def stop(self) -> _Clock:
+        if self._events is not None:
+            self._events[1].record()
+        self._t[1] = time.perf_counter()
+        return self
+
+    def seconds(self) -> float:
+        if self._events is None:
+            return self._t[1] - self._t[0]
+        self._events[1].synchronize()  # at once when the forward's results were read after it
+        return self._events[0].elapsed_time(self._events[1]) / 1e3
+
+
 @dataclass
 class _PackedBatch:
-    ids: torch.Tensor  # [T] int64
+    ids: torch.Tensor  # [T] int64 on the device
     host_ids: np.ndarray  # [T] int64, the same ids on the host
-    positions: torch.Tensor  # [T] int64, restart at 0 per sequence
-    cu_seqlens: torch.Tensor  # [B+1] int32
+    positions: torch.Tensor  # [T] int64 on the device, restart at 0 per sequence
+    host_positions: np.ndarray
+    cu_seqlens: torch.Tensor  # [B+1] int32 on the device
     bounds: list[int]
     max_seqlen: int
 
@@ -107,33 +133,36 @@ class PrefillModel:
         nll_from[b] / nll_steps_only: token NLL only from that position on / only of tokens inside a step (step
         id >= 0); the others are nan and cost no LM-head row (the model stage reads nothing else).
         """
+        # Everything the host knows (bounds, step ids and counts, NLL rows and targets, the batch checks) is built
+        # here from host arrays and goes host->device without blocking; the layer stack reads no device tensor and
+        # the results come back in one transfer (docs/gpu.md "A sync-free packed forward").
         batch = self._packed_batch(seqs)
-        if len(step_ids) != len(seqs):
-            raise ValueError(f"{len(seqs)} sequences but {len(step_ids)} step_ids lists")
-        for b, (s, sid) in enumerate(zip(seqs, step_ids, strict=True)):
-            if len(sid) != len(s):
-                raise ValueError(f"sequence {b}: {len(s)} tokens but {len(sid)} step ids")
-        sid_t = torch.tensor([x for sid in step_ids for x in sid], dtype=torch.int32)
-        if sid_t.numel() and int(sid_t.min()) < -1:
-            raise ValueError("step ids must be >= -1")
-        seen = [max(sid, default=-1) + 1 for sid in step_ids]
-        n_steps = seen if n_steps is None else list(n_steps)
-        if len(n_steps) != len(seqs):
-            raise ValueError(f"{len(seqs)} sequences but {len(n_steps)} n_steps")
-        if any(n < m for n, m in zip(n_steps, seen, strict=True)):
-            raise ValueError(f"n_steps {n_steps} smaller than the step ids used {seen}")
-        n_steps_t = torch.tensor(n_steps, dtype=torch.int32)
-        unread = self._unread(batch, sid_t, nll_from, nll_steps_only)
-        t0 = time.perf_counter()
+        sid_h, n_steps = self._host_steps(seqs, step_ids, n_steps)
+        ns_h = np.asarray(n_steps, dtype=np.int32)
+        sid_d, ns_d = sig.to_device(sid_h, self.device), sig.to_device(ns_h, self.device)
+        sig.bind_pack(batch.cu_seqlens, sid_d, ns_d, (np.asarray(batch.bounds, dtype=np.int32), sid_h, ns_h),
+                      backend=self.signals_cfg.backend, head_dim=self.arch.head_dim, dtype=self.dtype)
+        rows, targets = self._nll_rows(batch, sid_h, nll_from, nll_steps_only)
+        rows_d = None if rows is None else sig.to_device(rows, self.device)
+        targets_d = sig.to_device(targets, self.device)
+        clock = _Clock(self.device)
         kv = ([], []) if keep_kv else None
         with torch.inference_mode():
-            hidden, mass = self._run(batch, sid_t.to(self.device), n_steps_t.to(self.device), per_head, kv)
-            nll = self._token_nll(hidden, batch, unread)
-            out = self._split(batch, nll, mass, sid_t, n_steps, per_head)
+            hidden, mass = self._run(batch, sid_d, ns_d, per_head, kv)
+            nll = sig.token_nll(hidden if rows_d is None else hidden.index_select(0, rows_d), self.weights.lm_head,
+                                targets_d, backend=self.signals_cfg.backend, chunk=self.signals_cfg.nll_chunk,
+                                host_targets=targets)
+            clock.stop()
+            nll_h, mass_h = _fetch(nll, mass)
+        if rows is not None:
+            full = np.full(batch.bounds[-1], np.nan, dtype=np.float32)
+            full[rows] = nll_h
+            nll_h = full
+        out = self._split(batch, nll_h, mass_h, sid_h, n_steps, per_head)
         if kv is not None:
             for b, (s, e) in enumerate(zip(batch.bounds[:-1], batch.bounds[1:], strict=True)):
                 out[b].kv = KVCache([k[s:e] for k in kv[0]], [v[s:e] for v in kv[1]], e - s)
-        self._timed(t0, batch, with_signals=True)
+        self._timed(clock, batch, with_signals=True)
         return out
 
     def suffix_nll(self, cache: KVCache, prefix_len: int, suffix: list[int]) -> np.ndarray:
@@ -146,10 +175,10 @@ class PrefillModel:
     def prefill(self, seqs: list[list[int]]) -> torch.Tensor:
         """Plain packed forward, no signals (for benchmarks): the final normed hidden states [T, H]."""
         batch = self._packed_batch(seqs)
-        t0 = time.perf_counter()
+        clock = _Clock(self.device)
         with torch.inference_mode():
             hidden, _ = self._run(batch)
-        self._timed(t0, batch, with_signals=False)
+        self._timed(clock.stop(), batch, with_signals=False)
         return hidden
 
     def forward_logits(self, input_ids: list[int]) -> torch.Tensor:
@@ -170,11 +199,30 @@ class PrefillModel:
             raise ValueError(f"token id out of range [0, {self.arch.vocab_size})")
         bounds = np.concatenate([[0], np.cumsum(lengths)]).tolist()
         starts = np.repeat(np.asarray(bounds[:-1], dtype=np.int64), lengths)
-        positions = torch.from_numpy(np.arange(bounds[-1], dtype=np.int64) - starts)
-        return _PackedBatch(ids=torch.from_numpy(host_ids).to(self.device), host_ids=host_ids,
-                     positions=positions.to(self.device),
-                     cu_seqlens=torch.tensor(bounds, dtype=torch.int32, device=self.device),
-                     bounds=bounds, max_seqlen=max(lengths))
+        positions = np.arange(bounds[-1], dtype=np.int64) - starts
+        up = sig.to_device
+        return _PackedBatch(ids=up(host_ids, self.device), host_ids=host_ids, positions=up(positions, self.device),
+                            host_positions=positions, cu_seqlens=up(np.asarray(bounds, dtype=np.int32), self.device),
+                            bounds=bounds, max_seqlen=max(lengths))
+
+    @staticmethod
+    def _host_steps(seqs, step_ids, n_steps) -> tuple[np.ndarray, list[int]]:
+        """The pack's step ids [T] int32 and step counts, checked on the host."""
+        if len(step_ids) != len(seqs):
+            raise ValueError(f"{len(seqs)} sequences but {len(step_ids)} step_ids lists")
+        for b, (s, sid) in enumerate(zip(seqs, step_ids, strict=True)):
+            if len(sid) != len(s):
+                raise ValueError(f"sequence {b}: {len(s)} tokens but {len(sid)} step ids")
+        sid_h = np.fromiter((x for sid in step_ids for x in sid), dtype=np.int64, count=sum(map(len, step_ids)))
+        if sid_h.size and int(sid_h.min()) < -1:
+            raise ValueError("step ids must be >= -1")
+        seen = [max(sid, default=-1) + 1 for sid in step_ids]
+        n_steps = seen if n_steps is None else [int(n) for n in n_steps]
+        if len(n_steps) != len(seqs):
+            raise ValueError(f"{len(seqs)} sequences but {len(n_steps)} n_steps")
+        if any(n < m for n, m in zip(n_steps, seen, strict=True)):
+            raise ValueError(f"n_steps {n_steps} smaller than the step ids used {seen}")
+        return sid_h.astype(np.int32), n_steps
 
     def _run(self, batch: _PackedBatch, step_ids=None, n_steps=None, per_head: bool = False, kv=None):
         """Decoder stack; returns final normed hidden [T, H] and the step mass (or None): summed over
@@ -187,9 +235,10 @@ class PrefillModel:
         for i, lw in enumerate(w.layers):
             x = rms_norm(h, lw.input_norm, a.rms_norm_eps)
             q, k, v = qkv_proj(x, lw, a, cos, sin)
-            if kv is not None:
-                kv[0].append(k.contiguous())
-                kv[1].append(v.contiguous())
+            if kv is not None:  # one copy of K and V, not one each (they are views of the projection)
+                k_and_v = torch.stack((k, v), dim=1)
+                kv[0].append(k_and_v[:, 0])
+                kv[1].append(k_and_v[:, 1])
             if step_ids is not None and i in self._instrumented:
                 # q/k/v stay strided views of the qkv projection: every backend reads them as they are (the
                 # Triton kernels take strides, the C++ op permutes q once, the reference views them), so no
@@ -198,9 +247,9 @@ class PrefillModel:
                                                    backend=self.signals_cfg.backend,
                                                    block=self.signals_cfg.attn_block, per_head=per_head)
                 if per_head:
-                    mass_sum = (mass_sum or []) + [mass.float()]
-                else:
-                    mass_sum = mass.float() if mass_sum is None else mass_sum + mass.float()
+                    mass_sum = (mass_sum or []) + [mass]
+                else:  # fp32 and fresh from the op: summed in place
+                    mass_sum = mass if mass_sum is None else mass_sum.add_(mass)
             else:
                 o = causal_attention(q, k, v, batch.cu_seqlens, batch.bounds, batch.max_seqlen, a.scale)
             h.add_(F.linear(o.reshape(o.shape[0], -1), lw.o_w, lw.o_b))  # h is ours: residual in place
@@ -208,39 +257,34 @@ class PrefillModel:
         return rms_norm(h, w.final_norm, a.rms_norm_eps), mass_sum
 
     @staticmethod
-    def _unread(batch: _PackedBatch, sid_t: torch.Tensor, nll_from: list[int] | None, steps_only: bool):
-        """[T] bool: tokens whose NLL nobody reads (see signals), or None when every token's is read."""
-        if nll_from is None and not steps_only:
-            return None
-        unread = sid_t < 0 if steps_only else torch.zeros(len(sid_t), dtype=torch.bool)
-        if nll_from is not None:
-            if len(nll_from) != len(batch.bounds) - 1:
-                raise ValueError(f"{len(batch.bounds) - 1} sequences but {len(nll_from)} nll_from")
-            lengths = torch.tensor(np.diff(batch.bounds))
-            unread |= batch.positions.cpu() < torch.repeat_interleave(torch.tensor(nll_from), lengths)
-        return unread.to(batch.ids.device)
-
-    def _token_nll(self, hidden: torch.Tensor, batch: _PackedBatch, unread: torch.Tensor | None = None) -> torch.Tensor:
-        # position t predicts token t+1 of the same sequence; the last token of each sequence predicts nothing.
-        # Built on the host from the batch's host ids (numpy: no device scatter ops, one transfer).
+    def _nll_rows(batch: _PackedBatch, sid_h: np.ndarray, nll_from: list[int] | None, steps_only: bool):
+        """(rows, targets), host arrays: the hidden rows whose NLL is read and their target ids, or (None, the
+        targets of every row, -100 where nothing is read) when more than COMPACT_NLL_SHARE of them are read.
+        Position t predicts token t+1 of the same sequence; the last token of each predicts nothing; a token's NLL
+        nobody reads (before nll_from, outside a step with steps_only) costs no LM-head row."""
         targets = np.full(batch.bounds[-1], -100, dtype=np.int64)
         targets[:-1] = batch.host_ids[1:]
         targets[np.asarray(batch.bounds[1:], dtype=np.int64) - 1] = -100
+        unread = sid_h < 0 if steps_only else None
+        if nll_from is not None:
+            if len(nll_from) != len(batch.bounds) - 1:
+                raise ValueError(f"{len(batch.bounds) - 1} sequences but {len(nll_from)} nll_from")
+            early = batch.host_positions < np.repeat(np.asarray(nll_from, dtype=np.int64), np.diff(batch.bounds))
+            unread = early if unread is None else unread | early
         if unread is not None:
-            targets[:-1][unread[1:].cpu().numpy()] = -100
-        targets = torch.from_numpy(targets).to(batch.ids.device)
-        return sig.token_nll(hidden, self.weights.lm_head, targets, backend=self.signals_cfg.backend,
-                             chunk=self.signals_cfg.nll_chunk)
+            targets[:-1][unread[1:]] = -100
+        rows = np.flatnonzero(targets != -100)
+        if len(rows) > sig.COMPACT_NLL_SHARE * len(targets):
+            return None, targets
+        return rows, targets[rows]
 
-    def _split(self, batch, nll, mass, sid_t, n_steps, per_head: bool = False) -> list[SeqSignals]:
-        nll = nll.float().cpu().numpy()
+    def _split(self, batch, nll: np.ndarray, mass, sid_all: np.ndarray, n_steps, per_head: bool = False) -> list[SeqSignals]:
         heads = None
         if per_head and mass is not None:
-            heads = torch.stack([m.cpu() for m in mass], dim=1)  # [B, L_instr, Hq, N, N]
+            heads = mass  # [B, L_instr, Hq, N, N]
             mass = heads.mean(dim=2).sum(dim=1)
-        mass = mass.cpu() / len(self.instrument_layers) if mass is not None else None
+        mass = mass / len(self.instrument_layers) if mass is not None else None
         out = []
-        sid_all = sid_t.numpy()
         mass_np = mass.numpy() if mass is not None else None
         heads_np = heads.numpy() if heads is not None else None
         for b, (s, e) in enumerate(zip(batch.bounds[:-1], batch.bounds[1:], strict=True)):
@@ -256,10 +300,22 @@ class PrefillModel:
                                   step_attn_heads=None if Ah is None else Ah.astype(np.float32, copy=False)))
         return out
 
-    def _timed(self, t0: float, batch: _PackedBatch, with_signals: bool) -> None:
-        if self.device.type == "cuda":
-            torch.cuda.synchronize(self.device)
-        self.last_timing = PrefillTiming(sequences=len(batch.bounds) - 1, tokens=batch.bounds[-1],
-                                         seconds=time.perf_counter() - t0, with_signals=with_signals)
-        log.debug("prefill %d seqs %d tokens in %.3fs (signals=%s)", self.last_timing.sequences,
-                  self.last_timing.tokens, self.last_timing.seconds, with_signals)
+    def _timed(self, clock: _Clock, batch: _PackedBatch, with_signals: bool) -> None:
+        self.last_timing = PrefillTiming(len(batch.bounds) - 1, batch.bounds[-1], with_signals, clock)
+        log.debug("prefill %d seqs %d tokens (signals=%s)", self.last_timing.sequences, self.last_timing.tokens,
+                  with_signals)
+
+
+def _fetch(nll: torch.Tensor, mass) -> tuple[np.ndarray, torch.Tensor | None]:
+    """The forward's results in ONE device->host transfer (its one sync): the NLL [n] fp32 and the step mass, summed
+    [B, N, N] or per layer [B, Hq, N, N] (-> [B, L, Hq, N, N]), flattened into one buffer and cut on the host."""
+    parts = [nll.float().reshape(-1)]
+    if mass is not None:
+        parts += [m.reshape(-1) for m in (mass if isinstance(mass, list) else [mass])]
+    host = (torch.cat(parts) if len(parts) > 1 else parts[0]).cpu()
+    n = nll.shape[0]
+    if mass is None:
+        return host.numpy(), None
+    if not isinstance(mass, list):
+        return host[:n].numpy(), host[n:].view(mass.shape)
+    return host[:n].numpy(), host[n:].view(len(mass), *mass[0].shape).transpose(0, 1).contiguous()
