@@ -11,7 +11,6 @@ Re-reading a suffix after a cached prefix (counterfactuals) is `model/suffix.py`
 from __future__ import annotations
 
 import logging
-import time
 from dataclasses import dataclass
 
 import numpy as np
@@ -19,9 +18,11 @@ import torch
 import torch.nn.functional as F
 
 from masprism_batch import signals as sig
+from masprism_batch.model import pack
 from masprism_batch.model.arch import ArchSpec, instrument_layers, rope_inv_freq
 from masprism_batch.model.attention import causal_attention
 from masprism_batch.model.layers import Weights, mlp, qkv_proj, rms_norm, rope_cos_sin
+from masprism_batch.model.pack import PrefillTiming  # noqa: F401  (re-exported: model.PrefillTiming)
 
 log = logging.getLogger(__name__)
 
@@ -47,54 +48,6 @@ class KVCache:
     k: list[torch.Tensor]  # per layer [L, Hk, D]
     v: list[torch.Tensor]
     n_tokens: int
-
-
-class PrefillTiming:
-    """One forward's time: on CUDA between two events around its device work (read without a synchronize on the
-    hot path: `signals` reads the results first, so the end event has completed by then), else wall time."""
-
-    def __init__(self, sequences: int, tokens: int, with_signals: bool, clock: _Clock):
-        self.sequences, self.tokens, self.with_signals, self._clock = sequences, tokens, with_signals, clock
-
-    @property
-    def seconds(self) -> float:
-        return self._clock.seconds()
-
-    @property
-    def tokens_per_s(self) -> float:
-        return self.tokens / self.seconds if self.seconds > 0 else float("inf")
-
-
-class _Clock:
-    def __init__(self, device: torch.device):
-        self._events = None
-        if device.type == "cuda":
-            self._events = (torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True))
-            self._events[0].record()
-        self._t = [time.perf_counter(), None]
-
-    def stop(self) -> _Clock:
-        if self._events is not None:
-            self._events[1].record()
-        self._t[1] = time.perf_counter()
-        return self
-
-    def seconds(self) -> float:
-        if self._events is None:
-            return self._t[1] - self._t[0]
-        self._events[1].synchronize()  # at once when the forward's results were read after it
-        return self._events[0].elapsed_time(self._events[1]) / 1e3
-
-
-@dataclass
-class _PackedBatch:
-    ids: torch.Tensor  # [T] int64 on the device
-    host_ids: np.ndarray  # [T] int64, the same ids on the host
-    positions: torch.Tensor  # [T] int64 on the device, restart at 0 per sequence
-    host_positions: np.ndarray
-    cu_seqlens: torch.Tensor  # [B+1] int32 on the device
-    bounds: list[int]
-    max_seqlen: int
 
 
 class PrefillModel:
@@ -136,16 +89,16 @@ class PrefillModel:
         # Everything the host knows (bounds, step ids and counts, NLL rows and targets, the batch checks) is built
         # here from host arrays and goes host->device without blocking; the layer stack reads no device tensor and
         # the results come back in one transfer (docs/gpu.md "A sync-free packed forward").
-        batch = self._packed_batch(seqs)
-        sid_h, n_steps = self._host_steps(seqs, step_ids, n_steps)
+        batch = pack.packed_batch(seqs, self.arch.vocab_size, self.max_context, self.device)
+        sid_h, n_steps = pack.host_steps(seqs, step_ids, n_steps)
         ns_h = np.asarray(n_steps, dtype=np.int32)
         sid_d, ns_d = sig.to_device(sid_h, self.device), sig.to_device(ns_h, self.device)
         sig.bind_pack(batch.cu_seqlens, sid_d, ns_d, (np.asarray(batch.bounds, dtype=np.int32), sid_h, ns_h),
                       backend=self.signals_cfg.backend, head_dim=self.arch.head_dim, dtype=self.dtype)
-        rows, targets = self._nll_rows(batch, sid_h, nll_from, nll_steps_only)
+        rows, targets = pack.nll_rows(batch, sid_h, nll_from, nll_steps_only)
         rows_d = None if rows is None else sig.to_device(rows, self.device)
         targets_d = sig.to_device(targets, self.device)
-        clock = _Clock(self.device)
+        clock = pack.Clock(self.device)
         kv = ([], []) if keep_kv else None
         with torch.inference_mode():
             hidden, mass = self._run(batch, sid_d, ns_d, per_head, kv)
@@ -153,7 +106,7 @@ class PrefillModel:
                                 targets_d, backend=self.signals_cfg.backend, chunk=self.signals_cfg.nll_chunk,
                                 host_targets=targets)
             clock.stop()
-            nll_h, mass_h = _fetch(nll, mass)
+            nll_h, mass_h = pack.fetch(nll, mass)
         if rows is not None:
             full = np.full(batch.bounds[-1], np.nan, dtype=np.float32)
             full[rows] = nll_h
@@ -174,8 +127,8 @@ class PrefillModel:
 
     def prefill(self, seqs: list[list[int]]) -> torch.Tensor:
         """Plain packed forward, no signals (for benchmarks): the final normed hidden states [T, H]."""
-        batch = self._packed_batch(seqs)
-        clock = _Clock(self.device)
+        batch = pack.packed_batch(seqs, self.arch.vocab_size, self.max_context, self.device)
+        clock = pack.Clock(self.device)
         with torch.inference_mode():
             hidden, _ = self._run(batch)
         self._timed(clock.stop(), batch, with_signals=False)
@@ -187,44 +140,7 @@ class PrefillModel:
         return hidden.float() @ self.weights.lm_head.float().T
 
     # ---- internals -----------------------------------------------------------------------------------
-    def _packed_batch(self, seqs: list[list[int]]) -> _PackedBatch:
-        if not seqs:
-            raise ValueError("no sequences to prefill")
-        lengths = [len(s) for s in seqs]
-        for b, n in enumerate(lengths):
-            if n == 0 or n > self.max_context:
-                raise ValueError(f"sequence {b} has {n} tokens; need 1..{self.max_context} (model context)")
-        host_ids = np.fromiter((t for s in seqs for t in s), dtype=np.int64, count=sum(lengths))
-        if int(host_ids.min()) < 0 or int(host_ids.max()) >= self.arch.vocab_size:
-            raise ValueError(f"token id out of range [0, {self.arch.vocab_size})")
-        bounds = np.concatenate([[0], np.cumsum(lengths)]).tolist()
-        starts = np.repeat(np.asarray(bounds[:-1], dtype=np.int64), lengths)
-        positions = np.arange(bounds[-1], dtype=np.int64) - starts
-        up = sig.to_device
-        return _PackedBatch(ids=up(host_ids, self.device), host_ids=host_ids, positions=up(positions, self.device),
-                            host_positions=positions, cu_seqlens=up(np.asarray(bounds, dtype=np.int32), self.device),
-                            bounds=bounds, max_seqlen=max(lengths))
-
-    @staticmethod
-    def _host_steps(seqs, step_ids, n_steps) -> tuple[np.ndarray, list[int]]:
-        """The pack's step ids [T] int32 and step counts, checked on the host."""
-        if len(step_ids) != len(seqs):
-            raise ValueError(f"{len(seqs)} sequences but {len(step_ids)} step_ids lists")
-        for b, (s, sid) in enumerate(zip(seqs, step_ids, strict=True)):
-            if len(sid) != len(s):
-                raise ValueError(f"sequence {b}: {len(s)} tokens but {len(sid)} step ids")
-        sid_h = np.fromiter((x for sid in step_ids for x in sid), dtype=np.int64, count=sum(map(len, step_ids)))
-        if sid_h.size and int(sid_h.min()) < -1:
-            raise ValueError("step ids must be >= -1")
-        seen = [max(sid, default=-1) + 1 for sid in step_ids]
-        n_steps = seen if n_steps is None else [int(n) for n in n_steps]
-        if len(n_steps) != len(seqs):
-            raise ValueError(f"{len(seqs)} sequences but {len(n_steps)} n_steps")
-        if any(n < m for n, m in zip(n_steps, seen, strict=True)):
-            raise ValueError(f"n_steps {n_steps} smaller than the step ids used {seen}")
-        return sid_h.astype(np.int32), n_steps
-
-    def _run(self, batch: _PackedBatch, step_ids=None, n_steps=None, per_head: bool = False, kv=None):
+    def _run(self, batch: pack.PackedBatch, step_ids=None, n_steps=None, per_head: bool = False, kv=None):
         """Decoder stack; returns final normed hidden [T, H] and the step mass (or None): summed over
         instrumented layers, or with per_head a list of per-layer [B, Hq, N, N]. kv: ([], []) to fill with
         every layer's K/V."""
@@ -256,28 +172,6 @@ class PrefillModel:
             h.add_(mlp(rms_norm(h, lw.post_norm, a.rms_norm_eps), lw))
         return rms_norm(h, w.final_norm, a.rms_norm_eps), mass_sum
 
-    @staticmethod
-    def _nll_rows(batch: _PackedBatch, sid_h: np.ndarray, nll_from: list[int] | None, steps_only: bool):
-        """(rows, targets), host arrays: the hidden rows whose NLL is read and their target ids, or (None, the
-        targets of every row, -100 where nothing is read) when more than COMPACT_NLL_SHARE of them are read.
-        Position t predicts token t+1 of the same sequence; the last token of each predicts nothing; a token's NLL
-        nobody reads (before nll_from, outside a step with steps_only) costs no LM-head row."""
-        targets = np.full(batch.bounds[-1], -100, dtype=np.int64)
-        targets[:-1] = batch.host_ids[1:]
-        targets[np.asarray(batch.bounds[1:], dtype=np.int64) - 1] = -100
-        unread = sid_h < 0 if steps_only else None
-        if nll_from is not None:
-            if len(nll_from) != len(batch.bounds) - 1:
-                raise ValueError(f"{len(batch.bounds) - 1} sequences but {len(nll_from)} nll_from")
-            early = batch.host_positions < np.repeat(np.asarray(nll_from, dtype=np.int64), np.diff(batch.bounds))
-            unread = early if unread is None else unread | early
-        if unread is not None:
-            targets[:-1][unread[1:]] = -100
-        rows = np.flatnonzero(targets != -100)
-        if len(rows) > sig.COMPACT_NLL_SHARE * len(targets):
-            return None, targets
-        return rows, targets[rows]
-
     def _split(self, batch, nll: np.ndarray, mass, sid_all: np.ndarray, n_steps, per_head: bool = False) -> list[SeqSignals]:
         heads = None
         if per_head and mass is not None:
@@ -300,22 +194,8 @@ class PrefillModel:
                                   step_attn_heads=None if Ah is None else Ah.astype(np.float32, copy=False)))
         return out
 
-    def _timed(self, clock: _Clock, batch: _PackedBatch, with_signals: bool) -> None:
+    def _timed(self, clock: pack.Clock, batch: pack.PackedBatch, with_signals: bool) -> None:
         self.last_timing = PrefillTiming(len(batch.bounds) - 1, batch.bounds[-1], with_signals, clock)
         log.debug("prefill %d seqs %d tokens (signals=%s)", self.last_timing.sequences, self.last_timing.tokens,
                   with_signals)
 
-
-def _fetch(nll: torch.Tensor, mass) -> tuple[np.ndarray, torch.Tensor | None]:
-    """The forward's results in ONE device->host transfer (its one sync): the NLL [n] fp32 and the step mass, summed
-    [B, N, N] or per layer [B, Hq, N, N] (-> [B, L, Hq, N, N]), flattened into one buffer and cut on the host."""
-    parts = [nll.float().reshape(-1)]
-    if mass is not None:
-        parts += [m.reshape(-1) for m in (mass if isinstance(mass, list) else [mass])]
-    host = (torch.cat(parts) if len(parts) > 1 else parts[0]).cpu()
-    n = nll.shape[0]
-    if mass is None:
-        return host.numpy(), None
-    if not isinstance(mass, list):
-        return host[:n].numpy(), host[n:].view(mass.shape)
-    return host[:n].numpy(), host[n:].view(len(mass), *mass[0].shape).transpose(0, 1).contiguous()

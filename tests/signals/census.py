@@ -13,7 +13,7 @@ the recorder sees the ops inside them (block tables, plan, R buffer, NLL merge) 
   unless one of those methods issued them;
 - glue ops: aten ops that only move or fill data (copies, gathers, scatters, concatenations, fills), a `to` or
   `contiguous` only when it returned new memory.
-Recording stops when the forward's results are on the host (`model.forward._fetch` returned): what runs after it
+Recording stops when the forward's results are on the host (`model.pack.fetch` returned): what runs after it
 reads host memory only, and on CPU a host tensor and a "device" tensor cannot be told apart.
 """
 
@@ -111,8 +111,9 @@ def cuda_path(monkeypatch, census: Census) -> None:
     import masprism_batch.kernels.step_mass as sm
     import masprism_batch.kernels.step_plan as sp
     import masprism_batch.kernels.token_nll as tn
+
     import masprism_batch.signals.triton as st
-    from masprism_batch.model import attention, forward, layers
+    from masprism_batch.model import attention, layers, pack
 
     monkeypatch.setenv("TRITON_INTERPRET", "1")  # resolve_backend takes 'triton' for CPU tensors
     for mod, names in ((sa, ["_attn_fwd"]), (sm, ["_step_mass_dot", "_step_mass"]), (sp, ["_sum_step_rows"]),
@@ -127,14 +128,14 @@ def cuda_path(monkeypatch, census: Census) -> None:
     monkeypatch.setattr(torch.cuda, "synchronize", _counted(census, "torch.cuda.synchronize", torch.cuda.synchronize))
     for name in READ_METHODS:
         monkeypatch.setattr(torch.Tensor, name, _counted(census, f".{name}()", getattr(torch.Tensor, name)))
-    fetch = forward._fetch
+    fetch = pack.fetch
 
     def fetch_then_stop(*a, **k):
         try:
             return fetch(*a, **k)
         finally:
             census.on = False
-    monkeypatch.setattr(forward, "_fetch", fetch_then_stop)
+    monkeypatch.setattr(pack, "fetch", fetch_then_stop)
 
 
 def _counted(census: Census, what: str, fn):

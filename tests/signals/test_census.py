@@ -66,7 +66,7 @@ def _census(monkeypatch, model, seqs, sids, **kw):
     with census:
         census.on = True
         out = model.signals(seqs, sids, **kw)
-    assert not census.on, "the census never saw the results come back (model.forward._fetch not called)"
+    assert not census.on, "the census never saw the results come back (model.pack.fetch not called)"
     assert len(out) == len(seqs)
     return census
 
@@ -86,13 +86,14 @@ def test_cuda_path_one_sync_and_bounded_glue_per_forward(monkeypatch, qwen_like,
 
 def test_census_catches_a_sync_inside_the_layer_stack(monkeypatch, qwen_like, seed):
     """A host read slipped into a layer (as `int(n_steps.max())` once was) is counted, with its line."""
-    from masprism_batch.model import layers
-
-    seqs, sids = _pack(seed, PACKS["multi"])
-    mlp = layers.mlp
-    monkeypatch.setattr(layers, "mlp", lambda x, lw: mlp(x, lw) if int(x[0, 0] > 1e9) == 0 else None)
     from masprism_batch.model import forward
 
-    monkeypatch.setattr(forward, "mlp", layers.mlp)
+    seqs, sids = _pack(seed, PACKS["multi"])
+    mlp = forward.mlp
+
+    def mlp_with_a_read(x, lw):
+        x[0, 0].item()  # the host waits for this layer before it can queue the next
+        return mlp(x, lw)
+    monkeypatch.setattr(forward, "mlp", mlp_with_a_read)
     census = _census(monkeypatch, qwen_like, seqs, sids, **PASSES["pass1"])
     assert census.n_reads >= N_LAYERS + 1, census.report()
