@@ -134,6 +134,24 @@ class PrefillModel:
         self._timed(clock.stop(), batch, with_signals=False)
         return hidden
 
+    def prefill_nll(self, seqs: list[list[int]]) -> list[np.ndarray]:
+        """Plain packed forward plus every token's NLL, no step signals (for benchmarks): the least a method that
+        reads per-token NLL must compute, the fair baseline of `signals`. Same host side as `signals` (one upload,
+        one transfer back); per sequence float32 [L], entry 0 = nan."""
+        batch = pack.packed_batch(seqs, self.arch.vocab_size, self.max_context, self.device)
+        targets = pack.next_token_targets(batch)
+        targets_d = sig.to_device(targets, self.device)
+        clock = pack.Clock(self.device)
+        with torch.inference_mode():
+            hidden, _ = self._run(batch)
+            nll = sig.token_nll(hidden, self.weights.lm_head, targets_d, backend=self.signals_cfg.backend,
+                                chunk=self.signals_cfg.nll_chunk, host_targets=targets)
+            clock.stop()
+            nll_h, _ = pack.fetch(nll, None)
+        self._timed(clock, batch, with_signals=False)
+        return [np.concatenate([[np.nan], nll_h[s : e - 1]]).astype(np.float32)
+                for s, e in zip(batch.bounds[:-1], batch.bounds[1:], strict=True)]
+
     def forward_logits(self, input_ids: list[int]) -> torch.Tensor:
         """Full fp32 logits [L, V] of one sequence. Forms L x V: for parity tests only."""
         hidden = self.prefill([list(input_ids)])

@@ -101,14 +101,20 @@ def host_steps(seqs, step_ids, n_steps) -> tuple[np.ndarray, list[int]]:
     return sid_h.astype(np.int32), n_steps
 
 
+def next_token_targets(batch: PackedBatch) -> np.ndarray:
+    """[T] int64: position t predicts token t+1 of the same sequence; a sequence's last token predicts nothing."""
+    targets = np.full(batch.bounds[-1], -100, dtype=np.int64)
+    targets[:-1] = batch.host_ids[1:]
+    targets[np.asarray(batch.bounds[1:], dtype=np.int64) - 1] = -100
+    return targets
+
+
 def nll_rows(batch: PackedBatch, sid_h: np.ndarray, nll_from: list[int] | None, steps_only: bool):
     """(rows, targets), host arrays: the hidden rows whose NLL is read and their target ids, or (None, the
     targets of every row, -100 where nothing is read) when more than COMPACT_NLL_SHARE of them are read.
     Position t predicts token t+1 of the same sequence; the last token of each predicts nothing; a token's NLL
     nobody reads (before nll_from, outside a step with steps_only) costs no LM-head row."""
-    targets = np.full(batch.bounds[-1], -100, dtype=np.int64)
-    targets[:-1] = batch.host_ids[1:]
-    targets[np.asarray(batch.bounds[1:], dtype=np.int64) - 1] = -100
+    targets = next_token_targets(batch)
     unread = sid_h < 0 if steps_only else None
     if nll_from is not None:
         if len(nll_from) != len(batch.bounds) - 1:
