@@ -5,7 +5,8 @@
 #
 # What it runs (each step logged to OUT/<step>.log, rc in OUT/steps.tsv; a failed step does not stop the rest):
 #   env      nvidia-smi, torch / triton / CUDA versions, compute capability          -> OUT/env.txt
-#   aot      pytest tests/kernels: AOT compile for sm_80/sm_90 (smem, spills) + dispatch on CUDA
+#   aot      pytest tests/kernels: AOT compile for sm_80/sm_90 (smem, spills) + dispatch on CUDA, and the census of
+#            the CUDA path (tests/signals/test_census.py: <= 1 host sync per packed forward, <= 4 glue ops per layer)
 #   triton   pytest tests/signals/test_{step_attention,step_attention_lowp,token_nll}.py -k triton on the GPU: the kernels compiled for this device vs the
 #            fp64 oracle in fp32, fp16 AND bf16 (bf16 numerics are checked nowhere else: the CPU interpreter's
 #            bf16 dot is wrong), Qwen3-0.6B shapes, ragged packs, per-head mass
@@ -15,9 +16,10 @@
 #            SmolLM2-135M and Qwen3-0.6B shapes with random weights (needs transformers)
 #                                                                    -> OUT/prefill_gpu.txt, OUT/prefill_gpu.csv
 #   e2e      pipeline/bench_e2e_gpu.py: the product path (run_local = `attribute`) on the dev logs (../shared/data: Who&When
-#            and TRAIL; --data DIR... to choose) vs a plain prefill of the same lengths and HF transformers (sdpa,
-#            logits), random Qwen3-0.6B weights, SmolLM2 tokenizer from the packaged GGUF; issue 33's acceptance
-#            is pipeline >= 0.8x plain and >= 200k tokens/s     -> OUT/e2e_gpu.csv, OUT/e2e_gpu_stages.csv
+#            and TRAIL; --data DIR... to choose) vs a plain prefill of the same lengths, without and with every
+#            token's NLL (plain_prefill_nll), and HF transformers (sdpa, logits), random Qwen3-0.6B weights, SmolLM2
+#            tokenizer from the packaged GGUF; issue 45's acceptance is pipeline >= 0.8x plain_prefill_nll
+#            (vs_plain_nll) and >= 200k tokens/s                 -> OUT/e2e_gpu.csv, OUT/e2e_gpu_stages.csv
 #
 # Offline machines (torch + triton present, nothing installable from the network):
 #   - aot, triton and kernels need only torch, triton and pytest. If masprism_batch is not pip-installed, the
@@ -35,7 +37,7 @@
 #     with the missing module named.
 # --dry-run works on any machine (CPU included): it checks the environment and the scripts, and prints every
 # command it would run on a GPU, running none of them. The first GPU run (H200, 2026-11-26) and the on-paper
-# effect of the changes since: docs/gpu.md, "Issue 33".
+# effect of the changes since: docs/gpu.md, "Issue 33" and "Issue 45".
 set -uo pipefail
 cd "$(dirname "$0")/.."
 ROOT=$(pwd)
@@ -53,7 +55,7 @@ while [ $# -gt 0 ]; do
     --out) OUT=$2; shift ;;
     --wheelhouse) WHEELHOUSE=$2; shift ;;
     --peak-tflops) PEAK=$2; shift ;;
-    -h|--help) sed -n '2,38p' "$0"; exit 0 ;;
+    -h|--help) sed -n '2,40p' "$0"; exit 0 ;;
     *) echo "unknown argument: $1" >&2; exit 2 ;;
   esac
   shift
@@ -130,7 +132,7 @@ PEAK_ARG=${PEAK:+--peak-tflops $PEAK}
 STEPS=(env aot triton kernels_bf16 kernels_fp32 prefill e2e)
 declare -A CMD SKIP
 CMD[env]="nvidia-smi; $PY -c 'import torch, triton; print(torch.__version__, torch.version.cuda, triton.__version__, torch.cuda.get_device_name(), torch.cuda.get_device_capability())'"
-CMD[aot]="$PYTEST $ROOT/tests/kernels"
+CMD[aot]="$PYTEST $ROOT/tests/kernels $ROOT/tests/signals/test_census.py"
 CMD[triton]="$PYTEST $ROOT/tests/signals/test_step_attention.py $ROOT/tests/signals/test_step_attention_lowp.py $ROOT/tests/signals/test_token_nll.py -k triton"
 CMD[kernels_bf16]="$PY benchmarks/kernels/bench_step_attention.py --gpu --dtypes bf16 --T $T_ATT --out $OUT/step_attention_gpu.csv && $PY benchmarks/kernels/bench_token_nll.py --gpu --dtypes bf16 --T $T_NLL --out $OUT/token_nll_gpu.csv"
 CMD[kernels_fp32]="$PY benchmarks/kernels/bench_step_attention.py --gpu --dtypes fp32 --T 1024 4096 --out $OUT/step_attention_gpu.csv && $PY benchmarks/kernels/bench_token_nll.py --gpu --dtypes fp32 --T 1024 4096 --out $OUT/token_nll_gpu.csv"
@@ -147,7 +149,7 @@ if [ -z "${SKIP[e2e]:-}" ] && [[ "$E2E_ARGS" != *--data* ]] && [ ! -d "$ROOT/../
 fi
 
 # ---- checks that run everywhere, dry run included --------------------------------------------------------
-for f in tests/kernels/test_aot_compile.py tests/signals/test_step_attention.py tests/signals/test_step_attention_lowp.py \
+for f in tests/kernels/test_aot_compile.py tests/signals/test_census.py tests/signals/test_step_attention.py tests/signals/test_step_attention_lowp.py \
          tests/signals/test_token_nll.py benchmarks/kernels/bench_step_attention.py \
          benchmarks/kernels/bench_token_nll.py benchmarks/kernels/bench_prefill.py benchmarks/pipeline/bench_e2e_gpu.py; do
   [ -f "$f" ] || { say "missing $f"; exit 2; }

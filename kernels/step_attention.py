@@ -27,11 +27,12 @@ Design decisions
 - Block sizes, warps and stages are chosen per dtype, head dim and GPU target (`attn_config`,
   `mass_config`); tests/kernels/test_aot_compile.py compiles exactly these for sm_80 and sm_90 and checks
   shared memory and spills, so a config that would fail at launch on an A100 fails CI instead.
-- Host syncs: the launch grid is an upper bound computed from shapes (cdiv(T, BLOCK_M) + B programs; the
-  spare ones exit at once) and the block table is built on the device, so the kernels need no sync. The
-  per-sequence reduction needs the sequence bounds on the host once per (cu_seqlens, step_ids, n_steps):
-  a one-slot plan cache keyed by tensor identity (and version counter where the tensor has one) makes
-  that one sync per forward instead of several per instrumented layer.
+- Host syncs: none in the model's forward. It binds the pack's plan from its host arrays before the layer
+  stack (`step_plan.Plan.bind`), so the block tables (exact grid) and the per-(query step) token lists are
+  built on the host and copied without blocking. A direct caller without a bound plan gets an upper-bound grid
+  (cdiv(T, BLOCK_M) + B programs; the spare ones exit at once) built on the device, and the plan read from the
+  tensors once per (cu_seqlens, step_ids, n_steps): a one-slot cache keyed by tensor identity (and version
+  counter where the tensor has one).
 """
 
 from __future__ import annotations
@@ -149,13 +150,19 @@ _TABLES: dict = {}  # (block_m, T) -> (cu, its version, table): the current pack
 
 
 def _block_table(cu: torch.Tensor, block_m: int, T: int):
-    """(blk_seq, blk_start, n_programs) without a host sync: n_programs = cdiv(T, BM) + B >= the real
-    number of query blocks sum_b cdiv(L_b, BM); the spare programs get seq = -1. Cached for the last pack
-    (same cu tensor, unchanged version): one forward's 28 layers build it once, not ~9 small ops per layer."""
+    """(blk_seq, blk_start, n_programs) of the pack whose bounds are `cu`. When the forward bound the pack's plan
+    (kernels/step_plan.py `Plan.bind`), exact and from its host bounds: no device op, no sync. Otherwise built on
+    the device without a host sync: n_programs = cdiv(T, BM) + B >= the real number of query blocks sum_b
+    cdiv(L_b, BM); the spare programs get seq = -1. Cached for the last pack (same cu tensor, unchanged version):
+    one forward's 28 layers build it once, not once per layer."""
     hit = _TABLES.get((block_m, T))
     if hit is not None and hit[0] is cu and hit[1] == _sm_version(cu):
         return hit[2]
-    table = _build_block_table(cu, block_m, T)
+    bound = _plan.Plan._last
+    if bound is not None and bound.keys[0] is cu and bound.versions[0] == _sm_version(cu):
+        table = bound.block_table(block_m)
+    else:
+        table = _build_block_table(cu, block_m, T)
     for key in [k for k, v in _TABLES.items() if v[0] is not cu]:  # one pack at a time (both passes' tiles)
         del _TABLES[key]
     _TABLES[(block_m, T)] = (cu, _sm_version(cu), table)

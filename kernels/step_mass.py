@@ -3,10 +3,12 @@ p_h(t, u), with p = exp(s - lse) exact because pass 1 already gave the row LSE.
 
 Two kernels, one chosen per pack by the host (`step_mass`):
 - `_step_mass_dot` (the normal path). The step mass is attention whose "values" are the
-  one-hot matrix of the key steps: a key tile's contribution to its rows is psum [BM, BN] @ onehot [BN, NS],
+  one-hot matrix of the key steps: a key tile's contribution to its rows is p [HPB*BM, BN] @ onehot [BN, NS],
   where onehot[u, c] = (step(u) == base + c) over a window of NS consecutive step ids (NS a power of 2,
   16..64). A tensor-core dot replaces today's loop over the steps of a tile with one masked reduction each.
-  The window [base, base + NS) lives in a register accumulator [BM, NS]; when a tile's steps leave it, the
+  The window [base, base + NS) lives in a register accumulator [HPB*BM, NS], a row per (head, query): the heads
+  are summed when the window is flushed, not on every tile (a cross-warp round trip through shared memory and
+  a barrier per tile; docs/gpu.md "Issue 45"). When a tile's steps leave the window, the
   window is added into R (read-modify-write of the program's own rows, behind a CTA barrier) and a new one
   opens at the tile's lowest step. Steps are contiguous runs in rendered traces, so a window is flushed once
   per ~NS steps, and any order of step ids stays correct (every flush adds, R starts at zero).
@@ -45,6 +47,10 @@ def mass_config(dtype: torch.dtype, head_dim: int, groups: int, capability: int,
     if not per_head:
         while groups % (hpb * 2) == 0 and hpb * 2 * bm <= rows:
             hpb *= 2
+    # the window accumulator holds a row per (head, query): HPB * BM x NS fp32. 128 x 64 spilled 8 B on sm_90
+    # (AOT, bf16, Qwen3 head mean); 128 x 32 and the per-head 64 x 64 spill nothing
+    while dtype != torch.float32 and hpb * bm * steps > 4096:
+        steps //= 2
     return dict(BLOCK_M=bm, BLOCK_N=bn, HPB=hpb, STEPS=steps, num_warps=warps, num_stages=stages)
 
 
@@ -86,7 +92,9 @@ def _program_rows(Q, LSE, STEP, CU, BLK_SEQ, BLK_START, R, T, n_r, sq_t, sq_h, s
 def _mass_tile(q, K, STEP, s0, n0, L, r_m, offs_d, hk, sk_t, sk_h, lse2, qk_scale,
                HPB: tl.constexpr, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, MASK: tl.constexpr,
                PREC: tl.constexpr):
-    """Head-summed probabilities psum [BM, BN] of one key tile and the tile's key steps [BN]."""
+    """Probabilities p [HPB * BM, BN] of one key tile (the HPB heads stacked along rows) and its key steps [BN].
+    The heads are not summed here: rows of different heads sit in different warps, so a per-tile head sum is a
+    round trip through shared memory; they are summed once per window flush instead (`_flush_window`)."""
     offs_n = n0 + tl.arange(0, BLOCK_N)
     if MASK:
         col_ok = offs_n < L
@@ -100,30 +108,32 @@ def _mass_tile(q, K, STEP, s0, n0, L, r_m, offs_d, hk, sk_t, sk_h, lse2, qk_scal
     p = tl.exp2(s - lse2[:, None])
     if MASK:
         p = tl.where((offs_n[None, :] <= r_m[:, None]) & col_ok[None, :], p, 0.0)
-    return tl.sum(tl.reshape(p, [HPB, BLOCK_M, BLOCK_N]), 0), kstep
+    return p, kstep
 
 
 @triton.jit
-def _flush_window(R_rows, base, acc, row_ok, n_r, NS: tl.constexpr):
-    """Add the window's accumulator into R[rows, base:base+NS] (a window that was never opened has base < 0).
-    The barrier orders this read after an earlier flush's store of the same elements by other threads."""
+def _flush_window(R_rows, base, acc, row_ok, n_r, HPB: tl.constexpr, BLOCK_M: tl.constexpr, NS: tl.constexpr):
+    """Add the window's accumulator [HPB * BM, NS], its heads summed, into R[rows, base:base+NS] (a window that
+    was never opened has base < 0). The barrier orders this read after an earlier flush's store of the same
+    elements by other threads."""
     if base >= 0:
         cols = base + tl.arange(0, NS)
         ok = row_ok[:, None] & (cols < n_r)[None, :]
         ptr = R_rows[:, None] + cols[None, :]
         tl.debug_barrier()
-        tl.store(ptr, tl.load(ptr, mask=ok, other=0.0) + acc, mask=ok)
+        tl.store(ptr, tl.load(ptr, mask=ok, other=0.0) + tl.sum(tl.reshape(acc, [HPB, BLOCK_M, NS]), 0), mask=ok)
 
 
 @triton.jit
-def _add_tile(R_rows, row_ok, n_r, psum, kstep, base, acc, NS: tl.constexpr, PREC: tl.constexpr,
-              SPLIT: tl.constexpr):
-    """acc += psum @ onehot(kstep - base), first moving the window when the tile's steps leave it."""
+def _add_tile(R_rows, row_ok, n_r, psum, kstep, base, acc, HPB: tl.constexpr, BLOCK_M: tl.constexpr,
+              NS: tl.constexpr, PREC: tl.constexpr, SPLIT: tl.constexpr):
+    """acc += p @ onehot(kstep - base) (p: every head's rows), first moving the window when the tile's steps
+    leave it."""
     smax = tl.max(kstep, 0)
     if smax >= 0:  # a tile of only non-step keys (-1) adds nothing
         smin = tl.min(tl.where(kstep >= 0, kstep, 2147483647), 0)
         if (smin < base) | (smax >= base + NS):
-            _flush_window(R_rows, base, acc, row_ok, n_r, NS)
+            _flush_window(R_rows, base, acc, row_ok, n_r, HPB, BLOCK_M, NS)
             base = smin + tl.zeros([], tl.int32)
             acc = tl.zeros_like(acc)
         hit = (kstep[:, None] - base) == tl.arange(0, NS)[None, :]  # [BN, NS]; -1 keys never hit (base >= 0)
@@ -147,16 +157,16 @@ def _step_mass_dot(Q, K, LSE, STEP, CU, BLK_SEQ, BLK_START, R, qk_scale, T, n_r,
         Q, LSE, STEP, CU, BLK_SEQ, BLK_START, R, T, n_r, sq_t, sq_h, sr_h, GROUPS, HPB, D, BLOCK_M)
     full = (tl.minimum(start, end) // BLOCK_N) * BLOCK_N  # key tiles wholly before the first query row
     base = tl.full([], -1073741824, tl.int32)  # no window yet: every first tile opens one
-    acc = tl.zeros([BLOCK_M, NS], tl.float32)
+    acc = tl.zeros([HPB * BLOCK_M, NS], tl.float32)  # per head row: heads summed at each flush
     for n0 in range(0, full, BLOCK_N):
         psum, kstep = _mass_tile(q, K, STEP, s0, n0, L, r_m, offs_d, hk, sk_t, sk_h, lse2, qk_scale,
                                  HPB, BLOCK_M, BLOCK_N, False, PREC)
-        base, acc = _add_tile(R_rows, row_ok, n_r, psum, kstep, base, acc, NS, PREC, SPLIT)
+        base, acc = _add_tile(R_rows, row_ok, n_r, psum, kstep, base, acc, HPB, BLOCK_M, NS, PREC, SPLIT)
     for n0 in range(full, end, BLOCK_N):
         psum, kstep = _mass_tile(q, K, STEP, s0, n0, L, r_m, offs_d, hk, sk_t, sk_h, lse2, qk_scale,
                                  HPB, BLOCK_M, BLOCK_N, True, PREC)
-        base, acc = _add_tile(R_rows, row_ok, n_r, psum, kstep, base, acc, NS, PREC, SPLIT)
-    _flush_window(R_rows, base, acc, row_ok, n_r, NS)
+        base, acc = _add_tile(R_rows, row_ok, n_r, psum, kstep, base, acc, HPB, BLOCK_M, NS, PREC, SPLIT)
+    _flush_window(R_rows, base, acc, row_ok, n_r, HPB, BLOCK_M, NS)
 
 
 # ---- the loop kernel (fallback) --------------------------------------------------------------------------

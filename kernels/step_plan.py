@@ -1,8 +1,10 @@
 """Host-side plan of one pack for pass 2 of step_attention, and the per-query-step reduction kernel.
 
-`Plan` (built once per forward: one host sync, cached on tensor identity) holds the sequence bounds, the step
-counts, the widest step span of a key tile (which pass-2 kernel runs, kernels/step_mass.py) and the pack's
-step-token lists: token indices sorted by (sequence, query step) with segment offsets.
+`Plan` (built once per forward, cached on tensor identity) holds the sequence bounds, the step counts, the widest
+step span of a key tile (which pass-2 kernel runs, kernels/step_mass.py) and the pack's step-token lists: token
+indices sorted by (sequence, query step) with segment offsets. The model's forward binds it from the host arrays
+it packed (`bind`: no host sync, the lists go host->device without blocking); a direct caller of the kernels
+gets it from the device tensors, one sync.
 
 `_sum_step_rows` turns R[hb, t, j] (per token, per head block) into mass[b, (h,) i, j] in ONE launch: a program
 per (sequence x query step, column block, output head) sums the R rows of its step's tokens (BLOCK_T tokens
@@ -53,21 +55,31 @@ def _version(t: torch.Tensor):
         return None
 
 
+def _blocking_upload(a: np.ndarray, device) -> torch.Tensor:
+    return torch.from_numpy(a).to(device)
+
+
 class Plan:
-    """Host-side view of one pack (see the module docstring). Built with one sync; reused while the same
-    tensors are passed (one forward)."""
+    """Host-side view of one pack (see the module docstring); reused while the same tensors are passed (one
+    forward). host: (bounds, step ids, step counts) as host arrays, the same data as the three tensors; without
+    it they are read from the tensors (one sync). upload: host array -> device tensor (the caller's pinned,
+    non-blocking copy)."""
 
     _last: Plan | None = None
 
-    def __init__(self, cu, step_ids, n_steps, device):
+    def __init__(self, cu, step_ids, n_steps, device, host=None, upload=_blocking_upload):
         self.keys = (cu, step_ids, n_steps)
         self.device = device
         self.versions = tuple(_version(t) for t in self.keys)
-        self.bounds = cu.tolist()
-        self.n_list = [int(n) for n in n_steps.tolist()]
+        if host is None:
+            host = (cu.tolist(), step_ids.cpu().numpy(), n_steps.tolist())
+        bounds, host_steps, n_list = host
+        self.bounds = [int(b) for b in bounds]
+        self.n_list = [int(n) for n in n_list]
         self.n_max = max(self.n_list, default=0)
         self.steps = step_ids.to(device=device, dtype=torch.int32).contiguous()
-        self._host_steps = step_ids.cpu().numpy().astype(np.int64)
+        self.upload = upload
+        self._host_steps = np.asarray(host_steps).astype(np.int64)
         self._spans: dict[int, int] = {}
         # step-token lists: tokens of query step i of sequence b are tokens[off[b*n_max+i] : off[b*n_max+i+1]]
         seg = np.full(len(self._host_steps), -1, dtype=np.int64)
@@ -78,8 +90,16 @@ class Plan:
         order = inside[np.argsort(seg[inside], kind="stable")]
         counts = np.bincount(seg[inside], minlength=len(self.n_list) * self.n_max)
         off = np.concatenate([[0], np.cumsum(counts)])
-        self.tokens = torch.from_numpy(order.astype(np.int32)).to(device)
-        self.offsets = torch.from_numpy(off.astype(np.int32)).to(device)
+        self.tokens = upload(order.astype(np.int32), device)
+        self.offsets = upload(off.astype(np.int32), device)
+
+    def block_table(self, block_m: int):
+        """(blk_seq, blk_start, n_programs) of query blocks of block_m rows, exact, from the host bounds."""
+        lens = np.diff(np.asarray(self.bounds, dtype=np.int64))
+        nblk = -(-lens // block_m)
+        seq = np.repeat(np.arange(len(lens), dtype=np.int32), nblk)
+        start = (np.arange(len(seq), dtype=np.int64) - np.repeat(np.cumsum(nblk) - nblk, nblk)) * block_m
+        return self.upload(seq, self.device), self.upload(start.astype(np.int32), self.device), len(seq)
 
     def max_span(self, block_n: int) -> int:
         """Widest (max - min + 1) step id range over the key tiles of width block_n (tiles start at each
@@ -110,6 +130,13 @@ class Plan:
         if last is not None and last.matches(cu, step_ids, n_steps, device):
             return last
         cls._last = plan = cls(cu, step_ids, n_steps, device)
+        return plan
+
+    @classmethod
+    def bind(cls, cu, step_ids, n_steps, device, host, upload) -> Plan:
+        """The plan of the pack about to run, from the host arrays it was packed from: the forward's layers then
+        find it (`get`) without reading a device tensor."""
+        cls._last = plan = cls(cu, step_ids, n_steps, device, host=host, upload=upload)
         return plan
 
 

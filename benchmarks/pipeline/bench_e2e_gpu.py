@@ -7,9 +7,12 @@ Impls per token budget (tidy rows, one per impl, -> --csv; stage seconds of the 
   pipeline        run_local on --data (ingest, render, packing, both passes, method, verdicts, commits)
   plain_prefill   PrefillModel.prefill on random ids with the lengths the pipeline prefilled (pass-1 windows or
                   prompts and pass-2 prompts), packed with the same budget: no signals, no logits
+  plain_prefill_nll  PrefillModel.prefill_nll, the same packs: the plain prefill plus every token's NLL (fused LM
+                  head, results on the host), no step signals: the least any NLL-reading method computes
   hf_sdpa_logits  transformers AutoModelForCausalLM (sdpa, bf16) one sequence per call, full logits + NLL
 
-Acceptance of issue 33 (H100/H200, Qwen3-0.6B shapes): pipeline >= 0.8x plain_prefill and >= 200k tokens/s.
+vs_plain: tokens/s over plain_prefill's; vs_plain_nll: over plain_prefill_nll's. Acceptance of issue 45 (H100/H200,
+Qwen3-0.6B shapes): pipeline >= 0.8x plain_prefill_nll and >= 200k tokens/s. Runs on CPU too (slowly: --layers).
 Harness after ../shared/gpu/e2e_gpu.py (the first H200 run, 2026-11-26).
 
     python benchmarks/pipeline/bench_e2e_gpu.py --data ../shared/data/who_and_when ../shared/data/trail --budgets default 32768
@@ -38,7 +41,7 @@ from benchmarks.rows import append_rows, commit  # noqa: E402
 log = logging.getLogger("bench_e2e_gpu")
 SHARED = Path(__file__).resolve().parents[3] / "shared" / "data"
 FIELDS = ["bench", "impl", "model", "budget", "sequences", "packs", "tokens", "seconds", "tokens_per_s",
-          "vs_plain", "device", "dtype", "torch", "triton", "commit", "date"]
+          "vs_plain", "vs_plain_nll", "device", "dtype", "torch", "triton", "commit", "date"]
 
 
 def _sync():
@@ -79,13 +82,14 @@ def random_model_dir(folder: Path, tok: Path, layers: int | None) -> Path:
     return folder
 
 
-def _row(impl, budget, seqs, packs, tokens, seconds, plain_tps, model_dtype, commit):
+def _row(impl, budget, seqs, packs, tokens, seconds, plain_tps, model_dtype, commit, nll_tps=None):
     import triton
 
     tps = tokens / seconds if seconds > 0 else float("nan")
     return dict(bench="e2e_gpu", impl=impl, model="qwen3-0.6b-random", budget=budget, sequences=seqs, packs=packs,
                 tokens=tokens, seconds=round(seconds, 3), tokens_per_s=round(tps),
                 vs_plain=round(tps / plain_tps, 3) if plain_tps else "",
+                vs_plain_nll=round(tps / nll_tps, 3) if nll_tps else "",
                 device=torch.cuda.get_device_name() if torch.cuda.is_available() else "cpu", dtype=model_dtype,
                 torch=torch.__version__, triton=triton.__version__, commit=commit, date=dt.date.today().isoformat())
 
@@ -115,18 +119,25 @@ def run_budget(mdir: Path, data: list[str], budget: str, work: Path, hf: bool, c
     lengths = prefilled_lengths(out, model, cfg)
     seqs = [np.random.default_rng(0).integers(0, model.arch.vocab_size, n).tolist() for n in lengths]
     groups = buckets.pack(lengths, int(used))
-    for g in groups[:2]:
-        model.prefill([seqs[i] for i in g])  # warm-up (kernel compiles, allocator)
-    _sync()
-    t0 = time.perf_counter()
-    for g in groups:
-        model.prefill([seqs[i] for i in g])
-    _sync()
-    plain_s = time.perf_counter() - t0
-    plain_tps = sum(lengths) / plain_s
+
+    def timed_packs(fn) -> float:
+        for g in groups[:2]:
+            fn([seqs[i] for i in g])  # warm-up (kernel compiles, allocator)
+        _sync()
+        t0 = time.perf_counter()
+        for g in groups:
+            fn([seqs[i] for i in g])
+        _sync()
+        return time.perf_counter() - t0
+
+    plain_s = timed_packs(model.prefill)
+    nll_s = timed_packs(model.prefill_nll)
+    plain_tps, nll_tps = sum(lengths) / plain_s, sum(lengths) / nll_s
     dtype = str(model.dtype).removeprefix("torch.")
-    rows = [_row("plain_prefill", used, len(lengths), len(groups), sum(lengths), plain_s, plain_tps, dtype, commit),
-            _row("pipeline", used, len(lengths), len(groups), tokens, pipe_s, plain_tps, dtype, commit)]
+    base = (used, len(lengths), len(groups))
+    rows = [_row("plain_prefill", *base, sum(lengths), plain_s, plain_tps, dtype, commit, nll_tps),
+            _row("plain_prefill_nll", *base, sum(lengths), nll_s, plain_tps, dtype, commit, nll_tps),
+            _row("pipeline", *base, tokens, pipe_s, plain_tps, dtype, commit, nll_tps)]
     stages = [dict(budget=used, stage=k, seconds=v) for k, v in (run.get("stage_seconds_total") or {}).items()]
     del model
     if hf and torch.cuda.is_available():
@@ -145,7 +156,7 @@ def run_budget(mdir: Path, data: list[str], budget: str, work: Path, hf: bool, c
             _sync()
             hf_s = time.perf_counter() - t0
         rows.append(_row("hf_sdpa_logits", used, len(lengths), len(seqs), sum(lengths), hf_s, plain_tps, dtype,
-                         commit))
+                         commit, nll_tps))
         del m
     if torch.cuda.is_available():
         torch.cuda.empty_cache()
@@ -173,15 +184,15 @@ def main(argv=None) -> int:
         work = Path(tmp)
         mdir = random_model_dir(args.model_dir or work / "qwen3_random", tokenizer_dir(args.tokenizer, work / "tok"),
                                 args.layers)
-        print(f"{'budget':>8} {'impl':<16}{'tokens':>10}{'seconds':>9}{'tok/s':>10}{'vs plain':>9}")
+        print(f"{'budget':>8} {'impl':<18}{'tokens':>10}{'seconds':>9}{'tok/s':>10}{'vs plain':>9}{'vs +NLL':>9}")
         for budget in args.budgets:
             rows, stages = run_budget(mdir, args.data, budget, work, not args.no_hf, commit())
             append_rows(args.csv, rows, FIELDS, extra="ignore")
             append_rows(args.stages_csv or args.csv.with_name(args.csv.stem + "_stages.csv"), stages,
                         ["budget", "stage", "seconds"], extra="ignore")
             for r in rows:
-                print(f"{r['budget']:>8} {r['impl']:<16}{r['tokens']:>10}{r['seconds']:>9.2f}{r['tokens_per_s']:>10}"
-                      f"{r['vs_plain']:>9}")
+                print(f"{r['budget']:>8} {r['impl']:<18}{r['tokens']:>10}{r['seconds']:>9.2f}{r['tokens_per_s']:>10}"
+                      f"{r['vs_plain']:>9}{r['vs_plain_nll']:>9}")
     return 0
 
 

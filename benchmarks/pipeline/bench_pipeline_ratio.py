@@ -8,12 +8,14 @@
 2. plain: `PrefillModel.prefill` (bench_prefill.py's `sdpa` impl: the same runtime, plain SDPA everywhere, no
    signals, no logits) on random ids with exactly the sequence lengths the pipeline prefilled (each trace's
    pass-1 windows or prompt and its pass-2 prompt), packed with the same token budget.
+3. plain + NLL: `PrefillModel.prefill_nll` on the same packs: the plain forward plus every token's NLL (the LM
+   head), no step signals: the least any NLL-reading method computes (issue 45 item 5).
 
 The pipeline's packs are bounded by work (`engine.pack_tokens`: 2,048 pass-1 tokens on a CPU, so a pack finishes
 and commits within seconds, issue 51) while the plain reference packs at the token budget, its best: the ratio
 includes what the bound costs. Its host tails run beside the next pack's prefills (issue 45).
 
-ratio = pipeline tokens/s / plain tokens/s, on wall time and on process CPU time (the CPU ratio is the one
+ratio = pipeline tokens/s / plain tokens/s (ratio_nll: over plain + NLL), on wall time and on process CPU time (the CPU ratio is the one
 to read when other jobs share the cores: it does not count the time this process waited for a core).
 Rows are appended to benchmarks/results/pipeline_ratio.csv.
 
@@ -89,6 +91,7 @@ def main() -> None:
     seqs = [rng.integers(0, model.arch.vocab_size, n).tolist() for n in lengths]
     groups = buckets.pack(lengths, cfg.batch.token_budget)
     _, plain_s, plain_cpu = timed(lambda: [model.prefill([seqs[i] for i in g]) for g in groups])
+    _, nll_s, nll_cpu = timed(lambda: [model.prefill_nll([seqs[i] for i in g]) for g in groups])
     plain_tokens = sum(lengths)
     row = {
         "date": datetime.now(timezone.utc).strftime("%Y-%m-%d %H:%M UTC"),
@@ -101,6 +104,9 @@ def main() -> None:
         "pipeline_tok_s": round(tokens / pipe_s, 1), "plain_tok_s": round(plain_tokens / plain_s, 1),
         "ratio_wall": round((tokens / pipe_s) / (plain_tokens / plain_s), 3),
         "ratio_cpu": round((tokens / pipe_cpu) / (plain_tokens / plain_cpu), 3),
+        "plain_nll_wall_s": round(nll_s, 1), "plain_nll_cpu_s": round(nll_cpu, 1),
+        "ratio_nll_wall": round((tokens / pipe_s) / (plain_tokens / nll_s), 3),
+        "ratio_nll_cpu": round((tokens / pipe_cpu) / (plain_tokens / nll_cpu), 3),
         "stage_seconds": json.dumps({k: round(v, 1) for k, v in run["stage_seconds_total"].items()}),
         "stage_tokens": json.dumps(run.get("stage_tokens_total", {})),
         "cmd": f"python benchmarks/pipeline/bench_pipeline_ratio.py --data {repo_relative(args.data)} --limit {args.limit} --model {args.model}",

@@ -2,7 +2,8 @@
 
 - GPU with flash-attn importable: its varlen kernel, one launch for the whole pack, GQA native.
 - GPU without flash-attn, head dim / dtype the Triton kernels take: the Triton varlen forward
-  (kernels/step_attention.py pass 1), no padding and no scatter/gather glue.
+  (kernels/step_attention.py pass 1), no padding and no scatter/gather glue, for a single-sequence pack too
+  (SDPA per sequence would repeat K and V per query head: two [T, Hq, D] copies per layer).
 - Otherwise on GPU: ONE SDPA call over the pack laid out as [B, H, Lmax, D] (each sequence left-aligned,
   zero padding after it; is_causal, so a real query never sees a padded key: padding sits after every real
   key of its row). The scatter/gather indices are built on the device from cu_seqlens (no host sync, no
@@ -42,7 +43,7 @@ def causal_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, cu_seqle
         return _flash_varlen(q, k, v, cu_seqlens, cu_seqlens, max_seqlen, max_seqlen,
                              softmax_scale=scale, causal=True)
     B = len(bounds) - 1
-    if B > 1 and (fwd := _triton_varlen(q)) is not None:
+    if (fwd := _triton_varlen(q)) is not None:
         return fwd(q, k, v, cu_seqlens, scale)[0]
     if q.device.type != "cpu" and B > 1 and B * max_seqlen <= PAD_WASTE_LIMIT * q.shape[0]:
         return sdpa_padded(q, k, v, cu_seqlens, B, max_seqlen, scale)

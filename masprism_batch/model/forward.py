@@ -11,7 +11,6 @@ Re-reading a suffix after a cached prefix (counterfactuals) is `model/suffix.py`
 from __future__ import annotations
 
 import logging
-import time
 from dataclasses import dataclass
 
 import numpy as np
@@ -19,9 +18,11 @@ import torch
 import torch.nn.functional as F
 
 from masprism_batch import signals as sig
+from masprism_batch.model import pack
 from masprism_batch.model.arch import ArchSpec, instrument_layers, rope_inv_freq
 from masprism_batch.model.attention import causal_attention
 from masprism_batch.model.layers import Weights, mlp, qkv_proj, rms_norm, rope_cos_sin
+from masprism_batch.model.pack import PrefillTiming  # noqa: F401  (re-exported: model.PrefillTiming)
 
 log = logging.getLogger(__name__)
 
@@ -47,28 +48,6 @@ class KVCache:
     k: list[torch.Tensor]  # per layer [L, Hk, D]
     v: list[torch.Tensor]
     n_tokens: int
-
-
-@dataclass
-class PrefillTiming:
-    sequences: int
-    tokens: int
-    seconds: float
-    with_signals: bool
-
-    @property
-    def tokens_per_s(self) -> float:
-        return self.tokens / self.seconds if self.seconds > 0 else float("inf")
-
-
-@dataclass
-class _PackedBatch:
-    ids: torch.Tensor  # [T] int64
-    host_ids: np.ndarray  # [T] int64, the same ids on the host
-    positions: torch.Tensor  # [T] int64, restart at 0 per sequence
-    cu_seqlens: torch.Tensor  # [B+1] int32
-    bounds: list[int]
-    max_seqlen: int
 
 
 class PrefillModel:
@@ -107,33 +86,36 @@ class PrefillModel:
         nll_from[b] / nll_steps_only: token NLL only from that position on / only of tokens inside a step (step
         id >= 0); the others are nan and cost no LM-head row (the model stage reads nothing else).
         """
-        batch = self._packed_batch(seqs)
-        if len(step_ids) != len(seqs):
-            raise ValueError(f"{len(seqs)} sequences but {len(step_ids)} step_ids lists")
-        for b, (s, sid) in enumerate(zip(seqs, step_ids, strict=True)):
-            if len(sid) != len(s):
-                raise ValueError(f"sequence {b}: {len(s)} tokens but {len(sid)} step ids")
-        sid_t = torch.tensor([x for sid in step_ids for x in sid], dtype=torch.int32)
-        if sid_t.numel() and int(sid_t.min()) < -1:
-            raise ValueError("step ids must be >= -1")
-        seen = [max(sid, default=-1) + 1 for sid in step_ids]
-        n_steps = seen if n_steps is None else list(n_steps)
-        if len(n_steps) != len(seqs):
-            raise ValueError(f"{len(seqs)} sequences but {len(n_steps)} n_steps")
-        if any(n < m for n, m in zip(n_steps, seen, strict=True)):
-            raise ValueError(f"n_steps {n_steps} smaller than the step ids used {seen}")
-        n_steps_t = torch.tensor(n_steps, dtype=torch.int32)
-        unread = self._unread(batch, sid_t, nll_from, nll_steps_only)
-        t0 = time.perf_counter()
+        # Everything the host knows (bounds, step ids and counts, NLL rows and targets, the batch checks) is built
+        # here from host arrays and goes host->device without blocking; the layer stack reads no device tensor and
+        # the results come back in one transfer (docs/gpu.md "A sync-free packed forward").
+        batch = pack.packed_batch(seqs, self.arch.vocab_size, self.max_context, self.device)
+        sid_h, n_steps = pack.host_steps(seqs, step_ids, n_steps)
+        ns_h = np.asarray(n_steps, dtype=np.int32)
+        sid_d, ns_d = sig.to_device(sid_h, self.device), sig.to_device(ns_h, self.device)
+        sig.bind_pack(batch.cu_seqlens, sid_d, ns_d, (np.asarray(batch.bounds, dtype=np.int32), sid_h, ns_h),
+                      backend=self.signals_cfg.backend, head_dim=self.arch.head_dim, dtype=self.dtype)
+        rows, targets = pack.nll_rows(batch, sid_h, nll_from, nll_steps_only)
+        rows_d = None if rows is None else sig.to_device(rows, self.device)
+        targets_d = sig.to_device(targets, self.device)
+        clock = pack.Clock(self.device)
         kv = ([], []) if keep_kv else None
         with torch.inference_mode():
-            hidden, mass = self._run(batch, sid_t.to(self.device), n_steps_t.to(self.device), per_head, kv)
-            nll = self._token_nll(hidden, batch, unread)
-            out = self._split(batch, nll, mass, sid_t, n_steps, per_head)
+            hidden, mass = self._run(batch, sid_d, ns_d, per_head, kv)
+            nll = sig.token_nll(hidden if rows_d is None else hidden.index_select(0, rows_d), self.weights.lm_head,
+                                targets_d, backend=self.signals_cfg.backend, chunk=self.signals_cfg.nll_chunk,
+                                host_targets=targets)
+            clock.stop()
+            nll_h, mass_h = pack.fetch(nll, mass)
+        if rows is not None:
+            full = np.full(batch.bounds[-1], np.nan, dtype=np.float32)
+            full[rows] = nll_h
+            nll_h = full
+        out = self._split(batch, nll_h, mass_h, sid_h, n_steps, per_head)
         if kv is not None:
             for b, (s, e) in enumerate(zip(batch.bounds[:-1], batch.bounds[1:], strict=True)):
                 out[b].kv = KVCache([k[s:e] for k in kv[0]], [v[s:e] for v in kv[1]], e - s)
-        self._timed(t0, batch, with_signals=True)
+        self._timed(clock, batch, with_signals=True)
         return out
 
     def suffix_nll(self, cache: KVCache, prefix_len: int, suffix: list[int]) -> np.ndarray:
@@ -145,12 +127,30 @@ class PrefillModel:
 
     def prefill(self, seqs: list[list[int]]) -> torch.Tensor:
         """Plain packed forward, no signals (for benchmarks): the final normed hidden states [T, H]."""
-        batch = self._packed_batch(seqs)
-        t0 = time.perf_counter()
+        batch = pack.packed_batch(seqs, self.arch.vocab_size, self.max_context, self.device)
+        clock = pack.Clock(self.device)
         with torch.inference_mode():
             hidden, _ = self._run(batch)
-        self._timed(t0, batch, with_signals=False)
+        self._timed(clock.stop(), batch, with_signals=False)
         return hidden
+
+    def prefill_nll(self, seqs: list[list[int]]) -> list[np.ndarray]:
+        """Plain packed forward plus every token's NLL, no step signals (for benchmarks): the least a method that
+        reads per-token NLL must compute, the fair baseline of `signals`. Same host side as `signals` (one upload,
+        one transfer back); per sequence float32 [L], entry 0 = nan."""
+        batch = pack.packed_batch(seqs, self.arch.vocab_size, self.max_context, self.device)
+        targets = pack.next_token_targets(batch)
+        targets_d = sig.to_device(targets, self.device)
+        clock = pack.Clock(self.device)
+        with torch.inference_mode():
+            hidden, _ = self._run(batch)
+            nll = sig.token_nll(hidden, self.weights.lm_head, targets_d, backend=self.signals_cfg.backend,
+                                chunk=self.signals_cfg.nll_chunk, host_targets=targets)
+            clock.stop()
+            nll_h, _ = pack.fetch(nll, None)
+        self._timed(clock, batch, with_signals=False)
+        return [np.concatenate([[np.nan], nll_h[s : e - 1]]).astype(np.float32)
+                for s, e in zip(batch.bounds[:-1], batch.bounds[1:], strict=True)]
 
     def forward_logits(self, input_ids: list[int]) -> torch.Tensor:
         """Full fp32 logits [L, V] of one sequence. Forms L x V: for parity tests only."""
@@ -158,25 +158,7 @@ class PrefillModel:
         return hidden.float() @ self.weights.lm_head.float().T
 
     # ---- internals -----------------------------------------------------------------------------------
-    def _packed_batch(self, seqs: list[list[int]]) -> _PackedBatch:
-        if not seqs:
-            raise ValueError("no sequences to prefill")
-        lengths = [len(s) for s in seqs]
-        for b, n in enumerate(lengths):
-            if n == 0 or n > self.max_context:
-                raise ValueError(f"sequence {b} has {n} tokens; need 1..{self.max_context} (model context)")
-        host_ids = np.fromiter((t for s in seqs for t in s), dtype=np.int64, count=sum(lengths))
-        if int(host_ids.min()) < 0 or int(host_ids.max()) >= self.arch.vocab_size:
-            raise ValueError(f"token id out of range [0, {self.arch.vocab_size})")
-        bounds = np.concatenate([[0], np.cumsum(lengths)]).tolist()
-        starts = np.repeat(np.asarray(bounds[:-1], dtype=np.int64), lengths)
-        positions = torch.from_numpy(np.arange(bounds[-1], dtype=np.int64) - starts)
-        return _PackedBatch(ids=torch.from_numpy(host_ids).to(self.device), host_ids=host_ids,
-                     positions=positions.to(self.device),
-                     cu_seqlens=torch.tensor(bounds, dtype=torch.int32, device=self.device),
-                     bounds=bounds, max_seqlen=max(lengths))
-
-    def _run(self, batch: _PackedBatch, step_ids=None, n_steps=None, per_head: bool = False, kv=None):
+    def _run(self, batch: pack.PackedBatch, step_ids=None, n_steps=None, per_head: bool = False, kv=None):
         """Decoder stack; returns final normed hidden [T, H] and the step mass (or None): summed over
         instrumented layers, or with per_head a list of per-layer [B, Hq, N, N]. kv: ([], []) to fill with
         every layer's K/V."""
@@ -187,9 +169,10 @@ class PrefillModel:
         for i, lw in enumerate(w.layers):
             x = rms_norm(h, lw.input_norm, a.rms_norm_eps)
             q, k, v = qkv_proj(x, lw, a, cos, sin)
-            if kv is not None:
-                kv[0].append(k.contiguous())
-                kv[1].append(v.contiguous())
+            if kv is not None:  # one copy of K and V, not one each (they are views of the projection)
+                k_and_v = torch.stack((k, v), dim=1)
+                kv[0].append(k_and_v[:, 0])
+                kv[1].append(k_and_v[:, 1])
             if step_ids is not None and i in self._instrumented:
                 # q/k/v stay strided views of the qkv projection: every backend reads them as they are (the
                 # Triton kernels take strides, the C++ op permutes q once, the reference views them), so no
@@ -198,49 +181,22 @@ class PrefillModel:
                                                    backend=self.signals_cfg.backend,
                                                    block=self.signals_cfg.attn_block, per_head=per_head)
                 if per_head:
-                    mass_sum = (mass_sum or []) + [mass.float()]
-                else:
-                    mass_sum = mass.float() if mass_sum is None else mass_sum + mass.float()
+                    mass_sum = (mass_sum or []) + [mass]
+                else:  # fp32 and fresh from the op: summed in place
+                    mass_sum = mass if mass_sum is None else mass_sum.add_(mass)
             else:
                 o = causal_attention(q, k, v, batch.cu_seqlens, batch.bounds, batch.max_seqlen, a.scale)
             h.add_(F.linear(o.reshape(o.shape[0], -1), lw.o_w, lw.o_b))  # h is ours: residual in place
             h.add_(mlp(rms_norm(h, lw.post_norm, a.rms_norm_eps), lw))
         return rms_norm(h, w.final_norm, a.rms_norm_eps), mass_sum
 
-    @staticmethod
-    def _unread(batch: _PackedBatch, sid_t: torch.Tensor, nll_from: list[int] | None, steps_only: bool):
-        """[T] bool: tokens whose NLL nobody reads (see signals), or None when every token's is read."""
-        if nll_from is None and not steps_only:
-            return None
-        unread = sid_t < 0 if steps_only else torch.zeros(len(sid_t), dtype=torch.bool)
-        if nll_from is not None:
-            if len(nll_from) != len(batch.bounds) - 1:
-                raise ValueError(f"{len(batch.bounds) - 1} sequences but {len(nll_from)} nll_from")
-            lengths = torch.tensor(np.diff(batch.bounds))
-            unread |= batch.positions.cpu() < torch.repeat_interleave(torch.tensor(nll_from), lengths)
-        return unread.to(batch.ids.device)
-
-    def _token_nll(self, hidden: torch.Tensor, batch: _PackedBatch, unread: torch.Tensor | None = None) -> torch.Tensor:
-        # position t predicts token t+1 of the same sequence; the last token of each sequence predicts nothing.
-        # Built on the host from the batch's host ids (numpy: no device scatter ops, one transfer).
-        targets = np.full(batch.bounds[-1], -100, dtype=np.int64)
-        targets[:-1] = batch.host_ids[1:]
-        targets[np.asarray(batch.bounds[1:], dtype=np.int64) - 1] = -100
-        if unread is not None:
-            targets[:-1][unread[1:].cpu().numpy()] = -100
-        targets = torch.from_numpy(targets).to(batch.ids.device)
-        return sig.token_nll(hidden, self.weights.lm_head, targets, backend=self.signals_cfg.backend,
-                             chunk=self.signals_cfg.nll_chunk)
-
-    def _split(self, batch, nll, mass, sid_t, n_steps, per_head: bool = False) -> list[SeqSignals]:
-        nll = nll.float().cpu().numpy()
+    def _split(self, batch, nll: np.ndarray, mass, sid_all: np.ndarray, n_steps, per_head: bool = False) -> list[SeqSignals]:
         heads = None
         if per_head and mass is not None:
-            heads = torch.stack([m.cpu() for m in mass], dim=1)  # [B, L_instr, Hq, N, N]
+            heads = mass  # [B, L_instr, Hq, N, N]
             mass = heads.mean(dim=2).sum(dim=1)
-        mass = mass.cpu() / len(self.instrument_layers) if mass is not None else None
+        mass = mass / len(self.instrument_layers) if mass is not None else None
         out = []
-        sid_all = sid_t.numpy()
         mass_np = mass.numpy() if mass is not None else None
         heads_np = heads.numpy() if heads is not None else None
         for b, (s, e) in enumerate(zip(batch.bounds[:-1], batch.bounds[1:], strict=True)):
@@ -256,10 +212,8 @@ class PrefillModel:
                                   step_attn_heads=None if Ah is None else Ah.astype(np.float32, copy=False)))
         return out
 
-    def _timed(self, t0: float, batch: _PackedBatch, with_signals: bool) -> None:
-        if self.device.type == "cuda":
-            torch.cuda.synchronize(self.device)
-        self.last_timing = PrefillTiming(sequences=len(batch.bounds) - 1, tokens=batch.bounds[-1],
-                                         seconds=time.perf_counter() - t0, with_signals=with_signals)
-        log.debug("prefill %d seqs %d tokens in %.3fs (signals=%s)", self.last_timing.sequences,
-                  self.last_timing.tokens, self.last_timing.seconds, with_signals)
+    def _timed(self, clock: pack.Clock, batch: pack.PackedBatch, with_signals: bool) -> None:
+        self.last_timing = PrefillTiming(len(batch.bounds) - 1, batch.bounds[-1], with_signals, clock)
+        log.debug("prefill %d seqs %d tokens (signals=%s)", self.last_timing.sequences, self.last_timing.tokens,
+                  with_signals)
+

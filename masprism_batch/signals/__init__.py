@@ -172,6 +172,34 @@ def _check_attention(q, k, v, cu_seqlens, step_ids, n_steps):
     _CHECKED[cu_seqlens] = ((weakref.ref(step_ids), weakref.ref(n_steps)), versions, T)
 
 
+def to_device(a: np.ndarray, device) -> torch.Tensor:
+    """A host array as a tensor on `device`: on CUDA copied from pinned memory without blocking the host (the
+    caching host allocator keeps the pinned block until the copy is done); elsewhere the array's own memory."""
+    t = torch.from_numpy(np.ascontiguousarray(a))
+    device = torch.device(device)
+    if device.type == "cuda":
+        return t.pin_memory().to(device, non_blocking=True)
+    return t.to(device)
+
+
+def bind_pack(cu_seqlens, step_ids, n_steps, host, *, backend="auto", head_dim=None, dtype=None) -> None:
+    """Declare the packed batch a forward is about to run: `host` = (bounds, step ids, step counts), numpy arrays
+    holding the same data as the three device tensors (the forward uploaded them). The batch checks run on the
+    host arrays here, and the triton backend builds its plan from them, so no layer reads a device tensor."""
+    cu, sid, ns = (np.asarray(x) for x in host)
+    if cu.shape != tuple(cu_seqlens.shape) or sid.shape != tuple(step_ids.shape) or ns.shape != tuple(n_steps.shape):
+        raise ValueError("bind_pack: the host arrays do not have the shapes of the device tensors")
+    T = int(sid.shape[0])
+    _check_batch_host(cu, sid, ns, T)
+    batch = (cu_seqlens, step_ids, n_steps)
+    _CHECKED.pop(cu_seqlens, None)
+    _CHECKED[cu_seqlens] = ((weakref.ref(step_ids), weakref.ref(n_steps)), tuple(_version(t) for t in batch), T)
+    if resolve_backend(backend, cu_seqlens.device, head_dim=head_dim, dtype=dtype) == "triton":
+        from masprism_batch.signals import triton
+
+        triton.bind(cu_seqlens, step_ids, n_steps, (cu, sid, ns), to_device)
+
+
 def _backend_module(chosen: str):
     """The module implementing `chosen`; every backend exposes the two ops with the same signatures:
     step_attention(q, k, v, cu_seqlens, step_ids, n_steps, scale, *, block, out, per_head) and
@@ -202,20 +230,32 @@ def step_attention(q, k, v, cu_seqlens, step_ids, n_steps, scale, *, backend="au
                                                   out=out, per_head=per_head)
 
 
-def token_nll(hidden, weight, targets, *, backend="auto", chunk=1024, ignore_index=-100, out=None):
+def token_nll(hidden, weight, targets, *, backend="auto", chunk=1024, ignore_index=-100, out=None,
+              host_targets: np.ndarray | None = None):
     """Per-token NLL fp32 [T] of targets under hidden @ weight.T (nan where target == ignore_index).
-    chunk: tokens per block of the torch reference (ignored by the Triton kernel)."""
+    chunk: tokens per block of the torch reference (ignored by the Triton kernel).
+    host_targets: the same targets as a host array, when the caller has them: the checks and the choice of rows
+    then read no device tensor (the model's forward passes only scored rows, so nothing is compacted here)."""
     if hidden.dim() != 2 or weight.dim() != 2 or hidden.shape[1] != weight.shape[1]:
         raise ValueError(f"expected hidden [T,d], weight [V,d]; got {tuple(hidden.shape)}, {tuple(weight.shape)}")
     if targets.shape != (hidden.shape[0],):
         raise ValueError(f"targets must be [T]={hidden.shape[0]}; got {tuple(targets.shape)}")
-    valid = targets != ignore_index
-    bad = valid & ((targets < 0) | (targets >= weight.shape[0]))
-    if bool(bad.any()):
-        raise ValueError(f"target ids outside [0, {weight.shape[0]}) at positions {bad.nonzero()[:5, 0].tolist()}")
+    if host_targets is not None:
+        if host_targets.shape != tuple(targets.shape):
+            raise ValueError(f"host_targets must be [T]={targets.shape[0]}; got {host_targets.shape}")
+        valid_h = host_targets != ignore_index
+        bad_h = valid_h & ((host_targets < 0) | (host_targets >= weight.shape[0]))
+        if bad_h.any():
+            raise ValueError(f"target ids outside [0, {weight.shape[0]}) at positions {np.flatnonzero(bad_h)[:5].tolist()}")
+        n_valid, valid = int(valid_h.sum()), None
+    else:
+        valid = targets != ignore_index
+        bad = valid & ((targets < 0) | (targets >= weight.shape[0]))
+        if bool(bad.any()):
+            raise ValueError(f"target ids outside [0, {weight.shape[0]}) at positions {bad.nonzero()[:5, 0].tolist()}")
+        n_valid = int(torch.count_nonzero(valid))  # (a bool sum would first convert the mask: an extra copy)
     chosen = resolve_backend(backend, hidden.device, dtype=hidden.dtype)
     op = _backend_module(chosen).token_nll
-    n_valid = int(torch.count_nonzero(valid))  # (a bool sum would first convert the mask: an extra copy)
     if n_valid > COMPACT_NLL_SHARE * targets.shape[0]:
         return op(hidden, weight, targets, chunk=chunk, ignore_index=ignore_index, out=out)
     # most rows unread (a window's re-read context and digest, prompt heads): the LM head, a quarter
@@ -223,6 +263,9 @@ def token_nll(hidden, weight, targets, *, backend="auto", chunk=1024, ignore_ind
     res = out if out is not None else torch.empty(targets.shape[0], dtype=torch.float32, device=hidden.device)
     res.fill_(float("nan"))
     if n_valid:
-        idx = valid.nonzero().squeeze(1)
+        if valid is None:
+            idx = to_device(np.flatnonzero(valid_h), hidden.device)
+        else:
+            idx = valid.nonzero().squeeze(1)
         res[idx] = op(hidden[idx], weight, targets[idx], chunk=chunk, ignore_index=ignore_index)
     return res

@@ -15,7 +15,14 @@ import torch
 from torch import Tensor
 
 from masprism_batch.kernels import step_attention as _attn
+from masprism_batch.kernels import step_plan as _plan
 from masprism_batch.kernels import token_nll as _nll
+
+
+def bind(cu_seqlens, step_ids, n_steps, host, upload) -> None:
+    """The pack about to run: its plan (step counts, step-token lists, block tables) from the host arrays
+    `host` = (bounds, step ids, step counts), so no layer reads a device tensor (kernels/step_plan.py)."""
+    _plan.Plan.bind(cu_seqlens, step_ids, n_steps, cu_seqlens.device, host, upload)
 
 
 @torch.library.custom_op("masprism_triton::step_attention", mutates_args=())
@@ -48,8 +55,8 @@ def _token_nll_fake(hidden, weight, targets, ignore_index):
 def step_attention(q, k, v, cu_seqlens, step_ids, n_steps, scale: float, *, block: int = 256, out=None,
                    per_head: bool = False):
     """block: unused (the kernels' tiles come from attn_config / mass_config per dtype and GPU target)."""
-    n_max = int(n_steps.max()) if n_steps.numel() else 0
-    res = torch.ops.masprism_triton.step_attention(q, k, v, cu_seqlens, step_ids, n_steps, float(scale), n_max,
+    n_max = _plan.Plan.get(cu_seqlens, step_ids, n_steps, q.device).n_max  # bound: no device read
+    res = _step_attention_op(q, k, v, cu_seqlens, step_ids, n_steps, float(scale), n_max,
                                                    bool(per_head))
     if out is None:
         return res
@@ -60,7 +67,7 @@ def step_attention(q, k, v, cu_seqlens, step_ids, n_steps, scale: float, *, bloc
 
 def token_nll(hidden, weight, targets, *, chunk: int = 1024, ignore_index: int = -100, out=None):
     """chunk: unused (the kernel streams vocabulary tiles, token_nll_config)."""
-    res = torch.ops.masprism_triton.token_nll(hidden, weight, targets, int(ignore_index))
+    res = _token_nll_op(hidden, weight, targets, int(ignore_index))
     if out is None:
         return res
     out.copy_(res)

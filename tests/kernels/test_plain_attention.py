@@ -63,7 +63,7 @@ def test_causal_attention_picks_padded_path_off_cpu_only_when_padding_is_cheap(m
 
 
 def test_cuda_pack_takes_the_triton_varlen_forward_when_it_applies(monkeypatch):
-    """On CUDA without flash-attn a pack of several sequences goes to the Triton varlen forward (no padded
+    """On CUDA without flash-attn a pack (of one sequence too) goes to the Triton varlen forward (no padded
     scatter/gather, issue 33 item 4) when the kernels take its head dim and dtype; MASPRISM_NO_TRITON_ATTN=1
     and unsupported head dims keep SDPA. (The kernel's numerics: tests/signals/test_step_attention.py.)"""
     pytest.importorskip("triton")
@@ -91,4 +91,5 @@ def test_cuda_pack_takes_the_triton_varlen_forward_when_it_applies(monkeypatch):
     monkeypatch.setattr(attention, "_triton_varlen", lambda q: lambda *a: (calls.append("triton") or a[0], None))
     monkeypatch.setattr(attention, "sdpa_padded", lambda *a: calls.append("padded") or a[0])
     attention.causal_attention(Q(128), None, None, None, [0, 100, 200, 300], 100, 0.1)
-    assert calls == ["triton"]
+    attention.causal_attention(Q(128), None, None, None, [0, 300], 300, 0.1)  # one sequence: no K/V repeat either
+    assert calls == ["triton", "triton"]

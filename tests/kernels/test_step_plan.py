@@ -79,3 +79,32 @@ def test_block_table_is_built_once_per_pack():
     assert fresh is not first and all(torch.equal(a, b) for a, b in zip(fresh[:2], want[:2], strict=True))
     cu2[1] = 90  # modified in place: the version counter changes, so the table is rebuilt
     assert torch.equal(sa._block_table(cu2, 64, 171)[1], sa._build_block_table(cu2, 64, 171)[1])
+
+
+@pytest.mark.parametrize("interleaved", [False, True])
+def test_plan_bound_from_host_arrays_equals_the_one_read_from_the_tensors(interleaved, seed):
+    """The forward binds the plan from its host arrays (no sync): the same step counts, step-token lists and spans
+    as the plan read from the device tensors, and block tables equal to the device-built ones' live programs."""
+    from masprism_batch.kernels import step_attention
+
+    cu, sid, ns = _pack(seed, interleaved)
+    read = step_plan.Plan(cu, sid, ns, torch.device("cpu"))
+    uploads = []
+
+    def upload(a, device):
+        uploads.append(a.dtype)
+        return torch.from_numpy(a).to(device)
+    bound = step_plan.Plan.bind(cu, sid, ns, torch.device("cpu"), (cu.numpy(), sid.numpy(), ns.numpy()), upload)
+    assert step_plan.Plan.get(cu, sid, ns, torch.device("cpu")) is bound  # the layers find it
+    assert (bound.n_list, bound.n_max, bound.bounds) == (read.n_list, read.n_max, read.bounds)
+    assert torch.equal(bound.tokens, read.tokens) and torch.equal(bound.offsets, read.offsets)
+    assert all(bound.max_span(bn) == read.max_span(bn) for bn in (32, 64))
+    T = int(cu[-1])
+    for bm in (64, 128):
+        seq, start, n = bound.block_table(bm)
+        dseq, dstart, dn = step_attention._build_block_table(cu, bm, T)
+        live = dseq >= 0
+        assert n == int(live.sum()) <= dn, f"seed={seed} bm={bm}"
+        assert torch.equal(seq, dseq[live]) and torch.equal(start, dstart[live]), f"seed={seed} bm={bm}"
+        assert step_attention._block_table(cu, bm, T)[2] == n  # the launchers take the bound, exact table
+    assert len(uploads) >= 2

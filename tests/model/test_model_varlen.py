@@ -109,6 +109,20 @@ def test_nll_only_where_read(pair):
         ours.signals(seqs, sids, nll_from=starts[:1])
 
 
+def test_prefill_nll_is_the_signals_token_nll_without_the_signals(pair):
+    """The benchmarks' baseline (a plain forward with every token's NLL) reads the same NLL as the signals forward."""
+    seed, _, ours = pair
+    g = torch.Generator().manual_seed(seed + 5)
+    lengths = [int(torch.randint(1, 90, (1,), generator=g)) for _ in range(3)] + [1]
+    seqs = [torch.randint(0, 97, (n,), generator=g).tolist() for n in lengths]
+    got = ours.prefill_nll(seqs)
+    want = ours.signals(seqs, [random_steps(n, g) for n in lengths])
+    assert ours.last_timing.tokens == sum(lengths)
+    for b, (x, w) in enumerate(zip(got, want, strict=True)):
+        assert x.shape == (lengths[b],) and np.isnan(x[0]), f"seed={seed} seq={b}"
+        np.testing.assert_allclose(x, w.token_nll, rtol=1e-5, atol=1e-6, err_msg=f"seed={seed} seq={b}")
+
+
 def test_explicit_n_steps_pads_empty_trailing_steps(pair):
     _, _, ours = pair
     seq = torch.randint(0, 97, (20,)).tolist()
