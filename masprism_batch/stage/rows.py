@@ -21,6 +21,12 @@ def final_columns(rows: list[dict], v) -> None:
         row["final_prob"] = _f(v.probs.get(row["step"])) if v.probs is not None else None
 
 
+# the failure-kind columns (masprism_batch/category/annotate.py fills them when `method.categories` is on)
+VERDICT_KIND_COLUMNS = ("category", "category_family", "category_confidence", "category_by", "blamed_vector",
+                        "blamed_terms")
+STEP_KIND_COLUMNS = ("category", "category_family", "category_confidence")
+
+
 def attribution_row(t, ranking, model_id, chash, cfg, r1, r2, sec1, sec2, now, verdict) -> dict:
     steps = t.steps
     cands = [{"step": k, "agent": steps[k].agent, "span_id": steps[k].span_id,
@@ -42,6 +48,7 @@ def attribution_row(t, ranking, model_id, chash, cfg, r1, r2, sec1, sec2, now, v
         "pred_step_agent": steps[top].agent if top is not None else None,
         "pred_agent_rule": verdict.rule, "agent_ranking": verdict.agent_ranking,
         "verdict_by": verdict.by, "confidence": verdict.confidence, "agent_by": agent_by(t, verdict),
+        **dict.fromkeys(VERDICT_KIND_COLUMNS),  # null unless the (opt-in) failure kinds fill them
     }
 
 
@@ -61,6 +68,7 @@ def step_rows(t, p1, ranking, flags, r1, s1, extra=None) -> list[dict]:
             "rank": rank.get(i), "is_symptom": i in p1.symptoms, "is_candidate": i in p1.candidates,
             "has_failure_word": bool(flags[i]), "attention_pass1": row_tail(A, i).tolist(),
             **{k: _f(v[i]) for k, v in (extra or {}).items()},
+            **dict.fromkeys(STEP_KIND_COLUMNS),
         })
     return rows
 

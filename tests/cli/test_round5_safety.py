@@ -81,7 +81,8 @@ def test_force_never_replaces_a_link_to_a_file(tmp_path, command):
     outside.write_text("keep me")
     link = tmp_path / "o.html"
     link.symlink_to(outside)
-    args = {"report": ["report", str(run)], "export": ["export", str(run), "--to", "phoenix"],
+    # export --to jsonl: the one format whose -o is the file itself (phoenix writes FILE.spans/.traces beside it)
+    args = {"report": ["report", str(run)], "export": ["export", str(run), "--to", "jsonl"],
             "fit": ["fit", str(run)]}[command]
     res = CliRunner().invoke(app, [*args, "-o", str(link), "--force"])
     assert res.exit_code == 1 and "symbolic link" in res.output, res.output
