@@ -8,6 +8,7 @@ from pathlib import Path
 
 import pyarrow.parquet as pq
 
+from masprism_batch.analytics.categories import UNCATEGORISED
 from masprism_batch.analytics.stats import RELATIVE_BINS
 from masprism_batch.schema import printable
 
@@ -28,7 +29,7 @@ VERDICT_BY = {
     "rule": "rule:<name>: zero-training, no label read: MASPrism's candidates in the order of rule <name> "
             "(faithful = the paper's); every log of a system no ranker was named for, or whose fit kept the rule "
             "(the ranker did not beat it held out)",
-    "no_symptom": "no_symptom:<rule>: no symptom step points to the blamed step: rule <rule>'s fallback order "
+    "no_symptom": "no_symptom:<rule>: zero-training, no label read, and no symptom step points to the blamed step: rule <rule>'s fallback order "
                   "(by position) chose it, no evidence; its confidence is a random pick's (1/steps)",
     "unknown (older run)": "unknown (older run): written before attributions recorded what decided",
 }
@@ -47,14 +48,15 @@ def stats_tables_for_terminal(outdir: Path | str, top: int = 10) -> list:
             for n in ("blamed_agents", "step_position", "accuracy", "verdicts", "failure_categories")
             if (d / f"{n}.parquet").is_file()}
     out = []
-    if read.get("failure_categories"):  # what fails most comes first: the table a team acts on
+    kinds = [r for r in read.get("failure_categories", []) if r["category"] != UNCATEGORISED]
+    if kinds:  # what fails most comes first: the table a team acts on (the kinds are opt-in: none, no table)
         t = Table(title=f"What fails most: failure kinds of the verdicts (top {top} per source and system)",
                   title_justify="left")
         for c, j in (("source", "left"), ("system", "left"), ("kind", "left"), ("family", "left"),
                      ("traces", "right"), ("share", "right"), ("mean confidence", "right")):
             t.add_column(c, justify=j, overflow="fold")
         shown: Counter = Counter()
-        for r in read["failure_categories"]:
+        for r in kinds:
             key = (r["source"], r["system"])
             if shown[key] < top:
                 shown[key] += 1
