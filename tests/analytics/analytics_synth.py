@@ -93,6 +93,13 @@ def random_specs(rng: random.Random, n: int, spans: bool = False) -> list[dict]:
     return specs
 
 
+def _nulls(sch, n: int, names: tuple[str, ...]) -> dict:
+    """Null columns `names` of pyarrow schema `sch`, n rows: columns the synthetic run does not fill."""
+    import pyarrow as pa
+
+    return {k: pa.nulls(n, sch.field(k).type) for k in names}
+
+
 def write_large_outdir(outdir: Path, n: int, seed: int, parts: int = 10, chars: int = 160) -> Path:
     """A scale OUTDIR (e.g. 100,000 traces) built with vectorised Arrow arrays, not row dicts."""
     import numpy as np
@@ -142,6 +149,8 @@ def write_large_outdir(outdir: Path, n: int, seed: int, parts: int = 10, chars: 
             "agent_ranking": pa.nulls(m, schema.ATTRIBUTIONS.field("agent_ranking").type),
             "verdict_by": ["rule:faithful"] * m, "confidence": g.random(m),
             "agent_by": ["author: the blamed step's author"] * m,
+            **_nulls(schema.ATTRIBUTIONS, m, ("category", "category_family", "category_confidence", "category_by",
+                                             "blamed_vector", "blamed_terms")),  # the opt-in failure kinds: off
         }, schema=schema.ATTRIBUTIONS)
         write_table_atomic(attr, outdir / "attributions" / f"part-{p:03d}.parquet")
         att_len = step_idx + 1
@@ -163,13 +172,15 @@ def write_large_outdir(outdir: Path, n: int, seed: int, parts: int = 10, chars: 
             "masprism_rank": pa.array(np.where(rank > 0, rank, 0), mask=rank < 0),
             "final_prob": pa.nulls(total, pa.float32()),
             "final_rank": pa.array(np.where(rank > 0, rank, 0), mask=rank < 0),
+            **_nulls(schema.STEP_SCORES, total, ("category", "category_family", "category_confidence")),
         }, schema=schema.STEP_SCORES)
         write_table_atomic(scores, outdir / "step_scores" / f"part-{p:03d}.parquet")
         content = ["".join(words[g.integers(0, len(words), 4)]) + "x" * chars for _ in range(total)]
         steps = pa.StructArray.from_arrays(
             [pa.array(step_idx), pa.array(step_agent), pa.array(step_agent), pa.array(["message"] * total),
              pa.array(content, pa.large_string()), pa.nulls(total, pa.string()), pa.nulls(total, pa.string()),
-             pa.nulls(total, pa.timestamp("us", tz="UTC"))], fields=list(schema.STEP_TYPE))
+             pa.nulls(total, pa.timestamp("us", tz="UTC")), pa.nulls(total, pa.large_string())],  # no recorded error
+            fields=list(schema.STEP_TYPE))
         gold = (g.random(m) * ns).astype(np.int32)
         labels = pa.StructArray.from_arrays(
             [pa.array(gold), pa.array(step_agent[off[:-1] + gold]), pa.nulls(m, pa.list_(pa.string())),
