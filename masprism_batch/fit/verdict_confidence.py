@@ -86,7 +86,10 @@ def crossfit(F: np.ndarray, hits: np.ndarray, folds: np.ndarray, names) -> np.nd
     for f in sorted(set(folds.tolist())):
         train, test = folds != f, folds == f
         cal = calibrate.fit_monotone(F[train], hits[train], names)
-        out[test] = F[test] @ (np.asarray(cal["w"]) / np.asarray(cal["std"]))
+        # a feature constant on the training folds orders nothing: its weight (a floor or fitting noise) differs
+        # between folds with the verdict left out, and times a constant it alone ranked identical verdicts
+        varies = F[train].std(0) > 1e-9
+        out[test] = F[test][:, varies] @ (np.asarray(cal["w"])[varies] / np.asarray(cal["std"])[varies])
     return out
 
 
