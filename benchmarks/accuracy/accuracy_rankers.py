@@ -117,6 +117,12 @@ def rules_loso(cases: list[Case], model_id: str) -> tuple[dict, dict[str, dict],
     """Every zero-training rule scored with head weights fitted without the system scored (learned_heads), and
     the rule *chosen* by leave-one-system-out: for each system, the rule with the best headline mean on the
     other three is scored on it. Returns (flat scores of the chosen rule, {rule: flat}, {held system: rule})."""
+    chosen_rows, per_rule, picked = rules_loso_rows(cases, model_id)
+    return score(cases, chosen_rows)[0], per_rule, picked
+
+
+def rules_loso_rows(cases: list[Case], model_id: str) -> tuple[dict, dict[str, dict], dict[str, str]]:
+    """rules_loso, with the chosen rule's verdict rows (trace id -> row) in place of their scores."""
     rules = available_rules(cases)
     per_rule: dict[str, dict] = {r: {} for r in rules}
     chosen_rows, picked = {}, {}
@@ -130,7 +136,7 @@ def rules_loso(cases: list[Case], model_id: str) -> tuple[dict, dict[str, dict],
         chosen_rows.update({c.trace.trace_id: preds[best][c.trace.trace_id] for c in test})
         for r in rules:
             per_rule[r].update({k: v for k, v in score(test, preds[r])[0].items() if k[0] == held})
-    return score(cases, chosen_rows)[0], per_rule, picked
+    return chosen_rows, per_rule, picked
 
 
 def loso(cases: list[Case], feats: list[str], l2: float, agent_rule: str, model_id: str) -> dict:
