@@ -5,7 +5,7 @@ OUTDIR/traces and OUTDIR/errors (`write_outdir.ingest`).
 """
 
 from masprism_batch.ingest.common import WARNING_REASONS
-from masprism_batch.ingest.detect import FORMATS
+from masprism_batch.ingest.documents import FORMATS
 from masprism_batch.ingest.trace_stream import FileCallback, SeenIds, read_inputs
 from masprism_batch.ingest.write_outdir import (
                                                 INGEST_MARKER,

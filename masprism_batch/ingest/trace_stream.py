@@ -16,9 +16,11 @@ from pathlib import Path
 
 from masprism_batch.config import IngestConfig
 from masprism_batch.ingest.common import Context, IngestError, short
-from masprism_batch.ingest.detect import FORMATS, read_file
+from masprism_batch.ingest.detect import read_file
+from masprism_batch.ingest.documents import FORMATS
+from masprism_batch.ingest.limits import LIMITS
 from masprism_batch.ingest.mapping import Mapping
-from masprism_batch.ingest.sources import LIMITS, expand, file_size, path_ids
+from masprism_batch.ingest.sources import expand, file_size, path_ids
 from masprism_batch.ingest.validate import validate
 from masprism_batch.schema import error_row
 from masprism_batch.trace import Trace
