@@ -64,7 +64,7 @@ def read_inputs(paths: list[str] | str, fmt: str = "auto", on_error: Callable[[d
         paths = [str(paths)]
     sink = on_error or (lambda row: None)
     seen = SeenIds()
-    limits = limits or IngestConfig()  # caps (config section `ingest`): sources.py and common.apply_caps
+    limits = limits or IngestConfig()  # caps (config section `ingest`): sources.py and caps.apply_caps
     files = list(expand([str(p) for p in paths], sink))
     ids = path_ids(files)  # ids taken from paths (Who&When) are unique over the whole input, not per folder
     for path in files:

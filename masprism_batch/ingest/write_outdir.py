@@ -14,7 +14,8 @@ from pathlib import Path
 from typing import Any
 
 from masprism_batch.config import IngestConfig
-from masprism_batch.ingest.common import WARNING_REASONS, trace_bytes
+from masprism_batch.ingest.caps import trace_bytes
+from masprism_batch.ingest.common import WARNING_REASONS
 from masprism_batch.ingest.mapping import Mapping
 from masprism_batch.ingest.sources import expand, file_size
 from masprism_batch.ingest.trace_stream import read_inputs
