@@ -7,6 +7,9 @@ import numpy as np
 import pytest
 import torch
 
+# fixtures of a helper module more than one folder uses: `synth` (synthetic labelled logs; tests/fit, tests/method)
+pytest_plugins = ["fit_synth"]
+
 SHARED_DATA = Path(os.environ.get("MASPRISM_SHARED_DATA", Path(__file__).resolve().parents[2] / "shared" / "data"))
 SEED_ENV = "MASPRISM_TEST_SEED"
 
@@ -104,3 +107,59 @@ def pytest_terminal_summary(terminalreporter, exitstatus, config):
         detail = f"marked {name}: {markers[name]}" if name in markers else "not matched by -k or the node ids given"
         terminalreporter.write_line(f"{n} deselected by -m {expr!r}: {detail}" if name in markers else
                                     f"{n} deselected: {detail}")
+
+
+# fixtures more than one test folder uses
+
+@pytest.fixture
+def small_cfg():
+    """A pipeline config sized for the fakes' corpora (tests/pipelines, tests/outdir)."""
+    from masprism_batch.config import BatchConfig, EngineConfig, PipelineConfig
+
+    def make(per_shard: int = 8, budget: int = 300, commit_seconds: float | None = None) -> PipelineConfig:
+        # the budget bounds the packs too (engine.pack_tokens: else 2,048 on a CPU), as the tests size them
+        engine = {"traces_per_shard": per_shard, "pack_tokens": budget} | (
+            {} if commit_seconds is None else {"commit_seconds": commit_seconds})
+        return PipelineConfig(batch=BatchConfig(token_budget=budget), engine=EngineConfig(**engine))
+
+    return make
+
+
+def _browser_skip_reason() -> str | None:
+    import shutil
+
+    try:
+        import selenium  # noqa: F401
+    except ImportError:
+        return "selenium not installed (pip install -e '.[dev]')"
+    if not (shutil.which("chromium") or shutil.which("chromium-browser")):
+        return "no chromium binary (Debian: apt-get install chromium chromium-driver; .ci/run does this)"
+    if not shutil.which("chromedriver"):
+        return "no chromedriver (Debian: apt-get install chromium-driver)"
+    return None
+
+
+@pytest.fixture(scope="session")
+def browser():
+    """Headless Debian Chromium driven by selenium with the system chromedriver (no driver download)."""
+    import shutil
+
+    reason = _browser_skip_reason()
+    if reason:
+        pytest.skip(reason)
+    from selenium import webdriver
+    from selenium.webdriver.chrome.service import Service
+
+    opts = webdriver.ChromeOptions()
+    opts.binary_location = shutil.which("chromium") or shutil.which("chromium-browser")
+    for a in ("--headless=new", "--no-sandbox", "--disable-gpu", "--disable-dev-shm-usage",
+              "--window-size=1400,1600", "--no-first-run", "--disable-extensions"):
+        opts.add_argument(a)
+    opts.set_capability("goog:loggingPrefs", {"browser": "ALL"})
+    try:
+        drv = webdriver.Chrome(service=Service(shutil.which("chromedriver")), options=opts)
+    except Exception as exc:  # noqa: BLE001 - a broken local browser install is a skip, not a failure
+        pytest.skip(f"headless chromium failed to start: {exc}")
+    drv.set_page_load_timeout(30)
+    yield drv
+    drv.quit()

@@ -7,7 +7,7 @@ subprocess: wall seconds, the process's own peak RSS (`ru_maxrss` from `wait4`),
 
 Rows (tidy, one per case and repeat) are appended to benchmarks/results/steps.csv; `--label` names the code that
 ran (e.g. `before` for a checkout of the code before a change, run with PYTHONPATH pointing at it). Not a test:
-nothing here asserts a time; tests/test_many_steps.py checks the growth with a deterministic cost measure.
+nothing here asserts a time; tests/stage/test_many_steps.py checks the growth with a deterministic cost measure.
 
     nice -n 10 python benchmarks/pipeline/bench_steps.py [--steps 512,1024,2048,4096] [--repeats 1] [--label after]
 """

@@ -13,7 +13,7 @@ from typing import Any
 
 from masprism_batch.analytics.insample import RANKED, InSample
 from masprism_batch.eval import evaluate
-from masprism_batch.eval.common import ranked_steps
+from masprism_batch.eval.predictions import ranked_steps
 from masprism_batch.method.calibrate import accuracy_at_coverage
 from masprism_batch.method.confidence import auroc
 from masprism_batch.trace import Labels, Step, Trace

@@ -27,7 +27,6 @@ from __future__ import annotations
 import json
 import logging
 from collections.abc import Iterator
-from datetime import datetime
 from pathlib import Path
 from typing import Any
 
@@ -35,12 +34,18 @@ import pyarrow as pa
 
 from masprism_batch.analytics import export_text as txt
 from masprism_batch.analytics import ids, load
+from masprism_batch.analytics.export_otel import OTLP_BATCH, otel_records, otlp_line
+from masprism_batch.analytics.export_rows import (
+    ANNOTATION_NAME,
+    CATEGORY_ANNOTATION,
+    attributions,
+    hex_ids,
+    ranked,
+)
 from masprism_batch.outdir import parts as outdir_parts
 
 log = logging.getLogger(__name__)
 FORMATS = ("phoenix", "otel", "jsonl")
-ANNOTATION_NAME = "masprism_failure_attribution"
-_OTLP_BATCH = 1000
 
 # trace_id/span_id: the ids as the source carried them (the columns outside hold the backend's hex form);
 # step/step_agent: the annotated step and its author; blamed_step/blamed_agent: the trace's verdict
@@ -66,51 +71,14 @@ class NothingToExport(load.AnalyticsInputError):
     """Zero records would be written: nothing is written, and the command says why (exit 1)."""
 
 
-_COLS = ["trace_id", "source", "system", "n_steps", "pred_step", "pred_agent", "pred_span_id", "candidates",
-         "symptoms", "method", "model_id", "config_hash", "attributed_at", "pred_step_agent", "pred_agent_rule",
-         "agent_ranking", "verdict_by", "confidence", "category", "category_family", "category_confidence",
-         "category_by"]
-# the verdict's failure kind travels as its own annotation on the blamed span: label = the kind
-CATEGORY_ANNOTATION = "masprism_failure_kind"
-
-
-def _label(rank: int) -> str:
-    return "failure_source" if rank == 1 else "candidate"
-
-
-def _rule(a: dict) -> str:
-    return a.get("pred_agent_rule") or "author"
 
 
 def _meta(a: dict, c: dict, r: int) -> dict:
     return {"trace_id": a["trace_id"], "span_id": c.get("span_id"), "source": a["source"], "step": c["step"],
             "step_agent": c["agent"], "rank": r, "n_candidates": len(a["candidates"] or []),
-            "blamed_step": a["pred_step"], "blamed_agent": a["pred_agent"], "agent_rule": _rule(a),
+            "blamed_step": a["pred_step"], "blamed_agent": a["pred_agent"], "agent_rule": txt.agent_rule(a),
             "verdict_by": a.get("verdict_by"), "confidence": a.get("confidence"), "raw_score": txt.raw_score(c),
             "model_id": a["model_id"], "config_hash": a["config_hash"]}
-
-
-def _hex_ids(a: dict, c: dict | None) -> tuple[str | None, str | None]:
-    """(trace id, span id) as backends expect them (ids.py), None where the source's id is no OTel id; a step
-    made of an input message gets the span that carried it (`ids.carrying_span`)."""
-    dec = ids.decimal_ids(a["trace_id"])
-    return ids.otel_trace_id(a["trace_id"]), ids.otel_span_id(ids.carrying_span(c.get("span_id")), dec) if c else None
-
-
-def _attributions(outdir: Path) -> Iterator[dict[str, Any]]:
-    for batch in load.iter_table(Path(outdir), "attributions", _COLS):
-        yield from batch.to_pylist()
-
-
-def _ranked(a: dict, top_k: int) -> list[tuple[int, dict]]:
-    """Rank 1 = the attributions row's pred_step (never re-derived), then the other candidates in order. A row
-    whose candidates do not hold its pred_step gives no record (another step must never be the failure source)."""
-    cands = a["candidates"] or []
-    first = next((c for c in cands if c["step"] == a["pred_step"]), None)
-    if a["pred_step"] is None or first is None:
-        return []
-    rest = [c for c in cands if c["step"] != a["pred_step"] and c.get("score") is not None]
-    return list(enumerate([first, *rest][:top_k], start=1))
 
 
 def phoenix_rows(outdir: Path, top_k: int = 1) -> dict[str, list[dict]]:
@@ -119,19 +87,19 @@ def phoenix_rows(outdir: Path, top_k: int = 1) -> dict[str, list[dict]]:
     `top_k` > 1, one "candidates" row each); one whose blamed step has none (a chat log) a trace annotation,
     the other candidates in its explanation."""
     out: dict[str, list[dict]] = {"spans": [], "traces": [], "candidates": []}
-    for a in _attributions(outdir):
-        ranked = _ranked(a, top_k)
-        if not ranked:
+    for a in attributions(outdir):
+        picks = ranked(a, top_k)
+        if not picks:
             continue
-        (_, first), rest = ranked[0], ranked[1:]
-        tid, sid = _hex_ids(a, first)
+        (_, first), rest = picks[0], picks[1:]
+        tid, sid = hex_ids(a, first)
         span = sid or ids.carrying_span(first.get("span_id"))
         text = txt.explain(a, first, 1)
         if not span and rest:
             text += " Next candidates: " + "; ".join(
                 f"#{k} step {x['step']} ({x['agent'] or '-'})" for k, x in rest) + "."
         row = {"trace_id": tid or a["trace_id"], "name": ANNOTATION_NAME, "annotator_kind": "CODE",
-               "label": _label(1), "score": txt.score(a, 1), "explanation": text, "metadata": _meta(a, first, 1)}
+               "label": txt.label(1), "score": txt.score(a, 1), "explanation": text, "metadata": _meta(a, first, 1)}
         kind = _kind_row(a, row)
         if span:
             out["spans"] += [{"span_id": span, **r} for r in (row, kind) if r]
@@ -139,11 +107,11 @@ def phoenix_rows(outdir: Path, top_k: int = 1) -> dict[str, list[dict]]:
             out["traces"] += [r for r in (row, kind) if r]
             continue
         for r, c in rest:
-            _, csid = _hex_ids(a, c)
+            _, csid = hex_ids(a, c)
             cspan = csid or ids.carrying_span(c.get("span_id"))
             if cspan:
                 out["candidates"].append({"span_id": cspan, "trace_id": tid or a["trace_id"], "name": ANNOTATION_NAME,
-                                          "annotator_kind": "CODE", "label": _label(r),
+                                          "annotator_kind": "CODE", "label": txt.label(r),
                                           "explanation": txt.explain(a, c, r), "metadata": _meta(a, c, r)})
     return out
 
@@ -154,7 +122,7 @@ def _kind_row(a: dict, row: dict) -> dict | None:
     if not a.get("category") or a.get("category_confidence") is None:
         return None
     return {**row, "name": CATEGORY_ANNOTATION, "label": a["category"], "score": a["category_confidence"],
-            "explanation": _kind_text(a)}
+            "explanation": txt.kind_text(a)}
 
 
 def phoenix_paths(out: Path | str) -> dict[str, Path]:
@@ -164,76 +132,12 @@ def phoenix_paths(out: Path | str) -> dict[str, Path]:
     return {t: out.with_name(f"{out.stem}.{t}{out.suffix or '.jsonl'}") for t in PHOENIX_SCHEMAS}
 
 
-def _kv(key: str, v: Any) -> dict:
-    # OTLP/JSON AnyValue: int64 travels as a decimal string.
-    if isinstance(v, bool):
-        val = {"boolValue": v}
-    elif isinstance(v, int):
-        val = {"intValue": str(v)}
-    elif isinstance(v, float):
-        val = {"doubleValue": v}
-    else:
-        val = {"stringValue": "" if v is None else str(v)}
-    return {"key": key, "value": val}
-
-
-def otel_records(outdir: Path, top_k: int = 1) -> Iterator[dict[str, Any]]:
-    for a in _attributions(outdir):
-        when = a["attributed_at"]
-        ns = str(int(when.timestamp() * 1e9)) if isinstance(when, datetime) else "0"
-        for r, c in _ranked(a, top_k):
-            rec: dict[str, Any] = {"timeUnixNano": ns, "observedTimeUnixNano": ns, "severityNumber": 9,
-                                   "severityText": "INFO", "eventName": "gen_ai.evaluation.result"}
-            # The event belongs on the evaluated span: ids in the hex form OTLP/JSON takes (ids.py), whatever the
-            # source carried; ids that are no OTel id (chat logs) stay attributes only.
-            tid, sid = _hex_ids(a, c)
-            if tid:
-                rec["traceId"] = tid
-                if sid:
-                    rec["spanId"] = sid
-            attrs = [_kv("gen_ai.evaluation.name", ANNOTATION_NAME)]
-            if txt.score(a, r) is not None:  # [0, 1]: the verdict's confidence; none for a lower candidate
-                attrs.append(_kv("gen_ai.evaluation.score.value", txt.score(a, r)))
-            kind = _kind_record(rec, a) if r == 1 and a.get("category") else None
-            rec["attributes"] = attrs + [
-                _kv("gen_ai.evaluation.score.label", _label(r)),
-                _kv("gen_ai.evaluation.explanation", txt.explain(a, c, r)),
-                _kv("masprism.trace_id", a["trace_id"]), _kv("masprism.source", a["source"]),
-                _kv("masprism.step", int(c["step"])), _kv("masprism.step_agent", c["agent"]),
-                _kv("masprism.span_id", c.get("span_id")), _kv("masprism.rank", r),
-                _kv("masprism.raw_score", txt.raw_score(c)),
-                _kv("masprism.blamed_step", int(a["pred_step"])), _kv("masprism.blamed_agent", a["pred_agent"]),
-                _kv("masprism.agent_rule", _rule(a)), _kv("masprism.verdict_by", a.get("verdict_by")),
-                _kv("masprism.model_id", a["model_id"]), _kv("masprism.config_hash", a["config_hash"])]
-            yield rec
-            if kind is not None:
-                yield kind
-
-
-def _kind_text(a: dict) -> str:
-    return (f"Failure kind of blamed step {a['pred_step']} ({a['pred_agent'] or '-'}): {a['category']} "
-            f"({a.get('category_family') or '-'}), by {a.get('category_by') or '-'}.")
-
-
-def _kind_record(rec: dict, a: dict) -> dict:
-    """The OTel evaluation event of the verdict's failure kind, on the same trace/span as rank 1's."""
-    out = {k: v for k, v in rec.items() if k != "attributes"}
-    attrs = [_kv("gen_ai.evaluation.name", CATEGORY_ANNOTATION)]
-    if a.get("category_confidence") is not None:
-        attrs.append(_kv("gen_ai.evaluation.score.value", float(a["category_confidence"])))
-    out["attributes"] = attrs + [
-        _kv("gen_ai.evaluation.score.label", a["category"]), _kv("gen_ai.evaluation.explanation", _kind_text(a)),
-        _kv("masprism.trace_id", a["trace_id"]), _kv("masprism.category_family", a.get("category_family")),
-        _kv("masprism.category_by", a.get("category_by")), _kv("masprism.blamed_step", int(a["pred_step"]))]
-    return out
-
-
 def jsonl_records(outdir: Path) -> Iterator[dict[str, Any]]:
     """One object per trace: `custom_id` (= trace_id as the source carried it), every attribution field, and
     the trace and blamed span ids in OTel hex form (`otel_trace_id`, `otel_span_id`; null where none)."""
-    for a in _attributions(outdir):
+    for a in attributions(outdir):
         when = a.pop("attributed_at")
-        tid, sid = _hex_ids(a, {"span_id": a.get("pred_span_id")})
+        tid, sid = hex_ids(a, {"span_id": a.get("pred_span_id")})
         yield {"custom_id": a["trace_id"], **a, "attributed_at": when.isoformat() if when else None,
                "otel_trace_id": tid, "otel_span_id": sid}
 
@@ -293,21 +197,15 @@ def export_files(outdir: Path | str, to: str, out: Path | str, top_k: int = 1) -
             for rec in otel_records(outdir, top_k):
                 batch.append(rec)
                 n += 1
-                if len(batch) >= _OTLP_BATCH:
-                    f.write(_otlp_line(batch))
+                if len(batch) >= OTLP_BATCH:
+                    f.write(otlp_line(batch))
                     batch = []
             if batch:
-                f.write(_otlp_line(batch))
+                f.write(otlp_line(batch))
         return {out: n}
     if attr.num_rows == 0:
         raise NothingToExport("nothing to export: attributions/ holds no rows; no file written")
     return {out: _write_lines(jsonl_records(outdir), out)}
-
-
-def _otlp_line(records: list[dict]) -> str:
-    req = {"resourceLogs": [{"resource": {"attributes": [_kv("service.name", "masprism-batch")]},
-                             "scopeLogs": [{"scope": {"name": "masprism_batch.analytics"}, "logRecords": records}]}]}
-    return json.dumps(req, ensure_ascii=False) + "\n"
 
 
 def _write_lines(rows, out: Path) -> int:

@@ -73,3 +73,16 @@ def explain(a: dict, c: dict, rank: int) -> str:
     return (f"Rank {rank} of {len(a['candidates'] or [])} (MASPrism score {'-' if raw is None else f'{raw:.4g}'}): "
             f"step {c['step']} by agent {c['agent'] or '-'} {what}; symptom steps pointing to it: {sym}. "
             f"{verdict_sentence(a)} Model {a['model_id']}, config {a['config_hash']}.")
+
+
+def label(rank: int) -> str:
+    return "failure_source" if rank == 1 else "candidate"
+
+
+def agent_rule(a: dict) -> str:
+    return a.get("pred_agent_rule") or "author"
+
+
+def kind_text(a: dict) -> str:
+    return (f"Failure kind of blamed step {a['pred_step']} ({a['pred_agent'] or '-'}): {a['category']} "
+            f"({a.get('category_family') or '-'}), by {a.get('category_by') or '-'}.")

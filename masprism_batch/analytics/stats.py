@@ -23,13 +23,13 @@ import pyarrow.parquet as pq
 from tqdm.auto import tqdm
 
 from masprism_batch.analytics import load
+from masprism_batch.analytics.accuracy import AccuracyAccumulator
 from masprism_batch.analytics.categories import COLUMNS as CATEGORY_COLUMNS
 from masprism_batch.analytics.categories import SCHEMAS as CATEGORY_SCHEMAS
 from masprism_batch.analytics.categories import category_tables
-from masprism_batch.analytics.accuracy import AccuracyAccumulator
+from masprism_batch.analytics.run_history import RUNS_SCHEMA, previous_runs, runs
 from masprism_batch.analytics.run_status import SCHEMA as RUN_STATUS_SCHEMA
 from masprism_batch.analytics.run_status import run_status_table
-from masprism_batch.analytics.runs import RUNS_SCHEMA, previous_runs, runs
 from masprism_batch.config import MethodConfig
 from masprism_batch.method.masprism import failure_word_regex
 from masprism_batch.outdir import parts as outdir_parts

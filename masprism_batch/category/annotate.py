@@ -48,7 +48,7 @@ def annotate(model, cfg, items: list[tuple], token_budget: int) -> dict:
     t0 = time.perf_counter()
     top_k, n_reads = cfg.method.top_k_candidates, cfg.method.category_reads
     reads, where, plan = [], {}, []
-    for it, (t, r2, s2, arow, rows) in enumerate(items):
+    for it, (_t, r2, s2, _arow, rows) in enumerate(items):
         ranked = sorted((r for r in rows if r.get("final_rank") is not None and r["final_rank"] <= top_k),
                         key=lambda r: r["final_rank"])
         plan.append(ranked)
@@ -60,7 +60,7 @@ def annotate(model, cfg, items: list[tuple], token_budget: int) -> dict:
                 reads.append(evidence.Read(cache, r2.step_spans[k][1]))
     stats: dict = {}
     pmi = evidence.description_pmi(model, tax, reads, token_budget, stats)
-    for it, (t, r2, s2, arow, rows) in enumerate(items):
+    for it, (t, r2, s2, arow, _rows) in enumerate(items):
         try:
             _fill(it, t, r2, s2, arow, plan[it], pmi, where, tax, cm)
         except Exception as exc:  # noqa: BLE001 - a verdict without a kind, never a lost verdict

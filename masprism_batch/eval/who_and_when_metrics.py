@@ -20,7 +20,7 @@ from collections import Counter
 from collections.abc import Iterable
 from typing import Any
 
-from masprism_batch.eval.common import index_rows, ranked_steps, step_agent
+from masprism_batch.eval.predictions import index_rows, ranked_steps, step_agent
 from masprism_batch.method.calibrate import mean
 from masprism_batch.trace import Trace, norm_agent
 

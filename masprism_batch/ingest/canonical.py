@@ -99,8 +99,8 @@ def parse_jsonl(lines: Iterator[tuple[int, str]], ctx: Context, loads) -> Iterat
 def parse_parquet(path: str, ctx: Context) -> Iterator[Trace]:
     """Rows of a canonical Parquet file, read in bounded pieces (`parquet_rows`); a bad or oversized row is
     rejected alone."""
+    from masprism_batch.ingest.limits import LIMITS
     from masprism_batch.ingest.parquet_rows import open_file, read_rows
-    from masprism_batch.ingest.sources import LIMITS
 
     _, cols, _ = open_file(path)
     missing = [c for c in REQUIRED_COLUMNS if c not in cols]

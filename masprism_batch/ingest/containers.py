@@ -12,7 +12,6 @@ is not trusted), and the archive's decompressed total at `MAX_TOTAL_FACTOR` time
 from __future__ import annotations
 
 import codecs
-import gzip
 import io
 import struct
 import threading
@@ -21,8 +20,8 @@ import zlib
 from collections.abc import Callable, Iterator
 
 from masprism_batch.ingest.common import Context, IngestError, decode_utf8
+from masprism_batch.ingest.file_bytes import open_stream
 from masprism_batch.ingest.limits import LIMITS
-from masprism_batch.ingest.sources import open_regular
 
 # longest first: the UTF-32 LE mark starts with the UTF-16 LE one
 _BOMS = ((b"\xff\xfe\x00\x00", "utf-32-le"), (b"\x00\x00\xfe\xff", "utf-32-be"), (b"\xff\xfe", "utf-16-le"),
@@ -78,12 +77,9 @@ def iter_text_lines(path: str, codec: str, reject: Callable[[IngestError], None]
     rejection; undecodable units become U+FFFD (counted by `bad_units`)."""
     lim = LIMITS.get()
     cap = lim.max_record_bytes
-    with open_regular(path) as raw:
-        gz = raw.read(2) == b"\x1f\x8b" or path.endswith(".gz")
-        raw.seek(0)
-        f = gzip.GzipFile(fileobj=raw, mode="rb") if gz else raw
+    n = 0
+    with open_stream(path, lambda: n) as f:
         text = io.TextIOWrapper(f, encoding=codec, errors="masprism-count-replace", newline=None)
-        n = 0
         try:
             while True:
                 line = text.readline(cap + 1)
@@ -107,10 +103,6 @@ def iter_text_lines(path: str, codec: str, reject: Callable[[IngestError], None]
                                        "(max_record_bytes): skipped; the lines after it were read", f"line {n}"))
                     continue
                 yield n, line
-        except (EOFError, gzip.BadGzipFile, zlib.error) as e:
-            raise IngestError("invalid_gzip", f"corrupt or truncated gzip after line {n}: {e}") from None
-        except OSError as e:
-            raise IngestError("unreadable_file", f"read failed after line {n}: {e.strerror or e}") from None
         finally:
             text.detach()
 

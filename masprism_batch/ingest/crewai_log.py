@@ -34,7 +34,6 @@ KEYS = ("task_name", "task", "agent", "status", "output", "input", "message", "l
         "error", "duration", "metadata")
 _ENTRY = re.compile(r'^(\d{4}-\d\d-\d\d \d\d:\d\d:\d\d): (?=(?:' + "|".join(KEYS) + r')=")', re.M)
 _KEY = re.compile(r'(?:^|", )(' + "|".join(KEYS) + r')="')
-SNIFF = re.compile(rb'^\xef?\xbb?\xbf?\d{4}-\d\d-\d\d \d\d:\d\d:\d\d: (?:' + "|".join(KEYS).encode() + rb')="')
 
 
 def is_text_log(text: str) -> bool:

@@ -27,7 +27,8 @@ from collections.abc import Iterator
 from dataclasses import dataclass, field
 from typing import Any
 
-from masprism_batch.ingest.common import LIMITS, Context, IngestError, check_trace_id, clean_name
+from masprism_batch.ingest.caps import clean_name
+from masprism_batch.ingest.common import LIMITS, Context, IngestError, check_trace_id
 from masprism_batch.ingest.envelopes import value_text
 from masprism_batch.ingest.messages import join, tool_call_line
 from masprism_batch.ingest.sources import base_name

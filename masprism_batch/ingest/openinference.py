@@ -25,7 +25,8 @@ from typing import Any
 
 from masprism_batch.ingest import status
 from masprism_batch.ingest.common import Context, IngestError, check_trace_id, decode_utf8, loads, short
-from masprism_batch.ingest.sources import base_name, read_bytes
+from masprism_batch.ingest.file_bytes import read_bytes
+from masprism_batch.ingest.sources import base_name
 from masprism_batch.ingest.spantree import Node, build_steps, parse_time
 from masprism_batch.trace import Labels, Trace
 

@@ -77,11 +77,17 @@ def parse_sdk(doc: Any, ctx: Context) -> Iterator[Trace]:
             continue
         groups.setdefault(tid, []).append(node)
         inputs.setdefault(tid, {}).update(ins)
+    yield from _traces_of(groups, inputs, ctx, "otel-sdk", "no readable OTel SDK span")
+
+
+def _traces_of(groups: dict, inputs: dict, ctx: Context, kind: str, empty: str) -> Iterator[Trace]:
+    """The traces of the span groups read; none at all is `empty_trace` (`empty` says of what), unless every span
+    or trace was rejected alone, a row each."""
     if not groups:
-        if ctx.rejected:  # every span was rejected alone, a row each
+        if ctx.rejected:
             return
-        raise IngestError("empty_trace", "no readable OTel SDK span")
-    yield from traces_from_groups(groups, ctx, "otel-sdk", inputs)
+        raise IngestError("empty_trace", empty)
+    yield from traces_from_groups(groups, ctx, kind, inputs)
 
 
 def _list(v: Any) -> list:
@@ -136,8 +142,4 @@ def parse_jaeger(doc: Any, ctx: Context) -> Iterator[Trace]:
         for tid, node, ins in got:
             groups.setdefault(tid, []).append(node)
             inputs.setdefault(tid, {}).update(ins)
-    if not groups:
-        if ctx.rejected:  # every trace was rejected alone, a row each
-            return
-        raise IngestError("empty_trace", "no spans in the Jaeger export")
-    yield from traces_from_groups(groups, ctx, "jaeger", inputs)
+    yield from _traces_of(groups, inputs, ctx, "jaeger", "no spans in the Jaeger export")

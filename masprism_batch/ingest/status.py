@@ -58,10 +58,6 @@ def combine_statuses(statuses: Iterable[str | None]) -> str:
     return FAILED if FAILED in seen else SUCCEEDED if SUCCEEDED in seen else UNKNOWN
 
 
-def of_spans(spans: Iterable[dict[str, Any]]) -> str:
-    return combine_statuses(span_status(s) for s in spans if isinstance(s, dict))
-
-
 def of_langfuse(head: dict[str, Any], observations: Iterable[dict[str, Any]]) -> str:
     obs = [o for o in observations if isinstance(o, dict)]
     if any(str(o.get("level", "")).upper() == "ERROR" for o in obs):

@@ -2,7 +2,7 @@
 rejected alone (`IngestError`), before it reaches a writer.
 
 Strings with lone surrogates (legal JSON escapes UTF-8 cannot hold) are repaired to U+FFFD wherever they are,
-metadata keys and values included, with one `invalid_utf8` warning; then the size caps (`common.apply_caps`).
+metadata keys and values included, with one `invalid_utf8` warning; then the size caps (`caps.apply_caps`).
 For formats whose steps are rendered from source records (`Context.rendered`), a step whose text came out
 empty is reported (`empty_step` warning) and a trace whose every step is empty is rejected.
 """
@@ -15,11 +15,11 @@ from datetime import datetime, timezone
 from typing import Any
 
 from masprism_batch.config import IngestConfig
+from masprism_batch.ingest.caps import apply_caps
 from masprism_batch.ingest.common import (
     MAX_EMPTY_STEP_ROWS,
     Context,
     IngestError,
-    apply_caps,
     check_trace_id,
     short,
 )

@@ -57,7 +57,7 @@ def test_run_history_typed_no_op_resumes_and_killed_invocations(tmp_path, monkey
     import pyarrow as pa
 
     import masprism_batch.analytics.load as load_mod
-    from masprism_batch.analytics.runs import RUNS_SCHEMA
+    from masprism_batch.analytics.run_history import RUNS_SCHEMA
 
     write_outdir(tmp_path, hand_specs()[:2])
     # invocation 1 finished 01:00-01:10; invocation 2 was killed after committing two shards at 02:00-02:05;

@@ -18,13 +18,13 @@ runner = CliRunner()
 
 
 def _synth(k: int, seed: int):
-    """The method tests' synthetic labelled logs (tests/method/conftest.py), loaded by path."""
+    """The method tests' synthetic labelled logs (tests/fit/fit_synth.py), loaded by path."""
     import importlib.util
 
     import numpy as np
 
-    spec = importlib.util.spec_from_file_location("method_synth", Path(__file__).resolve().parents[1] / "method"
-                                                  / "conftest.py")
+    spec = importlib.util.spec_from_file_location("method_synth", Path(__file__).resolve().parents[1] / "fit"
+                                                  / "fit_synth.py")
     mod = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(mod)
     rng = np.random.default_rng(seed)

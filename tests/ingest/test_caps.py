@@ -9,7 +9,7 @@ from ingest_synth import SEED, rng, text
 
 from masprism_batch.config import IngestConfig, RenderConfig
 from masprism_batch.ingest import read_inputs
-from masprism_batch.ingest.common import apply_caps, cap_name
+from masprism_batch.ingest.caps import apply_caps, cap_name
 from masprism_batch.model.tiny import tiny_tokenizer
 from masprism_batch.render import pass1
 

@@ -260,7 +260,7 @@ def test_streaming_gunzip_matches_gzip(tmp_path):
     import random as _random
 
     from masprism_batch.ingest.common import IngestError
-    from masprism_batch.ingest.sources import _gunzip
+    from masprism_batch.ingest.file_bytes import _gunzip
 
     r = _random.Random(3)
     for data in [b"", b"x", b"\0" * (8 * 1024**2 + 1), b"a" * (20 * 1024**2 + 7),

@@ -1,5 +1,5 @@
 """The op `step_attention` (kernels/step_attention.py, csrc/step_attention/, signals/reference.py, dispatch in
-signals/__init__.py) on every backend available here, against the dense fp64 oracle (signals_oracle.py).
+signals/dispatch.py) on every backend available here, against the dense fp64 oracle (signals_oracle.py).
 
 Backends: torch (the reference), cpp (when built), triton (CUDA, or CPU under TRITON_INTERPRET=1 in a
 subprocess: test_triton_cases_in_interpreter_subprocess; fp32/fp16 there, bf16 only on a GPU). Fresh random

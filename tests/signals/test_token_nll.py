@@ -1,4 +1,4 @@
-"""The op `token_nll` (kernels/token_nll.py, signals/reference.py, dispatch in signals/__init__.py; the cpp backend
+"""The op `token_nll` (kernels/token_nll.py, signals/reference.py, dispatch in signals/dispatch.py; the cpp backend
 is the reference: its C++ kernel was removed, see signals/cpp.py) on every backend available here, against the
 dense fp64 oracle (signals_oracle.dense_nll).
 

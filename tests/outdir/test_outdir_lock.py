@@ -22,7 +22,7 @@ from masprism_batch.outdir import lock as outdir_lock
 from masprism_batch.outdir.lock import LOCK_NAME, LOCK_STALE_SECONDS
 from masprism_batch.outdir.parts import OutdirLock, OutdirLocked
 
-HERE = Path(__file__).resolve().parent
+HERE = Path(__file__).resolve().parents[1] / "pipelines"  # pipeline_fakes, for the child processes
 
 
 class Held(Fakes):

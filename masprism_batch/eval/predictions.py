@@ -1,5 +1,5 @@
-"""Shared pieces of scoring: ranked predictions, joining rows to labelled traces (agent names compare by
-`trace.norm_agent`).
+"""A row's predictions as the scorers read them: ranked steps, the predicted agent and span, rows joined to
+labelled traces (agent names compare by `trace.norm_agent`).
 
 Exact match only (the original Who&When scorer's substring match counts "1" in "12" as correct).
 A labelled trace without an attribution row (the pipeline failed on it) is scored as a miss by default and

@@ -7,6 +7,7 @@ import pytest
 import torch
 
 from masprism_batch import signals
+from masprism_batch.signals import backends, dispatch
 
 pytestmark = pytest.mark.kernel  # the kernels' tests (Triton interpreter, AOT compile, GPU runbook): -m 'not kernel' skips
 
@@ -16,7 +17,7 @@ CUDA = torch.device("cuda")  # a device object only: nothing is allocated on it
 @pytest.fixture
 def triton_ok(monkeypatch):
     pytest.importorskip("triton")
-    monkeypatch.setattr(signals, "triton_available", lambda: None)
+    monkeypatch.setattr(backends, "triton_available", lambda: None)
 
 
 @pytest.mark.parametrize("head_dim,dtype,want", [
@@ -52,7 +53,7 @@ def test_dispatcher_passes_the_inputs_head_dim_and_dtype(monkeypatch):
         seen.append((head_dim, dtype))
         return real(backend, device, head_dim=head_dim, dtype=dtype)
 
-    monkeypatch.setattr(signals, "resolve_backend", spy)
+    monkeypatch.setattr(dispatch, "resolve_backend", spy)
     T, d = 23, 16
     q, k = torch.randn(T, 4, d), torch.randn(T, 2, d)
     cu = torch.tensor([0, 17, 23], dtype=torch.int32)

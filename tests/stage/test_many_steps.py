@@ -8,7 +8,7 @@
   the truncate render) equal those of the code before the fix (commit 70e2f8a), stored in
   tests/data/many_steps_golden.json: same blamed step, symptoms and candidates, scores to float tolerance.
   Regenerate (only on purpose, with the code whose outputs are the reference):
-  `python tests/test_many_steps.py --write-golden`.
+  `python tests/stage/test_many_steps.py --write-golden`.
 """
 
 from __future__ import annotations
@@ -26,7 +26,7 @@ from masprism_batch.model import load_model
 from masprism_batch.render import windows
 from masprism_batch.trace import Step, Trace
 
-GOLDEN = Path(__file__).parent / "data" / "many_steps_golden.json"
+GOLDEN = Path(__file__).resolve().parents[1] / "data" / "many_steps_golden.json"
 WORDS = ["search", "result", "error", "file", "answer", "plan", "code", "value", "agent", "step"]
 SHORT = "ok go run fix err try set get put ls cd".split()
 

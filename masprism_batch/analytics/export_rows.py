@@ -1,0 +1,42 @@
+"""The attributions rows every export reads, their ranked candidates and their ids as backends expect them:
+one reading of the verdict for the Phoenix, OTel and JSON-lines exports (`export.py`, `export_otel.py`).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+from masprism_batch.analytics import ids, load
+
+ANNOTATION_NAME = "masprism_failure_attribution"
+# the verdict's failure kind travels as its own annotation on the blamed span: label = the kind
+CATEGORY_ANNOTATION = "masprism_failure_kind"
+COLUMNS = ["trace_id", "source", "system", "n_steps", "pred_step", "pred_agent", "pred_span_id", "candidates",
+         "symptoms", "method", "model_id", "config_hash", "attributed_at", "pred_step_agent", "pred_agent_rule",
+         "agent_ranking", "verdict_by", "confidence", "category", "category_family", "category_confidence",
+         "category_by"]
+
+
+def hex_ids(a: dict, c: dict | None) -> tuple[str | None, str | None]:
+    """(trace id, span id) as backends expect them (ids.py), None where the source's id is no OTel id; a step
+    made of an input message gets the span that carried it (`ids.carrying_span`)."""
+    dec = ids.decimal_ids(a["trace_id"])
+    return ids.otel_trace_id(a["trace_id"]), ids.otel_span_id(ids.carrying_span(c.get("span_id")), dec) if c else None
+
+
+def attributions(outdir: Path) -> Iterator[dict[str, Any]]:
+    for batch in load.iter_table(Path(outdir), "attributions", COLUMNS):
+        yield from batch.to_pylist()
+
+
+def ranked(a: dict, top_k: int) -> list[tuple[int, dict]]:
+    """Rank 1 = the attributions row's pred_step (never re-derived), then the other candidates in order. A row
+    whose candidates do not hold its pred_step gives no record (another step must never be the failure source)."""
+    cands = a["candidates"] or []
+    first = next((c for c in cands if c["step"] == a["pred_step"]), None)
+    if a["pred_step"] is None or first is None:
+        return []
+    rest = [c for c in cands if c["step"] != a["pred_step"] and c.get("score") is not None]
+    return list(enumerate([first, *rest][:top_k], start=1))
