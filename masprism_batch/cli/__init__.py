@@ -90,9 +90,11 @@ def setup_logging(verbose: bool = False) -> None:
             h.addFilter(_Printable())
 
 
-# Command modules register themselves on import (one module per command group).
+# Command modules register themselves on import (one module per command; analytics holds stats/report/export).
 from masprism_batch.cli import analytics as _analytics  # noqa: E402,F401
 from masprism_batch.cli import attribute as _attribute  # noqa: E402,F401
+from masprism_batch.cli import demo as _demo  # noqa: E402,F401
+from masprism_batch.cli import eval as _eval  # noqa: E402,F401
 from masprism_batch.cli import fit as _fit  # noqa: E402,F401
 from masprism_batch.cli import fit_heads as _fit_heads  # noqa: E402,F401
 from masprism_batch.cli import ingest as _ingest  # noqa: E402,F401

@@ -10,7 +10,8 @@ from rich.console import Console
 from rich.markup import escape
 
 from masprism_batch.cli import EXIT_FATAL, EXIT_OK, app, setup_logging
-from masprism_batch.cli.common import VerboseOpt, check_out_file, console, fail, refuse_links, usage
+from masprism_batch.cli.common import check_out_file, console, fail, refuse_links, usage
+from masprism_batch.cli.options import VerboseOpt
 from masprism_batch.outdir.manifest import DamagedOutput
 
 log = logging.getLogger("masprism_batch.cli")

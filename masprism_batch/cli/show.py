@@ -15,7 +15,7 @@ from rich.table import Table
 
 from masprism_batch.cli import EXIT_OK, app, setup_logging
 from masprism_batch.cli.analytics import OutdirArg, _check_run_dir, _fail
-from masprism_batch.cli.common import VerboseOpt
+from masprism_batch.cli.options import VerboseOpt
 from masprism_batch.outdir.manifest import DamagedOutput
 
 _VERDICT_COLS = ["trace_id", "source", "system", "n_steps", "pred_step", "pred_step_agent", "pred_agent",
