@@ -93,13 +93,11 @@ def verdict_sections(ranker: str | None, method: str | None = None) -> dict:
     ranked method without a ranker file, `masprism` the paper's method, else a ranker setting (`packaged` or a
     file). Nothing given: what the config file says."""
     if method is not None:
-        if method not in ("ranked", MASPRISM):
-            raise usage(f"--method must be ranked or masprism, not {method!r} (and --ranker is the option now)")
         console.print("[yellow]warning:[/] --method is deprecated: --ranker chooses the verdict "
                       "(`--ranker masprism` for the paper's method; the ranked method is the default)")
         if ranker is not None and (method == MASPRISM) != (ranker == MASPRISM):
             raise usage(f"--method {method} and --ranker {ranker} choose two verdicts: give --ranker alone")
-        if ranker is None:
+        if ranker is None:  # an unknown name is refused by the config, as before (exit 1, bad configuration)
             return {"name": method}
     if ranker is None:
         return {}
