@@ -42,8 +42,8 @@ TaxonomyOpt = typer.Option(None, "--taxonomy", help="name a failure kind for eac
 TokenBudgetOpt = typer.Option(None, "--token-budget", help="max tokens per packed prefill batch (default: sized for "
                               "the device: 8,192 on CPU, from free memory on CUDA; run.json names it)")
 ShardOpt = typer.Option(None, "--traces-per-shard", help="traces per committed output shard")
-ThreadsOpt = typer.Option(None, "--threads", help="torch CPU threads (default: torch's; `run --engine ray`: CPUs / "
-                          "workers)")
+ThreadsOpt = typer.Option(None, "--threads", help="torch CPU threads per model (default: the cores the load average "
+                          "leaves free; `run --engine ray`: CPUs / workers)")
 AllFeaturesOpt = typer.Option(False, "--all-features", help=ALL_FEATURES_HELP)
 LimitOpt = typer.Option(None, "--limit", min=1, help="attribute the first N traces (input order; smoke runs)")
 SampleOpt = typer.Option(None, "--sample", min=1, help="attribute a deterministic sample of N traces, every source "
