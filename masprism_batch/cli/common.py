@@ -243,3 +243,17 @@ def ranker_matches(cfg, outdir: Path, ranker) -> str | None:
         line += ("; no log of this run matched, so every verdict is the zero-training one (name the system of "
                  "your logs with --system NAME)")
     return line
+
+
+def outdir_failure(exc: Exception) -> typer.Exit:
+    """An OUTDIR that cannot be read (damaged, not a run's): one `error:` line, exit 1."""
+    return fail(str(exc))
+
+
+def check_run_dir(outdir: Path) -> None:
+    """The OUTDIR of an `attribute`/`run` command, for the commands that read one (show, stats, report, export)."""
+    if not outdir.exists():
+        raise fail(f"input not found: {outdir}")
+    if not outdir.is_dir():
+        raise fail(f"{outdir} is not a directory: give the OUTDIR of an `attribute`/`run` command")
+    refuse_links(outdir)  # a link inside OUTDIR could show another run's results as this one's

@@ -50,6 +50,8 @@ SampleOpt = typer.Option(None, "--sample", min=1, help="attribute a deterministi
                          "represented (see --seed); another sample into the same OUT is refused")
 SeedOpt = typer.Option(0, "--seed", help="seed of --sample")
 ProgressOpt = typer.Option(True, help="live progress bar (traces/s, tokens/s, ETA)")
+OutdirArg = typer.Argument(..., help="OUTDIR of an `attribute`/`run` command")
+ForceOpt = typer.Option(False, "--force", help="replace FILE if it exists (default: refuse, exit 1)")
 IntervalOpt = typer.Option(DEFAULT_INTERVAL, "--progress-interval", min=0,
                            help="seconds between progress lines when stderr is not a terminal (0: none)")
 
