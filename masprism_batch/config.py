@@ -137,11 +137,13 @@ class MethodConfig(_Section):
     # masprism: the faithful method. ranked (ours): MASPrism's passes, then a learned linear ranker over every
     # step's prefill features and agent-level aggregation (docs/method.md, docs/results.md).
     name: Literal["masprism", "ranked"] = "ranked"  # (ours) held-out results in docs/results.md
-    # (ours) a ranker file from `masprism-batch fit` (or a folder holding rankers.json); "packaged": the rankers
-    # fitted on the benchmark systems (eval --dataset names them); None: no ranker, the zero-training verdict
-    ranker_weights: str | None = None
+    # (ours) the ranker setting (`--ranker`): a ranker file from `masprism-batch fit` (or a folder holding
+    # rankers.json); "packaged": the rankers fitted on the benchmark systems (eval --dataset names them); None: no
+    # ranker, the zero-training verdict. Read once per run (verdict/rankfile.RankerSetting). Older config files
+    # call it `ranker_weights`: still read, with a warning
+    ranker: str | None = None
     # (ours) the system every log of the run belongs to (`--system`), matched against a ranker file's
-    # entries; None: each log's recorded system (fit/rankfile.system_key), never guessed from its shape
+    # entries; None: each log's recorded system (verdict/rankfile.system_key), never guessed from its shape
     system: str | None = None
     # (ours, ranked only) True: agent = argmax of summed step probabilities; False: the blamed step's author;
     # None: the rule shipped with the ranker weights (chosen by leave-one-system-out, docs/results.md)
@@ -180,6 +182,11 @@ class MethodConfig(_Section):
     @classmethod
     def _head_weights(cls, v):
         return checks.check_head_weights(v)
+
+    @model_validator(mode="before")
+    @classmethod
+    def _old_ranker_name(cls, data):
+        return checks.renamed(data, "ranker_weights", "ranker", "method")
 
 
 class BatchConfig(_Section):
@@ -268,6 +275,9 @@ class PipelineConfig(BaseModel):
         data.pop("engine", None)  # execution only; without it the hash equals the one before the section existed
         if data["method"].get("features") == "verdict":
             data["method"].pop("features")  # the default: verdicts as before the option, same hash
+        # the ranker setting under the name it had when hashes were first written: a run's hash, and with it its
+        # OUTDIR and caches, stays what it was
+        data["method"]["ranker_weights"] = data["method"].pop("ranker")
         if data["method"].get("system") is None:
             data["method"].pop("system", None)  # no named system: the same hash as before the option
         for k, default in (("categories", False), ("taxonomy", None), ("category_weights", None), ("category_reads", 1)):
@@ -281,7 +291,19 @@ class PipelineConfig(BaseModel):
 
 def load_config(path: str | None = None, **overrides) -> PipelineConfig:
     """Config from a JSON or TOML file (sections as in PipelineConfig), then dotted overrides such as
-    `model.name="tiny-random"` given as keyword `model__name`. Unknown keys are errors, not ignored."""
+    `model.name="tiny-random"` given as keyword `model__name` (None: left as the file has it). Unknown keys are
+    errors, not ignored. The CLI builds its sections typed (`config_with`)."""
+    sections: dict[str, dict] = {}
+    for key, value in overrides.items():
+        if value is not None:
+            section, _, name = key.partition("__")
+            sections.setdefault(section, {})[name] = value
+    return config_with(path, sections)
+
+
+def config_with(path: str | None, sections: dict[str, dict]) -> PipelineConfig:
+    """Config from a JSON or TOML file (or the defaults), each of `sections` ({"model": {"name": ...}}) set over
+    it: every key given is set, None included (a setting the file has can be cleared)."""
     data: dict = {}
     if path:
         text = checks.read_config_file(str(path))  # a regular file of bounded size: a FIFO would block
@@ -297,11 +319,10 @@ def load_config(path: str | None = None, **overrides) -> PipelineConfig:
     if not isinstance(data, dict):  # a JSON list or scalar: say so, never an internal AttributeError later
         raise ValueError(f"{path}: a config file holds a table of sections (model, render, ...), "
                          f"not a {type(data).__name__}")
-    for key, value in overrides.items():
-        if value is None:
-            continue
-        section, _, name = key.partition("__")
+    if isinstance(data.get("method"), dict):  # a file's former name, read before an option sets the new one
+        data["method"] = checks.renamed(data["method"], "ranker_weights", "ranker", "method")
+    for section, values in sections.items():
         if not isinstance(data.setdefault(section, {}), dict):
             raise ValueError(f"{path}: config section {section!r} must be a table, not {data[section]!r}")
-        data[section][name] = value
+        data[section].update(values)
     return PipelineConfig.model_validate(data)

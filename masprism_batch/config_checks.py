@@ -243,3 +243,14 @@ def check_folder(path: str | None, name: str) -> str | None:
         if os.path.lexists(p) and not os.path.isdir(p):
             raise ValueError(f"{name}: {path!r} exists and is not a folder")
     return path
+
+
+def renamed(data, old: str, new: str, section: str):
+    """A config section's `data` with a key read under its former name `old` moved to `new`, said once as a
+    warning; both names at once is an error (which one was meant cannot be told)."""
+    if not isinstance(data, dict) or old not in data:
+        return data
+    if new in data:
+        raise ValueError(f"{section}.{old} and {section}.{new} name one setting: keep {section}.{new}")
+    log.warning("config: %s.%s is now called %s.%s (the old name is still read)", section, old, section, new)
+    return {**{k: v for k, v in data.items() if k != old}, new: data[old]}

@@ -16,14 +16,13 @@ import sys
 import time
 from collections import Counter
 from pathlib import Path
-from typing import Any
 
 import pyarrow as pa
 from masprism_batch.pipelines.contracts import PackResult
 from masprism_batch.pipelines.plan import INGEST_SHARD, InputPlan, Shard, plan_inputs
 from masprism_batch.pipelines.progress import Progress, as_progress
 from masprism_batch.pipelines.resume import bind_header, now_utc, piece_parts, resume_of, settled_ids
-from masprism_batch.pipelines.run_summary import RunSummary, breakdown, split_reasons
+from masprism_batch.pipelines.run_summary import RunFacts, RunSummary, breakdown, split_reasons
 
 from masprism_batch import __version__, schema
 from masprism_batch.config import PipelineConfig
@@ -32,6 +31,7 @@ from masprism_batch.ingest.status import outcome_counts
 from masprism_batch.outdir.parts import OutdirLock, write_json_atomic
 from masprism_batch.outdir.reads import read_dataset
 from masprism_batch.outdir.shards import OUTPUT_TABLES, ShardStore
+from masprism_batch.stage.budget import Budget
 
 log = logging.getLogger(__name__)
 # seconds_input_wait: the model stage's wait for its input, the CPU stage of a pack not done yet
@@ -54,17 +54,19 @@ def pass_stats(attributions: pa.Table, parts: list[PackResult]) -> dict[str, flo
             "tokens_counterfactual": int(sum(p.tokens_counterfactual for p in parts))}
 
 
-def open_run(inputs: list[str], outdir: Path, cfg: PipelineConfig, engine: str, workers: int, budget: tuple[int, str],
-             extra: dict, *, fmt: str, select, progress: bool | Progress, lock: OutdirLock) -> Committer:
-    """The start both engines share once the token budget (budget, why) is settled: it is logged and recorded
-    for run.json (`extra`), the inputs are planned and OUTDIR is bound, and the progress line names the budget."""
-    n, why = budget
-    log.info("token budget: %s tokens per packed forward (%s)", f"{n:,}", why)
-    extra.update(token_budget=n, token_budget_source=why)
+def open_run(inputs: list[str], outdir: Path, cfg: PipelineConfig, engine: str, workers: int, budget: Budget,
+             facts: RunFacts, *, fmt: str, select, progress: bool | Progress, lock: OutdirLock,
+             ranker_sha256: str | None = None) -> Committer:
+    """The start both engines share once the token budget (`stage/budget.resolve_budget`) is settled: it is
+    logged and recorded for run.json (`facts`), the inputs are planned and OUTDIR is bound (with `ranker_sha256`,
+    the ranker file as the run read it), and the progress line names the budget."""
+    n = budget.n
+    log.info("token budget: %s tokens per packed forward (%s)", f"{n:,}", budget.source)
+    facts.token_budget, facts.token_budget_source = n, budget.source
     plan = plan_inputs(list(inputs), outdir, fmt, cfg.engine.traces_per_shard, cfg.ingest, select)
     if plan.increment is not None:  # run.json and the summary say how many traces were new
-        extra["inputs"] = plan.increment
-    committer = Committer(outdir, cfg, plan, engine, workers, progress=progress, lock=lock)
+        facts.inputs = plan.increment
+    committer = Committer(outdir, cfg, plan, engine, workers, progress=progress, lock=lock, ranker_sha256=ranker_sha256)
     committer.progress.describe(f"attribute ({engine}, {n:,} tok/pack)")
     return committer
 
@@ -75,8 +77,9 @@ class Committer:
     display it reports to (`progress.Progress`), or True/False for the default one."""
 
     def __init__(self, outdir: Path, cfg: PipelineConfig, plan: InputPlan, engine: str, workers: int,
-                 progress: bool | Progress = True, lock: OutdirLock | None = None):
+                 progress: bool | Progress = True, lock: OutdirLock | None = None, ranker_sha256: str | None = None):
         self.outdir, self.cfg, self.plan, self.lock = Path(outdir), cfg, plan, lock
+        self.ranker_sha256 = ranker_sha256
         self.engine, self.workers = engine, workers
         self.store = ShardStore(self.outdir)
         self.t0 = time.perf_counter()
@@ -130,7 +133,7 @@ class Committer:
         return time.perf_counter() - self.t0
 
     def _check_header(self) -> None:
-        self.run_id = bind_header(self.store, self.cfg, self.plan.staged)
+        self.run_id = bind_header(self.store, self.cfg, self.plan.staged, self.ranker_sha256)
 
     def _entry(self, sid: str, tables: dict[str, pa.Table], stats: dict[str, float], label: str) -> dict:
         errs = tables["errors"]
@@ -199,7 +202,7 @@ class Committer:
             self._done.add(sid)
             self.shards_run += 1
 
-    def finish(self, extra: dict[str, Any] | None = None) -> RunSummary:
+    def finish(self, facts: RunFacts | None = None) -> RunSummary:
         self.progress.close()
         if self._open:
             raise RuntimeError(f"run ended with {len(self._open)} incomplete shards: {sorted(self._open)}")
@@ -238,7 +241,8 @@ class Committer:
                 "started_at": self.started_at.isoformat(), "finished_at": now_utc().isoformat(),
                 "wall_seconds": round(wall, 3), "traces": self.traces_done, "tokens": self.tokens_done,
                 "traces_per_second": round(self.traces_done / wall, 4) if wall else 0.0,
-                "tokens_per_second": round(self.tokens_done / wall, 2) if wall else 0.0, **(extra or {})},
+                "tokens_per_second": round(self.tokens_done / wall, 2) if wall else 0.0,
+                **(facts.as_json() if facts is not None else {})},
             "host": {"python": sys.version.split()[0], "platform": platform.platform(),
                      "masprism_batch": __version__},
         }
@@ -248,7 +252,7 @@ class Committer:
         return RunSummary(str(self.outdir), self.engine, self.workers, record["counts"]["in"], attributed,
                           rejected, rej_by, whole, self.shards_run,
                           self.skipped, wall, inv["traces_per_second"], inv["tokens_per_second"], str(path),
-                          extra or {}, warnings, warn_by, breakdown=breakdown(record),
+                          facts or RunFacts(), warnings, warn_by, breakdown=breakdown(record),
                           traces_resumed=self.traces_before)
 
     def _distinct_inputs(self) -> int:

@@ -15,7 +15,6 @@ import logging
 import signal
 import threading
 import uuid
-from typing import Any
 
 log = logging.getLogger(__name__)
 RECORD_GLOB = "interrupted-*.json"
@@ -82,7 +81,7 @@ def flush_quietly(committer, when: str = "") -> None:
 
 
 @contextlib.contextmanager
-def keeping_finished(committer, extra: dict[str, Any], on_interrupt=None):
+def keeping_finished(committer, facts, on_interrupt=None):
     """Around an engine's work: whatever stops it, the packs that finished are committed. A signal
     (SIGTERM/SIGHUP/SIGINT: no crash of what was running) first calls `on_interrupt` (the local engine's ledger
     takes its starts back), then is recorded for the user and `stats` (`record_interruption`)."""
@@ -91,16 +90,16 @@ def keeping_finished(committer, extra: dict[str, Any], on_interrupt=None):
     except KeyboardInterrupt as exc:
         if on_interrupt is not None:
             on_interrupt()
-        record_interruption(committer, exc, extra)
+        record_interruption(committer, exc, facts)
         raise
     except Exception:
         flush_quietly(committer)
         raise
 
 
-def record_interruption(committer, exc: KeyboardInterrupt, extra: dict[str, Any] | None = None) -> None:
+def record_interruption(committer, exc: KeyboardInterrupt, facts=None) -> None:
     """Commit what finished, then say so: `exc.kept` (the user's line) and the invocation record for `stats`.
-    Never raises: a failure here must not hide the interruption itself."""
+    `facts`: the engine's `run_summary.RunFacts`. Never raises: a failure here must not hide the interruption."""
     from masprism_batch.pipelines.resume import now_utc
 
     from masprism_batch.outdir.parts import write_json_atomic
@@ -116,7 +115,7 @@ def record_interruption(committer, exc: KeyboardInterrupt, extra: dict[str, Any]
                                   "wall_seconds": round(wall, 3), "traces": committer.traces_committed,
                                   "tokens": committer.tokens_committed,
                                   "traces_per_second": round(committer.traces_committed / wall, 4) if wall else 0.0,
-                                  **(extra or {})}}
+                                  **(facts.as_json() if facts is not None else {})}}
     try:
         write_json_atomic(record, committer.store.manifest_dir / f"interrupted-{uuid.uuid4().hex[:12]}.json")
     except OSError as e:

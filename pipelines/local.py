@@ -28,7 +28,7 @@ from masprism_batch.pipelines.packs import PackRunner, with_pack_bound
 from masprism_batch.pipelines.prefetch import Prefetcher
 from masprism_batch.pipelines.progress import Progress
 from masprism_batch.pipelines.resume import resume_config
-from masprism_batch.pipelines.run_summary import RunSummary
+from masprism_batch.pipelines.run_summary import RunFacts, RunSummary
 from masprism_batch.pipelines.seams import ModelStage, load_model
 from masprism_batch.pipelines.selection import Selection
 from masprism_batch.pipelines.tails import Tails
@@ -36,8 +36,9 @@ from masprism_batch.pipelines.work import finish_pack, shard_packs, start_pack
 
 from masprism_batch.config import PipelineConfig, auto_device_type
 from masprism_batch.outdir.parts import OutdirLock
-from masprism_batch.render import buckets
 from masprism_batch.render.pool import RenderPool
+from masprism_batch.stage.budget import left_to_the_device, resolve_budget
+from masprism_batch.verdict.rankfile import RankerSetting
 
 log = logging.getLogger(__name__)
 LEDGER_NAME = "_ledger.json"
@@ -53,7 +54,8 @@ def _guard(ledger: FileLedger, key: str) -> CrashGuard | None:
 
 def run_local(inputs: list[str], outdir: str | Path, cfg: PipelineConfig, *, fmt: str = "auto", model=None,
               progress: bool | Progress = True, select: Selection | None = None, load_model=load_model,
-              attribute=None, prefetch: int = 1, render_workers: int | None = None) -> RunSummary:
+              attribute=None, prefetch: int = 1, render_workers: int | None = None,
+              ranker: RankerSetting | None = None) -> RunSummary:
     """Attribute every trace of `inputs` into OUTDIR (resumable; see docs/scale-out.md).
 
     `model` lets a caller that already holds a loaded PrefillModel reuse it; else `load_model(cfg)` loads it
@@ -62,38 +64,41 @@ def run_local(inputs: list[str], outdir: str | Path, cfg: PipelineConfig, *, fmt
     may run ahead of the model stage (0: one after the other). `render_workers`: processes rendering pass 1
     beside the model (`render.pool.RenderPool`); None: on a CUDA model up to 8, leaving 2 CPUs, else none.
     `progress`: the display the run reports to (`progress.Progress`), or True/False for the default bar.
+    `ranker`: the run's ranker setting as the caller read it (`RankerSetting.read(cfg.method.ranker)`, the one
+    read of the file this run makes), else read here.
     Raises `parts.OutdirLocked` (a ValueError) when another live run holds OUTDIR.
     """
     outdir = Path(outdir)
-    attribute = attribute if attribute is not None else ModelStage()
+    ranker = ranker if ranker is not None else RankerSetting.read(cfg.method.ranker)
+    attribute = attribute if attribute is not None else ModelStage(ranker)
     with OutdirLock(outdir, "run --engine local") as lock, interruptible(), contextlib.ExitStack() as stack:
-        cfg, kept = resume_config(outdir, cfg)
-        extra: dict = {"seconds_model_load": 0.0}
-        if model is None and "token_budget" not in cfg.batch.model_fields_set \
+        cfg, header = resume_config(outdir, cfg)
+        facts = RunFacts(seconds_model_load=0.0)
+        if model is None and left_to_the_device(cfg) and not (header or {}).get("token_budget") \
                 and auto_device_type(cfg.model.device) == "cuda":
-            model = _load(load_model, cfg, extra)  # the budget enters the config hash the committer checks
-        cfg, budget, why = buckets.with_token_budget(cfg, model)
+            model = _load(load_model, cfg, facts)  # the budget enters the config hash the committer checks
+        cfg, budget = resolve_budget(cfg, model, header)
         workers = _render_workers(render_workers, model) if prefetch > 0 else 0
         pool = None
         if workers > 0 and model is not None:  # its processes start (imports, tokenizer) while staging runs
             pool = stack.enter_context(RenderPool(model.tokenizer, workers)).warm()
-        committer = open_run(inputs, outdir, cfg, "local", 1, (budget, kept or why), extra, fmt=fmt, select=select,
-                             progress=progress, lock=lock)
+        committer = open_run(inputs, outdir, cfg, "local", 1, budget, facts, fmt=fmt, select=select,
+                             progress=progress, lock=lock, ranker_sha256=ranker.sha256)
         if committer.pending:
             if model is None:
-                model = _load(load_model, cfg, extra)
-            extra["model_id"] = getattr(model, "model_id", None)
+                model = _load(load_model, cfg, facts)
+            facts.model_id = getattr(model, "model_id", None)
             cfg = with_pack_bound(cfg, _on_gpu(model))
             ledger = FileLedger(outdir / LEDGER_NAME)
-            with keeping_finished(committer, extra, on_interrupt=ledger.interrupted):
+            with keeping_finished(committer, facts, on_interrupt=ledger.interrupted):
                 _work(committer, model, cfg, ledger, attribute, prefetch, workers, pool)
-        return committer.finish(extra)
+        return committer.finish(facts)
 
 
-def _load(load_model, cfg: PipelineConfig, extra: dict):
+def _load(load_model, cfg: PipelineConfig, facts: RunFacts):
     t0 = time.perf_counter()
     model = load_model(cfg)
-    extra["seconds_model_load"] = round(time.perf_counter() - t0, 3)
+    facts.seconds_model_load = round(time.perf_counter() - t0, 3)
     return model
 
 

@@ -40,14 +40,15 @@ from masprism_batch.pipelines.ray_budget import cluster_token_budget, wants_gpu_
 from masprism_batch.pipelines.ray_cluster import ray_cluster
 from masprism_batch.pipelines.ray_ledger import LEDGER_ACTOR, Ledger, ledger_call, ledger_guard
 from masprism_batch.pipelines.resume import resume_config
-from masprism_batch.pipelines.run_summary import RunSummary
+from masprism_batch.pipelines.run_summary import RunFacts, RunSummary
 from masprism_batch.pipelines.seams import ModelStage, load_model, load_tokenizer
 from masprism_batch.pipelines.selection import Selection
 from masprism_batch.pipelines.work import finish_pack, shard_packs, start_pack
 
 from masprism_batch.config import PipelineConfig
 from masprism_batch.outdir.parts import OutdirLock
-from masprism_batch.render import buckets
+from masprism_batch.stage.budget import resolve_budget
+from masprism_batch.verdict.rankfile import RankerSetting
 
 log = logging.getLogger(__name__)
 
@@ -185,20 +186,22 @@ def _capped(asked: int, room: int, what: str) -> int:
 def run_ray(inputs: list[str], outdir: str | Path, cfg: PipelineConfig, *, workers: int | None = None,
             address: str | None = None, num_cpus: int | None = None, fmt: str = "auto",
             progress: bool | Progress = True, select: Selection | None = None, load_model=load_model,
-            load_tokenizer=load_tokenizer, attribute=None) -> RunSummary:
+            load_tokenizer=load_tokenizer, attribute=None, ranker: RankerSetting | None = None) -> RunSummary:
     """Attribute `inputs` into OUTDIR on Ray Data (resumable; same outputs as `run_local`).
 
     The model stage's functions (`load_model(cfg)` in each actor, `load_tokenizer(cfg)` in each CPU worker,
     `attribute(traces, model, cfg, renders)` per pack) are shipped to the workers by Ray; defaults: the
-    project's (`pipelines.seams`)."""
+    project's (`pipelines.seams`). `ranker`: the run's ranker setting as the caller read it, else read here
+    (once, on the driver: the default model stage ships it to the actors)."""
 
     outdir = Path(outdir)
-    attribute = attribute if attribute is not None else ModelStage()
+    ranker = ranker if ranker is not None else RankerSetting.read(cfg.method.ranker)
+    attribute = attribute if attribute is not None else ModelStage(ranker)
     if not address and os.environ.get("RAY_ADDRESS", "local") != "local":
         address = os.environ["RAY_ADDRESS"]  # Ray's own variable names a cluster to join, as `--address` does
     with OutdirLock(outdir, "run --engine ray") as lock, interruptible(), contextlib.ExitStack() as stack:
-        cfg, kept = resume_config(outdir, cfg)
-        extra: dict[str, Any] = {"ray_address": address or "local"}
+        cfg, header = resume_config(outdir, cfg)
+        facts = RunFacts(ray_address=address or "local")
 
         started: list[bool] = []
 
@@ -212,26 +215,27 @@ def run_ray(inputs: list[str], outdir: str | Path, cfg: PipelineConfig, *, worke
             private = stack.enter_context(ray_cluster(address, num_cpus))
             stack.enter_context(interruptible())
             if private is not None:
-                extra["ray_private_cluster"] = private
+                facts.ray_private_cluster = private
 
-        if not kept and wants_gpu_sizing(cfg, address):  # before the OUTDIR is bound: the budget is in its hash
+        resumed = (header or {}).get("token_budget") is not None
+        if not resumed and wants_gpu_sizing(cfg, address):  # before the OUTDIR is bound: the budget is in its hash
             cluster()
-            cfg, budget, why = cluster_token_budget(cfg, load_model)
+            cfg, budget = cluster_token_budget(cfg, load_model, header)
         else:
-            cfg, budget, why = buckets.with_token_budget(cfg, None)
-        committer = open_run(inputs, outdir, cfg, "ray", workers or 1, (budget, kept or why), extra, fmt=fmt,
-                             select=select, progress=progress, lock=lock)
+            cfg, budget = resolve_budget(cfg, None, header)
+        committer = open_run(inputs, outdir, cfg, "ray", workers or 1, budget, facts, fmt=fmt,
+                             select=select, progress=progress, lock=lock, ranker_sha256=ranker.sha256)
         if not committer.pending:  # a re-run of a finished run: no cluster needed
-            return committer.finish(extra)
+            return committer.finish(facts)
         cluster()
         n, resources, threads = actor_resources(workers, cfg)
         cfg = with_pack_bound(cfg, "num_gpus" in resources)
         committer.workers = n
-        extra.update(actor_resources=resources, actor_threads=threads)
-        with keeping_finished(committer, extra):  # the ledger takes its starts back itself (`_execute`)
+        facts.actor_resources, facts.actor_threads = resources, threads
+        with keeping_finished(committer, facts):  # the ledger takes its starts back itself (`_execute`)
             _execute(committer, committer.pending, cfg, n, resources, threads,
                      load_model=load_model, load_tokenizer=load_tokenizer, attribute=attribute)
-        return committer.finish(extra)
+        return committer.finish(facts)
 
 
 def _execute(committer: Committer, pending: list[Shard], cfg: PipelineConfig, n: int, resources: dict[str, float],

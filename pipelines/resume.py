@@ -1,7 +1,7 @@
 """Resuming a run: what OUTDIR binds (its header) and what it already holds (whole shards, pieces of shards).
 
-- `resume_config`: the shard size recorded when OUTDIR was planned wins over the option (shard identity), and an
-  unset token budget is the one the run began with.
+- `resume_config`: the shard size recorded when OUTDIR was planned wins over the option (shard identity); the
+  header it returns holds the token budget the run began with (`stage/budget.resolve_budget` keeps it).
 - `bind_header`: `_manifest/HEADER.json` holds the config hash, model, staging, shard size, the ranker file's
   SHA-256 (a re-fitted file between a crash and the resume would mix two rankers' verdicts) and the
   run id; another configuration is refused, except over a header whose run committed no attribution.
@@ -22,7 +22,6 @@ import pyarrow as pa
 from masprism_batch.pipelines.plan import INGEST_SHARD, Shard
 
 from masprism_batch.config import PipelineConfig
-from masprism_batch.fit.rankcheck import digest
 from masprism_batch.outdir.manifest import read_json as read_marker
 from masprism_batch.outdir.shards import OUTPUT_TABLES, ShardStore
 
@@ -33,16 +32,14 @@ def now_utc() -> datetime:
     return datetime.now(timezone.utc)
 
 
-def resume_config(outdir: Path, cfg: PipelineConfig) -> tuple[PipelineConfig, str | None]:
-    """(cfg, why) with what OUTDIR's first run fixed, so that a resume stays the same run:
-    - shard identity: a different `traces_per_shard` would plan other row ranges and write committed traces a
-      second time. The value recorded when OUTDIR was first planned (HEADER, or the staging marker of an older
-      OUTDIR) wins over the option, with a warning;
-    - a token budget left unset is the one the run began with (the budget is in the config hash): a device with
-      less free memory, which would size less, must not turn the resume into another configuration. `why`
-      names it; None when nothing was kept (a budget the user set, or none recorded: sized as for a new run)."""
-    header = ShardStore(outdir).read_header() or {}
-    old = header.get("traces_per_shard")
+def resume_config(outdir: Path, cfg: PipelineConfig) -> tuple[PipelineConfig, dict | None]:
+    """(cfg, OUTDIR's header or None) with what OUTDIR's first run fixed, so that a resume stays the same run:
+    a different `traces_per_shard` would plan other row ranges and write committed traces a second time. The
+    value recorded when OUTDIR was first planned (HEADER, or the staging marker of an older OUTDIR) wins over the
+    option, with a warning. The header also holds the token budget the run began with, which
+    `stage/budget.resolve_budget` keeps."""
+    header = ShardStore(outdir).read_header()
+    old = (header or {}).get("traces_per_shard")
     if old is None:
         old = ((read_marker(Path(outdir) / "_staging" / "_COMPLETE.json") or {}).get("key") or {}).get(
             "traces_per_shard")
@@ -50,11 +47,7 @@ def resume_config(outdir: Path, cfg: PipelineConfig) -> tuple[PipelineConfig, st
         log.warning("%s was planned with traces_per_shard=%d; resuming with it (shard identity), not %d",
                     outdir, int(old), cfg.engine.traces_per_shard)
         cfg = cfg.model_copy(update={"engine": cfg.engine.model_copy(update={"traces_per_shard": int(old)})})
-    budget = header.get("token_budget")
-    if budget is None or "token_budget" in cfg.batch.model_fields_set:
-        return cfg, None
-    batch = cfg.batch.model_copy(update={"token_budget": int(budget)})
-    return cfg.model_copy(update={"batch": batch}), "OUTDIR's run began with it (resumed)"
+    return cfg, header
 
 
 def piece_parts(committed: dict[str, dict[str, Any]]) -> dict[str, list[dict[str, Any]]]:
@@ -90,13 +83,14 @@ def _ranker_part(header: dict) -> dict:
     return {"ranker_sha256": header["ranker_sha256"]} if "ranker_sha256" in header else {}
 
 
-def bind_header(store: ShardStore, cfg: PipelineConfig, staged: bool) -> str:
+def bind_header(store: ShardStore, cfg: PipelineConfig, staged: bool, ranker_sha256: str | None = None) -> str:
     """OUTDIR's header (`_manifest/HEADER.json`) checked against this run, or written: the run id. Refused
     (ValueError): outputs of `attribute`'s older layout, another configuration, or the same ranker path whose
-    file changed (its SHA-256 is bound, not only its path)."""
+    file changed: `ranker_sha256`, the SHA-256 of the ranker file as the run read it (`RankerSetting`), is
+    bound, not only its path (config hash)."""
     header = {"config_hash": cfg.config_hash(), "model": cfg.model.name, "staged": staged,
               "traces_per_shard": cfg.engine.traces_per_shard}
-    ranker = digest(cfg.method.ranker_weights)  # the file's content, not only its path (config hash)
+    ranker = ranker_sha256
     if ranker is not None:
         header["ranker_sha256"] = ranker
     old = store.read_header()
@@ -113,7 +107,7 @@ def bind_header(store: ShardStore, cfg: PipelineConfig, staged: bool) -> str:
         store.write_header({**header, "run_id": run_id, "created_at": now_utc().isoformat(),
                             "ingest": cfg.ingest.model_dump(mode="json"), "token_budget": cfg.batch.token_budget})
     elif _other_config(old, header) and not _other_config({**old, **_ranker_part(header)}, header):
-        raise ValueError(f"the ranker file {cfg.method.ranker_weights} changed since this OUTDIR's run began "
+        raise ValueError(f"the ranker file {cfg.method.ranker} changed since this OUTDIR's run began "
                          f"(SHA-256 {old['ranker_sha256'][:12]}... then, {header['ranker_sha256'][:12]}... now): "
                          f"resuming would mix two rankers' verdicts in {store.outdir}; restore the file, or use a "
                          f"new OUTDIR for the new ranker")

@@ -1,12 +1,35 @@
-"""What a run reports when it ends: `RunSummary` (the CLI's summary lines and exit code), `breakdown` (one line:
-where the time went) and `split_reasons` (rejections apart from warnings)."""
+"""What a run reports when it ends: `RunSummary` (the CLI's summary lines and exit code), `RunFacts` (what an
+engine records of its invocation in run.json), `breakdown` (one line: where the time went) and `split_reasons`
+(rejections apart from warnings)."""
 
 from __future__ import annotations
 
 from dataclasses import dataclass, field
 from typing import Any
 
+from pydantic import BaseModel, ConfigDict
+
 from masprism_batch.ingest.common import WARNING_REASONS
+
+
+class RunFacts(BaseModel):
+    """What an engine records of its invocation beside the Committer's counts: run.json `this_invocation` (and an
+    interruption's record) holds the fields that were set, by these names, as they were set (None included)."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    token_budget: int | None = None  # tokens per packed forward (stage/budget.py)
+    token_budget_source: str | None = None  # why: set by the user, resumed, the CPU default, sized for a GPU
+    inputs: dict[str, Any] | None = None  # what was new since the last run (pipelines/increment.py)
+    seconds_model_load: float | None = None  # local: 0.0 when the caller loaded the model
+    model_id: str | None = None  # local: the loaded model's
+    ray_address: str | None = None
+    ray_private_cluster: Any = None
+    actor_resources: dict[str, float] | None = None
+    actor_threads: int | None = None
+
+    def as_json(self) -> dict[str, Any]:
+        return self.model_dump(mode="json", exclude_unset=True)
 
 
 def breakdown(record: dict) -> str:
@@ -45,7 +68,7 @@ class RunSummary:
     traces_per_second: float
     tokens_per_second: float
     run_json: str
-    extra: dict[str, Any] = field(default_factory=dict)
+    facts: RunFacts = field(default_factory=RunFacts)
     warnings: int = 0  # rows of errors/ for traces that were kept (repaired/truncated): not rejections
     warnings_by_reason: dict[str, int] = field(default_factory=dict)
     breakdown: str = ""  # one line: seconds and tokens per stage (`breakdown`)

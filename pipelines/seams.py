@@ -37,16 +37,17 @@ def attribute_traces(traces: list[Trace], model, cfg: PipelineConfig, rendered: 
 
 class ModelStage:
     """The engines' default `attribute(traces, model, cfg, rendered)`: the model stage with the run's verdict
-    policy (ranker file, fallback rule, calibration: `fit/policy.py`), read on the first pack and kept for the
-    run. One per run (under Ray: one copy per model actor); a pack with another method config or model reads
-    it again.
+    policy (ranker file, fallback rule, calibration: `verdict/policy.py`), built on the first pack from `ranker`
+    (the run's ranker setting, read once when the run started) and kept for the run. One per run (under Ray: one
+    copy per model actor, `ranker` shipped with it); a pack with another method config or model builds it again.
 
     It also comes in its two halves, which the engines overlap across packs (`packs.PackRunner`):
     `device(traces, model, cfg, rendered)` holds the model (every prefill) and returns a handle, `tail(handle)`
     is host work only (method, verdicts, rows) and gives what the whole call gives. A replacement `attribute`
     without them runs whole on the device side."""
 
-    def __init__(self):
+    def __init__(self, ranker=None):
+        self._ranker = ranker
         self._policy = None
         self._policy_for: tuple[str, str] | None = None
 
@@ -64,11 +65,12 @@ class ModelStage:
         return attribution.host_tail(handle)
 
     def _policy_of(self, cfg: PipelineConfig, model):
-        from masprism_batch.fit.policy import VerdictPolicy
+        from masprism_batch.verdict.policy import VerdictPolicy
 
         key = (cfg.method.model_dump_json(), model.model_id)
         if self._policy_for != key:
-            self._policy, self._policy_for = VerdictPolicy.load(cfg.method, model.model_id), key
+            policy = VerdictPolicy.load(cfg.method, model.model_id, self._ranker)
+            self._policy, self._policy_for = policy, key
         return self._policy
 
 

@@ -81,7 +81,7 @@ def _circle(arrows: set[tuple[str, str]]) -> list[str] | None:
 
 def test_no_relative_imports_and_every_room_is_found():
     rooms = {_room(m) for m in _files()}
-    assert {"render", "stage", "fit", "outdir", "method", "model", "kernels", "pipelines"} <= rooms
+    assert {"render", "stage", "verdict", "fit", "outdir", "method", "model", "kernels", "pipelines"} <= rooms
     relative = [str(p.relative_to(ROOT)) for p in _files().values()
                 if any(isinstance(n, ast.ImportFrom) and n.level for n in ast.walk(ast.parse(p.read_text())))]
     assert not relative, f"relative imports (use the absolute name): {relative}"
@@ -92,6 +92,31 @@ def test_rooms_import_in_one_direction():
     circle = _circle(arrows)
     assert circle is None, f"rooms import each other in a circle: {' -> '.join(circle)}"
     assert len(arrows) < MAX_ARROWS, f"{len(arrows)} arrows between rooms: {sorted(arrows)}"
+
+
+def _imports(path: Path) -> set[str]:
+    """Every module `path` imports, functions' imports included."""
+    out = set()
+    for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
+        if isinstance(node, ast.Import):
+            out |= {a.name for a in node.names}
+        elif isinstance(node, ast.ImportFrom) and node.level == 0 and node.module:
+            out |= {node.module} | {f"{node.module}.{a.name}" for a in node.names}
+    return out
+
+
+# the one command that fits offline; every other module is on the run path or reads its outputs
+FIT_COMMAND = f"{PKG}.cli.fit"
+
+
+def test_no_run_path_module_imports_fit():
+    """`fit/` is an offline leaf (issue 50): it writes ranker files and may read the verdict package; the run
+    (pipelines, stages, the verdict, the commands that attribute) never imports it, so what decides a verdict
+    at run time is all in `verdict/`."""
+    fit = f"{PKG}.fit"
+    importers = sorted(mod for mod, path in _files().items()
+                       if _room(mod) != "fit" and any(t == fit or t.startswith(fit + ".") for t in _imports(path)))
+    assert importers == [FIT_COMMAND], importers
 
 
 def test_the_check_finds_a_circle():

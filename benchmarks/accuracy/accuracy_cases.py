@@ -13,11 +13,11 @@ import numpy as np
 
 from benchmarks.accuracy.accuracy_extract import extract_config, load_systems, trace_key
 from masprism_batch.eval import score_trail, score_who_and_when
-from masprism_batch.fit import fitting as ft
 from masprism_batch.fit import system as fs
-from masprism_batch.fit.rankfile import SystemRanker
-from masprism_batch.method import rules as zr
 from masprism_batch.trace import norm_agent
+from masprism_batch.verdict import case as vcase
+from masprism_batch.verdict import rules as zr
+from masprism_batch.verdict.rankfile import SystemRanker
 
 
 class Case:
@@ -149,7 +149,7 @@ def available_rules(cases: list[Case]) -> tuple[str, ...]:
 
 
 # ---- the product's fit (issue 23): the same function `masprism-batch fit` runs ---------------------------------------
-def fit_cases(cases: list[Case], rule: str = "faithful") -> list[ft.FitCase]:
+def fit_cases(cases: list[Case], rule: str = "faithful") -> list[vcase.LogCase]:
     """FitCases of the labelled cached traces: what `masprism-batch fit` builds from a run's step_scores."""
     out = []
     for c in cases:
@@ -159,7 +159,7 @@ def fit_cases(cases: list[Case], rule: str = "faithful") -> list[ft.FitCase]:
         lab = c.trace.labels
         agents = [norm_agent(lab.mistake_agent)] if lab is not None and norm_agent(lab.mistake_agent) else []
         ranked = zr.order(rule, c.rows, [int(k) for k in c.meta["ranking"]["ranked"]])
-        out.append(ft.FitCase(c.trace, c.rows, gold, agents, ranked))
+        out.append(vcase.LogCase(c.trace, c.rows, gold, agents, ranked))
     return out
 
 
@@ -182,8 +182,8 @@ def fitted_rows(train: list[Case], test: list[Case], system: str, rule: str, rul
     return out
 
 
-def _unlabelled(cases: list[Case], rule: str) -> list[ft.FitCase]:
-    return [ft.FitCase(c.trace, c.rows, [], [], zr.order(rule, c.rows, [int(k) for k in c.meta["ranking"]["ranked"]]))
+def _unlabelled(cases: list[Case], rule: str) -> list[vcase.LogCase]:
+    return [vcase.LogCase(c.trace, c.rows, [], [], zr.order(rule, c.rows, [int(k) for k in c.meta["ranking"]["ranked"]]))
             for c in cases if not gold_of(c.trace)]
 
 

@@ -9,8 +9,8 @@ import math
 
 import numpy as np
 
-from masprism_batch.fit.fitting import FitCase
 from masprism_batch.method.calibrate import PULL
+from masprism_batch.verdict.case import LogCase
 
 
 def _logit(p: np.ndarray) -> np.ndarray:
@@ -18,7 +18,7 @@ def _logit(p: np.ndarray) -> np.ndarray:
     return np.log(p / (1 - p))
 
 
-def raw_confidence(c: FitCase) -> float:
+def raw_confidence(c: LogCase) -> float:
     """The top candidate's share of the rule's scores (non-negative), else 1 / (number of candidates)."""
     scores = [max(float(r.get("score") or 0.0), 0.0) for r in c.rows]
     vals = [scores[k] for k in c.ranked]

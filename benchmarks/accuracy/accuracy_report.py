@@ -104,7 +104,7 @@ def write_markdown(path: Path, rows, cases, heads_rows, policy, chosen, cfg, arg
               f"({ranked}; `prior`: the label prior re-ranking each log's own candidates; no verdict may name one "
               "step for more than three logs in four" + ("; " + "; ".join(policy["notes"]) if policy.get("notes")
                                                          else "") + "); every other log "
-              f"gets the zero-training rule `{fb}` (`masprism_batch/method/rules.py`; rule picked per held-out "
+              f"gets the zero-training rule `{fb}` (`masprism_batch/verdict/rules.py`; rule picked per held-out "
               f"system by LOSO: {picked}; mean LOSO headline {policy['rules_loso']:.3f} against the faithful "
               f"method's {policy['faithful']:.3f}; the portable ranker under LOSO: {policy['loso_ranker']:.3f}, "
               "so no generic ranker ships) and the zero-training agent rule "

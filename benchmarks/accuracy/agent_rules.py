@@ -26,8 +26,8 @@ from collections import Counter
 import numpy as np
 
 from masprism_batch.eval.who_and_when_metrics import _majority
-from masprism_batch.method import rules as zr
 from masprism_batch.trace import norm_agent
+from masprism_batch.verdict import rules as zr
 
 DERIVED = ("trail/GAIA",)  # TRAIL systems with more than one agent: their agent labels are derived
 FINE = (zr.FLOOR, *[f"guard:{t / 10:g}" for t in range(3, 10)], "author", "active",

@@ -63,12 +63,14 @@ from benchmarks.accuracy.accuracy_rankers import (
 )
 from benchmarks.accuracy.accuracy_report import METRIC, write_markdown
 from masprism_batch.fit import fitting as ft
-from masprism_batch.fit import rankfile
-from masprism_batch.fit.rankfile import RankerFile, SystemRanker
 from masprism_batch.method import calibrate
 from masprism_batch.method import confidence as cf
 from masprism_batch.method import heads as hd
 from masprism_batch.method import ranker as rk
+from masprism_batch.verdict import confidence as vconf
+from masprism_batch.verdict import correction as vcorr
+from masprism_batch.verdict import rankfile
+from masprism_batch.verdict.rankfile import RankerFile, SystemRanker
 
 ROOT = Path(__file__).resolve().parents[2]
 log = logging.getLogger("bench_accuracy")
@@ -171,7 +173,7 @@ def rule_calibration(cases: list[Case], rule: str, out: list) -> tuple[dict, dic
     system, the one fitted without it (what a fit of that system is given in the k-fold protocol)."""
     fc = fit_cases(cases, rule)
     sys_of = {c.trace.trace_id: c.system for c in cases}
-    feats = {c.trace.trace_id: ft.evidence(c, c.ranked) for c in fc if c.ranked}
+    feats = {c.trace.trace_id: vcorr.evidence(c, c.ranked) for c in fc if c.ranked}
     raw = {c.trace.trace_id: platt.raw_confidence(c) for c in fc if c.ranked}
     n = {c.trace.trace_id: len(c.trace.steps) for c in fc}
     hits = {c.trace.trace_id: ft.hit(c, c.ranked[0]) for c in fc if c.ranked}
@@ -184,8 +186,8 @@ def rule_calibration(cases: list[Case], rule: str, out: list) -> tuple[dict, dic
         learned = calibrate.fit_evidence([cf.vector(feats[t]) for t in train], [hits[t] for t in train],
                                          cf.FEATURES, weights="fitted")
         pl = platt.fit_platt([raw[t] for t in train], [hits[t] for t in train])
-        for name, conf in ((CONF_EVIDENCE, [calibrate.confidence(ev, feats[t], n[t]) for t in test]),
-                           (CONF_LEARNED, [calibrate.confidence(learned, feats[t], n[t]) for t in test]),
+        for name, conf in ((CONF_EVIDENCE, [vconf.confidence(ev, feats[t], n[t]) for t in test]),
+                           (CONF_LEARNED, [vconf.confidence(learned, feats[t], n[t]) for t in test]),
                            (CONF_RAW, [platt.apply(pl, raw[t]) for t in test])):
             emit_confidence(out, held, f"zero-training rule {rule}: {name}", conf, [hits[t] for t in test])
     return calibrate.fit_evidence([cf.vector(feats[t]) for t in feats], list(hits.values()), cf.FEATURES), held_out

@@ -37,22 +37,23 @@ from benchmarks.accuracy.accuracy_report import replace_block
 from benchmarks.accuracy.learning_curve_report import ABLATION, markdown
 from masprism_batch.fit import fitting as ft
 from masprism_batch.fit import system as fs
-from masprism_batch.fit.rankfile import SystemRanker
 from masprism_batch.method import calibrate
-from masprism_batch.method import rules as zr
+from masprism_batch.verdict import case as vcase
+from masprism_batch.verdict import rules as zr
+from masprism_batch.verdict.rankfile import SystemRanker
 
 ROOT = Path(__file__).resolve().parents[2]
 log = logging.getLogger("bench_learning_curve")
 KS = (5, 10, 20, 40, "all")
 
 
-def evaluate(train: list[ft.FitCase], test: list[ft.FitCase], system: str, rule: str, rule_agent: str) -> dict:
+def evaluate(train: list[vcase.LogCase], test: list[vcase.LogCase], system: str, rule: str, rule_agent: str) -> dict:
     """{(method, metric): value} of one draw."""
     f = fs.fit_system(train, system, rule=rule, rule_agent=rule_agent)
     sr = SystemRanker(f.entry, "")
     # ablation: the same fit allowed to correct only the rule's order (what each order adds, paired on this draw)
     ab = SystemRanker(fs.fit_system(train, system, rule=rule, rule_agent=rule_agent, offsets=("rule",)).entry, "")
-    pri = ft.Priors.count(train)
+    pri = vcase.Priors.count(train)
     res: dict[tuple[str, str], list] = {}
     conf, hits = [], []
     for c in test:
@@ -83,7 +84,7 @@ def evaluate(train: list[ft.FitCase], test: list[ft.FitCase], system: str, rule:
     return out
 
 
-def draws(cases: list[ft.FitCase], k, n_draws: int, seed: int):
+def draws(cases: list[vcase.LogCase], k, n_draws: int, seed: int):
     """(train, test) pairs: k random logs vs the rest; "all": 5-fold x len(FOLD_SEEDS) (each fold once per seed, as the per-system 5-fold figures)."""
     rng = np.random.default_rng(seed)
     if k == "all":

@@ -41,14 +41,17 @@ from benchmarks.accuracy.accuracy_cases import add_cache_args, cached_cases, fit
 from masprism_batch.fit import fitting as ft
 from masprism_batch.method import calibrate
 from masprism_batch.method import confidence as cf
-from masprism_batch.method import rules as zr
+from masprism_batch.verdict import case as vcase
+from masprism_batch.verdict import confidence as vconf
+from masprism_batch.verdict import correction as vcorr
+from masprism_batch.verdict import rules as zr
 
 ROOT = Path(__file__).resolve().parents[2]
 log = logging.getLogger("confidence_features")
 SHIPPED = "confidence (shipped, LOSO-calibrated)"
 
 
-def candidate_features(c, f: ft.FitCase, with_cf: bool = False) -> dict[str, float]:
+def candidate_features(c, f: vcase.LogCase, with_cf: bool = False) -> dict[str, float]:
     """Features considered beside the shipped ones, each signed so that larger should mean more confident."""
     top = f.ranked[0]
     cands = [int(x) for x in c.arr["candidates"]]
@@ -177,7 +180,7 @@ def main() -> None:
         if not f.ranked:
             continue
         c = by_id[f.trace.trace_id]
-        feats = ft.evidence(f, f.ranked)
+        feats = vcorr.evidence(f, f.ranked)
         per.setdefault(c.system, []).append((feats, candidate_features(c, f, with_cf), ft.hit(f, f.ranked[0]),
                                              len(f.trace.steps), f.ranked[0]))
     add_consensus(per)
@@ -194,7 +197,7 @@ def main() -> None:
                          "auroc": cf.auroc([r[1][name] for r in per[system]], hits), "ci_low": "", "ci_high": ""})
         train = [r for s, v in per.items() if s != system for r in v]
         cal = calibrate.fit_evidence([cf.vector(r[0]) for r in train], [r[2] for r in train], cf.FEATURES)
-        conf = [calibrate.confidence(cal, r[0], r[3]) for r in per[system]]
+        conf = [vconf.confidence(cal, r[0], r[3]) for r in per[system]]
         lo, hi = bootstrap(conf, hits)
         # its level beside the hit rate: the calibration of other systems need not fit this one's
         rows.append({"system": system, "feature": SHIPPED, "kind": "shipped", "auroc": cf.auroc(conf, hits),

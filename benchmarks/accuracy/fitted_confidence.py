@@ -46,9 +46,10 @@ from benchmarks.accuracy.accuracy_cases import (
     fitted_rows,
 )
 from masprism_batch.fit import fitting as ft
-from masprism_batch.fit import verdict_confidence as vc
 from masprism_batch.method import calibrate
 from masprism_batch.method import confidence as cf
+from masprism_batch.verdict import confidence as vconf
+from masprism_batch.verdict import correction as vcorr
 
 ROOT = Path(__file__).resolve().parents[2]
 log = logging.getLogger("fitted_confidence")
@@ -64,7 +65,7 @@ def loso_calibrations(cases: list[Case], rule: str) -> dict[str, dict]:
     out = {}
     for held in sorted({c.system for c in cases}):
         train = [c for c in fc if sys_of[c.trace.trace_id] != held]
-        out[held] = calibrate.fit_evidence([cf.vector(ft.evidence(c, c.ranked)) for c in train],
+        out[held] = calibrate.fit_evidence([cf.vector(vcorr.evidence(c, c.ranked)) for c in train],
                                            [ft.hit(c, c.ranked[0]) for c in train], cf.FEATURES)
     return out
 
@@ -82,10 +83,10 @@ def measure(cases: list[Case], rule: str, rule_agent: str, zero_cals: dict[str, 
         steps = [rows[c.trace.trace_id]["pred_step"] for c in gold]
         hits = [ft.hit(c, s) for c, s in zip(gold, steps, strict=True)]
         got["fitted"].append(([rows[c.trace.trace_id]["confidence"] for c in gold], hits))
-        got[KINDS[1]].append(([vc.zero_training_confidence(c, s, zc) for c, s in zip(gold, steps, strict=True)],
+        got[KINDS[1]].append(([vconf.zero_training_confidence(c, s, zc) for c, s in zip(gold, steps, strict=True)],
                               hits))
         own = [c for c in gold if c.ranked]
-        got[KINDS[2]].append(([vc.zero_training_confidence(c, c.ranked[0], zc) for c in own],
+        got[KINDS[2]].append(([vconf.zero_training_confidence(c, c.ranked[0], zc) for c in own],
                               [ft.hit(c, c.ranked[0]) for c in own]))
         return rows
 
@@ -167,8 +168,8 @@ def _minus(a, b):
 def same_verdicts(cases: list[Case], old: Path, rule: str) -> list[str]:
     """The cached logs whose verdict (blamed step or agent) differs between ranker file `old` and the packaged
     rankers.json (logged: how many logs, how many confidences moved); [] when only confidences moved."""
-    from masprism_batch.fit.rankfile import PACKAGED, RankerFile
     from masprism_batch.method import weights_dir
+    from masprism_batch.verdict.rankfile import PACKAGED, RankerFile
 
     files = [RankerFile.read(old), RankerFile.read(weights_dir() / PACKAGED)]
     differ, moved, n = [], 0, 0
@@ -202,7 +203,7 @@ def main() -> None:
                          "(exit 1 naming the logs where a step or an agent differs)")
     args = ap.parse_args()
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(message)s")
-    from masprism_batch.method import rules
+    from masprism_batch.verdict import rules
 
     fb = rules.read_fallback(None)
     rule, agent_rule = args.rule or fb.rule, args.agent_rule or fb.agent_rule

@@ -70,7 +70,7 @@ def main() -> None:
     from masprism_batch.model import load_model
 
     traces = sample(Path(args.data), args.n)
-    cfgs = {arm: load_config(None, model__threads=args.threads, method__ranker_weights="packaged",
+    cfgs = {arm: load_config(None, model__threads=args.threads, method__ranker="packaged",
                              method__categories=arm == "B") for arm in "AB"}
     model = load_model(cfgs["A"].model, cfgs["A"].signals)
     secs = {"A": 0.0, "B": 0.0}

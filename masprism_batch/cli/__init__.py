@@ -90,15 +90,19 @@ def setup_logging(verbose: bool = False) -> None:
             h.addFilter(_Printable())
 
 
-# Command modules register themselves on import (one module per command group).
-from masprism_batch.cli import analytics as _analytics  # noqa: E402,F401
+# Command modules register themselves on import (one module per command).
 from masprism_batch.cli import attribute as _attribute  # noqa: E402,F401
+from masprism_batch.cli import demo as _demo  # noqa: E402,F401
+from masprism_batch.cli import eval as _eval  # noqa: E402,F401
+from masprism_batch.cli import export as _export  # noqa: E402,F401
 from masprism_batch.cli import fit as _fit  # noqa: E402,F401
 from masprism_batch.cli import fit_heads as _fit_heads  # noqa: E402,F401
 from masprism_batch.cli import ingest as _ingest  # noqa: E402,F401
 from masprism_batch.cli import models as _models  # noqa: E402,F401
+from masprism_batch.cli import report as _report  # noqa: E402,F401
 from masprism_batch.cli import run as _run  # noqa: E402,F401
 from masprism_batch.cli import show as _show  # noqa: E402,F401
+from masprism_batch.cli import stats as _stats  # noqa: E402,F401
 
 # (panel, command, example) in the order of a user's work, the README's sections: --help lists them this way.
 WORKFLOW = [

@@ -26,13 +26,6 @@ EXIT_OK, EXIT_FATAL, EXIT_USAGE, EXIT_REJECTED = 0, 1, 2, 3
 console = Console(stderr=True, soft_wrap=True)
 
 
-VerboseOpt = typer.Option(False, "--verbose", "-v", help="debug logging (each stage's log lines)")
-AllRunsOpt = typer.Option(False, "--all-runs", help="also attribute runs whose log records success (default: only "
-                          "failed runs and runs of unknown status; the succeeded ones are counted and listed in "
-                          "OUT/errors/ as succeeded_run)")
-FormatHelp = "input format for raw inputs (see `ingest`); a forced one is checked on the first files"
-
-
 def fail(message: str, code: int = EXIT_FATAL) -> typer.Exit:
     """Print one `error:` line (paths stay copyable: no wrapping) and return the Exit to raise."""
     console.print(f"[red]error:[/] {escape(printable(message))}")  # a name from a log may be in it
@@ -135,13 +128,6 @@ def no_traces_message(inputs: list[str], rejected: dict[str, int] | None = None)
     return "; ".join(parts)
 
 
-def taxonomy_overrides(taxonomy) -> dict:
-    """`--taxonomy trail|FILE` turns the failure kinds on: `trail` names the packaged TRAIL kinds, else a TOML file."""
-    if not taxonomy:
-        return {}
-    return {"method__categories": True, "method__taxonomy": None if str(taxonomy) == "trail" else str(taxonomy)}
-
-
 def check_taxonomy(cfg) -> None:
     """`--taxonomy` / method.taxonomy (and method.category_weights), refused (exit 1) before OUTDIR is touched."""
     if not cfg.method.categories:
@@ -157,47 +143,52 @@ def check_taxonomy(cfg) -> None:
         raise fail(f"--taxonomy: {exc}") from None
 
 
-def check_ranker(cfg, model_id: str | None = None) -> None:
-    """`--ranker` / method.ranker_weights, refused (exit 1) before OUTDIR is touched: missing, not a ranker
-    file, or, once the model is known (`model_id`), fitted on another model's signals (its weights would mean
-    nothing). The same reader the run's verdict policy uses (`rankfile.load`)."""
+def check_ranker(cfg, ranker=None, model_id: str | None = None):
+    """`--ranker` / method.ranker, read once for the whole run (`RankerSetting`, which the caller hands on to the
+    run) and refused (exit 1) before OUTDIR is touched: missing, not a ranker file, or, once the model is known
+    (`model_id`), fitted on another model's signals (its weights would mean nothing). `ranker`: the setting as
+    already read (after the model loaded), else it is read here. The setting."""
     from masprism_batch import config_checks as checks
-    from masprism_batch.fit import rankfile
+    from masprism_batch.verdict import rankfile
 
     check_taxonomy(cfg)
-    setting = cfg.method.ranker_weights
-    if setting is None:
-        return
-    if rankfile.is_packaged(setting):  # fitted on the default model: on another one they simply do not apply
-        if model_id:
+    setting = cfg.method.ranker
+    if ranker is None:
+        if setting is not None and not rankfile.is_packaged(setting):
             path = rankfile.target(setting)
-            packaged = rankfile.RankerFile.read(path).model_id if path.is_file() else None
-            if packaged and model_id != packaged:
-                console.print(f"[yellow]note:[/] the packaged rankers were fitted on {packaged}; with {model_id} "
-                              "every log gets the zero-training verdict")
-        return
-    path = rankfile.target(setting)
-    problem = checks.input_file_problem(path)
-    if problem is not None:  # a FIFO or /dev/zero is said as such, never opened
-        raise fail(f"--ranker: {str(path)!r} {problem}" if problem != "not found" else f"ranker file not found: {path}")
+            problem = checks.input_file_problem(path)
+            if problem is not None:  # a FIFO or /dev/zero is said as such, never opened
+                raise fail(f"--ranker: {str(path)!r} {problem}" if problem != "not found"
+                           else f"ranker file not found: {path}")
+        ranker = rankfile.RankerSetting.read(setting)
+    if setting is None:
+        return ranker
+    if rankfile.is_packaged(setting):  # fitted on the default model: on another one they simply do not apply
+        packaged = ranker.file.model_id if ranker.file is not None else None
+        if model_id and packaged and model_id != packaged:
+            console.print(f"[yellow]note:[/] the packaged rankers were fitted on {packaged}; with {model_id} "
+                          "every log gets the zero-training verdict")
+        return ranker
+    if ranker.problem is not None:
+        raise fail(f"--ranker {setting}: {ranker.problem}")
+    if ranker.file is None:  # a folder holding only fallback.json
+        return ranker
     try:
-        rf = rankfile.RankerFile.read(path)
-    except (rankfile.RankerFileError, OSError, ValueError) as exc:
-        raise fail(f"--ranker {setting}: {exc}") from None
-    try:
-        rf.check_model(model_id, path)
+        ranker.file.check_model(model_id, ranker.path)
     except rankfile.RankerFileError as exc:
         raise fail(str(exc)) from None
     if model_id and cfg.method.name != "ranked":
-        console.print("[yellow]warning:[/] --ranker applies to the ranked method; --method masprism ignores it")
+        console.print("[yellow]warning:[/] --ranker applies to the ranked method; method.name masprism ignores it")
+    return ranker
 
 
-def load_model_or_fail(cfg):
+def load_model_or_fail(cfg, ranker=None):
     """Load the model before OUTDIR is touched: a model that cannot be loaded leaves nothing behind that would
-    refuse a retry with another --model (the run header records the model)."""
+    refuse a retry with another --model (the run header records the model). `ranker`: the run's ranker setting,
+    checked first (a missing or unreadable --ranker is said before the model's load time is spent)."""
     from masprism_batch.pipelines.seams import load_model
 
-    check_ranker(cfg)  # a missing or unreadable --ranker is said before the model's load time is spent
+    check_ranker(cfg, ranker)
     try:
         model = load_model(cfg)
     except (OSError, ValueError, RuntimeError, KeyError) as exc:  # ModelNotFoundError is a FileNotFoundError
@@ -226,23 +217,22 @@ def check_prompt_or_fail(cfg, tokenizer=None, context: int | None = None) -> Non
         raise fail(f"bad configuration: {exc}") from None
 
 
-def ranker_matches(cfg, outdir: Path) -> str | None:
+def ranker_matches(cfg, outdir: Path, ranker) -> str | None:
     """One line after a run with `--ranker`: the systems its file holds and how many of this run's logs each
     matched (`rankfile.system_key`, as the verdict policy keys them). A ranker that matched no log changed no
-    verdict, and a user had no way to tell (issue 51)."""
+    verdict, and a user had no way to tell (issue 51). `ranker`: the run's setting as read (`RankerSetting`)."""
     from collections import Counter
     from types import SimpleNamespace
 
-    from masprism_batch.fit import rankfile
     from masprism_batch.outdir.reads import read_dataset
+    from masprism_batch.verdict import rankfile
 
-    setting = cfg.method.ranker_weights
+    setting = cfg.method.ranker
     if setting is None or not (outdir / "attributions").is_dir():
         return None
-    try:
-        rf = rankfile.load(setting)
-    except (rankfile.RankerFileError, OSError, ValueError):
+    if ranker.problem is not None:
         return None
+    rf = ranker.file
     if rf is None or not rf.systems:
         return f"--ranker {setting}: no ranker applies to this model; every log got the zero-training verdict"
     rows = read_dataset(outdir / "attributions", columns=["source", "system"]).to_pylist()
@@ -253,3 +243,17 @@ def ranker_matches(cfg, outdir: Path) -> str | None:
         line += ("; no log of this run matched, so every verdict is the zero-training one (name the system of "
                  "your logs with --system NAME)")
     return line
+
+
+def outdir_failure(exc: Exception) -> typer.Exit:
+    """An OUTDIR that cannot be read (damaged, not a run's): one `error:` line, exit 1."""
+    return fail(str(exc))
+
+
+def check_run_dir(outdir: Path) -> None:
+    """The OUTDIR of an `attribute`/`run` command, for the commands that read one (show, stats, report, export)."""
+    if not outdir.exists():
+        raise fail(f"input not found: {outdir}")
+    if not outdir.is_dir():
+        raise fail(f"{outdir} is not a directory: give the OUTDIR of an `attribute`/`run` command")
+    refuse_links(outdir)  # a link inside OUTDIR could show another run's results as this one's

@@ -1,6 +1,6 @@
 """Command `fit`: fit rankers to your own systems from finished runs on labelled logs, with no new prefill
 . The work is fit/runs.py (runs -> cases -> one fit per system, fit/system.py) and the ranker file
-fit/rankfile.py; here: the options, the checks said before any work, and the report."""
+verdict/rankfile.py; here: the options, the checks said before any work, and the report."""
 
 from __future__ import annotations
 
@@ -14,8 +14,9 @@ from rich.markup import escape
 from masprism_batch import config_checks as checks
 from masprism_batch.analytics.export_text import agent_rule_words
 from masprism_batch.cli import EXIT_OK, app, setup_logging
-from masprism_batch.cli.common import VerboseOpt, check_out_file, console, fail
+from masprism_batch.cli.common import check_out_file, console, fail
 from masprism_batch.cli.fit_messages import confidence_words, skipped_summary
+from masprism_batch.cli.options import VerboseOpt
 
 log = logging.getLogger(__name__)
 
@@ -68,7 +69,7 @@ def fit(
     every system fitted (never a partial file)."""
     from masprism_batch.fit import runs as fr
     from masprism_batch.fit import system as fs
-    from masprism_batch.fit.rankfile import RankerFile, SystemRanker
+    from masprism_batch.verdict.rankfile import RankerFile, SystemRanker
 
     setup_logging(verbose)
     missing = [str(r) for r in runs if not r.is_dir()]

@@ -8,13 +8,13 @@ import typer
 
 from masprism_batch.cli import EXIT_OK, app, setup_logging
 from masprism_batch.cli.common import (
-    VerboseOpt,
     check_inputs,
     check_out_file,
     console,
     fail,
     load_model_or_fail,
 )
+from masprism_batch.cli.options import ConfigOptions, VerboseOpt, build_config
 
 
 @app.command("fit-heads")
@@ -31,14 +31,13 @@ def fit_heads(
     `method.head_weights` at it (the packaged weights of the model are used otherwise)."""
     from tqdm import tqdm
 
-    from masprism_batch.cli.attribute import _config
     from masprism_batch.ingest import read_inputs
     from masprism_batch.stage.head_harvest import fit_model_heads
 
     setup_logging(verbose)
     check_inputs(inputs)
     check_out_file(out)
-    cfg = _config(config, model, None)
+    cfg = build_config(ConfigOptions(config=config, model=model))
     traces = []
     for t in read_inputs(list(inputs)):
         if len(t.steps) >= 3:

@@ -7,7 +7,7 @@ from __future__ import annotations
 import re
 from collections import Counter
 
-from masprism_batch.method.calibrate import flat_rate
+from masprism_batch.verdict.confidence import flat_rate
 
 # (phrase in labels.from_file's / build_cases' message, the reason as the summary names it)
 _REASONS = [("unknown trace", "trace in none of the runs"), ("is not an integer", "step not an integer"),

@@ -12,7 +12,6 @@ from rich.text import Text
 
 from masprism_batch.cli import EXIT_OK, EXIT_REJECTED, app, setup_logging
 from masprism_batch.cli.common import (
-    VerboseOpt,
     check_inputs,
     check_outdir,
     console,
@@ -20,6 +19,7 @@ from masprism_batch.cli.common import (
     no_traces_message,
     usage,
 )
+from masprism_batch.cli.options import VerboseOpt
 from masprism_batch.cli.probe import check_format
 from masprism_batch.schema import printable
 

@@ -10,7 +10,8 @@ from rich.console import Console
 from rich.table import Table
 
 from masprism_batch.cli import EXIT_FATAL, app, setup_logging
-from masprism_batch.cli.common import VerboseOpt, console
+from masprism_batch.cli.common import console
+from masprism_batch.cli.options import VerboseOpt
 
 
 @app.command()

@@ -1,8 +1,10 @@
-"""Command `run`: the resumable batch run, on the local engine (embedded) or on Ray."""
+"""Command `run`: the resumable batch run, on the local engine (embedded) or on Ray. `execute` is that run, which
+`attribute` makes too (`--engine local`); `run_here` the in-process run of `demo` and `eval`."""
 
 from __future__ import annotations
 
 import logging
+from dataclasses import dataclass
 from enum import Enum
 from pathlib import Path
 
@@ -11,9 +13,6 @@ from rich.markup import escape
 
 from masprism_batch.cli import app, setup_logging
 from masprism_batch.cli.common import (
-    AllRunsOpt,
-    FormatHelp,
-    VerboseOpt,
     check_inputs,
     check_outdir,
     check_prompt_or_fail,
@@ -24,18 +23,34 @@ from masprism_batch.cli.common import (
     load_model_or_fail,
     no_traces_message,
     ranker_matches,
-    taxonomy_overrides,
     usage,
+)
+from masprism_batch.cli.options import (
+    AllFeaturesOpt,
+    AllRunsOpt,
+    ConfigOpt,
+    ConfigOptions,
+    ContextOpt,
+    FormatOpt,
+    IntervalOpt,
+    LimitOpt,
+    MethodOpt,
+    ModelOpt,
+    ProgressOpt,
+    RankerOpt,
+    SampleOpt,
+    SeedOpt,
+    ShardOpt,
+    SystemOpt,
+    TaxonomyOpt,
+    ThreadsOpt,
+    TokenBudgetOpt,
+    VerboseOpt,
+    build_config,
 )
 from masprism_batch.cli.progress import DEFAULT_INTERVAL, heartbeat
 
 log = logging.getLogger("masprism_batch.cli")
-
-
-LimitOpt = typer.Option(None, "--limit", min=1, help="attribute the first N traces (input order; smoke runs)")
-SampleOpt = typer.Option(None, "--sample", min=1, help="attribute a deterministic sample of N traces, every source "
-                         "represented (see --seed); another sample into the same OUT is refused")
-SeedOpt = typer.Option(0, "--seed", help="seed of --sample")
 
 
 class Engine(str, Enum):
@@ -43,8 +58,20 @@ class Engine(str, Enum):
     ray = "ray"
 
 
-ALL_FEATURES_HELP = ("compute counterfactuals and per-head attention for every log, also where its verdict does "
-                     "not read them (runs made to fit a ranker; default: only where read, method/reads.py)")
+@dataclass
+class Job:
+    """How a run is executed and shown, beside what it computes (`ConfigOptions`)."""
+
+    engine: Engine = Engine.local
+    workers: int | None = None
+    address: str | None = None
+    num_cpus: int | None = None
+    fmt: str = "auto"
+    limit: int | None = None
+    sample: int | None = None
+    seed: int = 0
+    progress: bool = True
+    progress_interval: float = DEFAULT_INTERVAL
 
 
 @app.command()
@@ -56,45 +83,49 @@ def run(
     address: str = typer.Option(None, help="join this Ray cluster (ray://… or host:port; default: $RAY_ADDRESS "
                                 "if set, else start a private one)"),
     num_cpus: int = typer.Option(None, help="CPUs of the local Ray cluster this command starts"),
-    model: str = typer.Option(None, "--model", "-m", help="smollm2-135m (default) | tiny-random | PATH"),
-    config: str = typer.Option(None, "--config", help="JSON or TOML file with PipelineConfig sections"),
-    max_context: int = typer.Option(None, "--max-context", help="tokens per prompt (default from config)"),
-    method: str = typer.Option(None, "--method", help="ranked (default) | masprism (the faithful paper method)"),
-    ranker: Path = typer.Option(None, "--ranker", help="ranker file from `masprism-batch fit` (logs of the systems "
-                                "it holds get their fitted verdict, others the zero-training rule), or `packaged`: "
-                                "the rankers fitted on the benchmark systems"),
-    system: str = typer.Option(None, "--system", help="the system these logs come from, as your ranker file names "
-                               "it (default: what each log records; never guessed from its shape)"),
-    taxonomy: Path = typer.Option(None, "--taxonomy", help="name a failure kind for each verdict "
-                                  "(opt-in, experimental: docs/categories.md): `trail` for TRAIL's 20 kinds, or a TOML "
-                                  "file of your own ([[kind]] name, family, description)"),
-    token_budget: int = typer.Option(None, help="max tokens per packed prefill batch (default: sized for the device: 8,192 on CPU, from free memory on CUDA; run.json names it)"),
-    traces_per_shard: int = typer.Option(None, help="traces per committed output shard"),
-    threads: int = typer.Option(None, help="torch CPU threads per model (default: CPUs / workers)"),
-    all_features: bool = typer.Option(False, "--all-features", help=ALL_FEATURES_HELP),
-    fmt: str = typer.Option("auto", "--format", "-f", help=FormatHelp), all_runs: bool = AllRunsOpt,
+    model: str = ModelOpt, config: str = ConfigOpt, max_context: int = ContextOpt, ranker: str = RankerOpt,
+    method: str = MethodOpt, system: str = SystemOpt, taxonomy: Path = TaxonomyOpt,
+    token_budget: int = TokenBudgetOpt, traces_per_shard: int = ShardOpt, threads: int = ThreadsOpt,
+    all_features: bool = AllFeaturesOpt, fmt: str = FormatOpt, all_runs: bool = AllRunsOpt,
     limit: int = LimitOpt, sample: int = SampleOpt, seed: int = SeedOpt,
-    progress: bool = typer.Option(True, help="live progress bar (traces/s, tokens/s, ETA)"),
-    progress_interval: float = typer.Option(DEFAULT_INTERVAL, "--progress-interval", min=0,
-                                            help="seconds between progress lines when stderr is not a terminal"),
+    progress: bool = ProgressOpt, progress_interval: float = IntervalOpt,
     verbose: bool = VerboseOpt,
 ):
     """The overnight job: attribute millions of logs on a Ray cluster (or embedded), resumable and exactly-once
     per shard. Same outputs as `attribute` (OUT/{traces,attributions,step_scores,errors}/, OUT/run.json) plus
     OUT/_manifest/; re-run the same command to resume."""
-    from masprism_batch.config import load_config
+    setup_logging(verbose)
+    opts = ConfigOptions(config, model, max_context, threads, ranker, method, system, taxonomy, token_budget,
+                         traces_per_shard, all_runs, all_features)
+    execute(inputs, out, opts, Job(engine, workers, address, num_cpus, fmt, limit, sample, seed, progress,
+                                   progress_interval))
+
+
+def run_here(inputs: list[str], outdir: Path, cfg, model, ranker, interval: float = DEFAULT_INTERVAL, select=None):
+    """ingest (+ selection) -> attribute -> write, on the local engine, every write under the OUTDIR lock
+    (resumable: re-running skips committed shards), with the model and the ranker setting already loaded."""
+    from masprism_batch.pipelines import run_local
+
+    with heartbeat(interval) as display:
+        return run_local(list(inputs), outdir, cfg, progress=display, model=model, select=select, ranker=ranker)
+
+
+def execute(inputs: list[str], out: Path, opts: ConfigOptions, job: Job):
+    """Check everything that can be checked before any work, build the config, run, and say what was done
+    (exits with the run's exit code)."""
     from masprism_batch.ingest import FORMATS
     from masprism_batch.model import ModelNotFoundError, require_model
     from masprism_batch.pipelines import run_local, run_ray
     from masprism_batch.pipelines.selection import Selection
     from masprism_batch.pipelines.staging import staging_conflict
 
-    setup_logging(verbose)
+    engine, workers, address, fmt = job.engine, job.workers, job.address, job.fmt
+    limit, sample, progress = job.limit, job.sample, job.progress
     if engine is Engine.local and (workers not in (None, 1) or address):
         raise usage("--workers/--address apply to --engine ray; the local engine runs one model")
     if limit and sample:
         raise usage("--limit and --sample exclude each other")
-    select = Selection(limit=limit, sample=sample, seed=seed)
+    select = Selection(limit=limit, sample=sample, seed=job.seed)
     if fmt not in FORMATS:
         raise usage(f"unknown --format {fmt!r}; choose one of {', '.join(FORMATS)}")
     check_inputs(inputs)
@@ -103,36 +134,30 @@ def run(
 
     check_format(list(inputs), fmt)  # before OUT exists: a wrong --format leaves nothing behind
     check_outdir(out)
-    try:
-        cfg = load_config(config, model__name=model, render__max_context=max_context, model__threads=threads,
-                          method__name=method, method__ranker_weights=str(ranker) if ranker else None,
-                          batch__token_budget=token_budget, engine__traces_per_shard=traces_per_shard,
-                          ingest__all_runs=True if all_runs else None,
-                          method__features="all" if all_features else None, method__system=system,
-                          **taxonomy_overrides(taxonomy))
-    except (OSError, ValueError) as exc:  # pydantic's ValidationError is a ValueError
-        raise fail(f"bad configuration: {exc}") from None
+    cfg = build_config(opts)
     conflict = staging_conflict(out, list(inputs), fmt, select)
     if conflict:  # answered before a model is loaded (stage_raw checks again under the OUTDIR lock)
         raise fail(conflict)
     # The model is checked before OUTDIR is touched, so a bad --model leaves nothing that refuses a retry.
     if engine is Engine.local:
-        loaded = load_model_or_fail(cfg)
-        check_ranker(cfg, loaded.model_id)
+        ranker = check_ranker(cfg)  # the one read of the ranker file this run makes
+        loaded = load_model_or_fail(cfg, ranker)
+        check_ranker(cfg, ranker, loaded.model_id)
     else:
-        check_ranker(cfg)
+        ranker = check_ranker(cfg)
         try:
             require_model(cfg.model.name)  # the actors load it; here only that it exists
         except ModelNotFoundError as exc:
             raise fail(f"cannot load model {cfg.model.name!r}: {exc}") from None
         check_prompt_or_fail(cfg)  # its tokenizer only: the prompt texts leave room for a log
     try:
-        with heartbeat(progress_interval if progress else 0, show=progress) as display:
+        with heartbeat(job.progress_interval if progress else 0, show=progress) as display:
             if engine is Engine.local:
-                summary = run_local(inputs, out, cfg, fmt=fmt, progress=display, model=loaded, select=select)
+                summary = run_local(inputs, out, cfg, fmt=fmt, progress=display, model=loaded, select=select,
+                                    ranker=ranker)
             else:
-                summary = run_ray(inputs, out, cfg, workers=workers, address=address, num_cpus=num_cpus, fmt=fmt,
-                                  progress=display, select=select)
+                summary = run_ray(inputs, out, cfg, workers=workers, address=address, num_cpus=job.num_cpus,
+                                  fmt=fmt, progress=display, select=select, ranker=ranker)
     except KeyboardInterrupt as exc:  # SIGTERM/SIGHUP/SIGINT: a clean stop, never blamed on a trace
         from masprism_batch.pipelines.interrupts import exit_status, signal_name
 
@@ -153,11 +178,11 @@ def run(
         f"{summary.tokens_per_second:,.0f} tokens/s ({summary.engine}, {summary.workers} worker(s)) -> {out}")
     from masprism_batch.pipelines.increment import summary_line
 
-    if new := summary_line(summary.extra.get("inputs")):
+    if new := summary_line(summary.facts.inputs):
         console.print(escape(new), highlight=False)
     if summary.breakdown:
         console.print(f"time: {summary.breakdown}")
-    if matched := ranker_matches(cfg, out):
+    if matched := ranker_matches(cfg, out, ranker):
         console.print(escape(matched))
     succeeded = summary.counts["succeeded"]
     if succeeded:

@@ -14,8 +14,8 @@ from rich.markup import escape
 from rich.table import Table
 
 from masprism_batch.cli import EXIT_OK, app, setup_logging
-from masprism_batch.cli.analytics import OutdirArg, _check_run_dir, _fail
-from masprism_batch.cli.common import VerboseOpt
+from masprism_batch.cli.common import check_run_dir, outdir_failure
+from masprism_batch.cli.options import OutdirArg, VerboseOpt
 from masprism_batch.outdir.manifest import DamagedOutput
 
 _VERDICT_COLS = ["trace_id", "source", "system", "n_steps", "pred_step", "pred_step_agent", "pred_agent",
@@ -77,11 +77,11 @@ def show(outdir: Path = OutdirArg,
     setup_logging(verbose)
     if by not in ("confidence", "trace"):
         raise usage(f"--by must be confidence or trace, not {by!r}")
-    _check_run_dir(outdir)
+    check_run_dir(outdir)
     try:
         table, n = _errors(outdir, limit) if errors else _verdicts(outdir, limit, by)
     except (AnalyticsInputError, DamagedOutput, OSError) as exc:
-        raise _fail(exc) from None
+        raise outdir_failure(exc) from None
     out = Console(width=max(Console().width, 120))  # stdout: the listing is the command's result
     out.print(table)
     if limit and n > limit:

@@ -7,12 +7,13 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
-from masprism_batch.fit import fitting as ft
 from masprism_batch.fit import labels as lb
 from masprism_batch.fit import system as fs
-from masprism_batch.fit.rankfile import system_key
-from masprism_batch.method import reads, rules
+from masprism_batch.method import reads
 from masprism_batch.trace import Trace
+from masprism_batch.verdict import case as vcase
+from masprism_batch.verdict import rules
+from masprism_batch.verdict.rankfile import system_key
 
 # step_scores columns the step features read (method/ranker.py step_features) and the rule's order needs
 STEP_COLUMNS = ["trace_id", "step", "nll_pass1", "nll_pass2", "h_score", "score", "rank", "masprism_rank",
@@ -82,7 +83,7 @@ def lacking_features(rows: dict[str, list[dict]]) -> list[str]:
 
 
 def build_cases(traces, rows, labels_file: Path | None, system: str | None, named: dict | None = None):
-    """({system: [FitCase]}, the label problems to report, the zero-training fallback the cases are ordered by); a
+    """({system: [LogCase]}, the label problems to report, the zero-training fallback the cases are ordered by); a
     log's system: `system` (fit --system), else the one its run named (`named`), else what it records
     (rankfile.system_key), as `--ranker` will match it. A labels file that cannot be read: FitInputError."""
     if labels_file is not None:
@@ -104,7 +105,7 @@ def build_cases(traces, rows, labels_file: Path | None, system: str | None, name
                       key=lambda x: x.get("masprism_rank") or x.get("rank"))
         ranked = rules.order(fallback.rule, r, [x["step"] for x in base])
         key = system or system_key(t, (named or {}).get(tid))
-        out.setdefault(key, []).append(ft.FitCase(t, r, sorted(g.steps), g.agents, ranked))
+        out.setdefault(key, []).append(vcase.LogCase(t, r, sorted(g.steps), g.agents, ranked))
     return out, problems, fallback
 
 

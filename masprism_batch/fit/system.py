@@ -23,7 +23,11 @@ import numpy as np
 
 from masprism_batch.fit import fitting as ft
 from masprism_batch.fit import verdict_confidence as vc
-from masprism_batch.method import calibrate, rules
+from masprism_batch.method import calibrate
+from masprism_batch.verdict import case as vcase
+from masprism_batch.verdict import confidence as vconf
+from masprism_batch.verdict import correction as vcorr
+from masprism_batch.verdict import rules
 
 log = logging.getLogger(__name__)
 # How an option must beat the current choice held out, in standard errors of the paired difference of hits on
@@ -61,7 +65,7 @@ class SystemFit:
     entry: dict  # what the ranker file keeps for this system
 
 
-def _oof(cases: list[ft.FitCase], opts, rule_agent: str) -> dict:
+def _oof(cases: list[vcase.LogCase], opts, rule_agent: str) -> dict:
     """Held-out predictions of every option, per case: (offset, l2) -> (step, (order, scores), probs, priors);
     "rule", "prior" (the label prior re-ranking the log's candidates); "pos_prior" and "agent_prior" baselines,
     learned from the training folds only. (order, scores) is what the verdict's confidence reads (evidence)."""
@@ -70,7 +74,7 @@ def _oof(cases: list[ft.FitCase], opts, rule_agent: str) -> dict:
     for f in sorted(set(folds.tolist())):
         train = [c for c, k in zip(cases, folds, strict=True) if k != f]
         test = [i for i, k in enumerate(folds) if k == f]
-        pri = ft.Priors.count(train)
+        pri = vcase.Priors.count(train)
         fitted = {o: ft.fit_correction(train, o[1], o[0]) for o in opts} if len(train) >= 2 else {}
         for i in test:
             c = cases[i]
@@ -83,10 +87,10 @@ def _oof(cases: list[ft.FitCase], opts, rule_agent: str) -> dict:
             out[i]["rule"] = (top, (c.ranked, None), None, pri)
             ti = pri.top_index()
             out[i]["pos_prior"] = min(ti, n - 1) if ti is not None else top
-            order, off = ft.prior_verdict(c, pri) if c.ranked else ([top], None)
+            order, off = vcorr.prior_verdict(c, pri) if c.ranked else ([top], None)
             out[i]["prior"] = (order[0], (order, off), None, pri)
-            out[i]["agent_prior"] = pri.top_agent(c.trace) or ft.agent_pick(rules.FLOOR, c, None, top, None)
-            out[i]["rule_agent"] = ft.agent_pick(rule_agent, c, None, top, None)
+            out[i]["agent_prior"] = pri.top_agent(c.trace) or vcorr.agent_pick(rules.FLOOR, c, None, top, None)
+            out[i]["rule_agent"] = vcorr.agent_pick(rule_agent, c, None, top, None)
     return out
 
 
@@ -95,7 +99,7 @@ def modal_share(steps: list[int]) -> float:
     return max(Counter(steps).values()) / len(steps) if steps else 0.0
 
 
-def _confidence(cases: list[ft.FitCase], oof: dict, ok: list[int], chosen, zero_cal: dict | None):
+def _confidence(cases: list[vcase.LogCase], oof: dict, ok: list[int], chosen, zero_cal: dict | None):
     """(calibration, held-out figures) of the chosen verdict's confidence from its held-out verdicts
     (fit/verdict_confidence.py), each scored in the internal fold it was held out in."""
     feats = []
@@ -104,19 +108,19 @@ def _confidence(cases: list[ft.FitCase], oof: dict, ok: list[int], chosen, zero_
         if probs is not None:
             order = sorted(range(len(probs)), key=lambda k: (-probs[k], k))
         order = list(order) if order else [step]
-        feats.append(vc.features(cases[i], order, probs, scores, zero_cal))
+        feats.append(vconf.features(cases[i], order, probs, scores, zero_cal))
     return vc.fit(feats, [ft.hit(cases[i], oof[i][chosen][0]) for i in ok], ft.folds_of(len(cases))[ok], zero_cal)
 
 
-def fit_system(cases: list[ft.FitCase], system: str, rule: str = "faithful", rule_agent: str = "author",
+def fit_system(cases: list[vcase.LogCase], system: str, rule: str = "faithful", rule_agent: str = "author",
                grid=ft.L2_GRID, offsets=None, zero_cal: dict | None = None) -> SystemFit:
-    """Fit `system` on its labelled `cases` (each a FitCase with the zero-training `rule` order in `ranked`);
+    """Fit `system` on its labelled `cases` (each a LogCase with the zero-training `rule` order in `ranked`);
     `offsets`: the orders the ranker may correct (default fit.OFFSETS, read at call time; others only to measure
     what each adds); `zero_cal`: the calibration of the zero-training confidence a log of an unfitted system gets
     (fallback.json's), which the fitted confidence reads and is measured against."""
     if not cases:
         raise ValueError(f"system {system!r}: no labelled logs to fit on")
-    offsets = ft.OFFSETS if offsets is None else offsets
+    offsets = vcorr.OFFSETS if offsets is None else offsets
     grid = tuple(lam for lam in grid if lam * len(cases) >= ft.MIN_L2_TIMES_K) or grid[:1]
     # every (offset, strength) the ranker may take; on ties the first: the rule's fixed order, strongest shrinkage
     opts = [(off, lam) for off in offsets for lam in grid]
@@ -168,9 +172,9 @@ def fit_system(cases: list[ft.FitCase], system: str, rule: str = "faithful", rul
              "fitted_on": sorted(hashlib.sha256(c.trace.trace_id.encode()).hexdigest()[:16] for c in cases)}
     if use_ranker or chosen == "prior" or agent_rule.startswith("prior"):
         # the label counts are all a prior verdict or a prior agent needs: a ranker is fitted only when it ships
-        entry["priors"] = (m.priors if m is not None else ft.Priors.count(cases)).to_json()
+        entry["priors"] = (m.priors if m is not None else vcase.Priors.count(cases)).to_json()
         if m is not None:
-            entry.update(features=ft.BASE_FEATURES + ft.PRIOR_FEATURES, weights=m.w.tolist(),
+            entry.update(features=vcase.BASE_FEATURES + vcase.PRIOR_FEATURES, weights=m.w.tolist(),
                          mean=m.mean.tolist(), std=m.std.tolist(), l2=best[1], offset=best[0],
                          offset_scale=m.offset_scale)
     for note in notes:
@@ -207,8 +211,8 @@ def _agent_choice(cases, oof, ok, chosen, rule_agent: str, overridable: bool, us
     extra = [a for a in ("author", MIX_AGENT, "aggregate" if use_ranker else None) if a and a != rule_agent]
     def pick(a, i):
         top = oof[i][chosen][0]
-        order = ft.prior_agent_order(cases[i].ranked, top) if chosen == "prior" else None
-        return ft.agent_pick(a, cases[i], oof[i][chosen][2], top, oof[i][chosen][3], order)
+        order = vcorr.prior_agent_order(cases[i].ranked, top) if chosen == "prior" else None
+        return vcorr.agent_pick(a, cases[i], oof[i][chosen][2], top, oof[i][chosen][3], order)
 
     hits = {a: [ft.agent_hit(cases[i], pick(a, i)) for i in ok] for a in (rule_agent, prior, *extra)}
     acc = {a: calibrate.mean(h) for a, h in hits.items()}

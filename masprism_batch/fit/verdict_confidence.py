@@ -22,51 +22,14 @@ from __future__ import annotations
 
 import numpy as np
 
-from masprism_batch.fit import fitting as ft
 from masprism_batch.method import calibrate
 from masprism_batch.method import confidence as cf
+from masprism_batch.verdict.confidence import FEATURES, OWN
 
-FEATURES = ("zero_training", "gap", "agrees")
-OWN = ("zero_training",)  # the set kept when the zero-training confidence ranks at least as well
 # how much higher the fitted confidence's held-out AUROC must be to be kept: it reads the zero-training score
 # itself, so on a system where nothing else ranks it ties that one up to noise (+0.001 on a planted test), and
 # a tie keeps the simpler confidence (chosen a priori, a round value, not tuned on the dev systems)
 MARGIN = 0.02
-
-
-def zero_training_score(cal: dict | None, ev: dict[str, float]) -> float:
-    """The zero-training calibration's logit of evidence `ev` (the order of its confidence, before its 1/n floor);
-    without a calibration, the signed sum of the features in the units they carry."""
-    if cal is None:
-        return float(sum(cf.SIGNS[f] * ev[f] for f in cf.FEATURES))
-    x = (np.array([ev[f] for f in cal["features"]]) - np.asarray(cal["mean"])) / np.asarray(cal["std"])
-    return float(x @ np.asarray(cal["w"])) + float(cal["b"])
-
-
-def features(c: ft.FitCase, order: list[int], probs=None, scores=None, zero_cal: dict | None = None) -> dict:
-    """FEATURES of one verdict: `order` every step best first (order[0] blamed), `probs` a ranker's step
-    probabilities, `scores` (array over steps) the label prior's; neither: the rule's MASPrism Score."""
-    top = order[0]
-    ev = ft.evidence(c, [top] + [k for k in c.ranked if k != top])  # the zero-training evidence of this step
-    if probs is not None:
-        p = np.asarray(probs, dtype=np.float64)
-        second = max((p[k] for k in order[1:2]), default=0.0)
-        gap = float(p[top] - second) / max(float(p.sum()), 1e-12)
-    else:
-        v = ft.evidence(c, order, None, scores)  # share x relative margin = (s1 - s2) / sum of the candidates'
-        gap = v["top_share"] * v["margin"]
-    return {"zero_training": zero_training_score(zero_cal, ev), "gap": float(gap),
-            "agrees": float(bool(c.ranked) and top == c.ranked[0])}
-
-
-def zero_training_confidence(c: ft.FitCase, top: int, zero_cal: dict | None, score: float | None = None):
-    """What the zero-training calibration says of blaming `top` (the confidence a log of an unfitted system gets
-    for the rule's verdict; `score`: its zero_training feature, when already computed): None without one."""
-    if zero_cal is None:
-        return None
-    if score is None:
-        score = zero_training_score(zero_cal, ft.evidence(c, [top] + [k for k in c.ranked if k != top]))
-    return max(float(1 / (1 + np.exp(-np.clip(score, -50, 50)))), 1.0 / max(len(c.trace.steps), 1))
 
 
 def lift(conf, hits, fraction: float = 0.25) -> float | None:
@@ -120,11 +83,3 @@ def fit(feats: list[dict], hits: list[bool], folds, zero_cal: dict | None) -> tu
     return cal, fig
 
 
-def apply(cal: dict, c: ft.FitCase, order: list[int], probs=None, scores=None) -> float | None:
-    """The confidence of one verdict under a system's calibration of kind "fitted" (`fit` above) or "evidence"
-    (the verdict's own evidence: ranker files written before issue 48)."""
-    if cal.get("kind") == "fitted":
-        x = features(c, order, probs, scores, cal.get("zero_training"))
-    else:
-        x = ft.evidence(c, order, probs, scores)
-    return calibrate.confidence(cal, x, len(c.trace.steps))

@@ -3,7 +3,7 @@
 `fit_evidence`: logistic regression of held-out hits on the verdict's evidence features (method/confidence.py),
 standardised; the weights carry an L2 pull toward 0 and the intercept toward the smoothed base rate, so that 5
 labels cannot produce a certainty of 0 or 1: with few labels the calibration says little more than the held-out
-hit rate, which is what it knows. `confidence` applies it and floors it at 1/(number of steps).
+hit rate, which is what it knows. verdict/confidence.py applies it at run time, floored at 1/(number of steps).
 
 `fit_monotone`: the same logistic over the few verdict-level features of a fitted system's confidence
 (fit/verdict_confidence.py), each oriented so that larger means more confident and its weight kept >= 0 (a
@@ -89,25 +89,6 @@ def _logistic(Z: np.ndarray, y: np.ndarray, b0: float) -> tuple[np.ndarray, floa
         if np.abs(step).sum() < 1e-10:
             break
     return theta[:-1], float(theta[-1])
-
-
-def confidence(cal: dict | None, feats: dict | None, n_steps: int) -> float | None:
-    """P(right) of one verdict from its evidence features `feats` under an evidence calibration `cal`
-    (fit_evidence), never below 1/n_steps: a uniform guess among the log's steps does that well."""
-    if cal is None or feats is None:
-        return None
-    x = (np.array([feats[f] for f in cal["features"]]) - np.asarray(cal["mean"])) / np.asarray(cal["std"])
-    return max(_sigmoid(float(x @ np.asarray(cal["w"])) + cal["b"]), 1.0 / max(n_steps, 1))
-
-
-def flat_rate(cal: dict) -> float | None:
-    """The one P(right) every verdict gets where the calibration kept no feature (fit_evidence drops the evidence
-    when its scale comes out negative), before the 1/n floor; None where the evidence ranks verdicts."""
-    return None if any(cal.get("w") or []) else _sigmoid(float(cal["b"]))
-
-
-def _sigmoid(s: float) -> float:
-    return 1 / (1 + math.exp(-max(min(s, 50.0), -50.0)))
 
 
 def accuracy_at_coverage(conf, hits, fractions=(0.25, 0.5, 1.0)) -> dict[float, tuple[int, float | None]]:

@@ -14,7 +14,7 @@ the same on any system, so a calibration fitted on some systems can rank the ver
   surprising symptom downstream of an unsurprising step is the paper's pattern);
 - log_steps, log_candidates: how many places the failure could be (a guess among 3 steps is right 1 time in 3).
 
-The calibration (calibrate.fit_evidence / calibrate.confidence) floors the result at 1/n for a log of n steps.
+The calibration (calibrate.fit_evidence, applied by verdict/confidence.py) floors the result at 1/n for a log of n steps.
 """
 
 from __future__ import annotations

@@ -1,7 +1,7 @@
 """The step features a fitted ranker reads, and agents ranked by their steps' summed probability.
 
 The faithful method ranks at most K candidates by a hand-written score. A fitted ranker (fit/fitting.py, applied
-by fit/rankfile.py) gives every step a linear score over features the two prefill passes already produce (NLL,
+by verdict/rankfile.py) gives every step a linear score over features the two prefill passes already produce (NLL,
 attention inflow, symptom/candidate marks, the pass-2 score) and over trace structure (position, agent
 turn-taking, failure words); a softmax over the trace's steps gives P(step is the failure source).
 No free text is decoded and no label is read at inference.

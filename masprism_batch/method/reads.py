@@ -8,7 +8,7 @@ Two features cost model work beyond the two passes:
 Every other feature comes with the two passes anyway.
 
 The model stage computes a costly feature for a trace only when its verdict reads it under the run's
-`VerdictPolicy` (fit/policy.py): the fitted ranker of the trace's system (which declares its `features` and,
+`VerdictPolicy` (verdict/policy.py): the fitted ranker of the trace's system (which declares its `features` and,
 where it keeps the zero-training order, its `rule`) or, for a system no ranker was fitted on, the zero-training
 rule of the policy's fallback.
 `method.features = "all"` (CLI `--all-features`: runs made to fit a ranker) and callers that take the raw
@@ -29,7 +29,7 @@ HEAD_ATTENTION = "head_attention"
 COSTLY = (COUNTERFACTUAL, HEAD_ATTENTION)
 # step feature (method/ranker.py FEATURES) -> the costly computation behind it
 FEATURE_COST = {"cf_z": COUNTERFACTUAL, "has_cf": COUNTERFACTUAL, "attn_learned_norm": HEAD_ATTENTION}
-# zero-training rule (method/rules.py RULES) -> the costly computation behind the column it orders by
+# zero-training rule (verdict/rules.py RULES) -> the costly computation behind the column it orders by
 RULE_COST = {"counterfactual": COUNTERFACTUAL, "learned_heads": HEAD_ATTENTION}
 # step_scores columns left null when their computation is skipped
 COLUMNS = {COUNTERFACTUAL: "cf_effect", HEAD_ATTENTION: "attn_in_learned"}
@@ -55,7 +55,7 @@ def _ranker_reads(rk) -> set[str]:
 
 
 def verdict_reads(policy, trace: Trace) -> frozenset[str]:
-    """The costly features the verdict of `trace` reads under the run's `policy` (fit/policy.py VerdictPolicy;
+    """The costly features the verdict of `trace` reads under the run's `policy` (verdict/policy.py VerdictPolicy;
     a subset of COSTLY), whatever the config enables."""
     if not policy.ranked:  # the faithful method: the pass-2 score order, nothing costly
         return frozenset()

@@ -21,7 +21,6 @@ import numpy as np
 
 from masprism_batch.category import annotate as categories
 from masprism_batch.config import PipelineConfig
-from masprism_batch.fit.policy import VerdictPolicy
 from masprism_batch.method import counterfactual, heads, reads
 from masprism_batch.method import masprism as mp
 from masprism_batch.render import buckets, pass1, windows
@@ -30,8 +29,10 @@ from masprism_batch.schema import error_row
 from masprism_batch.stage import rows as rows_mod
 from masprism_batch.stage.pass2 import Pass2Prep, prepare_pass2, symptom_ratio
 from masprism_batch.stage.prefill import pass1_signals, prefill_groups
-from masprism_batch.stage.verdict import fitted_verdict, masprism_verdict, rule_confidence
 from masprism_batch.trace import Trace
+from masprism_batch.verdict.confidence import rule_confidence
+from masprism_batch.verdict.decide import fitted_verdict, masprism_verdict
+from masprism_batch.verdict.policy import VerdictPolicy
 
 if TYPE_CHECKING:
     from masprism_batch.model.forward import SeqSignals
@@ -84,7 +85,7 @@ def attribute_traces(traces: list[Trace], model, cfg: PipelineConfig, raw_sink=N
                      rendered: list | None = None, policy: VerdictPolicy | None = None) -> StageOutput:
     """rendered: the pass-1 renders of `traces` (pass1.render_traces, one per trace, done by planning); None
     renders here through that same function. raw_sink: optional callable(trace, dict of raw signals) --
-    benchmarks cache them to refit rankers. policy: the run's verdict policy (fit/policy.py), loaded once by
+    benchmarks cache them to refit rankers. policy: the run's verdict policy (verdict/policy.py), loaded once by
     the engine; None loads it here. The two halves (`on_device`, `host_tail`) one after the other."""
     return host_tail(on_device(traces, model, cfg, raw_sink, rendered, policy))
 

@@ -9,7 +9,7 @@ from __future__ import annotations
 import numpy as np
 
 from masprism_batch.method.sparse_attn import row_tail
-from masprism_batch.stage.verdict import agent_by
+from masprism_batch.verdict.decide import agent_by
 
 
 def final_columns(rows: list[dict], v) -> None:

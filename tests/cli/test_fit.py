@@ -13,6 +13,7 @@ from typer.testing import CliRunner
 from masprism_batch.cli import EXIT_FATAL, EXIT_OK, app
 from masprism_batch.fit import fitting as ft
 from masprism_batch.outdir.reads import read_dataset
+from masprism_batch.verdict import correction as vcorr
 
 runner = CliRunner()
 WORDS = "plan search the file error retry tool answer check result failed timeout".split()
@@ -62,7 +63,7 @@ def test_fit_from_trace_labels_prints_estimates_and_applies(run_dir, tmp_path):
     assert e["heldout"]["pos_prior"] == 1.0 and e["heldout"]["agent_prior"] == 1.0
     assert e["heldout"]["fitted_agent"] == 1.0
     # measured against the zero-training agent rule an unfitted system gets, and the agent chosen on its own
-    from masprism_batch.method import rules
+    from masprism_batch.verdict import rules
 
     assert e["rule_agent"] == rules.read_fallback(None).agent_rule
     assert e["agent_rule"] in (e["rule_agent"], f"prior|{e['rule_agent']}", "author", "aggregate")
@@ -84,7 +85,7 @@ def test_fit_from_trace_labels_prints_estimates_and_applies(run_dir, tmp_path):
     rows = read_dataset(tmp_path / "applied" / "attributions").to_pylist()
     by = e["verdict"]
     if by == "ranker":  # a ranker says which order it corrects, in the file and in words
-        assert e["offset"] in ft.OFFSETS and "a correction of the" in line
+        assert e["offset"] in vcorr.OFFSETS and "a correction of the" in line
     assert {r["verdict_by"] for r in rows} == {f"{by}:billing-bot" if by != "rule" else f"rule:{e['rule']}"}
     assert all(0 < r["confidence"] < 1 for r in rows)
     # issue 32: the labels all blame step 1, yet no verdict names step 1 for every log whatever it says: the fit
@@ -174,7 +175,7 @@ def test_bench_accuracy_and_fit_share_the_fitting_function(run_dir, tmp_path):
         r = rows[tid]
         ranked = [x["step"] for x in sorted((x for x in r if x["masprism_rank"]), key=lambda x: x["masprism_rank"])]
         cases.append(ba.Case("billing-bot", t, {"rows": r, "ranking": {"ranked": ranked}}, {}))
-    from masprism_batch.method import rules
+    from masprism_batch.verdict import rules
 
     fb = rules.read_fallback(None)  # the agent rule and zero-training calibration fit uses
     f = ba.system_fit(cases, "billing-bot", rule_agent=fb.agent_rule, zero_cal=fb.calibration)
@@ -186,7 +187,7 @@ def test_bench_accuracy_and_fit_share_the_fitting_function(run_dir, tmp_path):
     from masprism_batch.fit.runs import build_cases
 
     cli_cases = build_cases(traces, rows, None, None)[0]["billing-bot"]
-    for off in ft.OFFSETS:
+    for off in vcorr.OFFSETS:
         for lam in ft.L2_GRID:
             a, b = ft.fit_correction(cli_cases, lam, off), ft.fit_correction(ba.fit_cases(cases), lam, off)
             assert np.any(a.w != 0) and np.array_equal(a.w, b.w) and a.offset_scale == b.offset_scale

@@ -8,7 +8,7 @@ import numpy as np
 from typer.testing import CliRunner
 
 from masprism_batch.cli import EXIT_FATAL, EXIT_OK, app
-from masprism_batch.cli.attribute import _sample_dir
+from masprism_batch.cli.demo import _sample_dir
 from masprism_batch.method.heads import HeadWeights
 
 runner = CliRunner()

@@ -5,7 +5,7 @@ import pyarrow.dataset as ds
 from typer.testing import CliRunner
 
 from masprism_batch.cli import app
-from masprism_batch.stage import verdict
+from masprism_batch.verdict import decide
 
 runner = CliRunner()
 
@@ -22,7 +22,7 @@ def test_a_verdict_without_symptom_says_so_and_keeps_its_step(tmp_path, monkeypa
 
     logs = Path(__file__).resolve().parents[1] / "data" / "formats"
     labelled = _attribute(logs, tmp_path / "A")
-    monkeypatch.setattr(verdict, "_no_symptom", lambda base, order: False)  # the verdicts as before the label
+    monkeypatch.setattr(decide, "_no_symptom", lambda base, order: False)  # the verdicts as before the label
     before = _attribute(logs, tmp_path / "B")
     assert labelled.keys() == before.keys()
     flagged = 0

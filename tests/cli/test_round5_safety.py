@@ -149,7 +149,7 @@ def test_ranker_and_labels_on_a_special_file_say_not_a_regular_file(tmp_path, ki
     elif kind == "dir":
         os.mkdir(path)
         (path / "rankers.json").mkdir()  # a folder means its rankers.json: itself a folder here
-    cfg = PipelineConfig.model_validate({"method": {"ranker_weights": str(path)}})
+    cfg = PipelineConfig.model_validate({"method": {"ranker": str(path)}})
     with pytest.raises(typer.Exit):
         check_ranker(cfg)
     err = capsys.readouterr().err

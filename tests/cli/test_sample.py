@@ -46,7 +46,7 @@ def test_eval_says_whether_its_scores_are_in_sample(tmp_path, monkeypatch):
     import hashlib
 
     from masprism_batch.analytics import insample
-    from masprism_batch.cli.attribute import _in_sample_note
+    from masprism_batch.cli.eval import _in_sample_note
     from masprism_batch.config import load_config
 
     monkeypatch.setattr(insample, "weights_dir", lambda: tmp_path)

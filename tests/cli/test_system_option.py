@@ -74,7 +74,7 @@ def test_system_option_names_the_system_and_a_ranker_applies_only_to_it(tmp_path
 
     # a ranker fitted on `name` (here on synthetic rows) applies to these logs only when they are named so
     from masprism_batch.fit import system as fs
-    from masprism_batch.fit.rankfile import RankerFile
+    from masprism_batch.verdict.rankfile import RankerFile
 
     entry = fs.fit_system(_synth(40, 7), name).entry
     assert entry["verdict"] == "ranker"

@@ -136,7 +136,7 @@ def test_demo_with_smollm2(tmp_path):
 def test_demo_verdicts_are_the_same_in_bf16_and_fp32(tmp_path):
     """`auto` is bf16 on CPUs with native bf16 (issue 24): on the demo's 6 real logs every verdict (step, agent)
     equals the fp32 one, as on the 114 Who&When eval logs (docs/benchmarks.md)."""
-    from masprism_batch.cli.attribute import _sample_dir
+    from masprism_batch.cli.demo import _sample_dir
 
     sample = _sample_dir()
     got = {}

@@ -25,7 +25,7 @@ from typer.testing import CliRunner
 from masprism_batch import schema
 from masprism_batch.analytics import report, stats
 from masprism_batch.cli import EXIT_OK, app
-from masprism_batch.cli import attribute as attribute_cli
+from masprism_batch.cli import demo as demo_cli
 from masprism_batch.trace import Labels, Step, Trace
 
 export = importlib.import_module("masprism_batch.analytics.export")  # the package re-exports a function of that name
@@ -51,7 +51,7 @@ def outdir(request, tmp_path_factory):
     extra = []
     if request.param == "aggregate-ranker":
         (base / "ranker.json").write_text(json.dumps(AGGREGATE_RANKER), encoding="utf-8")
-        (base / "cfg.json").write_text(json.dumps({"method": {"ranker_weights": str(base / "ranker.json")}}),
+        (base / "cfg.json").write_text(json.dumps({"method": {"ranker": str(base / "ranker.json")}}),
                                        encoding="utf-8")
         extra = ["--config", str(base / "cfg.json")]
     t = Trace(trace_id="one", source="jsonl", system="toy",
@@ -128,11 +128,11 @@ def _outputs(outdir: Path, tmp: Path) -> dict[str, tuple]:
     got["report author"] = (t["pred"], t["pa"])
     # demo / terminal printing
     buf = _io.StringIO()
-    old, attribute_cli.console = attribute_cli.console, Console(file=buf, width=400)
+    old, demo_cli.console = demo_cli.console, Console(file=buf, width=400)
     try:
-        attribute_cli._print_attributions(outdir)
+        demo_cli._print_attributions(outdir)
     finally:
-        attribute_cli.console = old
+        demo_cli.console = old
     text = buf.getvalue()
     m = re.search(r"predicted: step (\d+) \(written by ([^)]*)\); blamed agent: (\S+)", text)
     got["demo"] = (int(m.group(1)), m.group(3))
@@ -157,7 +157,7 @@ def test_every_output_names_the_same_step_and_agent(outdir, tmp_path):
     assert a["pred_step_agent"] == AGENTS[step]
     # author / aggregate, or a zero-training agent rule of fallback.json (most_active, guard:t, active, mix:b:
     # issues 23, 32)
-    from masprism_batch.method import rules
+    from masprism_batch.verdict import rules
 
     assert a["pred_agent_rule"] in ("author", "aggregate", *rules.AGENT_RULES)
     assert a["agent_ranking"] and a["agent_ranking"][0]["agent"] == agent

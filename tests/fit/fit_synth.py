@@ -3,8 +3,8 @@
 import numpy as np
 import pytest
 
-from masprism_batch.fit import fitting as ft
 from masprism_batch.trace import Step, Trace
+from masprism_batch.verdict import case as vcase
 
 
 def synth_case(rng, i, gold_by="nll", source="team/agents", agent_gold=None):
@@ -27,7 +27,7 @@ def synth_case(rng, i, gold_by="nll", source="team/agents", agent_gold=None):
         gold = [int(rng.integers(0, n))]
     agents = [agent_gold] if agent_gold else [steps[gold[0]].agent.lower()]
     t = Trace(trace_id=f"{source}-{i}", source=source, steps=steps)
-    return ft.FitCase(t, rows, gold, agents, ranked)
+    return vcase.LogCase(t, rows, gold, agents, ranked)
 
 
 @pytest.fixture

@@ -4,9 +4,9 @@ The folds fit rankers on 4/5 of a system's logs; the shipped ranker is refitted 
 on the label position. Case found by a seed sweep (1 in ~80 seeds): every label on step 1, the folds' rankers
 named step 1 for 73% of held-out logs (under MAX_MODAL), the shipped one for 95% of fresh logs."""
 
-from masprism_batch.fit import fitting as ft
 from masprism_batch.fit import system as fs
-from masprism_batch.fit.rankfile import SystemRanker
+from masprism_batch.verdict import case as vcase
+from masprism_batch.verdict.rankfile import SystemRanker
 
 SWEEP_SEED = 1029825122  # the sweep's failing case, kept as a regression case beside the random seed below
 
@@ -34,4 +34,4 @@ def test_a_ranker_set_aside_by_the_guard_is_said(synth):
     assert f.verdict != "ranker", f.entry  # the full-data ranker named step 1 for most of its own logs
     assert "weights" not in f.entry
     assert any("label prior is all it learned" in n for n in f.entry["notes"]), f.entry["notes"]
-    assert ft.Priors.count(train).top_index() == 1
+    assert vcase.Priors.count(train).top_index() == 1

@@ -5,6 +5,8 @@ import numpy as np
 from masprism_batch.fit import fitting as ft
 from masprism_batch.fit import system as fs
 from masprism_batch.method import calibrate
+from masprism_batch.verdict import case as vcase
+from masprism_batch.verdict import correction as vcorr
 
 
 def test_shrinkage_limit_is_the_rule(synth):
@@ -21,8 +23,8 @@ def test_fit_learns_a_planted_signal_and_says_so(synth):
     e = f.estimates
     assert e["fitted"] > e["rule"] + 0.2 and e["folds"] == "5-fold"
     test = synth(40, seed=3)
-    m = ft.Fitted(np.asarray(f.entry["weights"]), np.asarray(f.entry["mean"]), np.asarray(f.entry["std"]),
-                  ft.Priors.from_json(f.entry["priors"]), f.entry["l2"])
+    m = vcorr.Fitted(np.asarray(f.entry["weights"]), np.asarray(f.entry["mean"]), np.asarray(f.entry["std"]),
+                  vcase.Priors.from_json(f.entry["priors"]), f.entry["l2"])
     acc = np.mean([ft.hit(c, ft.top_of(m.probs(c))) for c in test])
     rule = np.mean([ft.hit(c, c.ranked[0]) for c in test])
     assert acc > rule + 0.2  # held out on logs the fit never saw
@@ -44,10 +46,10 @@ def test_label_priors_are_baselines_and_agent_prior_is_learned(synth):
 
 def test_priors_leave_the_training_log_out(synth):
     cases = synth(5, seed=6)
-    pri = ft.Priors.count(cases)
+    pri = vcase.Priors.count(cases)
     c = cases[0]
-    loo = ft.design(c, pri, loo=True)[:, -3]
-    full = ft.design(c, pri, loo=False)[:, -3]
+    loo = vcase.design(c, pri, loo=True)[:, -3]
+    full = vcase.design(c, pri, loo=False)[:, -3]
     assert full[c.gold[0]] > loo[c.gold[0]]  # the log's own label is not in its training feature
     assert pri.n == 5  # and the counts are restored
 
@@ -85,16 +87,16 @@ def test_few_labels_keep_the_rule_and_margins_are_in_standard_errors(synth, np_r
 
 
 def test_prior_agent_falls_back_to_the_rule_agent(synth, np_rng):
-    from masprism_batch.fit.rankfile import SystemRanker
-    from masprism_batch.method import rules
+    from masprism_batch.verdict import rules
+    from masprism_batch.verdict.rankfile import SystemRanker
 
     seed = int(np_rng.integers(1 << 30))
     train = synth(12, seed=seed, agent_gold="auditor")  # an agent no log of this system has
-    pri = ft.Priors.count(train)
+    pri = vcase.Priors.count(train)
     c = synth(1, seed=seed + 1)[0]
     assert pri.top_agent(c.trace) is None
     active = rules.agent_verdict("active", c.trace, c.rows, c.ranked)
-    assert ft.agent_pick("prior|active", c, None, c.ranked[0], pri) == active
+    assert vcorr.agent_pick("prior|active", c, None, c.ranked[0], pri) == active
     entry = {"system": "team/agents", "verdict": "rule", "rule": "faithful", "agent_rule": "prior|active",
              "priors": pri.to_json(), "calibration": None}
     assert SystemRanker(entry, "m").apply(c.trace, c.rows, c.ranked)[2] == active
@@ -103,10 +105,10 @@ def test_prior_agent_falls_back_to_the_rule_agent(synth, np_rng):
 def test_prior_step_verdict_gives_the_same_agent_whichever_order_the_stage_passes(synth, np_rng):
     """The run's stage applies a label-prior verdict a second time with the prior's step moved first: the agent
     (a zero-training agent rule that reads the order) must not change, so the benchmark measures what runs."""
-    from masprism_batch.fit.rankfile import SystemRanker
+    from masprism_batch.verdict.rankfile import SystemRanker
 
     seed = int(np_rng.integers(1 << 30))
-    pri = ft.Priors.count(synth(15, seed=seed, gold_by="random"))
+    pri = vcase.Priors.count(synth(15, seed=seed, gold_by="random"))
     entry = {"system": "team/agents", "verdict": "prior", "rule": "faithful", "agent_rule": "mix:0.5",
              "priors": pri.to_json(), "calibration": None}
     sr = SystemRanker(entry, "m")
@@ -122,9 +124,9 @@ def test_prior_offset_limit_is_the_prior_and_rule_scale_is_learned(synth, np_rng
     seed = int(np_rng.integers(1 << 30))
     cases = synth(30, seed=seed, gold_by="random")
     m = ft.fit_correction(cases, 1e6, "prior")
-    pri = ft.Priors.count(cases)
+    pri = vcase.Priors.count(cases)
     # the limit is the label prior re-ranking each log's own candidates (issue 32): one of them, never a fixed step
-    assert all(ft.top_of(m.probs(c)) == ft.prior_verdict(c, pri)[0][0] and ft.top_of(m.probs(c)) in c.ranked
+    assert all(ft.top_of(m.probs(c)) == vcorr.prior_verdict(c, pri)[0][0] and ft.top_of(m.probs(c)) in c.ranked
                for c in cases), seed
     # the label prior over every step: its limit is the most blamed index for every log (one of them where several
     # were blamed as often: the log's features, at this strength a tie-break, choose), a fixed position, which
@@ -135,9 +137,9 @@ def test_prior_offset_limit_is_the_prior_and_rule_scale_is_learned(synth, np_rng
     long_enough = [c for c in cases if len(c.trace.steps) > max(tops)]
     assert long_enough and all(ft.top_of(pos.probs(c)) in tops for c in long_enough), (seed, tops)
     right = ft.fit_correction(synth(30, seed=seed, gold_by="rule"), 30.0, "rule_free")
-    assert right.offset == "rule_free" and right.offset_scale > ft.OFFSET_SCALE, (seed, right.offset_scale)
+    assert right.offset == "rule_free" and right.offset_scale > vcase.OFFSET_SCALE, (seed, right.offset_scale)
     noise = ft.fit_correction(cases, 30.0, "rule_free")
-    assert noise.offset_scale < 0.5 * ft.OFFSET_SCALE, (seed, noise.offset_scale)
+    assert noise.offset_scale < 0.5 * vcase.OFFSET_SCALE, (seed, noise.offset_scale)
     try:
         ft.fit_correction(cases, 1.0, "bogus")
     except ValueError as exc:
@@ -150,7 +152,7 @@ def test_a_system_whose_failures_sit_at_a_few_positions_is_fitted_beyond_its_pri
     """Gold: step 1, 2 or 3, whichever carries a failure word (the others of the three carry none). The prior alone
     is right about a third of the time, the rule never is (its candidates avoid all three); the fitted ranker must
     beat both held out, applied through the ranker file entry, its verdicts spread over the three positions."""
-    from masprism_batch.fit.rankfile import SystemRanker
+    from masprism_batch.verdict.rankfile import SystemRanker
 
     seed = int(np_rng.integers(1 << 30))
 
@@ -167,12 +169,12 @@ def test_a_system_whose_failures_sit_at_a_few_positions_is_fitted_beyond_its_pri
 
     train = make(40, seed)
     f = fs.fit_system(train, "team/agents")
-    assert f.verdict == "ranker" and f.entry["offset"] in ft.OFFSETS, (seed, f.estimates)
+    assert f.verdict == "ranker" and f.entry["offset"] in vcorr.OFFSETS, (seed, f.estimates)
     sr = SystemRanker(f.entry, "m")
     test = make(60, seed + 1)
     got = [sr.apply(c.trace, c.rows, c.ranked)[0][0] for c in test]
     acc = np.mean([ft.hit(c, g) for c, g in zip(test, got, strict=True)])
-    prior = np.mean([ft.hit(c, ft.Priors.count(train).top_index()) for c in test])
+    prior = np.mean([ft.hit(c, vcase.Priors.count(train).top_index()) for c in test])
     assert acc > prior + 0.2 and acc > 0.8 and fs.modal_share(got) <= 0.6, (seed, acc, prior, f.entry["offset"])
 
 
@@ -180,7 +182,7 @@ def test_labels_on_one_position_never_give_one_verdict_for_every_log(synth, np_r
     """Issue 32: every label blames step 1. A verdict that names step 1 for every log (what the label prior or a
     ranker leaning on it would ship) is set aside, the fit says the prior is all it learned, and the verdicts it
     ships differ between logs and stay among each log's own candidates or its evidence."""
-    from masprism_batch.fit.rankfile import SystemRanker
+    from masprism_batch.verdict.rankfile import SystemRanker
 
     seed = int(np_rng.integers(1 << 30))
     train = synth(30, seed=seed, gold_by="random")

@@ -5,10 +5,17 @@ import json
 import numpy as np
 import pytest
 
-from masprism_batch.fit import rankfile as rk
 from masprism_batch.fit import system as fs
-from masprism_batch.fit.rankfile import FORMAT, RankerFile, RankerFileError, system_key
 from masprism_batch.trace import Trace
+from masprism_batch.verdict import case as vcase
+from masprism_batch.verdict import correction as vcorr
+from masprism_batch.verdict import rankfile as rk
+from masprism_batch.verdict.rankfile import FORMAT, RankerFile, RankerFileError, system_key
+
+
+def _load(ranker, model_id=None):
+    """The file a run of `model_id` applies for the setting `ranker`, read as a run reads it (once)."""
+    return rk.RankerSetting.read(ranker).for_model(model_id)
 
 
 def _file(tmp_path, synth, model="smollm2-135m"):
@@ -31,7 +38,7 @@ def test_plain_json_names_model_features_and_version(tmp_path, synth):
 def test_matched_by_system_other_systems_get_none(tmp_path, synth):
     path, _ = _file(tmp_path, synth)
     case = synth(1, seed=9)[0]
-    rf = rk.load(str(path), "smollm2-135m")
+    rf = _load(str(path), "smollm2-135m")
     sr = rf.for_trace(case.trace)
     assert sr.verdict_by == "ranker:team/agents" and sr.features
     order, probs, agent, conf = sr.apply(case.trace, case.rows, case.ranked)
@@ -44,13 +51,13 @@ def test_matched_by_system_other_systems_get_none(tmp_path, synth):
 def test_another_model_is_refused_with_a_clear_message(tmp_path, synth):
     path, _ = _file(tmp_path, synth)
     with pytest.raises(RankerFileError, match="fitted on signals of model 'smollm2-135m'.*refit"):
-        rk.load(str(path), "tiny-random")
-    assert rk.load(rk.PACKAGED_NAME, "tiny-random") is None  # the packaged rankers simply do not apply
-    assert rk.load(str(tmp_path), "smollm2-135m") is None  # a folder without rankers.json: only a fallback
+        _load(str(path), "tiny-random")
+    assert _load(rk.PACKAGED_NAME, "tiny-random") is None  # the packaged rankers simply do not apply
+    assert _load(str(tmp_path), "smollm2-135m") is None  # a folder without rankers.json: only a fallback
     path.rename(tmp_path / rk.PACKAGED)
-    assert rk.load(str(tmp_path), "smollm2-135m").model_id == "smollm2-135m"  # a folder: its rankers.json
+    assert _load(str(tmp_path), "smollm2-135m").model_id == "smollm2-135m"  # a folder: its rankers.json
     with pytest.raises(FileNotFoundError, match="ranker file not found"):
-        rk.load(str(tmp_path / "nothing.json"))
+        _load(str(tmp_path / "nothing.json"))
 
 
 def test_not_a_ranker_file_or_newer_version_or_unknown_feature(tmp_path, synth):
@@ -86,12 +93,12 @@ def test_a_ranker_entry_names_the_order_it_corrects(tmp_path, synth):
     candidates re-ranked by the label prior), which it no longer fits but still reads from older fits."""
     from masprism_batch.fit import fitting as ft
 
-    assert set(ft.OFFSETS) < set(ft.READ_OFFSETS) and "prior" in ft.READ_OFFSETS
+    assert set(vcorr.OFFSETS) < set(vcorr.READ_OFFSETS) and "prior" in vcorr.READ_OFFSETS
     cases = synth(30, seed=11)
-    for offset in ft.READ_OFFSETS:
+    for offset in vcorr.READ_OFFSETS:
         m = ft.fit_correction(cases, 0.3, offset)
         entry = {"system": "team/agents", "verdict": "ranker", "rule": "faithful", "agent_rule": "author",
-                 "features": ft.BASE_FEATURES + ft.PRIOR_FEATURES, "weights": m.w.tolist(), "mean": m.mean.tolist(),
+                 "features": vcase.BASE_FEATURES + vcase.PRIOR_FEATURES, "weights": m.w.tolist(), "mean": m.mean.tolist(),
                  "std": m.std.tolist(), "l2": 0.3, "offset_scale": m.offset_scale, "priors": m.priors.to_json()}
         path = tmp_path / "r.json"
         doc = {"format": FORMAT, "version": rk.VERSION, "model_id": "m", "systems": {"team/agents": entry}}
@@ -120,13 +127,12 @@ def test_label_prior_verdict_re_ranks_the_logs_own_candidates(synth, np_rng):
     """Issue 32: the label prior moves the most often blamed position first only where it is one of the log's
     own candidates; elsewhere the rule's order stands. Never one fixed step for every log."""
 
-    from masprism_batch.fit import fitting as ft
-    from masprism_batch.fit.rankfile import SystemRanker
+    from masprism_batch.verdict.rankfile import SystemRanker
 
     seed = int(np_rng.integers(1 << 30))
     cases = synth(10, seed=seed)
-    pri = ft.Priors.count(cases)
-    from masprism_batch.method import rules
+    pri = vcase.Priors.count(cases)
+    from masprism_batch.verdict import rules
 
     entry = {"system": "team/agents", "verdict": "prior", "rule": "faithful", "agent_rule": "author",
              "priors": pri.to_json(), "calibration": rules.read_fallback(None).calibration}  # an evidence one
@@ -153,8 +159,9 @@ def test_packaged_rankers_give_verdicts_that_differ_between_logs(synth, np_rng):
     system, each gives several distinct verdicts, none for most of them; the zero-training agent rule shipped is
     a known one and the shipped confidence reads the verdict's evidence."""
 
-    from masprism_batch.fit.rankfile import PACKAGED, RankerFile, SystemRanker
-    from masprism_batch.method import rules, weights_dir
+    from masprism_batch.method import weights_dir
+    from masprism_batch.verdict import rules
+    from masprism_batch.verdict.rankfile import PACKAGED, RankerFile, SystemRanker
 
     rf = RankerFile.read(weights_dir() / PACKAGED)
     seed = int(np_rng.integers(1 << 30))
@@ -259,12 +266,10 @@ def test_a_5000_deep_file_or_a_fifo_is_one_error_not_a_crash(tmp_path):
 
 
 def test_a_valid_file_passes_and_its_digest_follows_its_content(tmp_path, synth):
-    from masprism_batch.fit import rankcheck
-
     path, _ = _file(tmp_path, synth)
     RankerFile.read(path)  # every field of a fitted file is in its domain
-    before = rankcheck.digest(str(path))
+    before = rk.RankerSetting.read(str(path)).sha256
     d = json.loads(path.read_text())
     d["date"] = "2026-11-27"
     path.write_text(json.dumps(d))
-    assert rankcheck.digest(str(path)) != before and rankcheck.digest(None) is None
+    assert rk.RankerSetting.read(str(path)).sha256 != before and rk.RankerSetting.read(None).sha256 is None

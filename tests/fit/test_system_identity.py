@@ -11,14 +11,14 @@ import pytest
 from ingest_synth import SEED, who_and_when, write_json
 
 from masprism_batch.config import load_config
-from masprism_batch.fit import rankfile as rk
 from masprism_batch.fit import system as fs
-from masprism_batch.fit.policy import VerdictPolicy
 from masprism_batch.ingest import read_inputs
 from masprism_batch.method import masprism as mp
 from masprism_batch.method import weights_dir
-from masprism_batch.stage.verdict import agent_by, fitted_verdict
 from masprism_batch.trace import Trace
+from masprism_batch.verdict import rankfile as rk
+from masprism_batch.verdict.decide import agent_by, fitted_verdict
+from masprism_batch.verdict.policy import VerdictPolicy
 
 PACKAGED_MODEL = rk.RankerFile.read(weights_dir() / rk.PACKAGED).model_id
 
@@ -74,13 +74,13 @@ def test_who_and_when_shape_gets_the_zero_training_verdict_unless_a_ranker_is_na
         for t in traces:  # nothing named: the zero-training verdict, whatever the folder
             assert _by(t, _cfg(), rng).by.startswith(("rule:", "no_symptom:")), (folder, SEED)
             # the packaged rankers named: only the benchmark's own folder is the benchmark system
-            v = _by(t, _cfg(ranker_weights=rk.PACKAGED_NAME), rng)
+            v = _by(t, _cfg(ranker=rk.PACKAGED_NAME), rng)
             # (the packaged fit may keep the rule for a benchmark system: then its entry says "rule:...")
             want = ("rule:", "no_symptom:") if folder == team else (
                 rk.SystemRanker(packaged[f"who-and-when/{folder}"], "").verdict_by,)
             assert v.by.startswith(want), (folder, v.by, SEED)
             # a team may name a benchmark system for its logs: then its ranker is what they asked for
-            named = _cfg(ranker_weights=rk.PACKAGED_NAME, system=fitted_system)
+            named = _cfg(ranker=rk.PACKAGED_NAME, system=fitted_system)
             assert _by(t, named, rng).by.endswith(f":{fitted_system}"), (folder, SEED)
 
 
@@ -93,13 +93,13 @@ def test_a_fitted_ranker_applies_only_to_its_named_system(tmp_path, synth, logs)
     by_folder, team = logs
     rng = np.random.default_rng(SEED)
     sr = rk.SystemRanker(f.entry, PACKAGED_MODEL)
-    rf = rk.load(str(path), PACKAGED_MODEL)
+    rf = rk.RankerSetting.read(str(path)).for_model(PACKAGED_MODEL)
     for t in by_folder[team] + by_folder["Algorithm-Generated"] + by_folder["Hand-Crafted"]:
         assert rf.for_trace(t) is None  # recorded/unknown system: not billing-bot
-        assert _by(t, _cfg(ranker_weights=str(path)), rng).by.startswith(("rule:", "no_symptom:"))
+        assert _by(t, _cfg(ranker=str(path)), rng).by.startswith(("rule:", "no_symptom:"))
         got = rf.for_trace(t, "billing-bot")
         assert got is not None and got.system == "billing-bot"
-        assert _by(t, _cfg(ranker_weights=str(path), system="billing-bot"), rng).by == sr.verdict_by
+        assert _by(t, _cfg(ranker=str(path), system="billing-bot"), rng).by == sr.verdict_by
     recorded = Trace("r", "langfuse", by_folder[team][0].steps, system="billing-bot")  # the log records its system
     assert rf.for_trace(recorded).system == "billing-bot"
     assert rf.for_trace(recorded, "other") is None  # a name given wins
@@ -108,7 +108,7 @@ def test_a_fitted_ranker_applies_only_to_its_named_system(tmp_path, synth, logs)
 def test_agent_by_says_why_the_blamed_agent_differs_from_the_step_author(logs):
     by_folder, team = logs
     rng = np.random.default_rng(SEED)
-    packaged = _cfg(ranker_weights=rk.PACKAGED_NAME)
+    packaged = _cfg(ranker=rk.PACKAGED_NAME)
     for t, cfg in [(t, c) for ts in by_folder.values() for t in ts for c in (_cfg(), packaged)]:
         v = _by(t, cfg, rng)
         why = agent_by(t, v)

@@ -11,10 +11,13 @@ import pytest
 from masprism_batch.fit import fitting as ft
 from masprism_batch.fit import system as fs
 from masprism_batch.fit import verdict_confidence as vc
-from masprism_batch.fit.rankcheck import RankerFileError
-from masprism_batch.fit.rankfile import RankerFile, SystemRanker
-from masprism_batch.method import calibrate, rules
+from masprism_batch.method import calibrate
 from masprism_batch.method import confidence as cf
+from masprism_batch.verdict import confidence as vconf
+from masprism_batch.verdict import correction as vcorr
+from masprism_batch.verdict import rules
+from masprism_batch.verdict.rankcheck import RankerFileError
+from masprism_batch.verdict.rankfile import RankerFile, SystemRanker
 
 
 def _planted(rng, n, on: str):
@@ -36,14 +39,14 @@ def test_monotone_weights_and_never_one_number_for_every_log(np_rng):
     hits = rng.random(n) < 1 / (1 + np.exp(4 * (X.sum(1) - 1.5)))
     cal = calibrate.fit_monotone(X, hits, vc.FEATURES)
     assert cal["kind"] == "fitted" and all(w > 0 for w in cal["w"]), (seed, cal["w"])
-    conf = [calibrate.confidence(cal, dict(zip(vc.FEATURES, x, strict=True)), 1000) for x in X]
+    conf = [vconf.confidence(cal, dict(zip(vc.FEATURES, x, strict=True)), 1000) for x in X]
     assert len(set(np.round(conf, 12))) > 1, seed  # ... and yet the logs do not all get one number
     # its level stays the held-out hit rate (smoothed), not the features' doing
     assert abs(np.mean(conf) - hits.mean()) < 0.1, (seed, np.mean(conf), hits.mean())
     # and it never falls as any feature grows
     base = dict(zip(vc.FEATURES, X[0], strict=True))
     for f in vc.FEATURES:
-        assert calibrate.confidence(cal, {**base, f: base[f] + 1.0}, 1000) >= calibrate.confidence(cal, base, 1000)
+        assert vconf.confidence(cal, {**base, f: base[f] + 1.0}, 1000) >= vconf.confidence(cal, base, 1000)
 
 
 @pytest.mark.parametrize("on, kept", [("gap", "fitted"), ("agrees", "fitted"), ("zero_training", "zero-training")])
@@ -128,18 +131,18 @@ def test_fitted_features_of_a_ranker_verdict(synth, np_rng):
     for c in synth(12, seed=seed):
         p = rng.dirichlet(np.ones(len(c.trace.steps)))
         order = sorted(range(len(p)), key=lambda k: (-p[k], k))
-        x = vc.features(c, order, p, None, None)
+        x = vconf.features(c, order, p, None, None)
         assert x["gap"] == pytest.approx(p[order[0]] - p[order[1]])
         assert x["agrees"] == float(order[0] == c.ranked[0])
-        rule = vc.features(c, c.ranked, None, None, None)  # the rule's own verdict agrees with itself
+        rule = vconf.features(c, c.ranked, None, None, None)  # the rule's own verdict agrees with itself
         assert rule["agrees"] == 1.0 and 0 <= rule["gap"] <= 1
         # its zero-training score is the logit of the confidence an unfitted system's log gets for that step
         cal = rules.read_fallback(None).calibration
-        ev = ft.evidence(c, [order[0]] + [k for k in c.ranked if k != order[0]])
-        want = calibrate.confidence(cal, ev, len(c.trace.steps))
-        got = vc.features(c, order, p, None, cal)["zero_training"]
-        assert vc.zero_training_confidence(c, order[0], cal, got) == pytest.approx(want, abs=1e-12)
-        assert vc.zero_training_confidence(c, order[0], cal) == pytest.approx(want, abs=1e-12)
+        ev = vcorr.evidence(c, [order[0]] + [k for k in c.ranked if k != order[0]])
+        want = vconf.confidence(cal, ev, len(c.trace.steps))
+        got = vconf.features(c, order, p, None, cal)["zero_training"]
+        assert vconf.zero_training_confidence(c, order[0], cal, got) == pytest.approx(want, abs=1e-12)
+        assert vconf.zero_training_confidence(c, order[0], cal) == pytest.approx(want, abs=1e-12)
 
 
 def test_a_fitted_calibration_with_a_negative_weight_or_a_bad_zero_training_part_is_refused(tmp_path, synth):
@@ -162,9 +165,9 @@ def test_a_file_written_before_issue_48_keeps_its_evidence_confidence(synth):
     """An entry whose calibration is of kind "evidence" still reads the verdict's own evidence."""
     cases = synth(20, seed=11)
     f = fs.fit_system(cases, "team/agents")
-    ev = calibrate.fit_evidence([cf.vector(ft.evidence(c, c.ranked)) for c in cases],
+    ev = calibrate.fit_evidence([cf.vector(vcorr.evidence(c, c.ranked)) for c in cases],
                                 [ft.hit(c, c.ranked[0]) for c in cases], cf.FEATURES)
     sr = SystemRanker({**f.entry, "calibration": ev}, "m")
     c = cases[0]
     order, p, _, conf = sr.apply(c.trace, c.rows, c.ranked)
-    assert conf == pytest.approx(calibrate.confidence(ev, ft.evidence(c, order, p), len(c.trace.steps)))
+    assert conf == pytest.approx(vconf.confidence(ev, vcorr.evidence(c, order, p), len(c.trace.steps)))

@@ -4,9 +4,10 @@ moving only in each feature's a-priori direction, never below 1/(steps), and an 
 import numpy as np
 import pytest
 
-from masprism_batch.fit import fitting as ft
 from masprism_batch.method import calibrate
 from masprism_batch.method import confidence as cf
+from masprism_batch.verdict import confidence as vconf
+from masprism_batch.verdict import correction as vcorr
 
 
 def _brute_auroc(conf, hits):
@@ -41,11 +42,11 @@ def test_calibration_follows_the_evidence_and_never_inverts_it(weights, np_rng):
     cal = calibrate.fit_evidence(X, hits, cf.FEATURES, weights=weights)
     w = dict(zip(cf.FEATURES, cal["w"], strict=True))
     assert all(cf.SIGNS[f] * w[f] >= 0 for f in cf.FEATURES), (seed, w)
-    conf = [calibrate.confidence(cal, dict(zip(cf.FEATURES, x, strict=True)), 1000) for x in X]
+    conf = [vconf.confidence(cal, dict(zip(cf.FEATURES, x, strict=True)), 1000) for x in X]
     assert cf.auroc(conf, hits) > 0.6, seed
     base = dict(zip(cf.FEATURES, X[0], strict=True))
-    up = calibrate.confidence(cal, {**base, "top_share": base["top_share"] + 0.5}, 1000)
-    assert up > calibrate.confidence(cal, base, 1000), seed
+    up = vconf.confidence(cal, {**base, "top_share": base["top_share"] + 0.5}, 1000)
+    assert up > vconf.confidence(cal, base, 1000), seed
 
 
 def test_confidence_is_never_below_a_guess_among_the_steps(np_rng):
@@ -54,18 +55,18 @@ def test_confidence_is_never_below_a_guess_among_the_steps(np_rng):
     cal = calibrate.fit_evidence(X, [False] * 49 + [True], cf.FEATURES)  # almost never right
     for n_steps in (2, 3, int(rng.integers(4, 9))):
         feats = dict(zip(cf.FEATURES, rng.random(len(cf.FEATURES)), strict=True))
-        assert calibrate.confidence(cal, feats, n_steps) >= 1 / n_steps
+        assert vconf.confidence(cal, feats, n_steps) >= 1 / n_steps
 
 
 def test_evidence_of_a_verdict(synth, np_rng):
     """The features of a log's verdict: shares and margins of its own scores, the symptoms pointing at it."""
     seed = int(np_rng.integers(1 << 30))
     for c in synth(20, seed=seed):
-        f = ft.evidence(c, c.ranked)
+        f = vcorr.evidence(c, c.ranked)
         assert set(f) == set(cf.FEATURES), seed
         assert 0 <= f["top_share"] <= 1 and 0 <= f["margin"] <= 1 and 0 <= f["support"] <= 1, (seed, f)
         assert f["log_steps"] == pytest.approx(np.log(len(c.trace.steps)))
         p = np.random.default_rng(seed).dirichlet(np.ones(len(c.trace.steps)))
         order = sorted(range(len(p)), key=lambda k: -p[k])
-        g = ft.evidence(c, order, p)
+        g = vcorr.evidence(c, order, p)
         assert g["top_share"] == pytest.approx(p[order[0]]) and g["margin"] == pytest.approx(1 - p[order[1]] / p[order[0]])

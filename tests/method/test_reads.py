@@ -11,12 +11,12 @@ import numpy as np
 import pytest
 
 from masprism_batch.config import load_config
-from masprism_batch.fit import rankfile
-from masprism_batch.fit.policy import VerdictPolicy
 from masprism_batch.method import reads
 from masprism_batch.model import load_model
 from masprism_batch.stage.attribute import attribute_traces
 from masprism_batch.trace import Step, Trace
+from masprism_batch.verdict import rankfile
+from masprism_batch.verdict.policy import VerdictPolicy
 
 CF, HEADS = reads.COUNTERFACTUAL, reads.HEAD_ATTENTION
 
@@ -44,7 +44,7 @@ def _policy(cfg, entry=None, refused=None):
 @pytest.mark.parametrize(("rule", "want"), [("faithful", set()), ("earliest", set()), ("counterfactual", {CF}),
                                             ("learned_heads", {HEADS})])
 def test_zero_training_rule_reads_its_column_only(tmp_path, rule, want):
-    cfg = load_config(None, method__ranker_weights=_weights(tmp_path, rule))
+    cfg = load_config(None, method__ranker=_weights(tmp_path, rule))
     pol = VerdictPolicy.load(cfg.method)
     assert pol.rankers is None and pol.fallback.rule == rule  # a folder with only fallback.json: no ranker
     assert reads.verdict_reads(pol, _t()) == want
@@ -77,7 +77,7 @@ def test_faithful_method_reads_nothing_and_all_features_reads_everything_enabled
 
 
 def test_unresolved_verdict_computes_everything(tmp_path):
-    cfg = load_config(None, method__ranker_weights=str(tmp_path / "missing.json"))
+    cfg = load_config(None, method__ranker=str(tmp_path / "missing.json"))
     pol = VerdictPolicy.load(cfg.method)
     assert isinstance(pol.refused, FileNotFoundError)  # said by every verdict that reads it, not at load
     assert reads.needed(cfg, pol, [_t()]) == [reads.enabled(cfg)]
@@ -104,7 +104,7 @@ def test_stage_skips_what_the_verdict_does_not_read_and_verdicts_stay(tmp_path, 
     """tiny-random (no packaged ranker applies): the zero-training rule decides. A rule that reads no costly
     feature gets null cf_effect everywhere and the same verdicts as a run computing every feature."""
     cfg, model = tiny
-    cfg = cfg.model_copy(update={"method": cfg.method.model_copy(update={"ranker_weights": _weights(tmp_path, rule)})})
+    cfg = cfg.model_copy(update={"method": cfg.method.model_copy(update={"ranker": _weights(tmp_path, rule)})})
     traces = [_t(n=random.Random(s).randint(4, 9), seed=s) for s in range(4)]
     lean, lean_rows = _run(model, cfg, traces)
     full, full_rows = _run(model, cfg.model_copy(update={"method": cfg.method.model_copy(update={"features": "all"})}),
@@ -125,7 +125,7 @@ def test_stage_skips_what_the_verdict_does_not_read_and_verdicts_stay(tmp_path, 
 def test_the_stage_reads_the_ranker_file_once_through_its_policy(tmp_path, tiny, np_rng):
     """The run's policy holds the ranker file: removed after the policy was loaded, the stage still applies it
     (no per-trace resolution), and what-to-compute and the verdict read the same entries."""
-    from masprism_batch.fit.rankfile import RankerFile
+    from masprism_batch.verdict.rankfile import RankerFile
 
     cfg, model = tiny
     rng = np_rng
@@ -135,7 +135,7 @@ def test_the_stage_reads_the_ranker_file_once_through_its_policy(tmp_path, tiny,
               "std": [1.0, 1.0], "offset": "rule", "offset_scale": float(rng.random())}
     kept = {"system": "team/b", "verdict": "rule", "rule": "counterfactual", "agent_rule": "author"}
     RankerFile(model.model_id, {"team/a": fitted, "team/b": kept}, {}).write(path)
-    cfg = cfg.model_copy(update={"method": cfg.method.model_copy(update={"ranker_weights": str(path)})})
+    cfg = cfg.model_copy(update={"method": cfg.method.model_copy(update={"ranker": str(path)})})
     policy = VerdictPolicy.load(cfg.method, model.model_id)
     path.unlink()
     traces = [_t(source=src, n=int(rng.integers(4, 9)), seed=int(s))

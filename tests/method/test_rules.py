@@ -1,11 +1,11 @@
-"""Zero-training orderings (method/rules.py): each reorders only the faithful candidates, by its own signal."""
+"""Zero-training orderings (verdict/rules.py): each reorders only the faithful candidates, by its own signal."""
 
 import json
 import math
 
 import pytest
 
-from masprism_batch.method import rules
+from masprism_batch.verdict import rules
 
 
 def _rows(n, rng, cf_at=(), learned=True):
@@ -95,7 +95,7 @@ def test_stage_applies_the_fallback_rule_to_a_system_without_ranker(tmp_path, rn
         folder = tmp_path / rule
         folder.mkdir()
         (folder / "fallback.json").write_text(json.dumps({"rule": rule, "agent_rule": "author"}))
-        cfg = load_config(None, model__name="tiny-random", method__name="ranked", method__ranker_weights=str(folder))
+        cfg = load_config(None, model__name="tiny-random", method__name="ranked", method__ranker=str(folder))
         model = load_model(cfg.model, cfg.signals)
         outs[rule] = attribute_traces(traces, model, cfg)
     for a, b in zip(outs["faithful"].attributions, outs["earliest"].attributions, strict=True):
@@ -112,8 +112,8 @@ def test_stage_applies_the_fallback_rule_to_a_system_without_ranker(tmp_path, rn
 def test_zero_training_agent_rules():
     """author: the blamed step's author; active: most acting steps (tool outputs and the person's turns do not
     count, an agent speaking with role "user" does); mix:b moves the blame toward the candidates' authors as b grows."""
-    from masprism_batch.method import rules as zr
     from masprism_batch.trace import Step, Trace
+    from masprism_batch.verdict import rules as zr
 
     steps = [Step(0, "user", "task", role="user"), Step(1, "Planner", "plan", role="assistant"),
              Step(2, "terminal", "out", role="tool"), Step(3, "terminal", "out", role="tool"),
@@ -139,8 +139,8 @@ def test_zero_training_agent_rules():
 def test_active_ties_go_to_the_author_then_the_first_speaker(trial, np_rng):
     """Equally active agents: `active` blames the one that wrote the blamed step, else the one that spoke first;
     with any b the mix's scores are shares that sum to 1."""
-    from masprism_batch.method import rules as zr
     from masprism_batch.trace import Step, Trace
+    from masprism_batch.verdict import rules as zr
 
     rng = np_rng
     names = [f"A{i}" for i in range(int(rng.integers(2, 6)))]
@@ -161,7 +161,7 @@ def test_active_ties_go_to_the_author_then_the_first_speaker(trial, np_rng):
 
 def test_fallback_agent_rule_defaults_to_the_floor(tmp_path, caplog):
     """Without an agent rule in fallback.json (or with an unknown one) the floor: the most active agent itself."""
-    from masprism_batch.method import rules as zr
+    from masprism_batch.verdict import rules as zr
 
     assert zr.read_fallback(str(tmp_path)).agent_rule == zr.FLOOR == "most_active"  # no fallback.json there
     (tmp_path / "fallback.json").write_text(json.dumps({"rule": "faithful"}))
@@ -178,8 +178,8 @@ def test_the_floor_is_the_most_active_baseline_and_the_guard_moves_only_on_conce
     """Issue 32: `most_active` blames exactly whom eval's "most active agent" baseline blames, whatever the step
     order; `guard:t` keeps it unless one other agent holds at least t of the top-5 candidates' votes."""
     from masprism_batch.eval.who_and_when_metrics import _majority
-    from masprism_batch.method import rules as zr
     from masprism_batch.trace import Step, Trace
+    from masprism_batch.verdict import rules as zr
 
     rng = np_rng
     names = [f"Agent{i}" for i in range(int(rng.integers(2, 5)))] + ["user"]

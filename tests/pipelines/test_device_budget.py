@@ -12,7 +12,7 @@ from pipeline_fakes import Fakes, make_corpus
 
 from masprism_batch.config import SignalsConfig, load_config
 from masprism_batch.model.arch import ArchSpec
-from masprism_batch.render import buckets
+from masprism_batch.stage import budget
 
 GiB = 2**30
 
@@ -46,7 +46,7 @@ def test_run_json_and_time_line_name_the_budget_sized_for_a_fake_gpu(tmp_path, m
     s = run_local([str(tmp_path / "in")], tmp_path / "out", cfg, **OnGpu(arch).kwargs(), progress=False,
                   render_workers=0)  # a fake GPU: no render processes (test_prefetch.py tests the pool)
     run = json.loads((tmp_path / "out" / "run.json").read_text())
-    n = buckets.CUDA_MAX_TOKEN_BUDGET
+    n = budget.CUDA_MAX_TOKEN_BUDGET
     assert run["config"]["batch"]["token_budget"] == run["this_invocation"]["token_budget"] == n
     assert "GiB free" in run["this_invocation"]["token_budget_source"]
     assert f"budget {n:,} tok/pack" in s.breakdown and s.attributed == 5
@@ -64,11 +64,11 @@ def test_a_resume_keeps_the_budget_its_outdir_began_with(tmp_path, monkeypatch, 
     _fake_gpu(monkeypatch, 200 * GiB)
     run_local([str(tmp_path / "in")], tmp_path / "out", cfg, **OnGpu(arch).kwargs(), progress=False, render_workers=0)
     _fake_gpu(monkeypatch, 3 * GiB)
-    assert buckets.auto_token_budget(OnGpu(arch).load_model(cfg))[0] < buckets.CUDA_MAX_TOKEN_BUDGET
+    assert budget.device_budget(OnGpu(arch).load_model(cfg))[0] < budget.CUDA_MAX_TOKEN_BUDGET
     s = run_local([str(tmp_path / "in")], tmp_path / "out", cfg, **OnGpu(arch).kwargs(), progress=False,
                   render_workers=0)
     run = json.loads((tmp_path / "out" / "run.json").read_text())
-    assert run["this_invocation"]["token_budget"] == buckets.CUDA_MAX_TOKEN_BUDGET
+    assert run["this_invocation"]["token_budget"] == budget.CUDA_MAX_TOKEN_BUDGET
     assert run["this_invocation"]["token_budget_source"] == "OUTDIR's run began with it (resumed)"
     assert s.attributed == 6
     named = load_config(None, model__device="cuda", engine__traces_per_shard=3, batch__token_budget=4096)

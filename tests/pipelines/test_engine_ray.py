@@ -216,7 +216,7 @@ STOPPABLE = textwrap.dedent("""
     except KeyboardInterrupt as e:
         print("INTERRUPTED", e)
         sys.exit(exit_status(e))
-    print("SUMMARY", json.dumps(s.extra.get("ray_address")))
+    print("SUMMARY", json.dumps(s.facts.ray_address))
 """)
 
 

@@ -11,8 +11,8 @@ from masprism_batch.pipelines.seams import attribute_traces
 from pipeline_fakes import make_corpus
 
 from masprism_batch.config import load_config
-from masprism_batch.fit import policy as policy_mod
 from masprism_batch.model import load_model
+from masprism_batch.verdict import policy as policy_mod
 
 
 def _rows(outdir: Path) -> list[dict]:

@@ -153,13 +153,13 @@ def test_kill_9_loses_at_most_one_pack_then_resume_is_exactly_once(tmp_path):
 def test_a_changed_ranker_file_refuses_the_resume(tmp_path):
     """The ranker's content is bound to OUTDIR, not only its path: re-fitting the file between a crash and the
     resume would mix two rankers' verdicts in one OUTDIR."""
-    from masprism_batch.fit.rankfile import RankerFile
+    from masprism_batch.verdict.rankfile import RankerFile
 
     make_corpus(tmp_path / "in", 10, 1, seed=None)
     ranker = tmp_path / "ranker.json"
     RankerFile("fake-model", {}, {"date": "2026-11-26", "nonce": os.urandom(4).hex()}).write(ranker)
     base = _cfg(per_shard=4, budget=90)
-    cfg = base.model_copy(update={"method": base.method.model_copy(update={"ranker_weights": str(ranker)})})
+    cfg = base.model_copy(update={"method": base.method.model_copy(update={"ranker": str(ranker)})})
     out = tmp_path / "out"
     finished: list[int] = []
     with pytest.raises(KeyboardInterrupt):

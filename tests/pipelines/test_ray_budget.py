@@ -15,11 +15,17 @@ from pipeline_fakes import Fakes, assert_exactly_once, make_corpus
 
 from masprism_batch.config import EngineConfig, SignalsConfig, load_config
 from masprism_batch.model.arch import ArchSpec
-from masprism_batch.render import buckets
+from masprism_batch.stage import budget
 
 ray = pytest.importorskip("ray", reason="the Ray engine tests need ray[data] (dev extra)")
 pytestmark = pytest.mark.ray
 GiB = 2**30
+
+
+def _pair(resolved):
+    """(cfg, (n, source)) of what `cluster_token_budget` resolved."""
+    cfg, b = resolved
+    return cfg, (b.n, b.source)
 
 
 @pytest.fixture(scope="module")
@@ -70,7 +76,7 @@ def test_budget_sized_on_a_gpu_of_the_cluster(tmp_path, gpu_cluster, rng):
     vocab, layers = rng.randint(1000, 200_000), rng.randint(2, 30)
     run = _run(tmp_path, "out", OnGpu(200 * GiB, vocab, layers), gpu_cluster, model__device="cuda")
     assert run["config"]["batch"]["token_budget"] == run["this_invocation"]["token_budget"] \
-        == buckets.CUDA_MAX_TOKEN_BUDGET
+        == budget.CUDA_MAX_TOKEN_BUDGET
     assert "200.0 GiB free on cuda:0" in run["this_invocation"]["token_budget_source"]
     assert run["this_invocation"]["actor_resources"]["num_gpus"] == 1
     assert_exactly_once(tmp_path / "out", ids)
@@ -81,13 +87,13 @@ def test_budget_what_fits_set_by_the_user_or_on_cpu(gpu_cluster, rng):
     fits, below the cap, as the local engine's sizing; a budget the user set and a CPU run are not sized."""
     fakes = OnGpu(3 * GiB, rng.randint(1000, 200_000), rng.randint(2, 30))
     arch = fakes.arch()  # not load_model: in this process it would fake CUDA for the tests that follow
-    fits = buckets.device_token_budget(3 * GiB, buckets.activation_bytes_per_token(arch, 2),
-                                       buckets.fixed_activation_bytes(arch, SignalsConfig().nll_chunk))
-    cfg, n, why = cluster_token_budget(load_config(None, model__device="cuda"), fakes.load_model)
-    assert fits < buckets.CUDA_MAX_TOKEN_BUDGET and n == cfg.batch.token_budget == fits and "3.0 GiB free" in why
+    fits = budget.device_token_budget(3 * GiB, budget.activation_bytes_per_token(arch, 2),
+                                       budget.fixed_activation_bytes(arch, SignalsConfig().nll_chunk))
+    cfg, (n, why) = _pair(cluster_token_budget(load_config(None, model__device="cuda"), fakes.load_model))
+    assert fits < budget.CUDA_MAX_TOKEN_BUDGET and n == cfg.batch.token_budget == fits and "3.0 GiB free" in why
     user = load_config(None, model__device="cuda", batch__token_budget=5000)
-    assert cluster_token_budget(user, fakes.load_model)[1:] == (5000, "set by the user")
+    assert _pair(cluster_token_budget(user, fakes.load_model))[1] == (5000, "set by the user")
     cpu = load_config(None, model__device="cpu")
-    assert cluster_token_budget(cpu, fakes.load_model)[1:] == (buckets.CPU_TOKEN_BUDGET, "CPU default")
+    assert _pair(cluster_token_budget(cpu, fakes.load_model))[1] == (budget.CPU_TOKEN_BUDGET, "CPU default")
     assert not wants_gpu_sizing(cpu, "some-address") and not wants_gpu_sizing(user, "some-address")
     assert wants_gpu_sizing(load_config(None), "some-address")  # a joined cluster may have GPUs

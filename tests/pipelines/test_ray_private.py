@@ -29,7 +29,7 @@ DRIVER = textwrap.dedent("""
     cfg = PipelineConfig(batch=BatchConfig(token_budget=100), engine=EngineConfig(traces_per_shard=4))
     s = run_ray([{inp!r}], {out!r}, cfg, workers=1, num_cpus=2, **pipeline_fakes.Fakes(delay=0.3).kwargs(ray=True),
                 progress=False)
-    print("AUTH", os.environ.get("RAY_AUTH_MODE"), json.dumps(s.extra.get("ray_private_cluster")))
+    print("AUTH", os.environ.get("RAY_AUTH_MODE"), json.dumps(s.facts.ray_private_cluster))
 """)
 
 

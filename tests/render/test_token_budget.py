@@ -11,9 +11,15 @@ import torch
 
 from masprism_batch.config import PipelineConfig, SignalsConfig, load_config
 from masprism_batch.model.arch import ArchSpec
-from masprism_batch.render import buckets
+from masprism_batch.stage import budget
 
 GiB = 2**30
+
+
+def _resolved(cfg, model):
+    """(cfg, (n, source)) of `budget.resolve_budget` for a new run (no OUTDIR header)."""
+    cfg, b = budget.resolve_budget(cfg, model)
+    return cfg, (b.n, b.source)
 
 
 def _arch(rng: random.Random) -> ArchSpec:
@@ -26,26 +32,26 @@ def _arch(rng: random.Random) -> ArchSpec:
 def test_sizing_never_exceeds_what_fits_and_reaches_32k_where_it_fits(rng):
     for _ in range(200):
         arch, dtype_bytes = _arch(rng), rng.choice([2, 4])
-        per_token = buckets.activation_bytes_per_token(arch, dtype_bytes)
-        fixed = buckets.fixed_activation_bytes(arch, rng.choice([256, 1024]))
+        per_token = budget.activation_bytes_per_token(arch, dtype_bytes)
+        fixed = budget.fixed_activation_bytes(arch, rng.choice([256, 1024]))
         free = rng.randint(0, 160 * GiB)
-        n = buckets.device_token_budget(free, per_token, fixed)
-        assert buckets.BUDGET_STEP <= n <= buckets.CUDA_MAX_TOKEN_BUDGET
-        if n > buckets.BUDGET_STEP:  # the floor aside: what it picked fits in the headroom of the free memory
-            assert n * per_token + fixed <= free * buckets.HEADROOM
-        if buckets.CUDA_MIN_TOKEN_BUDGET * per_token + fixed <= free * buckets.HEADROOM:
-            assert n >= buckets.CUDA_MIN_TOKEN_BUDGET
-        more = buckets.device_token_budget(free + rng.randint(0, 8 * GiB), per_token, fixed)
+        n = budget.device_token_budget(free, per_token, fixed)
+        assert budget.BUDGET_STEP <= n <= budget.CUDA_MAX_TOKEN_BUDGET
+        if n > budget.BUDGET_STEP:  # the floor aside: what it picked fits in the headroom of the free memory
+            assert n * per_token + fixed <= free * budget.HEADROOM
+        if budget.CUDA_MIN_TOKEN_BUDGET * per_token + fixed <= free * budget.HEADROOM:
+            assert n >= budget.CUDA_MIN_TOKEN_BUDGET
+        more = budget.device_token_budget(free + rng.randint(0, 8 * GiB), per_token, fixed)
         assert more >= n  # more memory never gives a smaller budget
 
 
 def test_per_token_bytes_grow_with_the_model(rng):
     arch = _arch(rng)
-    base = buckets.activation_bytes_per_token(arch, 2)
+    base = budget.activation_bytes_per_token(arch, 2)
     wider = ArchSpec(**{**vars(arch), "intermediate_size": arch.intermediate_size + 1024})
     deeper = ArchSpec(**{**vars(arch), "num_layers": arch.num_layers + 4})  # more layers keep more K/V
-    assert buckets.activation_bytes_per_token(wider, 2) > base and buckets.activation_bytes_per_token(deeper, 2) > base
-    assert buckets.activation_bytes_per_token(arch, 4) > base
+    assert budget.activation_bytes_per_token(wider, 2) > base and budget.activation_bytes_per_token(deeper, 2) > base
+    assert budget.activation_bytes_per_token(arch, 4) > base
 
 
 def _fake_cuda(monkeypatch, free: int, cached: int = 0):
@@ -61,24 +67,24 @@ def _model(arch, device="cuda:0"):
 
 def test_auto_budget_on_cuda_cpu_and_a_budget_the_user_set(monkeypatch, rng):
     arch = _arch(rng)
-    per_token = buckets.activation_bytes_per_token(arch, 2)
-    fixed = buckets.fixed_activation_bytes(arch, SignalsConfig().nll_chunk)
-    big = int((buckets.CUDA_MAX_TOKEN_BUDGET * per_token + fixed) / buckets.HEADROOM) + GiB
+    per_token = budget.activation_bytes_per_token(arch, 2)
+    fixed = budget.fixed_activation_bytes(arch, SignalsConfig().nll_chunk)
+    big = int((budget.CUDA_MAX_TOKEN_BUDGET * per_token + fixed) / budget.HEADROOM) + GiB
     _fake_cuda(monkeypatch, big // 2, cached=big - big // 2)  # torch's own free cache counts as free
-    cfg, n, why = buckets.with_token_budget(PipelineConfig(), _model(arch))
-    assert n == cfg.batch.token_budget == buckets.CUDA_MAX_TOKEN_BUDGET and "GiB free" in why
+    cfg, (n, why) = _resolved(PipelineConfig(), _model(arch))
+    assert n == cfg.batch.token_budget == budget.CUDA_MAX_TOKEN_BUDGET and "GiB free" in why
     assert cfg.config_hash() == load_config(None, batch__token_budget=n).config_hash()  # the hash names it
 
-    small = int((12_000 * per_token + fixed) / buckets.HEADROOM)
+    small = int((12_000 * per_token + fixed) / budget.HEADROOM)
     _fake_cuda(monkeypatch, small)
-    cfg, n, why = buckets.with_token_budget(PipelineConfig(), _model(arch))
+    cfg, (n, why) = _resolved(PipelineConfig(), _model(arch))
     assert n == 8192 and "most that fits" in why  # 12,000 fit: rounded down to a step, never more
 
     user = load_config(None, batch__token_budget=77)  # an option or a config file wins on any device
-    assert buckets.with_token_budget(user, _model(arch)) == (user, 77, "set by the user")
+    assert _resolved(user, _model(arch)) == (user, (77, "set by the user"))
     default = PipelineConfig()
-    cpu_cfg, n, _ = buckets.with_token_budget(default, _model(arch, "cpu"))
-    assert cpu_cfg is default and n == buckets.CPU_TOKEN_BUDGET == default.batch.token_budget  # hash unchanged
+    cpu_cfg, (n, _) = _resolved(default, _model(arch, "cpu"))
+    assert cpu_cfg is default and n == budget.CPU_TOKEN_BUDGET == default.batch.token_budget  # hash unchanged
 
 
 def test_cli_option_says_how_the_default_is_sized():
@@ -90,3 +96,15 @@ def test_cli_option_says_how_the_default_is_sized():
     for cmd in ("attribute", "run"):
         (opt,) = [p for p in group.commands[cmd].params if p.name == "token_budget"]
         assert "--token-budget" in opt.opts and "sized for the device" in opt.help
+
+
+def test_whether_the_user_set_the_budget_is_asked_in_one_place():
+    """Issue 50: `stage/budget.user_set` is the one place that asks pydantic whether the budget was set; every
+    engine, the resume and the Ray sizing go through `resolve_budget` / `left_to_the_device`."""
+    from pathlib import Path
+
+    root = Path(__file__).resolve().parents[1]
+    asked = sorted(str(p.relative_to(root)) for d in ("masprism_batch", "pipelines", "kernels")
+                   for p in (root / d).rglob("*.py")
+                   if "model_fields_set" in (text := p.read_text(encoding="utf-8")) and "token_budget" in text)
+    assert asked == ["masprism_batch/stage/budget.py"], asked

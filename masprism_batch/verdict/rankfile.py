@@ -23,15 +23,22 @@ from pathlib import Path
 
 import numpy as np
 
-from masprism_batch.fit import fitting as ft
-from masprism_batch.fit import verdict_confidence as vc
-from masprism_batch.fit.rankcheck import FORMAT, VERSION, RankerFileError, is_packaged, read_checked, target
-
-# the names a `--ranker` setting uses, defined beside the reader that resolves them (rankcheck.target)
-from masprism_batch.fit.rankcheck import PACKAGED as PACKAGED
-from masprism_batch.fit.rankcheck import PACKAGED_NAME as PACKAGED_NAME
 from masprism_batch.outdir.parts import atomic_output
 from masprism_batch.trace import Trace
+from masprism_batch.verdict import case, correction
+from masprism_batch.verdict import confidence as vc
+from masprism_batch.verdict.rankcheck import (
+    FORMAT,
+    VERSION,
+    RankerFileError,
+    is_packaged,
+    read_checked,
+    target,
+)
+
+# the names a `--ranker` setting uses, defined beside the reader that resolves them (rankcheck.target)
+from masprism_batch.verdict.rankcheck import PACKAGED as PACKAGED
+from masprism_batch.verdict.rankcheck import PACKAGED_NAME as PACKAGED_NAME
 
 log = logging.getLogger(__name__)
 
@@ -77,33 +84,33 @@ class SystemRanker:
     def verdict_by(self) -> str:
         return {"ranker": f"ranker:{self.system}", "prior": f"prior:{self.system}"}.get(self.verdict, f"rule:{self.rule}")
 
-    def priors(self) -> ft.Priors | None:
+    def priors(self) -> case.Priors | None:
         p = self.entry.get("priors")
-        return ft.Priors.from_json(p) if p else None
+        return case.Priors.from_json(p) if p else None
 
     def apply(self, trace: Trace, rows: list[dict], ranked: list[int]):
         """(order of every step best first, step probabilities or None, agent, confidence) for one log;
         `ranked`: the zero-training rule's order of its candidates."""
-        c = ft.FitCase(trace, rows, [], [], ranked)
+        c = case.LogCase(trace, rows, [], [], ranked)
         pri = self.priors()
         p, scores, prior_step = None, None, False
         if self.verdict == "ranker":
-            allf = ft.BASE_FEATURES + ft.PRIOR_FEATURES
+            allf = case.BASE_FEATURES + case.PRIOR_FEATURES
             feats = self.entry.get("features") or allf
-            m = ft.Fitted(np.asarray(self.entry["weights"]), np.asarray(self.entry["mean"]),
-                          np.asarray(self.entry["std"]), pri or ft.Priors(), float(self.entry.get("l2", 0.0)),
-                          float(self.entry.get("offset_scale", ft.OFFSET_SCALE)),
+            m = correction.Fitted(np.asarray(self.entry["weights"]), np.asarray(self.entry["mean"]),
+                          np.asarray(self.entry["std"]), pri or case.Priors(), float(self.entry.get("l2", 0.0)),
+                          float(self.entry.get("offset_scale", case.OFFSET_SCALE)),
                           None if feats == allf else [allf.index(f) for f in feats], self.entry["offset"])
             p = m.probs(c)
             order = sorted(range(len(p)), key=lambda i: (-p[i], i))
         elif self.verdict == "prior" and pri is not None and pri.top_index() is not None and ranked:
             # the label prior re-ranks this log's own candidates (never a fixed position)
-            order, scores = ft.prior_verdict(c, pri)
+            order, scores = correction.prior_verdict(c, pri)
             prior_step = True
         else:
             order = list(ranked) + [i for i in range(len(trace.steps)) if i not in set(ranked)]
-        agent = ft.agent_pick(self.agent_rule, c, p, order[0], pri,
-                              ft.prior_agent_order(list(ranked), order[0]) if prior_step else None) if order else None
+        agent = correction.agent_pick(self.agent_rule, c, p, order[0], pri,
+                              correction.prior_agent_order(list(ranked), order[0]) if prior_step else None) if order else None
         cal = self.entry.get("calibration")
         return order, p, agent, vc.apply(cal, c, order, p, scores) if order and cal else None
 
@@ -127,9 +134,8 @@ class RankerFile:
     @classmethod
     def read(cls, path: Path) -> RankerFile:
         """A ranker file read bounded and every field checked (rankcheck.read_checked), or RankerFileError."""
-        d = read_checked(Path(path))
-        meta = {k: v for k, v in d.items() if k not in ("format", "version", "model_id", "systems")}
-        return cls(d["model_id"], d.get("systems", {}), meta)
+        d, _sha = read_checked(Path(path))
+        return cls(d["model_id"], d.get("systems", {}), meta_of(d))
 
     def check_model(self, model_id: str, path) -> None:
         if model_id and self.model_id != model_id:
@@ -142,21 +148,52 @@ class RankerFile:
         return SystemRanker(e, self.model_id) if e is not None else None
 
 
-def load(setting: str | None, model_id: str | None = None) -> RankerFile | None:
-    """The ranker file a run names (`method.ranker_weights`), read once: None without one, for "packaged"
-    when no packaged file applies to `model_id` (they were fitted on the default model), and for a folder
-    without rankers.json (it may hold only fallback.json). A named file that is missing raises
-    FileNotFoundError; one fitted on another model than `model_id` RankerFileError."""
-    if setting is None:
-        return None
-    path = target(setting)
-    if not path.is_file():
-        if is_packaged(setting) or Path(setting).is_dir():
+def meta_of(d: dict) -> dict:
+    """What a parsed ranker file holds beside its format, version, model and systems (date, config, ...)."""
+    return {k: v for k, v in d.items() if k not in ("format", "version", "model_id", "systems")}
+
+
+@dataclass(frozen=True)
+class RankerSetting:
+    """The run's ranker setting (`--ranker`, config `method.ranker`), read once when the run starts: the file it
+    names, the SHA-256 of the bytes read (bound to OUTDIR by pipelines/resume.py, so a file changed between a crash
+    and the resume is refused instead of mixing two rankers' verdicts) and the file parsed and checked, or the
+    problem that keeps it from applying (missing, not a ranker file). The CLI's checks, the OUTDIR binding and
+    the verdict policy of every pack (per model actor under Ray, shipped with it) read this one object."""
+
+    ranker: str | None = None
+    path: Path | None = None
+    sha256: str | None = None
+    file: RankerFile | None = None
+    problem: Exception | None = None
+
+    @classmethod
+    def read(cls, ranker: str | None) -> RankerSetting:
+        """None without a setting, or where it names no file: "packaged" without a packaged file, a folder
+        without rankers.json (it may hold only fallback.json)."""
+        if ranker is None:
+            return cls()
+        path = target(ranker)
+        if not path.is_file():
+            if is_packaged(ranker) or Path(ranker).is_dir():
+                return cls(ranker)
+            return cls(ranker, path, problem=FileNotFoundError(f"ranker file not found: {path}"))
+        try:
+            d, sha = read_checked(path)
+        except RankerFileError as exc:
+            return cls(ranker, path, problem=exc)
+        return cls(ranker, path, sha, RankerFile(d["model_id"], d.get("systems", {}), meta_of(d)))
+
+    def for_model(self, model_id: str | None = None) -> RankerFile | None:
+        """The file that applies to a run of `model_id`: None without one, and for "packaged" fitted on another
+        model (they were fitted on the default model). A named file that could not be read raises its problem;
+        one fitted on another model than `model_id` RankerFileError."""
+        if self.problem is not None:
+            raise self.problem.with_traceback(None)
+        rf = self.file
+        if rf is None or not model_id or rf.model_id == model_id:
+            return rf
+        if is_packaged(self.ranker):
             return None
-        raise FileNotFoundError(f"ranker file not found: {path}")
-    rf = RankerFile.read(path)
-    if model_id and rf.model_id != model_id:
-        if is_packaged(setting):
-            return None
-        rf.check_model(model_id, path)
-    return rf
+        rf.check_model(model_id, self.path)
+        return rf

@@ -10,10 +10,13 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from masprism_batch.config import PipelineConfig
-from masprism_batch.fit.policy import VerdictPolicy
 from masprism_batch.method import masprism as mp
-from masprism_batch.method import ranker, rules
+from masprism_batch.method import ranker
 from masprism_batch.trace import Trace
+from masprism_batch.verdict import rules
+from masprism_batch.verdict.confidence import rule_confidence
+from masprism_batch.verdict.correction import agent_rule_used
+from masprism_batch.verdict.policy import VerdictPolicy
 
 
 @dataclass
@@ -52,7 +55,7 @@ def fitted_verdict(t: Trace, rows: list[dict], base: mp.Ranking, cfg: PipelineCo
         v = masprism_verdict(t, ranking)
         if sr is not None:  # the system was fitted but its ranker did not beat the rule: its agent rule and
             _, _, v.agent, v.confidence = fitted  # calibration still apply
-            v.rule, agents = _agent_rule_used(sr, t, order)
+            v.rule, agents = agent_rule_used(sr, t, order)
             if agents and agents[0]["agent"] == v.agent:  # the rule's own ranking, so every output names one agent
                 v.agent_ranking = agents
         else:
@@ -85,39 +88,6 @@ def _no_symptom(base: mp.Ranking, order: list[int]) -> bool:
     (position), not on evidence (issue 51: the demo blamed the task prompt, step 0, with score 0 on 3 of 6
     logs). Its verdict is labelled `no_symptom:<rule>` and its confidence is a random pick's, 1/steps."""
     return bool(order) and not base.support.get(order[0])
-
-
-def rule_confidence(t: Trace, rows: list[dict], ranking: mp.Ranking, cal: dict | None) -> float | None:
-    """Calibrated confidence of a zero-training verdict from its own evidence (method/confidence.py), never
-    below 1/(steps); `cal`: the policy's fallback calibration (fitted on the dev systems, leave-one-system-out
-    measured in docs/results.md)."""
-    from masprism_batch.fit import fitting as ft
-    from masprism_batch.method import calibrate
-
-    if not ranking.ranked:
-        return None
-    c = ft.FitCase(t, rows, [], [], list(ranking.ranked))
-    feats = ft.evidence(c, list(ranking.ranked)) if cal else None
-    return calibrate.confidence(cal, feats, len(t.steps))
-
-
-def _agent_rule_used(sr, t: Trace, order: list[int]) -> tuple[str, list[dict] | None]:
-    """The agent rule that chose a fitted system's agent where its ranker did not decide the step
-    (`pred_agent_rule` / `agent_by` say what decided): "prior|<rule>" whose agent is absent from this log fell back
-    to <rule>, "aggregate" without step probabilities to the author; with a zero-training agent rule, its own
-    ranking of the agents, on the order that rule read (fit/fitting.py agent_pick)."""
-    rule, pri = sr.agent_rule, sr.priors()
-    if rule.startswith("prior|"):
-        if pri is not None and pri.top_agent(t):
-            return rule, None
-        rule = rule.split("|", 1)[1]
-    if rule in ("author", "aggregate") or not order:
-        return ("author" if rule == "aggregate" else rule), None
-    from masprism_batch.fit import fitting as ft
-
-    prior_step = sr.verdict == "prior" and pri is not None and pri.top_index() is not None
-    read = ft.prior_agent_order(order, order[0]) if prior_step else order
-    return rule, [{"agent": a, "score": float(x)} for a, x in rules.agent_ranking(rule, t, read)]
 
 
 def masprism_verdict(t: Trace, ranking: mp.Ranking) -> Verdict:

@@ -1,9 +1,9 @@
-"""A run's verdict policy: which verdict each log gets, read once per run (per worker process under Ray).
+"""A run's verdict policy: which verdict each log gets, built once per run (per model actor under Ray).
 
-A log of a system the named ranker file (`--ranker`, `rankfile.load`) was fitted on gets that system's entry;
-every other log the zero-training rule, agent rule and confidence calibration of `fallback.json`
+A log of a system the named ranker file (`--ranker`, read once: `rankfile.RankerSetting`) was fitted on gets that
+system's entry; every other log the zero-training rule, agent rule and confidence calibration of `fallback.json`
 (`rules.read_fallback`). The model stage hands the one policy to what-to-compute (`method/reads.py`, before
-any prefill) and to the verdict (`stage/verdict.py`), so both read the same files, read once.
+any prefill) and to the verdict (`verdict/decide.py`), so both read the same files, read once.
 """
 
 from __future__ import annotations
@@ -11,10 +11,9 @@ from __future__ import annotations
 import logging
 from dataclasses import dataclass, field
 
-from masprism_batch.fit import rankfile
-from masprism_batch.fit.rankfile import RankerFile, RankerFileError, SystemRanker
-from masprism_batch.method import rules
 from masprism_batch.trace import Trace
+from masprism_batch.verdict import rules
+from masprism_batch.verdict.rankfile import RankerFile, RankerFileError, RankerSetting, SystemRanker
 
 log = logging.getLogger(__name__)
 
@@ -34,17 +33,20 @@ class VerdictPolicy:
     refused: Exception | None = None
 
     @classmethod
-    def load(cls, method, model_id: str | None = None) -> VerdictPolicy:
-        """The policy of a run with method config `method` (`cfg.method`) on model `model_id`."""
-        if method.name != "ranked":  # no ranker file is read; the confidence keeps the packaged calibration
+    def load(cls, method, model_id: str | None = None, setting: RankerSetting | None = None) -> VerdictPolicy:
+        """The policy of a run with method config `method` (`cfg.method`) on model `model_id`; `setting`: the
+        run's ranker setting as read when it started (`RankerSetting.read(method.ranker)`), else read here."""
+        if method.name != "ranked":  # no ranker file applies; the confidence keeps the packaged calibration
             return cls(ranked=False, fallback=rules.read_fallback(None))
+        if setting is None or setting.ranker != method.ranker:
+            setting = RankerSetting.read(method.ranker)
         rankers, refused = None, None
         try:
-            rankers = rankfile.load(method.ranker_weights, model_id)
+            rankers = setting.for_model(model_id)
         except (RankerFileError, OSError) as exc:
-            log.debug("ranker file %s not applied: %s", method.ranker_weights, exc)
+            log.debug("ranker file %s not applied: %s", method.ranker, exc)
             refused = exc
-        return cls(True, rankers, rules.read_fallback(method.ranker_weights), method.system, refused)
+        return cls(True, rankers, rules.read_fallback(method.ranker), method.system, refused)
 
     def ranker(self, trace: Trace) -> SystemRanker | None:
         """The fitted entry of `trace`'s system (`rankfile.system_key`), or None: the zero-training rule."""

@@ -5,8 +5,6 @@ checked against its real domain: numbers finite and of the right type, vectors a
 weigh, standard deviations positive, prior counts at indices >= 0 (a negative index would blame step -5, or an
 agent by Python's negative indexing), rules and orders this version knows. The first problem is one
 `RankerFileError` naming the file and the field (`systems['x'].weights[3]: NaN is not a finite number`).
-`digest` is the content hash a run binds to its OUTDIR, so a file changed between a crash and the resume is
-refused instead of mixing two rankers' verdicts in one OUTDIR.
 """
 
 from __future__ import annotations
@@ -18,8 +16,9 @@ from pathlib import Path
 from typing import Any
 
 from masprism_batch.config_checks import NotRegularFile, read_regular
-from masprism_batch.fit import fitting as ft
-from masprism_batch.method import rules, weights_dir
+from masprism_batch.method import weights_dir
+from masprism_batch.verdict import case, rules
+from masprism_batch.verdict.correction import READ_OFFSETS
 
 FORMAT = "masprism-batch ranker"
 VERSION = 3  # the one version `fit` writes and a run reads; another is refused (refit with `masprism-batch fit`)
@@ -52,9 +51,15 @@ def read_bounded(path: Path) -> bytes:
     return data
 
 
-def read_checked(path: Path) -> dict:
-    """Read, parse and check a ranker file; the parsed object (every field checked, `check`)."""
+def read_checked(path: Path) -> tuple[dict, str]:
+    """Read, parse and check a ranker file, once: (the parsed object, every field checked by `check`; the SHA-256
+    of the bytes read, which a run binds to its OUTDIR)."""
     data = read_bounded(Path(path))
+    return parse_checked(data, path), hashlib.sha256(data).hexdigest()
+
+
+def parse_checked(data: bytes, path) -> dict:
+    """Parse and check the bytes of the ranker file at `path`."""
     try:
         d = json.loads(data.decode("utf-8"))
     except (UnicodeDecodeError, ValueError, RecursionError) as exc:  # RecursionError: nesting past the parser's
@@ -122,7 +127,7 @@ def _agent_rule(path, where: str, rule) -> None:
 def _priors(path, where: str, p) -> None:
     if not isinstance(p, dict):
         raise _error(path, where, "must be an object with pos, relpos, agent, n")
-    for key, top in (("pos", None), ("relpos", ft.RELPOS_BINS)):
+    for key, top in (("pos", None), ("relpos", case.RELPOS_BINS)):
         counts = p.get(key)
         if not isinstance(counts, dict) or len(counts) > MAX_PRIOR_KEYS:
             raise _error(path, f"{where}.{key}", "missing or not an object of counts")
@@ -146,8 +151,8 @@ def _calibration(path, where: str, cal, kinds=("evidence", "fitted")) -> None:
     if not isinstance(cal, dict) or cal.get("kind") not in kinds:
         raise _error(path, where, "must be an object of kind " + " or ".join(f'"{k}"' for k in kinds)
                      + " (calibrate.fit_evidence / fit_monotone)")
-    from masprism_batch.fit.verdict_confidence import FEATURES as VERDICT
     from masprism_batch.method.confidence import FEATURES as EVIDENCE
+    from masprism_batch.verdict.confidence import FEATURES as VERDICT
 
     fitted = cal["kind"] == "fitted"
     feats = _str_list(path, f"{where}.features", cal.get("features"), list(VERDICT if fitted else EVIDENCE))
@@ -175,9 +180,9 @@ def check_entry(path, name: str, e) -> None:
     for key in ("agent_rule", "rule_agent"):
         if key in e or key == "agent_rule":
             _agent_rule(path, f"{where}.{key}", e.get(key, "author"))
-    if (verdict == "ranker" or "offset" in e) and e.get("offset") not in ft.READ_OFFSETS:
+    if (verdict == "ranker" or "offset" in e) and e.get("offset") not in READ_OFFSETS:
         raise _error(path, f"{where}.offset", f"corrects an order this version does not know: "
-                                             f"{json.dumps(e.get('offset'))[:60]} (one of {', '.join(ft.READ_OFFSETS)})")
+                                             f"{json.dumps(e.get('offset'))[:60]} (one of {', '.join(READ_OFFSETS)})")
     # offset_scale is a learned, unpenalised weight: a fit may turn the rule's order down or around (< 0)
     if "offset_scale" in e:
         _num(path, f"{where}.offset_scale", e["offset_scale"])
@@ -188,8 +193,8 @@ def check_entry(path, name: str, e) -> None:
     if e.get("priors") is not None or verdict == "prior":
         _priors(path, f"{where}.priors", e.get("priors"))
     if verdict == "ranker":
-        feats = _str_list(path, f"{where}.features", e.get("features") or ft.BASE_FEATURES + ft.PRIOR_FEATURES,
-                          ft.BASE_FEATURES + ft.PRIOR_FEATURES)
+        feats = _str_list(path, f"{where}.features", e.get("features") or case.BASE_FEATURES + case.PRIOR_FEATURES,
+                          case.BASE_FEATURES + case.PRIOR_FEATURES)
         _vector(path, f"{where}.weights", e.get("weights"), len(feats))
         _vector(path, f"{where}.mean", e.get("mean"), len(feats))
         _vector(path, f"{where}.std", e.get("std"), len(feats), positive=True)
@@ -219,7 +224,7 @@ def check(d: dict, path) -> None:
 
 
 PACKAGED = "rankers.json"  # the packaged per-system rankers, written by benchmarks/accuracy/bench_accuracy.py --train-weights
-# `--ranker packaged` (config method.ranker_weights = "packaged"): the packaged rankers of the benchmark systems,
+# `--ranker packaged` (config method.ranker = "packaged"): the packaged rankers of the benchmark systems,
 # named explicitly; `eval --dataset` names them itself. Without a name no packaged ranker applies.
 PACKAGED_NAME = "packaged"
 
@@ -233,12 +238,3 @@ def target(setting: str) -> Path:
     path itself (whether it exists is the caller's question)."""
     path = weights_dir() / PACKAGED if is_packaged(setting) else Path(setting)
     return path / PACKAGED if path.is_dir() else path
-
-
-def digest(setting: str | None) -> str | None:
-    """SHA-256 of the ranker file a run applies (`method.ranker_weights`: a file, a folder holding rankers.json,
-    or "packaged"); None without one. Bound to the OUTDIR by the run's header."""
-    if setting is None:
-        return None
-    path = target(setting)
-    return hashlib.sha256(read_bounded(path)).hexdigest() if path.is_file() else None

@@ -1,0 +1,126 @@
+"""Command `demo`: the bundled sample attributed with the offline default model, its verdicts printed."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import typer
+from rich.table import Table
+
+from masprism_batch.cli import app, setup_logging
+from masprism_batch.cli.common import (
+    check_outdir,
+    check_ranker,
+    console,
+    fail,
+    load_model_or_fail,
+    no_traces_message,
+)
+from masprism_batch.cli.options import ConfigOptions, IntervalOpt, ModelOpt, VerboseOpt, build_config
+from masprism_batch.cli.run import run_here
+
+
+def _print_summary(summary, outdir: Path, inputs: list[str] | None = None) -> int:
+    from rich.markup import escape
+
+    from masprism_batch.ingest.status import counts_line
+
+    console.print(f"{escape(counts_line(summary.counts))} in {summary.wall_seconds:.1f} s, "
+                  f"{summary.tokens_per_second:,.0f} tokens/s -> {outdir}")
+    if inputs is not None and summary.attributed == 0:
+        raise fail(no_traces_message(inputs, summary.rejected_by_reason))
+    return summary.exit_code
+
+
+def _sample_dir() -> Path:
+    from importlib.resources import files
+
+    return Path(str(files("masprism_batch") / "data" / "sample"))
+
+
+def verdict_line(a: dict, t=None) -> str:
+    """The run's verdict as attributions hold it: the blamed step (with its author) and the blamed agent."""
+    author = a.get("pred_step_agent")
+    if author is None and t is not None and a["pred_step"] is not None:
+        author = t.steps[a["pred_step"]].agent  # outputs written before attributions carried the author
+    line = f"predicted: step {a['pred_step']} (written by {author}); blamed agent: {a['pred_agent']}"
+    if a.get("agent_by") and a["pred_agent"] != author:  # why the blame left the step's author
+        line += f" ({a['agent_by']})"
+    elif a.get("pred_agent_rule") == "aggregate":
+        line += " (step probabilities summed per agent)"
+    by, conf = a.get("verdict_by"), a.get("confidence")
+    if by:
+        line += f"; decided by {by}" + ("" if conf is None else f", confidence {conf:.2f}")
+        if by.startswith("no_symptom:"):  # said, not dressed as evidence (issue 51)
+            line += " (no symptom points to this step: the rule's fallback by position, no evidence)"
+    return line
+
+
+def _print_attributions(outdir: Path, top: int = 3) -> None:
+    from masprism_batch.outdir.reads import read_dataset
+    from masprism_batch.trace import Trace
+
+    attrs = read_dataset(outdir / "attributions").to_pylist()
+    traces = {r["trace_id"]: Trace.from_row(r) for r in read_dataset(outdir / "traces").to_pylist()}
+    for a in sorted(attrs, key=lambda r: r["trace_id"]):
+        t = traces.get(a["trace_id"])
+        table = Table(title=f"{a['trace_id']}  ({a['source']}, {a['n_steps']} steps)", title_justify="left")
+        for col in ("rank", "step", "agent", "score", "symptoms it explains", "step text"):
+            table.add_column(col, overflow="fold")
+        for r, c in enumerate(a["candidates"][:top], 1):
+            text = t.steps[c["step"]].content if t else ""
+            snippet = " ".join(text.split())[:90]
+            table.add_row(str(r), str(c["step"]), str(c["agent"]), f"{c['score']:.3g}",
+                          ", ".join(map(str, c["symptoms"])) or "-", snippet)
+        console.print(table)
+        verdict = verdict_line(a, t)
+        if t and t.labels and t.labels.mistake_step is not None:
+            verdict += f"   (label: step {t.labels.mistake_step} by {t.labels.mistake_agent})"
+        elif t and t.labels and t.labels.error_locations:
+            hit = a["pred_span_id"] in set(t.labels.error_locations)
+            verdict += f"   (span {a['pred_span_id']} is {'a' if hit else 'not a'} labelled error span)"
+        console.print(verdict + "\n")
+
+
+@app.command()
+def demo(
+    model: str = ModelOpt,
+    out: Path = typer.Option(None, "-o", "--out", help="output directory (default: ~/.cache/masprism-batch/demo, "
+                             "replaced by each demo run)"),
+    progress_interval: float = IntervalOpt,
+    verbose: bool = VerboseOpt,
+):
+    """Attribute the bundled sample (4 Who&When + 2 TRAIL real traces) with the offline default model."""
+    setup_logging(verbose)
+    if out is not None:
+        check_outdir(out)
+    cfg = build_config(ConfigOptions(model=model))
+    ranker = check_ranker(cfg)
+    loaded = load_model_or_fail(cfg, ranker)
+    outdir = out or _demo_dir(cfg)
+    sample = _sample_dir()
+    try:
+        summary = run_here([str(sample / "who_and_when"), str(sample / "trail")], outdir, cfg, loaded, ranker,
+                           progress_interval)
+    except (FileNotFoundError, ValueError) as exc:
+        raise fail(str(exc)) from None
+    _print_attributions(outdir)
+    console.print(f"sample data: {sample} (licences: NOTICE.md there)")
+    code = _print_summary(summary, outdir)
+    console.print(f"outputs: {outdir}" + ("" if out else " (replaced by the next demo; -o DIR keeps them)"))
+    console.print(f"next: masprism-batch report {outdir} -o report.html")
+    raise typer.Exit(code)
+
+
+def _demo_dir(cfg) -> Path:
+    """One demo folder, emptied at each run (they piled up in /tmp, one per run): ours by its place in the
+    model cache root, so clearing it removes nothing of the user's."""
+    import shutil
+
+    from masprism_batch.model.loader import cache_root
+
+    d = cache_root(cfg.model.cache_dir) / "demo"
+    if d.is_dir() and not d.is_symlink():
+        shutil.rmtree(d)
+    check_outdir(d)
+    return d

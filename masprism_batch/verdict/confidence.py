@@ -1,0 +1,101 @@
+"""A verdict's confidence at run time: P(the blamed step is right) under the calibration that applies to it.
+
+- a log of an unfitted system: the zero-training confidence, its own evidence (method/confidence.py) under the
+  packaged fallback calibration (`confidence`, never below 1/steps);
+- a log of a fitted system: its entry's calibration (`apply`): kind "fitted" reads FEATURES (how clearly the
+  log's signals single out the blamed step, how far it is ahead of the next, whether ranker and rule agree),
+  kind "evidence" the verdict's own evidence (files written before issue 48).
+
+The calibrations are fitted offline: method/calibrate.py (fit_evidence, fit_monotone) and
+fit/verdict_confidence.py (which FEATURES a fitted system's confidence keeps).
+"""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+
+from masprism_batch.method import confidence as cf
+from masprism_batch.method import masprism as mp
+from masprism_batch.trace import Trace
+from masprism_batch.verdict.case import LogCase
+from masprism_batch.verdict.correction import evidence
+
+FEATURES = ("zero_training", "gap", "agrees")
+OWN = ("zero_training",)  # the set kept when the zero-training confidence ranks at least as well
+
+
+def zero_training_score(cal: dict | None, ev: dict[str, float]) -> float:
+    """The zero-training calibration's logit of evidence `ev` (the order of its confidence, before its 1/n floor);
+    without a calibration, the signed sum of the features in the units they carry."""
+    if cal is None:
+        return float(sum(cf.SIGNS[f] * ev[f] for f in cf.FEATURES))
+    x = (np.array([ev[f] for f in cal["features"]]) - np.asarray(cal["mean"])) / np.asarray(cal["std"])
+    return float(x @ np.asarray(cal["w"])) + float(cal["b"])
+
+
+def features(c: LogCase, order: list[int], probs=None, scores=None, zero_cal: dict | None = None) -> dict:
+    """FEATURES of one verdict: `order` every step best first (order[0] blamed), `probs` a ranker's step
+    probabilities, `scores` (array over steps) the label prior's; neither: the rule's MASPrism Score."""
+    top = order[0]
+    ev = evidence(c, [top] + [k for k in c.ranked if k != top])  # the zero-training evidence of this step
+    if probs is not None:
+        p = np.asarray(probs, dtype=np.float64)
+        second = max((p[k] for k in order[1:2]), default=0.0)
+        gap = float(p[top] - second) / max(float(p.sum()), 1e-12)
+    else:
+        v = evidence(c, order, None, scores)  # share x relative margin = (s1 - s2) / sum of the candidates'
+        gap = v["top_share"] * v["margin"]
+    return {"zero_training": zero_training_score(zero_cal, ev), "gap": float(gap),
+            "agrees": float(bool(c.ranked) and top == c.ranked[0])}
+
+
+def zero_training_confidence(c: LogCase, top: int, zero_cal: dict | None, score: float | None = None):
+    """What the zero-training calibration says of blaming `top` (the confidence a log of an unfitted system gets
+    for the rule's verdict; `score`: its zero_training feature, when already computed): None without one."""
+    if zero_cal is None:
+        return None
+    if score is None:
+        score = zero_training_score(zero_cal, evidence(c, [top] + [k for k in c.ranked if k != top]))
+    return max(float(1 / (1 + np.exp(-np.clip(score, -50, 50)))), 1.0 / max(len(c.trace.steps), 1))
+
+
+def apply(cal: dict, c: LogCase, order: list[int], probs=None, scores=None) -> float | None:
+    """The confidence of one verdict under a system's calibration of kind "fitted" (`fit` above) or "evidence"
+    (the verdict's own evidence: ranker files written before issue 48)."""
+    if cal.get("kind") == "fitted":
+        x = features(c, order, probs, scores, cal.get("zero_training"))
+    else:
+        x = evidence(c, order, probs, scores)
+    return confidence(cal, x, len(c.trace.steps))
+
+
+def rule_confidence(t: Trace, rows: list[dict], ranking: mp.Ranking, cal: dict | None) -> float | None:
+    """Calibrated confidence of a zero-training verdict from its own evidence (method/confidence.py), never
+    below 1/(steps); `cal`: the policy's fallback calibration (fitted on the dev systems, leave-one-system-out
+    measured in docs/results.md)."""
+    if not ranking.ranked:
+        return None
+    c = LogCase(t, rows, [], [], list(ranking.ranked))
+    feats = evidence(c, list(ranking.ranked)) if cal else None
+    return confidence(cal, feats, len(t.steps))
+
+
+def confidence(cal: dict | None, feats: dict | None, n_steps: int) -> float | None:
+    """P(right) of one verdict from its evidence features `feats` under an evidence calibration `cal`
+    (fit_evidence), never below 1/n_steps: a uniform guess among the log's steps does that well."""
+    if cal is None or feats is None:
+        return None
+    x = (np.array([feats[f] for f in cal["features"]]) - np.asarray(cal["mean"])) / np.asarray(cal["std"])
+    return max(_sigmoid(float(x @ np.asarray(cal["w"])) + cal["b"]), 1.0 / max(n_steps, 1))
+
+
+def flat_rate(cal: dict) -> float | None:
+    """The one P(right) every verdict gets where the calibration kept no feature (fit_evidence drops the evidence
+    when its scale comes out negative), before the 1/n floor; None where the evidence ranks verdicts."""
+    return None if any(cal.get("w") or []) else _sigmoid(float(cal["b"]))
+
+
+def _sigmoid(s: float) -> float:
+    return 1 / (1 + math.exp(-max(min(s, 50.0), -50.0)))
