@@ -18,13 +18,20 @@ from dataclasses import dataclass
 
 import numpy as np
 import torch
-import torch.nn.functional as F
 
 from masprism_batch import signals as sig
 from masprism_batch.model import pack
 from masprism_batch.model.arch import FULL, SLIDING, ArchSpec, instrument_layers, rope_inv_freq
 from masprism_batch.model.attention import causal_attention
-from masprism_batch.model.layers import Weights, attn_residual, embed, mlp_residual, qkv_proj, rms_norm, rope_cos_sin
+from masprism_batch.model.layers import (
+    Weights,
+    attn_residual,
+    embed,
+    mlp_residual,
+    qkv_proj,
+    rms_norm,
+    rope_cos_sin,
+)
 from masprism_batch.model.pack import PrefillTiming  # noqa: F401  (re-exported: model.PrefillTiming)
 
 log = logging.getLogger(__name__)
