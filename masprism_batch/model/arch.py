@@ -121,7 +121,7 @@ def _check_gemma(config, layer_types: list[str]) -> None:
     if len(layer_types) != config.num_hidden_layers or set(layer_types) - {FULL, SLIDING}:
         raise ValueError(f"layer_types must name {config.num_hidden_layers} layers, each {FULL!r} or {SLIDING!r}")
     if FULL not in layer_types:
-        # the step signals are read from full-attention layers only (docs/method.md "Sliding-window models")
+        # the step signals are read from full-attention layers only (docs/models.md "Gemma 3 in the packed forward")
         raise ValueError("a model whose every layer is sliding-window has no layer to read the step signals from")
     if getattr(config, "hidden_activation", "gelu_pytorch_tanh") != "gelu_pytorch_tanh":
         raise ValueError(f"hidden_activation {config.hidden_activation!r} is not supported (gelu_pytorch_tanh)")
@@ -156,7 +156,7 @@ def instrument_layers(num_layers: int, layer_fraction: float, windows: tuple = (
 
     windows (ArchSpec.windows): a sliding-window layer is never instrumented: only the full-attention layers of
     that range are, or the last full-attention layer where the range holds none (Gemma 3 270M: layer 17 of
-    14..17). Why (docs/method.md "Sliding-window models"): a query of a sliding layer sees only the last W
+    14..17). Why (docs/models.md "Gemma 3 in the packed forward"): a query of a sliding layer sees only the last W
     tokens, so its step mass between two steps more than W tokens apart is zero by construction, not a reading
     of the model; averaging it in would dilute every long-range entry of A by the share of sliding layers."""
     if not 0.0 < layer_fraction <= 1.0:
