@@ -8,7 +8,9 @@ output_attentions=True and full logits, then the NLL and the step mass from them
 implementation does), eager_stream (the same eager forward and full logits, but each instrumented layer's
 [H, T, T] probabilities are folded into the step mass by a forward hook and dropped, and
 output_attentions is off: the same FLOPs as eager with the memory of one layer, so a LOWER bound on eager's
-time at the T where eager itself cannot fit in RAM). Random weights with the shapes of SmolLM2-135M and Qwen3-0.6B; one sequence of
+time at the T where eager itself cannot fit in RAM). Random weights with the shapes of SmolLM2-135M, Gemma 3 270M
+(15 of 18 layers sliding-window, 262k vocabulary; signals from its one full-attention layer of the last 20%) and
+Qwen3-0.6B; one sequence of
 T random tokens in steps of 80 tokens. A `model@NL` variant keeps only N layers (peak memory of an
 inference forward is per layer, so it gives the memory-vs-T slope at long T in minutes, not hours).
 
@@ -41,7 +43,7 @@ EAGER_LIMIT = int(0.55 * _mem_total())
 
 
 def hf_config(name: str):
-    from transformers import LlamaConfig, Qwen3Config
+    from transformers import Gemma3TextConfig, LlamaConfig, Qwen3Config
 
     base, _, layers = name.partition("@")
     if base == "smollm2-135m":
@@ -54,6 +56,13 @@ def hf_config(name: str):
                           num_attention_heads=16, num_key_value_heads=8, head_dim=128, max_position_embeddings=40960,
                           rms_norm_eps=1e-6, rope_parameters={"rope_type": "default", "rope_theta": 1e6},
                           tie_word_embeddings=True, attention_bias=False)
+    elif base == "gemma3-270m":  # the config of gemma-3-270m-q4_k_m.gguf as transformers reads it
+        cfg = Gemma3TextConfig(vocab_size=262144, hidden_size=640, intermediate_size=2048, num_hidden_layers=18,
+                               num_attention_heads=4, num_key_value_heads=1, head_dim=256, max_position_embeddings=32768,
+                               rms_norm_eps=1e-6, sliding_window=512, query_pre_attn_scalar=256,
+                               rope_parameters={"sliding_attention": {"rope_type": "default", "rope_theta": 10000.0},
+                                                "full_attention": {"rope_type": "default", "rope_theta": 1e6}},
+                               tie_word_embeddings=True)
     else:
         raise ValueError(f"unknown model {name!r}")
     if layers:
@@ -66,7 +75,12 @@ def flops_per_token(cfg, T: int) -> float:
     d, f, L = cfg.hidden_size, cfg.intermediate_size, cfg.num_hidden_layers
     dq, dkv = cfg.num_attention_heads * cfg.head_dim, cfg.num_key_value_heads * cfg.head_dim
     linear = L * (d * dq + 2 * d * dkv + dq * d + 3 * d * f) + cfg.vocab_size * d
-    attention = L * 2 * dq * (T + 1) / 2 * 2  # QK^T and PV over the causal average context (T+1)/2
+    # QK^T and PV over the causal average context (T+1)/2; a sliding-window layer's context is capped at W
+    W = getattr(cfg, "sliding_window", None)
+    kinds = getattr(cfg, "layer_types", None) or ["full_attention"] * L
+    ctx = sum(((T + 1) / 2 if k == "full_attention" or not W or T <= W else W - W * (W - 1) / (2 * T))
+              for k in kinds)
+    attention = 2 * dq * ctx * 2
     return 2.0 * linear + attention
 
 
@@ -191,6 +205,7 @@ def cpu_cases(threads: int, grid: list[tuple[str, list[int], list[str]]], repeat
 # per run); the @4L rows give the memory slope up to 32k.
 DEFAULT_GRID = [
     ("smollm2-135m", [1024, 2048], ["signals_cpp", "signals_torch", "sdpa", "sdpa_logits", "eager", "eager_stream"]),
+    ("gemma3-270m", [1024, 2048], ["signals_cpp", "signals_torch", "sdpa", "sdpa_logits"]),
     ("smollm2-135m", [4096, 8192], ["signals_cpp", "signals_torch", "sdpa", "sdpa_logits", "eager", "eager_stream"]),
     ("qwen3-0.6b", [1024, 2048, 4096], ["signals_cpp", "signals_torch", "sdpa", "sdpa_logits", "eager", "eager_stream"]),
     ("smollm2-135m@4L", [1024, 2048, 4096, 8192, 16384, 32768], ["signals_cpp"]),

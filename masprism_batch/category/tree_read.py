@@ -20,7 +20,7 @@ import torch
 import torch.nn.functional as F
 
 from masprism_batch import signals as sig
-from masprism_batch.model.layers import mlp, qkv_proj, rms_norm, rope_cos_sin
+from masprism_batch.model.layers import attn_residual, embed, mlp_residual, qkv_proj, rms_norm
 
 
 @dataclass
@@ -67,11 +67,11 @@ def branch_nll(model, reads: list[TreeRead], stem: list[int], branches: list[lis
     rows = [q * n + p for q in range(len(ok)) for b in preds for p, _ in b]
     tgts = [q * n + t for q in range(len(ok)) for b in preds for _, t in b]
     with torch.inference_mode():
-        cos, sin = rope_cos_sin(pos, model._inv_freq, model._rope_scale, model.dtype)
-        h = F.embedding(ids, w.embed)
+        rope = model.rope_tables(pos)
+        h = embed(ids, w, a)
         for i, lw in enumerate(w.layers):
             x = rms_norm(h, lw.input_norm, a.rms_norm_eps)
-            q, k, v = qkv_proj(x, lw, a, cos, sin)
+            q, k, v = qkv_proj(x, lw, a, *rope[i])
             o = torch.empty_like(q)
             for j, r in enumerate(ok):
                 s, e, P = j * n, (j + 1) * n, reads[r].prefix_len
@@ -82,10 +82,13 @@ def branch_nll(model, reads: list[TreeRead], stem: list[int], branches: list[lis
                 if groups > 1:
                     kk, vv = kk.repeat_interleave(groups, 1), vv.repeat_interleave(groups, 1)
                 mask = torch.cat([torch.ones(n, P, dtype=torch.bool, device=dev), own], dim=1)
+                if (win := a.window(i)) is not None:  # a sliding-window layer (Gemma 3): no key W or more back
+                    qp = pos[s:e]
+                    mask &= torch.cat([torch.arange(P, device=dev), qp])[None, :] > qp[:, None] - win
                 o[s:e] = F.scaled_dot_product_attention(q[s:e].transpose(0, 1)[None], kk, vv, attn_mask=mask,
                                                         scale=a.scale)[0].transpose(0, 1)
-            h.add_(F.linear(o.reshape(o.shape[0], -1), lw.o_w, lw.o_b))
-            h.add_(mlp(rms_norm(h, lw.post_norm, a.rms_norm_eps), lw))
+            attn_residual(h, o, lw, a)
+            mlp_residual(h, lw, a)
         r_t = torch.tensor(rows, dtype=torch.int64, device=dev)
         hidden = rms_norm(h.index_select(0, r_t), w.final_norm, a.rms_norm_eps)
         nll = sig.token_nll(hidden, w.lm_head, ids.index_select(0, torch.tensor(tgts, device=dev)),

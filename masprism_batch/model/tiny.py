@@ -51,7 +51,7 @@ def tiny_tokenizer():
 
 
 def tiny_state_dict(config, seed: int = TINY_SEED) -> dict[str, torch.Tensor]:
-    """HF-named random weights. Scaled ~1/sqrt(fan_in) (not 0.02) so attention is far from uniform and
+    """HF-named random weights of a Qwen3 or Gemma 3 config (benchmarks build real shapes with it). Scaled ~1/sqrt(fan_in) (not 0.02) so attention is far from uniform and
     the signals have structure that tests can see."""
     g = torch.Generator().manual_seed(seed)
     H, inter, D = config.hidden_size, config.intermediate_size, config.head_dim
@@ -76,4 +76,6 @@ def tiny_state_dict(config, seed: int = TINY_SEED) -> dict[str, torch.Tensor]:
             p + "mlp.gate_proj.weight": lin(inter, H), p + "mlp.up_proj.weight": lin(inter, H),
             p + "mlp.down_proj.weight": lin(H, inter),
         })
+        if getattr(config, "model_type", "") == "gemma3_text":  # its norms on the attention and MLP outputs
+            sd.update({p + "pre_feedforward_layernorm.weight": norm(H), p + "post_feedforward_layernorm.weight": norm(H)})
     return sd
