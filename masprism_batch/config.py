@@ -34,7 +34,7 @@ class _Section(BaseModel):
 
 
 class ModelConfig(_Section):
-    name: str = "smollm2-135m"  # smollm2-135m | tiny-random | PATH (HF folder or .gguf)
+    name: str = "smollm2-135m"  # smollm2-135m | gemma3-270m | tiny-random | PATH (HF folder or .gguf)
     # auto: bf16 where the hardware multiplies bf16 natively (CUDA; CPUs with AVX512-BF16 or AMX), else fp32;
     # the built-in tiny-random test model stays fp32 on CPU (see auto_dtype)
     dtype: Literal["auto", "float32", "bfloat16", "float16"] = "auto"

@@ -29,7 +29,7 @@ AllRunsOpt = typer.Option(False, "--all-runs", help="also attribute runs whose l
                           "failed runs and runs of unknown status; the succeeded ones are counted and listed in "
                           "OUT/errors/ as succeeded_run)")
 FormatOpt = typer.Option("auto", "--format", "-f", help=FormatHelp)
-ModelOpt = typer.Option(None, "--model", "-m", help="smollm2-135m (default) | tiny-random | PATH (HF folder or .gguf)")
+ModelOpt = typer.Option(None, "--model", "-m", help="smollm2-135m (default) | gemma3-270m | tiny-random | PATH (HF folder or .gguf); `models` lists them")
 ConfigOpt = typer.Option(None, "--config", help="JSON or TOML file with PipelineConfig sections")
 ContextOpt = typer.Option(None, "--max-context", help="tokens per prompt (default from config)")
 RankerOpt = typer.Option(None, "--ranker", metavar="rule|packaged|FILE|masprism", help=RANKER_HELP)
