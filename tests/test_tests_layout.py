@@ -107,15 +107,15 @@ def test_every_test_file_sits_in_the_folder_of_the_code_it_tests():
 
 
 def test_the_rule_sees_a_misplaced_file(tmp_path, monkeypatch):
-    """The check itself: a fit test in tests/method/ and a render test at the top of tests/ are both named."""
+    """The check itself: a verdict test in tests/method/ and a render test at the top of tests/ are both named."""
     fake = tmp_path / "tests"
     (fake / "method").mkdir(parents=True)
-    (fake / "method" / "test_rankfile.py").write_text("from masprism_batch.method import rules\n")
+    (fake / "method" / "test_rankfile.py").write_text("from masprism_batch.method import ranker\n")
     (fake / "test_windows.py").write_text("from masprism_batch.render import windows\n")
     (fake / "render").mkdir()
     (fake / "render" / "test_batching.py").write_text("from masprism_batch.config import load_config\n")
     monkeypatch.setitem(globals(), "TESTS", fake)
     bad = _misplaced()
-    assert any(b.startswith("method/test_rankfile.py: named after a module of fit/") for b in bad), bad
+    assert any(b.startswith("method/test_rankfile.py: named after a module of verdict/") for b in bad), bad
     assert any(b.startswith("test_windows.py: a test at the top") for b in bad), bad
     assert any(b.startswith("render/test_batching.py: imports nothing of ['render']") for b in bad), bad

@@ -32,8 +32,8 @@ def _setup(tmp_path: Path):
     cfg = tmp_path / "c.json"
     cfg.write_text(json.dumps({"model": {"name": "tiny-random"}, "render": {"max_context": 512},
                                "method": {"counterfactual_k": 0}}))
-    spec = importlib.util.spec_from_file_location("method_synth", Path(__file__).resolve().parents[1] / "method"
-                                                  / "conftest.py")
+    spec = importlib.util.spec_from_file_location("fit_synth", Path(__file__).resolve().parents[1] / "fit"
+                                                  / "fit_synth.py")
     mod = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(mod)
     rng = np.random.default_rng(SEED)

@@ -1,5 +1,5 @@
 """Issue 33 item 1 through the local engine: on a (fake) GPU with the budget left unset, run.json's config and
-invocation and the time line name the budget sized for the device (tests/render/test_token_budget.py: the sizing)."""
+invocation and the time line name the budget sized for the device (tests/stage/test_token_budget.py: the sizing)."""
 
 from __future__ import annotations
 

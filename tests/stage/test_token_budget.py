@@ -103,7 +103,8 @@ def test_whether_the_user_set_the_budget_is_asked_in_one_place():
     engine, the resume and the Ray sizing go through `resolve_budget` / `left_to_the_device`."""
     from pathlib import Path
 
-    root = Path(__file__).resolve().parents[1]
+    root = Path(__file__).resolve().parents[2]
+    assert (root / "masprism_batch" / "stage" / "budget.py").is_file(), root  # the tree searched is the repo's
     asked = sorted(str(p.relative_to(root)) for d in ("masprism_batch", "pipelines", "kernels")
                    for p in (root / d).rglob("*.py")
                    if "model_fields_set" in (text := p.read_text(encoding="utf-8")) and "token_budget" in text)
