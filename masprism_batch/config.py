@@ -67,9 +67,8 @@ def cpu_has_native_bf16() -> bool:
 def auto_dtype(device_type: str, model_name: str) -> str:
     """What `dtype: auto` means for a model on a device type ("cpu" / "cuda").
 
-    CPU bf16 (since 2026-11-25): the body's matmuls in bf16, the LM head's NLL still computed in fp32
-    (signals.token_nll). Measured on the Who&When eval: 15 min 14 s against 20 min 30 s in fp32, every verdict
-    the same (docs/benchmarks.md). tiny-random stays fp32 on CPU: its tests compare with fp32 references and
+    CPU bf16: the body's matmuls in bf16, the LM head's NLL still computed in fp32 (signals.token_nll): faster
+    end to end with the same verdicts on the logs compared (the measurement: docs/benchmarks.md). tiny-random stays fp32 on CPU: its tests compare with fp32 references and
     must not depend on which CPU runs them."""
     if device_type == "cuda":
         return "bfloat16"

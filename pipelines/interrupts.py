@@ -17,7 +17,6 @@ import threading
 import uuid
 
 log = logging.getLogger(__name__)
-RECORD_GLOB = "interrupted-*.json"
 
 
 class Interrupted(KeyboardInterrupt):

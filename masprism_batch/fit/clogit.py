@@ -6,9 +6,8 @@ A log may have several gold steps (TRAIL annotates every error span). The target
 distribution over them (cross-entropy to it: -mean over gold of log softmax), not the probability of "any gold
 step" (-log of the summed gold probabilities): the first is convex, so Newton's step always descends and the
 optimum is unique; the second is not, its Newton step pointed uphill on about a third of multi-gold fits and the
-solver stopped at w = 0, the ranker silently equal to the order it corrects. Measured on the dev cache, 5-fold
-within each system x3 seeds (2026-11-26): GAIA P@1 0.682 with this target against 0.646 with "any gold" (solved
-to convergence) and SWE-Bench 0.630 against 0.574; a log with one gold step has the same objective either way.
+solver stopped at w = 0, the ranker silently equal to the order it corrects; on the dev cache it was also the more
+accurate target (docs/accuracy.md, "The ranker's target"). A log with one gold step has the same objective either way.
 """
 
 from __future__ import annotations

@@ -4,18 +4,11 @@
 the first open group with room; an item longer than the budget goes alone. Deterministic: same lengths, same
 groups. Each group lists indices in placement order (longest first) and groups come in creation order, so the
 first groups hold the longest sequences.
-
-`bucket_stream` applies `pack` to a stream in windows of `window` items, so memory stays bounded by one window
-while sequences of similar length still share batches.
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterable, Iterator, Sequence
-from itertools import islice
-from typing import TypeVar
-
-T = TypeVar("T")
+from collections.abc import Sequence
 
 
 def pack(lengths: Sequence[int], token_budget: int) -> list[list[int]]:
@@ -52,18 +45,3 @@ def forward_groups(lengths: Sequence[int], cfg) -> list[list[int]]:
     and the prefill groups of the model stage (stage/prefill.prefill_groups); the counterfactual suffixes are
     grouped under the same `forward_budget` (method/counterfactual.effects_batch)."""
     return pack(lengths, forward_budget(cfg))
-
-
-def bucket_stream(
-    items: Iterable[T], length: Callable[[T], int], token_budget: int, window: int = 256
-) -> Iterator[list[T]]:
-    """Yield batches of items: the stream is read `window` items at a time and each window is `pack`ed.
-
-    Every item is yielded exactly once; order across windows follows the stream.
-    """
-    if window < 1:
-        raise ValueError(f"window must be >= 1, got {window}")
-    it = iter(items)
-    while chunk := list(islice(it, window)):
-        for group in pack([length(x) for x in chunk], token_budget):
-            yield [chunk[i] for i in group]

@@ -1,4 +1,4 @@
-"""batching.pack / bucket_stream: every index exactly once, budgets respected, over-budget items alone,
+"""buckets.pack: every index exactly once, budgets respected, over-budget items alone,
 first-fit-decreasing placement, determinism."""
 
 from __future__ import annotations
@@ -7,7 +7,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from masprism_batch.render.buckets import bucket_stream, pack
+from masprism_batch.render.buckets import pack
 
 
 @settings(max_examples=200, deadline=None)
@@ -53,15 +53,3 @@ def test_pack_bad_input():
         pack([1, -2], 10)
     with pytest.raises(ValueError):
         pack([1, 2.5], 10)
-
-
-def test_bucket_stream_windows(rng):
-    items = [(k, rng.randint(1, 900)) for k in range(rng.randint(50, 130))]
-    window = rng.randint(3, 17)
-    batches = list(bucket_stream(iter(items), lambda x: x[1], 1000, window=window))
-    assert sorted(x for b in batches for x in b) == items
-    assert all(sum(x[1] for x in b) <= 1000 for b in batches)
-    # no batch mixes items of two windows
-    assert all(len({x[0] // window for x in b}) == 1 for b in batches)
-    with pytest.raises(ValueError):
-        list(bucket_stream(items, lambda x: x[1], 1000, window=0))
