@@ -113,10 +113,10 @@ def build_payloads(outdir: Path, attr: pa.Table, ids: list[str], limits: DrillLi
             steps_by[r["trace_id"]].append(r)
     traces = {r["trace_id"]: r for r in load.read(outdir, "traces", columns=["trace_id", "question", "steps",
                                                                             "labels"], trace_ids=want).to_pylist()}
-    out, used = [], 0
+    out, used = [], 2  # the list's brackets
     for tid in ids:
         p = _payload(arows[tid], sorted(steps_by.get(tid, []), key=lambda r: r["step"]), traces.get(tid), limits)
-        size = len(json.dumps(p, ensure_ascii=False))
+        size = len(json.dumps(p, ensure_ascii=False)) + (2 if out else 0)  # and the ", " before every item but the first
         if used + size > limits.budget_bytes:
             log.warning("drill-down byte budget (%d) reached after %d traces", limits.budget_bytes, len(out))
             break
