@@ -89,11 +89,11 @@ def test_census_catches_a_sync_inside_the_layer_stack(monkeypatch, qwen_like, se
     from masprism_batch.model import forward
 
     seqs, sids = _pack(seed, PACKS["multi"])
-    mlp = forward.mlp
+    mlp_residual = forward.mlp_residual
 
-    def mlp_with_a_read(x, lw):
-        x[0, 0].item()  # the host waits for this layer before it can queue the next
-        return mlp(x, lw)
-    monkeypatch.setattr(forward, "mlp", mlp_with_a_read)
+    def mlp_with_a_read(h, lw, arch):
+        h[0, 0].item()  # the host waits for this layer before it can queue the next
+        return mlp_residual(h, lw, arch)
+    monkeypatch.setattr(forward, "mlp_residual", mlp_with_a_read)
     census = _census(monkeypatch, qwen_like, seqs, sids, **PASSES["pass1"])
     assert census.n_reads >= N_LAYERS + 1, census.report()
