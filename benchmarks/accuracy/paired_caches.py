@@ -35,8 +35,8 @@ from benchmarks.accuracy.accuracy_cases import (
     FOLD_SEEDS,
     Case,
     faithful_rows,
-    fitted_rows,
     fit_cases,
+    fitted_rows,
     load_cases,
     score,
 )

@@ -13,7 +13,7 @@ import pytest
 from typer.testing import CliRunner
 
 from masprism_batch import cli
-from masprism_batch.cli import EXIT_FATAL, EXIT_OK, EXIT_REJECTED, EXIT_USAGE, app
+from masprism_batch.cli import EXIT_FATAL, EXIT_OK, EXIT_REJECTED, EXIT_USAGE, app, commands
 
 runner = CliRunner()
 DATA = Path(__file__).resolve().parents[1] / "data"
@@ -165,7 +165,7 @@ def test_internal_error_is_one_line_without_traceback(monkeypatch, capsys):
     def boom(*a, **k):
         raise RuntimeError("kaboom")
 
-    monkeypatch.setattr(cli, "app", boom)
+    monkeypatch.setattr(commands, "app", boom)  # the app the entry point calls
     monkeypatch.setattr(sys, "argv", ["masprism-batch", "ingest"])
     with pytest.raises(SystemExit) as e:
         cli.main()
