@@ -154,7 +154,7 @@ class Committer:
             log.warning("ignoring a repeated result for shard %s pack %s", sid, idx)
             return
         seen.add(idx)
-        if result.n_packs:  # the shard's last pack knows the count (`work.shard_packs`); it may come first
+        if result.n_packs:  # the shard's last pack knows the count (`pack_work.shard_packs`); it may come first
             self._expect[sid] = result.n_packs
         self._open.setdefault(sid, []).append(result)
         self.traces_done += result.n_traces

@@ -1,6 +1,6 @@
 """What the engines hand each other: a pack to attribute (`PackTask`) and what came of it (`PackResult`).
 
-The CPU stage (`work.shard_packs`) makes the tasks, the model stage (`work.start_pack`/`finish_pack`) turns each into a
+The CPU stage (`pack_work.shard_packs`) makes the tasks, the model stage (`pack_work.start_pack`/`finish_pack`) turns each into a
 result, and the driver's `Committer` commits results per shard. Input data travels inside as Arrow IPC bytes
 (schema-checked, no pickle of input data); the rest are scalars. The local engine hands the objects over as
 they are; Ray Data moves rows, so under Ray they cross as `to_row()` dicts and come back through `from_row`,
@@ -43,7 +43,7 @@ class PackTask(_Row):
     shard_id: str
     label: str  # the input as the user named it (errors' input_path)
     pack_index: int
-    pack_key: str  # the pack's name in the crash ledger (`work.pack_key`)
+    pack_key: str  # the pack's name in the crash ledger (`pack_work.pack_key`)
     # packs of the shard: the committer commits the shard when it holds them all; 0 = not known yet (packs are
     # handed on as they are cut: only the shard's last pack carries the count)
     n_packs: int

@@ -1,6 +1,6 @@
 """The local engine: the whole run in this process, one model, no Ray.
 
-It runs the same stage functions as the Ray engine (`work.shard_packs`, `work.start_pack`/`finish_pack`) in the
+It runs the same stage functions as the Ray engine (`pack_work.shard_packs`, `pack_work.start_pack`/`finish_pack`) in the
 same order, so both engines write the same shards with the same content.
 
 The OUTDIR lock is held for the whole run. A crash of the process itself (segfault, OOM kill) cannot be caught
@@ -24,15 +24,15 @@ from pathlib import Path
 from masprism_batch.pipelines.commit import Committer, open_run
 from masprism_batch.pipelines.crash_guard import PACK_CRASHES_BEFORE_ONE_BY_ONE, CrashGuard, FileLedger
 from masprism_batch.pipelines.interrupts import interruptible, keeping_finished
+from masprism_batch.pipelines.model_stage import ModelStage, load_model
+from masprism_batch.pipelines.pack_work import finish_pack, shard_packs, start_pack
 from masprism_batch.pipelines.packs import PackRunner, with_pack_bound
 from masprism_batch.pipelines.prefetch import Prefetcher
 from masprism_batch.pipelines.progress import Progress
 from masprism_batch.pipelines.resume import resume_config
 from masprism_batch.pipelines.run_summary import RunFacts, RunSummary
-from masprism_batch.pipelines.seams import ModelStage, load_model
 from masprism_batch.pipelines.selection import Selection
 from masprism_batch.pipelines.tails import Tails
-from masprism_batch.pipelines.work import finish_pack, shard_packs, start_pack
 
 from masprism_batch.config import PipelineConfig, auto_device_type
 from masprism_batch.outdir.parts import OutdirLock
@@ -60,7 +60,7 @@ def run_local(inputs: list[str], outdir: str | Path, cfg: PipelineConfig, *, fmt
 
     `model` lets a caller that already holds a loaded PrefillModel reuse it; else `load_model(cfg)` loads it
     (only when a shard is pending, or first when the token budget is to be sized for a CUDA device).
-    `attribute(traces, model, cfg, renders)`: the model stage on one pack (None: `seams.ModelStage`). `prefetch`: shards whose CPU stage
+    `attribute(traces, model, cfg, renders)`: the model stage on one pack (None: `model_stage.ModelStage`). `prefetch`: shards whose CPU stage
     may run ahead of the model stage (0: one after the other). `render_workers`: processes rendering pass 1
     beside the model (`render.pool.RenderPool`); None: on a CUDA model up to 8, leaving 2 CPUs, else none.
     `progress`: the display the run reports to (`progress.Progress`), or True/False for the default bar.

@@ -1,7 +1,7 @@
 """The pack: the unit of work of the model stage, a few traces whose pass-1 tokens fit the run's token budget.
 
 `make_packs` (CPU stage) renders pass 1 of a shard's traces once, through `masprism_batch.render.pass1`, and
-groups them into packs; `process_pack` (model stage) runs the attribution (`seams.attribute_traces`: prefill ->
+groups them into packs; `process_pack` (model stage) runs the attribution (`model_stage.attribute_traces`: prefill ->
 method -> pass 2 -> rows) on one pack's shipped renders, isolating failures down to single traces, and
 `reconcile` makes its output account for every input trace exactly once. Both engines run exactly this code;
 only where it runs differs: one process (local) or Ray tasks and actors (ray).
@@ -16,7 +16,7 @@ import traceback
 from dataclasses import dataclass, field
 
 from masprism_batch.pipelines.crash_guard import CrashGuard
-from masprism_batch.pipelines.seams import attribute_traces, halves
+from masprism_batch.pipelines.model_stage import attribute_traces, halves
 
 from masprism_batch.config import PipelineConfig
 from masprism_batch.schema import error_row
@@ -121,7 +121,7 @@ class PackRunner:
 
     Failures are isolated as in one call: a pack whose device half or tail raises is run again one trace at a
     time (each attempt's device half under `lock` too, wherever `finish` runs), and every input trace comes
-    out exactly once (`reconcile`). `attribute`: the model stage, whole or in halves (`seams.halves`)."""
+    out exactly once (`reconcile`). `attribute`: the model stage, whole or in halves (`model_stage.halves`)."""
 
     def __init__(self, model, cfg: PipelineConfig, attribute=attribute_traces, lock=None):
         self.model, self.cfg = model, cfg
@@ -225,7 +225,7 @@ def process_pack(traces: list[Trace], renders: list, model, cfg: PipelineConfig,
     Returns attributions/step_scores/errors rows that account for every input trace exactly once. `guard`
     (`.begin(trace_id) -> reason | None`, `.done(trace_id)`) lets the engines drop traces that already
     crashed a worker process; with a guard, traces run one by one so a crash is pinned to one trace.
-    `attribute(traces, model, cfg, renders)`: the model stage (default: `seams.attribute_traces`).
+    `attribute(traces, model, cfg, renders)`: the model stage (default: `model_stage.attribute_traces`).
     """
     runner = PackRunner(model, cfg, attribute)
     return runner.finish(runner.start(traces, renders, input_path, guard))

@@ -3,7 +3,7 @@
 The local engine used to render and pack a shard, then run its packs, then render the next shard: the device
 idled during every render (2.96 s of a 10.83 s run on an H200). `Prefetcher` runs `fn(item)` for the items in
 order on one background thread and hands the results back in the input order, at most `depth` results ahead
-of the consumer; with `flat=True`, `fn(item)` returns an iterable (a shard's packs, as `work.shard_packs`
+of the consumer; with `flat=True`, `fn(item)` returns an iterable (a shard's packs, as `pack_work.shard_packs`
 cuts them) and each element is one result, so the consumer gets packs, not shards, and the thread cuts the
 next pack while the model computes this one. The consumer's time blocked on a result is `wait_seconds` of
 that result (the model stage's wait for input: only the first result's should be more than ~0).

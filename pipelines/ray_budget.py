@@ -1,6 +1,6 @@
 """The token budget of a Ray run, sized on one of the cluster's GPUs as the local engine sizes it on its own.
 
-The packs are cut on the CPU workers (`work.shard_packs`) before any model actor holds a GPU, and the budget
+The packs are cut on the CPU workers (`pack_work.shard_packs`) before any model actor holds a GPU, and the budget
 is in the config hash the OUTDIR is bound to, so it is settled on the driver before the run starts: one task
 on one GPU loads the model as an actor would and reports `budget.device_budget` (free memory after the
 weights). The task's worker exits with it (`max_calls=1`), so its CUDA context does not stay on the card beside

@@ -33,6 +33,8 @@ from typing import Any
 from masprism_batch.pipelines.commit import Committer, open_run
 from masprism_batch.pipelines.contracts import PackResult, PackTask
 from masprism_batch.pipelines.interrupts import interruptible, keeping_finished
+from masprism_batch.pipelines.model_stage import ModelStage, load_model, load_tokenizer
+from masprism_batch.pipelines.pack_work import finish_pack, shard_packs, start_pack
 from masprism_batch.pipelines.packs import PackRunner, with_pack_bound
 from masprism_batch.pipelines.plan import Shard
 from masprism_batch.pipelines.progress import Progress
@@ -41,9 +43,7 @@ from masprism_batch.pipelines.ray_cluster import ray_cluster
 from masprism_batch.pipelines.ray_ledger import LEDGER_ACTOR, Ledger, ledger_call, ledger_guard
 from masprism_batch.pipelines.resume import resume_config
 from masprism_batch.pipelines.run_summary import RunFacts, RunSummary
-from masprism_batch.pipelines.seams import ModelStage, load_model, load_tokenizer
 from masprism_batch.pipelines.selection import Selection
-from masprism_batch.pipelines.work import finish_pack, shard_packs, start_pack
 
 from masprism_batch.config import PipelineConfig
 from masprism_batch.outdir.parts import OutdirLock
@@ -63,7 +63,7 @@ _POOLS: dict[Any, Any] = {}  # per worker process: its render pool, started once
 
 
 def _prepare(row: dict[str, Any], cfg_json: str, load_tokenizer, ledger=None) -> Iterator[dict[str, Any]]:
-    """A shard's packs as they are cut (`work.shard_packs`, window by window): a generator, so Ray Data hands
+    """A shard's packs as they are cut (`pack_work.shard_packs`, window by window): a generator, so Ray Data hands
     each pack to the model actors while the rest of the shard renders (one block per pack, `_CTX`); a run of
     one shard overlaps its render with the model too. Rendered on the process pool the local engine uses
     (`render.pool.RenderPool`) where the task has CPUs for one (`engine.cpu_stage_cpus` >= 2)."""
@@ -191,7 +191,7 @@ def run_ray(inputs: list[str], outdir: str | Path, cfg: PipelineConfig, *, worke
 
     The model stage's functions (`load_model(cfg)` in each actor, `load_tokenizer(cfg)` in each CPU worker,
     `attribute(traces, model, cfg, renders)` per pack) are shipped to the workers by Ray; defaults: the
-    project's (`pipelines.seams`). `ranker`: the run's ranker setting as the caller read it, else read here
+    project's (`pipelines.model_stage`). `ranker`: the run's ranker setting as the caller read it, else read here
     (once, on the driver: the default model stage ships it to the actors)."""
 
     outdir = Path(outdir)

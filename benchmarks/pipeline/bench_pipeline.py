@@ -33,7 +33,7 @@ from pathlib import Path
 
 import numpy as np
 import psutil
-from masprism_batch.pipelines.seams import load_model
+from masprism_batch.pipelines.model_stage import load_model
 
 if __package__ in (None, ""):  # run as a file: the repository root makes `benchmarks` importable
     sys.path.append(str(Path(__file__).resolve().parents[2]))  # last: an installed masprism_batch wins

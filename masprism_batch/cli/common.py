@@ -186,7 +186,7 @@ def load_model_or_fail(cfg, ranker=None):
     """Load the model before OUTDIR is touched: a model that cannot be loaded leaves nothing behind that would
     refuse a retry with another --model (the run header records the model). `ranker`: the run's ranker setting,
     checked first (a missing or unreadable --ranker is said before the model's load time is spent)."""
-    from masprism_batch.pipelines.seams import load_model
+    from masprism_batch.pipelines.model_stage import load_model
 
     check_ranker(cfg, ranker)
     try:
@@ -205,7 +205,7 @@ def check_prompt_or_fail(cfg, tokenizer=None, context: int | None = None) -> Non
     from masprism_batch.render.encoding import encoder_for
 
     if tokenizer is None:
-        from masprism_batch.pipelines.seams import load_tokenizer
+        from masprism_batch.pipelines.model_stage import load_tokenizer
 
         try:
             tokenizer, context = load_tokenizer(cfg)

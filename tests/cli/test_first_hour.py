@@ -75,12 +75,12 @@ def test_fit_summarises_skipped_label_rows_in_one_line(labelled_run, tmp_path, r
 
 @pytest.mark.parametrize("bad", ["missing", "csv"])
 def test_ranker_is_validated_before_the_model_loads(tmp_path, monkeypatch, bad):
-    import masprism_batch.pipelines.seams as seams
+    import masprism_batch.pipelines.model_stage as model_stage
 
     def no_model(cfg):
         raise AssertionError("the model was loaded before --ranker was checked")
 
-    monkeypatch.setattr(seams, "load_model", no_model)
+    monkeypatch.setattr(model_stage, "load_model", no_model)
     ranker = tmp_path / "r.csv"
     if bad == "csv":
         ranker.write_text("trace_id,step\nx,1\n")

@@ -85,12 +85,12 @@ def test_show_lists_every_verdict(tmp_path, rng):
 
 
 def test_empty_input_is_refused_before_the_model_loads(tmp_path, monkeypatch):
-    import masprism_batch.pipelines.seams as seams
+    import masprism_batch.pipelines.model_stage as model_stage
 
     def no_model(*a, **k):
         raise AssertionError("the model was loaded for an empty input")
 
-    monkeypatch.setattr(seams, "load_model", no_model)
+    monkeypatch.setattr(model_stage, "load_model", no_model)
     (tmp_path / "empty").mkdir()
     (tmp_path / "empty" / "notes.txt").write_text("not a log")
     for cmd in ("attribute", "run"):

@@ -16,8 +16,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from types import SimpleNamespace
 
+from masprism_batch.pipelines.model_stage import attribute_traces, load_model, load_tokenizer
 from masprism_batch.pipelines.resume import now_utc
-from masprism_batch.pipelines.seams import attribute_traces, load_model, load_tokenizer
 
 from masprism_batch.outdir.reads import read_dataset
 from masprism_batch.trace import Step, Trace
@@ -159,7 +159,7 @@ def assert_exactly_once(outdir: Path, ids: list[str]) -> dict[str, str]:
 
 @dataclass(eq=False)
 class Halves(Fakes):
-    """The fake model stage in the two halves the engines overlap (`seams.halves`): `device` sleeps `device_s`
+    """The fake model stage in the two halves the engines overlap (`model_stage.halves`): `device` sleeps `device_s`
     per pack (the model), `tail` sleeps `tail_s` per pack (the host tail); both append (what, wall time) lines
     to `events` (a file: Ray's actors are other processes), so a test reads when each pack was where."""
 

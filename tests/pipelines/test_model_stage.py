@@ -1,4 +1,4 @@
-"""The engines' default model stage (`seams.ModelStage`) reads the run's verdict policy once, not once per pack,
+"""The engines' default model stage (`model_stage.ModelStage`) reads the run's verdict policy once, not once per pack,
 and writes what the stage called pack by pack writes."""
 
 from __future__ import annotations
@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pyarrow.dataset as ds
 from masprism_batch.pipelines import run_local
-from masprism_batch.pipelines.seams import attribute_traces
+from masprism_batch.pipelines.model_stage import attribute_traces
 from pipeline_fakes import make_corpus
 
 from masprism_batch.config import load_config

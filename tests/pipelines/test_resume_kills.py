@@ -36,7 +36,7 @@ DRIVER = textwrap.dedent("""
     from masprism_batch.config import PipelineConfig
     from masprism_batch.pipelines import run_local
     from masprism_batch.pipelines.interrupts import exit_status
-    from masprism_batch.pipelines.seams import ModelStage
+    from masprism_batch.pipelines.model_stage import ModelStage
     from masprism_batch.render import pass1
 
     class Recording(ModelStage):  # the real stage; each pack's traces and pass-1 tokens, as it starts
