@@ -1,5 +1,5 @@
 """Prefill runtime: model registry, loading (HF folder, GGUF with a converted cache, tiny-random) and one
-packed varlen forward for the Llama / Qwen2 / Qwen3 families that yields the MASPrism signals.
+packed varlen forward for the Llama / Qwen2 / Qwen3 / Gemma 3 families that yields the MASPrism signals.
 
 Public API: load_model(model_cfg, signals_cfg) -> PrefillModel; load_tokenizer(model_cfg); resolve_model(name) -> ModelSpec;
 list_models(); SeqSignals.
