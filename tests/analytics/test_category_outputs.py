@@ -42,7 +42,7 @@ def test_stats_tables_count_every_verdict(outdir):
     atts = _atts(outdir)
     cats = t["failure_categories"].to_pylist()
     assert sum(r["n_traces"] for r in cats) == len(atts) == 5
-    for (src, sysm), share in {(r["source"], r["system"]): 0 for r in cats}.items():
+    for src, sysm in {(r["source"], r["system"]) for r in cats}:
         assert sum(r["share"] for r in cats if (r["source"], r["system"]) == (src, sysm)) == pytest.approx(1)
     want = {}
     for a in atts.values():

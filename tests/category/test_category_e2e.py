@@ -4,7 +4,6 @@ row of pred_step name the same kind; a team's taxonomy (--taxonomy) is used; a b
 import json
 
 import pyarrow.dataset as ds
-import pytest
 from typer.testing import CliRunner
 
 from masprism_batch.category.taxonomy import TRAIL
