@@ -168,7 +168,7 @@ def markdown(rows: list[dict], skipped: dict, model: str) -> str:
         for m in dict.fromkeys(r["method"] for r in rs):
             g = {r["metric"]: r for r in rs if r["method"] == m}
 
-            def cell(k):
+            def cell(k, g=g):  # called within this iteration; bound explicitly all the same
                 r = g[k]
                 return f"{r['value']:.3f}" + (f" ({r['sd']:.3f})" if r["sd"] is not None else "")
 
