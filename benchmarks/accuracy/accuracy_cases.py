@@ -195,19 +195,25 @@ def fitted_kfold(cases: list[Case], rule: str, rule_agent: str, folds=5, seeds=F
     return _kfold_scores(cases, rows_of, folds, seeds)
 
 
+def kfold_rows(cases: list[Case], rows_of, folds: int, seed: int) -> dict[str, dict]:
+    """Every log's held-out row under one fold seed: `rows_of(system, train, test)` on each fold of each system."""
+    rows: dict[str, dict] = {}
+    for system in sorted({c.system for c in cases}):
+        sub = [c for c in cases if c.system == system]
+        fold = np.random.default_rng(seed).permutation(len(sub)) % folds
+        for f in range(folds):
+            train = [c for c, k in zip(sub, fold, strict=True) if k != f]
+            test = [c for c, k in zip(sub, fold, strict=True) if k == f]
+            rows.update(rows_of(system, train, test))
+    return rows
+
+
 def _kfold_scores(cases: list[Case], rows_of, folds: int, seeds) -> tuple[dict, dict]:
     """Mean and spread over seeds of the scores of `rows_of(system, train, test)` (predicted rows of `test`),
     5-fold within each system: the one split of both k-fold protocols."""
     per: dict = {}
     for seed in seeds:
-        rows = {}
-        for system in sorted({c.system for c in cases}):
-            sub = [c for c in cases if c.system == system]
-            fold = np.random.default_rng(seed).permutation(len(sub)) % folds
-            for f in range(folds):
-                train = [c for c, k in zip(sub, fold, strict=True) if k != f]
-                test = [c for c, k in zip(sub, fold, strict=True) if k == f]
-                rows.update(rows_of(system, train, test))
+        rows = kfold_rows(cases, rows_of, folds, seed)
         for k, v in score(cases, rows)[0].items():
             per.setdefault(k, []).append(v)
     return {k: float(np.mean(v)) for k, v in per.items()}, {k: float(np.std(v)) for k, v in per.items()}

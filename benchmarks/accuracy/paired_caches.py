@@ -37,6 +37,7 @@ from benchmarks.accuracy.accuracy_cases import (
     faithful_rows,
     fit_cases,
     fitted_rows,
+    kfold_rows,
     load_cases,
     score,
 )
@@ -69,18 +70,12 @@ def case_hits(cases: list[Case], rows: dict[str, dict]) -> dict[str, float]:
 
 def fitted_hits(cases: list[Case], rule: str, rule_agent: str) -> dict[str, float]:
     """Each log's hit under the product's fit, 5-fold within its system, averaged over the fold seeds."""
+    def rows_of(system, train, test) -> dict:
+        return fitted_rows(train, test, system, rule, rule_agent) if test and fit_cases(train) else {}
+
     per: dict[str, list[float]] = {}
     for seed in FOLD_SEEDS:
-        rows = {}
-        for system in sorted({c.system for c in cases}):
-            sub = [c for c in cases if c.system == system]
-            fold = np.random.default_rng(seed).permutation(len(sub)) % 5
-            for f in range(5):
-                train = [c for c, k in zip(sub, fold, strict=True) if k != f]
-                test = [c for c, k in zip(sub, fold, strict=True) if k == f]
-                if test and fit_cases(train):
-                    rows.update(fitted_rows(train, test, system, rule, rule_agent))
-        for k, v in case_hits(cases, rows).items():
+        for k, v in case_hits(cases, kfold_rows(cases, rows_of, 5, seed)).items():
             per.setdefault(k, []).append(v)
     return {k: float(np.mean(v)) for k, v in per.items()}
 
