@@ -93,3 +93,13 @@ def hardware() -> str:
     except Exception:  # noqa: BLE001 - old torch or no torch: the label just lacks the ISA
         isa = ""
     return f"{name} ({fam}{os.cpu_count()} vCPU, {platform.machine()}{isa})"
+
+
+def write_rows(path: Path, rows: list[dict]) -> None:
+    """Write `rows` as the whole CSV at `path` (a table regenerated each run, not a log of runs: append_rows)."""
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    with path.open("w", newline="", encoding="utf-8") as f:
+        w = csv.DictWriter(f, fieldnames=list(rows[0]))
+        w.writeheader()
+        w.writerows(rows)

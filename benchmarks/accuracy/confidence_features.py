@@ -25,7 +25,6 @@ would be tuning on the dev systems. Writes tidy rows to benchmarks/results/confi
 from __future__ import annotations
 
 import argparse
-import csv
 import datetime as dt
 import itertools
 import logging
@@ -38,6 +37,7 @@ import numpy as np
 if __package__ in (None, ""):  # run as a file: the repository root makes `benchmarks` importable
     sys.path.append(str(Path(__file__).resolve().parents[2]))  # last: an installed masprism_batch wins
 from benchmarks.accuracy.accuracy_cases import add_cache_args, cached_cases, fit_cases
+from benchmarks.rows import write_rows
 from masprism_batch.fit import fitting as ft
 from masprism_batch.method import calibrate
 from masprism_batch.method import confidence as cf
@@ -213,11 +213,7 @@ def main() -> None:
         for k in ("auroc", "ci_low", "ci_high", "mean_confidence", "hit_rate"):
             r[k] = round(r[k], 3) if isinstance(r[k], float) else r[k]
         log.info("%-34s %-44s %s", r["system"], r["feature"], r["auroc"])
-    Path(args.csv).parent.mkdir(parents=True, exist_ok=True)
-    with open(args.csv, "w", newline="") as fh:
-        w = csv.DictWriter(fh, fieldnames=list(rows[0]))
-        w.writeheader()
-        w.writerows(rows)
+    write_rows(Path(args.csv), rows)
     log.info("wrote %s", args.csv)
 
 

@@ -22,7 +22,6 @@ accuracy.csv and docs/results.md.
 from __future__ import annotations
 
 import argparse
-import csv
 import datetime as dt
 import logging
 import math
@@ -45,6 +44,7 @@ from benchmarks.accuracy.accuracy_cases import (
     fit_cases,
     fitted_rows,
 )
+from benchmarks.rows import write_rows  # noqa: E402
 from masprism_batch.fit import fitting as ft
 from masprism_batch.method import calibrate
 from masprism_batch.method import confidence as cf
@@ -219,11 +219,7 @@ def main() -> None:
             r[k] = ("" if not math.isfinite(v) else round(v, 4)) if isinstance(v, float) else ("" if v is None else v)
         log.info("%-34s %-44s AUROC %s [%s, %s] lift %s", r["system"], r["confidence"], r["auroc"], r["ci_low"],
                  r["ci_high"], r["top_quarter_lift"])
-    Path(args.csv).parent.mkdir(parents=True, exist_ok=True)
-    with open(args.csv, "w", newline="") as fh:
-        w = csv.DictWriter(fh, fieldnames=list(rows[0]))
-        w.writeheader()
-        w.writerows(rows)
+    write_rows(Path(args.csv), rows)
     log.info("wrote %s", args.csv)
 
 
