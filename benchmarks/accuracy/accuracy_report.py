@@ -155,10 +155,11 @@ def write_markdown(path: Path, rows, cases, heads_rows, policy, chosen, cfg, arg
 CURVE_BEGIN, CURVE_END = "<!-- learning-curve: begin -->", "<!-- learning-curve: end -->"
 GUARD_BEGIN, GUARD_END = "<!-- prior-guard: begin -->", "<!-- prior-guard: end -->"
 PAIRED_BEGIN, PAIRED_END = "<!-- paired-caches: begin -->", "<!-- paired-caches: end -->"  # paired_caches.py
+MODELS_BEGIN, MODELS_END = "<!-- compare-models: begin -->", "<!-- compare-models: end -->"  # compare_models.py
 # the failure-kind sections (issue 49: bench_category_cost.py, bench_category.py, bench_groups.py) are kept too
 BLOCKS = ((GUARD_BEGIN, GUARD_END), (CURVE_BEGIN, CURVE_END), ("<!-- category-cost: begin -->", "<!-- category-cost: end -->"),
           ("<!-- categories: begin -->", "<!-- categories: end -->"), ("<!-- groups: begin -->", "<!-- groups: end -->"),
-          (PAIRED_BEGIN, PAIRED_END))
+          (PAIRED_BEGIN, PAIRED_END), (MODELS_BEGIN, MODELS_END))
 
 
 def replace_block(path: Path, block: str, begin: str = CURVE_BEGIN, end: str = CURVE_END) -> None:
