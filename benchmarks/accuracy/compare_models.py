@@ -69,18 +69,22 @@ def curve(cases: list[Case], k: int, n_draws: int, rule: str, rule_agent: str) -
     return out
 
 
-def confidence_auroc(cases: list[Case], rule: str, rule_agent: str, seeds) -> dict[str, dict[str, float | None]]:
-    """Per system: the AUROC of the zero-training verdict's own confidence (leave-one-system-out calibration)
-    and of the fitted verdict's (5-fold within the system x seeds, fold by fold as fitted_confidence.py)."""
+def confidence_auroc(cases: list[Case], rule: str, rule_agent: str, seeds) -> dict[str, dict[str, tuple]]:
+    """Per system, (AUROC, right verdicts, verdicts) of the zero-training verdict's own confidence
+    (leave-one-system-out calibration) and of the fitted verdict's (5-fold within the system x seeds, fold by fold
+    as fitted_confidence.py; its counts summed over the seeds' folds)."""
     zero = fconf.loso_calibrations(cases, rule)
     _, folds = fconf.measure(cases, rule, rule_agent, zero, seeds)
     out = {}
     for system in sorted({c.system for c in cases}):
         own = [c for c in fit_cases([c for c in cases if c.system == system], rule) if c.ranked]
+        hits = [ft.hit(c, c.ranked[0]) for c in own]
+        fitted = folds.get(system, {}).get("fitted", [])
+        fh = [h for _, hs in fitted for h in hs]
         out[system] = {
-            "zero-training": cf.auroc([vconf.zero_training_confidence(c, c.ranked[0], zero[system]) for c in own],
-                                      [ft.hit(c, c.ranked[0]) for c in own]),
-            "fitted": fconf.fold_auroc(folds.get(system, {}).get("fitted", []))}
+            "zero-training": (cf.auroc([vconf.zero_training_confidence(c, c.ranked[0], zero[system]) for c in own],
+                                       hits), int(sum(hits)), len(hits)),
+            "fitted": (fconf.fold_auroc(fitted), int(sum(fh)), len(fh))}
     return out
 
 
@@ -153,13 +157,14 @@ def main() -> None:
                          "n": len(d), "value_a": float(np.mean(va)), "value_b": float(np.mean(vb)),
                          "diff": float(d.mean()), "diff_lo": float(d.mean() - 1.96 * se),
                          "diff_hi": float(d.mean() + 1.96 * se)})
-    t3 = [f"| system | confidence of | AUROC {a} | AUROC {b} |", "|---|---|---:|---:|"]
+    t3 = [f"| system | confidence of | AUROC {a} (right / verdicts) | AUROC {b} (right / verdicts) |",
+          "|---|---|---:|---:|"]
     for system in systems:
         for kind, proto in (("zero-training", "leave-one-system-out"), ("fitted", f"5-fold x{len(seeds)}")):
-            va, vb = auc["a"][system][kind], auc["b"][system][kind]
-            t3.append(f"| {system} | {kind} verdict ({proto}) | {_f(va)} | {_f(vb)} |")
+            (va, ra, na), (vb, rb, nb) = auc["a"][system][kind], auc["b"][system][kind]
+            t3.append(f"| {system} | {kind} verdict ({proto}) | {_f(va)} ({ra} / {na}) | {_f(vb)} ({rb} / {nb}) |")
             rows.append({**stamp, "system": system, "table": "confidence AUROC", "protocol": f"{kind}, {proto}",
-                         "n": "", "value_a": va, "value_b": vb, "diff": None if va is None or vb is None else vb - va,
+                         "n": na, "value_a": va, "value_b": vb, "diff": None if va is None or vb is None else vb - va,
                          "diff_lo": None, "diff_hi": None})
     t4 = ["| model | logs | tokens (both passes) | extraction s | tokens/s |", "|---|---:|---:|---:|---:|"]
     for k in ("a", "b"):
