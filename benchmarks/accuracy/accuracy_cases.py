@@ -208,12 +208,15 @@ def kfold_rows(cases: list[Case], rows_of, folds: int, seed: int) -> dict[str, d
     return rows
 
 
-def _kfold_scores(cases: list[Case], rows_of, folds: int, seeds) -> tuple[dict, dict]:
+def _kfold_scores(cases: list[Case], rows_of, folds: int, seeds, on_rows=None) -> tuple[dict, dict]:
     """Mean and spread over seeds of the scores of `rows_of(system, train, test)` (predicted rows of `test`),
-    5-fold within each system: the one split of both k-fold protocols."""
+    5-fold within each system: the one split of both k-fold protocols. `on_rows(rows)`: each seed's held-out rows,
+    for a caller that reads them otherwise too (per log) without fitting again."""
     per: dict = {}
     for seed in seeds:
         rows = kfold_rows(cases, rows_of, folds, seed)
+        if on_rows is not None:
+            on_rows(rows)
         for k, v in score(cases, rows)[0].items():
             per.setdefault(k, []).append(v)
     return {k: float(np.mean(v)) for k, v in per.items()}, {k: float(np.std(v)) for k, v in per.items()}

@@ -19,7 +19,6 @@ Writes tidy rows to benchmarks/results/learning_curve.csv and a section of docs/
 from __future__ import annotations
 
 import argparse
-import csv
 import datetime as dt
 import logging
 import platform
@@ -35,6 +34,7 @@ if __package__ in (None, ""):  # run as a file: the repository root makes `bench
 from benchmarks.accuracy.accuracy_cases import FOLD_SEEDS, add_cache_args, cached_cases, fit_cases
 from benchmarks.accuracy.accuracy_report import replace_block
 from benchmarks.accuracy.learning_curve_report import ABLATION, markdown
+from benchmarks.rows import write_rows
 from masprism_batch.fit import fitting as ft
 from masprism_batch.fit import system as fs
 from masprism_batch.method import calibrate
@@ -99,6 +99,15 @@ def draws(cases: list[vcase.LogCase], k, n_draws: int, seed: int):
         yield [cases[i] for i in idx[:k]], [cases[i] for i in idx[k:]]
 
 
+def system_draws(fc: list[vcase.LogCase], system: str, k, n_draws: int):
+    """`draws` of one system's labelled logs, seeded by the system and k only (not by how many rows came before:
+    adding a reported column must not redraw every split; two models' caches sorted alike draw the same logs);
+    nothing where k labelled logs would leave fewer than 5 to test on."""
+    if k != "all" and k >= len(fc) - 4:
+        return iter(())
+    return draws(fc, k, n_draws, seed=zlib.crc32(f"{system}|{k}".encode()))
+
+
 def time_fit(n: int, out: Path) -> str:
     """`masprism-batch fit` on a synthetic run OUTDIR of n labelled logs (10-80 steps each, the schemas a run
     writes; tests/analytics/analytics_synth.py): CPU seconds of the command in this process, no prefill."""
@@ -158,21 +167,12 @@ def main() -> None:
     for system in sorted({c.system for c in cases}):
         fc = fit_cases([c for c in cases if c.system == system], rule)
         for k in KS:
-            if k != "all" and k >= len(fc) - 4:  # fewer than 5 logs left to test on
-                continue
-            # the draws depend only on the system and k (not on how many rows came before: adding a reported
-            # column must not redraw every split)
-            seed = zlib.crc32(f"{system}|{k}".encode())
-            for d, (train, test) in enumerate(draws(fc, k, args.draws, seed=seed)):
+            for d, (train, test) in enumerate(system_draws(fc, system, k, args.draws)):
                 for (m, metric), v in evaluate(train, test, system, rule, rule_agent).items():
                     rows.append({"system": system, "k": k, "draw": d, "n_train": len(train), "n_test": len(test),
                                  "method": m, "metric": metric, "value": round(v, 4)})
             log.info("%s k=%s done (%.0f s CPU)", system, k, time.process_time() - t0)
-    Path(args.csv).parent.mkdir(parents=True, exist_ok=True)
-    with open(args.csv, "w", newline="") as f:
-        w = csv.DictWriter(f, fieldnames=list(rows[0]))
-        w.writeheader()
-        w.writerows(rows)
+    write_rows(Path(args.csv), rows)
     replace_block(Path(args.md), markdown(rows, cases, rule, rule_agent, args))
 
 

@@ -27,7 +27,6 @@ import datetime as dt
 import logging
 import platform
 import sys
-import zlib
 from pathlib import Path
 
 import numpy as np
@@ -37,8 +36,8 @@ if __package__ in (None, ""):  # run as a file: the repository root makes `bench
 from benchmarks.accuracy import fitted_confidence as fconf
 from benchmarks.accuracy.accuracy_cases import FOLD_SEEDS, Case, fit_cases
 from benchmarks.accuracy.accuracy_report import MODELS_BEGIN, MODELS_END, replace_block
-from benchmarks.accuracy.bench_learning_curve import draws
-from benchmarks.accuracy.paired_caches import PROTOCOLS, aligned, overlay, paired, protocol_hits
+from benchmarks.accuracy.bench_learning_curve import system_draws
+from benchmarks.accuracy.paired_caches import PROTOCOLS, aligned, mean_hits, overlay, paired, protocol_hits
 from benchmarks.rows import write_rows
 from masprism_batch.fit import fitting as ft
 from masprism_batch.fit import system as fs
@@ -54,27 +53,29 @@ log = logging.getLogger("compare_models")
 
 
 def curve(cases: list[Case], k: int, n_draws: int, rule: str, rule_agent: str) -> dict[str, list[float]]:
-    """Per system, the fitted step hit of each draw of k labelled logs (bench_learning_curve.py's draws and seed:
-    they depend on the system, k and the logs' order only, so two models sorted alike draw the same logs)."""
+    """Per system, the fitted step hit of each draw of k labelled logs (bench_learning_curve.py's draws: they
+    depend on the system, k and the logs' order only, so two models sorted alike draw the same logs)."""
     out = {}
     for system in sorted({c.system for c in cases}):
         fc = fit_cases([c for c in cases if c.system == system], rule)
-        if k >= len(fc) - 4:  # fewer than 5 logs left to test on
-            continue
         got = []
-        for train, test in draws(fc, k, n_draws, seed=zlib.crc32(f"{system}|{k}".encode())):
+        for train, test in system_draws(fc, system, k, n_draws):
             sr = SystemRanker(fs.fit_system(train, system, rule=rule, rule_agent=rule_agent).entry, "")
             got.append(float(np.mean([ft.hit(c, sr.apply(c.trace, c.rows, c.ranked)[0][0]) for c in test])))
-        out[system] = got
+        if got:
+            out[system] = got
     return out
 
 
-def confidence_auroc(cases: list[Case], rule: str, rule_agent: str, seeds) -> dict[str, dict[str, tuple]]:
-    """Per system, (AUROC, right verdicts, verdicts) of the zero-training verdict's own confidence
-    (leave-one-system-out calibration) and of the fitted verdict's (5-fold within the system x seeds, fold by fold
-    as fitted_confidence.py; its counts summed over the seeds' folds)."""
+def fitted_and_confidence(cases: list[Case], rule: str, rule_agent: str) -> tuple[dict, dict[str, dict[str, tuple]]]:
+    """One pass of the fit, 5-fold within each system x FOLD_SEEDS (as fitted_confidence.py: each fit given the
+    zero-training calibration of the other systems, which moves only the confidence): each log's fitted hit
+    (paired_caches' fitted protocol, from the same held-out rows) and, per system, (AUROC, right verdicts,
+    verdicts) of the zero-training verdict's own confidence (leave-one-system-out calibration) and of the
+    fitted verdict's (fold by fold; its counts summed over the seeds' folds)."""
     zero = fconf.loso_calibrations(cases, rule)
-    _, folds = fconf.measure(cases, rule, rule_agent, zero, seeds)
+    seed_rows: list[dict] = []
+    _, folds = fconf.measure(cases, rule, rule_agent, zero, FOLD_SEEDS, on_rows=seed_rows.append)
     out = {}
     for system in sorted({c.system for c in cases}):
         own = [c for c in fit_cases([c for c in cases if c.system == system], rule) if c.ranked]
@@ -85,7 +86,7 @@ def confidence_auroc(cases: list[Case], rule: str, rule_agent: str, seeds) -> di
             "zero-training": (cf.auroc([vconf.zero_training_confidence(c, c.ranked[0], zero[system]) for c in own],
                                        hits), int(sum(hits)), len(hits)),
             "fitted": (fconf.fold_auroc(fitted), int(sum(fh)), len(fh))}
-    return out
+    return mean_hits(cases, seed_rows), out
 
 
 def speed(cases: list[Case]) -> tuple[int, float, float]:
@@ -105,13 +106,12 @@ def main() -> None:
     ap.add_argument("--a", nargs="+", required=True, metavar=("MODEL", "CACHE"), help="model A: id, cache folder(s)")
     ap.add_argument("--b", nargs="+", required=True, metavar=("MODEL", "CACHE"), help="model B: id, cache folder(s)")
     ap.add_argument("--draws", type=int, default=20)
-    ap.add_argument("--seeds", type=int, default=len(FOLD_SEEDS))
     ap.add_argument("--csv", default=str(RESULTS))
     ap.add_argument("--md", default=None, help="write the tables into this results page (docs/results.md)")
     ap.add_argument("--note", default="", help="a paragraph under the tables: which logs, when, where, what load")
     args = ap.parse_args()
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(message)s")
-    data, seeds = Path(args.data), FOLD_SEEDS[: args.seeds]
+    data = Path(args.data)
     names = {"a": args.a[0], "b": args.b[0]}
     side = {k: aligned(overlay(data, v[1:])) for k, v in (("a", args.a), ("b", args.b))}
     both = set.intersection(*({c.trace.trace_id for c in v} for v in side.values()))
@@ -121,9 +121,10 @@ def main() -> None:
     hits, curves, auc, spd = {}, {}, {}, {}
     for k, cases in side.items():
         log.info("%s: %d logs", names[k], len(cases))
-        hits[k] = protocol_hits(cases, names[k], fb.agent_rule)
+        # the fitted protocol's rule ("faithful", paired_caches) is the one every fit here reads
+        fitted, auc[k] = fitted_and_confidence(cases, "faithful", fb.agent_rule)
+        hits[k] = protocol_hits(cases, names[k], fb.agent_rule, fitted)
         curves[k] = {kk: curve(cases, kk, args.draws, "faithful", fb.agent_rule) for kk in KS}
-        auc[k] = confidence_auroc(cases, fb.rule, fb.agent_rule, seeds)
         spd[k] = speed(cases)
     system_of = {c.trace.trace_id: c.system for c in side["a"]}
     systems = sorted(set(system_of.values()))
@@ -160,7 +161,7 @@ def main() -> None:
     t3 = [f"| system | confidence of | AUROC {a} (right / verdicts) | AUROC {b} (right / verdicts) |",
           "|---|---|---:|---:|"]
     for system in systems:
-        for kind, proto in (("zero-training", "leave-one-system-out"), ("fitted", f"5-fold x{len(seeds)}")):
+        for kind, proto in (("zero-training", "leave-one-system-out"), ("fitted", f"5-fold x{len(FOLD_SEEDS)}")):
             (va, ra, na), (vb, rb, nb) = auc["a"][system][kind], auc["b"][system][kind]
             t3.append(f"| {system} | {kind} verdict ({proto}) | {_f(va)} ({ra} / {na}) | {_f(vb)} ({rb} / {nb}) |")
             rows.append({**stamp, "system": system, "table": "confidence AUROC", "protocol": f"{kind}, {proto}",

@@ -70,9 +70,10 @@ def loso_calibrations(cases: list[Case], rule: str) -> dict[str, dict]:
     return out
 
 
-def measure(cases: list[Case], rule: str, rule_agent: str, zero_cals: dict[str, dict], seeds=FOLD_SEEDS):
+def measure(cases: list[Case], rule: str, rule_agent: str, zero_cals: dict[str, dict], seeds=FOLD_SEEDS,
+            on_rows=None):
     """(the fit's k-fold scores as accuracy_cases._kfold_scores returns them, {system: {kind: [fold, ...]}} with
-    each fold a (confidences, hits) pair)."""
+    each fold a (confidences, hits) pair); `on_rows`: passed on to _kfold_scores (each seed's held-out rows)."""
     folds: dict[str, dict[str, list]] = {}
 
     def rows_of(system, train, test) -> dict:
@@ -90,7 +91,7 @@ def measure(cases: list[Case], rule: str, rule_agent: str, zero_cals: dict[str, 
                               [ft.hit(c, c.ranked[0]) for c in own]))
         return rows
 
-    return _kfold_scores(cases, rows_of, 5, seeds), folds
+    return _kfold_scores(cases, rows_of, 5, seeds, on_rows), folds
 
 
 def fold_auroc(folds: list[tuple[list, list]]) -> float | None:

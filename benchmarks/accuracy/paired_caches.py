@@ -68,23 +68,30 @@ def case_hits(cases: list[Case], rows: dict[str, dict]) -> dict[str, float]:
     return out
 
 
+def mean_hits(cases: list[Case], rows_per_seed: list[dict[str, dict]]) -> dict[str, float]:
+    """Each log's hit averaged over the fold seeds' held-out rows."""
+    per: dict[str, list[float]] = {}
+    for rows in rows_per_seed:
+        for k, v in case_hits(cases, rows).items():
+            per.setdefault(k, []).append(v)
+    return {k: float(np.mean(v)) for k, v in per.items()}
+
+
 def fitted_hits(cases: list[Case], rule: str, rule_agent: str) -> dict[str, float]:
     """Each log's hit under the product's fit, 5-fold within its system, averaged over the fold seeds."""
     def rows_of(system, train, test) -> dict:
         return fitted_rows(train, test, system, rule, rule_agent) if test and fit_cases(train) else {}
 
-    per: dict[str, list[float]] = {}
-    for seed in FOLD_SEEDS:
-        for k, v in case_hits(cases, kfold_rows(cases, rows_of, 5, seed)).items():
-            per.setdefault(k, []).append(v)
-    return {k: float(np.mean(v)) for k, v in per.items()}
+    return mean_hits(cases, [kfold_rows(cases, rows_of, 5, seed) for seed in FOLD_SEEDS])
 
 
-def protocol_hits(cases: list[Case], model_id: str, rule_agent: str) -> dict[str, dict[str, float]]:
+def protocol_hits(cases: list[Case], model_id: str, rule_agent: str,
+                  fitted: dict[str, float] | None = None) -> dict[str, dict[str, float]]:
+    """Each log's hit under each of PROTOCOLS; `fitted`: the fitted protocol's, when the caller has them."""
     chosen, _, _ = rules_loso_rows(cases, model_id)
     return {PROTOCOLS[0]: case_hits(cases, faithful_rows(cases)),
             PROTOCOLS[1]: case_hits(cases, chosen),
-            PROTOCOLS[2]: fitted_hits(cases, "faithful", rule_agent)}
+            PROTOCOLS[2]: fitted if fitted is not None else fitted_hits(cases, "faithful", rule_agent)}
 
 
 def paired(before: dict[str, float], after: dict[str, float], rng: np.random.Generator) -> dict:
