@@ -74,6 +74,8 @@ def main() -> None:
     ap.add_argument("--threads", type=int, default=1)
     # the stage reads at 2,048 (render.max_context); 1,024 halves this benchmark's prefill on a shared CPU
     ap.add_argument("--max-context", type=int, default=1024)
+    ap.add_argument("--shard", default="0/1", help="i/n: this process takes every n-th trace from the i-th "
+                    "(run n processes with one thread each on an n-core machine)")
     args = ap.parse_args()
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(message)s")
     from masprism_batch.model import load_model
@@ -91,7 +93,10 @@ def main() -> None:
         todo.append([(split, t) for t in traces if t.labels and t.labels.error_locations])
     # round-robin over the splits, so a partial cache already covers both
     order = [x for i in range(max(map(len, todo))) for x in (lst[i] for lst in todo if i < len(lst))]
+    shard, n_shards = (int(x) for x in args.shard.split("/"))
     for i, (split, t) in enumerate(order):
+        if i % n_shards != shard:
+            continue
         dst = Path(args.work) / args.model / split / f"{t.trace_id}.npz"
         if dst.exists():
             continue
