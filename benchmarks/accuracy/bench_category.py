@@ -48,7 +48,7 @@ def load(data: Path, work: Path, model: str, split: str) -> dict:
     from masprism_batch.category.log_signals import step_features
     from masprism_batch.ingest import read_inputs
 
-    cols = {"trace": [], "y": [], "pmi": [], "log": [], "vec": [], "terms": []}
+    cols = {"trace": [], "step": [], "y": [], "pmi": [], "log": [], "vec": [], "terms": []}
     skipped = 0
     for t in sorted(read_inputs([str(data / "trail" / split)]), key=lambda t: t.trace_id):
         cache = work / model / split / f"{t.trace_id}.npz"
@@ -59,6 +59,7 @@ def load(data: Path, work: Path, model: str, split: str) -> dict:
                 skipped += 1
                 continue
             cols["trace"].append(t.trace_id)
+            cols["step"].append(k)
             cols["y"].append(TRAIL.index(kind))
             cols["log"].append(step_features(t.steps, k))
             cols["pmi"].append(d["pmi"][j] if d is not None else np.full(len(TRAIL.kinds), np.nan))
@@ -151,7 +152,81 @@ def score_split(cal: dict, test: dict, cal_name: str, test_name: str, scope: str
     return rows
 
 
-def markdown(rows: list[dict], skipped: dict, model: str) -> str:
+def verdict_kinds(verdicts: dict[str, dict], d: dict, m: classify.CategoryModel) -> dict:
+    """Of the logs of split `d` with a verdict: how many, how many blame a labelled error step (step right), and
+    of those how many get one of that step's labelled kinds (and family) from category layer `m`. The kind of a
+    blamed step is read from its labelled error's evidence (category_extract.py reads every labelled step), so a
+    verdict that is right gets exactly the evidence the stage would read there."""
+    pred = predict(m, d)
+    fam, pfam = family_idx(d["y"]), family_idx(pred)
+    at: dict[tuple, dict] = {}
+    for i, (t, k) in enumerate(zip(d["trace"], d["step"], strict=True)):
+        g = at.setdefault((str(t), int(k)), {"kinds": set(), "fams": set(), "pred": int(pred[i]), "pfam": int(pfam[i])})
+        g["kinds"].add(int(d["y"][i]))
+        g["fams"].add(int(fam[i]))
+    traces = set(map(str, d["trace"]))
+    n = step = kind = family = 0
+    for tid, v in verdicts.items():
+        if tid not in traces:
+            continue
+        n += 1
+        g = at.get((tid, int(v["pred_step"])))
+        if g is not None:
+            step += 1
+            kind += g["pred"] in g["kinds"]
+            family += g["pfam"] in g["fams"]
+        # a blamed step that is not a labelled error: wrong step, so neither kind nor family is credited
+    return {"logs": n, "step_right": step / max(n, 1), "step_and_kind_right": kind / max(n, 1),
+            "step_and_family_right": family / max(n, 1)}
+
+
+def end_to_end(cases: list, data: dict, rule_agent: str = "most_active") -> list[dict]:
+    """Step and kind right together, per TRAIL split: the held-out verdicts of the signal cache (zero-training
+    `faithful`, and the product's fit 5-fold within the split x FOLD_SEEDS, a log's share averaged over seeds),
+    each with the zero-training kinds and the kinds calibrated on the other split."""
+    from benchmarks.accuracy.accuracy_cases import (
+        FOLD_SEEDS,
+        faithful_rows,
+        fit_cases,
+        fitted_rows,
+        kfold_rows,
+    )
+
+    def rows_of(system, train, test) -> dict:
+        return fitted_rows(train, test, system, "faithful", rule_agent) if test and fit_cases(train) else {}
+
+    trail = [c for c in cases if c.system.startswith("trail/")]
+    protocols = {"zero-training (faithful)": [faithful_rows(trail)],
+                 f"fitted, 5-fold within the split x{len(FOLD_SEEDS)} seeds": [kfold_rows(trail, rows_of, 5, seed)
+                                                                               for seed in FOLD_SEEDS]}
+    out = []
+    for split in SPLITS:
+        other = [s for s in SPLITS if s != split][0]
+        layers = {"zero-training": classify.CategoryModel.zero(TRAIL),
+                  f"calibrated on {other}": calibrate(data[other], f"trail/{other}")}
+        for proto, seeds in protocols.items():
+            for lname, m in layers.items():
+                got = [verdict_kinds(rows, data[split], m) for rows in seeds]
+                row = {k: float(np.mean([g[k] for g in got])) for k in got[0]}
+                out.append({"scored_on": split, "verdicts": proto, "kinds": lname, "logs": int(row["logs"]),
+                            **{k: round(v, 4) for k, v in row.items() if k != "logs"}})
+    return out
+
+
+def e2e_markdown(rows: list[dict]) -> list[str]:
+    out = ["### The verdict's kind end to end (held out)", "",
+           "Each TRAIL dev log's verdict from the signal cache (benchmarks/accuracy/accuracy_extract.py), its "
+           "blamed step's kind from the evidence above: the share of logs whose blamed step is a labelled error "
+           "(step right) and whose kind (family) is also one labelled there. Verdicts held out as named; kinds "
+           "zero-training or calibrated on the other split only.", "",
+           "| scored on | verdicts | kinds | logs | step right | step and family right | step and kind right |",
+           "|---|---|---|---:|---:|---:|---:|"]
+    out += [f"| trail/{r['scored_on']} | {r['verdicts']} | {r['kinds']} | {r['logs']} | {r['step_right']:.3f} | "
+            f"{r['step_and_family_right']:.3f} | {r['step_and_kind_right']:.3f} |" for r in rows]
+    return out + [""]
+
+
+def markdown(rows: list[dict], skipped: dict, model: str, e2e: list[dict] | None = None) -> str:
     out = [BEGIN, "## Failure category, located by the label (issue 49)", "",
            f"Each labelled TRAIL dev error's span is given (what, apart from where); its step is read as the stage "
            f"reads a blamed step (`{model}`, the pass-2 prompt with the labelled steps as key steps; "
@@ -175,6 +250,8 @@ def markdown(rows: list[dict], skipped: dict, model: str) -> str:
             out.append(f"| {m} | {cell('family_balanced_accuracy')} | {cell('leaf_macro_f1')} | "
                        f"{cell('leaf_accuracy')} | {g['leaf_accuracy']['held_out']} |")
         out.append("")
+    if e2e:
+        out += e2e_markdown(e2e)
     out.append(END)
     return "\n".join(out)
 
@@ -186,6 +263,8 @@ def main() -> None:
     ap.add_argument("--model", default="smollm2-135m")
     ap.add_argument("--md", default=str(ROOT / "docs" / "results.md"), help='page to write ("": none)')
     ap.add_argument("--write-weights", action="store_true")
+    ap.add_argument("--signal-cache", default=None, metavar="DIR",
+                    help="accuracy_extract.py's cache of the same model: adds the verdict's kind end to end")
     args = ap.parse_args()
     logging.basicConfig(level=logging.INFO, format="%(message)s")
     data = {s: load(Path(args.data), Path(args.work), args.model, s) for s in SPLITS}
@@ -194,6 +273,8 @@ def main() -> None:
     rows = []
     for scope, pick in ((f"all errors (model evidence read for {cover}; elsewhere the log's only)", None),
                         ("errors whose step the model read", "read")):
+        if pick and all(d["read"].all() for d in data.values()):
+            continue  # every error read: the same errors as the scope above
         dd = {s: (subset(d, d["read"]) if pick else d) for s, d in data.items()}
         if min(len(d["y"]) for d in dd.values()) < 2 * K_FIT:
             log.info("scope %r: too few errors (%s), skipped", scope, {s: len(d["y"]) for s, d in dd.items()})
@@ -201,6 +282,15 @@ def main() -> None:
         rows += score_split(dd["SWE_Bench"], dd["GAIA"], "SWE_Bench", "GAIA", scope) + \
             score_split(dd["GAIA"], dd["SWE_Bench"], "GAIA", "SWE_Bench", scope)
     commit = subprocess.run(["git", "rev-parse", "--short", "HEAD"], capture_output=True, text=True, cwd=ROOT).stdout.strip()
+    e2e = []
+    if args.signal_cache:
+        from benchmarks.accuracy.accuracy_cases import load_cases
+
+        e2e = end_to_end(load_cases(Path(args.data), Path(args.signal_cache)), data)
+        for r in e2e:
+            log.info("%s", r)
+            r.update(date=date.today().isoformat(), commit=commit, model=args.model, machine="shared 2-core CPU")
+        append_rows(RESULTS / "category_e2e.csv", e2e)
     for r in rows:
         r.update(date=date.today().isoformat(), commit=commit, model=args.model, machine="shared 2-core CPU")
         log.info("%-10s %-18s %-26s %.3f", r["scored_on"], r["method"], r["metric"], r["value"])
@@ -208,7 +298,7 @@ def main() -> None:
     if args.md:
         from benchmarks.accuracy.accuracy_report import replace_block
 
-        replace_block(Path(args.md), markdown(rows, {s: d["skipped"] for s, d in data.items()}, args.model), BEGIN, END)
+        replace_block(Path(args.md), markdown(rows, {s: d["skipped"] for s, d in data.items()}, args.model, e2e), BEGIN, END)
     if args.write_weights:
         both = {k: np.concatenate([data[s][k] for s in SPLITS]) for k in ("y", "pmi", "log")}
         m = calibrate(both, "trail-dev")

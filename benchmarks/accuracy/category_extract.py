@@ -101,7 +101,10 @@ def main() -> None:
         if dst.exists():
             continue
         t0 = time.perf_counter()
-        got = extract_trace(model, rcfg, t)
+        try:
+            got = extract_trace(model, rcfg, t)
+        except render.TraceTooLong:  # more steps than headers fit in --max-context: the stage's own size
+            got = extract_trace(model, rcfg.model_copy(update={"max_context": min(2048, model.max_context)}), t)
         if got is None:
             continue
         tmp = dst.with_suffix(".tmp.npz")

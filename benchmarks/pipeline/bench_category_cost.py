@@ -25,6 +25,8 @@ import time
 from datetime import date
 from pathlib import Path
 
+import numpy as np
+
 from benchmarks.rows import RESULTS, append_rows
 from masprism_batch.category import groups as grp
 from masprism_batch.category.taxonomy import TRAIL
@@ -36,14 +38,21 @@ ROOT = Path(__file__).resolve().parents[2]
 log = logging.getLogger("bench_category_cost")
 
 
-def sample(data: Path, n: int) -> list:
-    """The n shortest labelled traces (by characters), alternating GAIA and SWE-Bench: a verdict's category read
-    costs about the same whatever the log's length while the stage grows with it, so the shortest logs give
-    the largest ratio (an upper bound for the dev set)."""
+def sample(data: Path, n: int, pick: str = "shortest", seed: int = 0) -> list:
+    """n labelled traces, alternating GAIA and SWE-Bench. "shortest": the shortest (by characters): a verdict's
+    category read costs about the same whatever the log's length while the stage grows with it, so the shortest
+    logs give the largest ratio (an upper bound for the dev set). "median": the traces nearest each split's median
+    length (a typical log). "random": drawn with `seed` from each split (a sample of the dev set's lengths, its
+    longest included: TRAIL's longest trace is 40x its shortest, so a few draws can take hours on a CPU)."""
     out = []
     for split in ("GAIA", "SWE_Bench"):
         ts = [t for t in read_inputs([str(data / "trail" / split)]) if t.labels and t.labels.error_locations]
-        out.append(sorted(ts, key=lambda t: (sum(len(s.content or "") for s in t.steps), t.trace_id)))
+        ts = sorted(ts, key=lambda t: (sum(len(s.content or "") for s in t.steps), t.trace_id))
+        if pick == "random":
+            ts = [ts[i] for i in np.random.default_rng(seed).permutation(len(ts))]
+        elif pick == "median":
+            ts = [ts[i] for i in sorted(range(len(ts)), key=lambda i: (abs(i - (len(ts) - 1) / 2), i))]
+        out.append(ts)
     return [x for pair in zip(*out, strict=False) for x in pair][:n]
 
 
@@ -65,11 +74,14 @@ def main() -> None:
     ap.add_argument("--data", default=str(ROOT.parent / "shared" / "data"))
     ap.add_argument("--n", type=int, default=1)
     ap.add_argument("--threads", type=int, default=1)
+    ap.add_argument("--pick", choices=("shortest", "median", "random"), default="shortest",
+                    help="shortest: the worst case; median: typical logs; random: a seeded draw")
+    ap.add_argument("--seed", type=int, default=0)
     args = ap.parse_args()
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(message)s")
     from masprism_batch.model import load_model
 
-    traces = sample(Path(args.data), args.n)
+    traces = sample(Path(args.data), args.n, args.pick, args.seed)
     cfgs = {arm: load_config(None, model__threads=args.threads, method__ranker="packaged",
                              method__categories=arm == "B") for arm in "AB"}
     model = load_model(cfgs["A"].model, cfgs["A"].signals)
@@ -94,7 +106,8 @@ def main() -> None:
     commit = subprocess.run(["git", "rev-parse", "--short", "HEAD"], capture_output=True, text=True,
                             cwd=ROOT).stdout.strip()
     row = {"date": date.today().isoformat(), "commit": commit, "machine": "shared 2-core CPU",
-           "threads": args.threads, "traces": len(traces), "seconds_off": round(secs["A"], 2),
+           "threads": args.threads, "traces": len(traces), "pick": args.pick,
+           "chars": sum(len(s.content or "") for t in traces for s in t.steps), "seconds_off": round(secs["A"], 2),
            "seconds_on": round(secs["B"], 2), "groups_seconds": round(groups_s, 3),
            "added": round((secs["B"] + 2 * groups_s) / secs["A"] - 1, 4), "cpu_off": round(cpu["A"], 2),
            "cpu_on": round(cpu["B"], 2), "added_cpu": round((cpu["B"] + 2 * groups_cpu) / cpu["A"] - 1, 4),

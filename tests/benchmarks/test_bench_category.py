@@ -1,0 +1,66 @@
+"""benchmarks/accuracy/bench_category.py (issue 49): family balanced accuracy is the mean recall over the families
+the scored labels hold (any constant scores 1/families); the end-to-end share credits a verdict's kind only where
+its blamed step is a labelled error step and the kind is one labelled there."""
+
+import numpy as np
+import pytest
+
+from benchmarks.accuracy import bench_category as bc
+from masprism_batch.category import classify
+from masprism_batch.category.taxonomy import TRAIL
+
+
+def test_a_constant_scores_one_over_the_families_and_truth_scores_one(np_rng):
+    n = int(np_rng.choice([47, 123]))
+    y = np_rng.integers(0, len(TRAIL.kinds), n)
+    y[:3] = [0, 8, 16]  # every family present
+    fams = len(set(TRAIL.kinds[i].family for i in y))
+    const = bc.metrics(y, np.full(n, int(np_rng.integers(len(TRAIL.kinds)))))
+    assert const["family_balanced_accuracy"] == pytest.approx(1 / fams)
+    right = bc.metrics(y, y.copy())
+    assert right["family_balanced_accuracy"] == 1.0 and right["leaf_macro_f1"] == 1.0 and right["leaf_accuracy"] == 1.0
+
+
+def _split(rng, n_traces):
+    """Labelled errors: each trace 1-4 error steps, a step 1-2 kinds; model evidence that favours the first kind."""
+    cols = {"trace": [], "step": [], "y": [], "pmi": [], "log": []}
+    for t in range(n_traces):
+        for k in sorted(rng.choice(20, int(rng.integers(1, 5)), replace=False)):
+            pmi = rng.normal(0, 0.1, len(TRAIL.kinds))
+            kinds = rng.choice(len(TRAIL.kinds), int(rng.integers(1, 3)), replace=False)
+            pmi[kinds[0]] -= 5.0  # a lower NLL after the step: the zero-training layer picks kinds[0]
+            for y in kinds:
+                cols["trace"].append(f"t{t}")
+                cols["step"].append(int(k))
+                cols["y"].append(int(y))
+                cols["pmi"].append(pmi)
+                cols["log"].append(rng.normal(size=21))
+    return {k: np.array(v) for k, v in cols.items()}
+
+
+def test_verdict_kinds_credits_only_a_right_step_with_a_labelled_kind(np_rng):
+    d = _split(np_rng, int(np_rng.integers(7, 13)))
+    m = classify.CategoryModel.zero(TRAIL)
+    traces = sorted(set(d["trace"]))
+    steps = {t: sorted(set(d["step"][d["trace"] == t].tolist())) for t in traces}
+    verdicts = {}
+    for i, t in enumerate(traces):  # every other verdict blames a step that is no labelled error
+        verdicts[t] = {"pred_step": steps[t][0] if i % 2 == 0 else 99}
+    verdicts["not-in-split"] = {"pred_step": 0}
+    got = bc.verdict_kinds(verdicts, d, m)
+    n_right = sum(1 for i in range(len(traces)) if i % 2 == 0)
+    assert got["logs"] == len(traces)
+    assert got["step_right"] == pytest.approx(n_right / len(traces))
+    # the zero-training layer reads the planted evidence, so every right step's kind is right (family too)
+    assert got["step_and_kind_right"] == pytest.approx(n_right / len(traces))
+    assert got["step_and_family_right"] == pytest.approx(n_right / len(traces))
+    # evidence that points nowhere near the labels: kinds wrong, the step share unchanged
+    wrong = dict(d)
+    wrong["pmi"] = d["pmi"].copy()
+    for i in range(len(d["y"])):
+        labelled = set(d["y"][(d["trace"] == d["trace"][i]) & (d["step"] == d["step"][i])].tolist())
+        other = next(k for k in range(len(TRAIL.kinds)) if k not in labelled)
+        wrong["pmi"][i] = 0.0
+        wrong["pmi"][i][other] = -5.0
+    bad = bc.verdict_kinds(verdicts, wrong, m)
+    assert bad["step_right"] == got["step_right"] and bad["step_and_kind_right"] == 0.0
