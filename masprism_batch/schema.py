@@ -150,6 +150,9 @@ STEP_SCORES = pa.schema(
         pa.field("category", pa.string()),
         pa.field("category_family", pa.string()),
         pa.field("category_confidence", pa.float32()),
+        # the model's evidence for each kind (taxonomy order) where the descriptions were read after this step: what
+        # `fit` learns a team's own kinds from (fit/categories.py); null where not read
+        pa.field("category_pmi", pa.list_(pa.float32())),
     ],
     metadata=_META,
 )

@@ -77,6 +77,8 @@ def main() -> None:
     ap.add_argument("--pick", choices=("shortest", "median", "random"), default="shortest",
                     help="shortest: the worst case; median: typical logs; random: a seeded draw")
     ap.add_argument("--seed", type=int, default=0)
+    ap.add_argument("--rounds", type=int, default=1, help="repeat B A A B this many times (a run's CPU time varies "
+                    "by ~10%% between identical runs on a shared CPU)")
     args = ap.parse_args()
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(message)s")
     from masprism_batch.model import load_model
@@ -88,12 +90,14 @@ def main() -> None:
     secs = {"A": 0.0, "B": 0.0}
     cpu = {"A": 0.0, "B": 0.0}  # process CPU seconds (one thread): what the load of a shared machine cannot blur
     got = {}
-    for arm in "BAAB":  # no warm-up: B's first run pays the cold start (first calls, the no-log baseline read)
+    cat_secs = 0.0  # the category step's own seconds (stage timer) summed over the B runs
+    for arm in "BAAB" * args.rounds:  # no warm-up: B's first run pays the cold start (the no-log baseline read)
         t0, c0 = time.perf_counter(), time.process_time()
         out = attribute_traces(traces, model, cfgs[arm])
         secs[arm] += time.perf_counter() - t0
         cpu[arm] += time.process_time() - c0
         got[arm] = out
+        cat_secs += out.seconds_category
         log.info("arm %s: %.1f s wall, %.1f s CPU (%d verdicts, category %.2f s)", arm, time.perf_counter() - t0,
                  time.process_time() - c0, len(out.attributions), out.seconds_category)
     atts = got["B"].attributions
@@ -106,7 +110,8 @@ def main() -> None:
     commit = subprocess.run(["git", "rev-parse", "--short", "HEAD"], capture_output=True, text=True,
                             cwd=ROOT).stdout.strip()
     row = {"date": date.today().isoformat(), "commit": commit, "machine": "shared 2-core CPU",
-           "threads": args.threads, "traces": len(traces), "pick": args.pick,
+           "threads": args.threads, "traces": len(traces), "rounds": args.rounds,
+           "category_seconds": round(cat_secs, 2), "pick": args.pick,
            "chars": sum(len(s.content or "") for t in traces for s in t.steps), "seconds_off": round(secs["A"], 2),
            "seconds_on": round(secs["B"], 2), "groups_seconds": round(groups_s, 3),
            "added": round((secs["B"] + 2 * groups_s) / secs["A"] - 1, 4), "cpu_off": round(cpu["A"], 2),

@@ -4,7 +4,8 @@ Called once per stage call, after the verdicts, while the pass-2 prompts' K/V ca
 `category_reads` best-ranked steps of each verdict are read with every kind's description as a suffix, all of
 them in packed batches (evidence.py), and the log evidence of each top-k step is computed from its text
 (log_signals.py). Steps outside the pass-2 prompt (no pass 2: no candidates, or it did not fit) have the log
-evidence only; `category_by` says which.
+evidence only; `category_by` says which. A log whose system's entry in the run's ranker file carries kinds
+fitted to the team's own labels (`fit`, fit/categories.py) reads those weights instead of the run's.
 """
 
 from __future__ import annotations
@@ -39,9 +40,27 @@ def setup(cfg, model_id: str) -> tuple[Taxonomy, classify.CategoryModel] | None:
     return _taxonomy(m.taxonomy), _weights(m.taxonomy, m.category_weights, model_id)
 
 
-def annotate(model, cfg, items: list[tuple], token_budget: int) -> dict:
+def system_weights(policy, trace, tax: Taxonomy, default: classify.CategoryModel) -> classify.CategoryModel:
+    """The kinds `fit` learned for this log's system (its ranker-file entry's `category`, kept where its held-out
+    estimate beat zero-training, for this taxonomy), else `default`."""
+    try:
+        sr = policy.ranker(trace) if policy is not None else None
+    except Exception:  # noqa: BLE001 - a refused ranker file is said in the verdict's own error row
+        return default
+    cat = (sr.entry.get("category") or {}) if sr is not None else {}
+    if cat.get("kept") != "fitted" or not cat.get("weights"):
+        return default
+    try:
+        return classify.CategoryModel.from_json(cat["weights"], tax)
+    except ValueError as exc:  # fitted for other words: the run's taxonomy is not the one the fit read
+        log.debug("trace %r: the fitted kinds of %s are not applied (%s)", trace.trace_id, sr.system, exc)
+        return default
+
+
+def annotate(model, cfg, items: list[tuple], token_budget: int, policy=None) -> dict:
     """items: (trace, r2 or None, sig2 or None, attribution row, step rows) per verdict; fills the category
-    columns of the rows in place. Returns {"seconds", "tokens"} of the suffix reads."""
+    columns of the rows in place. `policy`: the run's verdict policy (a system's fitted kinds). Returns
+    {"seconds", "tokens"} of the suffix reads."""
     if not cfg.method.categories or not items:
         return {"seconds": 0.0, "tokens": 0}
     tax, cm = setup(cfg, model.model_id)
@@ -62,7 +81,7 @@ def annotate(model, cfg, items: list[tuple], token_budget: int) -> dict:
     pmi = evidence.description_pmi(model, tax, reads, token_budget, stats)
     for it, (t, r2, s2, arow, _rows) in enumerate(items):
         try:
-            _fill(it, t, r2, s2, arow, plan[it], pmi, where, tax, cm)
+            _fill(it, t, r2, s2, arow, plan[it], pmi, where, tax, system_weights(policy, t, tax, cm))
         except Exception as exc:  # noqa: BLE001 - a verdict without a kind, never a lost verdict
             log.warning("trace %r: no failure category (%s)", t.trace_id, exc)
     dt = time.perf_counter() - t0
@@ -83,6 +102,9 @@ def _fill(it, t, r2, s2, arow, ranked, pmi, where, tax, cm) -> None:
         if (it, r["step"]) in where:
             P[j] = pmi[where[(it, r["step"])]]
     probs = cm.probs(P, f)
+    for j, r in enumerate(ranked):
+        if np.isfinite(P[j]).all():
+            r["category_pmi"] = P[j].astype(np.float32).tolist()
     # a step with no evidence the layer reads (no description read, and weights that ignore the log: zero-
     # training) gets no kind rather than the first of a uniform guess
     has = np.isfinite(P).all(axis=1) | cm.reads_log()

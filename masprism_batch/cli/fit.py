@@ -46,12 +46,56 @@ def _pct(x) -> str:
     return "—" if x is None else f"{100 * x:.1f}%"
 
 
+def _say_skipped(problems: list[str]) -> None:
+    for p in problems:
+        log.debug("%s", p)  # each row with --verbose; one summary line otherwise
+    if problems:
+        console.print(f"[yellow]warning:[/] {escape(skipped_summary(problems))}")
+
+
+def _taxonomy(option: str | None, runs: list[Path], labelled: bool):
+    """The taxonomy the category labels name: --taxonomy, else the runs' own; None when no label names a category.
+    A taxonomy that cannot be read, or category labels with no taxonomy to name: FitInputError."""
+    from masprism_batch.category.taxonomy import load_taxonomy
+    from masprism_batch.fit.runs import FitInputError, run_taxonomy
+
+    if not labelled:
+        return None
+    if option is None:
+        named, on = run_taxonomy(runs)
+        if not on:
+            raise FitInputError("the labels name categories but the runs were made without --taxonomy: give "
+                                "--taxonomy trail|FILE (the kinds they name), or drop the category column")
+        option = named
+    try:
+        return load_taxonomy(None if option in (None, "trail") else option)
+    except (OSError, ValueError) as exc:
+        raise FitInputError(f"--taxonomy: {exc}") from None
+
+
+def kind_words(cat: dict | None) -> str | None:
+    """What `fit` learned about a system's failure kinds, held out, and which kinds its verdicts will carry."""
+    if not cat:
+        return None
+    head = (f"kinds ({cat['taxonomy']}): {cat['errors']} labelled errors in {cat['logs']} logs, "
+            f"{cat['model_read']} read by the model")
+    if "fitted" not in cat:
+        return f"{head}; {cat.get('note', '')}"
+    fb, zb = cat.get("fitted_family_balanced"), cat.get("zero_training_family_balanced")
+    return (f"{head} | held out: fitted {_pct(cat['fitted'])}, zero-training {_pct(cat['zero_training'])} of "
+            f"labelled steps given one of their kinds (family balanced {_pct(fb)} vs {_pct(zb)}) | kept: "
+            + ("the fitted kinds" if cat["kept"] == "fitted" else "zero-training (the fit did not beat it by "
+               f"{cat.get('z', 1.0):g} paired standard error)"))
+
 @app.command("fit")
 def fit(
     runs: list[Path] = typer.Argument(..., help="run directories made by `attribute`/`run` on labelled logs"),
     out: Path = typer.Option(..., "-o", "--out", help="ranker file to write (JSON; apply with --ranker)"),
     labels: Path = typer.Option(None, "--labels", help="JSON lines or CSV: trace_id, step (0-based) or span_id, "
-                                "optional agent; replaces the labels carried by the traces"),
+                                "optional agent and category; replaces the labels carried by the traces"),
+    taxonomy: str = typer.Option(None, "--taxonomy", help="the failure kinds the labels' categories name: `trail` or "
+                                 "a TOML file (default: the one the runs were made with, when they had --taxonomy); "
+                                 "with category labels, fit learns each system's kinds too"),
     system: str = typer.Option(None, "--system", help="fit every labelled log as this one system (default: "
                                "per system: the --system its run was given, else each log's recorded system "
                                "field / source); apply with the same --system or on logs recording it"),
@@ -88,19 +132,18 @@ def fit(
             console.print(f"the runs lack {', '.join(lacking)} (made without --all-features); the fitted rankers "
                           "do not read them, so nothing is lost")
         cases, problems, fallback = fr.build_cases(traces, rows, labels, system, named)
+        tax = _taxonomy(taxonomy, runs, any(c.gold_kinds for cs in cases.values() for c in cs))
     except fr.FitInputError as exc:
         raise fail(str(exc)) from None
-    for p in problems:
-        log.debug("%s", p)  # each row with --verbose; one summary line otherwise
-    if problems:
-        console.print(f"[yellow]warning:[/] {escape(skipped_summary(problems))}")
     if not cases:
+        _say_skipped(problems)
         raise fail("no labelled log to fit on" + (f" ({len(problems)} label rows skipped, see above; -v lists each)" if problems
                                                   else ": the runs' traces carry no labels; give --labels FILE"))
     try:
-        fits = fr.fit_systems(cases, fallback)
+        fits = fr.fit_systems(cases, fallback, tax, problems)
     except fr.FitInputError as exc:
         raise fail(str(exc)) from None
+    _say_skipped(problems)
     console.print("held out within each system (leave-one-out up to 20 logs, else 5 folds); step: top-1 (any "
                   "labelled step is a hit), agent: exact")
     for name, f in fits.items():
@@ -118,6 +161,8 @@ def fit(
         for note in f.entry.get("notes") or []:  # e.g. the label prior is all it learned
             console.print(f"  [yellow]note:[/] {escape(note)}")
         if words := confidence_words(f.entry):
+            console.print(f"  {escape(words)}")
+        if words := kind_words(f.entry.get("category")):
             console.print(f"  {escape(words)}")
     # A system with fewer than MIN_K labels learned nothing: an entry for it would keep the rule's step and
     # replace its confidence by a flat rate (0.14 for every log, issue 51), so it is left out of the file.

@@ -1,14 +1,15 @@
 """Labels for `masprism-batch fit`: from the traces themselves or from a labels file.
 
 Labels file: JSON lines or CSV, one labelled step per row, columns `trace_id`, `step` (0-based index into the
-trace's steps) or `span_id`, and optionally `agent` (the blamed agent). Outcomes, per row:
+trace's steps) or `span_id`, optionally `agent` (the blamed agent) and `category` (what went wrong there, in the
+team's own words: a kind of the run's taxonomy, fit/categories.py). Outcomes, per row:
 - a trace id that is in none of the runs, a step out of range, a span id the trace does not have, or a row with
   neither step nor span id: the row is skipped and reported with its line number and reason;
 - a line that does not parse (invalid JSON or UTF-8, `Infinity`/`NaN`, nesting past the parser, an unterminated
   CSV quote, a field over 128 KiB) or whose values are not label values (`"step": true`, an agent that is an
   object): skipped and reported alike, never a crash; CSV rows are one per line (a quote never spans lines);
 - several rows of one trace: a trace with several labelled steps (a verdict naming any of them is a hit);
-  their agents are all accepted.
+  their agents are all accepted; a step labelled with several categories has each of them.
 With a labels file, labels carried by the traces are not used.
 """
 
@@ -30,6 +31,11 @@ class LabelsFileError(ValueError):
 class Gold:
     steps: list[int] = field(default_factory=list)
     agents: list[str] = field(default_factory=list)
+    kinds: dict[int, list[str]] = field(default_factory=dict)  # step -> its labelled categories, as written
+
+    def add_kind(self, step: int, kind: str | None) -> None:
+        if kind and kind.strip() and kind.strip() not in self.kinds.setdefault(step, []):
+            self.kinds[step].append(kind.strip())
 
 
 def from_trace(t: Trace) -> Gold | None:
@@ -43,7 +49,12 @@ def from_trace(t: Trace) -> Gold | None:
     else:
         locs = set(lab.error_locations or [])
         steps = [i for i, s in enumerate(t.steps) if s.span_id in locs]
-    return Gold(steps, agents) if steps else None
+    g = Gold(steps, agents)
+    by_span = {s.span_id: i for i, s in enumerate(t.steps) if s.span_id}
+    for loc, kind in zip(lab.error_locations or [], lab.error_categories or [], strict=False):
+        if loc in by_span and isinstance(kind, str):  # TRAIL: each error's category at its span
+            g.add_kind(by_span[loc], kind)
+    return g if steps else None
 
 
 MAX_FIELD_BYTES = 128 * 1024  # a label field (trace id, agent, span id) is short; longer is not a label row
@@ -186,4 +197,9 @@ def from_file(path: Path, traces: dict[str, Trace]) -> tuple[dict[str, Gold], li
         a = norm_agent(_text(r.get("agent"))) if r.get("agent") is not None else None
         if a and a not in g.agents:
             g.agents.append(a)
+        if r.get("category") is not None:
+            if _text(r["category"]) is None or isinstance(r["category"], int):
+                problems.append(f"{where}: category is not a string: its step is kept, the category skipped")
+            else:
+                g.add_kind(step, _text(r["category"])[:200])
     return gold, problems

@@ -7,6 +7,7 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
+from masprism_batch.fit import categories as fc
 from masprism_batch.fit import labels as lb
 from masprism_batch.fit import system as fs
 from masprism_batch.method import reads
@@ -17,7 +18,8 @@ from masprism_batch.verdict.rankfile import system_key
 
 # step_scores columns the step features read (method/ranker.py step_features) and the rule's order needs
 STEP_COLUMNS = ["trace_id", "step", "nll_pass1", "nll_pass2", "h_score", "score", "rank", "masprism_rank",
-                "is_symptom", "is_candidate", "has_failure_word", "attention_pass1", "cf_effect", "attn_in_learned"]
+                "is_symptom", "is_candidate", "has_failure_word", "attention_pass1", "cf_effect", "attn_in_learned",
+                "category_pmi"]  # the model's evidence for each kind where it was read (fit/categories.py)
 
 
 class FitInputError(ValueError):
@@ -105,18 +107,42 @@ def build_cases(traces, rows, labels_file: Path | None, system: str | None, name
                       key=lambda x: x.get("masprism_rank") or x.get("rank"))
         ranked = rules.order(fallback.rule, r, [x["step"] for x in base])
         key = system or system_key(t, (named or {}).get(tid))
-        out.setdefault(key, []).append(vcase.LogCase(t, r, sorted(g.steps), g.agents, ranked))
+        out.setdefault(key, []).append(vcase.LogCase(t, r, sorted(g.steps), g.agents, ranked, gold_kinds=g.kinds))
     return out, problems, fallback
 
 
-def fit_systems(cases: dict[str, list], fallback: rules.Fallback) -> dict[str, fs.SystemFit]:
+def fit_systems(cases: dict[str, list], fallback: rules.Fallback, taxonomy=None,
+                problems: list[str] | None = None) -> dict[str, fs.SystemFit]:
     """One fit per system, against the zero-training agent rule and confidence a log of an unfitted system gets
-    (what the fit must beat); a system that cannot be fitted: FitInputError naming it."""
+    (what the fit must beat); a system that cannot be fitted: FitInputError naming it. With a `taxonomy`, a
+    system whose labels name categories also gets its kinds fitted (entry["category"], fit/categories.py);
+    labels naming no kind of it are appended to `problems`."""
     fits = {}
     for name, cs in sorted(cases.items()):
         try:
             fits[name] = fs.fit_system(cs, name, rule=fallback.rule, rule_agent=fallback.agent_rule,
                                        zero_cal=fallback.calibration)
+            if taxonomy is not None and (d := fc.kind_data(cs, taxonomy, problems if problems is not None else [])):
+                fits[name].entry["category"] = fc.fit_kinds(d, taxonomy, name)
         except (ValueError, ArithmeticError) as exc:
             raise FitInputError(f"system {name!r}: {exc}") from None
     return fits
+
+
+def run_taxonomy(runs: list[Path]) -> tuple[str | None, bool]:
+    """(the taxonomy the runs named: None for TRAIL's, else the TOML path as given, and whether any run had the
+    failure kinds on); runs naming different taxonomies: FitInputError."""
+    named, on = set(), False
+    for run in runs:
+        try:
+            cfg = json.loads((run / "run.json").read_text(encoding="utf-8")).get("config") or {}
+        except (OSError, ValueError, AttributeError):
+            continue
+        m = cfg.get("method") if isinstance(cfg, dict) else None
+        if isinstance(m, dict) and m.get("categories"):
+            on = True
+            named.add(m.get("taxonomy"))
+    if len(named) > 1:
+        raise FitInputError("the runs name different taxonomies (" + ", ".join(sorted(map(str, named))) +
+                            "): fit the runs of one taxonomy together, or name one with --taxonomy")
+    return next(iter(named), None), on

@@ -212,7 +212,7 @@ def host_tail(d: OnDevice) -> StageOutput:
         out.step_scores.extend(rows)
         if verdict.order:
             cat_items.append((t, w.r2, s2, out.attributions[-1], rows))
-    got = categories.annotate(d.model, cfg, cat_items, buckets.forward_budget(cfg))
+    got = categories.annotate(d.model, cfg, cat_items, buckets.forward_budget(cfg), policy)
     out.seconds_category, out.tokens_category = got["seconds"], got["tokens"]
     _drop_kv(work)
     return out

@@ -24,7 +24,7 @@ def final_columns(rows: list[dict], v) -> None:
 # the failure-kind columns (masprism_batch/category/annotate.py fills them when `method.categories` is on)
 VERDICT_KIND_COLUMNS = ("category", "category_family", "category_confidence", "category_by", "blamed_vector",
                         "blamed_terms")
-STEP_KIND_COLUMNS = ("category", "category_family", "category_confidence")
+STEP_KIND_COLUMNS = ("category", "category_family", "category_confidence", "category_pmi")
 
 
 def attribution_row(t, ranking, model_id, chash, cfg, r1, r2, sec1, sec2, now, verdict) -> dict:

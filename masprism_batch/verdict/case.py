@@ -28,7 +28,8 @@ RELPOS_BINS = 10
 @dataclass
 class LogCase:
     """One log: its trace, step_scores rows (ordered by step), gold steps (any of them is a hit; [] when unlabelled),
-    blamed agents (trace.norm_agent names; [] when unlabelled) and the zero-training rule's order of its candidates."""
+    blamed agents (trace.norm_agent names; [] when unlabelled) and the zero-training rule's order of its candidates;
+    gold_kinds: the categories labelled at gold steps, as written (what `fit` learns a team's kinds from)."""
 
     trace: Trace
     rows: list[dict]
@@ -36,6 +37,7 @@ class LogCase:
     gold_agents: list[str]
     ranked: list[int]
     key: str = ""
+    gold_kinds: dict[int, list[str]] = field(default_factory=dict)
     _base: np.ndarray | None = field(default=None, repr=False)
 
     def __post_init__(self):

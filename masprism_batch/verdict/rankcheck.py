@@ -199,6 +199,34 @@ def check_entry(path, name: str, e) -> None:
         _vector(path, f"{where}.mean", e.get("mean"), len(feats))
         _vector(path, f"{where}.std", e.get("std"), len(feats), positive=True)
     _calibration(path, f"{where}.calibration", e.get("calibration"))
+    if e.get("category") is not None:
+        _kinds(path, f"{where}.category", e["category"])
+
+
+def _kinds(path, where: str, cat) -> None:
+    """A system's fitted failure kinds (fit/categories.py): their shapes and values; whether they fit the run's
+    taxonomy is checked where a run applies them (its digest, category/classify.from_json)."""
+    from masprism_batch.category.classify import FORMAT
+    from masprism_batch.category.log_signals import NAMES
+
+    if not isinstance(cat, dict) or cat.get("kept") not in ("fitted", "zero-training"):
+        raise _error(path, where, 'must be an object whose "kept" is "fitted" or "zero-training"')
+    if cat["kept"] != "fitted":
+        return
+    w = cat.get("weights")
+    if not isinstance(w, dict) or w.get("format") != FORMAT or w.get("features") != list(NAMES):
+        raise _error(path, f"{where}.weights", f"must be category weights of format {FORMAT} over this version's "
+                                               "log features")
+    _num(path, f"{where}.weights.a", w.get("a"))
+    b = w.get("b")
+    if not isinstance(b, list) or not 0 < len(b) <= MAX_FEATURES * 8:
+        raise _error(path, f"{where}.weights.b", "missing or not a list of numbers, one per kind")
+    _vector(path, f"{where}.weights.b", b, len(b))
+    W = w.get("W")
+    if not isinstance(W, list) or len(W) != len(b):
+        raise _error(path, f"{where}.weights.W", f"must hold one row per kind ({len(b)})")
+    for i, row in enumerate(W):
+        _vector(path, f"{where}.weights.W[{i}]", row, len(NAMES))
 
 
 def check(d: dict, path) -> None:

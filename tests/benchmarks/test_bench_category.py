@@ -64,3 +64,23 @@ def test_verdict_kinds_credits_only_a_right_step_with_a_labelled_kind(np_rng):
         wrong["pmi"][i][other] = -5.0
     bad = bc.verdict_kinds(verdicts, wrong, m)
     assert bad["step_right"] == got["step_right"] and bad["step_and_kind_right"] == 0.0
+
+
+def test_reading_names_the_best_held_out_method_and_the_target(np_rng):
+    rows = []
+    vals = {}
+    for s in bc.SPLITS:
+        for m in ("zero-training", "cross-split", "log-only", "fitted-20", "zero-training@draws"):
+            for k in ("family_balanced_accuracy", "leaf_macro_f1"):
+                v = float(np_rng.uniform(0.1, 0.54))
+                vals[(s, m, k)] = v
+                rows.append({"scope": "all", "scored_on": s, "method": m, "metric": k, "value": v})
+    vals[("GAIA", "cross-split", "family_balanced_accuracy")] = 0.61
+    rows[[i for i, r in enumerate(rows) if (r["scored_on"], r["method"], r["metric"]) ==
+          ("GAIA", "cross-split", "family_balanced_accuracy")][0]]["value"] = 0.61
+    text = "\n".join(bc.reading(rows))
+    assert "trail/GAIA: the best held-out family balanced accuracy is cross-split's 0.610 (meets" in text
+    swe = {m: vals[("SWE_Bench", m, "family_balanced_accuracy")] for m in ("zero-training", "cross-split", "log-only")}
+    best = max(swe, key=swe.get)
+    assert f"trail/SWE_Bench: the best held-out family balanced accuracy is {best}'s {swe[best]:.3f} (below" in text
+    assert f"family {vals[('SWE_Bench', 'fitted-20', 'family_balanced_accuracy')]:.3f} vs zero-training's" in text

@@ -68,3 +68,26 @@ def test_csv_oversized_field_and_unterminated_quote_skip_their_lines_only(tmp_pa
     gold, problems = from_file(f, traces)
     assert sorted(gold) == sorted([ids[0], ids[3], ids[5]])  # the rows after the open quote are not swallowed
     assert [p.split(": ", 1)[0] for p in problems] == ["labels.csv:3", "labels.csv:4", "labels.csv:6"], problems
+
+
+def test_categories_per_labelled_step_from_a_file_and_from_trail_annotations(tmp_path, rng):
+    from masprism_batch.fit.labels import from_trace
+    from masprism_batch.trace import Labels
+
+    traces = _traces(rng, 3)
+    a, b, _ = traces
+    f = tmp_path / "l.csv"
+    f.write_text(f"trace_id,step,category\n{a},1,Crash\n{a},1, Bad plan \n{a},1,Crash\n{a},2,\n{b},0,Crash\n")
+    gold, problems = from_file(f, traces)
+    # several categories of one step each kept once (trimmed); a step without one is labelled all the same
+    assert gold[a].steps == [1, 2] and gold[a].kinds == {1: ["Crash", "Bad plan"]} and not problems
+    assert gold[b].kinds == {0: ["Crash"]}
+    j = tmp_path / "l.jsonl"
+    j.write_text(json.dumps({"trace_id": a, "step": 0, "category": {"name": "Crash"}}) + "\n")
+    gold, problems = from_file(j, traces)
+    assert gold[a].steps == [0] and gold[a].kinds == {} and "category is not a string" in problems[0]
+    t = Trace("x", "otel", [Step(i, "A", f"s{i}", span_id=f"s{i}") for i in range(4)],
+              labels=Labels(error_locations=["s2", "s9", "s2"], error_categories=["Formatting Errors", "Goal Deviation",
+                                                                               "Tool-related"]))
+    g = from_trace(t)
+    assert g.steps == [2] and g.kinds == {2: ["Formatting Errors", "Tool-related"]}  # s9 is no step: no kind
