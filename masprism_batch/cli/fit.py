@@ -61,16 +61,17 @@ def _taxonomy(option: str | None, runs: list[Path], labelled: bool):
 
     if not labelled:
         return None
+    where = "--taxonomy"
     if option is None:
         named, on = run_taxonomy(runs)
         if not on:
             raise FitInputError("the labels name categories but the runs were made without --taxonomy: give "
                                 "--taxonomy trail|FILE (the kinds they name), or drop the category column")
-        option = named
+        option, where = named, "the runs' taxonomy (name it with --taxonomy)"
     try:
         return load_taxonomy(None if option in (None, "trail") else option)
     except (OSError, ValueError) as exc:
-        raise FitInputError(f"--taxonomy: {exc}") from None
+        raise FitInputError(f"{where}: {exc}") from None
 
 
 def kind_words(cat: dict | None) -> str | None:
