@@ -64,7 +64,7 @@ def _against_zero_training(h: dict) -> str:
     if "confidence_kept" not in h:
         return ""
     zt = h.get("zero_training_auroc")
-    kept = ("fitted (the step's evidence, the ranker's gap, agreement with the rule)" if h["confidence_kept"] ==
-            "fitted" else "the zero-training confidence's order, at this system's hit rate")
+    kept = ("fitted (the step's evidence, the ranker's probability of it and its log-odds over the next step)"
+            if h["confidence_kept"] == "fitted" else "the zero-training confidence's order, at this system's hit rate")
     return (f"; the zero-training confidence on the same verdicts: AUROC {'—' if zt is None else f'{zt:.2f}'}"
             f"{_lift(h.get('zero_training_top_quarter_lift'))}; kept: {kept}")

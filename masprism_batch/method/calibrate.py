@@ -6,7 +6,8 @@ labels cannot produce a certainty of 0 or 1: with few labels the calibration say
 hit rate, which is what it knows. verdict/confidence.py applies it at run time, floored at 1/(number of steps).
 
 `fit_monotone`: the same logistic over the few verdict-level features of a fitted system's confidence
-(fit/verdict_confidence.py), each oriented so that larger means more confident and its weight kept >= 0 (a
+(fit/verdict_confidence.py), each oriented so that larger means more confident and its weight kept >= 0: equal
+weights (what a fitted system ships: one scale >= 0 for the standardised sum) or one weight per feature (a
 feature the data ties the other way is dropped and the rest refitted); where every weight would drop, each keeps a
 small floor weight, so the confidence still orders verdicts by their a-priori evidence at the held-out hit rate's
 level instead of giving every log one number.
@@ -65,13 +66,15 @@ def fit_evidence(X, hits, names, signs=None, weights: str = "equal") -> dict:
 FLOOR_W = 0.05  # per standardised feature where the data kept none: an order, at nearly the base rate's level
 
 
-def fit_monotone(X, hits, names) -> dict:
-    """{"kind": "fitted", "features", "mean", "std", "w", "b", "n", "base_rate"}: fit_evidence's "fitted" weights
-    with every feature's sign +1 (monotone non-decreasing in each), never all zero (FLOOR_W)."""
-    cal = fit_evidence(X, hits, names, signs=[1] * len(names), weights="fitted")
+def fit_monotone(X, hits, names, weights: str = "fitted") -> dict:
+    """{"kind": "fitted", "features", "mean", "std", "w", "b", "n", "base_rate"}: fit_evidence's weights with
+    every feature's sign +1 (monotone non-decreasing in each), never all zero (FLOOR_W). `weights` "fitted": one
+    weight per feature (recorded "monotone"); "equal": the standardised features summed, only the sum's scale
+    (>= 0) and the intercept learned (recorded "equal")."""
+    cal = fit_evidence(X, hits, names, signs=[1] * len(names), weights=weights)
     if not any(cal["w"]):  # b is then the intercept-only fit: the features are centred, so the level stays there
         cal["w"] = [FLOOR_W] * len(names)
-    cal.update(kind="fitted", weights="monotone")
+    cal.update(kind="fitted", weights="monotone" if weights == "fitted" else "equal")
     return cal
 
 

@@ -2,12 +2,14 @@
 
 - a log of an unfitted system: the zero-training confidence, its own evidence (method/confidence.py) under the
   packaged fallback calibration (`confidence`, never below 1/steps);
-- a log of a fitted system: its entry's calibration (`apply`): kind "fitted" reads FEATURES (how clearly the
-  log's signals single out the blamed step, how far it is ahead of the next, whether ranker and rule agree),
-  kind "evidence" the verdict's own evidence (files written before issue 48).
+- a log of a fitted system: its entry's calibration (`apply`): kind "fitted" reads the verdict features its
+  file names (`features`: FEATURES, how clearly the log's signals single out the blamed step, how much of the
+  ranker's probability it holds and its log-odds over the next step; files of the first issue-48 round read
+  the gap between the first two steps and whether ranker and rule agree, still computed), kind "evidence" the
+  verdict's own evidence (files written before issue 48).
 
 The calibrations are fitted offline: method/calibrate.py (fit_evidence, fit_monotone) and
-fit/verdict_confidence.py (which FEATURES a fitted system's confidence keeps).
+fit/verdict_confidence.py (a fitted system's calibration over FEATURES, equal weights, on its held-out folds).
 """
 
 from __future__ import annotations
@@ -22,8 +24,12 @@ from masprism_batch.trace import Trace
 from masprism_batch.verdict.case import LogCase
 from masprism_batch.verdict.correction import evidence
 
-FEATURES = ("zero_training", "gap", "agrees")
-OWN = ("zero_training",)  # the set kept when the zero-training confidence ranks at least as well
+FEATURES = ("zero_training", "top_prob", "log_odds")  # what a fitted system's confidence reads (issue 48)
+OWN = ("zero_training",)  # the zero-training confidence's own score, measured beside it
+# every verdict feature `features` computes: a "fitted" calibration may name any of them (the first issue-48
+# round's files read zero_training, gap and agrees)
+KNOWN = ("zero_training", "top_prob", "log_odds", "gap", "agrees")
+TINY = 1e-12  # the smallest share log_odds reads: a runner-up with no score is 27.6 nats behind, not infinitely
 
 
 def zero_training_score(cal: dict | None, ev: dict[str, float]) -> float:
@@ -36,19 +42,45 @@ def zero_training_score(cal: dict | None, ev: dict[str, float]) -> float:
 
 
 def features(c: LogCase, order: list[int], probs=None, scores=None, zero_cal: dict | None = None) -> dict:
-    """FEATURES of one verdict: `order` every step best first (order[0] blamed), `probs` a ranker's step
-    probabilities, `scores` (array over steps) the label prior's; neither: the rule's MASPrism Score."""
+    """The verdict features (KNOWN) of one verdict: `order` every step best first (order[0] blamed), `probs` a
+    ranker's step probabilities, `scores` (array over steps) the label prior's; neither: the rule's MASPrism Score.
+
+    - zero_training: the zero-training calibration's logit of the blamed step's own evidence;
+    - top_prob: the blamed step's share of the scores that ordered the verdict (a ranker's probability; the
+      rule's Score or the label prior's offset, shifted to start at 0, as a share of the steps' sum);
+    - log_odds: log(top_prob / the next step's share), each share at least TINY;
+    - gap: top_prob minus the next step's share (the rule's and the prior's: share x relative margin);
+    - agrees: 1.0 where the verdict blames the zero-training rule's first candidate."""
     top = order[0]
     ev = evidence(c, [top] + [k for k in c.ranked if k != top])  # the zero-training evidence of this step
     if probs is not None:
         p = np.asarray(probs, dtype=np.float64)
         second = max((p[k] for k in order[1:2]), default=0.0)
         gap = float(p[top] - second) / max(float(p.sum()), 1e-12)
+        q = p / max(float(p.sum()), 1e-12)
+        p1, p2 = float(q[top]), (float(q[order[1]]) if len(order) > 1 else 0.0)
     else:
         v = evidence(c, order, None, scores)  # share x relative margin = (s1 - s2) / sum of the candidates'
         gap = v["top_share"] * v["margin"]
-    return {"zero_training": zero_training_score(zero_cal, ev), "gap": float(gap),
+        p1, p2 = _shares(c, order, scores)
+    return {"zero_training": zero_training_score(zero_cal, ev), "top_prob": p1,
+            "log_odds": math.log(max(p1, TINY)) - math.log(max(p2, TINY)), "gap": float(gap),
             "agrees": float(bool(c.ranked) and top == c.ranked[0])}
+
+
+def _shares(c: LogCase, order: list[int], scores) -> tuple[float, float]:
+    """(blamed step's, next step's) share of the scores over `order`: the label prior's `scores` (array over
+    steps) shifted to start at 0 where some are negative, else MASPrism's Score (negative read as 0); equal
+    shares where every score is 0."""
+    if scores is not None:
+        s = np.array([float(scores[k]) for k in order], dtype=np.float64)
+    else:
+        by = {r["step"]: max(float(r.get("score") or 0.0), 0.0) for r in c.rows}
+        s = np.array([by.get(k, 0.0) for k in order], dtype=np.float64)
+    s = s - s.min() if s.size and s.min() < 0 else s
+    tot = float(s.sum())
+    q = s / tot if tot > 0 else np.full(len(s), 1.0 / max(len(s), 1))
+    return float(q[0]), (float(q[1]) if len(q) > 1 else 0.0)
 
 
 def zero_training_confidence(c: LogCase, top: int, zero_cal: dict | None, score: float | None = None):

@@ -152,7 +152,7 @@ def _calibration(path, where: str, cal, kinds=("evidence", "fitted")) -> None:
         raise _error(path, where, "must be an object of kind " + " or ".join(f'"{k}"' for k in kinds)
                      + " (calibrate.fit_evidence / fit_monotone)")
     from masprism_batch.method.confidence import FEATURES as EVIDENCE
-    from masprism_batch.verdict.confidence import FEATURES as VERDICT
+    from masprism_batch.verdict.confidence import KNOWN as VERDICT
 
     fitted = cal["kind"] == "fitted"
     feats = _str_list(path, f"{where}.features", cal.get("features"), list(VERDICT if fitted else EVIDENCE))

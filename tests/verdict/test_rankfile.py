@@ -273,3 +273,31 @@ def test_a_valid_file_passes_and_its_digest_follows_its_content(tmp_path, synth)
     d["date"] = "2026-11-27"
     path.write_text(json.dumps(d))
     assert rk.RankerSetting.read(str(path)).sha256 != before and rk.RankerSetting.read(None).sha256 is None
+
+
+def test_a_fitted_confidence_of_the_first_issue_48_round_still_reads_and_applies(tmp_path, synth, np_rng):
+    """Files written while a fitted system's confidence read (zero_training, gap, agrees) stay valid and give the
+    confidence their own calibration says; a feature this version does not compute is refused."""
+    from masprism_batch.method import calibrate
+    from masprism_batch.verdict import confidence as vconf
+
+    seed = int(np_rng.integers(1 << 30))
+    rng = np.random.default_rng(seed)
+    path, f = _file(tmp_path, synth)
+    old = ["zero_training", "gap", "agrees"]
+    X = rng.random((40, 3))
+    cal = calibrate.fit_monotone(X, rng.random(40) < 0.5, old)
+    cal["zero_training"] = f.entry["calibration"]["zero_training"]
+    d = json.loads(path.read_text())
+    d["systems"]["team/agents"]["calibration"] = cal
+    path.write_text(json.dumps(d))
+    sr = RankerFile.read(path).systems["team/agents"]
+    sr = rk.SystemRanker(sr, "smollm2-135m")
+    for c in synth(5, seed=seed):
+        order, p, _, conf = sr.apply(c.trace, c.rows, c.ranked)
+        x = vconf.features(c, order, p, None, cal["zero_training"])
+        assert conf == pytest.approx(vconf.confidence(cal, {k: x[k] for k in old}, len(c.trace.steps))), seed
+    d["systems"]["team/agents"]["calibration"]["features"][1] = "p_oracle"
+    path.write_text(json.dumps(d))
+    with pytest.raises(RankerFileError, match="features this version does not compute"):
+        RankerFile.read(path)
