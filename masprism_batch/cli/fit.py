@@ -54,8 +54,10 @@ def _say_skipped(problems: list[str]) -> None:
 
 
 def _taxonomy(option: str | None, runs: list[Path], labelled: bool):
-    """The taxonomy the category labels name: --taxonomy, else the runs' own; None when no label names a category.
-    A taxonomy that cannot be read, or category labels with no taxonomy to name: FitInputError."""
+    """The taxonomy the category labels name: --taxonomy, else the runs' own; None when no label names a category
+    or the runs were made without kinds and no --taxonomy names them (said: the steps are fitted all the same; a
+    TRAIL annotation carries categories whether or not a team wants kinds). A taxonomy that cannot be read:
+    FitInputError."""
     from masprism_batch.category.taxonomy import load_taxonomy
     from masprism_batch.fit.runs import FitInputError, run_taxonomy
 
@@ -65,8 +67,9 @@ def _taxonomy(option: str | None, runs: list[Path], labelled: bool):
     if option is None:
         named, on = run_taxonomy(runs)
         if not on:
-            raise FitInputError("the labels name categories but the runs were made without --taxonomy: give "
-                                "--taxonomy trail|FILE (the kinds they name), or drop the category column")
+            console.print("note: the labels name categories but the runs were made without --taxonomy, so no "
+                          "failure kinds are fitted (give --taxonomy trail|FILE to fit them)")
+            return None
         option, where = named, "the runs' taxonomy (name it with --taxonomy)"
     try:
         return load_taxonomy(None if option in (None, "trail") else option)
