@@ -172,7 +172,7 @@ def write_large_outdir(outdir: Path, n: int, seed: int, parts: int = 10, chars: 
             "masprism_rank": pa.array(np.where(rank > 0, rank, 0), mask=rank < 0),
             "final_prob": pa.nulls(total, pa.float32()),
             "final_rank": pa.array(np.where(rank > 0, rank, 0), mask=rank < 0),
-            **_nulls(schema.STEP_SCORES, total, ("category", "category_family", "category_confidence")),
+            **_nulls(schema.STEP_SCORES, total, ("category", "category_family", "category_confidence", "category_pmi")),
         }, schema=schema.STEP_SCORES)
         write_table_atomic(scores, outdir / "step_scores" / f"part-{p:03d}.parquet")
         content = ["".join(words[g.integers(0, len(words), 4)]) + "x" * chars for _ in range(total)]
