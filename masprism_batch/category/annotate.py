@@ -40,9 +40,11 @@ def setup(cfg, model_id: str) -> tuple[Taxonomy, classify.CategoryModel] | None:
     return _taxonomy(m.taxonomy), _weights(m.taxonomy, m.category_weights, model_id)
 
 
-def system_weights(policy, trace, tax: Taxonomy, default: classify.CategoryModel) -> classify.CategoryModel:
+def system_weights(policy, trace, tax: Taxonomy, default: classify.CategoryModel,
+                   memo: dict | None = None) -> classify.CategoryModel:
     """The kinds `fit` learned for this log's system (its ranker-file entry's `category`, kept where its held-out
-    estimate beat zero-training, for this taxonomy), else `default`."""
+    estimate beat zero-training, for this taxonomy), else `default`. `memo`: the entries already read in this
+    call (every log of a system reads the same one: parsed and checked once)."""
     try:
         sr = policy.ranker(trace) if policy is not None else None
     except Exception:  # noqa: BLE001 - a refused ranker file is said in the verdict's own error row
@@ -50,11 +52,14 @@ def system_weights(policy, trace, tax: Taxonomy, default: classify.CategoryModel
     cat = (sr.entry.get("category") or {}) if sr is not None else {}
     if cat.get("kept") != "fitted" or not cat.get("weights"):
         return default
-    try:
-        return classify.CategoryModel.from_json(cat["weights"], tax)
-    except ValueError as exc:  # fitted for other words: the run's taxonomy is not the one the fit read
-        log.debug("trace %r: the fitted kinds of %s are not applied (%s)", trace.trace_id, sr.system, exc)
-        return default
+    memo = {} if memo is None else memo
+    if id(cat) not in memo:
+        try:
+            memo[id(cat)] = classify.CategoryModel.from_json(cat["weights"], tax)
+        except ValueError as exc:  # fitted for other words: the run's taxonomy is not the one the fit read
+            log.debug("the fitted kinds of %s are not applied (%s)", sr.system, exc)
+            memo[id(cat)] = default
+    return memo[id(cat)]
 
 
 def annotate(model, cfg, items: list[tuple], token_budget: int, policy=None) -> dict:
@@ -78,10 +83,11 @@ def annotate(model, cfg, items: list[tuple], token_budget: int, policy=None) -> 
                 where[(it, k)] = len(reads)
                 reads.append(evidence.Read(cache, r2.step_spans[k][1]))
     stats: dict = {}
+    memo: dict = {}  # a system's fitted kinds, read once per call
     pmi = evidence.description_pmi(model, tax, reads, token_budget, stats)
     for it, (t, r2, s2, arow, _rows) in enumerate(items):
         try:
-            _fill(it, t, r2, s2, arow, plan[it], pmi, where, tax, system_weights(policy, t, tax, cm))
+            _fill(it, t, r2, s2, arow, plan[it], pmi, where, tax, system_weights(policy, t, tax, cm, memo))
         except Exception as exc:  # noqa: BLE001 - a verdict without a kind, never a lost verdict
             log.warning("trace %r: no failure category (%s)", t.trace_id, exc)
     dt = time.perf_counter() - t0

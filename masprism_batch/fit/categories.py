@@ -123,7 +123,8 @@ def fit_kinds(d: KindData, tax: Taxonomy, system: str, seed: int = 0) -> dict:
     zero = classify.CategoryModel.zero(tax)
     first = np.array([steps[k][0] for k in keys])  # a step's evidence is the same on each of its kind rows
     zero_pred = _predict(zero, d, first, tax).tolist()
-    out["zero_training"] = float(np.mean([p in s for p, s in zip(zero_pred, labelled, strict=True)]))
+    zero_hits = np.array([p in s for p, s in zip(zero_pred, labelled, strict=True)], dtype=float)
+    out["zero_training"] = float(zero_hits.mean())
     out["zero_training_family_balanced"] = family_balanced(tax, labelled, zero_pred)
     if len(d.y) < MIN_ERRORS or len(logs) < 2:
         out["note"] = (f"{len(d.y)} labelled errors in {len(logs)} logs (fewer than {MIN_ERRORS} errors or 2 logs): "
@@ -138,7 +139,6 @@ def fit_kinds(d: KindData, tax: Taxonomy, system: str, seed: int = 0) -> dict:
         test = np.flatnonzero(step_fold == f)
         fit_pred[test] = _predict(m, d, first[test], tax)
     fit_hits = np.array([p in s for p, s in zip(fit_pred.tolist(), labelled, strict=True)], dtype=float)
-    zero_hits = np.array([p in s for p, s in zip(zero_pred, labelled, strict=True)], dtype=float)
     diff = fit_hits - zero_hits
     se = float(diff.std(ddof=1) / math.sqrt(len(diff))) if len(diff) > 1 else float("inf")
     out.update(fitted=float(fit_hits.mean()), fitted_family_balanced=family_balanced(tax, labelled, fit_pred.tolist()),
