@@ -34,7 +34,8 @@ from masprism_batch.pipelines.run_summary import RunFacts, RunSummary
 from masprism_batch.pipelines.selection import Selection
 from masprism_batch.pipelines.tails import Tails
 
-from masprism_batch.config import PipelineConfig, auto_device_type
+from masprism_batch.config import PipelineConfig
+from masprism_batch.devices import auto_device_type
 from masprism_batch.outdir.parts import OutdirLock
 from masprism_batch.render.pool import RenderPool
 from masprism_batch.stage.budget import left_to_the_device, resolve_budget

@@ -25,7 +25,8 @@ import psutil
 import torch
 import torch.nn.functional as F
 
-from masprism_batch.config import ModelConfig, SignalsConfig, cpu_has_native_bf16
+from masprism_batch.config import ModelConfig, SignalsConfig
+from masprism_batch.devices import cpu_has_native_bf16
 from masprism_batch.model import load_model
 
 if __package__ in (None, ""):  # run as a file: the repository root makes `benchmarks` importable

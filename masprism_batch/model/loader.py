@@ -21,7 +21,7 @@ from pathlib import Path
 
 import torch
 
-from masprism_batch.config import auto_device_type, auto_dtype
+from masprism_batch.devices import auto_device_type, auto_dtype
 from masprism_batch.model.arch import arch_from_config
 from masprism_batch.model.forward import PrefillModel
 from masprism_batch.model.layers import weights_from_state_dict
@@ -42,7 +42,7 @@ def _offline() -> None:
 
 
 def resolve_device_dtype(device: str, dtype: str, model_name: str) -> tuple[torch.device, torch.dtype]:
-    """`auto` device: CUDA when available; `auto` dtype: config.auto_dtype (bf16 where multiplied natively)."""
+    """`auto` device: CUDA when available; `auto` dtype: devices.auto_dtype (bf16 where multiplied natively)."""
     dev = torch.device(auto_device_type(device) if device == "auto" else device)
     if dev.type == "cuda" and not torch.cuda.is_available():
         raise RuntimeError(f"device {device!r} requested but CUDA is not available")

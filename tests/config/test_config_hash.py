@@ -31,9 +31,9 @@ def test_hash_of_the_default_config_is_unchanged_by_the_engine_section(monkeypat
     # the value written into outputs before the [engine] section existed: old runs stay comparable/resumable.
     # Where `auto` still means fp32 on CPU (no native bf16): on a CPU with it, the default computes in bf16 and
     # hashes differently on purpose (tests/model/test_model_loading.py)
-    from masprism_batch import config as config_mod
+    from masprism_batch import devices
 
-    monkeypatch.setattr(config_mod, "cpu_has_native_bf16", lambda: False)
+    monkeypatch.setattr(devices, "cpu_has_native_bf16", lambda: False)
     assert PipelineConfig().config_hash() == PINNED
 
 

@@ -10,7 +10,8 @@ from typer.testing import CliRunner
 
 from masprism_batch import schema
 from masprism_batch.cli import EXIT_OK, EXIT_REJECTED, app
-from masprism_batch.config import cpu_has_native_bf16, load_config
+from masprism_batch.config import load_config
+from masprism_batch.devices import cpu_has_native_bf16
 from masprism_batch.model import load_model
 from masprism_batch.stage.attribute import attribute_traces
 from masprism_batch.trace import Labels, Step, Trace

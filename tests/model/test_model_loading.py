@@ -10,7 +10,7 @@ import torch
 from model_helpers import hf_config, random_hf_model, rel_err
 from typer.testing import CliRunner
 
-from masprism_batch import config as config_mod
+from masprism_batch import devices
 from masprism_batch.config import ModelConfig, PipelineConfig, SignalsConfig
 from masprism_batch.model import ModelNotFoundError, load_model, load_tokenizer, registry, resolve_model
 from masprism_batch.model.arch import instrument_layers
@@ -61,7 +61,7 @@ def test_device_dtype_resolution(monkeypatch):
     assert resolve_device_dtype("cpu", "bfloat16", "tiny-random")[1] == torch.bfloat16
     assert resolve_device_dtype("cpu", "float32", "smollm2-135m")[1] == torch.float32
     for native, want in ((True, torch.bfloat16), (False, torch.float32)):
-        monkeypatch.setattr(config_mod, "cpu_has_native_bf16", lambda native=native: native)
+        monkeypatch.setattr(devices, "cpu_has_native_bf16", lambda native=native: native)
         assert resolve_device_dtype("cpu", "auto", "smollm2-135m")[1] == want
         assert resolve_device_dtype("cpu", "auto", "tiny-random")[1] == torch.float32  # tests: fp32 everywhere
     if not torch.cuda.is_available():
@@ -74,15 +74,15 @@ def test_auto_dtype_changes_the_hash_only_where_numbers_changed(monkeypatch):
     """`auto` on a CPU with native bf16 computes other numbers than before: another hash. Where `auto` still
     means fp32 (tiny-random, or a CPU without native bf16) the hash is the one it always was."""
     base = {"model": {"name": "smollm2-135m", "device": "cpu"}}
-    monkeypatch.setattr(config_mod, "cpu_has_native_bf16", lambda: False)
+    monkeypatch.setattr(devices, "cpu_has_native_bf16", lambda: False)
     legacy = PipelineConfig.model_validate(base).config_hash()
-    monkeypatch.setattr(config_mod, "cpu_has_native_bf16", lambda: True)
+    monkeypatch.setattr(devices, "cpu_has_native_bf16", lambda: True)
     assert PipelineConfig.model_validate(base).config_hash() != legacy
     explicit = {"model": {"name": "smollm2-135m", "device": "cpu", "dtype": "float32"}}
     assert PipelineConfig.model_validate(explicit).config_hash() == legacy  # same numbers, same hash
     tiny = {"model": {"name": "tiny-random", "device": "cpu"}}
     h_tiny = PipelineConfig.model_validate(tiny).config_hash()
-    monkeypatch.setattr(config_mod, "cpu_has_native_bf16", lambda: False)
+    monkeypatch.setattr(devices, "cpu_has_native_bf16", lambda: False)
     assert PipelineConfig.model_validate(tiny).config_hash() == h_tiny
 
 
