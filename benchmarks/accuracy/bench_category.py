@@ -12,11 +12,16 @@ Rows (benchmarks/results/category.csv), one per (scored split, method, metric):
   team's kinds (fit/categories.fit_weights: from zero-training, its L2), scored on the errors of the scored
   split's traces none of whose errors was drawn (the same held-out errors score zero-training and the
   cross-split layer in that draw, "zero-training@draws", "cross-split@draws");
+- fitted-20, as `fit` ships it: the same draws through fit/categories.fit_kinds (its own folds over the 20 and
+  its keep rule), the kept layer scored: what a team with 20 labels gets;
+- ceiling (in-split layer; + pooled pass-2 state): the layer fitted on the scored split's own labels, 5 folds
+  by trace x3 seeds: an upper bound of what these signals carry, not a held-out protocol across systems;
 - majority / label-frequency: the calibration split's most frequent kind; a kind drawn with the calibration
   split's frequencies (mean over 200 seeded draws).
 Metrics: family balanced accuracy (mean recall over the families present in the scored split's labels; any
 constant scores 1/families), leaf macro-F1 (over the kinds in the labels or the predictions), leaf accuracy.
-`--write-weights` writes the layer calibrated on both splits to the packaged weights (what runs ship).
+`--write-weights` writes the layer calibrated on both splits to the packaged weights (what runs ship);
+`--signal-cache` adds the verdict's kind end to end (category_e2e.py); the markdown is category_report.py's.
 """
 
 from __future__ import annotations
@@ -30,6 +35,11 @@ from pathlib import Path
 
 import numpy as np
 
+if __package__ in (None, ""):  # run as a file: the repository root makes `benchmarks` importable
+    import sys
+
+    sys.path.append(str(Path(__file__).resolve().parents[2]))  # last: an installed masprism_batch wins
+from benchmarks.accuracy.category_report import BEGIN, CEILINGS, END, K_FIT, SHIPS, SPLITS, markdown
 from benchmarks.rows import RESULTS, append_rows
 from masprism_batch.category import classify
 from masprism_batch.category.groups import terms_of
@@ -38,9 +48,7 @@ from masprism_batch.fit import categories as fc
 
 ROOT = Path(__file__).resolve().parents[2]
 log = logging.getLogger("bench_category")
-SPLITS = ("GAIA", "SWE_Bench")
-L2, DRAWS, K_FIT = 10.0, 20, 20
-BEGIN, END = "<!-- categories: begin -->", "<!-- categories: end -->"
+L2, DRAWS = 10.0, 20
 
 
 def load(data: Path, work: Path, model: str, split: str) -> dict:
@@ -135,7 +143,7 @@ def score_split(cal: dict, test: dict, cal_name: str, test_name: str, scope: str
     draws = [metrics(y, np.random.default_rng(s).choice(len(freq), len(y), p=freq)) for s in range(200)]
     add("label-frequency", f"kinds drawn with {cal_name}'s frequencies, 200 seeds",
         {k: float(np.mean([d[k] for d in draws])) for k in draws[0]})
-    fitted, base, zbase, n_held = [], [], [], []
+    fitted, shipped, base, zbase, n_held = [], [], [], [], []
     for s in range(DRAWS):
         rng = np.random.default_rng(1000 + s)
         pick = rng.choice(len(y), K_FIT, replace=False)
@@ -146,139 +154,55 @@ def score_split(cal: dict, test: dict, cal_name: str, test_name: str, scope: str
         kd = fc.KindData(test["trace"], test["step"], y, test["pmi"], test["log"])
         m = fc.fit_weights(kd, pick, TRAIL, f"fit-{K_FIT}")
         fitted.append(metrics(y[held], predict(m, test, held)))
+        shipped.append(metrics(y[held], predict(shipped_layer(kd, pick), test, held)))
         base.append(metrics(y[held], predict(cross, test, held)))
         zbase.append(metrics(y[held], predict(classify.CategoryModel.zero(TRAIL), test, held)))
         n_held.append(len(held))
-    for name, got in ((f"fitted-{K_FIT}", fitted), ("zero-training@draws", zbase), ("cross-split@draws", base)):
+    for name, got in ((f"fitted-{K_FIT}", fitted), (SHIPS, shipped), ("zero-training@draws", zbase),
+                      ("cross-split@draws", base)):
         add(name, f"{K_FIT} errors of {test_name} drawn x{len(got)}; scored on the errors of its traces with none "
             f"drawn (mean {np.mean(n_held):.0f})", {k: float(np.mean([g[k] for g in got])) for k in got[0]},
             {k: float(np.std([g[k] for g in got])) for k in got[0]}, int(np.mean(n_held)))
+    for name, with_state in zip(CEILINGS, (False, True), strict=True):
+        if with_state and any(v is None for v in test["vec"]):
+            continue  # a step the model did not read has no pooled state
+        add(name, f"fitted on {test_name}'s own labels, 5 folds by trace x{len(CEIL_SEEDS)} seeds: an upper bound "
+            "of these signals, not a protocol", ceiling(test, with_state))
     return rows
 
 
-def verdict_kinds(verdicts: dict[str, dict], d: dict, m: classify.CategoryModel) -> dict:
-    """Of the logs of split `d` with a verdict: how many, how many blame a labelled error step (step right), and
-    of those how many get one of that step's labelled kinds (and family) from category layer `m`. The kind of a
-    blamed step is read from its labelled error's evidence (category_extract.py reads every labelled step), so a
-    verdict that is right gets exactly the evidence the stage would read there."""
-    pred = predict(m, d)
-    fam, pfam = family_idx(d["y"]), family_idx(pred)
-    at: dict[tuple, dict] = {}
-    for i, (t, k) in enumerate(zip(d["trace"], d["step"], strict=True)):
-        g = at.setdefault((str(t), int(k)), {"kinds": set(), "fams": set(), "pred": int(pred[i]), "pfam": int(pfam[i])})
-        g["kinds"].add(int(d["y"][i]))
-        g["fams"].add(int(fam[i]))
-    traces = set(map(str, d["trace"]))
-    n = step = kind = family = 0
-    for tid, v in verdicts.items():
-        if tid not in traces:
-            continue
-        n += 1
-        g = at.get((tid, int(v["pred_step"])))
-        if g is not None:
-            step += 1
-            kind += g["pred"] in g["kinds"]
-            family += g["pfam"] in g["fams"]
-        # a blamed step that is not a labelled error: wrong step, so neither kind nor family is credited
-    return {"logs": n, "step_right": step / max(n, 1), "step_and_kind_right": kind / max(n, 1),
-            "step_and_family_right": family / max(n, 1)}
+def shipped_layer(kd: fc.KindData, pick: np.ndarray) -> classify.CategoryModel:
+    """The layer `fit` ships from the labelled errors `pick`: its own held-out choice (fit/categories.fit_kinds:
+    the fitted kinds only where they beat zero-training on the picked errors' folds), else zero-training."""
+    sub = fc.KindData(kd.logs[pick], kd.steps[pick], kd.y[pick], kd.pmi[pick], kd.f[pick])
+    entry = fc.fit_kinds(sub, TRAIL, "draw")
+    return classify.CategoryModel.from_json(entry["weights"], TRAIL) if entry["kept"] == "fitted" else \
+        classify.CategoryModel.zero(TRAIL)
 
 
-def end_to_end(cases: list, data: dict, rule_agent: str = "most_active") -> list[dict]:
-    """Step and kind right together, per TRAIL split: the held-out verdicts of the signal cache (zero-training
-    `faithful`, and the product's fit 5-fold within the split x FOLD_SEEDS, a log's share averaged over seeds),
-    each with the zero-training kinds and the kinds calibrated on the other split."""
-    from benchmarks.accuracy.accuracy_cases import (
-        FOLD_SEEDS,
-        faithful_rows,
-        fit_cases,
-        fitted_rows,
-        kfold_rows,
-    )
-
-    def rows_of(system, train, test) -> dict:
-        return fitted_rows(train, test, system, "faithful", rule_agent) if test and fit_cases(train) else {}
-
-    trail = [c for c in cases if c.system.startswith("trail/")]
-    protocols = {"zero-training (faithful)": [faithful_rows(trail)],
-                 f"fitted, 5-fold within the split x{len(FOLD_SEEDS)} seeds": [kfold_rows(trail, rows_of, 5, seed)
-                                                                               for seed in FOLD_SEEDS]}
-    out = []
-    for split in SPLITS:
-        other = [s for s in SPLITS if s != split][0]
-        layers = {"zero-training": classify.CategoryModel.zero(TRAIL),
-                  f"calibrated on {other}": calibrate(data[other], f"trail/{other}")}
-        for proto, seeds in protocols.items():
-            for lname, m in layers.items():
-                got = [verdict_kinds(rows, data[split], m) for rows in seeds]
-                row = {k: float(np.mean([g[k] for g in got])) for k in got[0]}
-                out.append({"scored_on": split, "verdicts": proto, "kinds": lname, "logs": int(row["logs"]),
-                            **{k: round(v, 4) for k, v in row.items() if k != "logs"}})
-    return out
+CEIL_SEEDS = (0, 1, 2)
 
 
-def reading(rows: list[dict]) -> list[str]:
-    """The tables in words: the family target against the best held-out method, and what 20 labels buy."""
-    scope = rows[0]["scope"]
-    got = {(r["scored_on"], r["method"], r["metric"]): r["value"] for r in rows if r["scope"] == scope}
-    fam, f1 = "family_balanced_accuracy", "leaf_macro_f1"
-    out = []
-    for s in SPLITS:
-        held = {m: got[(s, m, fam)] for m in ("zero-training", "cross-split", "log-only") if (s, m, fam) in got}
-        if not held:
-            continue
-        best = max(held, key=held.get)
-        fit, zero = f"fitted-{K_FIT}", "zero-training@draws"
-        out.append(f"- trail/{s}: the best held-out family balanced accuracy is {best}'s {held[best]:.3f} "
-                   f"({'meets' if held[best] >= 0.55 else 'below'} the 0.55 target; a constant scores 0.333). "
-                   f"{K_FIT} labelled errors of this split, fitted as `fit` fits them: family {got[(s, fit, fam)]:.3f} "
-                   f"vs zero-training's {got[(s, zero, fam)]:.3f} on the same held-out errors, leaf macro-F1 "
-                   f"{got[(s, fit, f1)]:.3f} vs {got[(s, zero, f1)]:.3f}.")
-    return ["Held-out reading:", ""] + out + [""]
-
-
-def e2e_markdown(rows: list[dict]) -> list[str]:
-    out = ["### The verdict's kind end to end (held out)", "",
-           "Each TRAIL dev log's verdict from the signal cache (benchmarks/accuracy/accuracy_extract.py), its "
-           "blamed step's kind from the evidence above: the share of logs whose blamed step is a labelled error "
-           "(step right) and whose kind (family) is also one labelled there. Verdicts held out as named; kinds "
-           "zero-training or calibrated on the other split only.", "",
-           "| scored on | verdicts | kinds | logs | step right | step and family right | step and kind right |",
-           "|---|---|---|---:|---:|---:|---:|"]
-    out += [f"| trail/{r['scored_on']} | {r['verdicts']} | {r['kinds']} | {r['logs']} | {r['step_right']:.3f} | "
-            f"{r['step_and_family_right']:.3f} | {r['step_and_kind_right']:.3f} |" for r in rows]
-    return out + [""]
-
-
-def markdown(rows: list[dict], skipped: dict, model: str, e2e: list[dict] | None = None) -> str:
-    out = [BEGIN, "## Failure category, located by the label (issue 49)", "",
-           f"Each labelled TRAIL dev error's span is given (what, apart from where); its step is read as the stage "
-           f"reads a blamed step (`{model}`, the pass-2 prompt with the labelled steps as key steps; "
-           "benchmarks/accuracy/category_extract.py, bench_category.py). Errors whose label is not a TRAIL kind "
-           f"are not scored ({', '.join(f'{k}: {v}' for k, v in skipped.items())}). How each figure is held out is "
-           "in its row. Family balanced accuracy: mean recall over the families in the scored split (any constant: "
-           "1/families); target >= 0.55. fitted-20: mean (sd) over 20 draws.", ""]
-    for scope, split in [(sc, sp) for sc in dict.fromkeys(r["scope"] for r in rows) for sp in SPLITS]:
-        rs = [r for r in rows if r["scored_on"] == split and r["scope"] == scope]
-        if not rs:
-            continue
-        out += [f"### scored on trail/{split} ({rs[0]['n_errors']} errors): {scope}", "",
-                "| method | family bal. acc. | leaf macro-F1 | leaf acc. | held out |", "|---|---|---|---|---|"]
-        for m in dict.fromkeys(r["method"] for r in rs):
-            g = {r["metric"]: r for r in rs if r["method"] == m}
-
-            def cell(k, g=g):  # called within this iteration; bound explicitly all the same
-                r = g[k]
-                return f"{r['value']:.3f}" + (f" ({r['sd']:.3f})" if r["sd"] is not None else "")
-
-            out.append(f"| {m} | {cell('family_balanced_accuracy')} | {cell('leaf_macro_f1')} | "
-                       f"{cell('leaf_accuracy')} | {g['leaf_accuracy']['held_out']} |")
-        out.append("")
-    out += reading(rows)
-    if e2e:
-        out += e2e_markdown(e2e)
-    out.append(END)
-    return "\n".join(out)
+def ceiling(d: dict, with_state: bool) -> dict:
+    """What the signals carry at most for a system with plenty of labels: the category layer fitted on the scored
+    split's own errors, 5 folds by trace (no trace both fitted on and scored), metrics averaged over CEIL_SEEDS;
+    `with_state`: the pooled pass-2 state of the step (unit length) read beside the log's evidence."""
+    f = d["log"]
+    if with_state:
+        v = np.stack(d["vec"]).astype(np.float64)
+        f = np.concatenate([f, v / np.maximum(np.linalg.norm(v, axis=1, keepdims=True), 1e-9)], axis=1)
+    dd = dict(d, log=f)
+    traces = np.array(sorted(set(d["trace"].tolist())))
+    got = []
+    for seed in CEIL_SEEDS:
+        fold = dict(zip(traces.tolist(), np.random.default_rng(seed).permutation(len(traces)) % 5, strict=True))
+        of = np.array([fold[t] for t in d["trace"].tolist()])
+        pred = np.zeros(len(d["y"]), dtype=int)
+        for k in range(5):
+            test = np.flatnonzero(of == k)
+            pred[test] = predict(calibrate(dd, "ceiling", idx=np.flatnonzero(of != k)), dd, test)
+        got.append(metrics(d["y"], pred))
+    return {k: float(np.mean([g[k] for g in got])) for k in got[0]}
 
 
 def main() -> None:
@@ -310,6 +234,7 @@ def main() -> None:
     e2e = []
     if args.signal_cache:
         from benchmarks.accuracy.accuracy_cases import load_cases
+        from benchmarks.accuracy.category_e2e import end_to_end
 
         e2e = end_to_end(load_cases(Path(args.data), Path(args.signal_cache)), data)
         for r in e2e:
