@@ -21,7 +21,7 @@ Rows (benchmarks/results/category.csv), one per (scored split, method, metric):
 Metrics: family balanced accuracy (mean recall over the families present in the scored split's labels; any
 constant scores 1/families), leaf macro-F1 (over the kinds in the labels or the predictions), leaf accuracy.
 `--write-weights` writes the layer calibrated on both splits to the packaged weights (what runs ship);
-`--signal-cache` adds the verdict's kind end to end (category_e2e.py); the markdown is category_report.py's.
+`--signal-cache` adds the verdict's kind end to end (category_end_to_end.py); the markdown is category_report.py's.
 """
 
 from __future__ import annotations
@@ -234,7 +234,7 @@ def main() -> None:
     e2e = []
     if args.signal_cache:
         from benchmarks.accuracy.accuracy_cases import load_cases
-        from benchmarks.accuracy.category_e2e import end_to_end
+        from benchmarks.accuracy.category_end_to_end import end_to_end
 
         e2e = end_to_end(load_cases(Path(args.data), Path(args.signal_cache)), data)
         for r in e2e:

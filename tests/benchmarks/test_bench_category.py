@@ -6,7 +6,7 @@ import numpy as np
 import pytest
 
 from benchmarks.accuracy import bench_category as bc
-from benchmarks.accuracy import category_e2e as ce
+from benchmarks.accuracy import category_end_to_end as ce
 from benchmarks.accuracy import category_report as cr
 from masprism_batch.category import classify
 from masprism_batch.category.taxonomy import TRAIL
