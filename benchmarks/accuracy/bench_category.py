@@ -49,6 +49,7 @@ from masprism_batch.fit import categories as fc
 ROOT = Path(__file__).resolve().parents[2]
 log = logging.getLogger("bench_category")
 L2, DRAWS = 10.0, 20
+CEIL_SEEDS = (0, 1, 2)  # fold assignments of the ceiling rows
 
 
 def load(data: Path, work: Path, model: str, split: str) -> dict:
@@ -179,8 +180,6 @@ def shipped_layer(kd: fc.KindData, pick: np.ndarray) -> classify.CategoryModel:
     return classify.CategoryModel.from_json(entry["weights"], TRAIL) if entry["kept"] == "fitted" else \
         classify.CategoryModel.zero(TRAIL)
 
-
-CEIL_SEEDS = (0, 1, 2)
 
 
 def ceiling(d: dict, with_state: bool) -> dict:
