@@ -133,7 +133,8 @@ def score_split(cal: dict, test: dict, cal_name: str, test_name: str, scope: str
                          "n_errors": n or len(test["y"]), "held_out": held_out})
 
     y = test["y"]
-    add("zero-training", "no labels read", metrics(y, predict(classify.CategoryModel.zero(TRAIL), test)))
+    zero = classify.CategoryModel.zero(TRAIL)
+    add("zero-training", "no labels read", metrics(y, predict(zero, test)))
     cross = calibrate(cal, f"trail/{cal_name}")
     add("cross-split", f"calibrated on {cal_name} only", metrics(y, predict(cross, test)))
     add("log-only", f"calibrated on {cal_name} only, model evidence left out",
@@ -145,6 +146,7 @@ def score_split(cal: dict, test: dict, cal_name: str, test_name: str, scope: str
     add("label-frequency", f"kinds drawn with {cal_name}'s frequencies, 200 seeds",
         {k: float(np.mean([d[k] for d in draws])) for k in draws[0]})
     fitted, shipped, base, zbase, n_held = [], [], [], [], []
+    kd = fc.KindData(test["trace"], test["step"], y, test["pmi"], test["log"])
     for s in range(DRAWS):
         rng = np.random.default_rng(1000 + s)
         pick = rng.choice(len(y), K_FIT, replace=False)
@@ -152,12 +154,11 @@ def score_split(cal: dict, test: dict, cal_name: str, test_name: str, scope: str
         held = np.array([i for i in range(len(y)) if test["trace"][i] not in drawn])
         if len(held) == 0:
             continue
-        kd = fc.KindData(test["trace"], test["step"], y, test["pmi"], test["log"])
         m = fc.fit_weights(kd, pick, TRAIL, f"fit-{K_FIT}")
         fitted.append(metrics(y[held], predict(m, test, held)))
         shipped.append(metrics(y[held], predict(shipped_layer(kd, pick), test, held)))
         base.append(metrics(y[held], predict(cross, test, held)))
-        zbase.append(metrics(y[held], predict(classify.CategoryModel.zero(TRAIL), test, held)))
+        zbase.append(metrics(y[held], predict(zero, test, held)))
         n_held.append(len(held))
     for name, got in ((f"fitted-{K_FIT}", fitted), (SHIPS, shipped), ("zero-training@draws", zbase),
                       ("cross-split@draws", base)):
@@ -179,7 +180,6 @@ def shipped_layer(kd: fc.KindData, pick: np.ndarray) -> classify.CategoryModel:
     entry = fc.fit_kinds(sub, TRAIL, "draw")
     return classify.CategoryModel.from_json(entry["weights"], TRAIL) if entry["kept"] == "fitted" else \
         classify.CategoryModel.zero(TRAIL)
-
 
 
 def ceiling(d: dict, with_state: bool) -> dict:
