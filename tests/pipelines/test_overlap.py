@@ -3,8 +3,11 @@
 A fake model stage in two halves (`pipeline_fakes.Halves`): its device half sleeps x per pack, its host tail
 sleeps y per pack. For a run of 64 logs (one shard, many packs) the span from the first pack on the device to
 the last tail is about n * max(x, y), not n * (x + y) as when each pack's tail runs before the next pack
-starts (the local engine without prefetch, today's order). Margins are generous: the CPU is shared. The
-outputs are those of the serial order and of the stage called whole.
+starts (the local engine without prefetch, today's order). Margins are generous: the CPU is shared. The local
+engine is judged against its own serial run in the same test (the overlap must save at least half of
+n * min(x, y)): both carry the same per-pack host work, which an absolute bound counted against the overlap
+(span < 0.8 n (x + y) left 0.02 s a pack for (0.1, 0.3) and failed once in 7 runs here). The outputs are those of
+the serial order and of the stage called whole.
 """
 
 from __future__ import annotations
@@ -24,10 +27,15 @@ def _rows(out):
                 for r in read_dataset(out / t).to_pylist()] for t in OUTPUT_TABLES}
 
 
-def _check_overlap(n: int, span: float, x: float, y: float) -> None:
+def _check_overlap(n: int, span: float, x: float, y: float, serial: float | None = None) -> None:
+    """`serial`: the span of the same packs run device then tail (the saving is then judged against it)."""
     assert n >= 8, f"only {n} packs: the test needs many"
     assert span >= 0.95 * n * max(x, y), f"{span:.2f} s for {n} packs: faster than the sleeps allow"
-    assert span < 0.8 * n * (x + y), f"{span:.2f} s for {n} packs of {x} + {y} s: device and tail did not overlap"
+    if serial is not None:
+        assert serial - span >= 0.5 * n * min(x, y), (
+            f"{span:.2f} s for {n} packs of {x} + {y} s against {serial:.2f} s serial: device and tail did not overlap")
+    else:
+        assert span < 0.8 * n * (x + y), f"{span:.2f} s for {n} packs of {x} + {y} s: device and tail did not overlap"
 
 
 @pytest.mark.parametrize(("x", "y"), [(0.2, 0.2), (0.1, 0.3)])
@@ -40,9 +48,9 @@ def test_local_engine_overlaps_device_and_host_tail(tmp_path, small_cfg, x, y):
         run_local([str(tmp_path / "in")], tmp_path / name, cfg, **fakes.kwargs(), progress=False, prefetch=prefetch)
         runs[name] = events(fakes.events)
     n, span = runs["overlap"]
-    _check_overlap(n, span, x, y)
     n0, span0 = runs["serial"]
     assert n0 == n and span0 >= 0.95 * n * (x + y), "the serial order is device then tail, pack after pack"
+    _check_overlap(n, span, x, y, serial=span0)
     whole = tmp_path / "whole"  # the stage as one call (a plain attribute function)
     run_local([str(tmp_path / "in")], whole, cfg, **Fakes().kwargs(), progress=False)
     assert_exactly_once(tmp_path / "overlap", ids)
