@@ -27,19 +27,11 @@ from pathlib import Path
 
 if __package__ in (None, ""):  # run as a file: the repository root makes `benchmarks` importable
     sys.path.append(str(Path(__file__).resolve().parents[2]))  # last: an installed masprism_batch wins
-from benchmarks.kernels.kernel_benchlib import print_table, run_cases, worker_main  # noqa: E402
+from benchmarks.kernels.kernel_benchlib import mem_total, print_table, run_cases, worker_main  # noqa: E402
 from benchmarks.rows import RESULTS  # noqa: E402
 
-
-def _mem_total() -> int:
-    for line in Path("/proc/meminfo").read_text().splitlines():
-        if line.startswith("MemTotal:"):
-            return int(line.split()[1]) * 1024
-    return 16 * 2**30
-
-
 # eager keeps every layer's attentions plus transient copies of one layer's: leave room for those
-EAGER_LIMIT = int(0.55 * _mem_total())
+EAGER_LIMIT = int(0.55 * mem_total())
 
 
 def hf_config(name: str):
@@ -196,7 +188,7 @@ def cpu_cases(threads: int, grid: list[tuple[str, list[int], list[str]]], repeat
             need = cfg.num_hidden_layers * cfg.num_attention_heads * T * T * 4 + 2 * T * cfg.vocab_size * 4
             if "eager" in impls and need > EAGER_LIMIT:
                 c["skips"]["eager"] = (f"needs >= {need / 2**30:.0f} GiB (all layers' [H,T,T] attentions + logits) "
-                                       f"of {_mem_total() / 2**30:.0f} GiB RAM")
+                                       f"of {mem_total() / 2**30:.0f} GiB RAM")
             cases.append(c)
     return cases
 

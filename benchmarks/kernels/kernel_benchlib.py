@@ -35,6 +35,14 @@ def rss_kib(field: str) -> int:
     raise RuntimeError(f"{field} not in /proc/self/status")
 
 
+def mem_total() -> int:
+    """This machine's RAM in bytes (16 GiB where /proc/meminfo does not say)."""
+    for line in Path("/proc/meminfo").read_text().splitlines():
+        if line.startswith("MemTotal:"):
+            return int(line.split()[1]) * 1024
+    return 16 * 2**30
+
+
 def measure(fn, repeats: int, warmup: bool) -> dict:
     """Wall and CPU time of fn() (median/min over repeats) and peak RSS increase (bytes) of one call."""
     if warmup:
