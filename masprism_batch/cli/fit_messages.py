@@ -50,9 +50,21 @@ def confidence_words(entry: dict) -> str | None:
                 f"{rate:.0%} (the held-out hit rate; never below 1/steps): sorting by it puts no verdict first")
     if auroc is None:
         return "confidence: not measured held out (every held-out verdict was right, or every one wrong)"
+    h = entry["heldout"]
+    ci = h.get("auroc_interval")
     weak = "" if auroc >= 0.6 else ": weak, read more than the most confident verdicts"
-    return (f"confidence: ranks held-out verdicts with AUROC {auroc:.2f} against a right step (0.50: no ranking)"
-            f"{_lift(entry['heldout'].get('top_quarter_lift'))}{weak}{_against_zero_training(entry['heldout'])}")
+    if ci and ci[0] <= 0.5 <= auroc:  # the labels cannot tell it from no ranking at all
+        weak = ": not shown to rank (its interval holds 0.50); label more logs before sorting by it"
+    return (f"confidence: ranks held-out verdicts{_counts(h)} with AUROC {auroc:.2f}{_interval(ci)} against a right "
+            f"step (0.50: no ranking){_lift(h.get('top_quarter_lift'))}{weak}{_against_zero_training(h)}")
+
+
+def _interval(ci) -> str:
+    return "" if not ci else f" (95% interval {ci[0]:.2f}-{ci[1]:.2f})"
+
+
+def _counts(h: dict) -> str:
+    return "" if h.get("verdicts") is None else f" ({h['verdicts']}, {h['right']} right)"
 
 
 def _lift(x) -> str:
@@ -64,7 +76,12 @@ def _against_zero_training(h: dict) -> str:
     if "confidence_kept" not in h:
         return ""
     zt = h.get("zero_training_auroc")
-    kept = ("fitted (the step's evidence, the ranker's probability of it and its log-odds over the next step)"
+    kept = ("fitted (the step's evidence, the ranker's probability of it and its log-odds over the next step), "
+            "whatever these folds say: on the dev systems choosing by them lost ranking on logs held out of the fit "
+            "(docs/method.md)"
             if h["confidence_kept"] == "fitted" else "the zero-training confidence's order, at this system's hit rate")
+    diff = h.get("fitted_minus_zero_training_interval")
+    told = "" if not diff else f"; fitted minus zero-training: {diff[0]:+.2f} to {diff[1]:+.2f} (95%)"
     return (f"; the zero-training confidence on the same verdicts: AUROC {'—' if zt is None else f'{zt:.2f}'}"
-            f"{_lift(h.get('zero_training_top_quarter_lift'))}; kept: {kept}")
+            f"{_interval(h.get('zero_training_auroc_interval'))}{_lift(h.get('zero_training_top_quarter_lift'))}"
+            f"{told}; kept: {kept}")

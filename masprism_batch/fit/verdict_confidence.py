@@ -31,6 +31,7 @@ from masprism_batch.method import confidence as cf
 from masprism_batch.verdict.confidence import FEATURES, OWN
 
 WEIGHTS = "equal"  # calibrate.fit_monotone's weights: as the zero-training confidence's, a priori
+BOOT, BOOT_SEED = 1000, 0  # the report's bootstrap: a fixed seed, so the same labels give the same file
 
 
 def lift(conf, hits, fraction: float = 0.25) -> float | None:
@@ -38,6 +39,38 @@ def lift(conf, hits, fraction: float = 0.25) -> float | None:
     acc = calibrate.accuracy_at_coverage(conf, hits, (fraction, 1.0))
     top, every = acc[fraction][1], acc[1.0][1]
     return top / every if top is not None and every else None
+
+
+def boot_aurocs(scores: list[np.ndarray], hits, n: int = BOOT, seed: int = BOOT_SEED) -> list[np.ndarray]:
+    """Each score's AUROC against `hits` (ties count half) on n bootstrap resamples of the verdicts, the same
+    resamples for every score (so their differences are paired); resamples with one outcome only are dropped.
+    Vectorised by ranks (Mann-Whitney): 0.05 s for 100 labelled logs, about 2 s for 3,000 (2-core CPU)."""
+    y = np.asarray(hits, dtype=bool)
+    if not y.size:
+        return [np.zeros(0) for _ in scores]
+    idx = np.random.default_rng(seed).integers(0, len(y), (n, len(y)))
+    Y = y[idx]
+    P = Y.sum(1)
+    N = len(y) - P
+    ok = (P > 0) & (N > 0)
+    out = []
+    for s in scores:
+        s = np.asarray(s, dtype=np.float64)
+        span = float(s.max() - s.min()) if s.size else 0.0
+        # each resample's scores in its own interval [row, row + 0.5]: one sort ranks every row at once
+        S = (s[idx] - s.min()) / (span if span > 0 else 1.0) * 0.5 + np.arange(n)[:, None]
+        flat = np.sort(S, axis=None)
+        below = np.searchsorted(flat, S, "left") - np.arange(n)[:, None] * len(y)
+        upto = np.searchsorted(flat, S, "right") - np.arange(n)[:, None] * len(y)
+        rank = (below + upto + 1) / 2.0  # 1-based average rank within the resample
+        u = (rank * Y).sum(1) - P * (P + 1) / 2.0
+        out.append(u[ok] / (P[ok] * N[ok]))
+    return out
+
+
+def interval(x: np.ndarray) -> list[float] | None:
+    """The central 95% of bootstrap figures `x` (None without any)."""
+    return [float(v) for v in np.percentile(x, [2.5, 97.5])] if len(x) else None
 
 
 def crossfit(F: np.ndarray, hits: np.ndarray, folds: np.ndarray, names) -> np.ndarray:
@@ -68,7 +101,10 @@ def fit(feats: list[dict], hits: list[bool], folds, zero_cal: dict | None) -> tu
     (FEATURES at least), whether each was right and the internal fold each was held out in. Figures: fitted_auroc /
     fitted_top_quarter_lift (scores cross-fitted over the folds), zero_training_auroc /
     zero_training_top_quarter_lift (its score as it comes: nothing of it is fitted on this system), auroc /
-    top_quarter_lift (the shipped one's: the fitted) and confidence_kept ("fitted")."""
+    top_quarter_lift / auroc_interval (the shipped one's: the fitted) and confidence_kept ("fitted"); verdicts and
+    right (how many held-out verdicts, how many right); 95% bootstrap intervals (verdicts resampled, BOOT times)
+    of both AUROCs and of their paired difference (fitted_auroc_interval, zero_training_auroc_interval,
+    fitted_minus_zero_training_interval; None where no resample holds both outcomes)."""
     y = np.asarray(hits, dtype=bool)
     folds = np.asarray(folds)
     F = {names: np.array([[x[f] for f in names] for x in feats], dtype=np.float64).reshape(len(y), len(names))
@@ -76,8 +112,14 @@ def fit(feats: list[dict], hits: list[bool], folds, zero_cal: dict | None) -> tu
     fitted = crossfit(F[FEATURES], y, folds, FEATURES)
     zero = F[OWN][:, 0] if zero_cal is not None else crossfit(F[OWN], y, folds, OWN)
     fig = {"fitted_auroc": cf.auroc(fitted, y), "fitted_top_quarter_lift": lift(fitted, y),
-           "zero_training_auroc": cf.auroc(zero, y), "zero_training_top_quarter_lift": lift(zero, y)}
+           "zero_training_auroc": cf.auroc(zero, y), "zero_training_top_quarter_lift": lift(zero, y),
+           "verdicts": int(len(y)), "right": int(y.sum())}
+    # how far a team can lean on these figures: a few dozen labelled logs leave AUROCs +-0.1 apart by chance
+    a, z = boot_aurocs([fitted, zero], y)
+    fig.update(fitted_auroc_interval=interval(a), zero_training_auroc_interval=interval(z),
+               fitted_minus_zero_training_interval=interval(a - z))
     cal = calibrate.fit_monotone(F[FEATURES], y, FEATURES, WEIGHTS)
     cal["zero_training"] = zero_cal
-    fig.update(confidence_kept="fitted", auroc=fig["fitted_auroc"], top_quarter_lift=fig["fitted_top_quarter_lift"])
+    fig.update(confidence_kept="fitted", auroc=fig["fitted_auroc"], top_quarter_lift=fig["fitted_top_quarter_lift"],
+               auroc_interval=fig["fitted_auroc_interval"])
     return cal, fig

@@ -232,4 +232,16 @@ def test_confidence_words_say_whether_the_fitted_confidence_ranks(np_rng):
         "auroc": strong, "top_quarter_lift": lift, "zero_training_auroc": zt, "confidence_kept": "fitted"}})
     assert f"AUROC {strong:.2f}" in both and f"{lift:.2f}x" in both and f"AUROC {zt:.2f}" in both
     assert "kept: fitted" in both
+    # with the intervals and counts a fit writes: how far a team can lean on the figures
+    lo, hi = float(np_rng.uniform(0.51, strong)), float(np_rng.uniform(strong, 1.0))
+    n, right = int(np_rng.integers(20, 200)), int(np_rng.integers(5, 19))
+    told = confidence_words({"calibration": {"w": w, "b": b}, "heldout": {
+        "auroc": strong, "auroc_interval": [lo, hi], "verdicts": n, "right": right, "zero_training_auroc": zt,
+        "zero_training_auroc_interval": [zt - 0.1, zt + 0.1], "fitted_minus_zero_training_interval": [-0.05, 0.2],
+        "confidence_kept": "fitted"}})
+    assert f"(95% interval {lo:.2f}-{hi:.2f})" in told and f"held-out verdicts ({n}, {right} right) with AUROC {strong:.2f}" in told
+    assert f"AUROC {zt:.2f} (95% interval {zt - 0.1:.2f}-{zt + 0.1:.2f})" in told and "-0.05 to +0.20" in told and "not shown" not in told
+    unsure = confidence_words({"calibration": {"w": w, "b": b}, "heldout": {
+        "auroc": strong, "auroc_interval": [float(np_rng.uniform(0.3, 0.5)), hi]}})
+    assert "not shown to rank" in unsure and "weak" not in unsure
     assert confidence_words({"calibration": None, "heldout": {}}) is None

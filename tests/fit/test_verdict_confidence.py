@@ -161,7 +161,12 @@ def test_fit_ships_a_fitted_confidence_and_the_verdicts_do_not_move(synth, np_rn
     assert h["confidence_kept"] == "fitted" and e["calibration"]["features"] == list(vc.FEATURES)
     for k in ("auroc", "top_quarter_lift", "fitted_auroc", "zero_training_auroc", "zero_training_top_quarter_lift"):
         assert k in h, k
-    assert h["auroc"] == h["fitted_auroc"]
+    assert h["auroc"] == h["fitted_auroc"] and h["auroc_interval"] == h["fitted_auroc_interval"]
+    assert h["verdicts"] == len(cases) and 0 < h["right"] < h["verdicts"], seed  # every log held out once
+    for k in ("fitted_auroc_interval", "zero_training_auroc_interval", "fitted_minus_zero_training_interval"):
+        lo, hi = h[k]
+        assert -1 <= lo < hi <= 1, (seed, k, h[k])
+    json.dumps(h, allow_nan=False)  # what the ranker file holds: plain numbers, never NaN
     same = {k for k in e if k not in ("calibration", "heldout")}
     assert {k: e[k] for k in same} == {k: without.entry[k] for k in same}, seed
     test = synth(30, seed=seed + 1)
@@ -237,3 +242,25 @@ def test_a_file_written_before_issue_48_keeps_its_evidence_confidence(synth):
     c = cases[0]
     order, p, _, conf = sr.apply(c.trace, c.rows, c.ranked)
     assert conf == pytest.approx(vconf.confidence(ev, vcorr.evidence(c, order, p), len(c.trace.steps)))
+
+
+@pytest.mark.parametrize("n", [7, 47, 123])
+def test_boot_aurocs_are_the_auroc_of_each_resample_and_paired(n, np_rng):
+    """The vectorised bootstrap equals cf.auroc on the same resamples (ties counted half), drops resamples with
+    one outcome, and draws the same resamples for every score (their difference is paired)."""
+    y = np_rng.random(n) < np_rng.uniform(0.2, 0.6)
+    y[:2] = [True, False]
+    tied = np.round(np_rng.normal(size=n) + y, 1)  # many ties
+    other = np_rng.normal(size=n)
+    seed, draws = int(np_rng.integers(1 << 30)), int(np_rng.integers(20, 61))
+    a, b = vc.boot_aurocs([tied, other], y, n=draws, seed=seed)
+    idx = np.random.default_rng(seed).integers(0, n, (draws, n))
+    keep = [i for i in idx if y[i].any() and not y[i].all()]
+    assert a.tolist() == pytest.approx([cf.auroc(tied[i], y[i]) for i in keep], abs=1e-12)
+    assert b.tolist() == pytest.approx([cf.auroc(other[i], y[i]) for i in keep], abs=1e-12)
+    same = vc.boot_aurocs([tied, tied * 3.0 - 1.0], y, n=draws, seed=seed)
+    assert vc.interval(same[0] - same[1]) == [0.0, 0.0]  # the same order on the same resamples
+    perfect = vc.boot_aurocs([y + 0.01 * np_rng.random(n)], y, n=draws, seed=seed)[0]
+    assert vc.interval(perfect) == [1.0, 1.0]
+    assert vc.boot_aurocs([np.zeros(0)], np.zeros(0, dtype=bool))[0].size == 0
+    assert vc.interval(np.zeros(0)) is None
