@@ -264,3 +264,6 @@ def test_boot_aurocs_are_the_auroc_of_each_resample_and_paired(n, np_rng):
     assert vc.interval(perfect) == [1.0, 1.0]
     assert vc.boot_aurocs([np.zeros(0)], np.zeros(0, dtype=bool))[0].size == 0
     assert vc.interval(np.zeros(0)) is None
+    broken = tied.copy()
+    broken[int(np_rng.integers(n))] = np.nan
+    assert vc.boot_aurocs([broken], y, n=draws)[0].size == 0  # no figure, never a NaN in the ranker file
