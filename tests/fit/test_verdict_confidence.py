@@ -267,3 +267,14 @@ def test_boot_aurocs_are_the_auroc_of_each_resample_and_paired(n, np_rng):
     broken = tied.copy()
     broken[int(np_rng.integers(n))] = np.nan
     assert vc.boot_aurocs([broken], y, n=draws)[0].size == 0  # no figure, never a NaN in the ranker file
+
+
+def test_boot_aurocs_hold_memory_on_many_labels(np_rng, monkeypatch):
+    """Past MAX_CELLS resampled verdicts a fit draws fewer resamples (never under 200): its memory stays bounded
+    (a few hundred verdicts always have both outcomes in every resample, so each draw gives one figure)."""
+    n = int(np_rng.integers(300, 900))
+    y = np_rng.random(n) < 0.4
+    s = np_rng.normal(size=n) + y
+    monkeypatch.setattr(vc, "MAX_CELLS", int(np_rng.integers(1000, 100 * n)))
+    got = vc.boot_aurocs([s], y, n=1000)[0]
+    assert len(got) == min(1000, max(200, vc.MAX_CELLS // n))
