@@ -20,7 +20,6 @@ from __future__ import annotations
 import argparse
 import glob
 import logging
-import subprocess
 import sys
 import time
 from datetime import date
@@ -31,6 +30,7 @@ import numpy as np
 if __package__ in (None, ""):  # run as a file: the repository root makes `benchmarks` importable
     sys.path.append(str(Path(__file__).resolve().parents[2]))  # last: an installed masprism_batch wins
 from benchmarks.rows import RESULTS, append_rows
+from benchmarks.rows import commit as rows_commit
 from masprism_batch.category.taxonomy import TRAIL
 from masprism_batch.method.confidence import auroc
 
@@ -119,8 +119,7 @@ def main() -> None:
             ap.error("read needs --split")
         read(work, args.model, args.split, reads[args.split])
         return
-    commit = subprocess.run(["git", "rev-parse", "--short", "HEAD"], capture_output=True, text=True,
-                            cwd=ROOT).stdout.strip()
+    commit = rows_commit(ROOT)
     rows = []
     for s in SPLITS:
         for r in score(work, args.model, s, reads[s]):

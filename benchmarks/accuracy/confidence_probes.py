@@ -36,11 +36,19 @@ import numpy as np
 
 if __package__ in (None, ""):  # run as a file: the repository root makes `benchmarks` importable
     sys.path.append(str(Path(__file__).resolve().parents[2]))  # last: an installed masprism_batch wins
-from benchmarks.accuracy.accuracy_cases import FOLD_SEEDS, add_cache_args, cached_cases, fit_cases, load_cases
-from benchmarks.accuracy.fitted_confidence import fold_auroc, loso_calibrations
+from benchmarks.accuracy.accuracy_cases import (
+    FOLD_SEEDS,
+    add_cache_args,
+    cached_cases,
+    fit_cases,
+    kfold_rows,
+    load_cases,
+)
+from benchmarks.accuracy.fitted_confidence import BOOT, fold_auroc, intervals, loso_calibrations
 from benchmarks.rows import write_rows  # noqa: E402
 from masprism_batch.fit import fitting as ft
 from masprism_batch.fit import system as fs
+from masprism_batch.method import calibrate
 from masprism_batch.verdict import case as vcase
 from masprism_batch.verdict import confidence as vconf
 from masprism_batch.verdict.correction import evidence
@@ -51,23 +59,6 @@ log = logging.getLogger("confidence_probes")
 PROBES = ("refit vote", "step model", "second reader")
 REFITS, SUBSAMPLE = 10, 0.8  # without replacement: a repeated log would see its own label in the prior features
 STEP_L2 = 1.0  # per training log, on standardised features (chosen a priori, not tuned)
-BOOT = 1000
-
-
-def logistic(X: np.ndarray, y: np.ndarray, l2: float, iters: int = 50) -> np.ndarray:
-    """Weights (last: the unpenalised intercept) of an L2 logistic regression by Newton's method."""
-    Xb = np.c_[X, np.ones(len(X))]
-    pen = np.full(Xb.shape[1], float(l2))
-    pen[-1] = 1e-6
-    w = np.zeros(Xb.shape[1])
-    for _ in range(iters):
-        p = 1.0 / (1.0 + np.exp(-np.clip(Xb @ w, -30, 30)))
-        H = (Xb * (p * (1 - p))[:, None]).T @ Xb + np.diag(pen)
-        step = np.linalg.solve(H, Xb.T @ (p - y) + pen * w)
-        w -= step
-        if np.abs(step).max() < 1e-9:
-            break
-    return w
 
 
 def _step_x(c: vcase.LogCase, priors: vcase.Priors, loo: bool) -> np.ndarray:
@@ -81,10 +72,10 @@ def step_model(train: list[vcase.LogCase], test: list[vcase.LogCase], tops: list
     y = np.concatenate([[float(i in c.gold) for i in range(len(c.trace.steps))] for c in train])
     mu, sd = X.mean(0), X.std(0)
     sd = np.where(sd > 1e-9, sd, 1.0)
-    w = logistic((X - mu) / sd, y, STEP_L2 * len(train))
+    w, b = calibrate.logistic((X - mu) / sd, y, 0.0, STEP_L2 * len(train), pull_b=1e-6)  # the intercept ~free
     out = []
     for c, t in zip(test, tops, strict=True):
-        s = np.c_[(_step_x(c, priors, False) - mu) / sd, np.ones(len(c.trace.steps))] @ w
+        s = (_step_x(c, priors, False) - mu) / sd @ w + b
         out.append(float(s[t] - (s.max() + np.log(np.exp(s - s.max()).sum()))))
     return out
 
@@ -102,36 +93,43 @@ def refit_vote(train: list[vcase.LogCase], entry: dict, test: list[vcase.LogCase
 
 def measure(cases, rule: str, rule_agent: str, zero_cals: dict, seeds=FOLD_SEEDS, second=None,
             second_cals=None) -> dict:
-    """{system: [fold, ...]}, each fold a list of verdict dicts: hit, shipped and each probe it has."""
+    """{system: [fold, ...]}, each fold a list of verdict dicts: hit, shipped and each probe it has; the folds
+    are accuracy_cases.kfold_rows' (those of fitted_confidence.py)."""
     second_fc = {c.trace.trace_id: c for c in fit_cases(second, rule)} if second else {}
     out: dict[str, list] = {}
-    for system in sorted({c.system for c in cases}):
-        sub = [c for c in cases if c.system == system]
-        for seed in seeds:
-            fold = np.random.default_rng(seed).permutation(len(sub)) % 5
-            for f in range(5):
-                train = fit_cases([c for c, k in zip(sub, fold, strict=True) if k != f], rule)
-                test = fit_cases([c for c, k in zip(sub, fold, strict=True) if k == f], rule)
-                if not train or not test:
-                    continue
-                entry = fs.fit_system(train, system, rule=rule, rule_agent=rule_agent,
-                                      zero_cal=zero_cals.get(system)).entry
-                sr = SystemRanker(entry, "")
-                got = [sr.apply(c.trace, c.rows, c.ranked) for c in test]
-                tops = [g[0][0] for g in got]
-                rows = [{"hit": ft.hit(c, t), "shipped": g[3]} for c, t, g in zip(test, tops, got, strict=True)]
-                votes = refit_vote(train, entry, test, tops, np.random.default_rng([seed, f]))
-                steps = step_model(train, test, tops)
-                for i, (c, t) in enumerate(zip(test, tops, strict=True)):
-                    rows[i]["step model"] = steps[i]
-                    if votes is not None:
-                        rows[i]["refit vote"] = votes[i]
-                    two = second_fc.get(c.trace.trace_id)
-                    if two is not None and len(two.trace.steps) == len(c.trace.steps):
-                        ev = evidence(two, [t] + [k for k in two.ranked if k != t])
-                        rows[i]["second reader"] = vconf.zero_training_score((second_cals or {}).get(system), ev)
-                out.setdefault(system, []).append(rows)
+    for seed in seeds:
+        fold_no: dict[str, int] = {}
+
+        def rows_of(system, train, test, seed=seed, fold_no=fold_no) -> dict:
+            f = fold_no[system] = fold_no.get(system, -1) + 1  # kfold_rows calls each system's folds in order
+            train, test = fit_cases(train, rule), fit_cases(test, rule)
+            if train and test:
+                out.setdefault(system, []).append(_fold(train, test, system, rule, rule_agent, zero_cals,
+                                                        np.random.default_rng([seed, f]), second_fc, second_cals))
+            return {}
+
+        kfold_rows(cases, rows_of, 5, seed)
     return out
+
+
+def _fold(train, test, system, rule, rule_agent, zero_cals, rng, second_fc, second_cals) -> list[dict]:
+    """One test fold's verdicts under the product's fit on `train`, with each probe it has."""
+    entry = fs.fit_system(train, system, rule=rule, rule_agent=rule_agent, zero_cal=zero_cals.get(system)).entry
+    sr = SystemRanker(entry, "")
+    got = [sr.apply(c.trace, c.rows, c.ranked) for c in test]
+    tops = [g[0][0] for g in got]
+    rows = [{"hit": ft.hit(c, t), "shipped": g[3]} for c, t, g in zip(test, tops, got, strict=True)]
+    votes = refit_vote(train, entry, test, tops, rng)
+    steps = step_model(train, test, tops)
+    for i, (c, t) in enumerate(zip(test, tops, strict=True)):
+        rows[i]["step model"] = steps[i]
+        if votes is not None:
+            rows[i]["refit vote"] = votes[i]
+        two = second_fc.get(c.trace.trace_id)
+        if two is not None and len(two.trace.steps) == len(c.trace.steps):
+            ev = evidence(two, [t] + [k for k in two.ranked if k != t])
+            rows[i]["second reader"] = vconf.zero_training_score((second_cals or {}).get(system), ev)
+    return rows
 
 
 def _z(x: np.ndarray) -> np.ndarray:
@@ -156,20 +154,6 @@ def views(folds: list[list[dict]], probe: str) -> dict[str, list[tuple[list, lis
     return out
 
 
-def difference_interval(a, b, n: int = BOOT, seed: int = 0) -> tuple[float, float]:
-    """95% interval of fold_auroc(a) - fold_auroc(b) over the same logs resampled within their folds."""
-    rng = np.random.default_rng(seed)
-    diffs = []
-    for _ in range(n):
-        idx = [rng.integers(0, len(h), len(h)) for _, h in a]
-        pick = [([c[i] for i in ix], [h[i] for i in ix]) for (c, h), ix in zip(a, idx, strict=True)]
-        ra = fold_auroc(pick)
-        rb = fold_auroc([([c[i] for i in ix], [h[i] for i in ix]) for (c, h), ix in zip(b, idx, strict=True)])
-        if ra is not None and rb is not None:
-            diffs.append(ra - rb)
-    return tuple(float(x) for x in np.percentile(diffs, [2.5, 97.5])) if diffs else (math.nan, math.nan)
-
-
 def summary(got: dict, boot: int = BOOT) -> list[dict]:
     rows = []
     for system in sorted(got):
@@ -178,7 +162,7 @@ def summary(got: dict, boot: int = BOOT) -> list[dict]:
             if not v["alone"]:
                 continue
             hits = [x for _, h in v["alone"] for x in h]
-            lo, hi = difference_interval(v["added"], v["shipped"], boot)
+            lo, hi = intervals(v, boot, kinds=("added", "shipped"))["difference"]
             alone, added, shipped = (fold_auroc(v[k]) for k in ("alone", "added", "shipped"))
             rows.append({"system": system, "probe": probe, "auroc_alone": alone, "auroc_added": added,
                          "auroc_shipped_same_verdicts": shipped,

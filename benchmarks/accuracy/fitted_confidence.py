@@ -121,22 +121,23 @@ def _resample(folds, rng):
     return out
 
 
-def intervals(per: dict[str, list], n: int = BOOT, seed: int = 0) -> dict[str, tuple[float, float]]:
-    """95% bootstrap intervals of each kind's AUROC and of fitted minus zero-training (same verdicts): the logs
-    resampled within their folds, the same draw for every kind of a resample (paired)."""
+def intervals(per: dict[str, list], n: int = BOOT, seed: int = 0, kinds=KINDS) -> dict[str, tuple[float, float]]:
+    """95% bootstrap intervals of each of `kinds`' AUROC and of the first minus the second (fitted minus
+    zero-training, same verdicts): the logs resampled within their folds, the same draw for every kind of a
+    resample (paired; the kinds' folds hold the same logs)."""
     rng = np.random.default_rng(seed)
-    vals: dict[str, list[float]] = {k: [] for k in (*KINDS, "difference")}
+    vals: dict[str, list[float]] = {k: [] for k in (*kinds, "difference")}
     for _ in range(n):
         state = rng.bit_generator.state
         got = {}
-        for k in KINDS:
+        for k in kinds:
             rng.bit_generator.state = state  # the same logs drawn for every kind
             got[k] = fold_auroc(_resample(per[k], rng))
-        for k in KINDS:
+        for k in kinds:
             if got[k] is not None:
                 vals[k].append(got[k])
-        if got[KINDS[0]] is not None and got[KINDS[1]] is not None:
-            vals["difference"].append(got[KINDS[0]] - got[KINDS[1]])
+        if got[kinds[0]] is not None and got[kinds[1]] is not None:
+            vals["difference"].append(got[kinds[0]] - got[kinds[1]])
     return {k: tuple(float(x) for x in np.percentile(v, [2.5, 97.5])) if v else (float("nan"),) * 2
             for k, v in vals.items()}
 

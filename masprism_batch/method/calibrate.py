@@ -45,14 +45,14 @@ def fit_evidence(X, hits, names, signs=None, weights: str = "equal") -> dict:
     std = np.where(std > 1e-9, std, 1.0)
     Z = (X - mean) / std
     if weights == "equal":
-        (a,), b = _logistic((Z @ signs)[:, None], y, b0) if n else (np.zeros(1), b0)
+        (a,), b = logistic((Z @ signs)[:, None], y, b0) if n else (np.zeros(1), b0)
         full = max(float(a), 0.0) * signs  # a negative scale would invert the evidence: none instead
         if a < 0:
-            b = _logistic(np.zeros((n, 0)), y, b0)[1]
+            b = logistic(np.zeros((n, 0)), y, b0)[1]
     else:
         keep = np.ones(len(names), dtype=bool)
         while True:
-            w, b = _logistic(Z[:, keep], y, b0)
+            w, b = logistic(Z[:, keep], y, b0)
             full = np.zeros(len(names))
             full[keep] = w
             wrong = keep & (signs * full < 0)
@@ -78,15 +78,18 @@ def fit_monotone(X, hits, names, weights: str = "fitted") -> dict:
     return cal
 
 
-def _logistic(Z: np.ndarray, y: np.ndarray, b0: float) -> tuple[np.ndarray, float]:
-    """Weights pulled toward 0 and the intercept toward b0 (L2 PULL): Newton on a strictly convex loss."""
+def logistic(Z: np.ndarray, y: np.ndarray, b0: float, pull: float = PULL,
+             pull_b: float | None = None) -> tuple[np.ndarray, float]:
+    """Weights pulled toward 0 (L2 `pull`) and the intercept toward b0 (L2 `pull_b`, default `pull`): Newton on a
+    strictly convex loss."""
     A = np.concatenate([Z, np.ones((len(y), 1))], axis=1)
     prior = np.append(np.zeros(Z.shape[1]), b0)
+    pen = np.append(np.full(Z.shape[1], float(pull)), float(pull if pull_b is None else pull_b))
     theta = prior.copy()
     for _ in range(100):
         p = 1 / (1 + np.exp(-(A @ theta)))
-        g = A.T @ (p - y) + PULL * (theta - prior)
-        H = (A * (p * (1 - p))[:, None]).T @ A + PULL * np.eye(len(theta))
+        g = A.T @ (p - y) + pen * (theta - prior)
+        H = (A * (p * (1 - p))[:, None]).T @ A + np.diag(pen)
         step = np.linalg.solve(H, g)
         theta = theta - step
         if np.abs(step).sum() < 1e-10:

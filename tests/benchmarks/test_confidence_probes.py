@@ -17,7 +17,8 @@ def test_logistic_is_at_its_penalised_optimum(np_rng):
     true = np_rng.normal(size=d) * 2
     y = (np_rng.random(n) < 1 / (1 + np.exp(-(X @ true - 0.5)))).astype(float)
     l2 = float(np_rng.uniform(0.1, 5.0))
-    w = cp.logistic(X, y, l2)
+    w, b = cp.calibrate.logistic(X, y, 0.0, l2, pull_b=1e-6)  # the step model's solver
+    w = np.append(w, b)
     Xb = np.c_[X, np.ones(n)]
     p = 1 / (1 + np.exp(-(Xb @ w)))
     grad = Xb.T @ (p - y) + np.r_[np.full(d, l2), 1e-6] * w
