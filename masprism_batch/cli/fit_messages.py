@@ -72,14 +72,15 @@ def _lift(x) -> str:
 
 
 def _against_zero_training(h: dict) -> str:
-    """Issue 48: the zero-training confidence's figures on the same held-out verdicts, and which one is kept."""
+    """Issue 48: the zero-training confidence's figures on the same held-out verdicts, and which one is kept (issue
+    59: the one that ranked them better, fit/verdict_confidence.keep)."""
     if "confidence_kept" not in h:
         return ""
     zt = h.get("zero_training_auroc")
     kept = ("fitted (the step's evidence, the ranker's probability of it and its log-odds over the next step), "
-            "whatever these folds say: on the dev systems choosing by them lost ranking on logs held out of the fit "
-            "(docs/method.md)"
-            if h["confidence_kept"] == "fitted" else "the zero-training confidence's order, at this system's hit rate")
+            "which ranked these verdicts at least as well"
+            if h["confidence_kept"] == "fitted" else "the zero-training confidence's order, at this system's hit "
+            "rate: it ranked these verdicts better than the fitted one (never the worse of the two)")
     diff = h.get("fitted_minus_zero_training_interval")
     told = "" if not diff else f"; fitted minus zero-training: {diff[0]:+.2f} to {diff[1]:+.2f} (95%)"
     return (f"; the zero-training confidence on the same verdicts: AUROC {'—' if zt is None else f'{zt:.2f}'}"

@@ -13,13 +13,16 @@ verdict's confidence therefore reads (FEATURES, each oriented a priori so that l
 
 `fit` (fit/system.py) calibrates it on the system's held-out verdicts (its internal folds, never the logs a
 verdict was fitted on): a logistic of the features' standardised sum with equal weights (calibrate.fit_monotone,
-WEIGHTS), only its scale (>= 0) and intercept learned, so the intercept makes its level the system's held-out hit
-rate and no dev system's data can turn a feature against its meaning. It reports, on the same folds, the AUROC and
-the top-quarter lift of this confidence (each fold's verdicts ordered by the weights of a calibration fitted on
-the other folds) beside the zero-training confidence's, and ships this one. Measured on the dev data (5-fold x 8
-seeds, held out, docs/accuracy.md, issue 48): one weight per feature, or keeping whichever confidence ranked the
-internal folds better, ranked the held-out verdicts worse (GAIA 0.62-0.64 against 0.66 for this one): the
-internal folds, a few dozen logs, are too few to choose between two close orders.
+WEIGHTS), so no dev system's data can turn a feature against its meaning. It measures, on the same folds, the
+AUROC and top-quarter lift of this confidence (each fold's verdicts ordered by the weights of a calibration fitted
+on the other folds) beside the zero-training confidence's, and keeps the one that ranked them better (`keep`):
+never one that ranked its own folds worse (issue 59: a 20-label fit printed 0.40 against 0.56 and kept the 0.40).
+
+The kept confidence's scale (how far apart it puts the verdicts) is then set from that held-out ranking
+(`match_scale`): the scale at which the calibration, applied to these verdicts, would itself rank them as well as
+they were measured to rank (its expected AUROC equal to the measured one), the intercept putting its mean at the
+held-out hit rate. fit_monotone's own scale is pulled toward 0, so 20 labels gave every held-out log 0.28-0.32
+(issue 59): a confidence that ranks must also spread, or a team cannot sort by it.
 """
 
 from __future__ import annotations
@@ -103,15 +106,87 @@ def crossfit(F: np.ndarray, hits: np.ndarray, folds: np.ndarray, names) -> np.nd
     return out
 
 
+MAX_SCALE = 10.0  # the steepest scale match_scale sets, per unit of the weighted mean of standardised features
+MAX_MATCH = 2000  # verdicts match_scale reads (evenly spaced in score order past it): O(n log n) per step anyway
+
+
+def keep(fitted_auroc: float | None, zero_auroc: float | None) -> str:
+    """Which confidence a fit keeps: "fitted", unless the zero-training one ranked the same held-out verdicts
+    strictly better ("zero-training"); a tie or no figure keeps the fitted (it reads the zero-training score too)."""
+    if zero_auroc is not None and (fitted_auroc is None or zero_auroc > fitted_auroc):
+        return "zero-training"
+    return "fitted"
+
+
+def expected_auroc(u: np.ndarray, p: np.ndarray) -> float:
+    """The AUROC a score u would reach if each verdict were right with probability p (expected pairs over
+    expected pairs; ties count half)."""
+    o = np.argsort(u, kind="stable")
+    u, p = u[o], p[o]
+    q = 1.0 - p
+    # for each verdict, the mass of wrong verdicts strictly below it and tied with it
+    uniq, start, count = np.unique(u, return_index=True, return_counts=True)
+    cq = np.concatenate([[0.0], np.cumsum(q)])
+    below = np.repeat(cq[start], count)
+    tied = np.repeat(cq[start + count] - cq[start], count) - q  # a verdict is never paired with itself
+    num = float(p @ (below + 0.5 * tied))
+    den = float(p.sum() * q.sum() - p @ q)
+    return num / den if den > 0 else 0.5
+
+
+def _level(u: np.ndarray, a: float, rate: float) -> float:
+    """b with mean(sigmoid(a u + b)) = rate (bisection: the mean rises with b)."""
+    lo, hi = -60.0, 60.0
+    for _ in range(80):
+        mid = (lo + hi) / 2
+        if np.mean(1 / (1 + np.exp(-np.clip(a * u + mid, -60, 60)))) < rate:
+            lo = mid
+        else:
+            hi = mid
+    return (lo + hi) / 2
+
+
+def match_scale(cal: dict, X: np.ndarray, hits, target: float | None) -> dict:
+    """`cal` (fit_monotone's, over X's columns) with its scale set so that the confidence it gives these verdicts
+    would rank them with expected AUROC `target` (the measured held-out one), and its intercept so that their
+    mean confidence is the smoothed hit rate; unchanged where `target` is None or <= 0.5 (the features' floor
+    order then stands at the hit rate's level) or the verdicts' scores do not vary. The weights keep their
+    proportions (equal: one scale)."""
+    y = np.asarray(hits, dtype=np.float64)
+    w = np.asarray(cal["w"], dtype=np.float64)
+    if target is None or target <= 0.5 or not y.size or w.sum() <= 0:
+        return cal
+    u = ((np.asarray(X, dtype=np.float64) - np.asarray(cal["mean"])) / np.asarray(cal["std"])) @ (w / w.sum())
+    if np.ptp(u) <= 1e-12:
+        return cal
+    if u.size > MAX_MATCH:
+        u = np.sort(u)[np.linspace(0, u.size - 1, MAX_MATCH).round().astype(int)]
+    rate = (y.sum() + 1.0) / (y.size + 2.0)
+
+    def auroc_at(a: float) -> float:
+        return expected_auroc(u, 1 / (1 + np.exp(-np.clip(a * u + _level(u, a, rate), -60, 60))))
+
+    lo, hi = 0.0, MAX_SCALE
+    if auroc_at(hi) > target:
+        for _ in range(40):  # the expected AUROC rises with the scale
+            mid = (lo + hi) / 2
+            lo, hi = (mid, hi) if auroc_at(mid) < target else (lo, mid)
+    a = (lo + hi) / 2 if hi < MAX_SCALE else MAX_SCALE
+    return {**cal, "w": (a * w / w.sum()).tolist(), "b": _level(u, a, rate), "scale": "matched",
+            "matched_auroc": float(target)}
+
+
 def fit(feats: list[dict], hits: list[bool], folds, zero_cal: dict | None) -> tuple[dict, dict]:
     """(the calibration to ship, held-out figures) from a system's held-out verdicts: their features `feats`
     (FEATURES at least), whether each was right and the internal fold each was held out in. Figures: fitted_auroc /
     fitted_top_quarter_lift (scores cross-fitted over the folds), zero_training_auroc /
     zero_training_top_quarter_lift (its score as it comes: nothing of it is fitted on this system), auroc /
-    top_quarter_lift / auroc_interval (the shipped one's: the fitted) and confidence_kept ("fitted"); verdicts and
-    right (how many held-out verdicts, how many right); 95% bootstrap intervals (verdicts resampled, BOOT times)
-    of both AUROCs and of their paired difference (fitted_auroc_interval, zero_training_auroc_interval,
-    fitted_minus_zero_training_interval; None where no resample holds both outcomes)."""
+    top_quarter_lift / auroc_interval (the kept one's) and confidence_kept (`keep`: "fitted" or
+    "zero-training"); verdicts and right (how many held-out verdicts, how many right); 95% bootstrap intervals
+    (verdicts resampled, BOOT times) of both AUROCs and of their paired difference (fitted_auroc_interval,
+    zero_training_auroc_interval, fitted_minus_zero_training_interval; None where no resample holds both
+    outcomes). The kept calibration reads FEATURES ("fitted") or OWN ("zero-training": the zero-training score's
+    order at this system's level), its scale matched to the kept one's AUROC (`match_scale`)."""
     y = np.asarray(hits, dtype=bool)
     folds = np.asarray(folds)
     F = {names: np.array([[x[f] for f in names] for x in feats], dtype=np.float64).reshape(len(y), len(names))
@@ -125,8 +200,12 @@ def fit(feats: list[dict], hits: list[bool], folds, zero_cal: dict | None) -> tu
     a, z = boot_aurocs([fitted, zero], y)
     fig.update(fitted_auroc_interval=interval(a), zero_training_auroc_interval=interval(z),
                fitted_minus_zero_training_interval=interval(a - z) if a.size == z.size else None)
-    cal = calibrate.fit_monotone(F[FEATURES], y, FEATURES, WEIGHTS)
+    kept = keep(fig["fitted_auroc"], fig["zero_training_auroc"])
+    pre = "fitted" if kept == "fitted" else "zero_training"
+    names = FEATURES if kept == "fitted" else OWN
+    cal = calibrate.fit_monotone(F[names], y, names, WEIGHTS)
+    cal = match_scale(cal, F[names], y, fig[f"{pre}_auroc"])
     cal["zero_training"] = zero_cal
-    fig.update(confidence_kept="fitted", auroc=fig["fitted_auroc"], top_quarter_lift=fig["fitted_top_quarter_lift"],
-               auroc_interval=fig["fitted_auroc_interval"])
+    fig.update(confidence_kept=kept, auroc=fig[f"{pre}_auroc"], top_quarter_lift=fig[f"{pre}_top_quarter_lift"],
+               auroc_interval=fig[f"{pre}_auroc_interval"])
     return cal, fig
