@@ -83,10 +83,11 @@ def softmax(x: np.ndarray) -> np.ndarray:
 
 def decide(p: np.ndarray, taxonomy: Taxonomy) -> tuple[str, str, float]:
     """One step's kind probabilities -> (category, family, category_confidence), hierarchical."""
-    fams = [k.family for k in taxonomy.kinds]
-    fam_p = {f: float(sum(p[i] for i, g in enumerate(fams) if g == f)) for f in taxonomy.families}
-    fam = max(taxonomy.families, key=lambda f: fam_p[f])  # ties: the family listed first
-    i = max((i for i, g in enumerate(fams) if g == fam), key=lambda i: p[i])
+    fam_p: dict[str, float] = {}  # one pass over the kinds (a sum per family over every kind: kinds x families)
+    for k, x in zip(taxonomy.kinds, p, strict=True):
+        fam_p[k.family] = fam_p.get(k.family, 0.0) + float(x)
+    fam = max(fam_p, key=fam_p.__getitem__)  # ties: the family listed first (dicts keep first-seen order)
+    i = max((i for i, k in enumerate(taxonomy.kinds) if k.family == fam), key=lambda i: p[i])
     return taxonomy.kinds[i].name, fam, float(p[i])
 
 

@@ -28,6 +28,7 @@ from masprism_batch.render.encoding import encoder_for
 log = logging.getLogger(__name__)
 
 LEAD = "\nWhat went wrong in this step:"
+TREE_TOKENS = 2048  # description tokens per tree sequence (TRAIL's 20 kinds: about 250, the byte-level test model 1,031: one tree)
 _BASELINES: dict[tuple, np.ndarray] = {}
 _LOCK = threading.Lock()
 
@@ -53,8 +54,25 @@ def baseline(model, taxonomy: Taxonomy, cache, stem: list[int], branches: list[l
     key = (model.model_id, str(getattr(model, "dtype", "")), taxonomy.digest())
     with _LOCK:
         if key not in _BASELINES:
-            _BASELINES[key] = branch_nll(model, [TreeRead(cache, 0)], stem, branches)[0]
+            _BASELINES[key] = np.concatenate([branch_nll(model, [TreeRead(cache, 0)], stem, branches[c])[0]
+                                              for c in chunks(branches)])
         return _BASELINES[key]
+
+
+def chunks(branches: list[list[int]], limit: int | None = None) -> list[slice]:
+    """The kinds cut into runs of at most `limit` description tokens (a single longer description alone): one
+    tree sequence each. A tree's mask and attention are square in its tokens, so reading every kind in one tree
+    made memory grow with the square of the kinds (2,000 kinds: past 22 GB); runs of a fixed size keep it linear.
+    Each branch sees only the prefix, the stem and itself, so cutting changes no number."""
+    limit = TREE_TOKENS if limit is None else limit
+    out, start, used = [], 0, 0
+    for i, b in enumerate(branches):
+        if used and used + len(b) > limit:
+            out.append(slice(start, i))
+            start, used = i, 0
+        used += len(b)
+    out.append(slice(start, len(branches)))
+    return out
 
 
 def description_pmi(model, taxonomy: Taxonomy, reads: list[Read], token_budget: int,
@@ -67,16 +85,17 @@ def description_pmi(model, taxonomy: Taxonomy, reads: list[Read], token_budget: 
         return out
     stem, branches = suffixes(model.tokenizer, taxonomy)
     base = baseline(model, taxonomy, reads[0].cache, stem, branches)
-    per = len(stem) + sum(map(len, branches))
-    if stats is not None:
-        stats["tokens"] = stats.get("tokens", 0) + per * len(reads)
-    for group in buckets.pack([per] * len(reads), token_budget):
-        try:
-            out[group] = branch_nll(model, [TreeRead(reads[i].cache, reads[i].prefix_len) for i in group],
-                                    stem, branches) - base[None, :]
-        except Exception as exc:  # noqa: BLE001 - a failed batch loses that evidence; the log's stays
-            log.warning("category reads: a batch of %d steps failed (%s); they keep the log evidence only",
-                        len(group), exc)
+    for c in chunks(branches):
+        per = len(stem) + sum(map(len, branches[c]))
+        if stats is not None:
+            stats["tokens"] = stats.get("tokens", 0) + per * len(reads)
+        for group in buckets.pack([per] * len(reads), token_budget):
+            try:
+                out[group, c] = branch_nll(model, [TreeRead(reads[i].cache, reads[i].prefix_len) for i in group],
+                                           stem, branches[c]) - base[None, c]
+            except Exception as exc:  # noqa: BLE001 - a failed batch loses that evidence; the log's stays
+                log.warning("category reads: a batch of %d steps failed (%s); they keep the log evidence only",
+                            len(group), exc)
     return out
 
 

@@ -16,6 +16,7 @@ import hashlib
 import re
 import tomllib
 from dataclasses import dataclass, field
+from functools import cached_property
 from pathlib import Path
 
 REASONING, EXECUTION, PLANNING = "Reasoning Errors", "System Execution Errors", "Planning and Coordination Errors"
@@ -87,16 +88,27 @@ class Taxonomy:
     def family_of(self, name: str) -> str:
         return self.kinds[self.index(name)].family
 
+    @cached_property
+    def _index(self) -> dict[str, int]:
+        # built once: a lookup per label or verdict must not scan every kind (cost linear in the kinds)
+        return {k.name: i for i, k in enumerate(self.kinds)}
+
+    @cached_property
+    def _by_key(self) -> dict[str, str]:
+        return {_key(n): n for n in self.names}
+
     def index(self, name: str) -> int:
-        return self.names.index(name)
+        try:
+            return self._index[name]
+        except KeyError:
+            raise ValueError(f"{name!r} is not a kind of taxonomy {self.name!r}") from None
 
     def resolve(self, label: str | None) -> str | None:
         """A label as written by an annotator -> the kind's name, or None when no kind matches."""
         if label is None:
             return None
         k = _key(label)
-        by_key = {_key(n): n for n in self.names}
-        return by_key.get(k) or self.aliases.get(k)
+        return self._by_key.get(k) or self.aliases.get(k)
 
     def digest(self) -> str:
         """Identifies the taxonomy's words (a cache key for the per-model baseline NLL; shipped weights match it)."""
@@ -107,28 +119,85 @@ class Taxonomy:
 TRAIL = Taxonomy("trail", TRAIL_KINDS, TRAIL_ALIASES)
 
 
+# Caps on a team's taxonomy file (issue 61): every kind's description is read after every top-ranked step of every
+# verdict, so the kinds and their words are work per log; TRAIL has 20 kinds of at most 16 words. A file past a
+# cap is refused naming it, never read into memory whole.
+MAX_KINDS = 256
+MAX_NAME_CHARS = 200  # a kind's name, family or alias
+MAX_DESCRIPTION_CHARS = 400  # "one short line": about 100 tokens at most
+MAX_ALIASES = 50  # per kind
+MAX_FILE_BYTES = 1 << 20
+
+
+def _text(p: Path, where: str, key: str, v, cap: int) -> str:
+    """A string field of the file, stripped: anything else (a number, a list, a table) or past `cap` characters is
+    a ValueError naming the file, the kind and the key."""
+    if not isinstance(v, str) or not v.strip():
+        got = "empty" if isinstance(v, str) else _toml_type(v)
+        raise ValueError(f"taxonomy {p}: {where}: `{key}` must be a non-empty string, not {got}")
+    if len(v) > cap:
+        raise ValueError(f"taxonomy {p}: {where}: `{key}` is {len(v):,} characters; at most {cap:,}")
+    return v.strip()
+
+
+def _toml_type(v) -> str:
+    """What a TOML value is, with its article: "an integer", "a table"."""
+    return {bool: "a boolean", int: "an integer", float: "a number", str: "a string", list: "a list",
+            dict: "a table"}.get(type(v), f"a {type(v).__name__}")
+
+
 def load_taxonomy(path: str | Path | None) -> Taxonomy:
     """None -> TRAIL. A TOML file: `name = "..."` (optional) and one `[[kind]]` table per kind with `name`,
-    `family`, `description` (and optional `aliases = [...]`, other spellings labels use)."""
+    `family`, `description` (and optional `aliases = [...]`, other spellings labels use). Only a regular file
+    is read (a FIFO never blocks, /dev/zero is refused), at most MAX_FILE_BYTES; a field of the wrong type or
+    past a cap is a ValueError naming the file, the kind and the key."""
     if path is None:
         return TRAIL
+    from masprism_batch.config_checks import NotRegularFile, read_regular
+
     p = Path(path)
     try:
-        doc = tomllib.loads(p.read_text(encoding="utf-8"))
-    except (OSError, UnicodeDecodeError, tomllib.TOMLDecodeError) as exc:
+        raw, size = read_regular(p, MAX_FILE_BYTES)
+    except NotRegularFile:
+        raise ValueError(f"taxonomy {p}: not a regular file (a FIFO, device or folder is never read)") from None
+    except OSError as exc:
+        raise ValueError(f"taxonomy {p}: cannot read it: {exc.strerror or exc}") from None
+    if size > MAX_FILE_BYTES or len(raw) > MAX_FILE_BYTES:
+        raise ValueError(f"taxonomy {p}: {max(size, len(raw)):,} bytes; a taxonomy file is at most "
+                         f"{MAX_FILE_BYTES:,} bytes")
+    try:
+        doc = tomllib.loads(raw.decode("utf-8"))
+    except (UnicodeDecodeError, tomllib.TOMLDecodeError, RecursionError) as exc:
         raise ValueError(f"taxonomy {p}: cannot read it as TOML: {exc}") from None
     rows = doc.get("kind")
     if not isinstance(rows, list) or not rows:
         raise ValueError(f"taxonomy {p}: needs one [[kind]] table per kind (name, family, description)")
+    if len(rows) > MAX_KINDS:
+        raise ValueError(f"taxonomy {p}: {len(rows):,} kinds; a taxonomy has at most {MAX_KINDS} (each kind's "
+                         "description is read after every blamed step)")
+    name = _text(p, "top level", "name", doc["name"], MAX_NAME_CHARS) if "name" in doc else p.stem
     kinds, aliases = [], {}
     for i, r in enumerate(rows):
-        missing = [f for f in ("name", "family", "description") if not isinstance(r.get(f), str) or not r[f].strip()]
+        where = f"kind #{i + 1}"
+        if not isinstance(r, dict):
+            raise ValueError(f"taxonomy {p}: {where}: `kind` must be a list of tables ([[kind]] with name, family, "
+                             f"description), not a list holding {_toml_type(r)}")
+        missing = [f for f in ("name", "family", "description") if f not in r]
         if missing:
-            raise ValueError(f"taxonomy {p}: kind #{i + 1} lacks {', '.join(missing)} (a non-empty string each)")
+            raise ValueError(f"taxonomy {p}: {where} lacks {', '.join(missing)} (a non-empty string each)")
         unknown = set(r) - {"name", "family", "description", "aliases"}
         if unknown:
-            raise ValueError(f"taxonomy {p}: kind {r['name']!r} has unknown fields {sorted(unknown)}")
-        kinds.append(Kind(r["name"].strip(), r["family"].strip(), " ".join(r["description"].split())))
-        for a in r.get("aliases", []):
-            aliases[_key(str(a))] = r["name"].strip()
-    return Taxonomy(str(doc.get("name", p.stem)), tuple(kinds), aliases)
+            raise ValueError(f"taxonomy {p}: {where} has unknown fields {sorted(unknown)}")
+        kname = _text(p, where, "name", r["name"], MAX_NAME_CHARS)
+        where = f"kind {kname!r}"
+        family = _text(p, where, "family", r["family"], MAX_NAME_CHARS)
+        desc = " ".join(_text(p, where, "description", r["description"], MAX_DESCRIPTION_CHARS).split())
+        kinds.append(Kind(kname, family, desc))
+        al = r.get("aliases", [])
+        if not isinstance(al, list):
+            raise ValueError(f"taxonomy {p}: {where}: `aliases` must be a list of strings, not {_toml_type(al)}")
+        if len(al) > MAX_ALIASES:
+            raise ValueError(f"taxonomy {p}: {where}: {len(al):,} aliases; at most {MAX_ALIASES}")
+        for a in al:
+            aliases[_key(_text(p, where, "aliases", a, MAX_NAME_CHARS))] = kname
+    return Taxonomy(str(name), tuple(kinds), aliases)
