@@ -12,13 +12,15 @@ nothing here re-derives either.
   `Client().traces.log_trace_annotations_dataframe`; `FILE.candidates` (`--top-k` > 1): the lower-ranked
   candidates' span annotations, for `log_span_annotations_dataframe` too, without a `score` column (a candidate
   has no calibrated probability, and Phoenix refuses a null score). Columns: span_id (spans, candidates),
-  trace_id (both in OTel hex form where the source's id is one), name, annotator_kind (CODE), label, score
+  trace_id (both in OTel hex form; a log whose id is no OTel id, a chat log, gets the id derived from it,
+  ids.export_trace_id), name, annotator_kind (CODE), label, score
   (the verdict's confidence, in [0, 1]; not in candidates), explanation, metadata (a struct, read by pandas as
   a dict; the source's ids and the raw MASPrism score). A step made of an input message (span id
   `<span>#input<j>`, ingest/context.py) is annotated on the span that carried it.
 - otel: OpenTelemetry `gen_ai.evaluation.result` events as OTLP/JSON log records, one
   ExportLogsServiceRequest per line (the Collector's otlpjsonfile receiver format), one record per blamed step,
   traceId/spanId in hex, `gen_ai.evaluation.score.value` the verdict's confidence.
+- langfuse: Langfuse scores, one score create body (`POST /api/public/scores`) per line (export_langfuse.py).
 - jsonl: one JSON object per trace keyed by `custom_id` (= trace_id), read back with `read_jsonl`.
 """
 
@@ -34,6 +36,7 @@ import pyarrow as pa
 
 from masprism_batch.analytics import export_text as txt
 from masprism_batch.analytics import ids, load
+from masprism_batch.analytics.export_langfuse import langfuse_scores
 from masprism_batch.analytics.export_otel import OTLP_BATCH, otel_records, otlp_line
 from masprism_batch.analytics.export_rows import (
     ANNOTATION_NAME,
@@ -45,7 +48,7 @@ from masprism_batch.analytics.export_rows import (
 from masprism_batch.outdir import parts as outdir_parts
 
 log = logging.getLogger(__name__)
-FORMATS = ("phoenix", "otel", "jsonl")
+FORMATS = ("phoenix", "otel", "langfuse", "jsonl")
 
 # trace_id/span_id: the ids as the source carried them (the columns outside hold the backend's hex form);
 # step/step_agent: the annotated step and its author; blamed_step/blamed_agent: the trace's verdict
@@ -98,7 +101,7 @@ def phoenix_rows(outdir: Path, top_k: int = 1) -> dict[str, list[dict]]:
         if not span and rest:
             text += " Next candidates: " + "; ".join(
                 f"#{k} step {x['step']} ({x['agent'] or '-'})" for k, x in rest) + "."
-        row = {"trace_id": tid or a["trace_id"], "name": ANNOTATION_NAME, "annotator_kind": "CODE",
+        row = {"trace_id": tid, "name": ANNOTATION_NAME, "annotator_kind": "CODE",
                "label": txt.label(1), "score": txt.score(a, 1), "explanation": text, "metadata": _meta(a, first, 1)}
         kind = _kind_row(a, row)
         if span:
@@ -110,7 +113,7 @@ def phoenix_rows(outdir: Path, top_k: int = 1) -> dict[str, list[dict]]:
             _, csid = hex_ids(a, c)
             cspan = csid or ids.carrying_span(c.get("span_id"))
             if cspan:
-                out["candidates"].append({"span_id": cspan, "trace_id": tid or a["trace_id"], "name": ANNOTATION_NAME,
+                out["candidates"].append({"span_id": cspan, "trace_id": tid, "name": ANNOTATION_NAME,
                                           "annotator_kind": "CODE", "label": txt.label(r),
                                           "explanation": txt.explain(a, c, r), "metadata": _meta(a, c, r)})
     return out
@@ -203,6 +206,11 @@ def export_files(outdir: Path | str, to: str, out: Path | str, top_k: int = 1) -
             if batch:
                 f.write(otlp_line(batch))
         return {out: n}
+    if to == "langfuse":
+        if not any(True for _ in langfuse_scores(outdir, top_k)):
+            raise NothingToExport(f"nothing to export: {attr.num_rows} attributed trace(s), none with a ranked "
+                                  f"candidate; no file written")
+        return {out: _write_lines(langfuse_scores(outdir, top_k), out)}
     if attr.num_rows == 0:
         raise NothingToExport("nothing to export: attributions/ holds no rows; no file written")
     return {out: _write_lines(jsonl_records(outdir), out)}

@@ -43,12 +43,12 @@ def otel_records(outdir: Path, top_k: int = 1) -> Iterator[dict[str, Any]]:
             rec: dict[str, Any] = {"timeUnixNano": ns, "observedTimeUnixNano": ns, "severityNumber": 9,
                                    "severityText": "INFO", "eventName": "gen_ai.evaluation.result"}
             # The event belongs on the evaluated span: ids in the hex form OTLP/JSON takes (ids.py), whatever the
-            # source carried; ids that are no OTel id (chat logs) stay attributes only.
+            # source carried; a log whose trace id is no OTel id (a chat log) gets the id derived from it
+            # (ids.export_trace_id), so every record has a trace id; a span id only where the step has one.
             tid, sid = hex_ids(a, c)
-            if tid:
-                rec["traceId"] = tid
-                if sid:
-                    rec["spanId"] = sid
+            rec["traceId"] = tid
+            if sid:
+                rec["spanId"] = sid
             attrs = [_kv("gen_ai.evaluation.name", ANNOTATION_NAME)]
             if txt.score(a, r) is not None:  # [0, 1]: the verdict's confidence; none for a lower candidate
                 attrs.append(_kv("gen_ai.evaluation.score.value", txt.score(a, r)))

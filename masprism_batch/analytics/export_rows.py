@@ -19,11 +19,12 @@ COLUMNS = ["trace_id", "source", "system", "n_steps", "pred_step", "pred_agent",
          "category_by"]
 
 
-def hex_ids(a: dict, c: dict | None) -> tuple[str | None, str | None]:
-    """(trace id, span id) as backends expect them (ids.py), None where the source's id is no OTel id; a step
-    made of an input message gets the span that carried it (`ids.carrying_span`)."""
+def hex_ids(a: dict, c: dict | None) -> tuple[str, str | None]:
+    """(trace id, span id) as backends expect them (ids.py): the trace id always (the log's own in hex, else
+    the stable id derived from it, `ids.export_trace_id`), the span id None where the source's is no OTel id; a
+    step made of an input message gets the span that carried it (`ids.carrying_span`)."""
     dec = ids.decimal_ids(a["trace_id"])
-    return ids.otel_trace_id(a["trace_id"]), ids.otel_span_id(ids.carrying_span(c.get("span_id")), dec) if c else None
+    return ids.export_trace_id(a["trace_id"]), ids.otel_span_id(ids.carrying_span(c.get("span_id")), dec) if c else None
 
 
 def attributions(outdir: Path) -> Iterator[dict[str, Any]]:

@@ -9,6 +9,9 @@ text (OpenTelemetry's `format_trace_id` / `format_span_id`, Phoenix, Jaeger, Tem
 - base64 of the big-endian bytes (OTLP protobuf JSON as written by some exporters);
 - a UUID (Langfuse, LangSmith trace ids): its 128 bits.
 
+A log whose id is none of these (a chat log's `ww/HC-32`) gets a derived trace id in every export
+(`export_trace_id`), so each record has one.
+
 `otel_trace_id` / `otel_span_id` return the hex form, or None where the text is no id of that width (a chat
 log's `chat-3`, an all-zero id, which OTel defines as invalid). Exports keep the source's text beside it.
 """
@@ -85,3 +88,17 @@ def carrying_span(span_id: object) -> str | None:
         return None
     text = str(span_id).split("#", 1)[0].strip()
     return text or None
+
+
+def export_trace_id(trace_id: object) -> str:
+    """The trace id every export writes for a log (32 lower-case hex digits, never empty): the log's own id in
+    hex where it is an OTel-width id (`otel_trace_id`), else one derived from it, stable across runs and
+    machines: the first 16 bytes of SHA-256 of the id's UTF-8 text, in hex (`ww/HC-32` ->
+    `sha256(b"ww/HC-32").hexdigest()[:32]`), the derivation of Langfuse's `create_trace_id(seed=...)`. A team
+    maps its own ids the same way (docs/reporting.md)."""
+    import hashlib
+
+    own = otel_trace_id(trace_id)
+    if own:
+        return own
+    return hashlib.sha256(str(trace_id).encode("utf-8", "surrogatepass")).hexdigest()[:32]

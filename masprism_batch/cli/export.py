@@ -1,4 +1,5 @@
-"""Command `export`: a run's verdicts as Phoenix annotations, OTel evaluation events or JSON lines."""
+"""Command `export`: a run's verdicts as Phoenix annotations, OTel evaluation events, Langfuse scores or JSON
+lines."""
 
 from __future__ import annotations
 
@@ -14,15 +15,15 @@ from masprism_batch.cli.options import ForceOpt, OutdirArg, VerboseOpt
 
 @app.command()
 def export(outdir: Path = OutdirArg,
-           to: str = typer.Option(..., "--to", help="phoenix | otel | jsonl"),
+           to: str = typer.Option(..., "--to", help="phoenix | otel | langfuse | jsonl"),
            out: Path = typer.Option(..., "--out", "-o", help="the file to write (phoenix: FILE names its files, "
                                     "FILE.spans / FILE.traces / FILE.candidates; .parquet, else JSON lines)"),
-           top_k: int = typer.Option(1, "--top-k", min=1, help="candidates per trace (phoenix, otel)"),
+           top_k: int = typer.Option(1, "--top-k", min=1, help="candidates per trace (phoenix, otel, langfuse)"),
            force: bool = ForceOpt, verbose: bool = VerboseOpt) -> None:
     """Export attributions: for Phoenix (one file per Phoenix client method, each loaded as written: span
     annotations on the blamed spans, trace annotations for chat logs without span ids, and with --top-k > 1
     the lower candidates' span annotations without a score), OpenTelemetry (gen_ai.evaluation.result log
-    records) or JSONL. Ids in the hex form backends expect (the source's form in metadata); score = the
+    records), Langfuse (score create bodies, one per line, for POST /api/public/scores) or JSONL. Ids in the hex form backends expect (the source's form in metadata); score = the
     verdict's confidence in [0, 1]. Writes nothing and exits 1 when there is no record to export; FILE's
     folder must exist."""
     from masprism_batch.analytics import AnalyticsInputError
@@ -41,6 +42,7 @@ def export(outdir: Path = OutdirArg,
     except (AnalyticsInputError, ValueError, OSError) as exc:  # DamagedOutput is a ValueError
         raise outdir_failure(exc) from None
     for path, n in written.items():
-        what = f"Phoenix {path.suffixes[-2].lstrip('.')[:-1]} annotations" if to == "phoenix" else f"{to} records"
+        what = (f"Phoenix {path.suffixes[-2].lstrip('.')[:-1]} annotations" if to == "phoenix" else
+                "Langfuse scores" if to == "langfuse" else f"{to} records")
         console.print(f"{n:,} {escape(what)} -> {escape(str(path))}")
     raise typer.Exit(EXIT_OK)

@@ -91,12 +91,27 @@ def kind_words(cat: dict | None) -> str | None:
             + ("the fitted kinds" if cat["kept"] == "fitted" else "zero-training (the fit did not beat it by "
                f"{cat.get('z', 1.0):g} paired standard error)"))
 
+def _match(name: str | None, values: list[str] | None):
+    """Which records of an annotation tool's export are labels (fit/tool_labels.py); our exports' by default."""
+    from masprism_batch.fit.tool_labels import DEFAULT_VALUES, Match
+
+    return Match(name or Match.default().name, tuple(values or DEFAULT_VALUES))
+
+
 @app.command("fit")
 def fit(
     runs: list[Path] = typer.Argument(..., help="run directories made by `attribute`/`run` on labelled logs"),
     out: Path = typer.Option(..., "-o", "--out", help="ranker file to write (JSON; apply with --ranker)"),
     labels: Path = typer.Option(None, "--labels", help="JSON lines or CSV: trace_id, step (0-based) or span_id, "
-                                "optional agent and category; replaces the labels carried by the traces"),
+                                "optional agent and category; or an annotation tool's export as it writes it: "
+                                "Phoenix span annotations (Parquet/CSV/JSON), Langfuse scores (CSV/JSON, the "
+                                "API's JSON), LangSmith feedback (JSON); replaces the labels carried by the traces"),
+    label_name: str = typer.Option(None, "--label-name", help="with a tool's export: the annotation / score / "
+                                   "feedback name that marks the step that caused the failure (default: "
+                                   "masprism_failure_attribution, the name `export` writes)"),
+    label_value: list[str] = typer.Option(None, "--label-value", help="with a tool's export: a value of that "
+                                          "name meaning 'this step caused the failure' (label, stringValue or "
+                                          "value; repeatable; default: failure_source; a boolean score: true)"),
     taxonomy: str = typer.Option(None, "--taxonomy", help="the failure kinds the labels' categories name: `trail` or "
                                  "a TOML file (default: the one the runs were made with, when they had --taxonomy); "
                                  "with category labels, fit learns each system's kinds too"),
@@ -135,7 +150,8 @@ def fit(
         if lacking:
             console.print(f"the runs lack {', '.join(lacking)} (made without --all-features); the fitted rankers "
                           "do not read them, so nothing is lost")
-        cases, problems, fallback = fr.build_cases(traces, rows, labels, system, named)
+        cases, problems, fallback = fr.build_cases(traces, rows, labels, system, named,
+                                                   _match(label_name, label_value))
         tax = _taxonomy(taxonomy, runs, any(c.gold_kinds for cs in cases.values() for c in cs))
     except fr.FitInputError as exc:
         raise fail(str(exc)) from None

@@ -10,7 +10,8 @@ team's own words: a kind of the run's taxonomy, fit/categories.py). Outcomes, pe
   object): skipped and reported alike, never a crash; CSV rows are one per line (a quote never spans lines);
 - several rows of one trace: a trace with several labelled steps (a verdict naming any of them is a hit);
   their agents are all accepted; a step labelled with several categories has each of them.
-With a labels file, labels carried by the traces are not used.
+With a labels file, labels carried by the traces are not used. An annotation tool's export (Phoenix span
+annotations, Langfuse scores, LangSmith feedback) is read by fit/tool_labels.py (docs/labels.md).
 """
 
 from __future__ import annotations
@@ -154,10 +155,19 @@ def _step(v) -> int | None:
     return None
 
 
-def from_file(path: Path, traces: dict[str, Trace]) -> tuple[dict[str, Gold], list[str]]:
-    """({trace_id: Gold}, problems: one message per skipped row)."""
+def from_file(path: Path, traces: dict[str, Trace], match=None) -> tuple[dict[str, Gold], list[str]]:
+    """({trace_id: Gold}, problems: one message per skipped row). An annotation tool's export (Phoenix, Langfuse,
+    LangSmith) is read by fit/tool_labels.py, `match` (tool_labels.Match) saying which records are labels."""
+    from masprism_batch.fit import tool_labels
+
     gold: dict[str, Gold] = {}
     problems: list[str] = []
+    try:
+        tool = tool_labels.read_records(path, problems)
+    except ValueError as exc:
+        raise LabelsFileError(str(exc)) from None
+    if tool is not None:
+        return tool_labels.from_tool(path, *tool, traces, match or tool_labels.Match.default(), problems)
     for n, r in read_label_rows(path, problems):
         where = f"{Path(path).name}:{n}"
         tid = _text(r.get("trace_id"))

@@ -84,13 +84,15 @@ def lacking_features(rows: dict[str, list[dict]]) -> list[str]:
     return [name for name, col in reads.COLUMNS.items() if steps and all(r.get(col) is None for r in steps)]
 
 
-def build_cases(traces, rows, labels_file: Path | None, system: str | None, named: dict | None = None):
+def build_cases(traces, rows, labels_file: Path | None, system: str | None, named: dict | None = None,
+                match=None):
     """({system: [LogCase]}, the label problems to report, the zero-training fallback the cases are ordered by); a
     log's system: `system` (fit --system), else the one its run named (`named`), else what it records
-    (rankfile.system_key), as `--ranker` will match it. A labels file that cannot be read: FitInputError."""
+    (rankfile.system_key), as `--ranker` will match it. A labels file that cannot be read: FitInputError.
+    `match` (fit/tool_labels.Match): which records of an annotation tool's export are labels."""
     if labels_file is not None:
         try:
-            gold, problems = lb.from_file(labels_file, traces)
+            gold, problems = lb.from_file(labels_file, traces, match)
         except (OSError, lb.LabelsFileError) as exc:
             raise FitInputError(str(exc)) from None
     else:

@@ -4,7 +4,7 @@ import pandas as pd
 import pytest
 from analytics_synth import random_specs, write_outdir
 
-from masprism_batch.analytics import AnalyticsInputError
+from masprism_batch.analytics import AnalyticsInputError, ids
 from masprism_batch.analytics.export import (
     ANNOTATION_NAME,
     NothingToExport,
@@ -66,7 +66,8 @@ def test_phoenix_annotations_one_file_per_target(mixed_run, tmp_path, suffix, to
     chats = {sp["trace_id"] for sp in specs if not sp["steps"][0]["span_id"] and sp["ranked"]}
     got = [(m["trace_id"], m["step"]) for df in (spans, cands) if df is not None for m in df["metadata"]]
     assert sorted(got) == sorted(want)
-    assert set(traces["trace_id"]) == chats and len(traces) == len(chats)
+    assert set(traces["trace_id"]) == {ids.export_trace_id(t) for t in chats} and len(traces) == len(chats)
+    assert {m["trace_id"] for m in traces["metadata"]} == chats  # the log's own id kept beside the derived one
     assert (traces["label"] == "failure_source").all() and (spans["label"] == "failure_source").all()
     assert len(spans) == len({t for t, _ in want})
     assert cands is None or (cands["label"] == "candidate").all()

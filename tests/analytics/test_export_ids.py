@@ -4,6 +4,7 @@ carried (decimal text of the SDK's integers, hex of any case or without its lead
 keeps the source's text beside it."""
 
 import base64
+import hashlib
 import json
 import uuid
 
@@ -85,8 +86,8 @@ def test_otel_ids_round_trip(id_run, tmp_path):
     for r in _otel(tmp_path / "e.jsonl"):
         attrs = {a["key"]: next(iter(a["value"].values())) for a in r["attributes"]}
         src = attrs["masprism.trace_id"]  # the source's text, kept
-        if src not in truth:
-            assert "traceId" not in r and "spanId" not in r
+        if src not in truth:  # a chat log: the derived trace id (every record has one), no span
+            assert r["traceId"] == hashlib.sha256(src.encode()).hexdigest()[:32] and "spanId" not in r
             continue
         tv, spans = truth[src]
         assert r["traceId"] == f"{tv:032x}" and int(r["traceId"], 16) == tv
@@ -104,8 +105,8 @@ def test_phoenix_ids_round_trip(id_run, tmp_path):
         if m["trace_id"] in truth:
             tv, spans = truth[m["trace_id"]]
             assert row.trace_id == f"{tv:032x}" and row.span_id == f"{spans[m['span_id']]:016x}"
-        else:  # chat logs: no OTel id to give, the trace annotation keeps the source's id
-            assert row.trace_id == m["trace_id"] and pd.isna(row.span_id)
+        else:  # chat logs: no OTel id of their own, the trace annotation carries the id derived from theirs
+            assert row.trace_id == hashlib.sha256(m["trace_id"].encode()).hexdigest()[:32] and pd.isna(row.span_id)
     assert {m["trace_id"] for m in df["metadata"]} == {sp["trace_id"] for sp in specs + chats if sp["ranked"]}
 
 
@@ -116,7 +117,7 @@ def test_jsonl_ids_round_trip(id_run, tmp_path):
     assert set(back) == {sp["trace_id"] for sp in specs + chats}  # custom_id: the source's id, unchanged
     for tid, rec in back.items():
         if tid not in truth:
-            assert rec["otel_trace_id"] is None and rec["otel_span_id"] is None
+            assert rec["otel_trace_id"] == hashlib.sha256(tid.encode()).hexdigest()[:32] and rec["otel_span_id"] is None
             continue
         tv, spans = truth[tid]
         assert rec["otel_trace_id"] == f"{tv:032x}"
