@@ -144,6 +144,10 @@ class MethodConfig(_Section):
     taxonomy: str | None = None
     category_weights: str | None = None
     category_reads: int = Field(1, ge=0)
+    # (ours, issue 59) the share of held-out logs whose labelled step the verdict's step set holds (`--coverage`):
+    # each attribution's `read_steps` is the head of its reading order calibrated conformally to it
+    # (verdict/stepset.py). It changes outputs (the set), so a value other than the default enters the hash
+    coverage: float = Field(0.8, gt=0, lt=1)
 
     @field_validator("head_weights")
     @classmethod
@@ -250,6 +254,8 @@ class PipelineConfig(BaseModel):
         for k, default in (("categories", False), ("taxonomy", None), ("category_weights", None), ("category_reads", 1)):
             if data["method"].get(k) == default:  # categories at their defaults: the hash the verdicts had before
                 data["method"].pop(k, None)
+        if data["method"].get("coverage") == 0.8:
+            data["method"].pop("coverage")  # the default: the same hash as before the option (old OUTDIRs resume)
         if data.get("ingest") == IngestConfig().model_dump(mode="json"):
             data.pop("ingest")  # default caps: same hash as before the section existed
         blob = json.dumps(data, sort_keys=True).encode()

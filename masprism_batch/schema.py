@@ -119,6 +119,16 @@ ATTRIBUTIONS = pa.schema(
         # cluster; null without pass 2
         pa.field("blamed_vector", pa.list_(pa.float32())),
         pa.field("blamed_terms", pa.list_(pa.string())),  # the blamed step's most frequent words (groups' names)
+        # the steps to read, best first (read_steps[0] = pred_step): held out they hold the labelled step at the
+        # run's coverage (set_coverage, `--coverage`), calibrated by set_by ("fit:<system>", "packaged:<system>",
+        # "dev:zero-training"; verdict/stepset.py); set_share = set_size / n_steps; localised false where the
+        # set is more than stepset.MAX_SHARE of the log. All null in older outputs and where nothing is blamed
+        pa.field("read_steps", pa.list_(pa.int32())),
+        pa.field("set_size", pa.int32()),
+        pa.field("set_share", pa.float64()),
+        pa.field("set_coverage", pa.float64()),
+        pa.field("set_by", pa.string()),
+        pa.field("localised", pa.bool_()),
     ],
     metadata=_META,
 )

@@ -13,6 +13,7 @@ from masprism_batch.cli.options import (
     ConfigOpt,
     ConfigOptions,
     ContextOpt,
+    CoverageOpt,
     FormatOpt,
     IntervalOpt,
     LimitOpt,
@@ -43,12 +44,13 @@ def attribute(
     method: str = MethodOpt, system: str = SystemOpt, taxonomy: Path = TaxonomyOpt,
     token_budget: int = TokenBudgetOpt, traces_per_shard: int = ShardOpt, threads: int = ThreadsOpt,
     all_features: bool = AllFeaturesOpt, fmt: str = FormatOpt, all_runs: bool = AllRunsOpt,
+    coverage: float = CoverageOpt,
     limit: int = LimitOpt, sample: int = SampleOpt, seed: int = SeedOpt,
     progress: bool = ProgressOpt, progress_interval: float = IntervalOpt,
     verbose: bool = VerboseOpt,
 ):
     setup_logging(verbose)
     opts = ConfigOptions(config, model, max_context, threads, ranker, method, system, taxonomy, token_budget,
-                         traces_per_shard, all_runs, all_features)
+                         traces_per_shard, all_runs, all_features, coverage)
     execute(inputs, out, opts, Job(Engine.local, fmt=fmt, limit=limit, sample=sample, seed=seed, progress=progress,
                                    progress_interval=progress_interval))

@@ -26,6 +26,7 @@ from masprism_batch.cli.options import (
     ConfigOpt,
     ConfigOptions,
     ContextOpt,
+    CoverageOpt,
     IntervalOpt,
     MethodOpt,
     ModelOpt,
@@ -52,6 +53,7 @@ def eval_(
     seed: int = typer.Option(0, "--seed", help="seed of --sample"),
     threads: int = ThreadsOpt,
     all_features: bool = AllFeaturesOpt,
+    coverage: float = CoverageOpt,
     progress_interval: float = IntervalOpt,
     verbose: bool = VerboseOpt,
 ):
@@ -72,7 +74,7 @@ def eval_(
     if json_out is not None:
         check_out_file(json_out)
     cfg = build_config(ConfigOptions(config, model, max_context, threads, ranker, method, taxonomy=taxonomy,
-                                     all_features=all_features))
+                                     all_features=all_features, coverage=coverage))
     if cfg.method.ranker is None and ranker is None:  # eval scores the benchmarks themselves: their packaged rankers
         from masprism_batch.verdict.rankfile import PACKAGED_NAME
 

@@ -52,6 +52,18 @@ SeedOpt = typer.Option(0, "--seed", help="seed of --sample")
 ProgressOpt = typer.Option(True, help="live progress bar (traces/s, tokens/s, ETA)")
 OutdirArg = typer.Argument(..., help="OUTDIR of an `attribute`/`run` command")
 ForceOpt = typer.Option(False, "--force", help="replace FILE if it exists (default: refuse, exit 1)")
+
+
+def _coverage(value: float | None) -> float | None:
+    if value is not None and not 0.0 < value < 1.0:
+        raise typer.BadParameter(f"{value:g} is not a share strictly between 0 and 1 (e.g. 0.8)")
+    return value
+
+
+CoverageOpt = typer.Option(None, "--coverage", callback=_coverage, metavar="C",
+                           help="how often each verdict's steps to read (`read_steps`) should hold the failure's "
+                                "source, as a share of logs, held out (default 0.8): calibrated on your labelled "
+                                "logs by `fit`, else on the dev systems (a new system's estimate)")
 IntervalOpt = typer.Option(DEFAULT_INTERVAL, "--progress-interval", min=0,
                            help="seconds between progress lines when stderr is not a terminal (0: none)")
 
@@ -72,13 +84,15 @@ class ConfigOptions:
     traces_per_shard: int | None = None
     all_runs: bool = False
     all_features: bool = False
+    coverage: float | None = None
 
     def sections(self) -> dict[str, dict]:
         """The config sections these options set, by name."""
         given = {
             "model": {"name": self.model, "threads": self.threads},
             "render": {"max_context": self.max_context},
-            "method": {"system": self.system, "features": "all" if self.all_features else None},
+            "method": {"system": self.system, "features": "all" if self.all_features else None,
+                       "coverage": self.coverage},
             "batch": {"token_budget": self.token_budget},
             "engine": {"traces_per_shard": self.traces_per_shard},
             "ingest": {"all_runs": True if self.all_runs else None},

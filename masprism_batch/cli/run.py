@@ -31,6 +31,7 @@ from masprism_batch.cli.options import (
     ConfigOpt,
     ConfigOptions,
     ContextOpt,
+    CoverageOpt,
     FormatOpt,
     IntervalOpt,
     LimitOpt,
@@ -87,6 +88,7 @@ def run(
     method: str = MethodOpt, system: str = SystemOpt, taxonomy: Path = TaxonomyOpt,
     token_budget: int = TokenBudgetOpt, traces_per_shard: int = ShardOpt, threads: int = ThreadsOpt,
     all_features: bool = AllFeaturesOpt, fmt: str = FormatOpt, all_runs: bool = AllRunsOpt,
+    coverage: float = CoverageOpt,
     limit: int = LimitOpt, sample: int = SampleOpt, seed: int = SeedOpt,
     progress: bool = ProgressOpt, progress_interval: float = IntervalOpt,
     verbose: bool = VerboseOpt,
@@ -96,7 +98,7 @@ def run(
     OUT/_manifest/; re-run the same command to resume."""
     setup_logging(verbose)
     opts = ConfigOptions(config, model, max_context, threads, ranker, method, system, taxonomy, token_budget,
-                         traces_per_shard, all_runs, all_features)
+                         traces_per_shard, all_runs, all_features, coverage)
     execute(inputs, out, opts, Job(engine, workers, address, num_cpus, fmt, limit, sample, seed, progress,
                                    progress_interval))
 

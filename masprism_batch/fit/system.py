@@ -22,6 +22,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from masprism_batch.fit import fitting as ft
+from masprism_batch.fit import stepset_fit
 from masprism_batch.fit import verdict_confidence as vc
 from masprism_batch.method import calibrate
 from masprism_batch.verdict import case as vcase
@@ -177,6 +178,9 @@ def fit_system(cases: list[vcase.LogCase], system: str, rule: str = "faithful", 
             entry.update(features=vcase.BASE_FEATURES + vcase.PRIOR_FEATURES, weights=m.w.tolist(),
                          mean=m.mean.tolist(), std=m.std.tolist(), l2=best[1], offset=best[0],
                          offset_scale=m.offset_scale)
+    # the steps to read at any coverage, calibrated on the chosen verdict's held-out folds (issue 59)
+    entry["stepset"] = stepset_fit.fit_stepset([cases[i] for i in ok], [oof[i][chosen][0] for i in ok],
+                                               [oof[i][chosen][2] for i in ok], entry["verdict"])
     for note in notes:
         log.info("%s: %s", system, note)
     log.debug("%s: k=%d, held-out %s", system, len(cases), est)

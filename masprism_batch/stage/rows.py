@@ -10,6 +10,7 @@ import numpy as np
 
 from masprism_batch.method.sparse_attn import row_tail
 from masprism_batch.verdict.decide import agent_by
+from masprism_batch.verdict.stepset import EMPTY_COLUMNS
 
 
 def final_columns(rows: list[dict], v) -> None:
@@ -49,6 +50,7 @@ def attribution_row(t, ranking, model_id, chash, cfg, r1, r2, sec1, sec2, now, v
         "pred_agent_rule": verdict.rule, "agent_ranking": verdict.agent_ranking,
         "verdict_by": verdict.by, "confidence": verdict.confidence, "agent_by": agent_by(t, verdict),
         **dict.fromkeys(VERDICT_KIND_COLUMNS),  # null unless the (opt-in) failure kinds fill them
+        **(verdict.stepset.columns() if verdict.stepset is not None else EMPTY_COLUMNS),
     }
 
 

@@ -36,6 +36,8 @@ class Verdict:
     # what decided the step: "ranker:<system>" (a fitted ranker) or "rule:<name>" (zero-training)
     by: str = "rule:faithful"
     confidence: float | None = None  # calibrated P(pred_step is right); None where no calibration applies
+    # the steps to read at the run's coverage (verdict/stepset.py), set once the step rows exist; None: not computed
+    stepset: object | None = None
 
 
 def fitted_verdict(t: Trace, rows: list[dict], base: mp.Ranking, cfg: PipelineConfig, policy: VerdictPolicy):

@@ -201,6 +201,12 @@ def check_entry(path, name: str, e) -> None:
     _calibration(path, f"{where}.calibration", e.get("calibration"))
     if e.get("category") is not None:
         _kinds(path, f"{where}.category", e["category"])
+    if e.get("stepset") is not None:  # optional (issue 59): files written before it stay readable
+        from masprism_batch.verdict.stepset import check as check_stepset
+
+        problem = check_stepset(e["stepset"])
+        if problem:
+            raise _error(path, f"{where}.stepset", problem)
 
 
 def _kinds(path, where: str, cat) -> None:

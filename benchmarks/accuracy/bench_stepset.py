@@ -1,0 +1,211 @@
+"""Step sets with a stated coverage (issue 59), measured held out on the dev signal cache.
+
+    python benchmarks/accuracy/bench_stepset.py --work /tmp/masprism-accuracy --counterfactual-k 0 --no-learned-heads \
+        [--write-dev] [--no-fitted]
+
+- **Zero-training** (what a log of a system nobody fitted gets): the zero-training rule's reading order
+  (fallback.json's rule, then the unranked steps by each tail of verdict/stepset.TAILS) and each nonconformity
+  score (`rank`, `share`), calibrated **leave-one-system-out**: the scores of the other dev systems calibrate the
+  sets of the fourth. The (score, tail) that ships is the one whose worst held-out miss of the 0.8 level over the
+  systems is smallest (then the smallest mean set share): what travels across systems. `--write-dev` writes it,
+  calibrated on every dev system, as the packaged `weights/stepset.json` a run applies.
+- **Fitted** (`masprism-batch fit` on a system's own labels: fit/system.py, called here through
+  accuracy_cases.system_fit): 5-fold within each system x 8 seeds; the fit on 4/5 calibrates the sets
+  (fit/stepset_fit.py, cross-conformal on its internal folds) and the held-out fifth measures coverage.
+- **From step 0**: the share of each log a reader needs to cover the same share of the held-out logs reading
+  from the first step, the same conformal rule on the same splits (the baseline a set must beat).
+
+Rows (one measurement each) go to benchmarks/results/stepset.csv.
+"""
+
+from __future__ import annotations
+
+import argparse
+import datetime as dt
+import json
+import logging
+import sys
+from pathlib import Path
+
+import numpy as np
+
+if __package__ in (None, ""):  # run as a file: the repository root makes `benchmarks` importable
+    sys.path.append(str(Path(__file__).resolve().parents[2]))
+from benchmarks.accuracy.accuracy_cases import (
+    FOLD_SEEDS,
+    add_cache_args,
+    cached_cases,
+    fit_cases,
+    gold_of,
+    kfold_rows,
+    system_fit,
+)
+from benchmarks.rows import commit, write_rows
+from masprism_batch.fit.stepset_fit import verdict_order
+from masprism_batch.method import weights_dir
+from masprism_batch.verdict import rules
+from masprism_batch.verdict import stepset as ss
+from masprism_batch.verdict.rankfile import SystemRanker
+
+ROOT = Path(__file__).resolve().parents[2]
+LEVELS = (0.5, 0.8, 0.9)
+TARGET = 0.8
+log = logging.getLogger("bench_stepset")
+
+
+def zero_scores(cases, rule: str, score: str, tail: str) -> dict[str, list[tuple[float, int]]]:
+    """{system: [(score, steps)]} of the zero-training verdicts' reading orders on the labelled logs."""
+    out: dict[str, list] = {}
+    for c in cases:
+        gold = gold_of(c.trace)
+        if not gold:
+            continue
+        n = len(c.trace.steps)
+        ranked = rules.order(rule, c.rows, [int(k) for k in c.meta["ranking"]["ranked"]])
+        order = ss.reading_order(ranked or [c.meta["attribution"]["pred_step"]], n, tail, c.rows)
+        out.setdefault(c.system, []).append((ss.score_of(order, gold, n, score), n))
+    return out
+
+
+def step0_scores(cases) -> dict[str, list[tuple[float, int]]]:
+    out: dict[str, list] = {}
+    for c in cases:
+        gold = gold_of(c.trace)
+        if gold:
+            n = len(c.trace.steps)
+            out.setdefault(c.system, []).append((ss.score_of(list(range(n)), gold, n, "share"), n))
+    return out
+
+
+def apply(cal_scores: list[float], test: list[tuple[float, int]], level: float, score: str) -> tuple[float, float]:
+    """(coverage, mean set share) on `test` of the conformal sets calibrated on `cal_scores`."""
+    q = ss.quantile(cal_scores, level)
+    hits = [s <= q + ss.EPS for s, _ in test]
+    shares = [ss.size_of(q, n, score) / n for _, n in test]
+    return float(np.mean(hits)), float(np.mean(shares))
+
+
+def zero_training_rows(cases, rule: str) -> tuple[list[dict], tuple[str, str]]:
+    """Leave-one-system-out rows of every (score, tail), and the (score, tail) that travels best."""
+    rows, worst = [], {}
+    base = step0_scores(cases)
+    for score in ss.SCORES:
+        for tail in ss.TAILS:
+            per = zero_scores(cases, rule, score, tail)
+            misses, shares = [], []
+            for system in sorted(per):
+                cal = [s for o, v in per.items() if o != system for s, _ in v]
+                for level in LEVELS:
+                    cov, share = apply(cal, per[system], level, score)
+                    b_cal = [s for o, v in base.items() if o != system for s, _ in v]
+                    _, b_share = apply(b_cal, base[system], level, "share")
+                    rows.append(_row("zero-training LOSO", system, level, score, tail, cov, share, b_share,
+                                     len(per[system])))
+                    if level == TARGET:
+                        misses.append(abs(cov - level))
+                        shares.append(share)
+            worst[(score, tail)] = (round(max(misses), 3), float(np.mean(shares)))
+    best = min(worst, key=lambda k: worst[k])
+    log.info("zero-training LOSO (worst |coverage - 0.8|, mean share): %s; ships %s", worst, best)
+    return rows, best
+
+
+def fitted_rows(cases, rule: str, rule_agent: str, seeds=FOLD_SEEDS) -> list[dict]:
+    """5-fold x seeds within each system: the fit's own calibration applied to its held-out fifth."""
+    per: dict[tuple, list] = {}
+
+    def rows_of(system, train, test):
+        if not fit_cases(train, rule) or not test:
+            return {}
+        entry = system_fit(train, system, rule, rule_agent).entry
+        sr = SystemRanker(entry, "")
+        out = {}
+        for c in fit_cases(test, rule):
+            order, _, _, _ = sr.apply(c.trace, c.rows, c.ranked)
+            # the order a run's verdict ranks (verdict/decide.py): a ranker's every step, else as fit calibrated it
+            ranked = order if sr.verdict == "ranker" else verdict_order(sr.verdict, order[0], c.ranked)
+            n = len(c.trace.steps)
+            step0 = ss.score_of(list(range(n)), c.gold, n, "share")
+            out[c.trace.trace_id] = {"system": system, "ranked": ranked, "n": n, "gold": c.gold, "rows": c.rows,
+                                     "cal": entry.get("stepset"), "step0_cal": _step0_cal(train), "step0": step0}
+        return out
+
+    for seed in seeds:
+        got = kfold_rows(cases, rows_of, 5, seed)
+        for r in got.values():
+            for level in LEVELS:
+                s = ss.step_set(r["ranked"], r["n"], r["cal"], level, "fit", r["rows"])
+                q0 = ss.quantile(r["step0_cal"], level)
+                per.setdefault((r["system"], level, seed), []).append(
+                    (any(g in s.read for g in r["gold"]), s.share, ss.size_of(q0, r["n"], "share") / r["n"]))
+    rows = []
+    for system in sorted({k[0] for k in per}):
+        for level in LEVELS:
+            runs = [per[(system, level, s)] for s in seeds if (system, level, s) in per]
+            cov = [np.mean([h for h, _, _ in r]) for r in runs]
+            share = [np.mean([x for _, x, _ in r]) for r in runs]
+            base = [np.mean([b for _, _, b in r]) for r in runs]
+            row = _row(f"fitted 5-fold x{len(seeds)} seeds", system, level, "", "", float(np.mean(cov)),
+                       float(np.mean(share)), float(np.mean(base)), len(runs[0]))
+            row["coverage_sd"] = round(float(np.std(cov)), 4)
+            rows.append(row)
+    return rows
+
+
+def _step0_cal(train) -> list[float]:
+    out = []
+    for c in train:
+        g = gold_of(c.trace)
+        if g:
+            n = len(c.trace.steps)
+            out.append(ss.score_of(list(range(n)), g, n, "share"))
+    return out
+
+
+def _row(protocol, system, level, score, tail, cov, share, base, n) -> dict:
+    return {"protocol": protocol, "system": system, "coverage_level": level, "score": score, "tail": tail,
+            "coverage": round(cov, 4), "coverage_sd": "", "mean_set_share": round(share, 4),
+            "step0_share": round(base, 4), "logs": n, "commit": commit(), "date": dt.date.today().isoformat()}
+
+
+def write_dev(cases, rule: str, score: str, tail: str, loso: list[dict], path: Path) -> None:
+    """The packaged zero-training calibration: every dev system's held-out (zero-training) scores, pooled."""
+    per = zero_scores(cases, rule, score, tail)
+    scores = sorted(s for v in per.values() for s, _ in v)
+    held = {f"{r['system']}|{r['coverage_level']}": {"coverage": r["coverage"], "mean_set_share": r["mean_set_share"]}
+            for r in loso if r["score"] == score and r["tail"] == tail}
+    d = {"format": ss.FORMAT, "version": 1, "source": "dev", "rule": rule, "score": score, "tail": tail,
+         "scores": scores, "systems": {k: len(v) for k, v in sorted(per.items())},
+         "heldout_loso": held, "date": dt.date.today().isoformat(), "commit": commit(),
+         "written_by": "benchmarks/accuracy/bench_stepset.py --write-dev"}
+    path.write_text(json.dumps(d, indent=1) + "\n", encoding="utf-8")
+    log.info("wrote %s: %d scores, %s", path, len(scores), d["systems"])
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    add_cache_args(ap)
+    ap.add_argument("--write-dev", action="store_true", help="write the packaged weights/stepset.json")
+    ap.add_argument("--no-fitted", action="store_true", help="only the zero-training rows (seconds, not minutes)")
+    ap.add_argument("--seeds", type=int, default=len(FOLD_SEEDS))
+    ap.add_argument("--csv", default=str(ROOT / "benchmarks" / "results" / "stepset.csv"))
+    args = ap.parse_args()
+    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(message)s")
+    cases, _ = cached_cases(args)
+    fb = rules.read_fallback(None)
+    counts = {s: sum(1 for c in cases if c.system == s and gold_of(c.trace)) for s in sorted({c.system for c in cases})}
+    log.info("%d cached logs, labelled per system: %s", len(cases), counts)
+    rows, (score, tail) = zero_training_rows(cases, fb.rule)
+    if args.write_dev:
+        write_dev(cases, fb.rule, score, tail, rows, weights_dir() / ss.DEV_FILE)
+    if not args.no_fitted:
+        rows += fitted_rows(cases, fb.rule, fb.agent_rule, tuple(range(args.seeds)))
+    write_rows(Path(args.csv), rows)
+    for r in rows:
+        if r["coverage_level"] == TARGET and (not r["tail"] or (r["score"], r["tail"]) == (score, tail)):
+            print(f"{r['protocol']:28s} {r['system']:36s} coverage {r['coverage']:.3f} share {r['mean_set_share']:.3f}"
+                  f" (from step 0 {r['step0_share']:.3f}, {r['logs']} logs)")
+
+
+if __name__ == "__main__":
+    main()

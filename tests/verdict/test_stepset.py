@@ -1,0 +1,150 @@
+"""Issue 59: the step set. The conformal quantile with its finite-sample correction covers what it says on
+exchangeable data (fresh random inputs each run), every reading order is a permutation led by the blamed step,
+ranker files without a set calibration still load and a bad one is refused naming its field."""
+
+import json
+import math
+
+import numpy as np
+import pytest
+
+from masprism_batch.verdict import stepset as ss
+from masprism_batch.verdict.rankfile import RankerFile, RankerFileError
+
+
+def _coverage(np_rng, n_cal: int, level: float, trials: int = 3000, m: int = 40, draw=None) -> float:
+    """Mean share of fresh test scores at or below the conformal quantile of n_cal calibration scores, over many
+    random splits of exchangeable draws (a new random distribution each trial)."""
+    draw = draw or (lambda n: np_rng.gamma(np_rng.uniform(0.5, 3.0), np_rng.uniform(0.1, 2.0), n))
+    hits = []
+    for _ in range(trials):
+        x = draw(n_cal + m)
+        q = ss.quantile(x[:n_cal].tolist(), level)
+        hits.append(float(np.mean(x[n_cal:] <= q)))
+    return float(np.mean(hits))
+
+
+@pytest.mark.parametrize("n_cal,level", [(10, 0.8), (30, 0.8), (19, 0.5), (40, 0.9)])
+def test_conformal_quantile_covers_at_its_finite_sample_level(np_rng, n_cal, level):
+    # continuous scores: the expected coverage is exactly ceil((n + 1) level) / (n + 1) (>= level)
+    expect = math.ceil((n_cal + 1) * level - 1e-9) / (n_cal + 1)
+    got = _coverage(np_rng, n_cal, level)
+    assert got >= level - 0.01 and abs(got - expect) < 0.01, (got, expect)
+
+
+def test_the_correction_matters_where_n_is_small(np_rng):
+    # n = 10 at 0.8: the plain empirical quantile (the 8th of 10) covers 8/11 = 0.727 < 0.8; the corrected 9th 0.818
+    x = np_rng.normal(size=(4000, 11))
+    plain = np.mean(x[:, 10] <= np.sort(x[:, :10], axis=1)[:, 7])
+    assert plain < 0.76
+    assert _coverage(np_rng, 10, 0.8) > 0.8
+
+
+def test_too_few_calibration_scores_give_the_whole_log():
+    assert ss.quantile([0.1, 0.2, 0.3], 0.8) == math.inf  # ceil(4 x 0.8) = 4 > 3
+    assert ss.size_of(math.inf, 17, "share") == 17
+    with pytest.raises(ValueError):
+        ss.quantile([0.1], 1.0)
+
+
+def _log(np_rng):
+    """A random log: n steps, a verdict ranking some of them, a labelled step drawn near the ranked ones."""
+    n = int(np_rng.integers(2, 60))
+    k = int(np_rng.integers(1, min(n, 6) + 1))
+    order = [int(i) for i in np_rng.permutation(n)[:k]]
+    gold = order[0] if np_rng.random() < 0.3 else int(np_rng.integers(0, n))
+    rows = [{"step": i, "h_score": float(np_rng.normal()) if np_rng.random() < 0.9 else None} for i in range(n)]
+    return n, order, [gold], rows
+
+
+@pytest.mark.parametrize("tail", ss.TAILS)
+@pytest.mark.parametrize("score", ss.SCORES)
+def test_step_sets_cover_exchangeable_logs_and_start_at_the_blamed_step(np_rng, tail, score):
+    level = float(np_rng.choice([0.5, 0.8, 0.9]))
+    logs = [_log(np_rng) for _ in range(1200)]
+    scores = [ss.score_of(ss.reading_order(o, n, tail, r), g, n, score) for n, o, g, r in logs]
+    covered = []
+    for trial in range(30):  # random calibration / test splits of the same exchangeable logs
+        perm = np_rng.permutation(len(logs))
+        cal = {"score": score, "tail": tail, "scores": [scores[i] for i in perm[:100]]}
+        for i in perm[100:300]:
+            n, order, gold, rows = logs[i]
+            s = ss.step_set(order, n, cal, level, "test", rows)
+            assert s.read[0] == order[0] and 1 <= len(s.read) <= n and len(set(s.read)) == len(s.read)
+            covered.append(gold[0] in s.read)
+    # discrete scores (ties) only raise the coverage; 6,000 test logs: the mean is within ~0.02 of its expectation
+    assert np.mean(covered) >= level - 0.02
+
+
+@pytest.mark.parametrize("tail", ss.TAILS)
+def test_reading_order_is_every_step_once_ranked_steps_first(np_rng, tail):
+    for _ in range(50):
+        n, order, _, rows = _log(np_rng)
+        full = ss.reading_order(order, n, tail, rows)
+        assert sorted(full) == list(range(n)) and full[: len(order)] == order
+
+
+def test_nearest_and_before_tails():
+    assert ss.reading_order([4], 7, "nearest") == [4, 3, 5, 2, 6, 1, 0]
+    assert ss.reading_order([4], 7, "before") == [4, 3, 2, 1, 0, 5, 6]
+    rows = [{"step": i, "h_score": h} for i, h in enumerate([0.1, None, 3.0, 3.0, 0.5])]
+    assert ss.reading_order([0], 5, "h_score", rows) == [0, 2, 3, 4, 1]
+
+
+def test_share_and_localised_columns():
+    s = ss.StepSet([3, 1], 10, 0.8, "dev:zero-training")
+    assert s.columns() == {"read_steps": [3, 1], "set_size": 2, "set_share": 0.2, "set_coverage": 0.8,
+                           "set_by": "dev:zero-training", "localised": True}
+    assert not ss.StepSet(list(range(7)), 10, 0.8, "x").localised  # 70% of the log is not a localisation
+
+
+def test_a_fitted_entry_calibrates_its_own_logs_else_the_dev_systems():
+    own = {"score": "rank", "tail": "index", "scores": [1, 1, 2, 3], "source": "fit"}
+    cal, by = ss.calibration_for({"system": "team", "stepset": own})
+    assert cal is own and by == "fit:team"
+    cal, by = ss.calibration_for({"system": "team"})  # a file written before issue 59
+    assert by in ("dev:zero-training", "none")
+    assert (cal is None) == (by == "none")
+
+
+def test_packaged_dev_calibration_is_valid():
+    cal = ss.dev_calibration()
+    assert cal is not None, "weights/stepset.json missing: every set would be the whole log"
+    assert ss.check(cal) is None and cal["format"] == ss.FORMAT
+
+
+def _ranker_file(tmp_path, synth, stepset=None):
+    from masprism_batch.fit import system as fs
+
+    entry = dict(fs.fit_system(synth(30, seed=3), "team/agents").entry)
+    entry.pop("stepset", None)
+    if stepset is not None:
+        entry["stepset"] = stepset
+    path = tmp_path / "ranker.json"
+    RankerFile("smollm2-135m", {"team/agents": entry}, {"date": "2026-12-03"}).write(path)
+    return path
+
+
+def test_ranker_files_without_a_set_calibration_still_load(tmp_path, synth):
+    rf = RankerFile.read(_ranker_file(tmp_path, synth))
+    assert "stepset" not in rf.systems["team/agents"]
+
+
+@pytest.mark.parametrize("bad,field", [
+    ({"score": "rank", "scores": []}, "scores must be"),
+    ({"score": "share", "scores": [0.2, 1.5]}, "scores[1]"),
+    ({"score": "share", "scores": [float("nan")]}, "scores[0]"),
+    ({"score": "oracle", "scores": [1]}, "score must be"),
+    ({"score": "rank", "tail": "random", "scores": [1]}, "tail must be"),
+    ([1, 2], "must be an object"),
+])
+def test_a_bad_set_calibration_is_refused_naming_its_field(tmp_path, synth, bad, field):
+    path = _ranker_file(tmp_path, synth, bad)
+    with pytest.raises(RankerFileError) as err:
+        RankerFile.read(path)
+    assert "stepset" in str(err.value) and field in str(err.value)
+
+
+def test_check_accepts_what_it_should():
+    assert ss.check({"score": "rank", "tail": "h_score", "scores": [1, 2, 40]}) is None
+    assert json.loads(json.dumps({"scores": [0.5]})) and ss.check({"scores": [0.5]}) is None
