@@ -1,6 +1,7 @@
 """Google ADK session events (`--format adk`, source `adk`): a saved `Session` (`{id, app_name | appName,
 user_id | userId, state, events: [...]}`, what `adk web` / the API server's `/sessions/{id}` and the session
-services store), or a bare event list (the `/run` response). ADK 1.x OTel traces are read as OTLP instead.
+services store), its events alone (`{"events": [...]}`, no session envelope: ADK 2.x session files; trace
+`adk/<file stem>`), or a bare event list (the `/run` response). ADK 1.x OTel traces are read as OTLP instead.
 
 An event: `author` (`user` or the agent's name), `content: {role, parts: [{text} | {thought: true, text} |
 {function_call | functionCall: {id, name, args}} | {function_response | functionResponse: {id, name,
@@ -40,8 +41,11 @@ def is_event(e: Any) -> bool:
 def is_session(doc: Any) -> bool:
     if isinstance(doc, list):
         return bool(doc) and is_event(doc[0])
-    return isinstance(doc, dict) and isinstance(doc.get("events"), list) and "id" in doc and (
-        not doc["events"] or is_event(doc["events"][0])) and any(
+    if not isinstance(doc, dict) or not isinstance(doc.get("events"), list):
+        return False
+    if doc["events"] and is_event(doc["events"][0]):  # the events say so, envelope or not (ADK 2.x `{"events"}`)
+        return True
+    return "id" in doc and not doc["events"] and any(
         k in doc for k in ("app_name", "appName", "user_id", "userId", "state", "past_events", "event_logs"))
 
 
@@ -71,38 +75,10 @@ def parse(doc: Any, ctx: Context) -> Iterator[Trace]:
         if e.get("partial") is True:
             skipped["partial"] = skipped.get("partial", 0) + 1
             continue
-        author, when = e["author"], parse_time(e.get("timestamp"))
-        content = e.get("content") if isinstance(e.get("content"), dict) else {}
-        parts = [p for p in content.get("parts") or [] if isinstance(p, dict)]
-        said, responses = [], []
-        for p in parts:
-            call, resp = _get(p, "function_call", "functionCall"), _get(p, "function_response", "functionResponse")
-            if isinstance(call, dict):
-                said.append(tool_call_line({"name": call.get("name"), "arguments": call.get("args")}))
-            elif isinstance(resp, dict):
-                responses.append(resp)
-            elif isinstance(p.get("text"), str) and p["text"].strip():
-                said.append(f"Reasoning: {p['text'].strip()}" if p.get("thought") is True else p["text"].strip())
-        msg = _get(e, "error_message", "errorMessage")
-        err = error_text(msg, ()) if isinstance(msg, str) and msg else None
-        if err:
-            code = _get(e, "error_code", "errorCode")
-            err = err.replace("Error: ", f"Error: {code}: ", 1) if code else err
-        if said or err and not responses:
-            user = author == "user"
-            text = join("\n".join(said), err or "")
-            if user and question is None and said:
-                question = "\n".join(said)
-            steps.append(Step(index=len(steps), agent=author, content=text, role="user" if user else "assistant",
-                              kind="message", span_id=str(e["id"]) if e.get("id") else None, start_time=when,
-                              error=err))
-        for r in responses:
-            text, rerr = _response_text(r)
-            steps.append(Step(index=len(steps), agent=str(r.get("name") or "tool"), role="tool", kind="tool",
-                              content=join(text, rerr if rerr and rerr not in text else "") or "(empty result)",
-                              span_id=str(e["id"]) if e.get("id") else None, start_time=when, error=rerr))
-        if not said and not responses and not err:
-            skipped["no content"] = skipped.get("no content", 0) + 1
+        try:  # an event of an unexpected shape is its own row (`invalid_record`), the session's others are read
+            question = _event(e, steps, skipped, question)
+        except Exception as err:  # noqa: BLE001
+            ctx.reject_any(err, f"{tid} events[{i}]")
     if not steps:
         raise IngestError("empty_trace", "no event with text, function calls or responses", tid)
     app = _get(doc, "app_name", "appName") if isinstance(doc, dict) else None
@@ -111,3 +87,45 @@ def parse(doc: Any, ctx: Context) -> Iterator[Trace]:
         meta["skipped_events"] = skipped
     yield Trace(trace_id=tid, source="adk", system=app if isinstance(app, str) and app else "adk", question=question,
                 steps=steps, metadata=meta)
+
+
+def _event(e: dict, steps: list[Step], skipped: dict[str, int], question: str | None) -> str | None:
+    """Append the steps of one event; the question, once the first user text is seen."""
+    author, when = e["author"], parse_time(e.get("timestamp"))
+    content = e.get("content") if isinstance(e.get("content"), dict) else {}
+    raw_parts = content.get("parts")
+    if raw_parts is not None and not isinstance(raw_parts, list):
+        raise IngestError("invalid_record", f"content.parts must be a list, got {type(raw_parts).__name__}")
+    parts = [p for p in raw_parts or [] if isinstance(p, dict)]
+    said, responses = [], []
+    got: list[Step] = []  # appended once the whole event is read: a failure adds nothing
+    for p in parts:
+        call, resp = _get(p, "function_call", "functionCall"), _get(p, "function_response", "functionResponse")
+        if isinstance(call, dict):
+            said.append(tool_call_line({"name": call.get("name"), "arguments": call.get("args")}))
+        elif isinstance(resp, dict):
+            responses.append(resp)
+        elif isinstance(p.get("text"), str) and p["text"].strip():
+            said.append(f"Reasoning: {p['text'].strip()}" if p.get("thought") is True else p["text"].strip())
+    msg = _get(e, "error_message", "errorMessage")
+    err = error_text(msg, ()) if isinstance(msg, str) and msg else None
+    if err:
+        code = _get(e, "error_code", "errorCode")
+        err = err.replace("Error: ", f"Error: {code}: ", 1) if code else err
+    if said or err and not responses:
+        user = author == "user"
+        text = join("\n".join(said), err or "")
+        if user and question is None and said:
+            question = "\n".join(said)
+        got.append(Step(index=len(steps) + len(got), agent=author, content=text, role="user" if user else "assistant",
+                          kind="message", span_id=str(e["id"]) if e.get("id") else None, start_time=when,
+                          error=err))
+    for r in responses:
+        text, rerr = _response_text(r)
+        got.append(Step(index=len(steps) + len(got), agent=str(r.get("name") or "tool"), role="tool", kind="tool",
+                          content=join(text, rerr if rerr and rerr not in text else "") or "(empty result)",
+                          span_id=str(e["id"]) if e.get("id") else None, start_time=when, error=rerr))
+    steps.extend(got)
+    if not said and not responses and not err:
+        skipped["no content"] = skipped.get("no content", 0) + 1
+    return question

@@ -13,6 +13,11 @@ Accepted shapes (`--format ag2`, alias `autogen`):
   context `autogen_core.models` keeps (`SystemMessage`, `UserMessage`, `AssistantMessage` with `thought` and
   function calls, `FunctionExecutionResultMessage` without a `source`), e.g. a saved chat history.
 
+- AgentEval response logs (AG2 / AutoGen 0.2 `agenteval-in-out`, a `.txt` of JSON): `{"problem", "messages":
+  [{"content", "role"}], "is_correct", "check_result", "correct_ans", ...}`: question = `problem`, run status from
+  `is_correct` (a graded outcome), the grading fields in metadata; an empty message (the user proxy's empty
+  auto-reply) reads `(empty message)`.
+
 Steps: one per message, in list order. agent = `name` (AG2) / `source` (AutoGen 0.4), else the role; a tool
 result speaks as its tool (AutoGen: when its results name one tool), `is_error` results fill `Step.error`; kind
 `tool` for tool results, `message` otherwise; a message logged as `""` reads `(empty message)`. source `ag2` (system `ag2`) or `autogen` (system
@@ -36,7 +41,7 @@ from masprism_batch.ingest.messages import (
     tool_calls_text,
 )
 from masprism_batch.ingest.sources import base_name
-from masprism_batch.ingest.status import error_text
+from masprism_batch.ingest.status import FAILED, SUCCEEDED, UNKNOWN, error_text
 from masprism_batch.trace import Step, Trace
 
 _SKIP_TYPES = {"ModelClientStreamingChunkEvent", "CodeGenerationEvent", "UserInputRequestedEvent"}
@@ -44,6 +49,16 @@ _RESULTS = {"ToolCallExecutionEvent", "FunctionExecutionResultMessage"}  # tool 
 _NO_SOURCE = {"SystemMessage": "system"}
 EMPTY = "(empty message)"  # a message logged as "": a step that says so, never blank text
 _META_KEYS = ("chat_id", "summary", "cost", "stop_reason", "human_input")
+# AgentEval's response logs (`test/test_files/agenteval-in-out/samples/sample_math_response_*.txt`, AG2 and AutoGen
+# 0.2): one MATH problem's chat between the math user proxy and the assistant, graded: `is_correct`, the grader's
+# `check_result`. Saved as a `.txt` of JSON.
+_AGENTEVAL_KEYS = ("problem", "level", "type", "solution", "correct_ans", "problem_id", "response_with_ans", "round",
+                   "time", "check_result", "is_correct", "trial")
+
+
+def is_agenteval(doc: Any) -> bool:
+    return isinstance(doc, dict) and isinstance(doc.get("messages"), list) and isinstance(doc.get("problem"), str) \
+        and any(k in doc for k in ("is_correct", "check_result", "correct_ans", "response_with_ans"))
 
 
 def is_autogen_message(m: Any) -> bool:
@@ -156,7 +171,16 @@ def parse(doc: Any, ctx: Context, line: int | None = None) -> Iterator[Trace]:
             meta[k] = outer[k] if isinstance(outer[k], (str, int, float)) else dumps(outer[k])
     first = next((m for m in msgs if isinstance(m, dict)), {})  # the task that starts the chat
     question = first.get("content") if isinstance(first.get("content"), str) and first["content"] else None
+    run_status = UNKNOWN
+    if not autogen and is_agenteval(outer):  # a graded AgentEval response: the problem, its grade, the grader's note
+        meta["format"] = "ag2-agenteval"
+        for k in _AGENTEVAL_KEYS:
+            if outer.get(k) is not None and k not in ("messages",):
+                meta[k] = outer[k] if isinstance(outer[k], (str, int, float, bool)) else dumps(outer[k])
+        question = outer["problem"] or question
+        run_status = SUCCEEDED if outer.get("is_correct") is True else FAILED if outer.get("is_correct") is False \
+            else UNKNOWN
     yield Trace(trace_id=tid, source="autogen" if autogen else "ag2",
                 system=outer.get("system") if isinstance(outer.get("system"), str)
                 else ("autogen-agentchat" if autogen else "ag2"),
-                question=question, steps=steps, labels=None, metadata=meta)
+                question=question, steps=steps, labels=None, metadata=meta, run_status=run_status)

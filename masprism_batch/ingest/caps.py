@@ -5,6 +5,7 @@ of control characters and capped, metadata made JSON-safe, and a trace over the 
 from __future__ import annotations
 
 import dataclasses
+import hashlib
 import re
 from collections.abc import Callable
 from typing import Any
@@ -14,6 +15,10 @@ from masprism_batch.ingest.common import IngestError
 from masprism_batch.trace import Trace
 
 TRUNCATION_NOTE = "\n[... {n} bytes cut at ingest (max_step_bytes) ...]\n"
+# Span and parent ids read from a log: real ones are 16-36 characters (OTel hex, UUIDs). A longer one (a 2 MB id, a
+# 5,000-digit decimal that every export would have to convert) is stored as its digest, the same for the span and
+# the parents naming it, so the tree's links hold and the trace is kept.
+MAX_SPAN_ID_CHARS = 256
 
 
 def _utf8_cut(b: bytes, n: int, tail: bool = False) -> str:
@@ -70,16 +75,20 @@ def apply_caps(trace: Trace, limits: IngestConfig | None = None,
     steps = list(trace.steps)
     names = 0  # names cut or cleaned
     seen: dict[str | None, str | None] = {}  # a trace repeats few agent names: each is cleaned once
+    ids = 0  # span / parent ids stored as their digest
     for i, st in enumerate(steps):
         content, r = cap_text(st.content, lim.max_step_bytes)
         agent = seen.get(st.agent, _MISSING)
         if agent is _MISSING:
             agent = seen[st.agent] = clean_name(st.agent, lim.max_agent_bytes)
         renamed = agent != st.agent  # (equal names may be distinct objects: compared by value)
-        if r or renamed:
-            steps[i] = dataclasses.replace(st, content=content, agent=agent)
+        long_id = len(st.span_id or "") > MAX_SPAN_ID_CHARS or len(st.parent_span_id or "") > MAX_SPAN_ID_CHARS
+        if r or renamed or long_id:
+            steps[i] = dataclasses.replace(st, content=content, agent=agent, span_id=cap_id(st.span_id),
+                                           parent_span_id=cap_id(st.parent_span_id))
             cut, removed = cut + bool(r), removed + r
             names += renamed
+            ids += long_id
         total += len(content) if content.isascii() else len(content.encode("utf-8", errors="replace"))
         if total > lim.max_trace_bytes:
             raise IngestError("trace_too_large", f"more than {lim.max_trace_bytes} bytes of step text after the "
@@ -92,8 +101,12 @@ def apply_caps(trace: Trace, limits: IngestConfig | None = None,
     # system and source are copied into every row and shown by `stats`/`report`: capped and cleaned like agents
     system, source = clean_name(trace.system, lim.max_agent_bytes), clean_name(trace.source, lim.max_agent_bytes)
     names += (system != trace.system) + (source != trace.source)
-    if not cut and not bad and not names and labels is trace.labels:
+    if not cut and not bad and not names and not ids and labels is trace.labels:
         return trace
+    if ids and warn is not None:
+        warn("step_truncated", f"{ids} step(s) with a span or parent id longer than {MAX_SPAN_ID_CHARS} characters: "
+             "the id stored as its digest ('id-digest:' and 32 hex digits; the same id always gives the same digest)",
+             tid)
     if names and warn is not None:
         warn("step_truncated", f"{names} name(s) from the log (agent names, system, source) cut to max_agent_bytes="
              f"{lim.max_agent_bytes} (head kept, ending in …) or holding control characters (replaced by U+FFFD)",
@@ -105,6 +118,13 @@ def apply_caps(trace: Trace, limits: IngestConfig | None = None,
         warn("non_finite_metadata", f"{bad} NaN/Infinity value(s) in metadata stored as null", tid)
     return dataclasses.replace(trace, steps=steps, question=question, metadata=meta, labels=labels, system=system,
                                source=source or "unknown")
+
+
+def cap_id(span_id: str | None) -> str | None:
+    """A span or parent id as stored: itself up to MAX_SPAN_ID_CHARS, else `id-digest:<blake2b-128 hex>`."""
+    if span_id is None or len(span_id) <= MAX_SPAN_ID_CHARS:
+        return span_id
+    return "id-digest:" + hashlib.blake2b(span_id.encode("utf-8", errors="replace"), digest_size=16).hexdigest()
 
 
 _CONTROL = re.compile("[\x00-\x1f\x7f-\x9f\u202a-\u202e\u2066-\u2069]")  # C0, DEL, C1, bidi overrides

@@ -110,6 +110,8 @@ def _classify_dict(doc: dict) -> str | None:
         return "openhands"
     if agent_logs.is_mini_swe(doc):
         return "mini-swe-agent"
+    if ag2.is_agenteval(doc):
+        return "ag2"
     if isinstance(doc.get("messages"), list):
         msgs = doc["messages"][:64]
         if agent_logs.is_smolagents(msgs):

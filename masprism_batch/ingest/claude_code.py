@@ -31,6 +31,9 @@ LINE_TYPES = {"user", "assistant", "system", "summary", "file-history-snapshot"}
 AUXILIARY = {"file-history-snapshot", "progress", "queue-operation", "custom-title", "permission-mode",
              "agent-name", "tag", "last-prompt"}
 MAIN = "claude-code"
+MAX_SKIPPED_TYPES = 32  # distinct skipped line types named in metadata; the rest are counted together
+OTHER_TYPES = "(other types)"
+_ID_KEYS = ("uuid", "agentId")  # ids a line's step or agent is keyed by: a string or absent, else the line is refused
 
 
 def is_line(d: Any) -> bool:
@@ -71,7 +74,8 @@ def _session(lines: list[dict], tid: str) -> Trace:
                 if isinstance(inp.get("subagent_type"), str):
                     sub_by_call[b["id"]] = inp["subagent_type"]
             if isinstance(b, dict) and b.get("type") == "tool_result" and isinstance(d.get("agentId"), str) and \
-                    b.get("tool_use_id") in sub_by_call and not d.get("isSidechain"):
+                    isinstance(b.get("tool_use_id"), str) and b["tool_use_id"] in sub_by_call and \
+                    not d.get("isSidechain"):
                 sub_by_agent[d["agentId"]] = sub_by_call[b["tool_use_id"]]
     steps: list[Step] = []
     question, last_msg = None, None
@@ -160,12 +164,20 @@ def parse_lines(docs: list, ctx: Context) -> Iterator[Trace]:
         t = d.get("type") if isinstance(d, dict) else None
         sid = d.get("sessionId") if isinstance(d, dict) else None
         if isinstance(t, str) and (t in AUXILIARY or t not in LINE_TYPES and isinstance(sid, str)):
-            skipped[t[:64]] = skipped.get(t[:64], 0) + 1  # by name: a snapshot, progress, queue line, ...
+            # by name: a snapshot, progress, queue line, ...; a file of thousands of made-up types names the
+            # first MAX_SKIPPED_TYPES (the count is copied into every session's metadata: bounded)
+            name = t[:64] if t[:64] in skipped or len(skipped) < MAX_SKIPPED_TYPES else OTHER_TYPES
+            skipped[name] = skipped.get(name, 0) + 1
             continue
         if not is_line(d) or sid is not None and not isinstance(sid, str):
             ctx.reject(IngestError("invalid_record", f"not a Claude Code transcript line (needs a string 'type' in "
                                    f"{sorted(LINE_TYPES)} and a string 'sessionId'): {short(d, 120)}",
                                    f"record {i + 1}"))
+            continue
+        bad = next((k for k in _ID_KEYS if d.get(k) is not None and not isinstance(d[k], str)), None)
+        if bad is not None:  # an id of another type costs its own line, not the session it would be keyed into
+            ctx.reject(IngestError("invalid_record", f"Claude Code line: '{bad}' must be a string, got "
+                                   f"{short(d[bad], 60)}", f"record {i + 1}"))
             continue
         sessions.setdefault(sid if sid else f"claude-code/{base_name(ctx.input_path)}", []).append(d)
     summaries = sessions.pop(f"claude-code/{base_name(ctx.input_path)}", None) if len(sessions) > 1 else None

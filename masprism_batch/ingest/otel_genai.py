@@ -238,13 +238,27 @@ def resource_spans(doc: dict) -> Any:
 
 def _request_spans(rss: list, logs: dict, ctx: Context, where: str) -> Iterator[tuple[str, dict, Any]]:
     """(trace id, span with its log events, service name) of one export request's `resourceSpans`."""
-    for rs in rss:
-        if not isinstance(rs, dict):
+    for j, rs in enumerate(rss):
+        if not isinstance(rs, dict):  # each container of the wrong type is a row: never a trace gone unsaid
+            ctx.reject(IngestError("invalid_record", f"resourceSpans[{j}] must be an object, got {short(rs)}", where))
             continue
         res = rs.get("resource") if isinstance(rs.get("resource"), dict) else {}
         service = attrs(res.get("attributes")).get("service.name")
-        for ss in _items(rs, "scopeSpans") or _items(rs, "instrumentationLibrarySpans"):
-            for span in _items(ss, "spans"):
+        key = "scopeSpans" if "scopeSpans" in rs else "instrumentationLibrarySpans"
+        scopes = rs.get(key)
+        if scopes is not None and not isinstance(scopes, list):
+            ctx.reject(IngestError("invalid_record", f"resourceSpans[{j}].{key} must be a list, got "
+                                   f"{short(scopes)}", where))
+            continue
+        for k, ss in enumerate(scopes or ()):
+            spans = ss.get("spans") if isinstance(ss, dict) else None
+            if not isinstance(ss, dict) or not (spans is None or isinstance(spans, list)):
+                what = (f"resourceSpans[{j}].{key}[{k}].spans must be a list" if isinstance(ss, dict)
+                        else f"resourceSpans[{j}].{key}[{k}] must be an object")
+                ctx.reject(IngestError("invalid_record", f"{what}, got {short(spans if isinstance(ss, dict) else ss)}",
+                                       where))
+                continue
+            for span in spans or ():
                 if not isinstance(span, dict) or not span.get("spanId") or not span.get("traceId"):
                     ctx.warn("invalid_record", f"{where}: span without traceId/spanId skipped: {short(span)}", where)
                     continue
@@ -259,6 +273,7 @@ def parse(docs: list[Any], ctx: Context) -> Iterator[Trace]:
     Tempo's `batches`) and/or `resourceLogs` (GenAI events, attached to their spans)."""
     groups: dict[str, list[Node]] = {}
     inputs: dict[str, dict[str, list[dict]]] = {}
+    rejected_before = ctx.rejected
     logs = _log_events(docs, ctx)
     bad = 0
     for i, doc in enumerate(docs):
@@ -285,6 +300,6 @@ def parse(docs: list[Any], ctx: Context) -> Iterator[Trace]:
     for (tid, sid), evs in logs.items():  # events of spans this file does not hold
         if tid:
             groups.setdefault(tid, []).extend(_log_only_nodes(evs, tid, sid))
-    if not groups and not bad:
+    if not groups and not bad and ctx.rejected == rejected_before:
         raise IngestError("empty_trace", "no spans in the OTLP export")
     yield from traces_from_groups(groups, ctx, "otlp", inputs)

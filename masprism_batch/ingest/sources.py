@@ -60,9 +60,10 @@ def _not_regular(path: str) -> str | None:
     return f"{kind}, not a regular file: not read"
 
 
-# text logs a known format writes (CrewAI's output_log_file): read from a folder when their first bytes say so
+# text logs a known format writes (CrewAI's output_log_file; AG2 AgentEval's response logs, JSON whose first key is
+# "problem"): read from a folder when their first bytes say so
 TEXT_LOG_SUFFIXES = (".txt", ".log")
-_TEXT_LOG_HEAD = re.compile(rb'^(?:\xef\xbb\xbf)?\d{4}-\d\d-\d\d \d\d:\d\d:\d\d: [a-z_]{2,12}="')
+_TEXT_LOG_HEAD = re.compile(rb'^(?:\xef\xbb\xbf)?(?:\d{4}-\d\d-\d\d \d\d:\d\d:\d\d: [a-z_]{2,12}="|\s*\{\s*"problem"\s*:)')
 
 
 def _is_text_log(path: str, name: str) -> bool:
@@ -79,7 +80,8 @@ def skipped_row(path: str, name: str) -> dict:
     """The `errors/` row (a warning, `skipped_file`) of a file a folder walk does not read, with the reason."""
     ext = os.path.splitext(name[:-3] if name.endswith(".gz") else name)[1] or "(none)"
     why = (f"extension {ext} is not a data file (read: {', '.join(DATA_SUFFIXES)}, optionally .gz; .txt/.log "
-           f"only when they are a CrewAI output log): not read; name the file to read it anyway")
+           f"only when they are a CrewAI output log or an AgentEval response log): not read; name the file to read it "
+           f"anyway")
     return error_row(input_path=path, stage="ingest", reason="skipped_file", message=why)
 
 

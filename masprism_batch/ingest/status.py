@@ -170,12 +170,14 @@ def _stack_head(stack: Any) -> str:
 def error_text(message: Any = None, exceptions: Iterable[tuple[Any, Any, Any]] = ()) -> str:
     """The rendering above: a status message, then each (type, message, stacktrace) exception."""
     out: list[str] = []
+    said: set[str] = set()  # the lines so far, hashed: a span of 100,000 exception events stays linear
     msg = str(message).strip() if message not in (None, "") and not isinstance(message, (dict, list)) else ""
     for typ, emsg, stack in exceptions:
         typ = str(typ).strip() if typ not in (None, "") else "Error"
         emsg = str(emsg).strip() if emsg not in (None, "") else ""
         line = _clip(f"Exception: {typ}: {emsg}" if emsg else f"Exception: {typ}", MESSAGE_CHARS)
-        if line not in out:
+        if line not in said:
+            said.add(line)
             out.append(line)
         head = _stack_head(stack)
         if head:
