@@ -5,7 +5,6 @@ from __future__ import annotations
 from pathlib import Path
 
 import typer
-from rich.table import Table
 
 from masprism_batch.cli import app, setup_logging
 from masprism_batch.cli.common import (
@@ -18,6 +17,7 @@ from masprism_batch.cli.common import (
 )
 from masprism_batch.cli.options import ConfigOptions, IntervalOpt, ModelOpt, VerboseOpt, build_config
 from masprism_batch.cli.run import run_here
+from masprism_batch.cli.show import candidates_table, verdict_line
 
 
 def _print_summary(summary, outdir: Path, inputs: list[str] | None = None) -> int:
@@ -38,25 +38,9 @@ def _sample_dir() -> Path:
     return Path(str(files("masprism_batch") / "data" / "sample"))
 
 
-def verdict_line(a: dict, t=None) -> str:
-    """The run's verdict as attributions hold it: the blamed step (with its author) and the blamed agent."""
-    author = a.get("pred_step_agent")
-    if author is None and t is not None and a["pred_step"] is not None:
-        author = t.steps[a["pred_step"]].agent  # outputs written before attributions carried the author
-    line = f"predicted: step {a['pred_step']} (written by {author}); blamed agent: {a['pred_agent']}"
-    if a.get("agent_by") and a["pred_agent"] != author:  # why the blame left the step's author
-        line += f" ({a['agent_by']})"
-    elif a.get("pred_agent_rule") == "aggregate":
-        line += " (step probabilities summed per agent)"
-    by, conf = a.get("verdict_by"), a.get("confidence")
-    if by:
-        line += f"; decided by {by}" + ("" if conf is None else f", confidence {conf:.2f}")
-        if by.startswith("no_symptom:"):  # said, not dressed as evidence (issue 51)
-            line += " (no symptom points to this step: the rule's fallback by position, no evidence)"
-    return line
-
-
 def _print_attributions(outdir: Path, top: int = 3) -> None:
+    from rich.markup import escape
+
     from masprism_batch.outdir.reads import read_dataset
     from masprism_batch.trace import Trace
 
@@ -64,22 +48,14 @@ def _print_attributions(outdir: Path, top: int = 3) -> None:
     traces = {r["trace_id"]: Trace.from_row(r) for r in read_dataset(outdir / "traces").to_pylist()}
     for a in sorted(attrs, key=lambda r: r["trace_id"]):
         t = traces.get(a["trace_id"])
-        table = Table(title=f"{a['trace_id']}  ({a['source']}, {a['n_steps']} steps)", title_justify="left")
-        for col in ("rank", "step", "agent", "score", "symptoms it explains", "step text"):
-            table.add_column(col, overflow="fold")
-        for r, c in enumerate(a["candidates"][:top], 1):
-            text = t.steps[c["step"]].content if t else ""
-            snippet = " ".join(text.split())[:90]
-            table.add_row(str(r), str(c["step"]), str(c["agent"]), f"{c['score']:.3g}",
-                          ", ".join(map(str, c["symptoms"])) or "-", snippet)
-        console.print(table)
+        console.print(candidates_table(a, t, top))  # the table `show OUT TRACE_ID` prints
         verdict = verdict_line(a, t)
         if t and t.labels and t.labels.mistake_step is not None:
             verdict += f"   (label: step {t.labels.mistake_step} by {t.labels.mistake_agent})"
         elif t and t.labels and t.labels.error_locations:
             hit = a["pred_span_id"] in set(t.labels.error_locations)
             verdict += f"   (span {a['pred_span_id']} is {'a' if hit else 'not a'} labelled error span)"
-        console.print(verdict + "\n")
+        console.print(escape(verdict) + "\n")
 
 
 @app.command()
