@@ -163,6 +163,10 @@ STEP_SCORES = pa.schema(
         # the model's evidence for each kind (taxonomy order) where the descriptions were read after this step: what
         # `fit` learns a team's own kinds from (fit/categories.py); null where not read
         pa.field("category_pmi", pa.list_(pa.float32())),
+        # MASPrism's candidates (and a fallback's blamed step): the pass-2 symptoms m > k with s(k|m) > 0 that point
+        # at this step (= candidates[].symptoms); null for other steps and in outputs written before the column.
+        # The one verdict input not otherwise kept: `rescore` reads it (no prefill, pipelines/rescore.py)
+        pa.field("pass2_support", pa.list_(pa.int32())),
     ],
     metadata=_META,
 )
@@ -190,19 +194,44 @@ def clean_text(s: str | None, replace=_surrogate_text) -> str | None:
 
 
 # what a terminal acts on rather than shows: C0 controls but tab and newline (ESC starts screen clears, window
-# titles, OSC 52 clipboard writes, OSC 8 links), DEL, C1 controls (CSI as one byte), bidi overrides
-_UNPRINTABLE = re.compile("[\x00-\x08\x0b-\x1f\x7f-\x9f\u202a-\u202e\u2066-\u2069]")
+# titles, OSC 52 clipboard writes, OSC 8 links), DEL, C1 controls (CSI as one byte); beyond them, runs of other
+# non-ASCII characters, each looked up in `_shown`
+_UNPRINTABLE = re.compile("[\x00-\x08\x0b-\x1f\x7f-\x9f]|[^\x00-\x9f]+")
+_HIDDEN = ("Cf", "Zl", "Zp")
+
+
+def _shown(m: re.Match) -> str:
+    """A control as its escape; in a run of other characters, every one of Unicode category Cf (bidi overrides
+    and isolates, zero widths, marks: text shown in another order or not at all), Zl or Zp (line breaks a
+    terminal acts on) as its escape, the rest (accents, CJK, emoji) as they are."""
+    import unicodedata
+
+    g = m.group()
+    if len(g) == 1 and g < "\xa0":
+        return repr(g)[1:-1]
+    return "".join(repr(c)[1:-1] if unicodedata.category(c) in _HIDDEN else c for c in g)
 
 
 def printable(s: str | None) -> str | None:
-    """`s` safe to write to a terminal or a log file: every control character shown as its escape (`\x1b`),
-    tab and newline kept; valid UTF-8 (`clean_text`). The same object when nothing is to escape. Rich markup is
-    the printer's business (`rich.markup.escape`, or a `rich.text.Text`)."""
+    """`s` safe to write as plain text to a terminal or a log file: every control, format (bidi, zero width) or
+    separator character shown as its escape (`\x1b`, `\u202e`), tab and newline kept; valid UTF-8
+    (`clean_text`). The same object when nothing is to escape. Text printed through rich: `terminal`."""
     if s is None:
         return s
     if _UNPRINTABLE.search(s):
-        s = _UNPRINTABLE.sub(lambda m: repr(m.group())[1:-1], s)
+        t = _UNPRINTABLE.sub(_shown, s)
+        s = s if t == s else t
     return clean_text(s)
+
+
+def terminal(value: object, none: str = "-") -> str:
+    """The one way a value read from the logs or the outputs (a name, an id, a path, a message quoting them)
+    reaches a terminal through rich (every command's lines, tables, titles and `error:` lines): `printable`'s
+    escapes (no escape sequence, C1 control or bidi override acts on the terminal), then rich markup escaped
+    (`[link=...]` stays text). None is `none`."""
+    from rich.markup import escape
+
+    return none if value is None else escape(printable(str(value)))
 
 
 def error_row(*, stage: str, reason: str, message: str, input_path: str | None = None,

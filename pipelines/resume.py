@@ -112,8 +112,12 @@ def bind_header(store: ShardStore, cfg: PipelineConfig, staged: bool, ranker_sha
                          f"resuming would mix two rankers' verdicts in {store.outdir}; restore the file, or use a "
                          f"new OUTDIR for the new ranker")
     elif _other_config(old, header):
-        raise ValueError(f"{store.outdir} holds results of another configuration ({old}); "
-                         f"this run is {header}: use a new OUTDIR")
+        from masprism_batch.pipelines.config_diff import describe  # the options that differ, as CLI flags
+
+        raise ValueError(describe(store.outdir, cfg) or
+                         f"{store.outdir} holds results of another configuration (config hash "
+                         f"{old.get('config_hash')}, model {old.get('model')}; this run: {header['config_hash']}, "
+                         f"{header['model']}): use a new OUTDIR")
     elif not old.get("run_id") or ("ranker_sha256" in header and "ranker_sha256" not in old):
         # an OUTDIR of an older version: bound to a run id and its ranker's content from now on
         run_id = old.get("run_id") or uuid.uuid4().hex

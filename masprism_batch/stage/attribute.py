@@ -30,9 +30,6 @@ from masprism_batch.stage import rows as rows_mod
 from masprism_batch.stage.pass2 import Pass2Prep, prepare_pass2, symptom_ratio
 from masprism_batch.stage.prefill import pass1_signals, prefill_groups
 from masprism_batch.trace import Trace
-from masprism_batch.verdict.confidence import rule_confidence
-from masprism_batch.verdict.decide import fitted_verdict, masprism_verdict
-from masprism_batch.verdict import stepset
 from masprism_batch.verdict.policy import VerdictPolicy
 
 if TYPE_CHECKING:
@@ -201,16 +198,7 @@ def host_tail(d: OnDevice) -> StageOutput:
         if raw_sink is not None:
             raw_sink(t, {"p1": p1, "sig1": w.sig1, "sig2": s2, "r2": w.r2, "cf": w.cf, "rows": rows,
                          "ranking": ranking, "flags": w.flags})
-        if cfg.method.name == "ranked":
-            ranking, verdict = fitted_verdict(t, rows, ranking, cfg, policy)
-        else:
-            verdict = masprism_verdict(t, ranking)
-            verdict.confidence = rule_confidence(t, rows, ranking, policy.fallback.calibration)
-        rows_mod.final_columns(rows, verdict)
-        # the steps to read at the run's coverage, calibrated for this log's system where its entry holds one
-        sr = policy.ranker(t) if cfg.method.name == "ranked" else None
-        verdict.stepset = stepset.for_verdict(t, rows, verdict, sr.entry if sr is not None else None,
-                                              cfg.method.coverage)
+        ranking, verdict = rows_mod.decide(t, rows, ranking, cfg, policy)  # rescore calls the same
         r1_or_windows = w.win if w.win is not None else w.r1
         out.attributions.append(rows_mod.attribution_row(t, ranking, d.model_id, chash, cfg, r1_or_windows, w.r2,
                                                          w.seconds1, w.seconds2, now, verdict))

@@ -8,9 +8,32 @@ from __future__ import annotations
 
 import numpy as np
 
+from masprism_batch.method import masprism as mp
 from masprism_batch.method.sparse_attn import row_tail
-from masprism_batch.verdict.decide import agent_by
+from masprism_batch.verdict import stepset
+from masprism_batch.verdict.confidence import rule_confidence
+from masprism_batch.verdict.decide import agent_by, fitted_verdict, masprism_verdict
 from masprism_batch.verdict.stepset import EMPTY_COLUMNS
+
+
+def decide(t, rows: list[dict], ranking, cfg, policy):
+    """(ranking, verdict) of one trace from its step rows and MASPrism's ranking, the step rows' final columns
+    filled: what the stage does after the passes, and what `rescore` does from a finished run's rows (no prefill,
+    pipelines/rescore.py), so a rescored verdict is a fresh run's."""
+    # MASPrism's scores as step_scores stores them (float32), as the rows hold every feature: the verdict reads
+    # exactly what the run writes, so `rescore` and `fit`, which read it back, see what the run saw
+    ranking = mp.Ranking(ranking.ranked, {k: float(np.float32(v)) for k, v in ranking.scores.items()},
+                         ranking.support, ranking.symptoms, ranking.nll, ranking.notes)
+    if cfg.method.name == "ranked":
+        ranking, verdict = fitted_verdict(t, rows, ranking, cfg, policy)
+    else:
+        verdict = masprism_verdict(t, ranking)
+        verdict.confidence = rule_confidence(t, rows, ranking, policy.fallback.calibration)
+    final_columns(rows, verdict)
+    # the steps to read at the run's coverage, calibrated for this log's system where its entry holds one (O(steps))
+    sr = policy.ranker(t) if cfg.method.name == "ranked" else None
+    verdict.stepset = stepset.for_verdict(t, rows, verdict, sr.entry if sr is not None else None, cfg.method.coverage)
+    return ranking, verdict
 
 
 def final_columns(rows: list[dict], v) -> None:
@@ -68,12 +91,14 @@ def step_rows(t, p1, ranking, flags, r1, s1, extra=None) -> list[dict]:
             "tokens_pass1": e - s, "nll_pass1": _f(p1.nll[i]), "nll_pass2": _f(nll2),
             "h_score": _f(p1.h_score[i]), "score": _f(ranking.scores[i]) if i in ranking.scores else None,
             "rank": rank.get(i), "is_symptom": i in p1.symptoms, "is_candidate": i in p1.candidates,
-            "has_failure_word": bool(flags[i]), "attention_pass1": row_tail(A, i).tolist(),
+            "has_failure_word": bool(flags[i]), "attention_pass1": row_tail(A, i).astype(np.float32, copy=False).tolist(),
             **{k: _f(v[i]) for k, v in (extra or {}).items()},
             **dict.fromkeys(STEP_KIND_COLUMNS),
+            "pass2_support": list(ranking.support[i]) if i in ranking.support else None,
         })
     return rows
 
 
 def _f(x) -> float | None:
-    return None if x is None or not np.isfinite(x) else float(x)
+    """A float32 column's value as stored (the verdict reads the rows before they are written)."""
+    return None if x is None or not np.isfinite(x) else float(np.float32(x))

@@ -1,0 +1,86 @@
+"""Command `rescore`: a new ranker, rule, coverage or system applied to a finished run, from the signals it cached
+(no prefill, no model load): into a new OUTDIR, or in place with the old verdicts kept in OUT/history/.
+
+The work is pipelines/rescore.py; this module checks the options, holds the OUTDIR locks and says what moved.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import typer
+
+from masprism_batch.cli import EXIT_OK, app, setup_logging
+from masprism_batch.cli.common import check_ranker, check_run_dir, console, fail, usage
+from masprism_batch.cli.options import (CoverageOpt, OutdirArg, RankerOpt, SystemOpt, VerboseOpt,
+                                        verdict_sections)
+
+
+@app.command()
+def rescore(
+    outdir: Path = OutdirArg,
+    out: Path | None = typer.Option(None, "--out", "-o", help="write the rescored run here (a new OUTDIR)"),
+    in_place: bool = typer.Option(False, "--in-place", help="replace OUTDIR's verdicts; the old ones are kept in "
+                                  "OUTDIR/history/ (docs/schema.md)"),
+    ranker: str | None = RankerOpt,
+    coverage: float | None = CoverageOpt,
+    system: str | None = SystemOpt,
+    verbose: bool = VerboseOpt,
+) -> None:
+    """Apply a new `--ranker` (a file from `fit`, `packaged`, `rule`), `--coverage` or `--system` to a finished
+    run from the signals it cached: no prefill and no model load, seconds for thousands of logs. The verdicts are
+    those a fresh `attribute` with the same settings gives on the same logs. Settings not given keep the run's.
+
+    Example: masprism-batch rescore out/ --ranker ranker.json -o out-fitted/"""
+    from pipelines import rescore as rs
+
+    from masprism_batch.outdir.lock import OutdirLock
+    from masprism_batch.outdir.manifest import DamagedOutput, OutdirUnsafe
+
+    setup_logging(verbose)
+    if (out is None) == (not in_place):
+        raise usage("give a new OUTDIR with -o, or --in-place")
+    check_run_dir(outdir)
+    if out is not None:
+        if out.resolve() == outdir.resolve():
+            raise usage("-o names OUTDIR itself: use --in-place to replace its verdicts")
+        try:
+            rs.refuse_target(out)
+        except rs.RescoreError as exc:
+            raise fail(str(exc)) from None
+    updates = verdict_sections(ranker)
+    if coverage is not None:
+        updates["coverage"] = coverage
+    if system is not None:
+        updates["system"] = system
+    try:
+        old = rs.run_config(outdir)
+        cfg = rs.with_settings(old, updates)
+    except (rs.RescoreError, ValueError) as exc:
+        raise fail(str(exc)) from None
+    setting = check_ranker(cfg)
+    with OutdirLock(outdir, "rescore") as _src:
+        try:
+            if out is not None:
+                out.mkdir(parents=True, exist_ok=True)
+                with OutdirLock(out, "rescore"):
+                    summary = rs.rescore(outdir, out, cfg, setting)
+            else:
+                summary = rs.rescore(outdir, None, cfg, setting)
+        except (rs.RescoreError, DamagedOutput, OutdirUnsafe) as exc:
+            raise fail(str(exc)) from None
+    _say(summary, in_place)
+    raise typer.Exit(EXIT_OK)
+
+
+def _say(s, in_place: bool) -> None:
+    by = ", ".join(f"{k} x{n:,}" for k, n in s.by.most_common())
+    console.print(f"rescored {s.traces:,} verdict(s) in {s.seconds:.1f} s, no prefill: {s.moved_step:,} blamed "
+                  f"step(s) and {s.moved_agent:,} blamed agent(s) changed; decided by {by or '-'}")
+    if in_place:
+        console.print(f"the {s.archived:,} verdict(s) they replace are kept in {s.out}/history/")
+    if s.support_unknown:
+        console.print(f"[yellow]note:[/] {s.support_unknown:,} log(s) come from a run made before step_scores "
+                      "kept pass2_support: where a new verdict blames a candidate the old one did not list, its "
+                      "symptoms are not known (re-run `attribute` for them)")
+    console.print(f"next: masprism-batch show {s.out}")
