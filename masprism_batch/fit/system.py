@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import hashlib
 import logging
+import math
 from collections import Counter
 from dataclasses import dataclass
 
@@ -35,19 +36,27 @@ log = logging.getLogger(__name__)
 # the same logs (the SE grows as k falls, so the margin in accuracy does too), simplest first:
 # - Z (step): the label prior (most often blamed position) against the zero-training rule, then the ranker
 #   against that choice (one-sided ~84%). 1.64 kept the rule on GAIA at k = 14 where the ranker was +12 points.
+#   With MULTIPLE it is the margin for the best of the options tried (`margin`: the same one-sided level for the
+#   largest of their paired t statistics): on 10 Algorithm-Generated logs the best of nine rankers and the label
+#   prior beat the rule by one SE by chance: the fit lost 2.4 points there at k = 10 (results.md, 2026-11-28).
 # - Z_PRIOR_AGENT: the label prior's agent (most often blamed agent present in the log, else the rule's) against
 #   the zero-training agent rule. It has nothing to tune and is itself a baseline the verdict must reach.
 # - Z_AGENT: the blamed step's author, the evidence-mixing rule, or the ranker's summed step probabilities, as
-#   the agent, against the choice so far: the same margin as the step's. It was 2.0 while the zero-training
-#   agent rule mixed in the step evidence itself; since that floor is the most active agent, 2.0 kept it on
-#   Algorithm-Generated where the author is 13 points better (fitted agent 0.478 vs 0.558 at 1.0, 5-fold; at
-#   every learning-curve k 1.0 was at or above 2.0 and the floor, Hand-Crafted unchanged: docs/results.md).
+#   the agent, against the choice so far. It was 2.0 while the zero-training agent rule mixed in the step
+#   evidence itself; since that floor is the most active agent, 2.0 kept it on Algorithm-Generated where the
+#   author is 13 points better (fitted agent 0.478 vs 0.558 at 1.0, 5-fold). At 1.0 a 20-label fit still kept the
+#   floor in two draws of three there (agent +0.021 over it, issue 59); like the prior's agent, the author and
+#   the mixing rule have nothing to tune, so they take its margin (docs/results.md measures both, paired).
 # Chosen a priori among round values, each the same for every system, and checked by simulating the selection
 # on 3 x 30-40 draws per k of the dev signal cache: step margins 0.5-1.64 did not differ beyond that noise.
 Z = 1.0
 Z_PRIOR_AGENT = 0.5
-Z_AGENT = 1.0
+Z_AGENT = 0.5
 MIX_AGENT = "mix:0.5"
+# Whether the step's margin Z is for the best of the options tried (max-t over sign flips, `margin`) rather than
+# for one option: the held-out hits of the best of ~10 options on 10-20 logs are the best of ~10 draws
+MULTIPLE = True
+FLIPS = 2000
 MIN_K = 10  # labelled logs below which the zero-training verdict is kept whatever the internal estimates say
 # the largest share of a system's logs a verdict may give one step index (held out): above it the verdict names a
 # position, not what the log says (every Hand-Crafted log got step 8). "Three logs in four": on TRAIL
@@ -138,13 +147,15 @@ def fit_system(cases: list[vcase.LogCase], system: str, rule: str = "faithful", 
     best = max((o for o in fitted_opts if o not in constant), key=lambda o: step_acc[o], default=None)
     overridable = len(cases) >= MIN_K  # below it one lucky held-out hit is 10+ points: the rule stays
     chosen = "rule"
-    if overridable and "prior" not in constant and step_acc["prior"] is not None and beats(hits["prior"], hits["rule"], Z):
+    family = [o for o in [*fitted_opts, "prior"] if o not in constant and step_acc[o] is not None]
+    z = margin([hits[o] for o in family], hits["rule"]) if MULTIPLE and overridable else Z
+    if overridable and "prior" not in constant and step_acc["prior"] is not None and beats(hits["prior"], hits["rule"], z):
         chosen = "prior"
     m = None
     # the held-out folds saw rankers fitted on 4/5 of the logs; the one that ships is fitted on all of them and
     # may lean harder on the position: it must pass the same guard on the logs themselves, else the next best
     for o in sorted((o for o in fitted_opts if o not in constant), key=lambda o: -step_acc[o]):
-        if not (overridable and beats(hits[o], hits[chosen], Z)):
+        if not (overridable and beats(hits[o], hits[chosen], z)):
             break
         fitted = ft.fit_correction(cases, o[1], o[0])
         share = modal_share([ft.top_of(fitted.probs(c)) for c in cases])
@@ -164,7 +175,7 @@ def fit_system(cases: list[vcase.LogCase], system: str, rule: str = "faithful", 
         "rule_agent": calibrate.mean(ft.agent_hit(cases[i], oof[i]["rule_agent"]) for i in ok),
         "agent_prior": calibrate.mean(ft.agent_hit(cases[i], oof[i]["agent_prior"]) for i in ok),
         "best_l2": best[1] if best else None, "best_offset": best[0] if best else None,
-        "folds": "leave-one-out" if len(cases) <= 20 else "5-fold",
+        "folds": "leave-one-out" if len(cases) <= 20 else "5-fold", "step_margin": z,
         "modal_share": modal[chosen], **conf,
     }
     entry = {"system": system, "verdict": "ranker" if use_ranker else chosen, "rule": rule,
@@ -227,6 +238,31 @@ def _agent_choice(cases, oof, ok, chosen, rule_agent: str, overridable: bool, us
         if overridable and beats(hits[a], hits[out], Z_AGENT):
             out = a
     return out, acc
+
+
+def margin(options: list[list], base: list, z: float = Z, flips: int = FLIPS, seed: int = 0) -> float:
+    """The margin, in paired standard errors, that the best of several options' held-out hits (`options`, each a
+    list over the same logs as `base`) must clear against `base`: z for one option; for several, at least z and
+    the quantile at z's one-sided level of the largest of their paired t statistics where none beats `base`
+    (each log's differences sign-flipped together: Westfall & Young's max-t, so options that agree on most logs
+    cost little more than one). The best of nine options tried on ten logs is ahead of the rule by chance far
+    more often than one is."""
+    rows = [[float(x) - float(y) for x, y in zip(o, base, strict=True) if x is not None and y is not None]
+            for o in options]
+    rows = [r for r in rows if r]
+    if len(rows) < 2 or len({len(r) for r in rows}) != 1:
+        return z
+    D = np.array(rows).T  # [logs, options]
+    n = D.shape[0]
+    if n < 2:
+        return z
+    S = np.random.default_rng(seed).choice([-1.0, 1.0], size=(flips, n))
+    mean = S @ D / n
+    var = np.maximum((D**2).sum(0) / n - mean**2, 0.0) * n / (n - 1)
+    se = np.sqrt(var / n)
+    t = np.where(se > 1e-12, mean / np.where(se > 1e-12, se, 1.0), 0.0)
+    level = 0.5 * (1 + math.erf(z / math.sqrt(2)))
+    return max(z, float(np.quantile(t.max(1), level)))
 
 
 def beats(a: list, b: list, z: float = Z) -> bool:
