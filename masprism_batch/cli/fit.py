@@ -15,7 +15,7 @@ from masprism_batch import config_checks as checks
 from masprism_batch.analytics.export_text import agent_rule_words
 from masprism_batch.cli import EXIT_OK, app, setup_logging
 from masprism_batch.cli.common import check_out_file, console, fail
-from masprism_batch.cli.fit_messages import confidence_words, skipped_summary
+from masprism_batch.cli.fit_messages import confidence_words, skipped_summary, stepset_words
 from masprism_batch.cli.options import VerboseOpt
 
 log = logging.getLogger(__name__)
@@ -181,6 +181,8 @@ def fit(
         for note in f.entry.get("notes") or []:  # e.g. the label prior is all it learned
             console.print(f"  [yellow]note:[/] {escape(note)}")
         if words := confidence_words(f.entry):
+            console.print(f"  {escape(words)}")
+        if words := stepset_words(f.entry):
             console.print(f"  {escape(words)}")
         if words := kind_words(f.entry.get("category")):
             console.print(f"  {escape(words)}")

@@ -86,3 +86,21 @@ def _against_zero_training(h: dict) -> str:
     return (f"; the zero-training confidence on the same verdicts: AUROC {'—' if zt is None else f'{zt:.2f}'}"
             f"{_interval(h.get('zero_training_auroc_interval'))}{_lift(h.get('zero_training_top_quarter_lift'))}"
             f"{told}; kept: {kept}")
+
+
+def stepset_words(entry: dict) -> str | None:
+    """Issue 59: how often the system's step sets held the labelled step on its own held-out logs (leave-one-out
+    over the fit's held-out verdicts, fit/stepset_fit.py) and how much of a log they are, beside what reading from
+    step 0 needs for the same coverage; and that before a fit a run states the dev systems' estimate."""
+    h = (entry.get("stepset") or {}).get("heldout")
+    if not h:
+        return None
+    def one(level: float) -> str:
+        cov, share, base = (h.get(f"{k}_{level}") for k in ("coverage", "share", "step0_share"))
+        if cov is None:
+            return ""
+        return f"at {level:.0%} coverage it held it in {cov:.0%}, {share:.0%} of a log on average (from step 0: {base:.0%})"
+    parts = [x for x in (one(lv) for lv in (0.8, 0.5, 0.9)) if x]
+    return (f"steps to read (read_steps), held out on {h.get('n', 0)} labelled logs: " + "; ".join(parts)
+            + ". A run now calibrates this system's sets on these labels; before the fit its coverage was the dev "
+              "systems' estimate, which a new system may not meet")

@@ -1,0 +1,16 @@
+"""Issue 59: `fit`'s report says how often the system's step sets held the labelled step on its own held-out logs,
+their share of a log beside reading from step 0, and that before a fit the coverage was the dev systems' estimate."""
+
+from masprism_batch.cli.fit_messages import stepset_words
+from masprism_batch.fit import system as fs
+
+
+def test_fit_report_names_the_held_out_coverage_share_and_the_dev_estimate(synth):
+    entry = fs.fit_system(synth(30, seed=4), "team/agents").entry
+    words = stepset_words(entry)
+    h = entry["stepset"]["heldout"]
+    assert f"held out on {h['n']} labelled logs" in words
+    assert f"at 80% coverage it held it in {h['coverage_0.8']:.0%}" in words
+    assert f"{h['share_0.8']:.0%} of a log on average (from step 0: {h['step0_share_0.8']:.0%})" in words
+    assert "dev systems' estimate" in words
+    assert stepset_words({"system": "x"}) is None  # a file written before issue 59: nothing to say
