@@ -70,7 +70,8 @@ def build_report(outdir: Path | str, out: Path | str, limits: DrillLimits | None
     data = {"traces": payloads, "total": attr.num_rows, "limits": limits.__dict__}
     index_of = {p["id"]: i for i, p in enumerate(payloads)}
     html = render_html(outdir, stats, attr, errors, data, csp,
-                       first=report_categories.section(stats, examples, index_of))
+                       first=report_categories.section(stats, examples, index_of)
+                       or report_categories.blame_section(attr))
     out = Path(out)
     with outdir_parts.atomic_output(out) as f:
         f.write(html)
@@ -246,7 +247,8 @@ def _median_bin(rel: Counter) -> str:
 
 
 def render_html(outdir: Path, stats, attr, errors, data: dict, csp: bool = True, first: str = "") -> str:
-    """first: the section shown before the overview ("What fails most", report_categories.py)."""
+    """first: the section shown before the overview ("What fails most", else "Where blame falls":
+    report_categories.py)."""
     css, js = _asset("report.css"), _asset("report.js")
     policy = (f"default-src 'none'; script-src '{_sha(js)}'; style-src '{_sha(css)}'; img-src data:; "
               "base-uri 'none'; form-action 'none'")

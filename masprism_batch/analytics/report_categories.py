@@ -1,5 +1,7 @@
 """The report's first section, "What fails most": failure kinds of the verdicts (stats' failure_categories and
-categories_by), their share, the trend across run dates, and example traces linked into the drill-down.
+categories_by), their share, the trend across run dates, and example traces linked into the drill-down. A run
+without kinds (no `--taxonomy`: every verdict uncategorised) opens instead with "Where blame falls"
+(`blame_section`): blamed agents and positions, and how many verdicts are confident.
 
 Examples are the verdicts of a kind with the highest category confidence (ties: trace id), so the same OUTDIR
 gives the same links; build_report puts them into the drill-down sample, and each link opens that trace
@@ -34,8 +36,8 @@ def examples(attr: pa.Table, top: int = TOP_KINDS, per: int = PER_KIND) -> dict[
 def section(stats: dict, ex: dict[str, list[str]], index_of: dict[str, int]) -> str:
     """HTML of the section (empty string when the stats hold no category table)."""
     cats = stats.get("failure_categories")
-    if cats is None or cats.num_rows == 0:
-        return ""
+    if cats is None or cats.num_rows == 0 or all(c in (None, UNCATEGORISED) for c in cats["category"].to_pylist()):
+        return ""  # no kinds: one "uncategorised 100%" row says nothing (blame_section opens the report instead)
     totals: dict[tuple, list] = {}
     n_all = 0
     for r in cats.to_pylist():
@@ -76,3 +78,50 @@ def section(stats: dict, ex: dict[str, list[str]], index_of: dict[str, int]) -> 
               r["top_category"]] for r in groups.to_pylist()[:40]]))
     parts.append("<h3>By source and system</h3>" + by_sys)
     return '<section id="what-fails-most"><h2>What fails most</h2>' + "".join(parts) + "</section>"
+
+
+CONFIDENT = 0.5  # a verdict more likely right than not
+
+
+def _conf_cells(confs: list) -> list:
+    known = [c for c in confs if c is not None]
+    sure = sum(c >= CONFIDENT for c in known)
+    return [f"{sure:,} ({sure / len(confs):.0%})" if confs else "-",
+            f"{sum(known) / len(known):.2f}" if known else "-"]
+
+
+def blame_section(attr: pa.Table) -> str:
+    """HTML of "Where blame falls", read from attributions as written: the blamed agents (by source), where the
+    blamed step sits in its log (first, middle, last third), and how many verdicts are confident."""
+    rows = [r for r in attr.select(["source", "pred_agent", "pred_step", "n_steps", "confidence"]).to_pylist()
+            if r["pred_step"] is not None]
+    if not rows:
+        return ""
+    n = len(rows)
+    confs = [r["confidence"] for r in rows]
+    known = [c for c in confs if c is not None]
+    sure = sum(c >= CONFIDENT for c in known)
+    agents: dict[tuple, list] = defaultdict(list)
+    thirds: dict[str, list] = {"first third": [], "middle third": [], "last third": []}
+    for r in rows:
+        agents[(r["pred_agent"] or "-", r["source"] or "-")].append(r["confidence"])
+        rel = r["pred_step"] / max(1, (r["n_steps"] or 1) - 1)
+        thirds["first third" if rel < 1 / 3 else "middle third" if rel < 2 / 3 else "last third"].append(
+            r["confidence"])
+    top = sorted(agents, key=lambda k: (-len(agents[k]), k))
+    head = ["failed runs", "share", f"confident (≥ {CONFIDENT})", "mean confidence"]
+    by_agent = svg.table(["blamed agent", "source", *head],
+                         [[a, s, len(agents[(a, s)]), f"{len(agents[(a, s)]) / n:.0%}", *_conf_cells(agents[(a, s)])]
+                          for a, s in top[:12]])
+    by_pos = svg.table(["blamed step in its log", *head],
+                       [[k, len(v), f"{len(v) / n:.0%}", *_conf_cells(v)] for k, v in thirds.items()])
+    note = (f'<p class="note">{n:,} attributed failures. {sure:,} verdicts ({sure / n:.0%}) are confident (confidence '
+            f"≥ {CONFIDENT}: more likely right than not), {len(known) - sure:,} are not"
+            + (f", {n - len(known):,} have no confidence" if len(known) < n else "")
+            + ": review the confident ones first (the trace list below opens sorted by confidence). No failure kinds "
+            "in this run: `attribute --taxonomy trail|FILE` sorts failures by what went wrong (docs/categories.md)."
+            "</p>")
+    chart = svg.hbar([(f"{a} ({s})", len(agents[(a, s)])) for a, s in top[:8]], "Failed runs by blamed agent")
+    return ('<section id="where-blame-falls"><h2>Where blame falls</h2>' + note + chart
+            + "<h3>By blamed agent</h3>" + by_agent + "<h3>By position of the blamed step</h3>" + by_pos
+            + "</section>")

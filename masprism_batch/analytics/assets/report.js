@@ -15,7 +15,8 @@
   function outcome(t) { return t.ok === null ? "none" : (t.ok ? "ok" : "bad"); }
 
   // Confidence (issue 23): a column, a minimum and a sort, added here so a team reviews the confident verdicts
-  // first. Traces without a confidence (older runs) sort last and pass no minimum above 0.
+  // first; the list opens sorted so (issue 60), log order one choice away. Traces without a confidence (older
+  // runs) sort last and pass no minimum above 0.
   function addConfidenceControls() {
     var head = document.querySelector("#trace-list thead tr"), controls = document.querySelector(".controls");
     if (head) { head.appendChild(el("th", null, "verdict by")); head.appendChild(el("th", null, "confidence")); }
@@ -23,7 +24,7 @@
     var sort = el("select");
     sort.id = "sort";
     sort.setAttribute("aria-label", "sort");
-    [["", "log order"], ["desc", "most confident first"], ["asc", "least confident first"]].forEach(function (o) {
+    [["desc", "most confident first"], ["", "log order"], ["asc", "least confident first"]].forEach(function (o) {
       var opt = el("option", null, o[1]);
       opt.value = o[0];
       sort.appendChild(opt);
@@ -41,10 +42,10 @@
   }
 
   function applyFilter() {
-    var q = document.getElementById("filter").value.toLowerCase();
-    var o = document.getElementById("outcome").value;
+    var q = (document.getElementById("filter").value || "").toLowerCase();
+    var o = document.getElementById("outcome").value || "";
     var sortEl = document.getElementById("sort"), minEl = document.getElementById("minconf");
-    var dir = sortEl ? sortEl.value : "", min = minEl && minEl.value !== "" ? parseFloat(minEl.value) : null;
+    var dir = sortEl && typeof sortEl.value === "string" ? sortEl.value : "desc", min = minEl && minEl.value !== "" ? parseFloat(minEl.value) : null;
     view = TRACES.filter(function (t) {
       if (o && outcome(t) !== o) return false;
       if (min !== null && !isNaN(min) && min > 0 && !(t.conf !== null && t.conf !== undefined && t.conf >= min)) return false;
@@ -229,9 +230,9 @@
   document.getElementById("outcome").addEventListener("change", applyFilter);
   document.getElementById("prev").addEventListener("click", function () { page--; drawList(); });
   document.getElementById("next").addEventListener("click", function () { page++; drawList(); });
-  drawList();
+  applyFilter();  // the default sort (most confident first), then the list
   var m = /^#t=(\d+)$/.exec(location.hash);
-  showTrace(m ? parseInt(m[1], 10) : 0, null);
+  showTrace(m ? parseInt(m[1], 10) : (view.length ? TRACES.indexOf(view[0]) : 0), null);
   // "What fails most" links a kind's example traces as #t=<index>: open them without a reload
   if (typeof window !== "undefined" && window.addEventListener) {  // absent in the node stub the tests run it in
     window.addEventListener("hashchange", function () {
