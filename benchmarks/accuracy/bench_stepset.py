@@ -165,7 +165,33 @@ def _step0_cal(train) -> list[float]:
 def _row(protocol, system, level, score, tail, cov, share, base, n) -> dict:
     return {"protocol": protocol, "system": system, "coverage_level": level, "score": score, "tail": tail,
             "coverage": round(cov, 4), "coverage_sd": "", "mean_set_share": round(share, 4),
-            "step0_share": round(base, 4), "logs": n, "commit": commit(), "date": dt.date.today().isoformat()}
+            "step0_share": round(base, 4), "logs": n, "set_seconds": "", "attribute_seconds": "", "cost_share": "",
+            "commit": commit(), "date": dt.date.today().isoformat()}
+
+
+def cost_row(cases, rule: str, repeats: int = 20) -> dict:
+    """The set's CPU cost per log (the run's own call, verdict/stepset.for_verdict on the zero-training verdict
+    and the log's rows), against the log's recorded attribute seconds (pass 1 + pass 2, the cache's): issue 59's
+    "attribute's CPU cost rises <= 5%"."""
+    import time
+    from types import SimpleNamespace
+
+    work = []
+    for c in cases:
+        ranked = rules.order(rule, c.rows, [int(k) for k in c.meta["ranking"]["ranked"]])
+        work.append((c.trace, c.rows, SimpleNamespace(order=ranked or [c.meta["attribution"]["pred_step"]])))
+    t0 = time.process_time()
+    for _ in range(repeats):
+        for t, rows, v in work:
+            ss.for_verdict(t, rows, v, None, TARGET)
+    per = (time.process_time() - t0) / (repeats * max(len(work), 1))
+    run = float(np.mean([c.meta["attribution"]["seconds_pass1"] + c.meta["attribution"]["seconds_pass2"]
+                         for c in cases]))
+    row = _row("cost: set per log (CPU s)", "all", TARGET, "", "", 0.0, 0.0, 0.0, len(work))
+    row.update(coverage="", mean_set_share="", step0_share="", set_seconds=per, attribute_seconds=run,
+               cost_share=per / run)
+    log.info("set: %.1f us CPU per log against %.1f s of attribute per log (%.5f%%)", per * 1e6, run, 100 * per / run)
+    return row
 
 
 def write_dev(cases, rule: str, score: str, tail: str, loso: list[dict], path: Path) -> None:
@@ -191,6 +217,7 @@ def main() -> None:
     ap.add_argument("--csv", default=str(ROOT / "benchmarks" / "results" / "stepset.csv"))
     args = ap.parse_args()
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(message)s")
+    logging.getLogger("masprism_batch.fit.system").setLevel(logging.WARNING)  # each fold's notes: thousands of lines
     cases, _ = cached_cases(args)
     fb = rules.read_fallback(None)
     counts = {s: sum(1 for c in cases if c.system == s and gold_of(c.trace)) for s in sorted({c.system for c in cases})}
@@ -198,11 +225,12 @@ def main() -> None:
     rows, (score, tail) = zero_training_rows(cases, fb.rule)
     if args.write_dev:
         write_dev(cases, fb.rule, score, tail, rows, weights_dir() / ss.DEV_FILE)
+    rows.append(cost_row(cases, fb.rule))
     if not args.no_fitted:
         rows += fitted_rows(cases, fb.rule, fb.agent_rule, tuple(range(args.seeds)))
     write_rows(Path(args.csv), rows)
     for r in rows:
-        if r["coverage_level"] == TARGET and (not r["tail"] or (r["score"], r["tail"]) == (score, tail)):
+        if r["coverage_level"] == TARGET and r["coverage"] != "" and (not r["tail"] or (r["score"], r["tail"]) == (score, tail)):
             print(f"{r['protocol']:28s} {r['system']:36s} coverage {r['coverage']:.3f} share {r['mean_set_share']:.3f}"
                   f" (from step 0 {r['step0_share']:.3f}, {r['logs']} logs)")
 

@@ -56,3 +56,13 @@ def test_coverage_is_in_the_config_hash_only_off_its_default():
     assert PipelineConfig(method={"coverage": 0.8}).config_hash() == base.config_hash()
     with pytest.raises(ValueError):
         PipelineConfig(method={"coverage": 1.0})
+
+
+def test_resuming_an_outdir_with_another_coverage_is_refused_and_keeps_its_results(tmp_path):
+    out = tmp_path / "A"
+    before = _attribute(out)
+    res = runner.invoke(app, ["attribute", str(LOGS), "-o", str(out), "--model", "tiny-random", "--no-progress",
+                              "--all-runs", "--coverage", "0.9"])
+    assert res.exit_code not in (0, 3) and "coverage" in res.output, res.output  # never two coverages in one OUTDIR
+    after = ds.dataset(str(out / "attributions")).to_table().to_pylist()
+    assert sorted(map(str, after)) == sorted(map(str, before))
