@@ -14,6 +14,7 @@ from masprism_batch.cli import fit as _fit  # noqa: F401
 from masprism_batch.cli import fit_heads as _fit_heads  # noqa: F401
 from masprism_batch.cli import ingest as _ingest  # noqa: F401
 from masprism_batch.cli import models as _models  # noqa: F401
+from masprism_batch.cli import pick as _pick  # noqa: F401
 from masprism_batch.cli import report as _report  # noqa: F401
 from masprism_batch.cli import rescore as _rescore  # noqa: F401
 from masprism_batch.cli import run as _run  # noqa: F401
@@ -30,6 +31,7 @@ WORKFLOW = [
     ("Read the results", "stats", "masprism-batch stats out/"),
     ("Read the results", "report", "masprism-batch report out/ -o report.html"),
     ("Read the results", "export", "masprism-batch export out/ --to phoenix -o annotations.parquet"),
+    ("Fit it to your own system", "pick", "masprism-batch pick out/ -n 20 -o to_label.csv"),
     ("Fit it to your own system", "fit", "masprism-batch fit out/ -o ranker.json"),
     ("Fit it to your own system", "rescore", "masprism-batch rescore out/ --ranker ranker.json -o out-fitted/"),
     ("Fit it to your own system", "fit-heads", "masprism-batch fit-heads ./logs -o heads.json"),

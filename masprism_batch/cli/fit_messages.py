@@ -14,6 +14,7 @@ from masprism_batch.verdict.confidence import flat_rate
 _REASONS = [("unknown trace", "trace in none of the runs"), ("is not an integer", "step not an integer"),
             ("out of range", "step out of range"), ("is not a step of trace", "span not a step of its trace"),
             ("neither step nor span_id", "no step or span_id"),
+            ("not labelled yet", "not labelled yet (step and agent blank)"),
             ("step_scores rows for", "step_scores do not match the trace's steps"),
             ("no kind of taxonomy", "category not a kind of the taxonomy"),
             ("category is not a string", "category not a string")]

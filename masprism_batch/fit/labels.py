@@ -4,7 +4,9 @@ Labels file: JSON lines or CSV, one labelled step per row, columns `trace_id`, `
 trace's steps) or `span_id`, optionally `agent` (the blamed agent) and `category` (what went wrong there, in the
 team's own words: a kind of the run's taxonomy, fit/categories.py). Outcomes, per row:
 - a trace id that is in none of the runs, a step out of range, a span id the trace does not have, or a row with
-  neither step nor span id: the row is skipped and reported with its line number and reason;
+  neither step nor span id: the row is skipped and reported with its line number and reason; a row whose step,
+  span id, agent and category are all blank (a `masprism-batch pick` file's row not filled in) is counted apart,
+  as not labelled yet;
 - a line that does not parse (invalid JSON or UTF-8, `Infinity`/`NaN`, nesting past the parser, an unterminated
   CSV quote, a field over 128 KiB) or whose values are not label values (`"step": true`, an agent that is an
   object): skipped and reported alike, never a crash; CSV rows are one per line (a quote never spans lines);
@@ -198,6 +200,9 @@ def from_file(path: Path, traces: dict[str, Trace], match=None) -> tuple[dict[st
                 problems.append(f"{where}: span {str(r['span_id'])[:80]!r} is not a step of trace {tid!r}: row skipped")
                 continue
             step = idx[0]
+        elif all(r.get(k) in (None, "") for k in ("agent", "category")):  # a picked row not filled in yet
+            problems.append(f"{where}: not labelled yet (step and agent blank): row skipped")
+            continue
         else:
             problems.append(f"{where}: neither step nor span_id: row skipped")
             continue
