@@ -209,6 +209,11 @@ class IngestConfig(_Section):
     # attribute runs whose log records success too (`--all-runs`); default: failed and unknown runs only, the
     # succeeded ones listed in errors/ as `succeeded_run` (ingest/status.py)
     all_runs: bool = False
+    # the team's graded outcomes (ingest/outcomes.py): `--outcomes FILE` (trace ids with pass/fail or a score),
+    # `--outcome-name` (the evaluation in it, or a score the log records), `--pass-threshold` (a score passes at >=)
+    outcomes: str | None = None
+    outcome_name: str | None = None
+    pass_threshold: float = 1.0
 
 
 class PipelineConfig(BaseModel):
@@ -256,7 +261,11 @@ class PipelineConfig(BaseModel):
                 data["method"].pop(k, None)
         if data["method"].get("coverage") == 0.8:
             data["method"].pop("coverage")  # the default: the same hash as before the option (old OUTDIRs resume)
-        if data.get("ingest") == IngestConfig().model_dump(mode="json"):
+        for k, default in (("outcomes", None), ("outcome_name", None), ("pass_threshold", 1.0)):
+            if data["ingest"].get(k) == default:  # no outcomes given: the hash before the options existed
+                data["ingest"].pop(k, None)
+        if data.get("ingest") == {k: v for k, v in IngestConfig().model_dump(mode="json").items()
+                                  if k not in ("outcomes", "outcome_name", "pass_threshold")}:
             data.pop("ingest")  # default caps: same hash as before the section existed
         blob = json.dumps(data, sort_keys=True).encode()
         return hashlib.sha256(blob).hexdigest()[:16]

@@ -27,6 +27,7 @@ from masprism_batch.pipelines.run_summary import RunFacts, RunSummary, breakdown
 from masprism_batch import __version__, schema
 from masprism_batch.config import PipelineConfig
 from masprism_batch.ingest.common import WARNING_REASONS
+from masprism_batch.ingest.outcomes import count_signals
 from masprism_batch.ingest.status import outcome_counts
 from masprism_batch.outdir.parts import OutdirLock, write_json_atomic
 from masprism_batch.outdir.reads import read_dataset
@@ -97,18 +98,21 @@ class Committer:
         self.tokens_done = 0
         self.traces_committed = 0  # by this invocation (shards and pieces)
         self.tokens_committed = 0
+        self._mine: list[dict] = []  # entries this invocation committed: run.json `this_invocation`
         self._check_header()
         self.store.clean()
         committed = self.store.committed()
         if plan.ingest_errors is not None and INGEST_SHARD not in committed:
             tables = {"traces": schema.TRACES.empty_table(), "attributions": schema.ATTRIBUTIONS.empty_table(),
                       "step_scores": schema.STEP_SCORES.empty_table(), "errors": plan.ingest_errors}
-            self.store.commit(INGEST_SHARD, tables, self._entry(INGEST_SHARD, tables, {}, "raw inputs"), self.run_id)
+            self._mine.append(self._entry(INGEST_SHARD, tables, {}, "raw inputs"))
+            self.store.commit(INGEST_SHARD, tables, self._mine[-1], self.run_id)
         for sid, errs in plan.increment_errors.items():  # the rejections of inputs added since (increment.py)
             if sid not in committed:
                 tables = {**{t: getattr(schema, t.upper()).empty_table() for t in ("traces", "attributions",
                                                                                    "step_scores")}, "errors": errs}
-                self.store.commit(sid, tables, self._entry(sid, tables, {}, "raw inputs added"), self.run_id)
+                self._mine.append(self._entry(sid, tables, {}, "raw inputs added"))
+                self.store.commit(sid, tables, self._mine[-1], self.run_id)
         pieces = piece_parts(committed)
         for sid, es in pieces.items():
             self._next_piece[sid] = 1 + max(int(e["shard_id"].rsplit("_", 1)[1]) for e in es)
@@ -191,6 +195,7 @@ class Committer:
             entry.update(piece_of=sid, trace_ids=settled_ids(tables),
                          shard_errors=any(p.pack_index == 0 for p in parts))
         self.store.commit(cid, tables, entry, self.run_id)
+        self._mine.append(entry)
         if self.lock is not None:
             self.lock.touch()
         self._last_commit = time.perf_counter()
@@ -224,6 +229,7 @@ class Committer:
         attributed = sum(e["attributed"] for e in committed.values())
         rejected, warnings = sum(rej_by.values()), sum(warn_by.values())
         distinct = self._distinct_inputs()
+        signals = count_signals(read_dataset(self.outdir / "errors", columns=["reason", "message"]).to_pylist())
         if distinct != attributed + rejected:
             log.error("run.json: %d distinct input records, but %d attributed + %d rejected rows: some input "
                       "was written twice", distinct, attributed, rejected)
@@ -231,7 +237,7 @@ class Committer:
             "engine": self.engine, "workers": self.workers, "model": self.cfg.model.name,
             "config_hash": self.cfg.config_hash(), "config": self.cfg.model_dump(mode="json"),
             # attributed, rejected, succeeded (set aside), warnings: the counts every output states
-            "counts": {"in": distinct, **outcome_counts(attributed, {**rej_by, **warn_by}),
+            "counts": {"in": distinct, **outcome_counts(attributed, {**rej_by, **warn_by}, signals),
                        "tokens": sum(e["tokens"] for e in committed.values())},
             "shards": {"total": whole, "run": self.shards_run, "skipped": self.skipped,
                        "pieces": len(committed) - whole, "pieces_run": self.pieces_run},
@@ -242,7 +248,7 @@ class Committer:
                 "wall_seconds": round(wall, 3), "traces": self.traces_done, "tokens": self.tokens_done,
                 "traces_per_second": round(self.traces_done / wall, 4) if wall else 0.0,
                 "tokens_per_second": round(self.tokens_done / wall, 2) if wall else 0.0,
-                **(facts.as_json() if facts is not None else {})},
+                **self._invocation_totals(), **(facts.as_json() if facts is not None else {})},
             "host": {"python": sys.version.split()[0], "platform": platform.platform(),
                      "masprism_batch": __version__},
         }
@@ -253,7 +259,23 @@ class Committer:
                           rejected, rej_by, whole, self.shards_run,
                           self.skipped, wall, inv["traces_per_second"], inv["tokens_per_second"], str(path),
                           facts or RunFacts(), warnings, warn_by, breakdown=breakdown(record),
-                          traces_resumed=self.traces_before)
+                          traces_resumed=self.traces_before, succeeded_by_signal=signals)
+
+    def _invocation_totals(self) -> dict:
+        """What this invocation committed, apart from what the whole OUTDIR holds (`counts`, `shards`,
+        `stage_seconds_total` at the top of run.json): its counts, shards and stage seconds and tokens."""
+        reasons: Counter = Counter()
+        stage: Counter = Counter()
+        tokens: Counter = Counter()
+        for e in self._mine:
+            reasons.update(e["rejected_by_reason"])
+            reasons.update(e.get("warnings_by_reason", {}))
+            stage.update(e["stage_seconds"])
+            tokens.update(e.get("stage_tokens", {}))
+        return {"counts": outcome_counts(sum(e["attributed"] for e in self._mine), dict(reasons)),
+                "shards_run": self.shards_run, "pieces_run": self.pieces_run, "shards_skipped": self.skipped,
+                "stage_seconds": {k: round(v, 3) for k, v in stage.items()},
+                "stage_tokens": {k: int(tokens.get(k, 0)) for k in TOKEN_KEYS}}
 
     def _distinct_inputs(self) -> int:
         """Distinct input records over committed shards: attributed trace ids, plus rejection rows distinct by

@@ -74,7 +74,7 @@ def run_local(inputs: list[str], outdir: str | Path, cfg: PipelineConfig, *, fmt
     attribute = attribute if attribute is not None else ModelStage(ranker)
     with OutdirLock(outdir, "run --engine local") as lock, interruptible(), contextlib.ExitStack() as stack:
         cfg, header = resume_config(outdir, cfg)
-        facts = RunFacts(seconds_model_load=0.0)
+        facts = RunFacts(model_loaded=None) if model is not None else RunFacts(model_loaded=False)
         if model is None and left_to_the_device(cfg) and not (header or {}).get("token_budget") \
                 and auto_device_type(cfg.model.device) == "cuda":
             model = _load(load_model, cfg, facts)  # the budget enters the config hash the committer checks
@@ -100,6 +100,7 @@ def _load(load_model, cfg: PipelineConfig, facts: RunFacts):
     t0 = time.perf_counter()
     model = load_model(cfg)
     facts.seconds_model_load = round(time.perf_counter() - t0, 3)
+    facts.model_loaded = True
     return model
 
 

@@ -201,7 +201,7 @@ def run_ray(inputs: list[str], outdir: str | Path, cfg: PipelineConfig, *, worke
         address = os.environ["RAY_ADDRESS"]  # Ray's own variable names a cluster to join, as `--address` does
     with OutdirLock(outdir, "run --engine ray") as lock, interruptible(), contextlib.ExitStack() as stack:
         cfg, header = resume_config(outdir, cfg)
-        facts = RunFacts(ray_address=address or "local")
+        facts = RunFacts(ray_address=address or "local", model_loaded=False)  # as the local engine: none yet
 
         started: list[bool] = []
 
@@ -232,6 +232,7 @@ def run_ray(inputs: list[str], outdir: str | Path, cfg: PipelineConfig, *, worke
         cfg = with_pack_bound(cfg, "num_gpus" in resources)
         committer.workers = n
         facts.actor_resources, facts.actor_threads = resources, threads
+        facts.model_loaded = True  # by each actor (its load time is in the actors' logs, not timed here)
         with keeping_finished(committer, facts):  # the ledger takes its starts back itself (`_execute`)
             _execute(committer, committer.pending, cfg, n, resources, threads,
                      load_model=load_model, load_tokenizer=load_tokenizer, attribute=attribute)

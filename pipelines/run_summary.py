@@ -21,7 +21,10 @@ class RunFacts(BaseModel):
     token_budget: int | None = None  # tokens per packed forward (stage/budget.py)
     token_budget_source: str | None = None  # why: set by the user, resumed, the CPU default, sized for a GPU
     inputs: dict[str, Any] | None = None  # what was new since the last run (pipelines/increment.py)
-    seconds_model_load: float | None = None  # local: 0.0 when the caller loaded the model
+    # local: True when this invocation loaded the model (`seconds_model_load` its time), False when it found no
+    # work and loaded none, None when the caller loaded it before (demo, eval: not timed here)
+    model_loaded: bool | None = None
+    seconds_model_load: float | None = None
     model_id: str | None = None  # local: the loaded model's
     ray_address: str | None = None
     ray_private_cluster: Any = None
@@ -33,14 +36,15 @@ class RunFacts(BaseModel):
 
 
 def breakdown(record: dict) -> str:
-    """One line: where a run's time went (stage seconds summed over traces; tokens read by each pass)."""
-    sec, tok = record.get("stage_seconds_total", {}), record.get("stage_tokens_total", {})
+    """One line: where this invocation's time went (stage seconds summed over the traces it ran, tokens read by
+    each pass, its model load and wall time); the whole OUTDIR's are run.json's `stage_seconds_total`."""
+    inv = record.get("this_invocation", {})
+    sec, tok = inv.get("stage_seconds", {}), inv.get("stage_tokens", {})
 
     def part(name: str, s: float, t: int | None = None) -> str:
         return f"{name} {s:,.1f} s" + (f" ({t:,} tok, {t / s:,.0f} tok/s)" if t and s > 0 else "")
 
-    inv = record.get("this_invocation", {})
-    load = inv.get("seconds_model_load", 0.0)  # 0 when the caller loaded the model (attribute/eval: before)
+    load = inv.get("seconds_model_load") or 0.0  # none when no work was found, or the caller loaded it
     return " | ".join([
         part("pass 1", sec.get("seconds_pass1", 0.0), tok.get("tokens_pass1")),
         part("pass 2", sec.get("seconds_pass2", 0.0), tok.get("tokens_pass2")),
@@ -73,6 +77,7 @@ class RunSummary:
     warnings_by_reason: dict[str, int] = field(default_factory=dict)
     breakdown: str = ""  # one line: seconds and tokens per stage (`breakdown`)
     traces_resumed: int = 0  # traces committed before this invocation (whole shards and pieces)
+    succeeded_by_signal: dict[str, int] = field(default_factory=dict)  # runs set aside, by what graded them
 
     @property
     def counts(self) -> dict:
@@ -80,7 +85,8 @@ class RunSummary:
         `stats` and the report state."""
         from masprism_batch.ingest.status import outcome_counts
 
-        return outcome_counts(self.attributed, {**self.rejected_by_reason, **self.warnings_by_reason})
+        return outcome_counts(self.attributed, {**self.rejected_by_reason, **self.warnings_by_reason},
+                              self.succeeded_by_signal)
 
     @property
     def exit_code(self) -> int:

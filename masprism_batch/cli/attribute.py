@@ -16,6 +16,9 @@ from masprism_batch.cli.options import (
     CoverageOpt,
     FormatOpt,
     IntervalOpt,
+    OutcomeNameOpt,
+    OutcomesOpt,
+    PassThresholdOpt,
     LimitOpt,
     MethodOpt,
     ModelOpt,
@@ -45,12 +48,14 @@ def attribute(
     token_budget: int = TokenBudgetOpt, traces_per_shard: int = ShardOpt, threads: int = ThreadsOpt,
     all_features: bool = AllFeaturesOpt, fmt: str = FormatOpt, all_runs: bool = AllRunsOpt,
     coverage: float = CoverageOpt,
+    outcomes: Path = OutcomesOpt, outcome_name: str = OutcomeNameOpt, pass_threshold: float = PassThresholdOpt,
     limit: int = LimitOpt, sample: int = SampleOpt, seed: int = SeedOpt,
     progress: bool = ProgressOpt, progress_interval: float = IntervalOpt,
     verbose: bool = VerboseOpt,
 ):
     setup_logging(verbose)
     opts = ConfigOptions(config, model, max_context, threads, ranker, method, system, taxonomy, token_budget,
-                         traces_per_shard, all_runs, all_features, coverage)
+                         traces_per_shard, all_runs, all_features, coverage, outcomes=outcomes,
+                         outcome_name=outcome_name, pass_threshold=pass_threshold)
     execute(inputs, out, opts, Job(Engine.local, fmt=fmt, limit=limit, sample=sample, seed=seed, progress=progress,
                                    progress_interval=progress_interval))

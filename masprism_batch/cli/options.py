@@ -9,6 +9,7 @@ alias.
 from __future__ import annotations
 
 from dataclasses import dataclass
+from pathlib import Path
 
 import typer
 
@@ -25,9 +26,18 @@ RANKER_HELP = ("which verdict each log gets: `rule` (default: the zero-training 
 RULE, MASPRISM = "rule", "masprism"  # the --ranker values that name no file
 
 VerboseOpt = typer.Option(False, "--verbose", "-v", help="debug logging (each stage's log lines)")
-AllRunsOpt = typer.Option(False, "--all-runs", help="also attribute runs whose log records success (default: only "
-                          "failed runs and runs of unknown status; the succeeded ones are counted and listed in "
-                          "OUT/errors/ as succeeded_run)")
+AllRunsOpt = typer.Option(False, "--all-runs", help="also attribute runs graded as passed (default: every run but "
+                          "those a grade says passed: tau-bench's reward, --outcomes, --outcome-name; they are "
+                          "counted and listed in OUT/errors/ as succeeded_run). A status of OK is no grade")
+OutcomesOpt = typer.Option(None, "--outcomes", metavar="FILE", help="your graded outcomes: runs graded passed are set "
+                           "aside (listed in OUT/errors/ as succeeded_run), the others attributed. CSV, JSON lines, "
+                           "JSON or Parquet with a trace id (trace_id, context.trace_id, traceId, run_id) and a "
+                           "pass/fail label or a score, as Phoenix, Langfuse and LangSmith export evaluations")
+OutcomeNameOpt = typer.Option(None, "--outcome-name", metavar="NAME", help="the evaluation that grades a run: its rows "
+                              "in --outcomes, else a score of that name the log records (Langfuse scores, LangSmith "
+                              "feedback)")
+PassThresholdOpt = typer.Option(1.0, "--pass-threshold", help="a score at or above it passes (--outcomes, "
+                                "--outcome-name)")
 FormatOpt = typer.Option("auto", "--format", "-f", help=FormatHelp)
 ModelOpt = typer.Option(None, "--model", "-m", help="smollm2-135m (default) | gemma3-270m | tiny-random | PATH (HF folder or .gguf); `models` lists them")
 ConfigOpt = typer.Option(None, "--config", help="JSON or TOML file with PipelineConfig sections")
@@ -85,6 +95,9 @@ class ConfigOptions:
     all_runs: bool = False
     all_features: bool = False
     coverage: float | None = None
+    outcomes: str | None = None  # --outcomes FILE, --outcome-name, --pass-threshold (ingest/outcomes.py)
+    outcome_name: str | None = None
+    pass_threshold: float | None = None
 
     def sections(self) -> dict[str, dict]:
         """The config sections these options set, by name."""
@@ -95,7 +108,10 @@ class ConfigOptions:
                        "coverage": self.coverage},
             "batch": {"token_budget": self.token_budget},
             "engine": {"traces_per_shard": self.traces_per_shard},
-            "ingest": {"all_runs": True if self.all_runs else None},
+            "ingest": {"all_runs": True if self.all_runs else None,
+                       "outcomes": str(Path(self.outcomes).resolve()) if self.outcomes else None,
+                       "outcome_name": self.outcome_name,
+                       "pass_threshold": self.pass_threshold if self.pass_threshold not in (None, 1.0) else None},
         }
         out = {s: {k: v for k, v in d.items() if v is not None} for s, d in given.items()}
         out["method"].update(verdict_sections(self.ranker, self.method))

@@ -9,7 +9,6 @@ from enum import Enum
 from pathlib import Path
 
 import typer
-from rich.markup import escape
 
 from masprism_batch.cli import app, setup_logging
 from masprism_batch.cli.common import (
@@ -34,6 +33,9 @@ from masprism_batch.cli.options import (
     CoverageOpt,
     FormatOpt,
     IntervalOpt,
+    OutcomeNameOpt,
+    OutcomesOpt,
+    PassThresholdOpt,
     LimitOpt,
     MethodOpt,
     ModelOpt,
@@ -50,6 +52,7 @@ from masprism_batch.cli.options import (
     build_config,
 )
 from masprism_batch.cli.progress import DEFAULT_INTERVAL, heartbeat
+from masprism_batch.schema import terminal
 
 log = logging.getLogger("masprism_batch.cli")
 
@@ -89,6 +92,7 @@ def run(
     token_budget: int = TokenBudgetOpt, traces_per_shard: int = ShardOpt, threads: int = ThreadsOpt,
     all_features: bool = AllFeaturesOpt, fmt: str = FormatOpt, all_runs: bool = AllRunsOpt,
     coverage: float = CoverageOpt,
+    outcomes: Path = OutcomesOpt, outcome_name: str = OutcomeNameOpt, pass_threshold: float = PassThresholdOpt,
     limit: int = LimitOpt, sample: int = SampleOpt, seed: int = SeedOpt,
     progress: bool = ProgressOpt, progress_interval: float = IntervalOpt,
     verbose: bool = VerboseOpt,
@@ -98,7 +102,8 @@ def run(
     OUT/_manifest/; re-run the same command to resume."""
     setup_logging(verbose)
     opts = ConfigOptions(config, model, max_context, threads, ranker, method, system, taxonomy, token_budget,
-                         traces_per_shard, all_runs, all_features, coverage)
+                         traces_per_shard, all_runs, all_features, coverage, outcomes=outcomes,
+                         outcome_name=outcome_name, pass_threshold=pass_threshold)
     execute(inputs, out, opts, Job(engine, workers, address, num_cpus, fmt, limit, sample, seed, progress,
                                    progress_interval))
 
@@ -137,26 +142,33 @@ def execute(inputs: list[str], out: Path, opts: ConfigOptions, job: Job):
     check_format(list(inputs), fmt)  # before OUT exists: a wrong --format leaves nothing behind
     check_outdir(out)
     cfg = build_config(opts)
+    check_outcomes(cfg)
     conflict = staging_conflict(out, list(inputs), fmt, select)
     if conflict:  # answered before a model is loaded (stage_raw checks again under the OUTDIR lock)
         raise fail(conflict)
-    # The model is checked before OUTDIR is touched, so a bad --model leaves nothing that refuses a retry.
-    if engine is Engine.local:
-        ranker = check_ranker(cfg)  # the one read of the ranker file this run makes
-        loaded = load_model_or_fail(cfg, ranker)
-        check_ranker(cfg, ranker, loaded.model_id)
-    else:
-        ranker = check_ranker(cfg)
-        try:
-            require_model(cfg.model.name)  # the actors load it; here only that it exists
-        except ModelNotFoundError as exc:
-            raise fail(f"cannot load model {cfg.model.name!r}: {exc}") from None
-        check_prompt_or_fail(cfg)  # its tokenizer only: the prompt texts leave room for a log
+    # That the model exists is checked before OUTDIR is touched; it is loaded only once the OUTDIR lock is held,
+    # the configuration bound and a shard found pending (issue 60: a nightly rerun with nothing new, or one
+    # refused as "in use", costs no model load). A model that exists but fails to load leaves a header whose run
+    # committed nothing: a retry with another --model takes it over (pipelines/resume.bind_header).
+    ranker = check_ranker(cfg)  # the one read of the ranker file this run makes
+    try:
+        require_model(cfg.model.name)
+    except ModelNotFoundError as exc:
+        raise fail(f"cannot load model {cfg.model.name!r}: {exc}") from None
+    if engine is not Engine.local:
+        check_prompt_or_fail(cfg)  # its tokenizer only (the actors load the model): the prompt leaves room
+
+    def load_checked(run_cfg):  # the local engine's load, once work is found (pipelines/local.run_local)
+        loaded = load_model_or_fail(run_cfg, ranker)
+        check_ranker(run_cfg, ranker, loaded.model_id)
+        return loaded
+
+    fresh = not out.exists() or not any(out.iterdir())
     try:
         with heartbeat(job.progress_interval if progress else 0, show=progress) as display:
             if engine is Engine.local:
-                summary = run_local(inputs, out, cfg, fmt=fmt, progress=display, model=loaded, select=select,
-                                    ranker=ranker)
+                summary = run_local(inputs, out, cfg, fmt=fmt, progress=display, load_model=load_checked,
+                                    select=select, ranker=ranker)
             else:
                 summary = run_ray(inputs, out, cfg, workers=workers, address=address, num_cpus=job.num_cpus,
                                   fmt=fmt, progress=display, select=select, ranker=ranker)
@@ -170,30 +182,71 @@ def execute(inputs: list[str], out: Path, opts: ConfigOptions, job: Job):
         raise fail(str(exc)) from None
     except OSError as exc:
         raise fail(f"cannot write {out}: {exc}") from None
-    from masprism_batch.ingest.status import counts_line
+    from masprism_batch.ingest.status import counts_line, signals_line
 
+    if summary.attributed == 0 and not summary.counts["succeeded"] and fresh:
+        _remove_outdir(out)  # nothing usable: no output skeleton left behind (the reasons are said below)
+        raise fail(no_traces_message(list(inputs), summary.rejected_by_reason).replace(
+            " (see OUTDIR/errors/)", ""))
+    inv = _this_invocation(out)
+    # what this invocation did, then what the whole OUTDIR holds (run.json: `this_invocation` and the top level)
+    loaded = summary.facts.model_loaded
+    model = ("model loaded in " + f"{summary.facts.seconds_model_load or 0:.1f} s" if loaded and
+             summary.facts.seconds_model_load is not None else "model loaded" if loaded else
+             "no model loaded (nothing to run)" if loaded is False else "model loaded before")
     console.print(
-        f"{escape(counts_line(summary.counts))}; {summary.shards_run} shards run, "
+        f"this run: {inv.get('traces', 0):,} trace(s) attributed, {summary.shards_run} shards run, "
         f"{summary.shards_skipped} already committed"
         + (f" ({summary.traces_resumed:,} traces committed before this run)" if summary.traces_resumed else "")
-        + f"; {summary.traces_per_second:.2f} traces/s, "
-        f"{summary.tokens_per_second:,.0f} tokens/s ({summary.engine}, {summary.workers} worker(s)) -> {out}")
+        + f"; {model}; {summary.wall_seconds:.1f} s wall, {summary.traces_per_second:.2f} traces/s, "
+        f"{summary.tokens_per_second:,.0f} tokens/s ({summary.engine}, {summary.workers} worker(s))")
+    console.print(f"{terminal(str(out))} holds: {terminal(counts_line(summary.counts))}")
     from masprism_batch.pipelines.increment import summary_line
 
     if new := summary_line(summary.facts.inputs):
-        console.print(escape(new), highlight=False)
-    if summary.breakdown:
+        console.print(terminal(new), highlight=False)
+    if summary.breakdown and inv.get("traces"):
         console.print(f"time: {summary.breakdown}")
     if matched := ranker_matches(cfg, out, ranker):
-        console.print(escape(matched))
+        console.print(terminal(matched))
     succeeded = summary.counts["succeeded"]
-    if succeeded:
-        console.print(f"{succeeded} run(s) whose log records success were not attributed: set aside (listed in "
-                      f"{out / 'errors'} as succeeded_run; --all-runs attributes them)")
+    if line := signals_line(summary.counts):
+        console.print(f"{terminal(line)} (listed in {terminal(out / 'errors')} as succeeded_run; --all-runs attributes them)")
     if summary.rejected or summary.counts["warnings"] or succeeded:
-        console.print(f"each with its file: masprism-batch show {out} --errors")
+        console.print(f"each with its file: masprism-batch show {terminal(out)} --errors")
     if summary.attributed == 0 and succeeded:
-        raise typer.Exit(summary.exit_code)  # every run succeeded: nothing to blame, and nothing went wrong
+        raise typer.Exit(summary.exit_code)  # every run was graded passed: nothing to blame, nothing went wrong
     if summary.attributed == 0:
         raise fail(no_traces_message(list(inputs), summary.rejected_by_reason))
     raise typer.Exit(summary.exit_code)
+
+
+def check_outcomes(cfg) -> None:
+    """`--outcomes FILE` read once before anything runs: a missing file, a row without a trace id or outcome,
+    or several evaluations and no --outcome-name are refused (exit 1) before OUTDIR is touched."""
+    from masprism_batch.ingest.outcomes import Grader
+
+    try:
+        Grader.of(cfg.ingest)
+    except (OSError, ValueError) as exc:
+        raise fail(str(exc)) from None
+
+
+def _this_invocation(out: Path) -> dict:
+    import json
+
+    try:
+        return json.loads((out / "run.json").read_text(encoding="utf-8")).get("this_invocation") or {}
+    except (OSError, ValueError):
+        return {}
+
+
+def _remove_outdir(out: Path) -> None:
+    """A fresh OUTDIR this command created and filled with nothing usable: removed (never one that held
+    anything before the command)."""
+    import shutil
+
+    try:
+        shutil.rmtree(out)
+    except OSError as exc:
+        log.warning("could not remove %s: %s", out, exc)

@@ -228,6 +228,8 @@ def _trace(head: dict, observations: list, ctx: Context) -> Trace:
     for k in ("sessionId", "userId"):
         if isinstance(head.get(k), str):
             facts[k] = head[k]
+    if scores := status.recorded_scores(head):  # a run graded in Langfuse: `--outcome-name` reads them
+        facts["scores"] = scores
     return Trace(trace_id=tid, source="langfuse", system=name, question=question,
                  steps=steps, labels=None, metadata=facts, run_status=status.of_langfuse(head, obs))
 

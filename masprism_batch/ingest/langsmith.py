@@ -196,6 +196,8 @@ def parse_runs(runs: list, ctx: Context, record: str | None = None,
                 ctx.warn("duplicate_span", f"{facts['n_duplicate_spans_dropped']} exact copies of runs dropped", tid)
             system = root.get("name") if isinstance(root.get("name"), str) else None
             facts["format"] = "langsmith"
+            if scores := status.recorded_scores(root):  # its feedback: `--outcome-name` reads it
+                facts["scores"] = scores
             task = question_of(root.get("inputs"))
             steps, question = with_context(steps, ins, task, task_step=task is not None)
             yield Trace(trace_id=tid, source="langsmith", system=system, question=question,

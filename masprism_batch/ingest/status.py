@@ -1,20 +1,22 @@
 """A run's status as its log records it (`Trace.run_status`): "failed", "succeeded" or "unknown".
 
-Attribution asks which step caused a failure, so by default only failed runs and runs of unknown status are
-attributed (`--all-runs` attributes all). "succeeded" means the format recorded a normal end and no error:
-it does not say the answer was right, except where the format scores the answer (tau-bench's reward).
+Attribution asks which step caused a failure, so by default every run is attributed except one *graded* as
+passed (`--all-runs` attributes all). "succeeded" means a grade of the answer said so: tau-bench's reward, a
+canonical row's `run_status`, or the team's outcomes (outcomes.py: `--outcomes FILE`, `--outcome-name` for a score
+recorded in the log). An execution status of OK (OTel, OpenInference, Langfuse levels, LangSmith "success") only
+says no exception was raised: most failed agent runs end that way, so it is "unknown" and attributed (issue 60).
 Each reader calls one function here with what it already holds, so the rule per format lives in one place:
 
 | format | failed | succeeded |
 |---|---|---|
-| OTLP, OTel SDK dumps, Jaeger, OpenInference / TRAIL | a span with status ERROR (or an `error` tag) | a span OK, none ERROR |
-| Langfuse | an observation with level ERROR | none ERROR and the trace has an output |
-| LangSmith | a run with an `error` or status "error" | the root run's status "success", or its outputs and no error |
+| OTLP, OTel SDK dumps, Jaeger, OpenInference / TRAIL | a span with status ERROR (or an `error` tag) | never (OK is no grade) |
+| Langfuse | an observation with level ERROR | never (its `scores`: `--outcome-name`) |
+| LangSmith | a run with an `error` or status "error" | never (its `feedback_stats`: `--outcome-name`) |
 | tau-bench | reward < 1 | reward 1 |
 | SWE-agent, mini-swe-agent | `exit_status` an error / limit (anything but a submission) | never (a submission is not graded) |
 | OpenHands | an error observation or agent state "error" | never (finishing is not being right) |
 | Who&When | always (the data set holds failed runs only) | never |
-| canonical JSONL / Parquet | the `run_status` field: "failed" or a word for it ("error", "FAILED", ...) | "succeeded" or a word for it ("success", "SUCCEEDED", "ok", ...) |
+| canonical JSONL / Parquet | the `run_status` field: "failed" or a word for it ("error", "FAILED", ...) | "succeeded" or a word for it ("success", "passed", "SUCCEEDED", ...; "ok" is no grade) |
 
 Everything else (OpenAI chat, AG2, traces without a status) is "unknown".
 """
@@ -53,25 +55,36 @@ def span_status(span: dict[str, Any], attrs: dict[str, Any] | None = None) -> st
 
 
 def combine_statuses(statuses: Iterable[str | None]) -> str:
-    """A run of spans: failed if any failed, succeeded if any succeeded and none failed, else unknown."""
-    seen = set(statuses)
-    return FAILED if FAILED in seen else SUCCEEDED if SUCCEEDED in seen else UNKNOWN
+    """A run of spans: failed if any failed, else unknown (spans OK say no exception was raised, not that the
+    answer was right)."""
+    return FAILED if FAILED in set(statuses) else UNKNOWN
 
 
 def of_langfuse(head: dict[str, Any], observations: Iterable[dict[str, Any]]) -> str:
     obs = [o for o in observations if isinstance(o, dict)]
-    if any(str(o.get("level", "")).upper() == "ERROR" for o in obs):
-        return FAILED
-    return SUCCEEDED if head.get("output") not in (None, "", [], {}) else UNKNOWN
+    return FAILED if any(str(o.get("level", "")).upper() == "ERROR" for o in obs) else UNKNOWN
 
 
 def of_langsmith(runs: Iterable[dict[str, Any]], root: dict[str, Any]) -> str:
     runs = [r for r in runs if isinstance(r, dict)]
-    if any(r.get("error") or str(r.get("status", "")).lower() == "error" for r in runs):
-        return FAILED
-    if str(root.get("status", "")).lower() == "success" or root.get("outputs") not in (None, "", [], {}):
-        return SUCCEEDED
-    return UNKNOWN
+    return FAILED if any(r.get("error") or str(r.get("status", "")).lower() == "error" for r in runs) else UNKNOWN
+
+
+def recorded_scores(head: dict[str, Any]) -> dict[str, Any]:
+    """Scores a log records about its run, {name: value}, for `--outcome-name` (outcomes.py): Langfuse trace
+    `scores` ([{name, value, stringValue}]) and LangSmith root run `feedback_stats` ({key: {avg, n}})."""
+    out: dict[str, Any] = {}
+    for sc in head.get("scores") if isinstance(head.get("scores"), list) else ():
+        if isinstance(sc, dict) and isinstance(sc.get("name"), str):
+            v = sc.get("value") if sc.get("value") is not None else sc.get("stringValue")
+            if isinstance(v, (int, float, str, bool)):
+                out[sc["name"]] = v
+    stats = head.get("feedback_stats")
+    for key, st in stats.items() if isinstance(stats, dict) else ():
+        v = st.get("avg") if isinstance(st, dict) else st
+        if isinstance(v, (int, float, bool)):
+            out[str(key)] = v
+    return out
 
 
 def of_reward(reward: Any) -> str:
@@ -102,11 +115,12 @@ def of_openhands(events: Iterable[Any]) -> str:
 # the words logs and hand-written exports use for a run's end, folded to the three statuses (case, spaces, dashes
 # ignored): "SUCCEEDED", "success", "ok" are one class, never extra classes beside "succeeded"
 _WORDS = {
-    SUCCEEDED: ("succeeded", "success", "successful", "succeed", "ok", "okay", "pass", "passed", "solved",
-                "resolved", "status_code_ok"),
+    SUCCEEDED: ("succeeded", "success", "successful", "succeed", "pass", "passed", "solved", "resolved"),
     FAILED: ("failed", "fail", "failure", "error", "errored", "err", "crashed", "crash", "exception", "timeout",
              "timed_out", "aborted", "status_code_error"),
-    UNKNOWN: ("unknown", "", "none", "null", "unset", "n/a", "na", "status_code_unset"),
+    # "ok": an execution status (no exception), no grade of the answer
+    UNKNOWN: ("unknown", "", "none", "null", "unset", "n/a", "na", "status_code_unset", "ok", "okay",
+              "status_code_ok"),
 }
 VOCABULARY = {w: status for status, words in _WORDS.items() for w in words}
 _WARNED: set[str] = set()  # unknown words already warned about (bounded: a hostile file has many)
@@ -132,15 +146,20 @@ def of_field(value: Any) -> str:
 
 
 def attributable(traces: Iterable, on_skip, input_path: str | None = None) -> Iterator:
-    """The traces to attribute by default: failed and unknown runs, streamed. Each succeeded one becomes one
-    `succeeded_run` row of errors/ (a warning: counted and listed, not a rejection)."""
+    """The traces to attribute by default: all but those graded as passed (run_status "succeeded": the team's
+    outcomes or a named recorded score, outcomes.py, applied as each trace is read; else the log's own grade:
+    tau-bench's reward, a canonical row's field), streamed. Each run set aside becomes one `succeeded_run` row of
+    errors/ (a warning: counted and listed, not a rejection) whose message starts with the signal that graded it
+    (outcomes.SIGNALS), so every summary counts them by signal."""
     from masprism_batch.schema import error_row
 
     for t in traces:
         if t.run_status == SUCCEEDED:
+            meta = t.metadata if isinstance(t.metadata, dict) else {}
+            signal = meta.get("graded_by") or ("reward" if t.source == "tau-bench" else "run_status")
+            why = meta.get("graded_why") or f"the log grades it succeeded ({t.source})"
             on_skip(error_row(input_path=input_path, record_id=t.trace_id, stage="select", reason="succeeded_run",
-                              message=f"{t.source}: the log records a successful run; not attributed (--all-runs "
-                                      f"attributes it)"))
+                              message=f"{signal}: {why}; not attributed (--all-runs attributes it)"))
         else:
             yield t
 
@@ -222,14 +241,16 @@ def span_error(span: dict[str, Any], events: Any, failed: bool) -> str:
 SET_ASIDE = "succeeded_run"  # listed, not attributed, not a rejection
 
 
-def outcome_counts(attributed: int, reasons: dict[str, int]) -> dict:
-    """{attributed, rejected, succeeded, warnings, and each by reason} from errors/ rows counted by reason."""
+def outcome_counts(attributed: int, reasons: dict[str, int], signals: dict[str, int] | None = None) -> dict:
+    """{attributed, rejected, succeeded, warnings, and each by reason} from errors/ rows counted by reason;
+    `signals`: the succeeded ones by the signal that graded them (outcomes.count_signals)."""
     from masprism_batch.ingest.common import WARNING_REASONS
 
     rej = {k: v for k, v in sorted(reasons.items()) if k not in WARNING_REASONS}
     warn = {k: v for k, v in sorted(reasons.items()) if k in WARNING_REASONS and k != SET_ASIDE}
     return {"attributed": attributed, "rejected": sum(rej.values()), "rejected_by_reason": rej,
-            "succeeded": reasons.get(SET_ASIDE, 0), "warnings": sum(warn.values()), "warnings_by_reason": warn}
+            "succeeded": reasons.get(SET_ASIDE, 0), "succeeded_by_signal": dict(sorted((signals or {}).items())),
+            "warnings": sum(warn.values()), "warnings_by_reason": warn}
 
 
 def _reasons(by: dict[str, int]) -> str:
@@ -237,10 +258,20 @@ def _reasons(by: dict[str, int]) -> str:
 
 
 def counts_line(c: dict) -> str:
-    """`8 attributed, 2 rejected (invalid_json x2), 4 set aside as succeeded, 1 warning (empty_step x1)`."""
+    """`8 attributed, 2 rejected (invalid_json x2), 4 set aside as succeeded, 1 warning (empty_step x1)`
+    (`signals_line`: the set-aside ones by signal)."""
     parts = [f"{c['attributed']:,} attributed",
              f"{c['rejected']:,} rejected" + (f" ({_reasons(c['rejected_by_reason'])})" if c["rejected"] else ""),
              f"{c['succeeded']:,} set aside as succeeded",
              f"{c['warnings']:,} warning{'s' * (c['warnings'] != 1)}"
              + (f" ({_reasons(c['warnings_by_reason'])})" if c["warnings"] else "")]
     return ", ".join(parts)
+
+
+def signals_line(c: dict) -> str | None:
+    """`4 run(s) set aside as graded passed: reward x3, outcomes x1` (None: none set aside)."""
+    if not c.get("succeeded"):
+        return None
+    by = c.get("succeeded_by_signal") or {}
+    return (f"{c['succeeded']:,} run(s) set aside as graded passed, by signal: {_reasons(by) or 'not recorded'}; "
+            f"an execution status of OK is no grade (they are attributed)")

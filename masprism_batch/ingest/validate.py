@@ -23,6 +23,7 @@ from masprism_batch.ingest.common import (
     check_trace_id,
     short,
 )
+from masprism_batch.ingest.outcomes import grade
 from masprism_batch.ingest.status import of_field
 from masprism_batch.schema import clean_text
 from masprism_batch.trace import Labels, Step, Trace
@@ -111,7 +112,8 @@ def validate(trace: Trace, ctx: Context | None = None, limits: IngestConfig | No
         ctx.warn("invalid_utf8", f"{_repairs.n} strings held lone surrogates; replaced by U+FFFD", tid)
     if ctx is not None and ctx.rendered:
         _check_empty(out, ctx)
-    return apply_caps(out, limits, ctx.warn if ctx is not None else None)
+    out = apply_caps(out, limits, ctx.warn if ctx is not None else None)
+    return grade(out, limits)  # the team's outcomes (--outcomes, --outcome-name): ingest/outcomes.py
 
 
 def _check_empty(trace: Trace, ctx: Context) -> None:
