@@ -7,11 +7,14 @@ For each dev system and k = 5, 10, 20, 40 and "all": 20 random draws of k labell
 fit (masprism_batch/fit/system.py, as `fit` runs it) and tested on that system's remaining logs ("all": 5-fold within
 the system x 8 seeds, the protocol of the per-system 5-fold reference figures). Every method is scored on the
 same test logs of a draw, so the targets compare them by the paired difference over draws (mean ± its SE).
-Beside the fitted verdict, on the same test logs: the zero-training rule, the same fit allowed to correct only
-the rule's order (what fit.OFFSETS adds), and the label-prior baselines learned from the same k labels (most
-common blamed position; most common blamed agent).
+Beside the fitted verdict, on the same test logs: the zero-training rule, the same fit with the selection before
+issue 59 (`--ablate selection`, default: one option's margin for the step, Z_AGENT 1.0), or allowed to correct only
+the rule's order (`--ablate orders`: what fit.OFFSETS adds), and the label-prior baselines learned from the same k
+labels (most common blamed position; most common blamed agent).
 Step: top-1 (Who&When) / P@1 (TRAIL) over logs with a labelled step; agent: exact (Who&When). Also the
-accuracy of the most confident half of the fitted verdicts (calibrated confidence).
+accuracy of the most confident half of the fitted verdicts and the fitted confidence on the test logs (its AUROC,
+interquartile range and which confidence the fit kept: issue 59), each fit given the zero-training calibration
+fitted on the other systems (fitted_confidence.loso_calibrations), as `fit` reads fallback.json's.
 The table and the targets it checks are written by learning_curve_report.py.
 Writes tidy rows to benchmarks/results/learning_curve.csv and a section of docs/results.md.
 """
@@ -25,6 +28,7 @@ import platform
 import sys
 import time
 import zlib
+from contextlib import contextmanager
 from pathlib import Path
 
 import numpy as np
@@ -33,11 +37,13 @@ if __package__ in (None, ""):  # run as a file: the repository root makes `bench
     sys.path.append(str(Path(__file__).resolve().parents[2]))  # last: an installed masprism_batch wins
 from benchmarks.accuracy.accuracy_cases import FOLD_SEEDS, add_cache_args, cached_cases, fit_cases
 from benchmarks.accuracy.accuracy_report import replace_block
-from benchmarks.accuracy.learning_curve_report import ABLATION, markdown
+from benchmarks.accuracy.fitted_confidence import loso_calibrations
+from benchmarks.accuracy.learning_curve_report import ABLATION, SELECTION, markdown
 from benchmarks.rows import write_rows
 from masprism_batch.fit import fitting as ft
 from masprism_batch.fit import system as fs
 from masprism_batch.method import calibrate
+from masprism_batch.method import confidence as cf
 from masprism_batch.verdict import case as vcase
 from masprism_batch.verdict import rules as zr
 from masprism_batch.verdict.rankfile import SystemRanker
@@ -45,23 +51,49 @@ from masprism_batch.verdict.rankfile import SystemRanker
 ROOT = Path(__file__).resolve().parents[2]
 log = logging.getLogger("bench_learning_curve")
 KS = (5, 10, 20, 40, "all")
+ABLATIONS = ("selection",)  # default; "orders" adds the fit allowed only the rule's order (--ablate orders)
 
 
-def evaluate(train: list[vcase.LogCase], test: list[vcase.LogCase], system: str, rule: str, rule_agent: str) -> dict:
-    """{(method, metric): value} of one draw."""
-    f = fs.fit_system(train, system, rule=rule, rule_agent=rule_agent)
+@contextmanager
+def before_issue_59():
+    """fit/system.py's selection as it was before issue 59: the step's margin for one option (no max-t over the
+    options tried), the author and mixing rule at the ranker's margin (Z_AGENT 1.0). Measured beside the fit as it
+    ships, paired on the same draws."""
+    saved = fs.MULTIPLE, fs.Z_AGENT
+    fs.MULTIPLE, fs.Z_AGENT = False, 1.0
+    try:
+        yield
+    finally:
+        fs.MULTIPLE, fs.Z_AGENT = saved
+
+
+def _step_agent(applied) -> tuple[int, str | None]:
+    order, _, agent, _ = applied
+    return order[0], agent
+
+
+def evaluate(train: list[vcase.LogCase], test: list[vcase.LogCase], system: str, rule: str, rule_agent: str,
+             ablations=ABLATIONS, zero_cal: dict | None = None) -> dict:
+    """{(method, metric): value} of one draw; `zero_cal`: the zero-training confidence's calibration the fit
+    reads (as `fit` reads fallback.json's), fitted on the other systems only."""
+    f = fs.fit_system(train, system, rule=rule, rule_agent=rule_agent, zero_cal=zero_cal)
     sr = SystemRanker(f.entry, "")
-    # ablation: the same fit allowed to correct only the rule's order (what each order adds, paired on this draw)
-    ab = SystemRanker(fs.fit_system(train, system, rule=rule, rule_agent=rule_agent, offsets=("rule",)).entry, "")
+    others = {}
+    if "orders" in ablations:  # the same fit allowed to correct only the rule's order (what each order adds)
+        others[ABLATION] = SystemRanker(fs.fit_system(train, system, rule=rule, rule_agent=rule_agent,
+                                                      offsets=("rule",)).entry, "")
+    if "selection" in ablations:  # the same fit with the selection before issue 59
+        with before_issue_59():
+            others[SELECTION] = SystemRanker(fs.fit_system(train, system, rule=rule, rule_agent=rule_agent).entry, "")
     pri = vcase.Priors.count(train)
     res: dict[tuple[str, str], list] = {}
     conf, hits = [], []
     for c in test:
-        order, _, agent, cf = sr.apply(c.trace, c.rows, c.ranked)
-        ab_order, _, ab_agent, _ = ab.apply(c.trace, c.rows, c.ranked)
+        order, _, agent, conf_c = sr.apply(c.trace, c.rows, c.ranked)
         top = c.ranked[0] if c.ranked else 0
         ti = pri.top_index()
-        got = {"fitted": (order[0], agent), ABLATION: (ab_order[0], ab_agent),
+        got = {"fitted": (order[0], agent),
+               **{m: _step_agent(ab.apply(c.trace, c.rows, c.ranked)) for m, ab in others.items()},
                "zero-training rule": (top, zr.agent_verdict(rule_agent, c.trace, c.rows, c.ranked or [top])),
                "label prior: position": (min(ti, len(c.trace.steps) - 1) if ti is not None else top, None),
                "label prior: agent": (None, pri.top_agent(c.trace) or zr.agent_verdict(zr.FLOOR, c.trace, c.rows,
@@ -71,16 +103,33 @@ def evaluate(train: list[vcase.LogCase], test: list[vcase.LogCase], system: str,
                 res.setdefault((m, "step"), []).append(ft.hit(c, step))
             if ag is not None and c.gold_agents:
                 res.setdefault((m, "agent"), []).append(ft.agent_hit(c, ag))
-        conf.append(cf)
+        conf.append(conf_c)
         hits.append(ft.hit(c, order[0]))
     out = {k: float(np.mean(v)) for k, v in res.items() if v}
     if conf and all(x is not None for x in conf):
         out[("fitted, top 50% confident", "step")] = calibrate.accuracy_at_coverage(conf, hits)[0.5][1]
+        out.update(confidence_rows(f.entry, conf, hits))
     out[("fitted", "uses ranker")] = float(f.verdict == "ranker")
     out[("fitted", "uses prior")] = float(f.verdict == "prior")
     if any(c.gold_agents for c in train):
         out[("fitted", "agent: uses prior")] = float(f.entry["agent_rule"].startswith("prior"))
-        out[("fitted", "agent: uses author/aggregate")] = float(f.entry["agent_rule"] in ("author", "aggregate"))
+        out[("fitted", "agent: uses author/aggregate")] = float(f.entry["agent_rule"] in ("author", "aggregate",
+                                                                                       fs.MIX_AGENT))
+    return out
+
+
+def confidence_rows(entry: dict, conf: list[float], hits: list[bool]) -> dict:
+    """The fitted confidence on a draw's test logs (issue 59): its AUROC against a right step (none where every
+    test verdict is right or every one wrong), its interquartile range, whether the fit kept the zero-training
+    one, and whether the one kept ranked the fit's own folds worse than the other (never, by construction)."""
+    h = entry["heldout"]
+    out = {("fitted", "confidence iqr"): float(np.subtract(*np.percentile(conf, [75, 25]))),
+           ("fitted", "confidence kept zero-training"): float(h.get("confidence_kept") == "zero-training")}
+    if (a := cf.auroc(conf, hits)) is not None:
+        out[("fitted", "confidence auroc")] = float(a)
+    fa, za = h.get("fitted_auroc"), h.get("zero_training_auroc")
+    if fa is not None and za is not None:
+        out[("fitted", "confidence kept the worse on its folds")] = float(h["auroc"] < max(fa, za))
     return out
 
 
@@ -149,6 +198,9 @@ def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     add_cache_args(ap)
     ap.add_argument("--draws", type=int, default=20)
+    ap.add_argument("--ablate", nargs="*", default=list(ABLATIONS), choices=["selection", "orders"],
+                    help="fits measured beside the shipped one on the same draws: the selection before issue 59, "
+                         "the rule's order alone (each one more fit per draw)")
     ap.add_argument("--time-fit", type=int, default=None, metavar="N",
                     help="only time `fit` on a synthetic N-log run OUTDIR and print the line")
     ap.add_argument("--csv", default=str(ROOT / "benchmarks" / "results" / "learning_curve.csv"))
@@ -163,12 +215,14 @@ def main() -> None:
         return
     cases, _ = cached_cases(args)
     rule, rule_agent = zr.read_fallback(None).rule, zr.read_fallback(None).agent_rule
+    zero_cals = loso_calibrations(cases, rule)  # each system's from the other systems' verdicts only
     rows, t0 = [], time.process_time()
     for system in sorted({c.system for c in cases}):
         fc = fit_cases([c for c in cases if c.system == system], rule)
         for k in KS:
             for d, (train, test) in enumerate(system_draws(fc, system, k, args.draws)):
-                for (m, metric), v in evaluate(train, test, system, rule, rule_agent).items():
+                for (m, metric), v in evaluate(train, test, system, rule, rule_agent, args.ablate,
+                                                   zero_cals.get(system)).items():
                     rows.append({"system": system, "k": k, "draw": d, "n_train": len(train), "n_test": len(test),
                                  "method": m, "metric": metric, "value": round(v, 4)})
             log.info("%s k=%s done (%.0f s CPU)", system, k, time.process_time() - t0)

@@ -10,8 +10,10 @@ import numpy as np
 
 from benchmarks.accuracy.accuracy_cases import FOLD_SEEDS
 from benchmarks.accuracy.accuracy_report import CURVE_BEGIN, CURVE_END
+from masprism_batch.fit.system import MIN_K
 
 ABLATION = "fitted, rule's order only"  # the method name of the rows of the fit allowed only the rule's order
+SELECTION = "fitted, selection before issue 59"  # the same fit with the old margins (bench_learning_curve.py)
 
 
 def _values(rows, system, k, method, metric) -> list[float]:
@@ -38,7 +40,10 @@ def markdown(rows, cases, rule, rule_agent, args) -> str:
              "`verdicts used`: share of draws where the fit's internal CV chose, for the step, the label prior "
              "re-ranking each log's own candidates / "
              "the ranker (else the rule), and for the agent the label prior's agent / the author or the ranker's "
-             "summed probabilities (else the rule's agent).", ""]
+             "summed probabilities (else the rule's agent). Each fit reads the zero-training confidence's "
+             "calibration fitted on the other systems only. `before issue 59`: the same fit with the step's margin "
+             "for one option (not for the best of those tried) and the author at the ranker's margin, on the same "
+             "draws.", ""]
     for s in sorted({r["system"] for r in rows}):
         ks = list(dict.fromkeys(str(r["k"]) for r in rows if r["system"] == s))
         has_agent = any(r["system"] == s and r["metric"] == "agent" for r in rows)
@@ -61,7 +66,7 @@ def markdown(rows, cases, rule, rule_agent, args) -> str:
             label = f"all (~{np.mean(n_tr):.0f})" if k == "all" else k
             lines.append(f"| {label} | " + " | ".join(cells) + " |")
         lines.append("")
-    lines += _targets(rows) + _ablation(rows)
+    lines += _goals_59(rows) + _confidence_59(rows) + _targets(rows) + _ablation(rows)
     return "\n".join(lines) + CURVE_END
 
 
@@ -121,8 +126,91 @@ def _targets(rows) -> list[str]:
     return out + [""]
 
 
+def _ks(rows, system) -> list[str]:
+    return list(dict.fromkeys(str(r["k"]) for r in rows if r["system"] == system))
+
+
+def _p(p) -> str:
+    return "—" if p is None else f"{p[0]:+.3f} ± {p[1]:.3f}"
+
+
+def _goals_59(rows) -> list[str]:
+    """Issue 59's goals on these rows, each a paired difference over draws (mean ± SE): the fitted step against
+    the zero-training rule at every k (>= +0.05 at k = 20 on GAIA and Hand-Crafted; never below -0.01), the
+    Algorithm-Generated agent against the most active agent (the zero-training agent rule) at k = 20 (>= +0.05),
+    and the fit as it ships against the selection before issue 59."""
+    out = ["**Issue 59's goals**, paired on the same test logs (mean ± SE over draws; fitted minus the baseline):", "",
+           "| system | metric | " + " | ".join(f"k = {k}" for k in ("5", "10", "20", "40", "all")) + " |",
+           "|---|---|---|---|---|---|---|"]
+    for s in sorted({r["system"] for r in rows}):
+        for metric, base, what in (("step", "zero-training rule", "step: fitted − zero-training"),
+                                   ("agent", "zero-training rule", "agent: fitted − zero-training (most active)"),
+                                   ("step", SELECTION, "step: fitted − before issue 59"),
+                                   ("agent", SELECTION, "agent: fitted − before issue 59")):
+            cells = [_p(_paired(rows, s, k, "fitted", base, metric)) for k in ("5", "10", "20", "40", "all")]
+            if any(c != "—" for c in cells):
+                out.append(f"| {s} | {what} | " + " | ".join(cells) + " |")
+    out += ["", "Checked:", ""]
+    for s in sorted({r["system"] for r in rows}):
+        parts = []
+        worst = [(k, p) for k in _ks(rows, s) if (p := _paired(rows, s, k, "fitted", "zero-training rule", "step"))]
+        if worst:
+            k, p = min(worst, key=lambda x: x[1][0])
+            ok = "met" if p[0] >= -0.01 else f"missed by {-0.01 - p[0]:.3f}"
+            parts.append(f"lowest step difference to zero-training {p[0]:+.3f} ± {p[1]:.3f} (k = {k}): never below "
+                         f"-0.01 {ok}")
+        if s in ("trail/GAIA", "who-and-when/Hand-Crafted"):
+            p = _paired(rows, s, "20", "fitted", "zero-training rule", "step")
+            parts.append("k = 20 step >= zero-training + 0.05: " + (
+                "not measured (fewer than 25 labelled logs cached)" if p is None else
+                f"{p[0]:+.3f} ± {p[1]:.3f}, " + ("met" if p[0] >= 0.05 else f"missed by {0.05 - p[0]:.3f}")))
+        if s == "who-and-when/Algorithm-Generated":
+            p = _paired(rows, s, "20", "fitted", "zero-training rule", "agent")
+            parts.append("k = 20 agent >= most active + 0.05: " + (
+                "not measured (fewer than 25 labelled logs cached)" if p is None else
+                f"{p[0]:+.3f} ± {p[1]:.3f}, " + ("met" if p[0] >= 0.05 else f"missed by {0.05 - p[0]:.3f}")))
+        out.append(f"- {s}: " + "; ".join(parts) + ".")
+    return out + [""]
+
+
+def _confidence_59(rows) -> list[str]:
+    """The fitted confidence on each draw's test logs (held out): its AUROC, interquartile range, how often the fit
+    kept the zero-training one, and issue 59's acceptance (IQR >= 0.1 in every draw where the AUROC >= 0.6; the
+    kept one never the worse on the fit's own folds)."""
+    out = ["**The confidence after a fit** (issue 59), on each draw's test logs, held out: mean AUROC against a "
+           "right step (draws where the test logs hold both outcomes), mean interquartile range of the "
+           "confidences, the share of draws whose fit kept the zero-training confidence (it ranked the fit's own "
+           "folds better), and the draws with AUROC >= 0.6 whose IQR is >= 0.1:", "",
+           "| system | k | AUROC | IQR | kept zero-training | AUROC >= 0.6: IQR >= 0.1 | kept the worse on its folds |",
+           "|---|---|---|---|---|---|---|"]
+    for s in sorted({r["system"] for r in rows}):
+        for k in _ks(rows, s):
+            a = {r["draw"]: r["value"] for r in rows if (r["system"], str(r["k"]), r["method"], r["metric"]) ==
+                 (s, k, "fitted", "confidence auroc")}
+            q = {r["draw"]: r["value"] for r in rows if (r["system"], str(r["k"]), r["method"], r["metric"]) ==
+                 (s, k, "fitted", "confidence iqr")}
+            if not q:
+                continue
+            n_tr = [r["n_train"] for r in rows if r["system"] == s and str(r["k"]) == k]
+            if np.mean(n_tr) < MIN_K:  # `fit` writes no entry below MIN_K labels: nothing of it ships
+                out.append(f"| {s} | {k} | fewer than {MIN_K} labels: `fit` ships no entry | | | | |")
+                continue
+            ranked = [d for d, v in a.items() if v >= 0.6 and d in q]
+            spread = sum(q[d] >= 0.1 for d in ranked)
+            worse = sum(_values(rows, s, k, "fitted", "confidence kept the worse on its folds"))
+            kept = _values(rows, s, k, "fitted", "confidence kept zero-training")
+            out.append(f"| {s} | {k} | {np.mean(list(a.values())):.3f} | {np.mean(list(q.values())):.3f} | "
+                       f"{np.mean(kept):.2f} | {spread} of {len(ranked)} | {int(worse)} of {len(q)} |"
+                       if a else f"| {s} | {k} | — | {np.mean(list(q.values())):.3f} | {np.mean(kept):.2f} | — | "
+                                 f"{int(worse)} of {len(q)} |")
+    return out + [""]
+
+
 def _ablation(rows) -> list[str]:
     """What the three orders (fit.OFFSETS) add over correcting the rule's order alone, paired on each draw."""
+    if not any(r["method"] == ABLATION for r in rows):
+        return ["**What the ranker's three orders add**: not measured by this run (`--ablate orders`); the last "
+                "measurement is in `git show 9473d5c:docs/results.md` (2026-11-28).", ""]
     out = ["**What the ranker's three orders add** (`fit.OFFSETS`: the rule's order, the rule's order at a learned "
            "weight, the label prior's order; against the same fit allowed only the rule's order, on the same "
            "draws; step, paired mean ± SE):", ""]
