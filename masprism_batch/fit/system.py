@@ -45,7 +45,7 @@ log = logging.getLogger(__name__)
 #   the agent, against the choice so far. It was 2.0 while the zero-training agent rule mixed in the step
 #   evidence itself; since that floor is the most active agent, 2.0 kept it on Algorithm-Generated where the
 #   author is 13 points better (fitted agent 0.478 vs 0.558 at 1.0, 5-fold). At 1.0 a 20-label fit still kept the
-#   floor in two draws of three there (agent +0.021 over it, issue 59); like the prior's agent, the author and
+#   floor in 12 draws of 20 there (agent +0.021 over it, issue 59); like the prior's agent, the author and
 #   the mixing rule have nothing to tune, so they take its margin (docs/results.md measures both, paired).
 # Chosen a priori among round values, each the same for every system, and checked by simulating the selection
 # on 3 x 30-40 draws per k of the dev signal cache: step margins 0.5-1.64 did not differ beyond that noise.
