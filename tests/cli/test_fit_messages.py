@@ -23,3 +23,20 @@ def test_skipped_summary_names_each_trace_once_in_first_seen_order():
                 for i, t in enumerate(["b", "a", "b", "c", "a", "d"])]
     line = skipped_summary(problems)
     assert "first: b, a, c, … (1 more)" in line and line.startswith("6 label row(s) skipped: 6 step out of range")
+
+
+def test_confidence_words_name_the_kept_confidence_and_why(np_rng):
+    """Issue 59: `fit` says which confidence it kept and that it is the one that ranked the held-out verdicts
+    better; never the old words that kept the fitted one whatever the folds said."""
+    from masprism_batch.cli.fit_messages import confidence_words
+
+    zt = float(np_rng.uniform(0.6, 0.9))
+    fa = float(np_rng.uniform(0.3, zt - 0.01))
+    cal = {"w": [0.7], "b": -0.4}
+    words = confidence_words({"calibration": cal, "heldout": {
+        "auroc": zt, "fitted_auroc": fa, "zero_training_auroc": zt, "confidence_kept": "zero-training"}})
+    assert f"AUROC {zt:.2f}" in words and "kept: the zero-training confidence's order" in words, words
+    assert "ranked these verdicts better than the fitted one" in words and "whatever" not in words
+    kept = confidence_words({"calibration": {"w": [0.2] * 3, "b": 0.1}, "heldout": {
+        "auroc": zt, "fitted_auroc": zt, "zero_training_auroc": fa, "confidence_kept": "fitted"}})
+    assert "kept: fitted" in kept and "at least as well" in kept and "whatever" not in kept
