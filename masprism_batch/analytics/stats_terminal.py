@@ -10,15 +10,13 @@ import pyarrow.parquet as pq
 
 from masprism_batch.analytics.categories import UNCATEGORISED
 from masprism_batch.analytics.stats import RELATIVE_BINS
-from masprism_batch.schema import printable
+from masprism_batch.schema import terminal
 
 
-def cell(v) -> object:
-    """A table cell holding a name from the logs: rich Text (never read as markup: `[link=...]` stays text) with
-    control characters escaped (`schema.printable`: no escape sequence reaches the terminal)."""
-    from rich.text import Text
-
-    return Text(printable(v) if isinstance(v, str) and v else "-")
+def cell(v) -> str:
+    """A table cell holding a name from the logs or the taxonomy, as `schema.terminal` shows it (no escape
+    sequence, C1 control or bidi override acts on the terminal; `[link=...]` stays text); "-" when empty."""
+    return terminal(v) if isinstance(v, str) and v else "-"
 
 # what each `verdict_by` value means (README, docs/schema.md list the same), shown under the verdicts table
 VERDICT_BY = {
@@ -39,7 +37,6 @@ def stats_tables_for_terminal(outdir: Path | str, top: int = 10) -> list:
     """The main tables as rich Tables for the terminal: blamed agents, where failures sit, and accuracy where
     labels exist (with whether it is in-sample for the packaged ranker weights). Reads OUTDIR/stats/."""
     from rich.table import Table
-    from rich.text import Text
 
     from masprism_batch.analytics.insample import note
 
@@ -61,7 +58,7 @@ def stats_tables_for_terminal(outdir: Path | str, top: int = 10) -> list:
             if shown[key] < top:
                 shown[key] += 1
                 mc = r["mean_confidence"]
-                t.add_row(r["source"] or "-", r["system"] or "-", r["category"], r["category_family"] or "-",
+                t.add_row(cell(r["source"]), cell(r["system"]), cell(r["category"]), cell(r["category_family"]),
                           f"{r['n_traces']:,}", f"{r['share']:.0%}", "-" if mc is None else f"{mc:.2f}")
         out.append(t)
     t = Table(title=f"Most-blamed agents (top {top} per source and system)", title_justify="left")
@@ -92,12 +89,12 @@ def stats_tables_for_terminal(outdir: Path | str, top: int = 10) -> list:
         t = Table(title="What decided the verdicts (verdict_by: ranker:<system> / prior:<system> = fitted on that "
                         "system's labels; rule:<name> = zero-training)", title_justify="left")
         for c, j in (("source", "left"), ("system", "left"), ("verdict by", "left"), ("traces", "right"),
-                     ("mean confidence", "right")):
+                     ("mean confidence", "right"), ("steps to read", "right")):
             t.add_column(c, justify=j, overflow="fold")
         for r in read["verdicts"]:
-            mc = r["mean_confidence"]
+            mc, share = r["mean_confidence"], r.get("mean_set_share")  # null: runs made before the step sets
             t.add_row(cell(r["source"]), cell(r["system"]), cell(r["verdict_by"]), f"{r['n_traces']:,}",
-                      "-" if mc is None else f"{mc:.2f}")
+                      "-" if mc is None else f"{mc:.2f}", "-" if share is None else f"{share:.0%} of the log")
         seen = sorted({(r["verdict_by"] or "").split(":", 1)[0] for r in read["verdicts"]})
         t.caption = "\n".join(f"{k}: {VERDICT_BY[k]}" for k in seen if k in VERDICT_BY)
         t.caption_justify = "left"
@@ -114,14 +111,14 @@ def stats_tables_for_terminal(outdir: Path | str, top: int = 10) -> list:
             return "-" if v is None else f"{v:.3f}"
 
         for r in acc:
-            t.add_row(cell(r["source"]), r["metric"], f"{r['n_traces']:,}", fmt(r["value"]), fmt(r["random_baseline"]),
-                      r.get("sample") or "-")
+            t.add_row(cell(r["source"]), cell(r["metric"]), f"{r['n_traces']:,}", fmt(r["value"]),
+                      fmt(r["random_baseline"]), cell(r.get("sample")))
             if r["metric"] in ("step_top1", "precision@1", "location_acc@1") or r["source"] not in notes:
                 notes[r["source"]] = note(r["n_traces"], r.get("n_in_sample"), r.get("sample") != "n/a: faithful method")
         by_note: dict[str, list[str]] = defaultdict(list)
         for src, n in sorted(notes.items()):
             by_note[n].append(src)
-        t.caption = Text("\n".join(f"{', '.join(printable(s) for s in srcs)}: {n}" for n, srcs in by_note.items()))
+        t.caption = "\n".join(f"{', '.join(cell(s) for s in srcs)}: {terminal(n)}" for n, srcs in by_note.items())
         t.caption_justify = "left"
         out.append(t)
     return out

@@ -94,6 +94,9 @@ def main() -> None:
     except Exception as exc:  # noqa: BLE001 - last resort: no traceback for the user
         if os.environ.get("MASPRISM_TRACEBACK") == "1":
             raise
-        print(f"error: {type(exc).__name__}: {exc}\n(an internal error, not a problem with your input; "
-              f"rerun with MASPRISM_TRACEBACK=1 for the traceback and report it)", file=sys.stderr)
+        from masprism_batch.cli.common import console
+        from masprism_batch.schema import terminal
+
+        console.print(f"error: {terminal(type(exc).__name__)}: {terminal(exc)}\n(an internal error, not a problem "
+                      "with your input; rerun with MASPRISM_TRACEBACK=1 for the traceback and report it)")
         sys.exit(EXIT_FATAL)

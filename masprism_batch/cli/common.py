@@ -16,9 +16,8 @@ from pathlib import Path
 
 import typer
 from rich.console import Console
-from rich.markup import escape
 
-from masprism_batch.schema import printable
+from masprism_batch.schema import terminal
 
 EXIT_OK, EXIT_FATAL, EXIT_USAGE, EXIT_REJECTED = 0, 1, 2, 3
 
@@ -28,7 +27,7 @@ console = Console(stderr=True, soft_wrap=True)
 
 def fail(message: str, code: int = EXIT_FATAL) -> typer.Exit:
     """Print one `error:` line (paths stay copyable: no wrapping) and return the Exit to raise."""
-    console.print(f"[red]error:[/] {escape(printable(message))}")  # a name from a log may be in it
+    console.print(f"[red]error:[/] {terminal(message)}")  # a name from a log may be in it
     return typer.Exit(code)
 
 
@@ -166,7 +165,7 @@ def check_ranker(cfg, ranker=None, model_id: str | None = None):
     if rankfile.is_packaged(setting):  # fitted on the default model: on another one they simply do not apply
         packaged = ranker.file.model_id if ranker.file is not None else None
         if model_id and packaged and model_id != packaged:
-            console.print(f"[yellow]note:[/] the packaged rankers were fitted on {packaged}; with {model_id} "
+            console.print(f"[yellow]note:[/] the packaged rankers were fitted on {terminal(packaged)}; with {terminal(model_id)} "
                           "every log gets the zero-training verdict")
         return ranker
     if ranker.problem is not None:

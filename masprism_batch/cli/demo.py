@@ -18,15 +18,14 @@ from masprism_batch.cli.common import (
 from masprism_batch.cli.options import ConfigOptions, IntervalOpt, ModelOpt, VerboseOpt, build_config
 from masprism_batch.cli.run import run_here
 from masprism_batch.cli.show import candidates_table, verdict_line
+from masprism_batch.schema import terminal
 
 
 def _print_summary(summary, outdir: Path, inputs: list[str] | None = None) -> int:
-    from rich.markup import escape
-
     from masprism_batch.ingest.status import counts_line
 
-    console.print(f"{escape(counts_line(summary.counts))} in {summary.wall_seconds:.1f} s, "
-                  f"{summary.tokens_per_second:,.0f} tokens/s -> {outdir}")
+    console.print(f"{terminal(counts_line(summary.counts))} in {summary.wall_seconds:.1f} s, "
+                  f"{summary.tokens_per_second:,.0f} tokens/s -> {terminal(outdir)}")
     if inputs is not None and summary.attributed == 0:
         raise fail(no_traces_message(inputs, summary.rejected_by_reason))
     return summary.exit_code
@@ -38,9 +37,13 @@ def _sample_dir() -> Path:
     return Path(str(files("masprism_batch") / "data" / "sample"))
 
 
-def _print_attributions(outdir: Path, top: int = 3) -> None:
-    from rich.markup import escape
+def _sample_inputs(sample: Path) -> list[str]:
+    """The folders holding the sample's logs, not the LICENSE files beside them (a walk of the sample's top
+    folders warned about each, 2 `skipped_file` rows on every demo); the traces' ids and sources are the same."""
+    return [str(d) for top in ("who_and_when", "trail") for d in sorted((sample / top).iterdir()) if d.is_dir()]
 
+
+def _print_attributions(outdir: Path, top: int = 3) -> None:
     from masprism_batch.outdir.reads import read_dataset
     from masprism_batch.trace import Trace
 
@@ -55,7 +58,7 @@ def _print_attributions(outdir: Path, top: int = 3) -> None:
         elif t and t.labels and t.labels.error_locations:
             hit = a["pred_span_id"] in set(t.labels.error_locations)
             verdict += f"   (span {a['pred_span_id']} is {'a' if hit else 'not a'} labelled error span)"
-        console.print(escape(verdict) + "\n")
+        console.print(terminal(verdict) + "\n")
 
 
 @app.command()
@@ -76,15 +79,14 @@ def demo(
     outdir = out or _demo_dir(cfg)
     sample = _sample_dir()
     try:
-        summary = run_here([str(sample / "who_and_when"), str(sample / "trail")], outdir, cfg, loaded, ranker,
-                           progress_interval)
+        summary = run_here(_sample_inputs(sample), outdir, cfg, loaded, ranker, progress_interval)
     except (FileNotFoundError, ValueError) as exc:
         raise fail(str(exc)) from None
     _print_attributions(outdir)
-    console.print(f"sample data: {sample} (licences: NOTICE.md there)")
+    console.print(f"sample data: {terminal(sample)} (licences: NOTICE.md there)")
     code = _print_summary(summary, outdir)
-    console.print(f"outputs: {outdir}" + ("" if out else " (replaced by the next demo; -o DIR keeps them)"))
-    console.print(f"next: masprism-batch report {outdir} -o report.html")
+    console.print(f"outputs: {terminal(outdir)}" + ("" if out else " (replaced by the next demo; -o DIR keeps them)"))
+    console.print(f"next: masprism-batch report {terminal(outdir)} -o report.html")
     raise typer.Exit(code)
 
 

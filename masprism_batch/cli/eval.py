@@ -37,6 +37,7 @@ from masprism_batch.cli.options import (
     build_config,
 )
 from masprism_batch.cli.run import run_here
+from masprism_batch.schema import terminal
 
 
 @app.command("eval")
@@ -110,7 +111,7 @@ def eval_(
         console.print(table)
     console.print(f"[yellow]note:[/] {result['in_sample']}")
     console.print(f"{summary.attributed} traces in {summary.wall_seconds:.0f} s ({result['seconds_per_trace']:.1f} s/trace, "
-                  f"{summary.tokens_per_second:,.0f} tokens/s) with {result['model_id']}; outputs in {outdir}")
+                  f"{summary.tokens_per_second:,.0f} tokens/s) with {terminal(result['model_id'])}; outputs in {terminal(outdir)}")
     console.print(f"time: {summary.breakdown}")
     if json_out:
         json_out.write_text(json.dumps(result, indent=2, default=str), encoding="utf-8")

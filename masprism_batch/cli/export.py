@@ -6,11 +6,11 @@ from __future__ import annotations
 from pathlib import Path
 
 import typer
-from rich.markup import escape
 
 from masprism_batch.cli import EXIT_OK, app, setup_logging
 from masprism_batch.cli.common import check_out_file, check_run_dir, console, outdir_failure, usage
 from masprism_batch.cli.options import ForceOpt, OutdirArg, VerboseOpt
+from masprism_batch.schema import terminal
 
 
 @app.command()
@@ -44,5 +44,5 @@ def export(outdir: Path = OutdirArg,
     for path, n in written.items():
         what = (f"Phoenix {path.suffixes[-2].lstrip('.')[:-1]} annotations" if to == "phoenix" else
                 "Langfuse scores" if to == "langfuse" else f"{to} records")
-        console.print(f"{n:,} {escape(what)} -> {escape(str(path))}")
+        console.print(f"{n:,} {terminal(what)} -> {terminal(str(path))}")
     raise typer.Exit(EXIT_OK)

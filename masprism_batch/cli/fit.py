@@ -9,7 +9,6 @@ import logging
 from pathlib import Path
 
 import typer
-from rich.markup import escape
 
 from masprism_batch import config_checks as checks
 from masprism_batch.analytics.export_text import agent_rule_words
@@ -17,6 +16,7 @@ from masprism_batch.cli import EXIT_OK, app, setup_logging
 from masprism_batch.cli.common import check_out_file, console, fail
 from masprism_batch.cli.fit_messages import confidence_words, skipped_summary, stepset_words
 from masprism_batch.cli.options import VerboseOpt
+from masprism_batch.schema import terminal
 
 log = logging.getLogger(__name__)
 
@@ -32,7 +32,7 @@ def unfinished(runs: list[Path], allow: bool) -> None:
             f"running), so only its committed part would be fitted")
     if not allow:
         raise fail(f"{what}; resume it (re-run the same command) or pass --allow-partial")
-    console.print(f"[yellow]warning:[/] {escape(what)} (--allow-partial)")
+    console.print(f"[yellow]warning:[/] {terminal(what)} (--allow-partial)")
 
 
 CORRECTS = {"rule": "a correction of the zero-training rule's order",
@@ -50,7 +50,7 @@ def _say_skipped(problems: list[str]) -> None:
     for p in problems:
         log.debug("%s", p)  # each row with --verbose; one summary line otherwise
     if problems:
-        console.print(f"[yellow]warning:[/] {escape(skipped_summary(problems))}")
+        console.print(f"[yellow]warning:[/] {terminal(skipped_summary(problems))}")
 
 
 def _taxonomy(option: str | None, runs: list[Path], labelled: bool):
@@ -173,19 +173,19 @@ def fit(
             verdict += f" (fewer than {fs.MIN_K} labelled logs: the zero-training verdict is kept)"
         elif f.verdict == "ranker":
             verdict += f" ({CORRECTS[f.entry['offset']]})"
-        console.print(f"{escape(name)}: k={f.k} | step: fitted {_pct(e['fitted'])}, zero-training rule "
+        console.print(f"{terminal(name)}: k={f.k} | step: fitted {_pct(e['fitted'])}, zero-training rule "
                       f"{_pct(e['rule'])}, label prior (most common blamed position) {_pct(e['pos_prior'])} | agent: "
                       f"fitted {_pct(e['fitted_agent'])}, zero-training rule {_pct(e['rule_agent'])}, label prior "
-                      f"(most common blamed agent) {_pct(e['agent_prior'])} | verdict: {escape(verdict)}; agent: "
-                      f"{escape(agent_rule_words(f.entry['agent_rule']))}")
+                      f"(most common blamed agent) {_pct(e['agent_prior'])} | verdict: {terminal(verdict)}; agent: "
+                      f"{terminal(agent_rule_words(f.entry['agent_rule']))}")
         for note in f.entry.get("notes") or []:  # e.g. the label prior is all it learned
-            console.print(f"  [yellow]note:[/] {escape(note)}")
+            console.print(f"  [yellow]note:[/] {terminal(note)}")
         if words := confidence_words(f.entry):
-            console.print(f"  {escape(words)}")
+            console.print(f"  {terminal(words)}")
         if words := stepset_words(f.entry):
-            console.print(f"  {escape(words)}")
+            console.print(f"  {terminal(words)}")
         if words := kind_words(f.entry.get("category")):
-            console.print(f"  {escape(words)}")
+            console.print(f"  {terminal(words)}")
     # A system with fewer than MIN_K labels learned nothing: an entry for it would keep the rule's step and
     # replace its confidence by a flat rate (0.14 for every log, issue 51), so it is left out of the file.
     learned = {n: f for n, f in fits.items() if f.k >= fs.MIN_K}
@@ -193,11 +193,11 @@ def fit(
         raise fail(f"nothing learned: every system has fewer than {fs.MIN_K} labelled logs, so a ranker would "
                    f"change no verdict; no file written (label at least {fs.MIN_K} failed runs of a system)")
     if len(learned) < len(fits):
-        console.print(f"[yellow]note:[/] left out of {escape(str(out))} (fewer than {fs.MIN_K} labelled logs, "
-                      f"nothing learned): {escape(', '.join(n for n in fits if n not in learned))}")
+        console.print(f"[yellow]note:[/] left out of {terminal(str(out))} (fewer than {fs.MIN_K} labelled logs, "
+                      f"nothing learned): {terminal(', '.join(n for n in fits if n not in learned))}")
     meta = {"date": dt.date.today().isoformat(), "fitted_by": "masprism-batch fit",
             "runs": [str(r) for r in runs], "labels": str(labels) if labels else "traces"}
     RankerFile(model_id or "", {n: f.entry for n, f in learned.items()}, meta).write(out)
-    console.print(f"wrote {escape(str(out))}: {len(learned)} system(s) ({escape(', '.join(learned))}); apply "
-                  f"with --ranker {escape(str(out))}")
+    console.print(f"wrote {terminal(str(out))}: {len(learned)} system(s) ({terminal(', '.join(learned))}); apply "
+                  f"with --ranker {terminal(str(out))}")
     raise typer.Exit(EXIT_OK)

@@ -15,6 +15,7 @@ from masprism_batch.cli.common import (
     load_model_or_fail,
 )
 from masprism_batch.cli.options import ConfigOptions, VerboseOpt, build_config
+from masprism_batch.schema import terminal
 
 
 @app.command("fit-heads")
@@ -55,6 +56,6 @@ def fit_heads(
     finally:
         bar.close()
     out.write_text(hw.to_json() + "\n", encoding="utf-8")
-    console.print(f"wrote {out}: {hw.weights.shape[0]} layers x {hw.weights.shape[1]} heads from {hw.n_pairs} "
+    console.print(f"wrote {terminal(out)}: {hw.weights.shape[0]} layers x {hw.weights.shape[1]} heads from {hw.n_pairs} "
                   f"pairs of {hw.n_traces} traces")
     raise typer.Exit(EXIT_OK)

@@ -8,7 +8,6 @@ from pathlib import Path
 
 import typer
 from rich.table import Table
-from rich.text import Text
 
 from masprism_batch.cli import EXIT_OK, EXIT_REJECTED, app, setup_logging
 from masprism_batch.cli.common import (
@@ -21,7 +20,7 @@ from masprism_batch.cli.common import (
 )
 from masprism_batch.cli.options import VerboseOpt
 from masprism_batch.cli.probe import check_format
-from masprism_batch.schema import printable
+from masprism_batch.schema import terminal
 
 log = logging.getLogger("masprism_batch.cli")
 
@@ -31,12 +30,12 @@ def _summary_table(s) -> Table:
     t.add_column("what")
     t.add_column("count", justify="right")
     for src, n in sorted(s.by_source.items()):
-        t.add_row(Text(f"traces  {printable(src)}"), str(n))  # a source name from the logs: shown as text
+        t.add_row(f"traces  {terminal(src)}", str(n))  # a source name from the logs
     t.add_row("[bold]traces ingested[/]", f"[bold]{s.traces}[/]")
     for reason, n in sorted(s.rejected.items()):
-        t.add_row(f"[red]rejected  {reason}[/]", str(n))
+        t.add_row(f"[red]rejected  {terminal(reason)}[/]", str(n))
     for reason, n in sorted(s.warnings.items()):
-        t.add_row(f"[yellow]kept with warning  {reason}[/]", str(n))
+        t.add_row(f"[yellow]kept with warning  {terminal(reason)}[/]", str(n))
     t.caption = (f"{s.files} files, {s.bytes_raw / 1e6:.1f} MB raw JSON in {s.seconds:.2f} s: "
                  f"{s.mb_per_s:.1f} MB/s, {s.traces_per_s:.0f} traces/s, peak RSS {s.peak_rss_mb:.0f} MB")
     return t
@@ -103,8 +102,8 @@ def ingest(
     if summary_json:
         typer.echo(json.dumps(s.as_dict()))
     if s.error_rows:
-        console.print(f"[yellow]{s.error_rows} error rows[/] -> {out / 'errors'} "
-                      f"(each with its file: masprism-batch show {out} --errors)")
+        console.print(f"[yellow]{s.error_rows} error rows[/] -> {terminal(out / 'errors')} "
+                      f"(each with its file: masprism-batch show {terminal(out)} --errors)")
     if s.traces == 0:
         raise fail(no_traces_message(inputs, dict(s.rejected)))
     raise typer.Exit(EXIT_REJECTED if s.rejected else EXIT_OK)  # warnings alone (repaired traces) exit 0

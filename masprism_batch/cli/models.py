@@ -12,6 +12,7 @@ from rich.table import Table
 from masprism_batch.cli import EXIT_FATAL, app, setup_logging
 from masprism_batch.cli.common import console
 from masprism_batch.cli.options import VerboseOpt
+from masprism_batch.schema import terminal
 
 
 @app.command()
@@ -36,20 +37,20 @@ def models(
         for col in ("name", "kind", "here", "what / how to get"):
             t.add_column(col)
         for s in specs:
-            t.add_row(s.name, s.kind, "[green]yes[/]" if s.available else "[red]no[/]",
-                      s.description if s.available else s.how_to_get)
+            t.add_row(terminal(s.name), terminal(s.kind), "[green]yes[/]" if s.available else "[red]no[/]",
+                      terminal(s.description if s.available else s.how_to_get))
         Console().print(t)
         return
     try:
         info = _describe(name, cache_dir)
     except (ModelNotFoundError, ValueError) as e:
-        console.print(f"[red]{e}[/]")
+        console.print(f"[red]{terminal(e)}[/]")
         raise typer.Exit(EXIT_FATAL) from None
     if as_json:
         typer.echo(json.dumps(info, indent=2))
     else:
         for k, v in info.items():
-            Console().print(f"[bold]{k:>20}[/]  {v}")
+            Console().print(f"[bold]{terminal(k):>20}[/]  {terminal(v)}")
 
 
 def _describe(name: str, cache_dir: str | None) -> dict:

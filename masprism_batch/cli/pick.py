@@ -16,6 +16,7 @@ import typer
 from masprism_batch.cli import EXIT_OK, app, setup_logging
 from masprism_batch.cli.common import check_out_file, check_run_dir, console, fail, outdir_failure
 from masprism_batch.cli.options import OutdirArg, VerboseOpt
+from masprism_batch.schema import terminal
 
 _COLS = ["trace_id", "system", "n_steps", "pred_step", "pred_agent", "confidence", "read_steps", "set_share",
          "attributed_at"]
@@ -79,6 +80,6 @@ def pick(
                         " ".join(map(str, read)) if read else "", len(read) if read else "", r["n_steps"],
                         r["system"] or "", f"masprism-batch show {shlex.quote(str(outdir))} {shlex.quote(c.trace_id)}"])
     console.print(f"picked {len(chosen):,} of {len(rows):,} attributed log(s) to label ({len(excluded):,} already "
-                  f"labelled, left out) into {out}: fill in `step` (0-based) and `agent`, then "
-                  f"masprism-batch fit {outdir} --labels {out} -o ranker.json")
+                  f"labelled, left out) into {terminal(out)}: fill in `step` (0-based) and `agent`, then "
+                  f"masprism-batch fit {terminal(outdir)} --labels {terminal(out)} -o ranker.json")
     raise typer.Exit(EXIT_OK)

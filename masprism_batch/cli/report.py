@@ -5,12 +5,12 @@ from __future__ import annotations
 from pathlib import Path
 
 import typer
-from rich.markup import escape
 
 from masprism_batch.cli import EXIT_OK, app, setup_logging
 from masprism_batch.cli.common import check_out_file, check_run_dir, console, outdir_failure
 from masprism_batch.cli.options import ForceOpt, OutdirArg, VerboseOpt
 from masprism_batch.outdir.manifest import DamagedOutput
+from masprism_batch.schema import terminal
 
 
 @app.command()
@@ -31,5 +31,5 @@ def report(outdir: Path = OutdirArg,
     except (AnalyticsInputError, DamagedOutput, OSError) as exc:
         raise outdir_failure(exc) from None
     console.print(f"{s['traces']:,} traces, {s['drilldown']:,} in the drill-down, {s['bytes'] / 1e6:.1f} MB -> "
-                  f"{escape(str(out))}")
+                  f"{terminal(str(out))}")
     raise typer.Exit(EXIT_OK)

@@ -14,6 +14,7 @@ from masprism_batch.cli import EXIT_OK, app, setup_logging
 from masprism_batch.cli.common import check_ranker, check_run_dir, console, fail, usage
 from masprism_batch.cli.options import (CoverageOpt, OutdirArg, RankerOpt, SystemOpt, VerboseOpt,
                                         verdict_sections)
+from masprism_batch.schema import terminal
 
 
 @app.command()
@@ -76,11 +77,11 @@ def rescore(
 def _say(s, in_place: bool) -> None:
     by = ", ".join(f"{k} x{n:,}" for k, n in s.by.most_common())
     console.print(f"rescored {s.traces:,} verdict(s) in {s.seconds:.1f} s, no prefill: {s.moved_step:,} blamed "
-                  f"step(s) and {s.moved_agent:,} blamed agent(s) changed; decided by {by or '-'}")
+                  f"step(s) and {s.moved_agent:,} blamed agent(s) changed; decided by {terminal(by or '-')}")
     if in_place:
-        console.print(f"the {s.archived:,} verdict(s) they replace are kept in {s.out}/history/")
+        console.print(f"the {s.archived:,} verdict(s) they replace are kept in {terminal(s.out)}/history/")
     if s.support_unknown:
         console.print(f"[yellow]note:[/] {s.support_unknown:,} log(s) come from a run made before step_scores "
                       "kept pass2_support: where a new verdict blames a candidate the old one did not list, its "
                       "symptoms are not known (re-run `attribute` for them)")
-    console.print(f"next: masprism-batch show {s.out}")
+    console.print(f"next: masprism-batch show {terminal(s.out)}")

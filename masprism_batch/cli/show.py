@@ -12,26 +12,24 @@ from pathlib import Path
 
 import typer
 from rich.console import Console
-from rich.markup import escape
 from rich.table import Table
 
 from masprism_batch.cli import EXIT_OK, app, setup_logging
 from masprism_batch.cli.common import check_run_dir, outdir_failure
 from masprism_batch.cli.options import OutdirArg, VerboseOpt
 from masprism_batch.outdir.manifest import DamagedOutput
+from masprism_batch.schema import terminal
 
 _VERDICT_COLS = ["trace_id", "source", "system", "n_steps", "pred_step", "pred_step_agent", "pred_agent",
-                 "confidence", "verdict_by", "pred_agent_rule"]
+                 "confidence", "verdict_by", "pred_agent_rule", "read_steps", "set_size", "localised"]
 STEP_CHARS = 90  # a step's text in the candidates table: one line of a wide terminal
 BLAMED_CHARS = 600  # the blamed step's own text below it: a few lines, never a screenful
 SET_COLS = ("read_steps", "set_size", "set_share", "set_coverage", "set_by", "localised")
 
 
 def _txt(text: object) -> str:
-    """A data value for the terminal: controls and bidi controls shown as escapes, rich markup escaped."""
-    from masprism_batch.analytics.svg import visible
-
-    return escape(visible(text))
+    """A data value for the terminal (`schema.terminal`)."""
+    return terminal(text)
 
 
 def _cut(text: str | None, n: int) -> str:
@@ -44,6 +42,18 @@ def decided_by(r: dict) -> str:
     rule = r.get("pred_agent_rule") or "author"
     return (r.get("verdict_by") or "-") + ("" if rule == "author" else f"; agent_by {rule}")
 _ERROR_COLS = ["input_path", "record_id", "stage", "reason", "message"]
+SET_SHOWN = 4  # steps of the set named in the listing; the rest counted
+
+
+def set_cell(r: dict) -> str:
+    """The verdict's steps to read, compactly: `3,5,1 +4 (7/12)`, `(not localised)` where the set spans more than
+    a localisation; `-` in outputs written before the step set."""
+    read = r.get("read_steps")
+    if not read:
+        return "-"
+    head = ",".join(map(str, read[:SET_SHOWN])) + (f" +{len(read) - SET_SHOWN}" if len(read) > SET_SHOWN else "")
+    wide = ", not localised" if r.get("localised") is False else ""
+    return f"{head} ({len(read)}/{r.get('n_steps')}{wide})"
 
 
 def _verdicts(outdir: Path, limit: int, by: str) -> tuple[Table, int]:
@@ -55,14 +65,15 @@ def _verdicts(outdir: Path, limit: int, by: str) -> tuple[Table, int]:
     else:
         rows.sort(key=lambda r: r["trace_id"])
     table = Table(title=f"{len(rows):,} verdicts (by {by})", title_justify="left")
-    for col in ("trace", "source", "steps", "blamed step", "its author", "blamed agent", "confidence", "decided by"):
+    for col in ("trace", "source", "steps", "blamed step", "its author", "blamed agent", "confidence", "read first",
+                "decided by"):
         whole = col in ("steps", "blamed step", "confidence", "decided by")  # short: never broken mid-word
         table.add_column(col, overflow="fold", no_wrap=whole)
     for r in rows[:limit or None]:
         conf = "-" if r["confidence"] is None else f"{r['confidence']:.2f}"
-        table.add_row(escape(r["trace_id"]), escape(r["source"] or "-"), str(r["n_steps"]), str(r["pred_step"]),
-                      escape(str(r["pred_step_agent"] or "-")), escape(str(r["pred_agent"] or "-")), conf,
-                      escape(decided_by(r)))
+        table.add_row(terminal(r["trace_id"]), terminal(r["source"] or "-"), str(r["n_steps"]), str(r["pred_step"]),
+                      terminal(str(r["pred_step_agent"] or "-")), terminal(str(r["pred_agent"] or "-")), conf,
+                      set_cell(r), terminal(decided_by(r)))
     return table, len(rows)
 
 
@@ -79,8 +90,8 @@ def _errors(outdir: Path, limit: int) -> tuple[Table, int]:
     for r in rows[:limit or None]:
         kind = ("set aside" if r["reason"] == "succeeded_run" else
                 "warning" if r["reason"] in WARNING_REASONS else "rejected")
-        table.add_row(escape(r["input_path"] or "-"), escape(r["record_id"] or "-"), kind, escape(r["reason"]),
-                      escape(" ".join((r["message"] or "").split())[:160]))
+        table.add_row(terminal(r["input_path"] or "-"), terminal(r["record_id"] or "-"), kind, terminal(r["reason"]),
+                      terminal(" ".join((r["message"] or "").split())[:160]))
     return table, len(rows)
 
 

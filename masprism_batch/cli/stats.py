@@ -6,12 +6,12 @@ from pathlib import Path
 
 import typer
 from rich.console import Console
-from rich.markup import escape
 
 from masprism_batch.cli import EXIT_OK, app, setup_logging
 from masprism_batch.cli.common import check_run_dir, console, outdir_failure
 from masprism_batch.cli.options import OutdirArg, VerboseOpt
 from masprism_batch.outdir.manifest import DamagedOutput
+from masprism_batch.schema import terminal
 
 
 @app.command()
@@ -31,19 +31,17 @@ def stats(outdir: Path = OutdirArg, verbose: bool = VerboseOpt) -> None:
         out.print(table)
     if "run_status" in paths:
         import pyarrow.parquet as pq
-        from rich.text import Text
 
         from masprism_batch.analytics.run_status import split_line
-        from masprism_batch.schema import printable
 
-        out.print(Text(printable(split_line(pq.read_table(paths["run_status"])))), soft_wrap=True)
+        out.print(terminal(split_line(pq.read_table(paths["run_status"]))), soft_wrap=True)
     from masprism_batch.analytics.run_status import outdir_counts
     from masprism_batch.ingest.status import counts_line
 
     counts = outdir_counts(outdir)
     hint = (f" (each with its file: masprism-batch show {outdir} --errors)"
             if counts["rejected"] or counts["succeeded"] or counts["warnings"] else "")
-    out.print(escape(counts_line(counts) + hint), soft_wrap=True)
+    out.print(terminal(counts_line(counts) + hint), soft_wrap=True)
     for name, p in paths.items():
-        console.print(f"{name:15s} -> {escape(str(p))}")
+        console.print(f"{name:15s} -> {terminal(str(p))}")
     raise typer.Exit(EXIT_OK)
