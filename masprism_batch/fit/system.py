@@ -57,6 +57,7 @@ MIX_AGENT = "mix:0.5"
 # for one option: the held-out hits of the best of ~10 options on 10-20 logs are the best of ~10 draws
 MULTIPLE = True
 FLIPS = 2000
+FLIP_CELLS = 1_000_000  # sign flips x labelled logs drawn at once (8 MB)
 MIN_K = 10  # labelled logs below which the zero-training verdict is kept whatever the internal estimates say
 # the largest share of a system's logs a verdict may give one step index (held out): above it the verdict names a
 # position, not what the log says (every Hand-Crafted log got step 8). "Three logs in four": on TRAIL
@@ -256,13 +257,14 @@ def margin(options: list[list], base: list, z: float = Z, flips: int = FLIPS, se
     n = D.shape[0]
     if n < 2:
         return z
-    S = np.random.default_rng(seed).choice([-1.0, 1.0], size=(flips, n))
-    mean = S @ D / n
-    var = np.maximum((D**2).sum(0) / n - mean**2, 0.0) * n / (n - 1)
-    se = np.sqrt(var / n)
-    t = np.where(se > 1e-12, mean / np.where(se > 1e-12, se, 1.0), 0.0)
+    rng, m2, best = np.random.default_rng(seed), (D**2).sum(0) / n, []
+    for start in range(0, flips, max(1, FLIP_CELLS // n)):  # a few MB at a time, however many labels
+        S = rng.choice([-1.0, 1.0], size=(min(max(1, FLIP_CELLS // n), flips - start), n))
+        mean = S @ D / n
+        se = np.sqrt(np.maximum(m2 - mean**2, 0.0) / (n - 1))
+        best.append(np.where(se > 1e-12, mean / np.where(se > 1e-12, se, 1.0), 0.0).max(1))
     level = 0.5 * (1 + math.erf(z / math.sqrt(2)))
-    return max(z, float(np.quantile(t.max(1), level)))
+    return max(z, float(np.quantile(np.concatenate(best), level)))
 
 
 def beats(a: list, b: list, z: float = Z) -> bool:
