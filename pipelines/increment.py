@@ -10,10 +10,11 @@ with the same inputs and the same selection (everything) compares the folder wit
   is never attributed twice), the others are new;
 - a removed file is said; its verdicts stay.
 
-A trace of a new file whose id was staged before is skipped too (first wins, as in one run). The generation's
-rejections are committed as their own shard (`ingest-g0001`). Crash safety: the generation is written beside
-the staging, its files moved in, the marker rewritten last; parts the marker does not list (a generation cut
-short) are removed before anything is planned, so they are staged again, never planned half-done.
+A trace of a new file whose id was staged before is skipped too (first wins, as in one run); so is one whose
+content matches a run of a part staged under an older id scheme (`ingest/run_ids.py`: its id was the file's).
+The generation's rejections are committed as their own shard (`ingest-g0001`). Crash safety: the generation is
+written beside the staging, its files moved in, the marker rewritten last; parts the marker does not list (a
+generation cut short) are removed before anything is planned, so they are staged again, never planned half-done.
 """
 
 from __future__ import annotations
@@ -28,8 +29,11 @@ import pyarrow.parquet as pq
 
 from masprism_batch import schema
 from masprism_batch.config import IngestConfig
+from masprism_batch.ingest import run_ids
 from masprism_batch.ingest.status import attributable
+from masprism_batch.outdir.manifest import require_regular
 from masprism_batch.outdir.parts import DatasetWriter, write_json_atomic
+from masprism_batch.trace import Trace
 
 log = logging.getLogger(__name__)
 
@@ -106,6 +110,20 @@ def _staged_ids(staging: Path) -> set[str]:
     return ids
 
 
+def _staged_digests(files: list[Path]) -> set[str]:
+    """Content digests (run_ids) of the runs in staged trace parts, one row group at a time."""
+    out: set[str] = set()
+    for f in files:
+        require_regular(f)
+        pf = pq.ParquetFile(f)
+        cols = [c for c in ("source", "system", "question", "steps", "metadata", "run_status")
+                if c in pf.schema_arrow.names]  # run_status: absent from parts staged before it existed
+        for g in range(pf.num_row_groups):
+            for row in pf.read_row_group(g, columns=cols).to_pylist():
+                out.add(run_ids.content_digest(Trace.from_row({"trace_id": "", **row})))
+    return out
+
+
 def stage_increment(staging: Path, marker: dict, now: dict[str, tuple[str, int, int]], inc: Increment, fmt: str,
                     traces_per_shard: int, limits: IngestConfig | None, staged_rows) -> None:
     """Stage the new and changed files of `inc` as the next generation and rewrite the marker (`staged_rows`:
@@ -119,6 +137,8 @@ def stage_increment(staging: Path, marker: dict, now: dict[str, tuple[str, int, 
     if partial.exists():
         shutil.rmtree(partial)
     seen = _staged_ids(staging)
+    # parts staged under an older id scheme hold their runs under other ids: told apart by content (run_ids)
+    legacy = _staged_digests([staging / p for p in run_ids.legacy_parts(marker)])
     traces = DatasetWriter(partial / "traces", schema.TRACES, rows_per_part=traces_per_shard, prefix=prefix)
     errors = DatasetWriter(partial / "errors", schema.ERRORS, rows_per_part=4096, prefix=prefix)
     set_aside: list[dict] = []
@@ -132,7 +152,7 @@ def stage_increment(staging: Path, marker: dict, now: dict[str, tuple[str, int, 
     if limits is None or not limits.all_runs:
         read = attributable(read, set_aside.append)
     for t in read:
-        if t.trace_id in seen:
+        if t.trace_id in seen or (legacy and run_ids.content_digest(t) in legacy):
             inc.already_staged += 1
             continue
         seen.add(t.trace_id)
@@ -147,7 +167,8 @@ def stage_increment(staging: Path, marker: dict, now: dict[str, tuple[str, int, 
     gens = list(marker.get("generations") or []) + [{"generation": gen, **inc.as_dict()}]
     write_json_atomic({**marker, "traces": int(marker.get("traces", 0)) + inc.new_traces,
                        "errors": int(marker.get("errors", 0)) + errors.rows_written, "parts": staged_rows(staging),
-                       "files": recorded(now), "generations": gens}, staging / "_COMPLETE.json")
+                       "files": recorded(now), "generations": gens, **run_ids.marker_fields(marker)},
+                      staging / "_COMPLETE.json")
     log.info("increment %d: %d new trace(s) from %d new and %d changed file(s); %d already staged, skipped", gen,
              inc.new_traces, len(inc.new_files), len(inc.changed_files), inc.already_staged)
 

@@ -17,6 +17,7 @@ from masprism_batch.pipelines.selection import Selection
 
 from masprism_batch import schema
 from masprism_batch.config import IngestConfig
+from masprism_batch.ingest import run_ids
 from masprism_batch.ingest.status import attributable, counts_line, outcome_counts
 from masprism_batch.outdir.manifest import read_json as read_marker
 from masprism_batch.outdir.manifest import require_regular
@@ -142,7 +143,7 @@ def stage_raw(inputs: list[str], staging: Path, fmt: str, traces_per_shard: int,
     file_done(",".join(inputs))  # rows of a file cut short by the selection (--limit): named by the inputs
     errors.close()
     write_json_atomic({"key": key, "traces": n, "errors": errors.rows_written, "parts": _staged_rows(partial),
-                       "files": increment.recorded(now)}, partial / "_COMPLETE.json")
+                       "files": increment.recorded(now), **run_ids.marker_fields(None)}, partial / "_COMPLETE.json")
     os.replace(partial, staging)
     log.info("staged %s from %d input(s)", counts_line(outcome_counts(n, dict(reasons))).replace(
         "attributed", "to attribute", 1), len(inputs))

@@ -1,9 +1,10 @@
 """The stream of validated canonical traces from input paths: the one reader every command uses.
 
 Flow for each input file: sources.expand (walk dirs) -> detect.read_file (format, adapter) ->
-validate.validate (schema types) -> de-duplication by trace id -> caller. Every rejected file or record and
-every repaired one becomes a `schema.ERRORS` row handed to `on_error`; nothing raises out of the stream
-for bad input. Memory: one file (one trace for single-trace formats, one line / row batch otherwise).
+validate.validate (schema types) -> run_ids.run_id (a file-named id becomes the run's) -> de-duplication by
+trace id -> caller. Every rejected file or record and every repaired one becomes a `schema.ERRORS` row handed
+to `on_error`; nothing raises out of the stream for bad input. Memory: one file (one trace for single-trace
+formats, one line / row batch otherwise).
 """
 
 from __future__ import annotations
@@ -20,6 +21,7 @@ from masprism_batch.ingest.detect import read_file
 from masprism_batch.ingest.documents import FORMATS
 from masprism_batch.ingest.limits import LIMITS
 from masprism_batch.ingest.mapping import Mapping
+from masprism_batch.ingest.run_ids import run_id
 from masprism_batch.ingest.sources import expand, file_size, path_ids
 from masprism_batch.ingest.validate import validate
 from masprism_batch.schema import error_row
@@ -87,6 +89,7 @@ def read_inputs(paths: list[str] | str, fmt: str = "auto", on_error: Callable[[d
                     ctx.reject(IngestError("internal_error", f"{type(e).__name__}: {short(str(e), 500)}",
                                            short(trace.trace_id, 200)))
                     continue
+                trace.trace_id = run_id(trace, ctx.fmt, ctx.input_path)  # the run's id, not its file's (run_ids)
                 if seen.repeated(trace.trace_id):
                     ctx.reject(IngestError("duplicate_trace_id", "trace id already ingested from an earlier "
                                            "input; this copy was not ingested", trace.trace_id))

@@ -75,7 +75,7 @@ def test_zip_members_read_as_their_files_and_named_in_rows(tmp_path):
         z.writestr("broken.json", "{")
     (tmp_path / "export.zip").write_bytes(buf.getvalue())
     traces, errors = _read(tmp_path)  # a folder walk picks up the .zip
-    assert len(traces) == 2 and traces[0].question == q and traces[0].trace_id == "openai/chat"
+    assert len(traces) == 2 and traces[0].question == q and traces[0].trace_id.startswith("openai/chat~")
     assert sorted((e["reason"], e["input_path"].rsplit("/", 2)[-2:][-1]) for e in errors) == [
         ("invalid_json", "broken.json"), ("unknown_format", "more.jsonl")]
     (tmp_path / "bad.zip").write_bytes(b"PK\x03\x04" + bytes(r.randrange(256) for _ in range(64)))

@@ -4,6 +4,7 @@ each format's public documentation (tests/data/formats/), detection, forced form
 from __future__ import annotations
 
 import json
+import re
 from pathlib import Path
 
 import pytest
@@ -35,7 +36,8 @@ def _cols(t):
 @pytest.mark.parametrize("fmt", ["auto", "ag2", "autogen"])
 def test_ag2_bare_chat_history(fmt):
     t = _one("ag2_chat_history.json", fmt)
-    assert (t.source, t.system, t.trace_id) == ("ag2", "ag2", "ag2/ag2_chat_history")
+    assert (t.source, t.system) == ("ag2", "ag2")
+    assert re.fullmatch(r"ag2/ag2_chat_history~[0-9a-f]{16}", t.trace_id)  # the file's name, and its run's digest
     assert [s.agent for s in t.steps] == ["user_proxy", "researcher", "researcher", "user_proxy", "analyst",
                                           "user_proxy"]
     assert t.steps[2].content == 'Tool call: city_stats({"city": "Sydney"})'
@@ -84,7 +86,8 @@ def test_openai_chat_tool_calls_and_parts(fmt):
 
 def test_openai_jsonl_one_trace_per_line():
     traces, errors = _read(FIX / "openai_chat.jsonl")
-    assert errors == [] and [t.trace_id for t in traces] == ["openai/openai_chat#1", "openai/openai_chat#2"]
+    ids = [t.trace_id for t in traces]  # a line is named by its run's content, not its number (ingest/run_ids.py)
+    assert errors == [] and len(set(ids)) == 2 and all(re.fullmatch(r"openai/[0-9a-f]{16}", i) for i in ids)
     assert all([s.role for s in t.steps] == ["system", "user", "assistant"] for t in traces)
 
 
