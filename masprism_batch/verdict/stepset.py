@@ -39,6 +39,8 @@ SCORES = ("rank", "share")
 TAILS = ("index", "nearest", "h_score", "before")
 # a set holding more than this share of the log is not a localisation: the verdict says so (`localised` false)
 MAX_SHARE = 0.6
+# how a calibration of several systems' scores is pooled (dev: chosen by leave-one-system-out, bench_stepset.py)
+POOLS = ("pooled", "balanced", "max")
 DEV_FILE = "stepset.json"
 FORMAT = "masprism-batch stepset"
 EPS = 1e-9
@@ -130,14 +132,49 @@ def size_of(q: float, n: int, score: str) -> int:
     return max(1, min(n, k))
 
 
-@lru_cache(maxsize=64)
-def _q(scores: tuple, coverage: float) -> float:
-    return quantile(scores, coverage)
+def balanced_quantile(groups, coverage: float) -> float:
+    """The smallest score s at which the mean over groups (systems) of #{scores <= s} / (n_g + 1) reaches
+    `coverage`: each group counts the same whatever its size, each with its own finite-sample correction (the
+    new log counted above every score); +inf where no score reaches it."""
+    if not 0.0 < coverage < 1.0:
+        raise ValueError(f"coverage must be strictly between 0 and 1, got {coverage}")
+    gs = [sorted(float(x) for x in g) for g in groups if len(g)]
+    if not gs:
+        return math.inf
+    import bisect
+
+    for s in sorted({x for g in gs for x in g}):
+        if sum(bisect.bisect_right(g, s) / (len(g) + 1) for g in gs) / len(gs) >= coverage - EPS:
+            return s
+    return math.inf
+
+
+def quantile_of(cal: dict, coverage: float) -> float:
+    """A calibration's quantile at `coverage` under its `pool`: "pooled" (default: every score one log),
+    "balanced" (`balanced_quantile` over its `groups`, one per dev system), "max" (the largest of the groups'
+    own quantiles: at least the level on every calibration system)."""
+    pool, groups = cal.get("pool", "pooled"), cal.get("groups")
+    if pool == "balanced" and groups:
+        return balanced_quantile(list(groups.values()), coverage)
+    if pool == "max" and groups:
+        return max(quantile(g, coverage) for g in groups.values())
+    return quantile(cal["scores"], coverage)
+
+
+_QUANTILES: dict[tuple[int, float], tuple[dict, float]] = {}
 
 
 def cached_quantile(cal: dict, coverage: float) -> float:
-    """`quantile` of a calibration dict, computed once per (scores, coverage) in this process."""
-    return _q(tuple(cal["scores"]), float(coverage))
+    """`quantile_of` a calibration dict, computed once per (calibration object, coverage) in this process: a run
+    holds its calibrations for its whole length (the packaged one read once, a ranker file's entries), so each
+    trace pays a lookup, not a sort of the calibration scores."""
+    key = (id(cal), float(coverage))
+    hit = _QUANTILES.get(key)
+    if hit is None or hit[0] is not cal:  # an id reused by another object after the first was freed
+        if len(_QUANTILES) > 1024:
+            _QUANTILES.clear()
+        hit = _QUANTILES[key] = (cal, quantile_of(cal, coverage))
+    return hit[1]
 
 
 def step_set(order: list[int], n: int, cal: dict | None, coverage: float, by: str,
@@ -207,4 +244,14 @@ def check(cal, max_scores: int = 1_000_000) -> str | None:
             return f"scores[{i}]: {json.dumps(x)[:40]} is not a score in (0, {hi:g}]"
     if not isinstance(cal.get("source", "fit"), str):
         return "source must be a string"
+    if cal.get("pool", "pooled") not in POOLS:
+        return f"pool must be one of {', '.join(POOLS)}"
+    groups = cal.get("groups")
+    if groups is not None:
+        if not isinstance(groups, dict) or not groups:
+            return "groups must be an object of score lists"
+        for name, g in groups.items():
+            problem = check({"score": cal.get("score", "share"), "scores": g}, max_scores)
+            if problem:
+                return f"groups[{str(name)[:40]!r}]: {problem}"
     return None

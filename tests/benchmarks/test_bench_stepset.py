@@ -41,26 +41,27 @@ def test_loso_rows_calibrate_each_system_on_the_others_only(np_rng, monkeypatch)
     real = bs.apply
 
     def spy(cal, test, level, score):
-        seen.append((len(cal), len(test)))
+        seen.append((cal, len(test)))
         return real(cal, test, level, score)
 
     monkeypatch.setattr(bs, "apply", spy)
-    rows, (score, tail) = bs.zero_training_rows(cases, "faithful")
-    assert score in ss.SCORES and tail in ss.TAILS
+    rows, (score, tail, pool) = bs.zero_training_rows(cases, "faithful")
+    assert score in ss.SCORES and tail in ss.TAILS and pool in ss.POOLS
     # every call: the two other systems' 28 logs calibrate, the held-out system's 14 are scored
-    assert seen and all(c == 28 and t == 14 for c, t in seen)
+    assert seen and all(len(c["scores"]) == 28 and len(c["groups"]) == 2 and t == 14 for c, t in seen)
     assert {r["system"] for r in rows} == set(SYSTEMS)
-    assert len(rows) == len(SYSTEMS) * len(bs.LEVELS) * len(ss.SCORES) * len(ss.TAILS)
+    assert len(rows) == len(SYSTEMS) * len(bs.LEVELS) * len(ss.SCORES) * len(ss.TAILS) * len(ss.POOLS)
 
 
 def test_written_dev_calibration_is_one_a_run_accepts(np_rng, tmp_path):
     cases = _cases(np_rng)
-    rows, (score, tail) = bs.zero_training_rows(cases, "faithful")
+    rows, choice = bs.zero_training_rows(cases, "faithful")
     path = tmp_path / "stepset.json"
-    bs.write_dev(cases, "faithful", score, tail, rows, path)
+    bs.write_dev(cases, "faithful", choice, rows, path)
     d = json.loads(path.read_text())
     assert ss.check(d) is None and d["format"] == ss.FORMAT and d["systems"] == {s: 14 for s in SYSTEMS}
-    assert len(d["scores"]) == 42 and (d["score"], d["tail"]) == (score, tail)
+    assert len(d["scores"]) == 42 and (d["score"], d["tail"], d["pool"]) == choice
+    assert sorted(d["groups"]) == list(SYSTEMS) and len(d["heldout_loso"]) == len(SYSTEMS) * len(bs.LEVELS)
 
 
 def test_fitted_rows_are_held_out_coverage_of_the_products_fit(np_rng):

@@ -64,7 +64,7 @@ def test_step_sets_cover_exchangeable_logs_and_start_at_the_blamed_step(np_rng, 
     logs = [_log(np_rng) for _ in range(1200)]
     scores = [ss.score_of(ss.reading_order(o, n, tail, r), g, n, score) for n, o, g, r in logs]
     covered = []
-    for trial in range(30):  # random calibration / test splits of the same exchangeable logs
+    for _ in range(30):  # random calibration / test splits of the same exchangeable logs
         perm = np_rng.permutation(len(logs))
         cal = {"score": score, "tail": tail, "scores": [scores[i] for i in perm[:100]]}
         for i in perm[100:300]:
@@ -148,3 +148,21 @@ def test_a_bad_set_calibration_is_refused_naming_its_field(tmp_path, synth, bad,
 def test_check_accepts_what_it_should():
     assert ss.check({"score": "rank", "tail": "h_score", "scores": [1, 2, 40]}) is None
     assert json.loads(json.dumps({"scores": [0.5]})) and ss.check({"scores": [0.5]}) is None
+
+
+def test_balanced_and_max_pools_count_each_system(np_rng):
+    small = sorted(np_rng.uniform(0.6, 1.0, 10).tolist())  # a small system whose labelled steps sit late
+    big = sorted(np_rng.uniform(0.0, 0.3, 200).tolist())
+    pooled = {"scores": sorted(small + big), "groups": {"s": small, "b": big}}
+    q_pooled = ss.quantile_of(pooled, 0.8)
+    q_bal = ss.quantile_of({**pooled, "pool": "balanced"}, 0.8)
+    q_max = ss.quantile_of({**pooled, "pool": "max"}, 0.8)
+    assert q_pooled < 0.6 <= q_bal <= q_max  # pooled: the big system decides; balanced: half the weight is small's
+    assert q_max == max(ss.quantile(small, 0.8), ss.quantile(big, 0.8))
+    # balanced, per group: the mean corrected CDF at its quantile reaches the level, just below it does not
+    def cdf(s):
+        return np.mean([sum(x <= s for x in g) / (len(g) + 1) for g in (small, big)])
+    assert cdf(q_bal) >= 0.8 and cdf(np.nextafter(q_bal, 0)) < 0.8
+    assert ss.check({**pooled, "pool": "balanced"}) is None
+    assert "pool" in ss.check({**pooled, "pool": "median"})
+    assert "groups" in ss.check({**pooled, "groups": {"s": [2.0]}})
