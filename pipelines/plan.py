@@ -17,6 +17,7 @@ import logging
 import os
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
+from urllib.parse import unquote
 
 import pyarrow as pa
 import pyarrow.dataset as pads
@@ -29,6 +30,7 @@ from masprism_batch import schema
 from masprism_batch.config import IngestConfig
 from masprism_batch.ingest import SeenIds
 from masprism_batch.ingest.common import Context, IngestError
+from masprism_batch.ingest.file_bytes import regular_file
 from masprism_batch.ingest.parquet_rows import read_rows, trace_id_keys
 from masprism_batch.ingest.status import attributable
 from masprism_batch.ingest.validate import validate
@@ -97,18 +99,26 @@ def is_trace_dataset(path: str) -> bool:
         return False
     if not files:
         return False
-    names = set(pq.read_schema(files[0]).names)
+    try:  # opened as every input is (O_NONBLOCK, fstat on the descriptor): a FIFO swapped in is refused, not waited on
+        with regular_file(str(files[0])) as f:
+            names = set(pq.read_schema(f).names)
+    except IngestError:
+        return False  # ingest reads it and reports it
     return {"trace_id", "steps"} <= names
 
 
 def _fragments(path: str) -> list[tuple[str, dict[str, str]]]:
     if Path(path).is_file():
         return [(str(Path(path).resolve()), {})]
-    d = pads.dataset(path, format="parquet", partitioning="hive", ignore_prefixes=[".", "_"])
+    # the files are listed, never opened here (an empty schema: nothing to inspect); each is opened by read_rows as
+    # every input is. Hive keys (`source=app/`) come from the folder names, as pyarrow's discovery gives them.
+    d = pads.dataset(path, format="parquet", ignore_prefixes=[".", "_"], schema=pa.schema([]))
     out = []
     for frag in d.get_fragments():
-        keys = pads.get_partition_keys(frag.partition_expression) or {}
-        out.append((str(Path(frag.path).resolve()), {k: str(v) for k, v in keys.items()}))
+        rel = Path(frag.path).resolve().relative_to(Path(path).resolve()).parts[:-1]
+        keys = dict(part.split("=", 1) for part in rel if "=" in part)
+        out.append((str(Path(frag.path).resolve()), {k: unquote(v) for k, v in keys.items()
+                                                     if v != "__HIVE_DEFAULT_PARTITION__"}))
     return sorted(out)
 
 

@@ -102,7 +102,8 @@ def parse_parquet(path: str, ctx: Context) -> Iterator[Trace]:
     from masprism_batch.ingest.limits import LIMITS
     from masprism_batch.ingest.parquet_rows import open_file, read_rows
 
-    _, cols, _ = open_file(path)
+    with open_file(path) as (_, cols, _):
+        pass
     missing = [c for c in REQUIRED_COLUMNS if c not in cols]
     if missing:
         raise IngestError("invalid_schema", f"not a canonical traces table: missing columns {missing}")

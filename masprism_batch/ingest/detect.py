@@ -29,7 +29,7 @@ from masprism_batch.ingest.common import (
     loads,
 )
 from masprism_batch.ingest.documents import LABELS, parse_doc
-from masprism_batch.ingest.file_bytes import read_bytes
+from masprism_batch.ingest.file_bytes import open_stream, read_bytes
 from masprism_batch.ingest.json_lines import decoded_lines, from_lines
 from masprism_batch.trace import Trace
 
@@ -57,6 +57,16 @@ def _concatenated(text: str) -> list | None:
         return None
 
 
+_DOC_SUFFIXES = (".json", ".traj", ".af", ".zip", ".eval")  # JSON documents and zips: never a CrewAI text log
+
+
+def _crewai_head(path: str) -> bool:
+    """Whether the file (gzip decompressed) opens as a CrewAI text log; 256 bytes are read."""
+    with open_stream(path, lambda: 0) as f:
+        head = f.read(256)
+    return crewai_log.is_text_log(head.decode("utf-8", errors="ignore"))
+
+
 def read_file(path: str, fmt: str, ctx: Context) -> Iterator[Trace]:
     """Traces of one file. File-level problems raise IngestError; record-level ones go to ctx.reject."""
     low = path.lower()
@@ -66,6 +76,10 @@ def read_file(path: str, fmt: str, ctx: Context) -> Iterator[Trace]:
     by_line = fmt not in ("who-and-when", "trail", "parquet")
     if by_line and low.endswith(_LINE_SUFFIXES):
         yield from from_lines(decoded_lines(path, ctx), fmt, ctx)
+        return
+    if (fmt == "crewai" or fmt == "auto" and not low.removesuffix(".gz").endswith(_DOC_SUFFIXES)) and _crewai_head(path):
+        ctx.fmt, ctx.rendered = LABELS["crewai"], True  # CrewAI's text log: streamed, never read whole
+        yield from crewai_log.parse_lines(decoded_lines(path, ctx), ctx)
         return
     data = read_bytes(path)
     ctx.nbytes += len(data)

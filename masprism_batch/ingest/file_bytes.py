@@ -21,10 +21,10 @@ from masprism_batch.ingest.limits import LIMITS
 GZIP_CHUNK = 8 * 1024**2  # decompressed bytes produced per step
 
 
-@contextlib.contextmanager
-def open_regular(path: str) -> Iterator[BinaryIO]:
-    """Open `path` for reading only if it is a regular file: O_NONBLOCK so a FIFO swapped in after the walk
-    cannot block, then fstat on the open descriptor (no check-then-open race)."""
+def regular_file(path: str) -> BinaryIO:
+    """`path` opened for reading (binary, the caller closes it) only if it is a regular file: O_NONBLOCK so a FIFO
+    swapped in after the walk cannot block, then fstat on the open descriptor (no check-then-open race). Every
+    input is opened here, Parquet included (`parquet_rows` reads from this file object, never by path)."""
     try:
         fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK | os.O_CLOEXEC)
     except OSError as e:
@@ -33,11 +33,16 @@ def open_regular(path: str) -> Iterator[BinaryIO]:
         if not stat.S_ISREG(os.fstat(fd).st_mode):
             raise IngestError("not_a_regular_file", "not a regular file: not read")
         os.set_blocking(fd, True)
-        f = os.fdopen(fd, "rb")
+        return os.fdopen(fd, "rb")
     except BaseException:
         os.close(fd)
         raise
-    with f:
+
+
+@contextlib.contextmanager
+def open_regular(path: str) -> Iterator[BinaryIO]:
+    """`regular_file` as a context: closed when the block ends."""
+    with regular_file(path) as f:
         yield f
 
 @contextlib.contextmanager

@@ -14,6 +14,7 @@ Three bounds, each checked before the values are decoded:
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 from collections.abc import Iterator
 from typing import Any
@@ -26,22 +27,28 @@ import pyarrow.parquet as pq
 from masprism_batch import schema
 from masprism_batch.config import IngestConfig
 from masprism_batch.ingest.common import MAX_TRACE_ID_CHARS, IngestError, short
+from masprism_batch.ingest.file_bytes import regular_file
 
 BATCH_ROWS = 64  # rows per batch: each batch carries its row group's dictionaries, so not fewer
 
 
-def open_file(path: str, columns: list[str] | None = None) -> tuple[pq.ParquetFile, list[str], pa.DataType]:
+@contextlib.contextmanager
+def open_file(path: str, columns: list[str] | None = None) -> Iterator[tuple[pq.ParquetFile, list[str], pa.DataType]]:
     """(file opened with its string columns kept as dictionaries, the canonical columns it has, a row of them
-    with plain strings: what a row is decoded to)."""
-    try:
-        plain = pq.ParquetFile(path)
-        names = plain.schema_arrow.names
-        cols = [c for c in (columns or schema.TRACES.names) if c in names]
-        strings = [c.path for c in plain.schema if c.physical_type == "BYTE_ARRAY" and c.path.split(".")[0] in cols]
-        dense = pa.struct([plain.schema_arrow.field(c) for c in cols])
-        return pq.ParquetFile(path, read_dictionary=strings), cols, dense
-    except (OSError, pa.ArrowException) as e:
-        raise IngestError("invalid_parquet", f"not a readable Parquet file: {short(str(e), 300)}") from None
+    with plain strings: what a row is decoded to), for the block. The file is opened as every input is
+    (`file_bytes.regular_file`: O_NONBLOCK, fstat on the descriptor, regular files only) and Parquet reads from
+    that descriptor: a FIFO swapped in under the name after the walk's check is refused, never waited on."""
+    with regular_file(path) as f:
+        try:
+            plain = pq.ParquetFile(f)
+            names = plain.schema_arrow.names
+            cols = [c for c in (columns or schema.TRACES.names) if c in names]
+            strings = [c.path for c in plain.schema if c.physical_type == "BYTE_ARRAY" and c.path.split(".")[0] in cols]
+            dense = pa.struct([plain.schema_arrow.field(c) for c in cols])
+            pf = pq.ParquetFile(f, metadata=plain.metadata, read_dictionary=strings)
+        except (OSError, pa.ArrowException) as e:
+            raise IngestError("invalid_parquet", f"not a readable Parquet file: {short(str(e), 300)}") from None
+        yield pf, cols, dense
 
 
 def value_bytes(arr: pa.Array) -> np.ndarray:
@@ -93,7 +100,12 @@ def read_rows(path: str, limits: IngestConfig, start: int = 0, stop: int | None 
               columns: list[str] | None = None) -> Iterator[tuple[int, int, dict[str, Any] | IngestError]]:
     """(first row, end row, the row as a dict or the IngestError that rejects rows [first, end)) for the rows of
     [start, stop) (0-based), in order; a row group refused whole is one item spanning its rows in range."""
-    pf, cols, dense = open_file(path, columns)
+    with open_file(path, columns) as (pf, cols, dense):
+        yield from _read_groups(pf, cols, dense, limits, start, stop)
+
+
+def _read_groups(pf: pq.ParquetFile, cols: list[str], dense: pa.DataType, limits: IngestConfig, start: int,
+                 stop: int | None) -> Iterator[tuple[int, int, dict[str, Any] | IngestError]]:
     for g, lo, hi in _groups(pf, start, stop):
         first, end = max(lo, start), hi if stop is None else min(hi, stop)
         size = _group_bytes(pf, g, cols)
@@ -133,18 +145,18 @@ def _row(struct: pa.StructArray, dense: pa.DataType, j: int, size: int, i: int,
 def trace_id_keys(path: str, limits: IngestConfig) -> list[str | None]:
     """Per row, its trace id for duplicate checks, read in bounded pieces: an id longer than MAX_TRACE_ID_CHARS
     (rejected when its row is read) stands as a digest, so a repeated 1 MB id is never decoded per row."""
-    pf, cols, _ = open_file(path, ["trace_id"])
     keys: list[str | None] = []
-    for g, lo, hi in _groups(pf, 0, None):
-        if _group_bytes(pf, g, cols) > limits.max_file_bytes:
-            keys += [None] * (hi - lo)  # the group is refused row by row when read (read_rows)
-            continue
-        for batch in pf.iter_batches(batch_size=64 * 1024, row_groups=[g], columns=cols):
-            col = batch.column(0)
-            if not pa.types.is_dictionary(col.type):
-                col = pc.dictionary_encode(col)
-            entries = [_key(col.dictionary[k], n) for k, n in enumerate(value_bytes(col.dictionary))]
-            keys += [None if k is None else entries[k] for k in col.indices.to_pylist()]
+    with open_file(path, ["trace_id"]) as (pf, cols, _):
+        for g, lo, hi in _groups(pf, 0, None):
+            if _group_bytes(pf, g, cols) > limits.max_file_bytes:
+                keys += [None] * (hi - lo)  # the group is refused row by row when read (read_rows)
+                continue
+            for batch in pf.iter_batches(batch_size=64 * 1024, row_groups=[g], columns=cols):
+                col = batch.column(0)
+                if not pa.types.is_dictionary(col.type):
+                    col = pc.dictionary_encode(col)
+                entries = [_key(col.dictionary[k], n) for k, n in enumerate(value_bytes(col.dictionary))]
+                keys += [None if k is None else entries[k] for k in col.indices.to_pylist()]
     return keys
 
 

@@ -22,6 +22,7 @@ from masprism_batch.ingest.claude_code import MAX_SKIPPED_TYPES
 from masprism_batch.ingest.status import error_text
 
 FORMATS = Path(__file__).resolve().parents[1] / "data" / "formats"
+HELD_BACK = FORMATS / "_held_back"  # issue 60 item 8: the shapes of two exports that were not read faithfully
 REAL = FORMATS / "_real"
 
 
@@ -204,7 +205,7 @@ def test_letta_tool_calls_of_the_wrong_type_cost_their_message(tmp_path):
 def test_adk_session_file_of_events_only(tmp_path):
     """Issue 60 item 8: an ADK 2.x session file that is only `{"events": [...]}` (camelCase keys, no session
     envelope) was `unknown_format`. Read as an ADK session: every event, the failed tool call's error included."""
-    (t,), errors = _read(FORMATS / "adk_events_only.json")
+    (t,), errors = _read(HELD_BACK / "adk_events_only.json")
     assert not errors, errors
     assert t.source == "adk" and t.trace_id.startswith("adk/adk_events_only")
     assert t.question == "Book a table for two at 7pm and tell me the confirmation number."
@@ -220,7 +221,7 @@ def test_ag2_agenteval_response_log(tmp_path):
     """Issue 60 item 8: an AG2 AgentEval `.txt` response log gave one empty step (read as plain OpenAI chat: the
     user proxy's empty auto-reply was blank text). Read as AG2 now: the problem is the question, the empty reply
     says so, the grade sets the run status and the grader's note is kept; a folder walk picks the `.txt` up."""
-    (t,), errors = _read(FORMATS / "ag2_agenteval_response.txt")
+    (t,), errors = _read(HELD_BACK / "ag2_agenteval_response.txt")
     assert not errors, errors
     assert t.source == "ag2" and t.metadata["format"] == "ag2-agenteval"
     assert t.question.startswith("What is the least positive integer divisible by each of 4, 6 and 10?")
@@ -231,7 +232,7 @@ def test_ag2_agenteval_response_log(tmp_path):
     assert t.metadata["correct_ans"] == "60" and "incorrect" in t.metadata["check_result"]
     folder = tmp_path / "evals"
     folder.mkdir()
-    (folder / "response_7.txt").write_bytes((FORMATS / "ag2_agenteval_response.txt").read_bytes())
+    (folder / "response_7.txt").write_bytes((HELD_BACK / "ag2_agenteval_response.txt").read_bytes())
     (folder / "notes.txt").write_text("not a log\n", encoding="utf-8")
     got, errors = _read(folder)
     assert [x.metadata["format"] for x in got] == ["ag2-agenteval"]
