@@ -108,7 +108,7 @@ def _listing(paths: list[str], n: int = 5) -> str:
 
 def no_traces_message(inputs: list[str], rejected: dict[str, int] | None = None) -> str:
     """What was looked at, skipped and rejected, for 'no traces found' (exit 1)."""
-    from masprism_batch.ingest.sources import expand
+    from masprism_batch.ingest.sources import expand, readable_names
 
     skipped: list[str] = []
     errors: list[dict] = []
@@ -116,8 +116,8 @@ def no_traces_message(inputs: list[str], rejected: dict[str, int] | None = None)
     parts = [f"no usable traces in {', '.join(inputs)}: looked at {len(files)} data file(s)"
              + (f" ({_listing(files)})" if files else "")]
     if skipped:
-        parts.append(f"skipped {len(skipped)} file(s) whose names do not end in .json/.jsonl/.ndjson/.parquet "
-                     f"(optionally .gz): {_listing(skipped)}")
+        parts.append(f"skipped {len(skipped)} file(s) whose names are not read from a folder (read: "
+                     f"{readable_names()}): {_listing(skipped)}")
     if rejected:
         parts.append("rejected: " + ", ".join(f"{k} x{v}" for k, v in sorted(rejected.items()))
                      + " (see OUTDIR/errors/)")

@@ -11,7 +11,11 @@ nothing, and finished packs can be minutes apart, so lines are logged instead:
   on, and the traces of each pass-2 group counted as done (their verdict follows at once); at most one line
   every `interval / 6` seconds;
 - every `interval` seconds while no line was logged (a long prefill);
-- one at the end, never twice the same line.
+- one at the end, never twice the same line, and the 100% line only there (a pass-2 group or the last pack
+  reaching the total logged it a second before the end line, elapsed time apart: 100% printed twice).
+
+On a terminal, log records (a Ctrl-C's "interrupted" warning, a note) are written above the bar, not onto its
+line (`tqdm.contrib.logging.logging_redirect_tqdm`, with the handlers' own filters kept).
 
 `heartbeat(interval)` gives the run the display to report to (`HeartbeatProgress`, a
 `masprism_batch.pipelines.progress.Progress`): the committer's tqdm bar on a terminal, these lines without one.
@@ -78,6 +82,7 @@ class HeartbeatProgress(BarProgress):
         self._on = self.show and not tty and self.interval > 0
         super().begin(total, description)
         if self.bar is not None and not self.bar.disable:  # a terminal: the bar moves every TICK
+            self._above_bar()
             progress_events.subscribe(self.on_group)
             self._thread = threading.Thread(target=self._tick, name="progress-tick", daemon=True)
             self._thread.start()
@@ -90,12 +95,27 @@ class HeartbeatProgress(BarProgress):
     def plain_lines(self) -> bool:
         return not self._on  # ours replace them
 
+    def _above_bar(self) -> None:
+        """Log records go through tqdm.write while the bar is drawn, so a warning starts a line of its own."""
+        from tqdm.contrib.logging import logging_redirect_tqdm
+
+        root = logging.getLogger()
+        filters = [f for h in root.handlers for f in h.filters]  # e.g. the CLI's printable-text filter
+        self._redirect = logging_redirect_tqdm(loggers=[root])
+        self._redirect.__enter__()
+        for h in root.handlers:
+            for f in filters:
+                if f not in h.filters:
+                    h.addFilter(f)
+
     def _log(self, final: bool = False) -> None:
         with self._lock:
             elapsed = time.perf_counter() - self._t0
             done = self._done if final else self._done + self._inflight
             if self._total:
                 done = min(done, self._total)
+                if done >= self._total and not final:
+                    return  # the end line says it: once, with the run's whole elapsed time
             toks = self._tokens / elapsed if self._tokens and elapsed > 0 else self._toks
             line = progress_line(done, self._total, elapsed, toks)
             if line == self._last_line:
@@ -142,6 +162,9 @@ class HeartbeatProgress(BarProgress):
             if self._on:
                 self._log(final=True)
         super().close()
+        if getattr(self, "_redirect", None) is not None:
+            self._redirect.__exit__(None, None, None)  # the handlers as they were
+            self._redirect = None
 
 
 @contextlib.contextmanager

@@ -31,6 +31,12 @@ log = logging.getLogger(__name__)
 DATA_SUFFIXES = (".json", ".jsonl", ".ndjson", ".parquet", ".traj", ".zip", ".eval", ".af")  # .af: Letta agent files
 
 
+def readable_names() -> str:
+    """The names a folder walk reads, as every message says them: one list (DATA_SUFFIXES), one wording."""
+    return (f"{', '.join(DATA_SUFFIXES)}, optionally .gz; .txt/.log only when they are a CrewAI output log or an "
+            "AgentEval response log")
+
+
 def _is_data_file(name: str) -> bool:
     base = name[:-3] if name.endswith(".gz") else name
     return base.endswith(DATA_SUFFIXES)
@@ -79,9 +85,7 @@ def _is_text_log(path: str, name: str) -> bool:
 def skipped_row(path: str, name: str) -> dict:
     """The `errors/` row (a warning, `skipped_file`) of a file a folder walk does not read, with the reason."""
     ext = os.path.splitext(name[:-3] if name.endswith(".gz") else name)[1] or "(none)"
-    why = (f"extension {ext} is not a data file (read: {', '.join(DATA_SUFFIXES)}, optionally .gz; .txt/.log "
-           f"only when they are a CrewAI output log or an AgentEval response log): not read; name the file to read it "
-           f"anyway")
+    why = f"extension {ext} is not a data file (read: {readable_names()}): not read; name the file to read it anyway"
     return error_row(input_path=path, stage="ingest", reason="skipped_file", message=why)
 
 

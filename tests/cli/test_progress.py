@@ -151,3 +151,44 @@ def test_terminal_bar_ticks_every_second_from_the_first_pack(monkeypatch):
         time.sleep(0.5)
         last = term.text.rsplit("\r", 1)[-1]
         assert "1/4" in last and "<00:" in last and "?" not in last.split("<", 1)[1].split(",", 1)[0], last
+
+
+def test_the_100_percent_line_is_logged_once(caplog):
+    """Issue 60 item 7: off a terminal, the last pass-2 group or the last pack reaching the total logged a 100%
+    line, and the end logged another one a moment later (elapsed apart): once, at the end."""
+    from masprism_batch import progress_events
+
+    caplog.set_level(logging.INFO, logger="masprism_batch.progress")
+    with heartbeat(0.06) as display:
+        display.begin(4, "attribute (local)")
+        time.sleep(0.02)
+        progress_events.prefill_done("pass2", 4, 100)  # every trace of the pack about done
+        time.sleep(0.1)
+        display.on_pack(4, 4, 400, 1.0)
+        time.sleep(1.1)  # the timer fires; the end line comes a second later than any earlier one would
+    lines = [r.getMessage() for r in caplog.records if r.name == "masprism_batch.progress"]
+    full = [x for x in lines if "4/4 traces (100.0%)" in x]
+    assert len(full) == 1 and full[0] == lines[-1] and full[0].endswith("done"), lines
+
+
+def test_a_warning_during_the_bar_starts_its_own_line(monkeypatch):
+    """Issue 60 item 7: a Ctrl-C's "interrupted" warning was written onto the bar's line; it is written above
+    the bar (tqdm.write), and the log handlers are as they were once the bar is closed."""
+    import sys
+
+    term = _Terminal()
+    monkeypatch.setattr(sys, "stderr", term)
+    root = logging.getLogger()
+    handler = logging.StreamHandler(term)
+    root.addHandler(handler)
+    try:
+        with heartbeat(30.0) as display:
+            display.begin(4, "attribute (local)")
+            time.sleep(0.05)
+            logging.getLogger("masprism_batch.pipelines.interrupts").warning("interrupted (SIGINT): 1 pack kept")
+        text = term.text
+        at = text.index("interrupted (SIGINT)")
+        assert text[at - 1] in "\r\n", repr(text[max(0, at - 40):at + 40])  # not glued onto the bar
+        assert handler in root.handlers
+    finally:
+        root.removeHandler(handler)
