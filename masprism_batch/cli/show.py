@@ -24,6 +24,8 @@ _VERDICT_COLS = ["trace_id", "source", "system", "n_steps", "pred_step", "pred_s
                  "confidence", "verdict_by", "pred_agent_rule", "read_steps", "set_size", "localised"]
 STEP_CHARS = 90  # a step's text in the candidates table: one line of a wide terminal
 BLAMED_CHARS = 600  # the blamed step's own text below it: a few lines, never a screenful
+MESSAGE_CHARS = 600  # an errors/ message, wrapped in its column: whole but for a pathological one (it was cut at
+# 160 characters, mid-word: "... only when they are a CrewAI outp")
 SET_COLS = ("read_steps", "set_size", "set_share", "set_coverage", "set_by", "localised")
 
 
@@ -91,7 +93,7 @@ def _errors(outdir: Path, limit: int) -> tuple[Table, int]:
         kind = ("set aside" if r["reason"] == "succeeded_run" else
                 "warning" if r["reason"] in WARNING_REASONS else "rejected")
         table.add_row(terminal(r["input_path"] or "-"), terminal(r["record_id"] or "-"), kind, terminal(r["reason"]),
-                      terminal(" ".join((r["message"] or "").split())[:160]))
+                      terminal(_cut(r["message"], MESSAGE_CHARS)))
     return table, len(rows)
 
 
