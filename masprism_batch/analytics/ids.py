@@ -26,6 +26,7 @@ _HEX = re.compile(r"^[0-9a-f]+$")
 _DEC = re.compile(r"^[0-9]+$")
 _UUID = re.compile(r"^[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}$")
 _B64 = re.compile(r"^[A-Za-z0-9+/_-]+={0,2}$")
+_MAX_TEXT = 64  # the longest form of a 128-bit id: 39 decimal digits, 36 of a UUID, 34 of 0x-hex, 24 of base64
 
 
 def _normalise(raw: object, digits: int, decimal_hint: bool) -> str | None:
@@ -40,7 +41,11 @@ def _normalise(raw: object, digits: int, decimal_hint: bool) -> str | None:
         value = None
         if _UUID.match(low):
             low = low.replace("-", "")  # Langfuse / LangSmith UUIDs: the same 128 bits their OTel exports carry
+        if len(low) > _MAX_TEXT:  # no id of any form is this long: never parsed (int() of 5,000 digits raises)
+            return None
         if _DEC.match(low) and (len(low) > digits or (decimal_hint and len(low) != digits)):
+            if len(low) > len(str(1 << (4 * digits))):
+                return None  # more decimal digits than an id of this width can have
             value = int(low)  # more digits than hex of this width can have: decimal text of the integer
         elif _HEX.match(low) and len(low) <= digits:
             value = int(low, 16)
