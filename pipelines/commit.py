@@ -20,7 +20,9 @@ from pathlib import Path
 import pyarrow as pa
 from masprism_batch.pipelines.contracts import PackResult
 from masprism_batch.pipelines.plan import INGEST_SHARD, InputPlan, Shard, plan_inputs
+from masprism_batch.pipelines.increment import generation_of
 from masprism_batch.pipelines.progress import Progress, as_progress
+from masprism_batch.pipelines.refresh import purge_stale
 from masprism_batch.pipelines.resume import bind_header, now_utc, piece_parts, resume_of, settled_ids
 from masprism_batch.pipelines.run_summary import RunFacts, RunSummary, breakdown, split_reasons
 
@@ -57,17 +59,21 @@ def pass_stats(attributions: pa.Table, parts: list[PackResult]) -> dict[str, flo
 
 def open_run(inputs: list[str], outdir: Path, cfg: PipelineConfig, engine: str, workers: int, budget: Budget,
              facts: RunFacts, *, fmt: str, select, progress: bool | Progress, lock: OutdirLock,
-             ranker_sha256: str | None = None) -> Committer:
+             ranker_sha256: str | None = None, refresh: bool = False) -> Committer:
     """The start both engines share once the token budget (`stage/budget.resolve_budget`) is settled: it is
     logged and recorded for run.json (`facts`), the inputs are planned and OUTDIR is bound (with `ranker_sha256`,
-    the ranker file as the run read it), and the progress line names the budget."""
+    the ranker file as the run read it), and the progress line names the budget. `refresh` (--refresh-changed):
+    changed files' traces whose content changed are staged again and their old rows archived (refresh.py),
+    once OUTDIR is bound and before any shard runs."""
     n = budget.n
     log.info("token budget: %s tokens per packed forward (%s)", f"{n:,}", budget.source)
     facts.token_budget, facts.token_budget_source = n, budget.source
-    plan = plan_inputs(list(inputs), outdir, fmt, cfg.engine.traces_per_shard, cfg.ingest, select)
+    plan = plan_inputs(list(inputs), outdir, fmt, cfg.engine.traces_per_shard, cfg.ingest, select, refresh)
     if plan.increment is not None:  # run.json and the summary say how many traces were new
         facts.inputs = plan.increment
     committer = Committer(outdir, cfg, plan, engine, workers, progress=progress, lock=lock, ranker_sha256=ranker_sha256)
+    if plan.staged:  # a refresh's old rows out of the live outputs (also one a crash cut short)
+        purge_stale(outdir, plan.shards, lambda s: generation_of(Path(s.path).name), committer.run_id)
     committer.progress.describe(f"attribute ({engine}, {n:,} tok/pack)")
     return committer
 

@@ -51,21 +51,31 @@ class Increment:
     new_traces: int = 0  # traces staged by this invocation (all of them on a first run)
     already_staged: int = 0  # traces of new or changed files whose id was staged before: skipped
     not_added: str | None = None  # why new or changed files were not staged (a --sample/--limit run)
+    # --refresh-changed (refresh.py): traces of changed files staged again, their content changed; all listed
+    refreshed_ids: list[str] = field(default_factory=list)
+    refresh: bool = False  # this invocation ran with --refresh-changed
 
     def as_dict(self, names: int = 20) -> dict:
         """Counts, and the first `names` paths of each list (a folder of 100,000 logs stays a small run.json)."""
         d = asdict(self)
         for k in ("new_files", "changed_files", "removed_files"):
             d[f"{k}_count"], d[k] = len(d[k]), d[k][:names]
+        d["refreshed_ids_count"] = len(d["refreshed_ids"])  # listed whole: refresh.purge_stale reads them
         return d
 
 
-def fingerprints(inputs: list[str]) -> dict[str, tuple[str, int, int]]:
-    """{absolute path: (path as expanded from the inputs, size, mtime_ns)} of every data file under `inputs`."""
+def fingerprints(inputs: list[str], refused: dict[str, dict] | None = None) -> dict[str, tuple[str, int, int]]:
+    """{absolute path: (path as expanded from the inputs, size, mtime_ns)} of every data file under `inputs`;
+    `refused` gets {absolute path: row} of what the walk refuses (a link leaving the folder, a FIFO, a file it
+    skips): the rows a fresh ingest gives (`walk_rows`)."""
     from masprism_batch.ingest.sources import expand
 
+    def walk_row(row: dict) -> None:
+        if refused is not None:
+            refused[os.path.abspath(str(row["input_path"]))] = row
+
     out = {}
-    for f in expand(list(inputs), lambda row: None):
+    for f in expand(list(inputs), walk_row):
         try:
             st = os.stat(f)
         except OSError:
@@ -79,13 +89,31 @@ def recorded(now: dict[str, tuple[str, int, int]]) -> dict[str, list[int]]:
     return {k: [v[1], v[2]] for k, v in sorted(now.items())}
 
 
-def compare(marker: dict, now: dict[str, tuple[str, int, int]]) -> Increment:
-    old = marker.get("files") or {}
+def compare(marker: dict, now: dict[str, tuple[str, int, int]], refused: dict[str, dict] | None = None) -> Increment:
+    """A file read before and refused now (replaced by a link leaving the folder, a FIFO) is not "gone": its row
+    says what it is (`walk_rows`)."""
+    old = {k: v for k, v in (marker.get("files") or {}).items() if k not in (refused or {})}
     inc = Increment(files=len(now))
     inc.new_files = sorted(now[k][0] for k in now if k not in old)
     inc.changed_files = sorted(now[k][0] for k in now if k in old and list(old[k]) != [now[k][1], now[k][2]])
     inc.removed_files = sorted(k for k in old if k not in now)
     return inc
+
+
+def walk_rows(marker: dict, refused: dict[str, dict]) -> list[dict]:
+    """The walk's rows (`fingerprints`' `refused`) a rerun writes: those of paths the staging did not record as
+    refused for the same reason, so a rerun gives the rows a fresh ingest gives, each once. A marker of an older
+    version records none: then the files it read that are refused now."""
+    old = marker.get("refused")
+    if old is None:
+        read = marker.get("files") or {}
+        return [row for k, row in sorted(refused.items()) if k in read]
+    return [row for k, row in sorted(refused.items()) if old.get(k) != row["reason"]]
+
+
+def recorded_refused(refused: dict[str, dict]) -> dict[str, str]:
+    """The marker's form of `fingerprints`' `refused`: {absolute path: reason}."""
+    return {k: str(row["reason"]) for k, row in sorted(refused.items())}
 
 
 def drop_unlisted(staging: Path, marker: dict) -> None:
@@ -125,9 +153,11 @@ def _staged_digests(files: list[Path]) -> set[str]:
 
 
 def stage_increment(staging: Path, marker: dict, now: dict[str, tuple[str, int, int]], inc: Increment, fmt: str,
-                    traces_per_shard: int, limits: IngestConfig | None, staged_rows) -> None:
+                    traces_per_shard: int, limits: IngestConfig | None, staged_rows, refresh: bool = False,
+                    walk: tuple[list[dict], dict[str, dict]] = ([], {})) -> None:
     """Stage the new and changed files of `inc` as the next generation and rewrite the marker (`staged_rows`:
-    plan's part census, which the marker holds)."""
+    plan's part census, which the marker holds). `refresh` (--refresh-changed, refresh.py): a changed file's
+    trace staged before whose content changed is staged again (`inc.refreshed_ids`)."""
     from masprism_batch import ingest
 
     files = inc.new_files + inc.changed_files
@@ -148,10 +178,17 @@ def stage_increment(staging: Path, marker: dict, now: dict[str, tuple[str, int, 
             errors.write({**row, "input_path": path})
         set_aside.clear()
 
+    for row in walk[0]:  # what the walk refuses now and did not before (walk_rows): the rows a fresh ingest gives
+        errors.write(row)
     read = ingest.read_inputs(files, fmt=fmt, on_error=errors.write, on_file=file_done, limits=limits)
     if limits is None or not limits.all_runs:
         read = attributable(read, set_aside.append)
+    inc.refresh, old = refresh, _refreshable(staging, inc, refresh)
     for t in read:
+        if t.trace_id in old and t.trace_id not in inc.refreshed_ids and refresh_digest(t) != old[t.trace_id]:
+            inc.refreshed_ids.append(t.trace_id)  # its content changed: staged again, re-attributed
+            traces.write(t.to_row())
+            continue
         if t.trace_id in seen or (legacy and run_ids.content_digest(t) in legacy):
             inc.already_staged += 1
             continue
@@ -167,10 +204,25 @@ def stage_increment(staging: Path, marker: dict, now: dict[str, tuple[str, int, 
     gens = list(marker.get("generations") or []) + [{"generation": gen, **inc.as_dict()}]
     write_json_atomic({**marker, "traces": int(marker.get("traces", 0)) + inc.new_traces,
                        "errors": int(marker.get("errors", 0)) + errors.rows_written, "parts": staged_rows(staging),
-                       "files": recorded(now), "generations": gens, **run_ids.marker_fields(marker)},
+                       "files": recorded(now), "refused": recorded_refused(walk[1]), "generations": gens, **run_ids.marker_fields(marker)},
                       staging / "_COMPLETE.json")
     log.info("increment %d: %d new trace(s) from %d new and %d changed file(s); %d already staged, skipped", gen,
              inc.new_traces, len(inc.new_files), len(inc.changed_files), inc.already_staged)
+
+
+def _refreshable(staging: Path, inc: Increment, refresh: bool) -> dict[str, str]:
+    """{trace id: staged digest} a refresh compares with (empty without --refresh-changed or a changed file)."""
+    if not refresh or not inc.changed_files:
+        return {}
+    from masprism_batch.pipelines.refresh import staged_digests
+
+    return staged_digests(sorted((staging / "traces").glob("part-*.parquet")))
+
+
+def refresh_digest(trace) -> str:
+    from masprism_batch.pipelines.refresh import digest
+
+    return digest(trace)
 
 
 def summary_line(inc: dict | None) -> str | None:
@@ -184,8 +236,13 @@ def summary_line(inc: dict | None) -> str | None:
         shown = inc["changed_files"][:3]
         parts.append(f"{inc['changed_files_count']:,} changed since the last run, read again ({', '.join(shown)}"
                      f"{', ...' if inc['changed_files_count'] > len(shown) else ''})")
+    if inc.get("refreshed_ids_count"):
+        parts.append(f"{inc['refreshed_ids_count']:,} trace(s) of changed files re-attributed (--refresh-changed; "
+                     f"their old verdicts in OUT/history/)")
     if inc["already_staged"]:
-        parts.append(f"{inc['already_staged']:,} trace(s) already attributed, skipped")
+        parts.append(f"{inc['already_staged']:,} trace(s) already attributed, skipped"
+                     + ("" if inc.get("refresh") or not inc["changed_files_count"] else
+                        " (--refresh-changed re-attributes those of changed files whose content changed)"))
     if inc["removed_files_count"]:
         parts.append(f"{inc['removed_files_count']:,} file(s) gone since (their verdicts kept)")
     if inc.get("not_added"):

@@ -56,7 +56,7 @@ def _guard(ledger: FileLedger, key: str) -> CrashGuard | None:
 def run_local(inputs: list[str], outdir: str | Path, cfg: PipelineConfig, *, fmt: str = "auto", model=None,
               progress: bool | Progress = True, select: Selection | None = None, load_model=load_model,
               attribute=None, prefetch: int = 1, render_workers: int | None = None,
-              ranker: RankerSetting | None = None) -> RunSummary:
+              ranker: RankerSetting | None = None, refresh: bool = False) -> RunSummary:
     """Attribute every trace of `inputs` into OUTDIR (resumable; see docs/scale-out.md).
 
     `model` lets a caller that already holds a loaded PrefillModel reuse it; else `load_model(cfg)` loads it
@@ -66,7 +66,7 @@ def run_local(inputs: list[str], outdir: str | Path, cfg: PipelineConfig, *, fmt
     beside the model (`render.pool.RenderPool`); None: on a CUDA model up to 8, leaving 2 CPUs, else none.
     `progress`: the display the run reports to (`progress.Progress`), or True/False for the default bar.
     `ranker`: the run's ranker setting as the caller read it (`RankerSetting.read(cfg.method.ranker)`, the one
-    read of the file this run makes), else read here.
+    read of the file this run makes), else read here. `refresh`: --refresh-changed (pipelines/refresh.py).
     Raises `parts.OutdirLocked` (a ValueError) when another live run holds OUTDIR.
     """
     outdir = Path(outdir)
@@ -84,7 +84,7 @@ def run_local(inputs: list[str], outdir: str | Path, cfg: PipelineConfig, *, fmt
         if workers > 0 and model is not None:  # its processes start (imports, tokenizer) while staging runs
             pool = stack.enter_context(RenderPool(model.tokenizer, workers)).warm()
         committer = open_run(inputs, outdir, cfg, "local", 1, budget, facts, fmt=fmt, select=select,
-                             progress=progress, lock=lock, ranker_sha256=ranker.sha256)
+                             progress=progress, lock=lock, ranker_sha256=ranker.sha256, refresh=refresh)
         if committer.pending:
             if model is None:
                 model = _load(load_model, cfg, facts)

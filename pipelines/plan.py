@@ -78,6 +78,14 @@ class InputPlan:
     increment: dict | None = None  # what this invocation found new in the inputs (`increment.Increment`)
 
 
+def _refreshed(outdir: Path) -> dict[str, int]:
+    """{trace id: the latest generation that staged it again} (--refresh-changed, pipelines/refresh.py)."""
+    from masprism_batch.outdir.manifest import read_json
+
+    marker = read_json(Path(outdir) / "_staging" / "_COMPLETE.json") or {}
+    return {tid: int(g["generation"]) for g in marker.get("generations") or [] for tid in g.get("refreshed_ids") or []}
+
+
 def _shard_id(key: str, start: int, stop: int) -> str:
     return hashlib.sha256(f"{key}\0{start}\0{stop}".encode()).hexdigest()[:20]
 
@@ -123,7 +131,8 @@ def _fragments(path: str) -> list[tuple[str, dict[str, str]]]:
 
 
 def plan_inputs(inputs: list[str], outdir: Path, fmt: str, traces_per_shard: int,
-                limits: IngestConfig | None = None, select: Selection | None = None) -> InputPlan:
+                limits: IngestConfig | None = None, select: Selection | None = None,
+                refresh: bool = False) -> InputPlan:
     """Shards of `inputs`; a `select` other than everything stages even canonical input (it is applied there)."""
     from masprism_batch.ingest import ingest_state
 
@@ -142,7 +151,7 @@ def plan_inputs(inputs: list[str], outdir: Path, fmt: str, traces_per_shard: int
     ingest_errors, increment_errors, inc = None, {}, None
     if staged:
         staging = outdir / "_staging"
-        inc = stage_raw(inputs, staging, fmt, traces_per_shard, limits, select).as_dict()
+        inc = stage_raw(inputs, staging, fmt, traces_per_shard, limits, select, refresh).as_dict()
         label = ",".join(inputs)
         for f in sorted((staging / "traces").glob("part-*.parquet")):
             files.append((str(f.resolve()), f"_staging/{f.name}", label, {}))
@@ -156,10 +165,13 @@ def plan_inputs(inputs: list[str], outdir: Path, fmt: str, traces_per_shard: int
         for p in inputs:
             files += [(f, f, p, part) for f, part in _fragments(p)]
     shards, seen = [], SeenIds()
+    latest = _refreshed(outdir) if staged else {}  # --refresh-changed: a refreshed trace's newest copy wins
     for path, key, label, part in files:
         require_regular(path)
         ids = trace_id_keys(path, limits or IngestConfig())  # bounded: a repeated 1 MB id is never decoded per row
-        dup = [i for i, tid in enumerate(ids) if tid is not None and seen.repeated(tid)]
+        gen = increment.generation_of(Path(path).name) if latest else 0
+        dup = [i for i, tid in enumerate(ids) if tid is not None
+               and (latest[tid] != gen if tid in latest else seen.repeated(tid))]
         for start in range(0, len(ids), traces_per_shard):
             stop = min(start + traces_per_shard, len(ids))
             skip = tuple(i for i in dup if start <= i < stop)

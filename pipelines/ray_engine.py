@@ -186,13 +186,15 @@ def _capped(asked: int, room: int, what: str) -> int:
 def run_ray(inputs: list[str], outdir: str | Path, cfg: PipelineConfig, *, workers: int | None = None,
             address: str | None = None, num_cpus: int | None = None, fmt: str = "auto",
             progress: bool | Progress = True, select: Selection | None = None, load_model=load_model,
-            load_tokenizer=load_tokenizer, attribute=None, ranker: RankerSetting | None = None) -> RunSummary:
+            load_tokenizer=load_tokenizer, attribute=None, ranker: RankerSetting | None = None,
+            refresh: bool = False) -> RunSummary:
     """Attribute `inputs` into OUTDIR on Ray Data (resumable; same outputs as `run_local`).
 
     The model stage's functions (`load_model(cfg)` in each actor, `load_tokenizer(cfg)` in each CPU worker,
     `attribute(traces, model, cfg, renders)` per pack) are shipped to the workers by Ray; defaults: the
     project's (`pipelines.model_stage`). `ranker`: the run's ranker setting as the caller read it, else read here
-    (once, on the driver: the default model stage ships it to the actors)."""
+    (once, on the driver: the default model stage ships it to the actors). `refresh`: --refresh-changed, as
+    `run_local` (pipelines/refresh.py)."""
 
     outdir = Path(outdir)
     ranker = ranker if ranker is not None else RankerSetting.read(cfg.method.ranker)
@@ -224,7 +226,8 @@ def run_ray(inputs: list[str], outdir: str | Path, cfg: PipelineConfig, *, worke
         else:
             cfg, budget = resolve_budget(cfg, None, header)
         committer = open_run(inputs, outdir, cfg, "ray", workers or 1, budget, facts, fmt=fmt,
-                             select=select, progress=progress, lock=lock, ranker_sha256=ranker.sha256)
+                             select=select, progress=progress, lock=lock, ranker_sha256=ranker.sha256,
+                             refresh=refresh)
         if not committer.pending:  # a re-run of a finished run: no cluster needed
             return committer.finish(facts)
         cluster()

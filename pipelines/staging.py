@@ -77,7 +77,8 @@ def staging_conflict(outdir: Path, inputs: list[str], fmt: str, select: Selectio
 
 
 def stage_raw(inputs: list[str], staging: Path, fmt: str, traces_per_shard: int,
-              limits: IngestConfig | None = None, select: Selection | None = None) -> increment.Increment:
+              limits: IngestConfig | None = None, select: Selection | None = None,
+              refresh: bool = False) -> increment.Increment:
     """Stream raw inputs through ingest into a canonical dataset, once (a completed staging is reused).
 
     Atomic: everything is written under `_staging.partial/`, the marker `_COMPLETE.json` (with the row count of
@@ -91,7 +92,8 @@ def stage_raw(inputs: list[str], staging: Path, fmt: str, traces_per_shard: int,
     select = select or Selection()
     key = _staging_key(inputs, fmt, traces_per_shard, select)
     done = read_marker(marker, strict=True)
-    now = increment.fingerprints(inputs)
+    refused: dict[str, dict] = {}  # what the walk refuses (links leaving the folder, FIFOs): rows, increment.walk_rows
+    now = increment.fingerprints(inputs, refused)
     if done is not None:
         if done.get("key") != key:
             raise ValueError(_conflict(staging.parent, done.get("key") or {}, key))
@@ -102,12 +104,14 @@ def stage_raw(inputs: list[str], staging: Path, fmt: str, traces_per_shard: int,
         if "files" not in done:  # staged by a version that did not record its files
             return increment.Increment(files=len(now), not_added="this OUTDIR's staging does not record its files "
                                        "(an older version): new logs are not picked up; use a new OUTDIR for them")
-        inc = increment.compare(done, now)
+        inc = increment.compare(done, now, refused)
+        walk = increment.walk_rows(done, refused)
         if (inc.new_files or inc.changed_files) and not select.everything:
             inc.not_added = (f"{len(inc.new_files) + len(inc.changed_files):,} new or changed file(s) not added: "
                              f"this OUTDIR holds a selection (--sample/--limit); a new OUTDIR takes them")
-        elif inc.new_files or inc.changed_files:
-            increment.stage_increment(staging, done, now, inc, fmt, traces_per_shard, limits, _staged_rows)
+        elif inc.new_files or inc.changed_files or walk:
+            increment.stage_increment(staging, done, now, inc, fmt, traces_per_shard, limits, _staged_rows,
+                                      refresh=refresh, walk=(walk, refused))  # --refresh-changed: pipelines/refresh.py
         return inc
     if staging.exists():
         shutil.rmtree(staging)  # a staging pass of an older version that did not finish: nothing was committed
@@ -143,7 +147,7 @@ def stage_raw(inputs: list[str], staging: Path, fmt: str, traces_per_shard: int,
     file_done(",".join(inputs))  # rows of a file cut short by the selection (--limit): named by the inputs
     errors.close()
     write_json_atomic({"key": key, "traces": n, "errors": errors.rows_written, "parts": _staged_rows(partial),
-                       "files": increment.recorded(now), **run_ids.marker_fields(None)}, partial / "_COMPLETE.json")
+                       "files": increment.recorded(now), "refused": increment.recorded_refused(refused), **run_ids.marker_fields(None)}, partial / "_COMPLETE.json")
     os.replace(partial, staging)
     log.info("staged %s from %d input(s)", counts_line(outcome_counts(n, dict(reasons))).replace(
         "attributed", "to attribute", 1), len(inputs))

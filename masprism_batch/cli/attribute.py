@@ -19,6 +19,7 @@ from masprism_batch.cli.options import (
     OutcomeNameOpt,
     OutcomesOpt,
     PassThresholdOpt,
+    RefreshOpt,
     LimitOpt,
     MethodOpt,
     ModelOpt,
@@ -50,7 +51,7 @@ def attribute(
     coverage: float = CoverageOpt,
     outcomes: Path = OutcomesOpt, outcome_name: str = OutcomeNameOpt, pass_threshold: float = PassThresholdOpt,
     limit: int = LimitOpt, sample: int = SampleOpt, seed: int = SeedOpt,
-    progress: bool = ProgressOpt, progress_interval: float = IntervalOpt,
+    progress: bool = ProgressOpt, progress_interval: float = IntervalOpt, refresh_changed: bool = RefreshOpt,
     verbose: bool = VerboseOpt,
 ):
     setup_logging(verbose)
@@ -58,4 +59,4 @@ def attribute(
                          traces_per_shard, all_runs, all_features, coverage, outcomes=outcomes,
                          outcome_name=outcome_name, pass_threshold=pass_threshold)
     execute(inputs, out, opts, Job(Engine.local, fmt=fmt, limit=limit, sample=sample, seed=seed, progress=progress,
-                                   progress_interval=progress_interval))
+                                   progress_interval=progress_interval, refresh_changed=refresh_changed))

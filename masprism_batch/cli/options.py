@@ -38,6 +38,9 @@ OutcomeNameOpt = typer.Option(None, "--outcome-name", metavar="NAME", help="the 
                               "feedback)")
 PassThresholdOpt = typer.Option(1.0, "--pass-threshold", help="a score at or above it passes (--outcomes, "
                                 "--outcome-name)")
+RefreshOpt = typer.Option(False, "--refresh-changed", help="re-attribute the traces of input files changed since "
+                          "OUT's last run whose content changed (default: a changed file's new traces only); their "
+                          "old verdicts are kept in OUT/history/")
 FormatOpt = typer.Option("auto", "--format", "-f", help=FormatHelp)
 ModelOpt = typer.Option(None, "--model", "-m", help="smollm2-135m (default) | gemma3-270m | tiny-random | PATH (HF folder or .gguf); `models` lists them")
 ConfigOpt = typer.Option(None, "--config", help="JSON or TOML file with PipelineConfig sections")

@@ -36,6 +36,7 @@ from masprism_batch.cli.options import (
     OutcomeNameOpt,
     OutcomesOpt,
     PassThresholdOpt,
+    RefreshOpt,
     LimitOpt,
     MethodOpt,
     ModelOpt,
@@ -76,6 +77,7 @@ class Job:
     seed: int = 0
     progress: bool = True
     progress_interval: float = DEFAULT_INTERVAL
+    refresh_changed: bool = False  # --refresh-changed (pipelines/refresh.py)
 
 
 @app.command()
@@ -94,7 +96,7 @@ def run(
     coverage: float = CoverageOpt,
     outcomes: Path = OutcomesOpt, outcome_name: str = OutcomeNameOpt, pass_threshold: float = PassThresholdOpt,
     limit: int = LimitOpt, sample: int = SampleOpt, seed: int = SeedOpt,
-    progress: bool = ProgressOpt, progress_interval: float = IntervalOpt,
+    progress: bool = ProgressOpt, progress_interval: float = IntervalOpt, refresh_changed: bool = RefreshOpt,
     verbose: bool = VerboseOpt,
 ):
     """The overnight job: attribute millions of logs on a Ray cluster (or embedded), resumable and exactly-once
@@ -105,7 +107,7 @@ def run(
                          traces_per_shard, all_runs, all_features, coverage, outcomes=outcomes,
                          outcome_name=outcome_name, pass_threshold=pass_threshold)
     execute(inputs, out, opts, Job(engine, workers, address, num_cpus, fmt, limit, sample, seed, progress,
-                                   progress_interval))
+                                   progress_interval, refresh_changed))
 
 
 def run_here(inputs: list[str], outdir: Path, cfg, model, ranker, interval: float = DEFAULT_INTERVAL, select=None):
@@ -168,10 +170,11 @@ def execute(inputs: list[str], out: Path, opts: ConfigOptions, job: Job):
         with heartbeat(job.progress_interval if progress else 0, show=progress) as display:
             if engine is Engine.local:
                 summary = run_local(inputs, out, cfg, fmt=fmt, progress=display, load_model=load_checked,
-                                    select=select, ranker=ranker)
+                                    select=select, ranker=ranker, refresh=job.refresh_changed)
             else:
                 summary = run_ray(inputs, out, cfg, workers=workers, address=address, num_cpus=job.num_cpus,
-                                  fmt=fmt, progress=display, select=select, ranker=ranker)
+                                  fmt=fmt, progress=display, select=select, ranker=ranker,
+                                  refresh=job.refresh_changed)
     except KeyboardInterrupt as exc:  # SIGTERM/SIGHUP/SIGINT: a clean stop, never blamed on a trace
         from masprism_batch.pipelines.interrupts import exit_status, signal_name
 
