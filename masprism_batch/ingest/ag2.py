@@ -22,7 +22,7 @@ Steps: one per message, in list order. agent = `name` (AG2) / `source` (AutoGen 
 result speaks as its tool (AutoGen: when its results name one tool), `is_error` results fill `Step.error`; kind
 `tool` for tool results, `message` otherwise; a message logged as `""` reads `(empty message)`. source `ag2` (system `ag2`) or `autogen` (system
 `autogen-agentchat`); trace id = the object's `trace_id`/`id` when it is a string, else `ag2/<file stem>`
-(`#<line>` added for JSON lines).
+(`#<line>` added for JSON lines), which ingest turns into the run's (run_ids.py).
 """
 
 from __future__ import annotations

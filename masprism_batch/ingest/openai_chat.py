@@ -15,7 +15,7 @@ Accepted shapes (`--format openai`):
 Steps in list order; agent = `name`, else the role (`assistant`, `user`, ...); a tool result's agent is the
 tool's function name (looked up by `tool_call_id`), kind `tool`. source `openai`, system `openai-chat` or
 `openai-responses`; trace id = a string `id` / `metadata.trace_id`, else `openai/<file stem>` (`#<line>`
-for JSON lines).
+for JSON lines), which ingest turns into the run's (run_ids.py).
 """
 
 from __future__ import annotations

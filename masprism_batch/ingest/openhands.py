@@ -11,7 +11,7 @@ tool call it makes (`Tool call: name(arguments)`, arguments from the model's own
 `tool_call_metadata.model_response` holds it, else from `args`). An observation speaks as `environment`
 (kind `tool`): its content (`message`, else `extras`, when the content is empty). State changes
 (`change_agent_state`, `agent_state_changed`) and `null` observations are bookkeeping, not steps. Trace id =
-`openhands/<file stem>`.
+`openhands/<file stem>` (ingest adds the run's digest: run_ids.py).
 """
 
 from __future__ import annotations

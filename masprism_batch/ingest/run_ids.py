@@ -92,6 +92,8 @@ def run_id(trace: Trace, fmt: str | None, input_path: str) -> str:
     if fmt == _LETTA:  # an agent's name, or the file's: never a run's
         return f"{prefix}/{_RUN_SUFFIX.sub('', rest)}~{content_digest(trace)}"
     stem = base_name(input_path)
+    if rest.startswith(stem.removesuffix(".traj")) and not rest.startswith(stem):
+        stem = stem.removesuffix(".traj")  # mini-swe-agent names `x.traj.json` by `x`
     if rest != stem and not rest.startswith((stem + "#", stem + "/")):
         return tid  # the log's own id
     if fmt == _CREWAI or rest != stem:  # a run or line of a file that holds several, or may come to

@@ -9,7 +9,7 @@ only `history`). `history` messages: `{"role": "system"|"user"|"assistant"|"tool
 Steps in order. An assistant step is its text, then one `Tool call: name(arguments)` line per tool call (or
 `Action: ...` when the model wrote the command as text); a tool observation's agent is the tool it answers
 (by `tool_call_ids`), else `environment`; other messages speak as their `agent` (`main`), else their role.
-Trace id = `swe-agent/<file stem>`; `info.exit_status` / `info.submission` presence go to metadata.
+Trace id = `swe-agent/<file stem>` (ingest adds the run's digest: run_ids.py); `info.exit_status` / `info.submission` presence go to metadata.
 """
 
 from __future__ import annotations

@@ -9,7 +9,7 @@
 
 Steps: `traj` through the OpenAI message reader (tool results speak as their tool); in transcripts the
 speaker is the prefix. The simulated customer is agent `user`. Trace id = `tau-bench/<file stem>#<n>/task-<id>`
-(`n`: position in the file), `#<line>` for transcripts.
+(`n`: position in the file), `#<line>` for transcripts; ingest names the run by its content (run_ids.py).
 """
 
 from __future__ import annotations
