@@ -20,11 +20,12 @@ run (trace `crewai/<file>#<n>`, which ingest turns into `crewai/<digest of the r
 from __future__ import annotations
 
 import re
-from collections.abc import Iterator
+from collections.abc import Iterable, Iterator
 from typing import Any
 
 from masprism_batch.ingest import status
 from masprism_batch.ingest.common import Context, IngestError, check_trace_id, short
+from masprism_batch.ingest.limits import LIMITS
 from masprism_batch.ingest.messages import content_text, join
 from masprism_batch.ingest.sources import base_name
 from masprism_batch.ingest.spantree import parse_time
@@ -58,13 +59,27 @@ def _fields(body: str) -> dict[str, str]:
 
 
 def text_entries(text: str) -> list[dict[str, str]]:
-    text = text.lstrip("\ufeff")
-    starts = list(_ENTRY.finditer(text))
-    out = []
-    for i, m in enumerate(starts):
-        end = starts[i + 1].start() if i + 1 < len(starts) else len(text)
-        out.append({"timestamp": m.group(1), **_fields(text[m.end():end])})
-    return out
+    return list(line_entries(text.lstrip("\ufeff").splitlines(keepends=True)))
+
+
+def line_entries(lines: Iterable[str]) -> Iterator[dict[str, str]]:
+    """The entries of a text log from its lines, as they come: an entry runs from its timestamped line to the
+    next one (memory: one entry). Text before the first entry is not an entry."""
+    held: list[str] = []
+    for line in lines:
+        if _ENTRY.match(line):
+            if held:
+                yield _entry("".join(held))
+            held = [line]
+        elif held:
+            held.append(line)
+    if held:
+        yield _entry("".join(held))
+
+
+def _entry(text: str) -> dict[str, str]:
+    m = _ENTRY.match(text)
+    return {"timestamp": m.group(1), **_fields(text[m.end():])}
 
 
 def _key(e: dict) -> str:
@@ -73,18 +88,21 @@ def _key(e: dict) -> str:
     return f"name:{name}" if name not in (None, "", "None") else f"text:{content_text(e.get('task')).strip()}"
 
 
-def _runs(entries: list[dict]) -> list[list[dict]]:
-    runs: list[list[dict]] = [[]]
+def _runs(entries: Iterable[dict]) -> Iterator[list[dict]]:
+    """The runs of a log as they end (memory: one run): a task the run already started starts again, the crew was
+    kicked off anew."""
+    run: list[dict] = []
     done: set[str] = set()
     for e in entries:
         key = _key(e)
         if e.get("status") == "started":
-            if key in done:  # a task the run already started starts again: the crew was kicked off anew
-                runs.append([])
-                done = set()
+            if key in done and run:
+                yield run
+                run, done = [], set()
             done.add(key)
-        runs[-1].append(e)
-    return [r for r in runs if r]
+        run.append(e)
+    if run:
+        yield run
 
 
 def _trace(entries: list[dict], tid: str) -> Trace:
@@ -122,25 +140,55 @@ def _trace(entries: list[dict], tid: str) -> Trace:
                  question=question, steps=steps, metadata=meta, run_status=status.FAILED if failed else status.UNKNOWN)
 
 
-def parse_entries(entries: list, ctx: Context) -> Iterator[Trace]:
-    good = []
+def _good(entries: Iterable[Any], ctx: Context) -> Iterator[dict]:
     for i, e in enumerate(entries):
         if isinstance(e, dict) and ("task" in e or "task_name" in e or "agent" in e):
-            good.append(e)
+            yield e
         else:
             ctx.reject(IngestError("invalid_record", f"not a CrewAI log entry: {short(e, 120)}", f"entry {i + 1}"))
-    runs = _runs(good)
-    if not runs:
-        raise IngestError("empty_trace", "no CrewAI log entries")
+
+
+def parse_entries(entries: Iterable[Any], ctx: Context) -> Iterator[Trace]:
+    """Traces of a log's entries, each run as soon as it ends; a run is held until the next one starts (or the log
+    ends), since its id says whether the file holds more than one (`#<n>`)."""
     stem = base_name(ctx.input_path)
-    for n, run in enumerate(runs, 1):
-        tid = f"crewai/{stem}" + (f"#{n}" if len(runs) > 1 else "")
-        try:
-            yield _trace(run, check_trace_id(tid))
-        except IngestError as e:
-            e.record_id = e.record_id or tid
-            ctx.reject(e)
+    held: list[dict] | None = None
+    n = 0
+    for run in _runs(_good(entries, ctx)):
+        n += 1
+        if held is not None:
+            yield from _one(held, f"crewai/{stem}#{n - 1}", ctx)
+        held = run
+    if held is None:
+        raise IngestError("empty_trace", "no CrewAI log entries")
+    yield from _one(held, f"crewai/{stem}" + (f"#{n}" if n > 1 else ""), ctx)
+
+
+def _one(run: list[dict], tid: str, ctx: Context) -> Iterator[Trace]:
+    try:
+        yield _trace(run, check_trace_id(tid))
+    except IngestError as e:
+        e.record_id = e.record_id or tid
+        ctx.reject(e)
 
 
 def parse_text(text: str, ctx: Context) -> Iterator[Trace]:
     yield from parse_entries(text_entries(text), ctx)
+
+
+def parse_lines(lines: Iterable[tuple[int, str]], ctx: Context) -> Iterator[Trace]:
+    """A text log streamed line by line (`json_lines.decoded_lines`: gzip, an overlong line its own row): entries
+    and runs are built as the lines come, so memory is about one run, never the whole file split into entries;
+    past `max_file_bytes` (decompressed) the file ends with `file_too_large`, the runs before it kept."""
+    cap = LIMITS.get().max_file_bytes
+
+    def text() -> Iterator[str]:
+        seen = 0
+        for n, line in lines:
+            seen += len(line)
+            if seen > cap:
+                raise IngestError("file_too_large", f"more than {cap} characters by line {n} (max_file_bytes): the "
+                                  "runs that ended before it were read, the rest of the file was not")
+            yield line.lstrip("\ufeff") if n == 1 else line
+
+    yield from parse_entries(line_entries(text()), ctx)
