@@ -31,6 +31,15 @@ def light_trace(row: dict[str, Any]) -> Trace:
                  labels=Labels(**labels) if labels else None)
 
 
+def gold_steps(row: dict[str, Any]) -> set[int]:
+    """The labelled steps of a trace row: Who&When's mistake step, TRAIL's error spans as step indices."""
+    lab = row.get("labels") or {}
+    if lab.get("mistake_step") is not None:
+        return {lab["mistake_step"]}
+    gold = {x for x in lab.get("error_locations") or [] if x}
+    return {i for i, s in enumerate(row.get("steps") or []) if s.get("span_id") in gold}
+
+
 def top1_correct(attr: dict[str, Any], row: dict[str, Any]) -> bool | None:
     """Is the blamed step the labelled one (Who&When) / a labelled error span (TRAIL)? None: no usable label."""
     lab = row.get("labels") or {}
@@ -54,6 +63,8 @@ class AccuracyAccumulator:
         self._sample: dict[str, list[int]] = defaultdict(lambda: [0, 0, 0])  # source: scored, ranked, in-sample
         # source -> [(confidence, top-1 hit)] of labelled traces whose verdict carries a confidence
         self._conf: dict[str, list[tuple[float, bool]]] = defaultdict(list)
+        # (source, the set's coverage level) -> [(the set holds a labelled step, its share of the log)]
+        self._sets: dict[tuple[str, float], list[tuple[bool, float]]] = defaultdict(list)
 
     def add_batch(self, attrs: dict[str, dict[str, Any]], trace_rows: list[dict[str, Any]]) -> None:
         traces = []
@@ -64,6 +75,11 @@ class AccuracyAccumulator:
                 conf, hit = attrs[r["trace_id"]].get("confidence"), top1_correct(attrs[r["trace_id"]], r)
                 if conf is not None and hit is not None:
                     self._conf[r.get("source") or ""].append((float(conf), hit))
+                a = attrs[r["trace_id"]]
+                gold = gold_steps(r)
+                if a.get("read_steps") and a.get("set_coverage") is not None and gold:
+                    self._sets[(r.get("source") or "", float(a["set_coverage"]))].append(
+                        (bool(gold & set(a["read_steps"])), float(a.get("set_share") or 0.0)))
                 c = self._sample[r.get("source") or ""]
                 c[0] += 1
                 if attrs[r["trace_id"]].get("method", RANKED) == RANKED:
@@ -114,6 +130,14 @@ class AccuracyAccumulator:
             out.append({"source": s, "metric": AUROC, "n_traces": len(pairs), "random_baseline": 0.5,
                         "value": auroc([c for c, _ in pairs], [h for _, h in pairs]), "n_in_sample": ins,
                         "sample": label})
+        for (s, level), sets in sorted(self._sets.items()):  # the step sets: the coverage achieved at the level
+            ins, label = self.sample(s)  # stated, beside what a random set of the same size holds (its share)
+            share = sum(x for _, x in sets) / len(sets)
+            out.append({"source": s, "metric": f"{SET_COVERAGE}@{level:g}", "n_traces": len(sets),
+                        "value": sum(h for h, _ in sets) / len(sets), "random_baseline": share, "n_in_sample": ins,
+                        "sample": label})
+            out.append({"source": s, "metric": f"{SET_SHARE}@{level:g}", "n_traces": len(sets), "value": share,
+                        "random_baseline": None, "n_in_sample": ins, "sample": label})
         return out
 
 
@@ -121,6 +145,10 @@ class AccuracyAccumulator:
 COVERAGE = "top1_most_confident"
 # AUROC of confidence against a right top-1 (0.5: confidence does not rank; null with only one outcome)
 AUROC = "confidence_auroc"
+# the step sets at their level (`@0.8`): the share of labelled logs whose `read_steps` holds a labelled step (random
+# baseline: the mean set share, what a random set of the same size holds), and the mean share of the log they span
+SET_COVERAGE = "set_coverage"
+SET_SHARE = "set_share"
 
 
 def _order(metric: str) -> tuple:
@@ -129,6 +157,8 @@ def _order(metric: str) -> tuple:
         return (2, int(metric.rpartition("@")[2]), "")
     if metric == AUROC:
         return (3, 0, "")
+    if metric.startswith((SET_COVERAGE, SET_SHARE)):
+        return (4, 0, metric)
     if metric in fixed:
         return (0, fixed.index(metric), "")
     name, _, k = metric.partition("@")

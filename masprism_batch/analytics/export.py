@@ -58,7 +58,10 @@ _META_TYPE = pa.struct([("trace_id", pa.string()), ("span_id", pa.string()), ("s
                         ("step", pa.int32()), ("step_agent", pa.string()), ("rank", pa.int32()),
                         ("n_candidates", pa.int32()), ("blamed_step", pa.int32()), ("blamed_agent", pa.string()),
                         ("agent_rule", pa.string()), ("verdict_by", pa.string()), ("confidence", pa.float64()),
-                        ("raw_score", pa.float64()), ("model_id", pa.string()), ("config_hash", pa.string())])
+                        ("raw_score", pa.float64()), ("model_id", pa.string()), ("config_hash", pa.string()),
+                        # the verdict's steps to read (attributions' step set; null before it existed)
+                        ("read_steps", pa.list_(pa.int32())), ("set_size", pa.int32()),
+                        ("set_coverage", pa.float64()), ("set_by", pa.string()), ("localised", pa.bool_())])
 # One file per Phoenix target, each loaded by its client method as is (docs/reporting.md): a null span_id or a
 # null score in a frame is refused by the client, so neither column holds one where it is present.
 _COMMON = [("trace_id", pa.string()), ("name", pa.string()), ("annotator_kind", pa.string()), ("label", pa.string())]
@@ -81,7 +84,7 @@ def _meta(a: dict, c: dict, r: int) -> dict:
             "step_agent": c["agent"], "rank": r, "n_candidates": len(a["candidates"] or []),
             "blamed_step": a["pred_step"], "blamed_agent": a["pred_agent"], "agent_rule": txt.agent_rule(a),
             "verdict_by": a.get("verdict_by"), "confidence": a.get("confidence"), "raw_score": txt.raw_score(c),
-            "model_id": a["model_id"], "config_hash": a["config_hash"]}
+            "model_id": a["model_id"], "config_hash": a["config_hash"], **txt.set_fields(a)}
 
 
 def phoenix_rows(outdir: Path, top_k: int = 1) -> dict[str, list[dict]]:

@@ -42,7 +42,8 @@ def _meta(a: dict, c: dict, rank: int) -> dict[str, Any]:
     return {"trace_id": a["trace_id"], "span_id": c.get("span_id"), "source": a["source"], "step": c["step"],
             "step_agent": c["agent"], "rank": rank, "blamed_step": a["pred_step"], "blamed_agent": a["pred_agent"],
             "agent_rule": txt.agent_rule(a), "verdict_by": a.get("verdict_by"), "confidence": a.get("confidence"),
-            "raw_score": txt.raw_score(c), "model_id": a["model_id"], "config_hash": a["config_hash"]}
+            "raw_score": txt.raw_score(c), "model_id": a["model_id"], "config_hash": a["config_hash"],
+            **txt.set_fields(a)}
 
 
 def _score(a: dict, c: dict, rank: int, name: str, value: Any, data_type: str, comment: str) -> dict[str, Any]:

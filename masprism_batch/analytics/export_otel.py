@@ -62,10 +62,22 @@ def otel_records(outdir: Path, top_k: int = 1) -> Iterator[dict[str, Any]]:
                 _kv("masprism.raw_score", txt.raw_score(c)),
                 _kv("masprism.blamed_step", int(a["pred_step"])), _kv("masprism.blamed_agent", a["pred_agent"]),
                 _kv("masprism.agent_rule", txt.agent_rule(a)), _kv("masprism.verdict_by", a.get("verdict_by")),
-                _kv("masprism.model_id", a["model_id"]), _kv("masprism.config_hash", a["config_hash"])]
+                _kv("masprism.model_id", a["model_id"]), _kv("masprism.config_hash", a["config_hash"]),
+                *_set_attributes(a)]
             yield rec
             if kind is not None:
                 yield kind
+
+
+def _set_attributes(a: dict) -> list[dict]:
+    """The verdict's steps to read as attributes (`masprism.read_steps`: the steps best first, comma-separated);
+    none in outputs written before the step set."""
+    s = txt.set_fields(a)
+    if not s["read_steps"]:
+        return []
+    return [_kv("masprism.read_steps", ",".join(map(str, s["read_steps"]))), _kv("masprism.set_size", s["set_size"]),
+            _kv("masprism.set_coverage", s["set_coverage"]), _kv("masprism.set_by", s["set_by"]),
+            _kv("masprism.localised", s["localised"])]
 
 
 def _kind_record(rec: dict, a: dict) -> dict:

@@ -16,7 +16,7 @@ CATEGORY_ANNOTATION = "masprism_failure_kind"
 COLUMNS = ["trace_id", "source", "system", "n_steps", "pred_step", "pred_agent", "pred_span_id", "candidates",
          "symptoms", "method", "model_id", "config_hash", "attributed_at", "pred_step_agent", "pred_agent_rule",
          "agent_ranking", "verdict_by", "confidence", "category", "category_family", "category_confidence",
-         "category_by"]
+         "category_by", "read_steps", "set_size", "set_share", "set_coverage", "set_by", "localised"]
 
 
 def hex_ids(a: dict, c: dict | None) -> tuple[str, str | None]:

@@ -55,6 +55,28 @@ def score(a: dict, rank: int) -> float | None:
     return min(1.0, max(0.0, float(conf)))
 
 
+SET_FIELDS = ("read_steps", "set_size", "set_coverage", "set_by", "localised")
+
+
+def set_fields(a: dict) -> dict:
+    """The verdict's steps to read (attributions' step-set columns) as every export carries them; nulls in outputs
+    written before the step set."""
+    return {k: (list(a[k]) if k == "read_steps" and a.get(k) is not None else a.get(k)) for k in SET_FIELDS}
+
+
+def set_sentence(a: dict) -> str:
+    """The steps to read first, in words (empty where the output has no step set)."""
+    read = a.get("read_steps")
+    if not read:
+        return ""
+    cov = a.get("set_coverage")
+    held = f", which hold the failure's source in {cov:.0%} of held-out logs" if cov is not None else ""
+    by = f" (calibrated by {a['set_by']})" if a.get("set_by") else ""
+    shown = ", ".join(map(str, read[:20])) + (f", … ({len(read) - 20} more)" if len(read) > 20 else "")
+    wide = "; not localised: the set spans most of the log" if a.get("localised") is False else ""
+    return f" Read first: step(s) {shown} ({len(read)} of {a.get('n_steps')}){held}{by}{wide}."
+
+
 def verdict_sentence(a: dict) -> str:
     """The trace's verdict in words, from attributions' columns only."""
     author = a.get("pred_step_agent") or next(
@@ -63,7 +85,7 @@ def verdict_sentence(a: dict) -> str:
     how = f"confidence {conf:.2f}" if conf is not None else "no calibrated confidence"
     return (f"Blamed: step {a['pred_step']} (written by {author or '-'}); blamed agent {a['pred_agent'] or '-'} "
             f"(chosen by {agent_rule_words(a.get('pred_agent_rule'))}). Step chosen by "
-            f"{verdict_by_words(a.get('verdict_by'))}, {how}.")
+            f"{verdict_by_words(a.get('verdict_by'))}, {how}.{set_sentence(a)}")
 
 
 def explain(a: dict, c: dict, rank: int) -> str:

@@ -172,4 +172,7 @@ def _payload(a: dict, scores: list[dict], trace: dict | None, limits: DrillLimit
         "by": mark_bidi(a.get("verdict_by")), "conf": _num(a.get("confidence")),
         "why": mark_bidi(a.get("agent_by")),  # why the blamed agent, beside the step's author
         "cat": mark_bidi(a.get("category")), "catc": _num(a.get("category_confidence")),  # what went wrong
+        # the steps to read first, best first, at the run's coverage (null: an output written before the step set)
+        "set": list(a["read_steps"]) if a.get("read_steps") else None, "setc": _num(a.get("set_coverage")),
+        "setb": mark_bidi(a.get("set_by")), "loc": a.get("localised"),
     }

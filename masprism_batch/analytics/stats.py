@@ -53,7 +53,7 @@ STATS_SCHEMAS: dict[str, pa.Schema] = {
     "runs": RUNS_SCHEMA,
     # what decided the verdicts: a fitted ranker of the system or a zero-training rule
     "verdicts": pa.schema([("source", _S), ("system", _S), ("verdict_by", _S), ("n_traces", _I),
-                           ("mean_confidence", _F)]),
+                           ("mean_confidence", _F), ("mean_set_share", _F)]),  # set share: null before step sets
     "run_status": RUN_STATUS_SCHEMA,  # attributed runs by status, succeeded runs listed only
     **CATEGORY_SCHEMAS,  # what fails most: failure kinds per system / agent / day, label-free groups
 }
@@ -62,7 +62,7 @@ _EPOCH = datetime(1970, 1, 1, tzinfo=timezone.utc)
 ATTR_COLS = ["trace_id", "source", "system", "n_steps", "pred_step", "pred_agent", "candidates", "symptoms",
               "model_id", "tokens_pass1", "tokens_pass2", "seconds_pass1", "seconds_pass2", "trace_start",
               "attributed_at", "method", "pred_step_agent", "pred_agent_rule", "verdict_by", "confidence", "agent_by",
-              *CATEGORY_COLUMNS]
+              "read_steps", "set_share", "set_coverage", "set_by", "localised", *CATEGORY_COLUMNS]
 
 
 def _table(name: str, rows: list[dict[str, Any]]) -> pa.Table:
@@ -151,15 +151,20 @@ def blamed_by_day(attr: pa.Table) -> pa.Table:
 
 def verdicts(attr: pa.Table) -> pa.Table:
     """Traces per (source, system, verdict_by) and their mean confidence (verdict_by null: a run that recorded none)."""
-    acc: dict[tuple, list] = defaultdict(lambda: [0, 0.0, 0])
-    for r in attr.select(["source", "system", "verdict_by", "confidence"]).to_pylist():
+    acc: dict[tuple, list] = defaultdict(lambda: [0, 0.0, 0, 0.0, 0])
+    cols = [c for c in ("source", "system", "verdict_by", "confidence", "set_share") if c in attr.column_names]
+    for r in attr.select(cols).to_pylist():
         a = acc[(r["source"], r["system"], r["verdict_by"] or "unknown (older run)")]
         a[0] += 1
         if r["confidence"] is not None:
             a[1] += r["confidence"]
             a[2] += 1
+        if r.get("set_share") is not None:  # the share of its log each verdict's steps to read span
+            a[3] += r["set_share"]
+            a[4] += 1
     return _table("verdicts", [{"source": s, "system": y, "verdict_by": v, "n_traces": a[0],
-                                "mean_confidence": a[1] / a[2] if a[2] else None}
+                                "mean_confidence": a[1] / a[2] if a[2] else None,
+                                "mean_set_share": a[3] / a[4] if a[4] else None}
                                for (s, y, v), a in sorted(acc.items(), key=lambda kv: tuple(x or "" for x in kv[0]))])
 
 
@@ -217,7 +222,8 @@ def nll_by_agent(attr: pa.Table, scores: pa.Table, dups: set[str] = frozenset())
 def _trace_pass(outdir: Path, attr: pa.Table, words: tuple[str, ...]) -> tuple[pa.Table, pa.Table]:
     """One streaming pass over traces/: failure words in the final symptom steps, and label accuracy."""
     by_id = {r["trace_id"]: r for r in attr.select(["trace_id", "source", "n_steps", "pred_step", "pred_agent",
-                                                     "candidates", "symptoms", "method", "confidence"]).to_pylist()}
+                                                     "candidates", "symptoms", "method", "confidence", "read_steps",
+                                                     "set_share", "set_coverage"]).to_pylist()}
     rx = failure_word_regex(words)
     steps_with: Counter = Counter()
     traces_with: Counter = Counter()

@@ -112,6 +112,17 @@
     }
     box.appendChild(info);
     if (t.q) { box.appendChild(el("p", "nv", "Question: " + t.q + (t.qc ? " […]" : ""))); }
+    var inSet = {};
+    if (t.set && t.set.length) {  // the verdict's steps to read, best first: what to open before anything else
+      t.set.forEach(function (s, r) { inSet[s] = r + 1; });
+      var rs = el("p", "readfirst");
+      rs.appendChild(el("strong", null, "Read these first: "));
+      rs.appendChild(document.createTextNode("step " + t.set.join(", ") + " (" + t.set.length + " of " + t.n +
+        " steps" + (t.setc !== null && t.setc !== undefined ? "; they hold the failure's source in " +
+        Math.round(t.setc * 100) + "% of held-out logs" : "") + (t.setb ? ", calibrated by " + t.setb : "") + ")" +
+        (t.loc === false ? ". Not localised: the set spans most of the log." : ".")));
+      box.appendChild(rs);
+    }
 
     box.appendChild(el("h4", null, "Ranked candidates"));
     var ct = el("table", "data"), hr = el("tr");
@@ -147,6 +158,7 @@
       var tr = el("tr");
       var gold = t.gold && (t.gold.step === i || (s.sp && locs[s.sp]));
       if (i === t.pred) tr.classList.add("pred");
+      if (inSet[i]) tr.classList.add("inset");
       if (gold) tr.classList.add("gold");
       tr.appendChild(el("td", "i", i));
       var ag = el("td", "ag", s.a || "-");
@@ -163,6 +175,7 @@
       if (i === t.pred) tx.appendChild(badge("b-pred", "blamed"));
       if (sym[i]) tx.appendChild(badge("b-sym", "symptom"));
       if (rank[i]) tx.appendChild(badge("b-cand", "candidate #" + rank[i]));
+      if (inSet[i]) tx.appendChild(badge("b-set", "read #" + inSet[i]));
       if (gold) tx.appendChild(badge("b-gold", "labelled"));
       if (s.fw) tx.appendChild(badge("b-fw", "failure word"));
       tx.appendChild(el("pre", "txt", s.t));
