@@ -51,9 +51,9 @@ class Increment:
     new_traces: int = 0  # traces staged by this invocation (all of them on a first run)
     already_staged: int = 0  # traces of new or changed files whose id was staged before: skipped
     not_added: str | None = None  # why new or changed files were not staged (a --sample/--limit run)
-    # --refresh-changed (refresh.py): traces of changed files staged again, their content changed; all listed
+    # --refresh (refresh.py): traces of changed files staged again, their content changed; all listed
     refreshed_ids: list[str] = field(default_factory=list)
-    refresh: bool = False  # this invocation ran with --refresh-changed
+    refresh: bool = False  # this invocation ran with --refresh
 
     def as_dict(self, names: int = 20) -> dict:
         """Counts, and the first `names` paths of each list (a folder of 100,000 logs stays a small run.json)."""
@@ -89,7 +89,8 @@ def recorded(now: dict[str, tuple[str, int, int]]) -> dict[str, list[int]]:
     return {k: [v[1], v[2]] for k, v in sorted(now.items())}
 
 
-def compare(marker: dict, now: dict[str, tuple[str, int, int]], refused: dict[str, dict] | None = None) -> Increment:
+def compare(marker: dict, now: dict[str, tuple[str, int, int]],
+            refused: dict[str, dict] | None = None) -> Increment:
     """A file read before and refused now (replaced by a link leaving the folder, a FIFO) is not "gone": its row
     says what it is (`walk_rows`)."""
     old = {k: v for k, v in (marker.get("files") or {}).items() if k not in (refused or {})}
@@ -156,7 +157,7 @@ def stage_increment(staging: Path, marker: dict, now: dict[str, tuple[str, int, 
                     traces_per_shard: int, limits: IngestConfig | None, staged_rows, refresh: bool = False,
                     walk: tuple[list[dict], dict[str, dict]] = ([], {})) -> None:
     """Stage the new and changed files of `inc` as the next generation and rewrite the marker (`staged_rows`:
-    plan's part census, which the marker holds). `refresh` (--refresh-changed, refresh.py): a changed file's
+    plan's part census, which the marker holds). `refresh` (--refresh, refresh.py): a changed file's
     trace staged before whose content changed is staged again (`inc.refreshed_ids`)."""
     from masprism_batch import ingest
 
@@ -211,7 +212,7 @@ def stage_increment(staging: Path, marker: dict, now: dict[str, tuple[str, int, 
 
 
 def _refreshable(staging: Path, inc: Increment, refresh: bool) -> dict[str, str]:
-    """{trace id: staged digest} a refresh compares with (empty without --refresh-changed or a changed file)."""
+    """{trace id: staged digest} a refresh compares with (empty without --refresh or a changed file)."""
     if not refresh or not inc.changed_files:
         return {}
     from masprism_batch.pipelines.refresh import staged_digests
@@ -237,12 +238,12 @@ def summary_line(inc: dict | None) -> str | None:
         parts.append(f"{inc['changed_files_count']:,} changed since the last run, read again ({', '.join(shown)}"
                      f"{', ...' if inc['changed_files_count'] > len(shown) else ''})")
     if inc.get("refreshed_ids_count"):
-        parts.append(f"{inc['refreshed_ids_count']:,} trace(s) of changed files re-attributed (--refresh-changed; "
+        parts.append(f"{inc['refreshed_ids_count']:,} trace(s) of changed files re-attributed (--refresh; "
                      f"their old verdicts in OUT/history/)")
     if inc["already_staged"]:
         parts.append(f"{inc['already_staged']:,} trace(s) already attributed, skipped"
                      + ("" if inc.get("refresh") or not inc["changed_files_count"] else
-                        " (--refresh-changed re-attributes those of changed files whose content changed)"))
+                        " (--refresh re-attributes those of changed files whose content changed)"))
     if inc["removed_files_count"]:
         parts.append(f"{inc['removed_files_count']:,} file(s) gone since (their verdicts kept)")
     if inc.get("not_added"):

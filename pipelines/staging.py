@@ -111,7 +111,7 @@ def stage_raw(inputs: list[str], staging: Path, fmt: str, traces_per_shard: int,
                              f"this OUTDIR holds a selection (--sample/--limit); a new OUTDIR takes them")
         elif inc.new_files or inc.changed_files or walk:
             increment.stage_increment(staging, done, now, inc, fmt, traces_per_shard, limits, _staged_rows,
-                                      refresh=refresh, walk=(walk, refused))  # --refresh-changed: pipelines/refresh.py
+                                      refresh=refresh, walk=(walk, refused))  # --refresh: pipelines/refresh.py
         return inc
     if staging.exists():
         shutil.rmtree(staging)  # a staging pass of an older version that did not finish: nothing was committed
@@ -147,7 +147,8 @@ def stage_raw(inputs: list[str], staging: Path, fmt: str, traces_per_shard: int,
     file_done(",".join(inputs))  # rows of a file cut short by the selection (--limit): named by the inputs
     errors.close()
     write_json_atomic({"key": key, "traces": n, "errors": errors.rows_written, "parts": _staged_rows(partial),
-                       "files": increment.recorded(now), "refused": increment.recorded_refused(refused), **run_ids.marker_fields(None)}, partial / "_COMPLETE.json")
+                       "files": increment.recorded(now), "refused": increment.recorded_refused(refused),
+                       **run_ids.marker_fields(None)}, partial / "_COMPLETE.json")
     os.replace(partial, staging)
     log.info("staged %s from %d input(s)", counts_line(outcome_counts(n, dict(reasons))).replace(
         "attributed", "to attribute", 1), len(inputs))
