@@ -54,6 +54,10 @@ def test_ours_to_phoenix_frame_to_fit_gives_the_same_steps_and_the_correction(tm
         gold, problems = from_file(f, traces)
         assert {t: g.steps for t, g in gold.items()} == {t: [verdicts[t]] for t in span_traces}, fmt
         assert problems == []
+    # chat logs: their trace annotations (on the derived trace id) name the step in our metadata
+    chats = {t for t in verdicts if t not in span_traces}
+    gold, problems = from_file(paths["traces"], traces)
+    assert chats and {t: g.steps for t, g in gold.items()} == {t: [verdicts[t]] for t in chats} and problems == []
     # corrected in Phoenix: a reviewer marks another span of one trace as the failure source
     tid = next(t for t in sorted(span_traces) if len(traces[t].steps) > 1)
     other = next(i for i in range(len(traces[tid].steps)) if i != verdicts[tid])
