@@ -62,7 +62,7 @@ def open_run(inputs: list[str], outdir: Path, cfg: PipelineConfig, engine: str, 
              ranker_sha256: str | None = None, refresh: bool = False) -> Committer:
     """The start both engines share once the token budget (`stage/budget.resolve_budget`) is settled: it is
     logged and recorded for run.json (`facts`), the inputs are planned and OUTDIR is bound (with `ranker_sha256`,
-    the ranker file as the run read it), and the progress line names the budget. `refresh` (--refresh-changed):
+    the ranker file as the run read it), and the progress line names the budget. `refresh` (--refresh):
     changed files' traces whose content changed are staged again and their old rows archived (refresh.py),
     once OUTDIR is bound and before any shard runs."""
     n = budget.n

@@ -66,7 +66,7 @@ def run_local(inputs: list[str], outdir: str | Path, cfg: PipelineConfig, *, fmt
     beside the model (`render.pool.RenderPool`); None: on a CUDA model up to 8, leaving 2 CPUs, else none.
     `progress`: the display the run reports to (`progress.Progress`), or True/False for the default bar.
     `ranker`: the run's ranker setting as the caller read it (`RankerSetting.read(cfg.method.ranker)`, the one
-    read of the file this run makes), else read here. `refresh`: --refresh-changed (pipelines/refresh.py).
+    read of the file this run makes), else read here. `refresh`: --refresh (pipelines/refresh.py).
     Raises `parts.OutdirLocked` (a ValueError) when another live run holds OUTDIR.
     """
     outdir = Path(outdir)

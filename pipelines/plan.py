@@ -79,7 +79,7 @@ class InputPlan:
 
 
 def _refreshed(outdir: Path) -> dict[str, int]:
-    """{trace id: the latest generation that staged it again} (--refresh-changed, pipelines/refresh.py)."""
+    """{trace id: the latest generation that staged it again} (--refresh, pipelines/refresh.py)."""
     from masprism_batch.outdir.manifest import read_json
 
     marker = read_json(Path(outdir) / "_staging" / "_COMPLETE.json") or {}
@@ -165,7 +165,7 @@ def plan_inputs(inputs: list[str], outdir: Path, fmt: str, traces_per_shard: int
         for p in inputs:
             files += [(f, f, p, part) for f, part in _fragments(p)]
     shards, seen = [], SeenIds()
-    latest = _refreshed(outdir) if staged else {}  # --refresh-changed: a refreshed trace's newest copy wins
+    latest = _refreshed(outdir) if staged else {}  # --refresh: a refreshed trace's newest copy wins
     for path, key, label, part in files:
         require_regular(path)
         ids = trace_id_keys(path, limits or IngestConfig())  # bounded: a repeated 1 MB id is never decoded per row

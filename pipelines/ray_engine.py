@@ -193,7 +193,7 @@ def run_ray(inputs: list[str], outdir: str | Path, cfg: PipelineConfig, *, worke
     The model stage's functions (`load_model(cfg)` in each actor, `load_tokenizer(cfg)` in each CPU worker,
     `attribute(traces, model, cfg, renders)` per pack) are shipped to the workers by Ray; defaults: the
     project's (`pipelines.model_stage`). `ranker`: the run's ranker setting as the caller read it, else read here
-    (once, on the driver: the default model stage ships it to the actors). `refresh`: --refresh-changed, as
+    (once, on the driver: the default model stage ships it to the actors). `refresh`: --refresh, as
     `run_local` (pipelines/refresh.py)."""
 
     outdir = Path(outdir)

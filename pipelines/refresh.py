@@ -1,4 +1,4 @@
-"""`--refresh-changed`: a nightly rerun re-attributes the traces of changed files whose content changed, with the
+"""`--refresh`: a nightly rerun re-attributes the traces of changed files whose content changed, with the
 old verdicts kept as history (issue 60 item 5).
 
 Without the flag a changed file is said and only its new traces run (increment.py). With it:

@@ -38,7 +38,7 @@ OutcomeNameOpt = typer.Option(None, "--outcome-name", metavar="NAME", help="the 
                               "feedback)")
 PassThresholdOpt = typer.Option(1.0, "--pass-threshold", help="a score at or above it passes (--outcomes, "
                                 "--outcome-name)")
-RefreshOpt = typer.Option(False, "--refresh-changed", help="re-attribute the traces of input files changed since "
+RefreshOpt = typer.Option(False, "--refresh", help="re-attribute the traces of input files changed since "
                           "OUT's last run whose content changed (default: a changed file's new traces only); their "
                           "old verdicts are kept in OUT/history/")
 FormatOpt = typer.Option("auto", "--format", "-f", help=FormatHelp)

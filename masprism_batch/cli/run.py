@@ -77,7 +77,7 @@ class Job:
     seed: int = 0
     progress: bool = True
     progress_interval: float = DEFAULT_INTERVAL
-    refresh_changed: bool = False  # --refresh-changed (pipelines/refresh.py)
+    refresh_changed: bool = False  # --refresh (pipelines/refresh.py)
 
 
 @app.command()

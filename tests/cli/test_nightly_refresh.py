@@ -1,4 +1,4 @@
-"""Issue 60 item 5: `--refresh-changed` re-attributes the traces of a changed file whose content changed (not the
+"""Issue 60 item 5: `--refresh` re-attributes the traces of a changed file whose content changed (not the
 ones appended around them), keeps their old verdicts in OUT/history/, and leaves one live row per trace in every
 output; without the flag a changed file's old traces keep their verdicts (as before)."""
 
@@ -53,7 +53,7 @@ def _scenario(tmp_path, rng):
 def test_without_the_flag_a_changed_file_keeps_its_old_verdicts(tmp_path, rng):
     logs, out, edited, before = _scenario(tmp_path, rng)
     said, run = _attribute(logs, out)
-    assert "--refresh-changed re-attributes" in said
+    assert "--refresh re-attributes" in said
     assert sorted(_rows(out, "attributions")) == sorted(list(before) + ["a9"])
     steps = {r["trace_id"]: r["steps"] for r in ds.dataset(str(out / "traces")).to_table().to_pylist()}
     assert steps[edited] == before[edited]["steps"] and history_files(out) == []
@@ -62,7 +62,7 @@ def test_without_the_flag_a_changed_file_keeps_its_old_verdicts(tmp_path, rng):
 def test_refresh_re_attributes_exactly_the_edited_trace_and_keeps_history(tmp_path, rng):
     logs, out, edited, before = _scenario(tmp_path, rng)
     old = {r["trace_id"]: r for r in ds.dataset(str(out / "attributions")).to_table().to_pylist()}
-    said, run = _attribute(logs, out, "--refresh-changed")
+    said, run = _attribute(logs, out, "--refresh")
     assert "1 trace(s) of changed files re-attributed" in said, said
     inv = run["this_invocation"]
     assert inv["inputs"]["refreshed_ids"] == [edited] and inv["counts"]["attributed"] == 2  # edited + appended
@@ -84,7 +84,7 @@ def test_refresh_re_attributes_exactly_the_edited_trace_and_keeps_history(tmp_pa
     assert hist[0]["pred_step"] == old[edited]["pred_step"]
     assert run["counts"]["attributed"] == len(before) + 1
     # the next run has nothing new: no model, no second archive
-    said, run = _attribute(logs, out, "--refresh-changed")
+    said, run = _attribute(logs, out, "--refresh")
     assert run["this_invocation"]["model_loaded"] is False and len(history_files(out)) == 1
     res = runner.invoke(app, ["stats", str(out)])
     assert res.exit_code == EXIT_OK and f"{len(before) + 1} attributed" in " ".join(res.output.split()), res.output
