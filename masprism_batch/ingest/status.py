@@ -13,12 +13,13 @@ Each reader calls one function here with what it already holds, so the rule per 
 | Langfuse | an observation with level ERROR | never (its `scores`: `--outcome-name`) |
 | LangSmith | a run with an `error` or status "error" | never (its `feedback_stats`: `--outcome-name`) |
 | tau-bench | reward < 1 | reward 1 |
+| AG2 AgentEval response log | `is_correct` false | `is_correct` true (a graded answer) |
 | SWE-agent, mini-swe-agent | `exit_status` an error / limit (anything but a submission) | never (a submission is not graded) |
 | OpenHands | an error observation or agent state "error" | never (finishing is not being right) |
 | Who&When | always (the data set holds failed runs only) | never |
 | canonical JSONL / Parquet | the `run_status` field: "failed" or a word for it ("error", "FAILED", ...) | "succeeded" or a word for it ("success", "passed", "SUCCEEDED", ...; "ok" is no grade) |
 
-Everything else (OpenAI chat, AG2, traces without a status) is "unknown".
+Everything else (OpenAI chat, AG2 chats, traces without a status) is "unknown".
 """
 
 from __future__ import annotations
