@@ -180,6 +180,8 @@ def parse(doc: Any, ctx: Context, line: int | None = None) -> Iterator[Trace]:
         question = outer["problem"] or question
         run_status = SUCCEEDED if outer.get("is_correct") is True else FAILED if outer.get("is_correct") is False \
             else UNKNOWN
+        if run_status == SUCCEEDED:  # set aside by default as graded passed; the summary counts it as a score
+            meta["graded_by"], meta["graded_why"] = "score", "AgentEval graded the answer correct (is_correct: true)"
     yield Trace(trace_id=tid, source="autogen" if autogen else "ag2",
                 system=outer.get("system") if isinstance(outer.get("system"), str)
                 else ("autogen-agentchat" if autogen else "ag2"),

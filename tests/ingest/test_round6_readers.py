@@ -237,3 +237,18 @@ def test_ag2_agenteval_response_log(tmp_path):
     got, errors = _read(folder)
     assert [x.metadata["format"] for x in got] == ["ag2-agenteval"]
     assert [(Path(e["input_path"]).name, e["reason"]) for e in errors] == [("notes.txt", "skipped_file")]
+
+
+def test_ag2_agenteval_graded_correct_is_set_aside_as_a_score(tmp_path):
+    """An AgentEval response graded correct is a graded pass: set aside by default, counted under the `score`
+    signal (issue 60 item 1's rule), attributed with --all-runs."""
+    from masprism_batch.ingest.status import attributable
+
+    doc = json.loads((HELD_BACK / "ag2_agenteval_response.txt").read_text(encoding="utf-8"))
+    doc["is_correct"] = True
+    (tmp_path / "ok.txt").write_text(json.dumps(doc), encoding="utf-8")
+    (t,), errors = _read(tmp_path / "ok.txt")
+    assert t.run_status == "succeeded" and not errors
+    skipped: list[dict] = []
+    assert list(attributable([t], skipped.append)) == []
+    assert skipped[0]["reason"] == "succeeded_run" and skipped[0]["message"].startswith("score: AgentEval")
