@@ -43,7 +43,9 @@ from masprism_batch.analytics.export_rows import (
     CATEGORY_ANNOTATION,
     attributions,
     hex_ids,
+    one_verdict,
     ranked,
+    say_skipped,
 )
 from masprism_batch.outdir import parts as outdir_parts
 
@@ -93,32 +95,43 @@ def phoenix_rows(outdir: Path, top_k: int = 1) -> dict[str, list[dict]]:
     `top_k` > 1, one "candidates" row each); one whose blamed step has none (a chat log) a trace annotation,
     the other candidates in its explanation."""
     out: dict[str, list[dict]] = {"spans": [], "traces": [], "candidates": []}
+    skipped: list = []
     for a in attributions(outdir):
-        picks = ranked(a, top_k)
-        if not picks:
-            continue
-        (_, first), rest = picks[0], picks[1:]
-        tid, sid = hex_ids(a, first)
-        span = sid or ids.carrying_span(first.get("span_id"))
-        text = txt.explain(a, first, 1)
-        if not span and rest:
-            text += " Next candidates: " + "; ".join(
-                f"#{k} step {x['step']} ({x['agent'] or '-'})" for k, x in rest) + "."
-        row = {"trace_id": tid, "name": ANNOTATION_NAME, "annotator_kind": "CODE",
-               "label": txt.label(1), "score": txt.score(a, 1), "explanation": text, "metadata": _meta(a, first, 1)}
-        kind = _kind_row(a, row)
-        if span:
-            out["spans"] += [{"span_id": span, **r} for r in (row, kind) if r]
-        else:
-            out["traces"] += [r for r in (row, kind) if r]
-            continue
-        for r, c in rest:
-            _, csid = hex_ids(a, c)
-            cspan = csid or ids.carrying_span(c.get("span_id"))
-            if cspan:
-                out["candidates"].append({"span_id": cspan, "trace_id": tid, "name": ANNOTATION_NAME,
-                                          "annotator_kind": "CODE", "label": txt.label(r),
-                                          "explanation": txt.explain(a, c, r), "metadata": _meta(a, c, r)})
+        with one_verdict(a, skipped):  # a verdict's annotations are added whole or not at all
+            for target, rows in _phoenix_verdict(a, top_k).items():
+                out[target] += rows
+    say_skipped(skipped, "phoenix")
+    return out
+
+
+def _phoenix_verdict(a: dict, top_k: int) -> dict[str, list[dict]]:
+    """One verdict's Phoenix annotations, by target."""
+    out: dict[str, list[dict]] = {"spans": [], "traces": [], "candidates": []}
+    picks = ranked(a, top_k)
+    if not picks:
+        return out
+    (_, first), rest = picks[0], picks[1:]
+    tid, sid = hex_ids(a, first)
+    span = sid or ids.carrying_span(first.get("span_id"))
+    text = txt.explain(a, first, 1)
+    if not span and rest:
+        text += " Next candidates: " + "; ".join(
+            f"#{k} step {x['step']} ({x['agent'] or '-'})" for k, x in rest) + "."
+    row = {"trace_id": tid, "name": ANNOTATION_NAME, "annotator_kind": "CODE",
+           "label": txt.label(1), "score": txt.score(a, 1), "explanation": text, "metadata": _meta(a, first, 1)}
+    kind = _kind_row(a, row)
+    if span:
+        out["spans"] += [{"span_id": span, **r} for r in (row, kind) if r]
+    else:
+        out["traces"] += [r for r in (row, kind) if r]
+        return out
+    for r, c in rest:
+        _, csid = hex_ids(a, c)
+        cspan = csid or ids.carrying_span(c.get("span_id"))
+        if cspan:
+            out["candidates"].append({"span_id": cspan, "trace_id": tid, "name": ANNOTATION_NAME,
+                                      "annotator_kind": "CODE", "label": txt.label(r),
+                                      "explanation": txt.explain(a, c, r), "metadata": _meta(a, c, r)})
     return out
 
 
@@ -141,11 +154,18 @@ def phoenix_paths(out: Path | str) -> dict[str, Path]:
 def jsonl_records(outdir: Path) -> Iterator[dict[str, Any]]:
     """One object per trace: `custom_id` (= trace_id as the source carried it), every attribution field, and
     the trace and blamed span ids in OTel hex form (`otel_trace_id`, `otel_span_id`; null where none)."""
+    skipped: list = []
     for a in attributions(outdir):
-        when = a.pop("attributed_at")
-        tid, sid = hex_ids(a, {"span_id": a.get("pred_span_id")})
-        yield {"custom_id": a["trace_id"], **a, "attributed_at": when.isoformat() if when else None,
-               "otel_trace_id": tid, "otel_span_id": sid}
+        rec, n_skipped = None, len(skipped)
+        with one_verdict(a, skipped):
+            when = a.pop("attributed_at")
+            tid, sid = hex_ids(a, {"span_id": a.get("pred_span_id")})
+            rec = {"custom_id": a["trace_id"], **a, "attributed_at": when.isoformat() if when else None,
+                   "otel_trace_id": tid, "otel_span_id": sid}
+            json.dumps(rec, ensure_ascii=False, default=str)  # a value JSON cannot hold costs this record only
+        if rec is not None and len(skipped) == n_skipped:
+            yield rec
+    say_skipped(skipped, "jsonl")
 
 
 def read_jsonl(path: Path | str) -> dict[str, dict[str, Any]]:
@@ -180,6 +200,9 @@ def export_files(outdir: Path | str, to: str, out: Path | str, top_k: int = 1) -
         if not any(by_target.values()):
             raise NothingToExport(f"nothing to export: {attr.num_rows} attributed trace(s), none with a ranked "
                                   f"candidate; no file written")
+        for target, path in phoenix_paths(out).items():
+            if by_target[target] and path.suffix == ".parquet":
+                parquet_target(path)  # before any file is written
         written = {}
         for target, path in phoenix_paths(out).items():
             rows = by_target[target]
@@ -217,6 +240,17 @@ def export_files(outdir: Path | str, to: str, out: Path | str, top_k: int = 1) -
     if attr.num_rows == 0:
         raise NothingToExport("nothing to export: attributions/ holds no rows; no file written")
     return {out: _write_lines(jsonl_records(outdir), out)}
+
+
+def parquet_target(path: Path) -> None:
+    """A Parquet export replaces its file atomically, so only a regular file (or none) is its target: a FIFO or
+    device at the path is refused (OutdirUnsafe), never replaced by a regular file (`--force` replaces files
+    only; a JSON lines FILE is written into a FIFO or device as it is)."""
+    kind = outdir_parts.output_target(path)
+    if kind not in ("new", "file"):
+        raise outdir_parts.OutdirUnsafe(
+            f"output {path} is {'a folder' if kind == 'dir' else 'a FIFO or device'}: a Parquet export replaces a "
+            "regular file only, --force or not; give another -o (or a .jsonl FILE, written into a FIFO as it is)")
 
 
 def _write_lines(rows, out: Path) -> int:

@@ -28,7 +28,9 @@ from masprism_batch.analytics.export_rows import (
     CATEGORY_ANNOTATION,
     attributions,
     hex_ids,
+    one_verdict,
     ranked,
+    say_skipped,
 )
 
 CONFIDENCE_SCORE = "masprism_confidence"
@@ -57,16 +59,26 @@ def _score(a: dict, c: dict, rank: int, name: str, value: Any, data_type: str, c
 
 
 def langfuse_scores(outdir: Path, top_k: int = 1) -> Iterator[dict[str, Any]]:
-    """Every score body, verdict by verdict (rank 1 first)."""
+    """Every score body, verdict by verdict (rank 1 first); a verdict whose bodies cannot be built is skipped,
+    said (`one_verdict`)."""
+    skipped: list = []
     for a in attributions(outdir):
-        for r, c in ranked(a, top_k):
-            if r != 1 and not c.get("span_id"):
-                continue  # a chat log's candidates would all land on the trace, under one name: rank 1 only
-            yield _score(a, c, r, ANNOTATION_NAME, txt.label(r), "CATEGORICAL", txt.explain(a, c, r))
-            if r != 1:
-                continue
-            if (conf := txt.score(a, 1)) is not None:
-                yield _score(a, c, r, CONFIDENCE_SCORE, conf, "NUMERIC",
-                             f"P(step {c['step']} is the failure source), calibrated: {txt.verdict_sentence(a)}")
-            if a.get("category"):
-                yield _score(a, c, r, CATEGORY_ANNOTATION, a["category"], "CATEGORICAL", txt.kind_text(a))
+        bodies: list[dict] = []
+        with one_verdict(a, skipped):
+            bodies = list(_verdict_scores(a, top_k))
+        yield from bodies
+    say_skipped(skipped, "langfuse")
+
+
+def _verdict_scores(a: dict, top_k: int) -> Iterator[dict[str, Any]]:
+    for r, c in ranked(a, top_k):
+        if r != 1 and not c.get("span_id"):
+            continue  # a chat log's candidates would all land on the trace, under one name: rank 1 only
+        yield _score(a, c, r, ANNOTATION_NAME, txt.label(r), "CATEGORICAL", txt.explain(a, c, r))
+        if r != 1:
+            continue
+        if (conf := txt.score(a, 1)) is not None:
+            yield _score(a, c, r, CONFIDENCE_SCORE, conf, "NUMERIC",
+                         f"P(step {c['step']} is the failure source), calibrated: {txt.verdict_sentence(a)}")
+        if a.get("category"):
+            yield _score(a, c, r, CATEGORY_ANNOTATION, a["category"], "CATEGORICAL", txt.kind_text(a))

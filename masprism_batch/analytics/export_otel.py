@@ -16,7 +16,9 @@ from masprism_batch.analytics.export_rows import (
     CATEGORY_ANNOTATION,
     attributions,
     hex_ids,
+    one_verdict,
     ranked,
+    say_skipped,
 )
 
 OTLP_BATCH = 1000
@@ -36,37 +38,47 @@ def _kv(key: str, v: Any) -> dict:
 
 
 def otel_records(outdir: Path, top_k: int = 1) -> Iterator[dict[str, Any]]:
+    skipped: list = []
     for a in attributions(outdir):
-        when = a["attributed_at"]
-        ns = str(int(when.timestamp() * 1e9)) if isinstance(when, datetime) else "0"
-        for r, c in ranked(a, top_k):
-            rec: dict[str, Any] = {"timeUnixNano": ns, "observedTimeUnixNano": ns, "severityNumber": 9,
-                                   "severityText": "INFO", "eventName": "gen_ai.evaluation.result"}
-            # The event belongs on the evaluated span: ids in the hex form OTLP/JSON takes (ids.py), whatever the
-            # source carried; a log whose trace id is no OTel id (a chat log) gets the id derived from it
-            # (ids.export_trace_id), so every record has a trace id; a span id only where the step has one.
-            tid, sid = hex_ids(a, c)
-            rec["traceId"] = tid
-            if sid:
-                rec["spanId"] = sid
-            attrs = [_kv("gen_ai.evaluation.name", ANNOTATION_NAME)]
-            if txt.score(a, r) is not None:  # [0, 1]: the verdict's confidence; none for a lower candidate
-                attrs.append(_kv("gen_ai.evaluation.score.value", txt.score(a, r)))
-            kind = _kind_record(rec, a) if r == 1 and a.get("category") else None
-            rec["attributes"] = attrs + [
-                _kv("gen_ai.evaluation.score.label", txt.label(r)),
-                _kv("gen_ai.evaluation.explanation", txt.explain(a, c, r)),
-                _kv("masprism.trace_id", a["trace_id"]), _kv("masprism.source", a["source"]),
-                _kv("masprism.step", int(c["step"])), _kv("masprism.step_agent", c["agent"]),
-                _kv("masprism.span_id", c.get("span_id")), _kv("masprism.rank", r),
-                _kv("masprism.raw_score", txt.raw_score(c)),
-                _kv("masprism.blamed_step", int(a["pred_step"])), _kv("masprism.blamed_agent", a["pred_agent"]),
-                _kv("masprism.agent_rule", txt.agent_rule(a)), _kv("masprism.verdict_by", a.get("verdict_by")),
-                _kv("masprism.model_id", a["model_id"]), _kv("masprism.config_hash", a["config_hash"]),
-                *_set_attributes(a)]
-            yield rec
-            if kind is not None:
-                yield kind
+        recs: list[dict] = []
+        with one_verdict(a, skipped):
+            recs = list(_verdict_records(a, top_k))
+        yield from recs
+    say_skipped(skipped, "otel")
+
+
+def _verdict_records(a: dict, top_k: int) -> Iterator[dict[str, Any]]:
+    """One verdict's records (built whole or skipped: `one_verdict`)."""
+    when = a["attributed_at"]
+    ns = str(int(when.timestamp() * 1e9)) if isinstance(when, datetime) else "0"
+    for r, c in ranked(a, top_k):
+        rec: dict[str, Any] = {"timeUnixNano": ns, "observedTimeUnixNano": ns, "severityNumber": 9,
+                               "severityText": "INFO", "eventName": "gen_ai.evaluation.result"}
+        # The event belongs on the evaluated span: ids in the hex form OTLP/JSON takes (ids.py), whatever the
+        # source carried; a log whose trace id is no OTel id (a chat log) gets the id derived from it
+        # (ids.export_trace_id), so every record has a trace id; a span id only where the step has one.
+        tid, sid = hex_ids(a, c)
+        rec["traceId"] = tid
+        if sid:
+            rec["spanId"] = sid
+        attrs = [_kv("gen_ai.evaluation.name", ANNOTATION_NAME)]
+        if txt.score(a, r) is not None:  # [0, 1]: the verdict's confidence; none for a lower candidate
+            attrs.append(_kv("gen_ai.evaluation.score.value", txt.score(a, r)))
+        kind = _kind_record(rec, a) if r == 1 and a.get("category") else None
+        rec["attributes"] = attrs + [
+            _kv("gen_ai.evaluation.score.label", txt.label(r)),
+            _kv("gen_ai.evaluation.explanation", txt.explain(a, c, r)),
+            _kv("masprism.trace_id", a["trace_id"]), _kv("masprism.source", a["source"]),
+            _kv("masprism.step", int(c["step"])), _kv("masprism.step_agent", c["agent"]),
+            _kv("masprism.span_id", c.get("span_id")), _kv("masprism.rank", r),
+            _kv("masprism.raw_score", txt.raw_score(c)),
+            _kv("masprism.blamed_step", int(a["pred_step"])), _kv("masprism.blamed_agent", a["pred_agent"]),
+            _kv("masprism.agent_rule", txt.agent_rule(a)), _kv("masprism.verdict_by", a.get("verdict_by")),
+            _kv("masprism.model_id", a["model_id"]), _kv("masprism.config_hash", a["config_hash"]),
+            *_set_attributes(a)]
+        yield rec
+        if kind is not None:
+            yield kind
 
 
 def _set_attributes(a: dict) -> list[dict]:

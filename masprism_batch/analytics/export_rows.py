@@ -4,11 +4,15 @@ one reading of the verdict for the Phoenix, OTel and JSON-lines exports (`export
 
 from __future__ import annotations
 
+import logging
 from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
 from masprism_batch.analytics import ids, load
+
+log = logging.getLogger(__name__)
 
 ANNOTATION_NAME = "masprism_failure_attribution"
 # the verdict's failure kind travels as its own annotation on the blamed span: label = the kind
@@ -41,3 +45,22 @@ def ranked(a: dict, top_k: int) -> list[tuple[int, dict]]:
         return []
     rest = [c for c in cands if c["step"] != a["pred_step"] and c.get("score") is not None]
     return list(enumerate([first, *rest][:top_k], start=1))
+
+
+@contextmanager
+def one_verdict(a: dict, skipped: list):
+    """An export never dies on one verdict (issue 61: a 5,000-digit span id made every export exit 1 writing
+    nothing): the records of a verdict are built inside this block, and one that raises is skipped, said with its
+    trace id and appended to `skipped`; the caller writes the verdict's records only after the block, whole."""
+    try:
+        yield
+    except Exception as exc:  # noqa: BLE001 - whatever an OUTDIR holds costs its own verdict, never the export
+        skipped.append(a.get("trace_id"))
+        log.warning("export: the verdict of trace %.80r skipped (%s: %.200s); the other records are written",
+                    a.get("trace_id"), type(exc).__name__, exc)
+
+
+def say_skipped(skipped: list, what: str) -> None:
+    """One closing line for the verdicts `one_verdict` skipped (each was said above)."""
+    if skipped:
+        log.warning("%s: %d verdict(s) skipped, their records not written (each named above)", what, len(skipped))
