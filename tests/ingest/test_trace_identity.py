@@ -99,3 +99,24 @@ def test_an_id_the_log_records_is_kept(tmp_path):
     (tmp_path / "chat.jsonl").write_text("".join(json.dumps(x) + "\n" for x in lines))
     traces, errors = _read(tmp_path / "chat.jsonl")
     assert errors == [] and [t.trace_id for t in traces] == ["chatcmpl-0", "chatcmpl-1"]
+
+
+def test_a_runs_digest_survives_staging(tmp_path):
+    """The resume across the id change compares runs read now with runs staged before (pipelines/increment.py):
+    a trace's digest and its Parquet row's must agree, times, metadata and empty fields included."""
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    from masprism_batch import schema
+    from masprism_batch.ingest.run_ids import content_digest
+    from masprism_batch.trace import Trace
+
+    (tmp_path / "logs.txt").write_text(crew_log(3, "crew\u00e9 \U0001f642", runs=2))
+    traces, errors = _read(tmp_path / "logs.txt")
+    traces[1].metadata = {"n": 1.5, "nested": {"k": [1, None, "x"]}, "when": "2026-12-03"}
+    traces[1].steps[0].span_id, traces[1].steps[0].error = "s1", "Error: boom"
+    pq.write_table(pa.Table.from_pylist([t.to_row() for t in traces], schema=schema.TRACES), tmp_path / "p.parquet")
+    back = [Trace.from_row(r) for r in pq.read_table(tmp_path / "p.parquet").to_pylist()]
+    assert errors == [] and all(s.start_time is not None for t in back for s in t.steps)
+    assert [content_digest(t) for t in back] == [content_digest(t) for t in traces]
+    assert len({content_digest(t) for t in traces}) == 2
