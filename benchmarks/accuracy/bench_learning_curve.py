@@ -201,6 +201,8 @@ def main() -> None:
     ap.add_argument("--ablate", nargs="*", default=list(ABLATIONS), choices=["selection", "orders"],
                     help="fits measured beside the shipped one on the same draws: the selection before issue 59, "
                          "the rule's order alone (each one more fit per draw)")
+    ap.add_argument("--note", default="", help="a sentence added to the section's opening paragraph (e.g. that the "
+                    "cache was partial when the curve was drawn)")
     ap.add_argument("--time-fit", type=int, default=None, metavar="N",
                     help="only time `fit` on a synthetic N-log run OUTDIR and print the line")
     ap.add_argument("--csv", default=str(ROOT / "benchmarks" / "results" / "learning_curve.csv"))
