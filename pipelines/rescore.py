@@ -15,7 +15,6 @@ with the failure kinds on (they read the model after the blamed step).
 
 from __future__ import annotations
 
-import json
 import logging
 import math
 import shutil

@@ -86,13 +86,15 @@ def main() -> None:
     date, machine = dt.date.today().isoformat(), f"{platform.machine()} CPU, 2 cores shared"
     for system in sorted({c.system for c in cases}):
         fc = fit_cases([c for c in cases if c.system == system], fallback.rule)
-        if len(fc) < max(KS) + 10:
-            log.info("%s: %d labelled logs cached, too few for k=%d plus a test set: skipped", system, len(fc), max(KS))
+        ks = [k for k in KS if len(fc) - max(5, len(fc) // 3) >= k + 5]  # a pool with k + 5 logs at least to pick from
+        if not ks:
+            log.info("%s: %d labelled logs cached, too few for k=%d from a pool plus a test set: skipped", system,
+                     len(fc), min(KS))
             continue
         by_id = {c.trace.trace_id: c for c in fc}
         for d, (pool, test, rng) in enumerate(splits(fc, system, args.draws)):
             cands = [candidate(c, fallback) for c in pool]
-            for k in KS:
+            for k in ks:
                 picked = [by_id[p.trace_id] for p in pick(cands, k)]
                 drawn = [pool[i] for i in rng.permutation(len(pool))[:k]]
                 for method, train in (("picker", picked), ("random", drawn)):
@@ -102,10 +104,10 @@ def main() -> None:
                                  "date": date, "machine": machine})
         log.info("%s done (%.0f s CPU)", system, time.process_time() - t0)
     if not rows:
-        raise SystemExit(f"no system of the cache has {max(KS) + 10} labelled logs yet: nothing measured")
+        raise SystemExit("no system of the cache has enough labelled logs yet: nothing measured")
     write_rows(Path(args.csv), rows)
     for system in sorted({r["system"] for r in rows}):
-        for k in KS:
+        for k in sorted({r["k"] for r in rows if r["system"] == system}):
             diff = [p["value"] - r["value"] for p, r in zip(
                 [x for x in rows if (x["system"], x["k"], x["method"]) == (system, k, "picker")],
                 [x for x in rows if (x["system"], x["k"], x["method"]) == (system, k, "random")], strict=True)]

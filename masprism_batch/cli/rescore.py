@@ -12,8 +12,14 @@ import typer
 
 from masprism_batch.cli import EXIT_OK, app, setup_logging
 from masprism_batch.cli.common import check_ranker, check_run_dir, console, fail, usage
-from masprism_batch.cli.options import (CoverageOpt, OutdirArg, RankerOpt, SystemOpt, VerboseOpt,
-                                        verdict_sections)
+from masprism_batch.cli.options import (
+    CoverageOpt,
+    OutdirArg,
+    RankerOpt,
+    SystemOpt,
+    VerboseOpt,
+    verdict_sections,
+)
 from masprism_batch.schema import terminal
 
 
@@ -33,10 +39,9 @@ def rescore(
     those a fresh `attribute` with the same settings gives on the same logs. Settings not given keep the run's.
 
     Example: masprism-batch rescore out/ --ranker ranker.json -o out-fitted/"""
-    from pipelines import rescore as rs
-
     from masprism_batch.outdir.lock import OutdirLock
     from masprism_batch.outdir.manifest import DamagedOutput, OutdirUnsafe
+    from masprism_batch.pipelines import rescore as rs
 
     setup_logging(verbose)
     if (out is None) == (not in_place):

@@ -132,7 +132,7 @@ def test_usage_and_refusals(setup, tmp_path):
 def test_a_ranker_reading_features_the_run_did_not_compute_is_refused_naming_them(setup, tmp_path):
     """The run computed counterfactuals only where its verdicts read them (none here): a rule that orders by
     them needs a new run with --all-features, said before anything is written."""
-    from pipelines import rescore as rs
+    from masprism_batch.pipelines import rescore as rs
 
     from masprism_batch.config import load_config
 
