@@ -17,7 +17,7 @@ _REASONS = [("unknown trace", "trace in none of the runs"), ("is not an integer"
             ("not labelled yet", "not labelled yet (step and agent blank)"),
             ("step_scores rows for", "step_scores do not match the trace's steps"),
             ("no kind of taxonomy", "category not a kind of the taxonomy"),
-            ("category is not a string", "category not a string")]
+            ("category is not a string", "category not a string"), ("no trace_id", "no trace_id")]
 _TRACE = re.compile(r"trace '([^']*)'")
 SHOWN = 3
 

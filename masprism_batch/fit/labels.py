@@ -88,13 +88,32 @@ def _csv_fields(line: str) -> list[str]:
     return fields
 
 
+MAX_LABELS_BYTES = 1 << 30  # a labels file: 1 GiB, tens of millions of rows; /dev/zero would never end
+
+
+def read_labels_bytes(path: Path | str) -> bytes:
+    """A labels file's bytes, read only when it is a regular file (`config_checks.read_regular`: a FIFO never
+    blocks, /dev/zero is refused) of at most MAX_LABELS_BYTES: else LabelsFileError naming it. The open's OSError
+    propagates."""
+    from masprism_batch.config_checks import NotRegularFile, read_regular
+
+    try:
+        raw, size = read_regular(path, MAX_LABELS_BYTES)
+    except NotRegularFile:
+        raise LabelsFileError(f"{path}: not a regular file (a FIFO, device or folder is never read)") from None
+    if max(size, len(raw)) > MAX_LABELS_BYTES:
+        raise LabelsFileError(f"{path}: {max(size, len(raw)):,} bytes; a labels file is at most "
+                              f"{MAX_LABELS_BYTES:,} (split it)")
+    return raw
+
+
 def read_label_rows(path: Path, problems: list[str] | None = None) -> list[tuple[int, dict]]:
     """(line number, row) of a JSON-lines or CSV labels file (CSV when the first line is not a JSON object). A
     line that does not parse (invalid JSON or UTF-8, Infinity, nesting past the parser, a bad CSV quote, an
     oversized field) is skipped, with its line number appended to `problems`; only a file with no usable
     structure at all (no trace_id column, no row) is a LabelsFileError."""
     problems = [] if problems is None else problems
-    raw = Path(path).read_bytes()
+    raw = read_labels_bytes(path)
     lines: list[tuple[int, str]] = []
     for n, b in enumerate(raw.removeprefix(b"\xef\xbb\xbf").split(b"\n"), 1):
         b = b.removesuffix(b"\r")
@@ -114,6 +133,15 @@ def read_label_rows(path: Path, problems: list[str] | None = None) -> list[tuple
                 problems.append(f"{Path(path).name}:{n}: not a JSON object "
                                 f"({type(exc).__name__}: {str(exc)[:120]}): row skipped")
     elif lines:
+        head = lines[0][1].strip()
+        try:  # JSON, but not an object per line: said as such (a CSV reading would say "no trace_id column")
+            is_json = not isinstance(json.loads(head, parse_constant=_reject_constant), dict)
+        except (ValueError, RecursionError):
+            is_json = head.startswith("[")
+        if is_json:
+            raise LabelsFileError(f"{path}:{lines[0][0]}: a JSON {'array' if head.startswith('[') else 'value'} "
+                                  "where a labels file has one JSON object per line (trace_id, step or span_id, "
+                                  "agent) or a CSV header naming those columns")
         try:
             header = _csv_fields(lines[0][1])
         except ValueError as exc:
@@ -179,6 +207,9 @@ def from_file(path: Path, traces: dict[str, Trace], match=None) -> tuple[dict[st
         t = traces.get(tid) if tid is not None else None
         if t is not None and r.get("agent") is not None and _text(r.get("agent")) is None:
             problems.append(f"{where}: agent is not a string: row skipped")
+            continue
+        if tid is None:
+            problems.append(f"{where}: no trace_id (a row names its trace by `trace_id`): row skipped")
             continue
         if t is None:
             problems.append(f"{where}: unknown trace {tid[:80] if tid else tid!r} (in none of the runs given): row skipped")

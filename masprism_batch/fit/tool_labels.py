@@ -83,8 +83,10 @@ def read_records(path: Path, problems: list[str]) -> tuple[str, list[tuple[int, 
     """(tool, [(line or row number, record)]) of a tool's export, or None where the file is our own labels format.
     Parquet (a dataframe written with `to_parquet`; its `span_id` index is a column), CSV (`to_csv`; quoted
     fields may span lines), a JSON document (a list, or an API page `{"data": [...]}`) or JSON lines."""
+    from masprism_batch.fit.labels import read_labels_bytes
+
     path = Path(path)
-    raw = path.read_bytes()
+    raw = read_labels_bytes(path)  # a regular file of a bounded size only
     if raw[:4] == b"PAR1":
         import pyarrow.parquet as pq
 

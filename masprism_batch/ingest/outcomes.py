@@ -39,21 +39,40 @@ FAIL_WORDS = {"fail", "failed", "incorrect", "false", "no", "failure", "error", 
 SIGNALS = ("outcomes", "score", "reward", "run_status")
 
 
+MAX_OUTCOMES_BYTES = 1 << 30  # an operator file: a bounded read, never /dev/zero to MemoryError
+
+
 def _rows(path: Path) -> list[dict[str, Any]]:
+    """The file's rows. Only a regular file is read (`config_checks.read_regular`: a FIFO never blocks), at most
+    MAX_OUTCOMES_BYTES; a document or line of the wrong shape is a ValueError saying what was expected."""
+    from masprism_batch.config_checks import read_regular
+
+    raw, size = read_regular(path, MAX_OUTCOMES_BYTES)  # NotRegularFile is a ValueError naming the path
+    if max(size, len(raw)) > MAX_OUTCOMES_BYTES:
+        raise ValueError(f"{max(size, len(raw)):,} bytes; an outcomes file is at most {MAX_OUTCOMES_BYTES:,}")
     suffix = path.suffix.lower()
     if suffix == ".parquet":
+        import io
+
         import pyarrow.parquet as pq
 
-        return pq.read_table(path).to_pylist()
-    text = path.read_text(encoding="utf-8-sig")
+        return pq.read_table(io.BytesIO(raw)).to_pylist()
+    text = raw.decode("utf-8-sig")
     if suffix == ".csv":
         return list(csv.DictReader(text.splitlines()))
     stripped = text.lstrip()
     if stripped.startswith("[") or (stripped.startswith("{") and suffix == ".json"):
         doc = json.loads(text)
         doc = doc.get("data", [doc]) if isinstance(doc, dict) else doc
-        return [r for r in doc if isinstance(r, dict)]
-    return [json.loads(line) for line in text.splitlines() if line.strip()]
+        if not isinstance(doc, list):
+            raise ValueError(f"`data` is a JSON {type(doc).__name__}; expected a list of rows (objects)")
+        rows = doc
+    else:
+        rows = [json.loads(line) for line in text.splitlines() if line.strip()]
+    if (bad := next((i for i, r in enumerate(rows) if not isinstance(r, dict)), None)) is not None:
+        raise ValueError(f"row {bad + 1} is a JSON {type(rows[bad]).__name__}; expected an object per row "
+                         "(a trace id and a pass/fail label or a score)")
+    return rows
 
 
 def _first(row: dict, cols: tuple[str, ...]) -> Any:
