@@ -44,18 +44,19 @@ def decided_by(r: dict) -> str:
     rule = r.get("pred_agent_rule") or "author"
     return (r.get("verdict_by") or "-") + ("" if rule == "author" else f"; agent_by {rule}")
 _ERROR_COLS = ["input_path", "record_id", "stage", "reason", "message"]
-SET_SHOWN = 4  # steps of the set named in the listing; the rest counted
+SET_SHOWN = 2  # steps of the set named after the blamed step in the listing; the rest counted
 
 
 def set_cell(r: dict) -> str:
-    """The verdict's steps to read, compactly: `3,5,1 +4 (7/12)`, `(not localised)` where the set spans more than
-    a localisation; `-` in outputs written before the step set."""
-    read = r.get("read_steps")
-    if not read:
-        return "-"
-    head = ",".join(map(str, read[:SET_SHOWN])) + (f" +{len(read) - SET_SHOWN}" if len(read) > SET_SHOWN else "")
-    wide = ", not localised" if r.get("localised") is False else ""
-    return f"{head} ({len(read)}/{r.get('n_steps')}{wide})"
+    """The blamed step and, below it, the verdict's next steps to read: `3` / `then 5,1 +4` (best first, 4 more);
+    `~` before a set that spans more than a localisation (`localised` false). The blamed step alone in outputs
+    written before the step set."""
+    read, step = r.get("read_steps"), str(r["pred_step"])
+    if not read or len(read) < 2:
+        return step if not read or r.get("localised") is not False else "~" + step
+    rest = read[1:]
+    head = ",".join(map(str, rest[:SET_SHOWN])) + (f" +{len(rest) - SET_SHOWN}" if len(rest) > SET_SHOWN else "")
+    return f"{'~' if r.get('localised') is False else ''}{step}\nthen {head}"
 
 
 def _verdicts(outdir: Path, limit: int, by: str) -> tuple[Table, int]:
@@ -67,15 +68,18 @@ def _verdicts(outdir: Path, limit: int, by: str) -> tuple[Table, int]:
     else:
         rows.sort(key=lambda r: r["trace_id"])
     table = Table(title=f"{len(rows):,} verdicts (by {by})", title_justify="left")
-    for col in ("trace", "source", "steps", "blamed step", "its author", "blamed agent", "confidence", "read first",
-                "decided by"):
+    for col in ("trace", "source", "steps", "blamed step", "its author", "blamed agent", "confidence", "decided by"):
         whole = col in ("steps", "blamed step", "confidence", "decided by")  # short: never broken mid-word
         table.add_column(col, overflow="fold", no_wrap=whole)
     for r in rows[:limit or None]:
         conf = "-" if r["confidence"] is None else f"{r['confidence']:.2f}"
-        table.add_row(terminal(r["trace_id"]), terminal(r["source"] or "-"), str(r["n_steps"]), str(r["pred_step"]),
+        table.add_row(terminal(r["trace_id"]), terminal(r["source"] or "-"), str(r["n_steps"]), set_cell(r),
                       terminal(str(r["pred_step_agent"] or "-")), terminal(str(r["pred_agent"] or "-")), conf,
-                      set_cell(r), terminal(decided_by(r)))
+                      terminal(decided_by(r)))
+    if any(r.get("read_steps") for r in rows):
+        table.caption = ("blamed step, then the other steps to read first (best first, +N: more; together they hold "
+                         "the failure's source at the run's coverage); ~: not localised, the set spans most of the log")
+        table.caption_justify = "left"
     return table, len(rows)
 
 
