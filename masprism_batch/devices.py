@@ -29,8 +29,27 @@ def auto_dtype(device_type: str, model_name: str) -> str:
     return "float32"
 
 
+def _cpu_only_torch() -> bool:
+    """The installed torch is a CPU-only build (its version.py names no CUDA or HIP), read without importing torch:
+    `auto` is then CPU for sure, and a run that finds nothing to do never pays torch's import (seconds)."""
+    import importlib.util
+    import re
+    from pathlib import Path
+
+    try:
+        spec = importlib.util.find_spec("torch")
+        text = (Path(next(iter(spec.submodule_search_locations))) / "version.py").read_text(encoding="utf-8")
+    except (ImportError, AttributeError, StopIteration, TypeError, OSError, ValueError):
+        return False
+    return all(re.search(rf"^{k}(?:\s*:[^=]*)?\s*=\s*None\s*$", text, re.M) for k in ("cuda", "hip"))
+
+
 def auto_device_type(device: str) -> str:
     """The device type `device` names: `auto` is CUDA when available, else CPU."""
+    import sys
+
+    if device == "auto" and "torch" not in sys.modules and _cpu_only_torch():
+        return "cpu"
     import torch
 
     if device == "auto":

@@ -5,8 +5,15 @@ OUTDIR/{traces,attributions,step_scores,errors}/shard-<id>.parquet, OUTDIR/_mani
 See docs/scale-out.md.
 """
 
-from masprism_batch.pipelines.local import run_local
 from masprism_batch.pipelines.run_summary import RunSummary
+
+
+def run_local(*args, **kwargs) -> RunSummary:
+    """Lazy wrapper: the model stage (torch) is imported only when a run starts, so a command that imports this
+    package for its other parts (the CLI's progress display) starts fast."""
+    from masprism_batch.pipelines.local import run_local as _run_local
+
+    return _run_local(*args, **kwargs)
 
 
 def run_ray(*args, **kwargs) -> RunSummary:

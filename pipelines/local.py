@@ -24,9 +24,6 @@ from pathlib import Path
 from masprism_batch.pipelines.commit import Committer, open_run
 from masprism_batch.pipelines.crash_guard import PACK_CRASHES_BEFORE_ONE_BY_ONE, CrashGuard, FileLedger
 from masprism_batch.pipelines.interrupts import interruptible, keeping_finished
-from masprism_batch.pipelines.model_stage import ModelStage, load_model
-from masprism_batch.pipelines.pack_work import finish_pack, shard_packs, start_pack
-from masprism_batch.pipelines.packs import PackRunner, with_pack_bound
 from masprism_batch.pipelines.prefetch import Prefetcher
 from masprism_batch.pipelines.progress import Progress
 from masprism_batch.pipelines.resume import resume_config
@@ -54,13 +51,15 @@ def _guard(ledger: FileLedger, key: str) -> CrashGuard | None:
 
 
 def run_local(inputs: list[str], outdir: str | Path, cfg: PipelineConfig, *, fmt: str = "auto", model=None,
-              progress: bool | Progress = True, select: Selection | None = None, load_model=load_model,
+              progress: bool | Progress = True, select: Selection | None = None, load_model=None,
               attribute=None, prefetch: int = 1, render_workers: int | None = None,
               ranker: RankerSetting | None = None, refresh: bool = False) -> RunSummary:
     """Attribute every trace of `inputs` into OUTDIR (resumable; see docs/scale-out.md).
 
-    `model` lets a caller that already holds a loaded PrefillModel reuse it; else `load_model(cfg)` loads it
-    (only when a shard is pending, or first when the token budget is to be sized for a CUDA device).
+    `model` lets a caller that already holds a loaded PrefillModel reuse it; else `load_model(cfg)` (None:
+    `model_stage.load_model`) loads it (only when a shard is pending, or first when the token budget is to be
+    sized for a CUDA device). The model stage (torch) is imported only then: a rerun with nothing new starts
+    and ends without it (issue 60).
     `attribute(traces, model, cfg, renders)`: the model stage on one pack (None: `model_stage.ModelStage`). `prefetch`: shards whose CPU stage
     may run ahead of the model stage (0: one after the other). `render_workers`: processes rendering pass 1
     beside the model (`render.pool.RenderPool`); None: on a CUDA model up to 8, leaving 2 CPUs, else none.
@@ -71,7 +70,6 @@ def run_local(inputs: list[str], outdir: str | Path, cfg: PipelineConfig, *, fmt
     """
     outdir = Path(outdir)
     ranker = ranker if ranker is not None else RankerSetting.read(cfg.method.ranker)
-    attribute = attribute if attribute is not None else ModelStage(ranker)
     with OutdirLock(outdir, "run --engine local") as lock, interruptible(), contextlib.ExitStack() as stack:
         cfg, header = resume_config(outdir, cfg)
         facts = RunFacts(model_loaded=None) if model is not None else RunFacts(model_loaded=False)
@@ -86,6 +84,12 @@ def run_local(inputs: list[str], outdir: str | Path, cfg: PipelineConfig, *, fmt
         committer = open_run(inputs, outdir, cfg, "local", 1, budget, facts, fmt=fmt, select=select,
                              progress=progress, lock=lock, ranker_sha256=ranker.sha256, refresh=refresh)
         if committer.pending:
+            from masprism_batch.pipelines.packs import with_pack_bound
+
+            if attribute is None:
+                from masprism_batch.pipelines.model_stage import ModelStage
+
+                attribute = ModelStage(ranker)
             if model is None:
                 model = _load(load_model, cfg, facts)
             facts.model_id = getattr(model, "model_id", None)
@@ -97,6 +101,8 @@ def run_local(inputs: list[str], outdir: str | Path, cfg: PipelineConfig, *, fmt
 
 
 def _load(load_model, cfg: PipelineConfig, facts: RunFacts):
+    if load_model is None:
+        from masprism_batch.pipelines.model_stage import load_model
     t0 = time.perf_counter()
     model = load_model(cfg)
     facts.seconds_model_load = round(time.perf_counter() - t0, 3)
@@ -118,6 +124,9 @@ def _work(committer: Committer, model, cfg: PipelineConfig, ledger: FileLedger, 
           workers: int, pool: RenderPool | None) -> None:
     """Three things at once: the prefetch thread cuts the next packs, this thread holds the device for one
     pack, the tail thread finishes the pack before it (method, verdicts, rows, commit) and then its ledger key."""
+    from masprism_batch.pipelines.pack_work import finish_pack, shard_packs, start_pack
+    from masprism_batch.pipelines.packs import PackRunner
+
     ledger = _OneAtATime(ledger)
 
     def packs_of(shard):

@@ -123,7 +123,6 @@ def execute(inputs: list[str], out: Path, opts: ConfigOptions, job: Job):
     """Check everything that can be checked before any work, build the config, run, and say what was done
     (exits with the run's exit code)."""
     from masprism_batch.ingest import FORMATS
-    from masprism_batch.model import ModelNotFoundError, require_model
     from masprism_batch.pipelines import run_local, run_ray
     from masprism_batch.pipelines.selection import Selection
     from masprism_batch.pipelines.staging import staging_conflict
@@ -153,10 +152,15 @@ def execute(inputs: list[str], out: Path, opts: ConfigOptions, job: Job):
     # refused as "in use", costs no model load). A model that exists but fails to load leaves a header whose run
     # committed nothing: a retry with another --model takes it over (pipelines/resume.bind_header).
     ranker = check_ranker(cfg)  # the one read of the ranker file this run makes
-    try:
-        require_model(cfg.model.name)
-    except ModelNotFoundError as exc:
-        raise fail(f"cannot load model {cfg.model.name!r}: {exc}") from None
+    if engine is not Engine.local or not (out / "_manifest" / "HEADER.json").is_file():
+        # a rerun into a bound OUTDIR skips it: its header names the model that ran (a change is refused
+        # there), and this check imports the model package (torch), seconds a rerun with nothing new needs not
+        from masprism_batch.model import ModelNotFoundError, require_model
+
+        try:
+            require_model(cfg.model.name)
+        except ModelNotFoundError as exc:
+            raise fail(f"cannot load model {cfg.model.name!r}: {exc}") from None
     if engine is not Engine.local:
         check_prompt_or_fail(cfg)  # its tokenizer only (the actors load the model): the prompt leaves room
 

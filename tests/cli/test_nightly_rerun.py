@@ -130,3 +130,25 @@ def test_nothing_usable_leaves_no_output_skeleton(tmp_path, loads):
     (keep / "notes.txt").write_text("mine")
     res = _attribute(logs, keep)
     assert res.exit_code == 1 and (keep / "notes.txt").read_text() == "mine"
+
+
+def test_a_rerun_with_nothing_new_never_imports_torch(tmp_path, rng):
+    """The seconds a nightly rerun with nothing new costs are the CLI's start: no model load, and not even torch's
+    import (pipelines/__init__ and local.py import the model stage lazily; devices.auto_device_type reads a CPU-only
+    torch build's version file). Skipped where torch is a CUDA build (`auto` must then ask torch)."""
+    import subprocess
+    import sys
+
+    from masprism_batch.devices import _cpu_only_torch
+
+    if not _cpu_only_torch():
+        pytest.skip("torch here is a CUDA/ROCm build: `--device auto` asks torch, which imports it")
+    logs, out = _logs(tmp_path, rng), tmp_path / "OUT"
+    assert _attribute(logs, out).exit_code == EXIT_OK
+    code = ("import sys\nfrom masprism_batch.cli import main\n"
+            f"sys.argv = ['masprism-batch', 'attribute', {str(logs)!r}, '-o', {str(out)!r}, '--model', 'tiny-random',"
+            " '--no-progress']\n"
+            "try:\n    main()\nexcept SystemExit as e:\n    rc = e.code\n"
+            "print('RC', rc, 'TORCH', 'torch' in sys.modules)\n")
+    proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=300)
+    assert "RC 0 TORCH False" in proc.stdout, (proc.stdout[-2000:], proc.stderr[-2000:])
