@@ -170,3 +170,27 @@ def test_attribute_on_an_outdir_of_other_settings_names_them_and_points_to_resco
     said = " ".join(res.output.split())
     assert res.exit_code == EXIT_FATAL and "--max-context (render.max_context): 512 in the run, 384 now" in said
     assert "use a new OUTDIR (--coverage, --ranker alone could be applied" in said, said
+
+
+def test_an_outdir_written_before_pass2_support_still_rescores_as_a_fresh_run(setup, tmp_path):
+    """Outputs of a rule run list every candidate with its support in attributions.candidates: a rescore of an
+    OUTDIR whose step_scores predate `pass2_support` takes it from there."""
+    from masprism_batch.outdir.shards import OUTPUT_TABLES, ShardStore
+    from masprism_batch.pipelines import rescore as rs
+    from masprism_batch.verdict.rankfile import RankerSetting
+
+    tmp, cfg, ranker, name = setup
+    a, b = _settings(ranker, name)
+    run = _attribute(tmp, cfg, tmp_path / "old", *a)
+    store = ShardStore(run)
+    header = store.read_header()
+    for sid, entry in store.verified().items():
+        tables = {t: pq.read_table(store.part_path(t, sid)) for t in OUTPUT_TABLES}
+        tables["step_scores"] = tables["step_scores"].drop(["pass2_support"])
+        store.commit(sid, tables, {k: v for k, v in entry.items() if k not in ("shard_id", "run_id", "parts")},
+                     header["run_id"])
+    assert "pass2_support" not in read_dataset(run / "step_scores").column_names
+    new = rs.with_settings(rs.run_config(run), {"ranker": str(ranker), "coverage": 0.6})
+    summary = rs.rescore(run, tmp_path / "new", new, RankerSetting.read(str(ranker)))
+    assert summary.support_unknown == 0 and summary.traces == 5
+    assert _verdicts(tmp_path / "new") == _verdicts(_attribute(tmp, cfg, tmp_path / "fresh", *b))
