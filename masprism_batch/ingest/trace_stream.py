@@ -49,6 +49,28 @@ class SeenIds:
         return False
 
 
+class _Held:
+    """A file's rows, held until its next trace is named (run_ids): a warning about a kept trace (a truncated step,
+    an empty one) names the id the trace is stored under, not the reader's file-named one. Bounded: past
+    `MAX_HELD` rows are passed on as they are (a file of rejected lines between two traces)."""
+
+    MAX_HELD = 1024
+
+    def __init__(self, sink: Callable[[dict], None]):
+        self.sink = sink
+        self.rows: list[dict] = []
+
+    def __call__(self, row: dict) -> None:
+        self.rows.append(row)
+        if len(self.rows) > self.MAX_HELD:
+            self.flush()
+
+    def flush(self, old: str | None = None, new: str | None = None) -> None:
+        for row in self.rows:
+            self.sink({**row, "record_id": new} if old is not None and row.get("record_id") == old else row)
+        self.rows.clear()
+
+
 def read_inputs(paths: list[str] | str, fmt: str = "auto", on_error: Callable[[dict], None] | None = None,
                 *, on_file: FileCallback | None = None, limits: IngestConfig | None = None,
                 mapping: Mapping | None = None) -> Iterator[Trace]:
@@ -71,7 +93,8 @@ def read_inputs(paths: list[str] | str, fmt: str = "auto", on_error: Callable[[d
     ids = path_ids(files)  # ids taken from paths (Who&When) are unique over the whole input, not per folder
     for path in files:
         token = LIMITS.set(limits)
-        ctx = Context(path, sink)
+        held = _Held(sink)
+        ctx = Context(path, held)
         ctx.path_id = ids[path]
         ctx.forced = fmt != "auto"
         ctx.mapping = mapping
@@ -89,21 +112,26 @@ def read_inputs(paths: list[str] | str, fmt: str = "auto", on_error: Callable[[d
                     ctx.reject(IngestError("internal_error", f"{type(e).__name__}: {short(str(e), 500)}",
                                            short(trace.trace_id, 200)))
                     continue
-                trace.trace_id = run_id(trace, ctx.fmt, ctx.input_path)  # the run's id, not its file's (run_ids)
+                named = run_id(trace, ctx.fmt, ctx.input_path)  # the run's id, not its file's (run_ids)
+                held.flush(trace.trace_id, named)
+                trace.trace_id = named
                 if seen.repeated(trace.trace_id):
                     ctx.reject(IngestError("duplicate_trace_id", "trace id already ingested from an earlier "
                                            "input; this copy was not ingested", trace.trace_id))
                     continue
                 yield trace
         except IngestError as e:
+            held.flush()
             msg = ctx.label(e)
             log.warning("%s: rejected: %s (%s)", path, msg, e.reason)
             sink(error_row(input_path=path, record_id=e.record_id, stage="ingest", reason=e.reason, message=msg))
         except Exception as e:  # a bug in an adapter must not end the run; the file is reported
             log.exception("%s: unexpected error", path)
+            held.flush()
             sink(error_row(input_path=path, stage="ingest", reason="internal_error",
                            message=f"{type(e).__name__}: {short(str(e), 500)}"))
         finally:
+            held.flush()
             with contextlib.suppress(ValueError):
                 LIMITS.reset(token)
         if on_file is not None:

@@ -120,3 +120,16 @@ def test_a_runs_digest_survives_staging(tmp_path):
     assert errors == [] and all(s.start_time is not None for t in back for s in t.steps)
     assert [content_digest(t) for t in back] == [content_digest(t) for t in traces]
     assert len({content_digest(t) for t in traces}) == 2
+
+
+def test_a_warning_about_a_kept_run_names_the_id_it_is_stored_under(tmp_path):
+    """A step cut to the agent-name cap is a `step_truncated` warning row: its record_id is the run's id, not the
+    reader's file-named one, so the row and the trace it speaks of can be joined."""
+    lines = [{"messages": [{"role": "user", "content": f"question {k}"},
+                           {"role": "assistant", "name": "A" * (400 + k), "content": "an answer"}]} for k in range(2)]
+    (tmp_path / "chat.jsonl").write_text("".join(json.dumps(x) + "\n" for x in lines) + "{broken\n")
+    traces, errors = _read(tmp_path / "chat.jsonl")
+    warned = [e for e in errors if e["reason"] == "step_truncated"]
+    assert len(traces) == 2 and len(warned) == 2, errors
+    assert [e["record_id"] for e in warned] == [t.trace_id for t in traces]
+    assert [e["reason"] for e in errors if e not in warned] == ["invalid_json"]  # a line that is no run: its place
