@@ -38,12 +38,17 @@ def is_event(e: Any) -> bool:
         "invocation_id" in e or "invocationId" in e) and ("content" in e or "actions" in e)
 
 
+def _has_events(events: list) -> bool:
+    # any of the first events: one mistyped event (an `author` of another type) is its own row, never the session's
+    return any(is_event(e) for e in events[:16])
+
+
 def is_session(doc: Any) -> bool:
     if isinstance(doc, list):
-        return bool(doc) and is_event(doc[0])
+        return _has_events(doc)
     if not isinstance(doc, dict) or not isinstance(doc.get("events"), list):
         return False
-    if doc["events"] and is_event(doc["events"][0]):  # the events say so, envelope or not (ADK 2.x `{"events"}`)
+    if _has_events(doc["events"]):  # the events say so, envelope or not (ADK 2.x `{"events"}`)
         return True
     return "id" in doc and not doc["events"] and any(
         k in doc for k in ("app_name", "appName", "user_id", "userId", "state", "past_events", "event_logs"))

@@ -252,3 +252,17 @@ def test_ag2_agenteval_graded_correct_is_set_aside_as_a_score(tmp_path):
     skipped: list[dict] = []
     assert list(attributable([t], skipped.append)) == []
     assert skipped[0]["reason"] == "succeeded_run" and skipped[0]["message"].startswith("score: AgentEval")
+
+
+@pytest.mark.parametrize("author", [{}, -1, None])
+def test_adk_first_event_mistyped_costs_only_itself(tmp_path, author):
+    """The first event decided the format: an `author` of another type on events[0] made the whole session
+    `unknown_format`. Any of the first events says it is ADK now, and the mistyped one is its own row."""
+    doc = json.loads((REAL / "adk/context_update_successful_test.session.json").read_text(encoding="utf-8"))
+    (tmp_path / "ok.json").write_text(json.dumps(doc), encoding="utf-8")
+    (base,), _ = _read(tmp_path / "ok.json")
+    doc["events"][0]["author"] = author
+    (tmp_path / "bad.json").write_text(json.dumps(doc), encoding="utf-8")
+    (t,), errors = _read(tmp_path / "bad.json")
+    assert t.trace_id == base.trace_id and len(t.steps) >= len(base.steps) - 1, errors
+    assert [e["reason"] for e in errors] == ["invalid_record"] and "events[0]" in errors[0]["message"], errors
