@@ -40,10 +40,10 @@ DIGEST_BYTES = 8  # 16 hex characters: 64 bits, no collision expected among bill
 # formats whose readers fall back to the file's name when the log records no run id
 _FILE_NAMED = frozenset(LABELS[k] for k in (
     "ag2", "openai", "langgraph-messages", "swe-agent", "openhands", "tau-bench", "smolagents", "mini-swe-agent",
-    "claude-code", "crewai", "autogen-recorder", "adk", "letta", "map"))
+    "claude-code", "crewai", "autogen-recorder", "adk", "letta", "map", "smolagents-bus"))
 # the first part of those readers' file-named ids (a `--map` mapping's is its `source`)
 _PREFIXES = frozenset({"ag2", "autogen", "autogen-recorder", "openai", "swe-agent", "openhands", "tau-bench",
-                       "smolagents", "mini-swe-agent", "claude-code", "crewai", "adk", "letta"})
+                       "smolagents", "mini-swe-agent", "claude-code", "crewai", "adk", "letta", "smolagents-bus"})
 _MAP = LABELS["map"]
 _CREWAI, _LETTA = LABELS["crewai"], LABELS["letta"]
 _RUN_SUFFIX = re.compile(r"#\d+$")
@@ -88,6 +88,8 @@ def run_id(trace: Trace, fmt: str | None, input_path: str) -> str:
     if fmt == _LETTA:  # an agent's name, or the file's: never a run's
         return f"{prefix}/{_RUN_SUFFIX.sub('', rest)}~{content_digest(trace)}"
     stem = base_name(input_path)
+    if rest == input_path:  # the smolagents message bus without message ids names the path as given
+        rest = stem
     if rest.startswith(stem.removesuffix(".traj")) and not rest.startswith(stem):
         stem = stem.removesuffix(".traj")  # mini-swe-agent names `x.traj.json` by `x`
     if rest != stem and not rest.startswith((stem + "#", stem + "/")):

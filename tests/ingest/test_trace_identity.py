@@ -133,3 +133,19 @@ def test_a_warning_about_a_kept_run_names_the_id_it_is_stored_under(tmp_path):
     assert len(traces) == 2 and len(warned) == 2, errors
     assert [e["record_id"] for e in warned] == [t.trace_id for t in traces]
     assert [e["reason"] for e in errors if e not in warned] == ["invalid_json"]  # a line that is no run: its place
+
+
+def test_an_id_made_of_the_path_as_given_is_the_runs_too():
+    """The smolagents message bus without message ids was named by the input path as typed (`./runs/x` and
+    `runs/x` two ids for one run)."""
+    from masprism_batch.ingest.documents import LABELS
+    from masprism_batch.ingest.run_ids import content_digest, run_id
+    from masprism_batch.trace import Step, Trace
+
+    ids = set()
+    for given in ("./runs/a1/messages.jsonl", "runs/a1/messages.jsonl"):
+        t = Trace(trace_id=f"smolagents-bus/{given}", source="smolagents", steps=[Step(0, "agent_1", "hello")])
+        ids.add(run_id(t, LABELS["smolagents-bus"], given))
+    assert ids == {f"smolagents-bus/messages~{content_digest(t)}"}
+    t.trace_id = "smolagents-bus/msg-0001"  # the first message's id: the log's own, kept
+    assert run_id(t, LABELS["smolagents-bus"], "runs/a1/messages.jsonl") == "smolagents-bus/msg-0001"
