@@ -43,6 +43,7 @@ from masprism_batch.verdict.rankfile import SystemRanker
 ROOT = Path(__file__).resolve().parents[2]
 log = logging.getLogger("bench_label_picker")
 KS = (10, 20)
+DIVERSITY = "picker, diversity only"  # the ablation: the same picks with every log's uncertainty equal
 COVERAGE = 0.8
 
 
@@ -96,8 +97,9 @@ def main() -> None:
             cands = [candidate(c, fallback) for c in pool]
             for k in ks:
                 picked = [by_id[p.trace_id] for p in pick(cands, k)]
+                spread = [by_id[p.trace_id] for p in pick(cands, k, uncertain=False)]  # ablation: diversity alone
                 drawn = [pool[i] for i in rng.permutation(len(pool))[:k]]
-                for method, train in (("picker", picked), ("random", drawn)):
+                for method, train in (("picker", picked), (DIVERSITY, spread), ("random", drawn)):
                     rows.append({"system": system, "k": k, "draw": d, "n_pool": len(pool), "n_test": len(test),
                                  "method": method, "metric": "step", "value": round(score(train, test, system,
                                                                                           fallback), 4),
@@ -108,11 +110,13 @@ def main() -> None:
     write_rows(Path(args.csv), rows)
     for system in sorted({r["system"] for r in rows}):
         for k in sorted({r["k"] for r in rows if r["system"] == system}):
-            diff = [p["value"] - r["value"] for p, r in zip(
-                [x for x in rows if (x["system"], x["k"], x["method"]) == (system, k, "picker")],
-                [x for x in rows if (x["system"], x["k"], x["method"]) == (system, k, "random")], strict=True)]
-            print(f"{system} k={k}: picker - random {np.mean(diff):+.3f} ± {np.std(diff, ddof=1) / np.sqrt(len(diff)):.3f}"  # noqa: T201
-                  f" (SE, {len(diff)} draws)")
+            base = [x["value"] for x in rows if (x["system"], x["k"], x["method"]) == (system, k, "random")]
+            for m in ("picker", DIVERSITY):
+                diff = np.array([x["value"] for x in rows if (x["system"], x["k"], x["method"]) == (system, k, m)]) - base
+                se = np.std(diff, ddof=1) / np.sqrt(len(diff)) if len(diff) > 1 else float("nan")
+                pool = next(x["n_pool"] for x in rows if (x["system"], x["k"]) == (system, k))
+                print(f"{system} k={k} (pool {pool}): {m} - random {diff.mean():+.3f} "  # noqa: T201
+                      f"± {se:.3f} (SE, {len(diff)} draws; random {np.mean(base):.3f})")
 
 
 if __name__ == "__main__":

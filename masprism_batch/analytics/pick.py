@@ -52,8 +52,9 @@ class Candidate:
         return min(POSITION_BINS - 1, POSITION_BINS * self.pred_step // self.n_steps)
 
 
-def pick(candidates: Iterable[Candidate], n: int, exclude: Collection[str] = ()) -> list[Candidate]:
-    """The `n` candidates to label next, in the order picked (see the module docstring). O(n x candidates)."""
+def pick(candidates: Iterable[Candidate], n: int, exclude: Collection[str] = (), uncertain: bool = True) -> list[Candidate]:
+    """The `n` candidates to label next, in the order picked (see the module docstring). O(n x candidates).
+    uncertain=False: diversity alone, every log worth the same (the benchmark's ablation)."""
     pool = [c for c in candidates if c.trace_id not in set(exclude)]
     pool.sort(key=lambda c: c.trace_id)  # ties go to the smaller id, whatever the input order
     chosen: list[Candidate] = []
@@ -65,7 +66,7 @@ def pick(candidates: Iterable[Candidate], n: int, exclude: Collection[str] = ())
         for c in pool:
             if systems[c.system] != fewest or (c.dup_key is not None and c.dup_key in dups):
                 continue
-            gain = c.uncertainty / (1.0 + agents[norm_agent(c.pred_agent)] + positions[c.position])
+            gain = (c.uncertainty if uncertain else 1.0) / (1.0 + agents[norm_agent(c.pred_agent)] + positions[c.position])
             if gain > best_gain:
                 best, best_gain = c, gain
         if best is None:  # only near-duplicates of picked logs are left in the turn's systems

@@ -47,6 +47,6 @@ def test_picker_reads_no_label_and_both_choices_are_scored_on_the_same_held_out_
     bl.main()
     rows = list(csv.DictReader(out.open()))
     keys = {(r["k"], r["draw"], r["method"]) for r in rows}
-    assert keys == {(str(k), str(d), m) for k in bl.KS for d in (0, 1) for m in ("picker", "random")}
+    assert keys == {(str(k), str(d), m) for k in bl.KS for d in (0, 1) for m in ("picker", bl.DIVERSITY, "random")}
     assert all(0 <= float(r["value"]) <= 1 for r in rows) and len({r["n_test"] for r in rows}) == 1
     assert np.isfinite([float(r["value"]) for r in rows]).all()
