@@ -75,10 +75,13 @@ _TEXT_LOG_HEAD = re.compile(rb'^(?:\xef\xbb\xbf)?(?:\d{4}-\d\d-\d\d \d\d:\d\d:\d
 def _is_text_log(path: str, name: str) -> bool:
     if not name.lower().endswith(TEXT_LOG_SUFFIXES) or name.startswith((".", "_")) or _not_regular(path):
         return False
-    try:
-        with open(path, "rb") as f:
+    from masprism_batch.ingest.common import IngestError
+    from masprism_batch.ingest.file_bytes import regular_file
+
+    try:  # opened as every input is (O_NONBLOCK, fstat on the descriptor): a FIFO swapped in is no hang
+        with regular_file(path) as f:
             return _TEXT_LOG_HEAD.match(f.read(64)) is not None
-    except OSError:
+    except (OSError, IngestError):
         return False
 
 

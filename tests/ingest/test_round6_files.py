@@ -154,3 +154,27 @@ def test_crewai_text_log_streamed_reads_as_before(tmp_path):
     assert [[(s.agent, s.content, s.start_time) for s in t.steps] for t in streamed] == [
         [(s.agent, s.content, s.start_time) for s in t.steps] for t in whole]
     assert any("line one\nline two" in s.content for s in streamed[0].steps)
+
+
+WALK_SWAP = r"""
+import json, sys
+from masprism_batch.ingest import read_inputs, sources
+sources._not_regular = lambda path: None  # the walk's stat saw a regular file; the name is a FIFO by the open
+errors = []
+n = sum(1 for _ in read_inputs([sys.argv[1]], "auto", errors.append))
+print(json.dumps({"traces": n, "reasons": sorted(e["reason"] for e in errors)}))
+"""
+
+
+def test_a_fifo_swapped_in_for_a_text_log_is_not_waited_on(tmp_path):
+    """The walk peeks at a `.txt` / `.log` to see whether it is a known text log: that peek opens as every input is
+    opened now (it opened by path, so a FIFO swapped in after the stat blocked the walk for ever)."""
+    folder = tmp_path / "logs"
+    folder.mkdir()
+    os.mkfifo(folder / "crew.txt")
+    try:
+        p = subprocess.run([sys.executable, "-c", WALK_SWAP, str(folder)], capture_output=True, text=True, timeout=60)
+    except subprocess.TimeoutExpired:
+        pytest.fail("peeking at a FIFO named .txt blocked the folder walk")
+    assert p.returncode == 0, p.stderr[-2000:]
+    assert json.loads(p.stdout.strip().splitlines()[-1]) == {"traces": 0, "reasons": ["skipped_file"]}
