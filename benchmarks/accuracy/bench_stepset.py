@@ -53,7 +53,7 @@ TARGET = 0.8
 log = logging.getLogger("bench_stepset")
 
 
-def zero_scores(cases, rule: str, score: str, tail: str) -> dict[str, list[tuple[float, int]]]:
+def zero_scores(cases, rule: str, score: str, tail: str, lead: str = "ranked") -> dict[str, list[tuple[float, int]]]:
     """{system: [(score, steps)]} of the zero-training verdicts' reading orders on the labelled logs."""
     out: dict[str, list] = {}
     for c in cases:
@@ -62,7 +62,7 @@ def zero_scores(cases, rule: str, score: str, tail: str) -> dict[str, list[tuple
             continue
         n = len(c.trace.steps)
         ranked = rules.order(rule, c.rows, [int(k) for k in c.meta["ranking"]["ranked"]])
-        order = ss.reading_order(ranked or [c.meta["attribution"]["pred_step"]], n, tail, c.rows)
+        order = ss.reading_order(ranked or [c.meta["attribution"]["pred_step"]], n, tail, c.rows, lead)
         out.setdefault(c.system, []).append((ss.score_of(order, gold, n, score), n))
     return out
 
@@ -86,37 +86,36 @@ def apply(cal, test: list[tuple[float, int]], level: float, score: str) -> tuple
     return float(np.mean(hits)), float(np.mean(shares))
 
 
-def calibration(per: dict, score: str, tail: str, pool: str, leave_out: str | None = None) -> dict:
+def calibration(per: dict, score: str, tail: str, pool: str, leave_out: str | None = None, lead: str = "ranked") -> dict:
     """The calibration dict of `per`'s systems but `leave_out`: every score, and each system's as a group."""
     groups = {o: [s for s, _ in v] for o, v in sorted(per.items()) if o != leave_out}
-    return {"score": score, "tail": tail, "pool": pool, "scores": sorted(s for g in groups.values() for s in g),
-            "groups": groups}
+    return {"score": score, "tail": tail, "lead": lead, "pool": pool,
+            "scores": sorted(s for g in groups.values() for s in g), "groups": groups}
 
 
-def zero_training_rows(cases, rule: str) -> tuple[list[dict], tuple[str, str, str]]:
-    """Leave-one-system-out rows of every (score, tail, pool), and the one that travels best: the smallest worst
-    miss of the 0.8 level over the held-out systems (to 0.01: closer is noise on 18-78 logs), then the smallest
-    mean set share."""
+def zero_training_rows(cases, rule: str) -> tuple[list[dict], tuple[str, str, str, str]]:
+    """Leave-one-system-out rows of every (score, tail, pool, lead), and the one that travels best: the smallest
+    worst miss of the 0.8 level over the held-out systems (to 0.01: closer is noise on 18-78 logs), then the
+    smallest mean set share."""
     rows, worst = [], {}
     base = step0_scores(cases)
-    for score in ss.SCORES:
-        for tail in ss.TAILS:
-            per = zero_scores(cases, rule, score, tail)
-            for pool in ss.POOLS:
-                misses, shares = [], []
-                for system in sorted(per):
-                    cal = calibration(per, score, tail, pool, system)
-                    for level in LEVELS:
-                        cov, share = apply(cal, per[system], level, score)
-                        _, b_share = apply(calibration(base, "share", "index", pool, system), base[system], level,
-                                           "share")
-                        row = _row("zero-training LOSO", system, level, score, tail, cov, share, b_share,
-                                   len(per[system]))
-                        rows.append({**row, "pool": pool})
-                        if level == TARGET:
-                            misses.append(abs(cov - level))
-                            shares.append(share)
-                worst[(score, tail, pool)] = (round(max(misses), 2), float(np.mean(shares)))
+    for score, tail, lead in [(sc, t, ld) for ld in ss.LEADS for t in ss.TAILS for sc in ss.SCORES]:
+        per = zero_scores(cases, rule, score, tail, lead)
+        for pool in ss.POOLS:
+            misses, shares = [], []
+            for system in sorted(per):
+                cal = calibration(per, score, tail, pool, system, lead)
+                for level in LEVELS:
+                    cov, share = apply(cal, per[system], level, score)
+                    _, b_share = apply(calibration(base, "share", "index", pool, system), base[system], level,
+                                       "share")
+                    row = _row("zero-training LOSO", system, level, score, tail, cov, share, b_share,
+                               len(per[system]))
+                    rows.append({**row, "pool": pool, "lead": lead})
+                    if level == TARGET:
+                        misses.append(abs(cov - level))
+                        shares.append(share)
+            worst[(score, tail, pool, lead)] = (round(max(misses), 2), float(np.mean(shares)))
     best = min(worst, key=lambda k: worst[k])
     for k in sorted(worst, key=lambda k: worst[k]):
         log.info("zero-training LOSO %s: worst |coverage - 0.8| %.2f, mean set share %.3f", k, *worst[k])
@@ -176,8 +175,13 @@ def _step0_cal(train) -> list[float]:
     return out
 
 
+def _key(r: dict) -> tuple:
+    return r["score"], r["tail"], r["pool"], r["lead"]
+
+
 def _row(protocol, system, level, score, tail, cov, share, base, n) -> dict:
     return {"protocol": protocol, "system": system, "coverage_level": level, "score": score, "tail": tail, "pool": "",
+            "lead": "",
             "coverage": round(cov, 4), "coverage_sd": "", "mean_set_share": round(share, 4),
             "step0_share": round(base, 4), "logs": n, "set_seconds": "", "attribute_seconds": "", "cost_share": "",
             "commit": commit(), "date": dt.date.today().isoformat()}
@@ -208,14 +212,15 @@ def cost_row(cases, rule: str, repeats: int = 20) -> dict:
     return row
 
 
-def write_dev(cases, rule: str, choice: tuple[str, str, str], loso: list[dict], path: Path) -> None:
+def write_dev(cases, rule: str, choice: tuple[str, str, str, str], loso: list[dict], path: Path) -> None:
     """The packaged zero-training calibration: every dev system's (zero-training, so held-out) scores, each
     system a group, pooled as `choice` says."""
-    score, tail, pool = choice
-    per = zero_scores(cases, rule, score, tail)
+    score, tail, pool, lead = choice
+    per = zero_scores(cases, rule, score, tail, lead)
     held = {f"{r['system']}|{r['coverage_level']}": {"coverage": r["coverage"], "mean_set_share": r["mean_set_share"]}
-            for r in loso if (r["score"], r["tail"], r["pool"]) == choice}
-    d = {"format": ss.FORMAT, "version": 1, "source": "dev", "rule": rule, **calibration(per, score, tail, pool),
+            for r in loso if _key(r) == choice}
+    d = {"format": ss.FORMAT, "version": 1, "source": "dev", "rule": rule,
+         **calibration(per, score, tail, pool, None, lead),
          "systems": {k: len(v) for k, v in sorted(per.items())},
          "heldout_loso": held, "date": dt.date.today().isoformat(), "commit": commit(),
          "written_by": "benchmarks/accuracy/bench_stepset.py --write-dev"}
@@ -259,7 +264,7 @@ def markdown(rows: list[dict], choice: tuple[str, str, str]) -> str:
     out = ["| protocol | system (labelled logs) | coverage at 0.5 / 0.8 / 0.9 | mean set share at 0.8 | from step 0 at 0.8 |",
            "|---|---|---|---|---|"]
     keep = [r for r in rows if r["coverage"] != "" and (r["protocol"].startswith("fitted")
-                                                        or (r["score"], r["tail"], r["pool"]) == choice)]
+                                                        or _key(r) == choice)]
     for (proto, system) in sorted({(r["protocol"], r["system"]) for r in keep}, key=lambda k: (k[0][0] != "z", k)):
         by = {r["coverage_level"]: r for r in keep if (r["protocol"], r["system"]) == (proto, system)}
         cov = " / ".join(f"{by[lv]['coverage']:.3f}" + (f" ± {by[lv]['coverage_sd']:.3f}" if by[lv]["coverage_sd"] != ""
@@ -297,7 +302,7 @@ def main() -> None:
     write_rows(Path(args.csv), rows)
     print(markdown(rows, choice))
     for r in rows:
-        if r["coverage_level"] == TARGET and r["coverage"] != "" and (not r["tail"] or (r["score"], r["tail"], r["pool"]) == choice):
+        if r["coverage_level"] == TARGET and r["coverage"] != "" and (not r["tail"] or _key(r) == choice):
             print(f"{r['protocol']:28s} {r['system']:36s} coverage {r['coverage']:.3f} share {r['mean_set_share']:.3f}"
                   f" (from step 0 {r['step0_share']:.3f}, {r['logs']} logs)")
 

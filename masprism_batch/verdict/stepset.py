@@ -10,8 +10,8 @@ the ceil((n + 1) c)-th smallest of n scores (the finite-sample correction; past 
 calibration scores and the new log's are exchangeable the set holds the labelled step with probability >= c.
 
 Calibrations (the JSON a ranker file entry holds as `stepset`, or the packaged `weights/stepset.json`):
-{"score": "rank" | "share", "tail": one of TAILS, "scores": [held-out scores], "source": "fit" | "packaged" |
-"dev", "heldout": {...}}. What calibrated a verdict's set is its `set_by`: "fit:<system>" / "packaged:<system>"
+{"score": "rank" | "share", "tail": one of TAILS, "lead": one of LEADS, "pool": one of POOLS, "scores": [held-out
+scores], "groups": {system: [scores]}, "source": "fit" | "packaged" | "dev", "heldout": {...}}. What calibrated a verdict's set is its `set_by`: "fit:<system>" / "packaged:<system>"
 (the system's own labelled logs, cross-conformal on `fit`'s folds: fit/stepset_fit.py), else "dev:zero-training"
 (the dev systems' held-out verdicts of the zero-training rule, benchmarks/accuracy/bench_stepset.py: a new
 system's coverage before a fit is the dev systems' estimate), "none" where no calibration is packaged.
@@ -37,6 +37,9 @@ SCORES = ("rank", "share")
 # first), or the steps before the blamed step nearest first, then those after it in order (a failure's source
 # precedes its symptoms). Which one ships is chosen by leave-one-system-out (bench_stepset.py).
 TAILS = ("index", "nearest", "h_score", "before")
+# what leads the order: every step the verdict ranked ("ranked"), or its blamed step alone ("top": where the rest of
+# the verdict's ranking carries less than the tail, as the zero-training candidates on long logs may)
+LEADS = ("ranked", "top")
 # a set holding more than this share of the log is not a localisation: the verdict says so (`localised` false)
 MAX_SHARE = 0.6
 # how a calibration of several systems' scores is pooled (dev: chosen by leave-one-system-out, bench_stepset.py)
@@ -73,9 +76,15 @@ EMPTY_COLUMNS = {"read_steps": [], "set_size": 0, "set_share": None, "set_covera
                  "localised": None}
 
 
-def reading_order(order: list[int], n: int, tail: str = "index", rows: list[dict] | None = None) -> list[int]:
-    """Every step of an n-step log, best first: `order` (the verdict's ranked steps, order[0] the blamed step),
-    then the others by `tail` (TAILS); `rows`: the log's step_scores (h_score) for the `h_score` tail."""
+def reading_order(order: list[int], n: int, tail: str = "index", rows: list[dict] | None = None,
+                  lead: str = "ranked") -> list[int]:
+    """Every step of an n-step log, best first: `order` (the verdict's ranked steps, order[0] the blamed step;
+    with `lead` "top" only the blamed step), then the others by `tail` (TAILS); `rows`: the log's step_scores
+    (h_score) for the `h_score` tail."""
+    if lead == "top":
+        order = order[:1]
+    elif lead != "ranked":
+        raise ValueError(f"unknown reading-order lead {lead!r}; expected one of {', '.join(LEADS)}")
     seen = set(order)
     rest = [k for k in range(n) if k not in seen]
     top = order[0] if order else 0
@@ -183,7 +192,7 @@ def step_set(order: list[int], n: int, cal: dict | None, coverage: float, by: st
     "none": nothing calibrated it)."""
     if cal is None:
         return StepSet(reading_order(order, n, "index", rows), n, coverage, "none")
-    full = reading_order(order, n, cal.get("tail", "index"), rows)
+    full = reading_order(order, n, cal.get("tail", "index"), rows, cal.get("lead", "ranked"))
     k = size_of(cached_quantile(cal, coverage), n, cal.get("score", "share"))
     return StepSet(full[:k], n, coverage, by)
 
@@ -235,6 +244,8 @@ def check(cal, max_scores: int = 1_000_000) -> str | None:
         return f"score must be one of {', '.join(SCORES)}"
     if cal.get("tail", "index") not in TAILS:
         return f"tail must be one of {', '.join(TAILS)}"
+    if cal.get("lead", "ranked") not in LEADS:
+        return f"lead must be one of {', '.join(LEADS)}"
     s = cal.get("scores")
     if not isinstance(s, list) or not s or len(s) > max_scores:
         return f"scores must be a non-empty list of at most {max_scores:,} numbers"

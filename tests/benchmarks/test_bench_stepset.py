@@ -45,12 +45,12 @@ def test_loso_rows_calibrate_each_system_on_the_others_only(np_rng, monkeypatch)
         return real(cal, test, level, score)
 
     monkeypatch.setattr(bs, "apply", spy)
-    rows, (score, tail, pool) = bs.zero_training_rows(cases, "faithful")
-    assert score in ss.SCORES and tail in ss.TAILS and pool in ss.POOLS
+    rows, (score, tail, pool, lead) = bs.zero_training_rows(cases, "faithful")
+    assert score in ss.SCORES and tail in ss.TAILS and pool in ss.POOLS and lead in ss.LEADS
     # every call: the two other systems' 28 logs calibrate, the held-out system's 14 are scored
     assert seen and all(len(c["scores"]) == 28 and len(c["groups"]) == 2 and t == 14 for c, t in seen)
     assert {r["system"] for r in rows} == set(SYSTEMS)
-    assert len(rows) == len(SYSTEMS) * len(bs.LEVELS) * len(ss.SCORES) * len(ss.TAILS) * len(ss.POOLS)
+    assert len(rows) == len(SYSTEMS) * len(bs.LEVELS) * len(ss.SCORES) * len(ss.TAILS) * len(ss.POOLS) * len(ss.LEADS)
 
 
 def test_written_dev_calibration_is_one_a_run_accepts(np_rng, tmp_path):
@@ -60,7 +60,7 @@ def test_written_dev_calibration_is_one_a_run_accepts(np_rng, tmp_path):
     bs.write_dev(cases, "faithful", choice, rows, path)
     d = json.loads(path.read_text())
     assert ss.check(d) is None and d["format"] == ss.FORMAT and d["systems"] == {s: 14 for s in SYSTEMS}
-    assert len(d["scores"]) == 42 and (d["score"], d["tail"], d["pool"]) == choice
+    assert len(d["scores"]) == 42 and (d["score"], d["tail"], d["pool"], d["lead"]) == choice
     assert sorted(d["groups"]) == list(SYSTEMS) and len(d["heldout_loso"]) == len(SYSTEMS) * len(bs.LEVELS)
 
 

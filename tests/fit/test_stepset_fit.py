@@ -27,6 +27,18 @@ def test_fit_writes_a_set_calibration_with_its_held_out_figures(synth):
     for level in sf.LEVELS:
         assert 0 <= h[f"coverage_{level}"] <= 1 and 0 < h[f"share_{level}"] <= 1 and 0 < h[f"step0_share_{level}"] <= 1
     assert h["share_0.5"] <= h["share_0.8"] <= h["share_0.9"]
+    assert cal["lead"] in ss.LEADS and cal["tail"] in ss.TAILS and cal["score"] in ss.SCORES
+
+
+def test_fit_keeps_the_reading_order_whose_held_out_sets_are_smallest(synth):
+    # the labelled step is the first step of every log, which the verdict's candidates rarely rank first: the
+    # smallest sets lead with the blamed step (read_steps[0] is always it), then read from the start: two steps
+    cases = synth(30, seed=8)
+    for c in cases:
+        c.gold[:] = [0]
+    got = sf.fit_stepset(cases, [c.ranked[0] for c in cases], [None] * len(cases), "rule")
+    assert (got["lead"], got["tail"], got["score"]) == ("top", "index", "rank")
+    assert got["heldout"]["coverage_0.8"] == 1.0 and max(got["scores"]) <= 2
 
 
 def test_leave_one_out_equals_refitting_without_each_log(np_rng):

@@ -84,6 +84,13 @@ def test_reading_order_is_every_step_once_ranked_steps_first(np_rng, tail):
         assert sorted(full) == list(range(n)) and full[: len(order)] == order
 
 
+def test_a_top_lead_keeps_only_the_blamed_step_before_the_tail():
+    assert ss.reading_order([4, 0, 6], 7, "index", lead="top") == [4, 0, 1, 2, 3, 5, 6]
+    assert ss.reading_order([4, 0, 6], 7, "index") == [4, 0, 6, 1, 2, 3, 5]
+    with pytest.raises(ValueError):
+        ss.reading_order([1], 3, "index", lead="all")
+
+
 def test_nearest_and_before_tails():
     assert ss.reading_order([4], 7, "nearest") == [4, 3, 5, 2, 6, 1, 0]
     assert ss.reading_order([4], 7, "before") == [4, 3, 2, 1, 0, 5, 6]
