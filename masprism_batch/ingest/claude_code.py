@@ -33,6 +33,7 @@ AUXILIARY = {"file-history-snapshot", "progress", "queue-operation", "custom-tit
 MAIN = "claude-code"
 MAX_SKIPPED_TYPES = 32  # distinct skipped line types named in metadata; the rest are counted together
 OTHER_TYPES = "(other types)"
+MAX_SUMMARIES, MAX_SUMMARY_CHARS = 32, 2000  # per session: summary lines without a session are copied into each
 _ID_KEYS = ("uuid", "agentId")  # ids a line's step or agent is keyed by: a string or absent, else the line is refused
 
 
@@ -83,8 +84,12 @@ def _session(lines: list[dict], tid: str) -> Trace:
     meta: dict[str, Any] = {"format": "claude-code"}
     for d in lines:
         if d.get("type") == "summary":
-            if isinstance(d.get("summary"), str):
-                meta.setdefault("summaries", []).append(d["summary"])
+            if isinstance(d.get("summary"), str):  # a file's summaries go to each of its sessions: bounded copies
+                said = meta.setdefault("summaries", [])
+                if len(said) < MAX_SUMMARIES:
+                    said.append(d["summary"][:MAX_SUMMARY_CHARS])
+                else:
+                    meta["summaries_not_kept"] = meta.get("summaries_not_kept", 0) + 1
             continue
         msg = d.get("message") if isinstance(d.get("message"), dict) else None
         if msg is None or d.get("isMeta"):

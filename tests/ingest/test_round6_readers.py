@@ -266,3 +266,20 @@ def test_adk_first_event_mistyped_costs_only_itself(tmp_path, author):
     (t,), errors = _read(tmp_path / "bad.json")
     assert t.trace_id == base.trace_id and len(t.steps) >= len(base.steps) - 1, errors
     assert [e["reason"] for e in errors] == ["invalid_record"] and "events[0]" in errors[0]["message"], errors
+
+
+def test_claude_code_summaries_copied_into_sessions_are_capped(tmp_path):
+    """Finding 9's twin: summary lines without a session are metadata of every session of the file; 2,000 of them
+    over 50 sessions were 100,000 copies. Each session keeps the first MAX_SUMMARIES (cut to 2,000 characters) and
+    counts the rest."""
+    from masprism_batch.ingest.claude_code import MAX_SUMMARIES
+
+    lines = [{"type": "summary", "summary": f"summary {j} " + "s" * 3000, "leafUuid": f"leaf-{j}"} for j in range(2000)]
+    lines += [_cc_line(f"s{k}", 0) for k in range(50)]
+    (tmp_path / "c.jsonl").write_text("\n".join(json.dumps(x) for x in lines) + "\n", encoding="utf-8")
+    got, errors = _read(tmp_path / "c.jsonl", fmt="claude-code")
+    assert len(got) == 50 and not errors, errors
+    for t in got:
+        meta = t.metadata
+        assert len(meta["summaries"]) == MAX_SUMMARIES and meta["summaries_not_kept"] == 2000 - MAX_SUMMARIES
+        assert all(len(x) <= 2000 for x in t.metadata["summaries"])
