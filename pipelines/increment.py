@@ -19,12 +19,14 @@ generation cut short) are removed before anything is planned, so they are staged
 
 from __future__ import annotations
 
+import json
 import logging
 import os
 import shutil
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
+import pyarrow as pa
 import pyarrow.parquet as pq
 
 from masprism_batch import schema
@@ -37,6 +39,7 @@ from masprism_batch.trace import Trace
 
 log = logging.getLogger(__name__)
 
+LEGACY_DIGESTS = "_legacy_digests.parquet"  # run_ids: the runs of parts staged under an older id scheme
 GENERATION = "part-g"  # prefix of an increment's parts; generation 0 (the first staging) is `part-NNNNN`
 
 
@@ -153,6 +156,25 @@ def _staged_digests(files: list[Path]) -> set[str]:
     return out
 
 
+def _legacy_digests(staging: Path, marker: dict) -> set[str]:
+    """Digests of the runs in the parts staged under an older id scheme: read once, then kept beside them
+    (`_staging/_legacy_digests.parquet`, naming the parts it covers; those parts never change)."""
+    parts = run_ids.legacy_parts(marker)
+    if not parts:
+        return set()
+    kept = staging / LEGACY_DIGESTS
+    if kept.exists():
+        require_regular(kept)
+        table = pq.read_table(kept)
+        if json.loads((table.schema.metadata or {}).get(b"parts", b"null")) == parts:
+            return set(table.column("digest").to_pylist())
+    out = _staged_digests([staging / p for p in parts])
+    partial = kept.with_name(kept.name + ".partial")
+    pq.write_table(pa.table({"digest": sorted(out)}).replace_schema_metadata({"parts": json.dumps(parts)}), partial)
+    os.replace(partial, kept)
+    return out
+
+
 def stage_increment(staging: Path, marker: dict, now: dict[str, tuple[str, int, int]], inc: Increment, fmt: str,
                     traces_per_shard: int, limits: IngestConfig | None, staged_rows, refresh: bool = False,
                     walk: tuple[list[dict], dict[str, dict]] = ([], {})) -> None:
@@ -169,7 +191,7 @@ def stage_increment(staging: Path, marker: dict, now: dict[str, tuple[str, int, 
         shutil.rmtree(partial)
     seen = _staged_ids(staging)
     # parts staged under an older id scheme hold their runs under other ids: told apart by content (run_ids)
-    legacy = _staged_digests([staging / p for p in run_ids.legacy_parts(marker)])
+    legacy = _legacy_digests(staging, marker)
     traces = DatasetWriter(partial / "traces", schema.TRACES, rows_per_part=traces_per_shard, prefix=prefix)
     errors = DatasetWriter(partial / "errors", schema.ERRORS, rows_per_part=4096, prefix=prefix)
     set_aside: list[dict] = []

@@ -12,10 +12,12 @@ import sys
 from pathlib import Path
 
 import pyarrow.dataset as ds
+import pytest
 from typer.testing import CliRunner
 
 from masprism_batch.cli import EXIT_OK, app
 from masprism_batch.ingest import run_ids
+from masprism_batch.pipelines import increment
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "ingest"))
 from test_trace_identity import crew_log  # noqa: E402 - the CrewAI log builder of the ingest test
@@ -116,7 +118,10 @@ def test_an_outdir_of_the_file_name_scheme_resumes_across_the_change(tmp_path, m
     assert marker["id_scheme"] == 2 and marker["legacy_parts"] and all(
         p.startswith("traces/part-0") for p in marker["legacy_parts"])
 
-    # a later night still knows the old runs: the day-1 log appended to again runs only its new line
+    # a later night still knows the old runs: the day-1 log appended to again runs only its new line; the old
+    # parts' digests were kept the first time, not read again
+    assert (out / "_staging" / increment.LEGACY_DIGESTS).is_file()
+    monkeypatch.setattr(increment, "_staged_digests", lambda files: pytest.fail("old parts read again"))
     with open(logs / "chat-day1.jsonl", "a") as f:
         f.write(_chat(9, 1))
     said, record, ids = _run(logs, out)
