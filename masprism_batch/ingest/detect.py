@@ -77,7 +77,8 @@ def read_file(path: str, fmt: str, ctx: Context) -> Iterator[Trace]:
     if by_line and low.endswith(_LINE_SUFFIXES):
         yield from from_lines(decoded_lines(path, ctx), fmt, ctx)
         return
-    if (fmt == "crewai" or fmt == "auto" and not low.removesuffix(".gz").endswith(_DOC_SUFFIXES)) and _crewai_head(path):
+    maybe_text_log = fmt == "crewai" or fmt == "auto" and not low.removesuffix(".gz").endswith(_DOC_SUFFIXES)
+    if maybe_text_log and _crewai_head(path):
         ctx.fmt, ctx.rendered = LABELS["crewai"], True  # CrewAI's text log: streamed, never read whole
         yield from crewai_log.parse_lines(decoded_lines(path, ctx), ctx)
         return
