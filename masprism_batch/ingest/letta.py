@@ -24,7 +24,7 @@ from collections import Counter
 from collections.abc import Iterator
 from typing import Any
 
-from masprism_batch.ingest.common import Context, IngestError, check_trace_id
+from masprism_batch.ingest.common import Context, IngestError, check_trace_id, loads
 from masprism_batch.ingest.messages import content_text, join, tool_calls_text
 from masprism_batch.ingest.sources import base_name
 from masprism_batch.ingest.spantree import parse_time
@@ -59,9 +59,11 @@ def unwrap(doc: Any) -> Any:
     """An export that holds the document as one JSON string."""
     if isinstance(doc, str) and doc.lstrip().startswith("{"):
         try:
-            return json.loads(doc)
-        except ValueError:
-            return doc
+            return loads(doc)  # bounded as the file's own parse is (limits.parsed_cost): refused before it builds
+        except IngestError as e:
+            if e.reason in ("invalid_json", "too_deep"):
+                return doc
+            raise
     return doc
 
 
