@@ -24,6 +24,7 @@ from masprism_batch.category.taxonomy import Taxonomy
 
 FORMAT = "masprism-category/1"
 MIN_FAMILY_CASES = 20
+MAX_WEIGHTS_BYTES = 16 << 20  # MAX_KINDS kinds x a handful of features: well under 1 MB
 
 
 def model_evidence(pmi: np.ndarray) -> np.ndarray:
@@ -140,7 +141,14 @@ def load_model(taxonomy: Taxonomy, model_id: str, path: str | Path | None = None
         path = weights_dir() / f"category-{taxonomy.name}-{model_id.replace('/', '_')}.json"
         if not path.is_file():
             return CategoryModel.zero(taxonomy)
-    d = json.loads(Path(path).read_text(encoding="utf-8"))
+    from masprism_batch.config_checks import read_regular
+
+    raw, size = read_regular(path, MAX_WEIGHTS_BYTES)  # an operator file: a FIFO never blocks (NotRegularFile)
+    if max(size, len(raw)) > MAX_WEIGHTS_BYTES:
+        raise ValueError(f"category weights {path}: {max(size, len(raw)):,} bytes; at most {MAX_WEIGHTS_BYTES:,}")
+    d = json.loads(raw.decode("utf-8"))
+    if not isinstance(d, dict):
+        raise ValueError(f"category weights {path}: a JSON {type(d).__name__}; expected the object `fit` writes")
     try:
         return CategoryModel.from_json(d, taxonomy)
     except ValueError:

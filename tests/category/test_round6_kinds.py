@@ -138,3 +138,17 @@ def test_a_taxonomy_that_is_no_regular_file_or_too_big_is_refused_at_once(tmp_pa
     with pytest.raises(ValueError, match="not a regular file" if kind != "big" else "at most 1,048,576 bytes"):
         load_taxonomy(path)
     assert time.monotonic() - t < 5
+
+
+@pytest.mark.parametrize("kind", ["fifo", "list"])
+def test_category_weights_are_read_as_a_regular_file_of_the_right_shape(tmp_path, kind):
+    """`method.category_weights`, the other operator file of the kinds: a FIFO hung like the taxonomy's."""
+    p = tmp_path / "w.json"
+    if kind == "fifo":
+        os.mkfifo(p)
+    else:
+        p.write_text("[1, 2]")
+    t = time.monotonic()
+    with pytest.raises(ValueError, match="not a regular file" if kind == "fifo" else "a JSON list; expected the object"):
+        classify.load_model(TRAIL, "tiny-random", p)
+    assert time.monotonic() - t < 5
