@@ -12,15 +12,18 @@ import typer
 
 from masprism_batch.cli import EXIT_OK, app, setup_logging
 from masprism_batch.cli.common import check_ranker, check_run_dir, console, fail, usage
-from masprism_batch.cli.options import (
-    CoverageOpt,
-    OutdirArg,
-    RankerOpt,
-    SystemOpt,
-    VerboseOpt,
-    verdict_sections,
-)
+from masprism_batch.cli.options import RANKER_HELP, OutdirArg, VerboseOpt, _coverage, verdict_sections
 from masprism_batch.schema import terminal
+
+# the shared options' words, with what a rescore does when one is not given: the run's own setting stays
+_RankerOpt = typer.Option(None, "--ranker", metavar="rule|packaged|FILE",
+                          help=RANKER_HELP.replace("`rule` (default: the zero-training rule)", "`rule` (the "
+                                                   "zero-training rule)") + "; default: the run's")
+_CoverageOpt = typer.Option(None, "--coverage", callback=_coverage, metavar="C",
+                            help="the share of logs whose steps to read (`read_steps`) should hold the failure's "
+                                 "source, held out; default: the run's")
+_SystemOpt = typer.Option(None, "--system", help="the system these logs come from, as your ranker file names it; "
+                          "default: the run's (--system it was given, else what each log records)")
 
 
 @app.command()
@@ -29,9 +32,9 @@ def rescore(
     out: Path | None = typer.Option(None, "--out", "-o", help="write the rescored run here (a new OUTDIR)"),
     in_place: bool = typer.Option(False, "--in-place", help="replace OUTDIR's verdicts; the old ones are kept in "
                                   "OUTDIR/history/ (docs/schema.md)"),
-    ranker: str | None = RankerOpt,
-    coverage: float | None = CoverageOpt,
-    system: str | None = SystemOpt,
+    ranker: str | None = _RankerOpt,
+    coverage: float | None = _CoverageOpt,
+    system: str | None = _SystemOpt,
     verbose: bool = VerboseOpt,
 ) -> None:
     """Apply a new `--ranker` (a file from `fit`, `packaged`, `rule`), `--coverage` or `--system` to a finished
