@@ -284,15 +284,3 @@ def test_claude_code_summaries_copied_into_sessions_are_capped(tmp_path):
         assert len(meta["summaries"]) == MAX_SUMMARIES and meta["summaries_not_kept"] == 2000 - MAX_SUMMARIES
         assert all(len(x) <= 2000 for x in t.metadata["summaries"])
 
-
-def test_letta_document_encoded_twice_is_parsed_under_the_same_bound(tmp_path):
-    """A Letta export holding the document as one JSON string is parsed again; that second parse is bounded as the
-    file's own is (4 x max_file_bytes of objects, estimated before it builds), not unbounded json.loads."""
-    from masprism_batch.config import IngestConfig
-
-    inner = '{"agents": [' + "[]," * 300_000 + "[]]}"  # 0.9 MB of text, ~40 MB of objects once parsed
-    (tmp_path / "x.af").write_text(json.dumps(inner), encoding="utf-8")
-    errors: list[dict] = []
-    got = list(read_inputs([str(tmp_path / "x.af")], "auto", errors.append,
-                           limits=IngestConfig(max_file_bytes=2 * 1024 * 1024)))
-    assert got == [] and [e["reason"] for e in errors] == ["file_too_large"], errors[:3]
