@@ -283,4 +283,3 @@ def test_claude_code_summaries_copied_into_sessions_are_capped(tmp_path):
         meta = t.metadata
         assert len(meta["summaries"]) == MAX_SUMMARIES and meta["summaries_not_kept"] == 2000 - MAX_SUMMARIES
         assert all(len(x) <= 2000 for x in t.metadata["summaries"])
-
