@@ -8,6 +8,10 @@ their `score`; the pass-2 symptom set is `attributions.symptoms`). So a rescored
 `attribute` with the same settings gives (tests/cli/test_rescore.py). Shard by shard, each shard's parts and
 manifest entry committed together (`outdir/shards.ShardStore`), as a run commits them.
 
+In place, the old rows go to `OUT/history/` first and the OUTDIR's header (its config hash, the ranker's SHA-256)
+is rebound last, so an interrupted in-place rescore leaves each shard either old or new and is finished by running
+it again (its history file then also holds the rows it had already rescored).
+
 What a rescore cannot do is said before any write: a verdict that reads a feature the run did not compute
 (counterfactuals, per-head attention: the run computed them only where its own verdicts read them), and runs
 with the failure kinds on (they read the model after the blamed step).
