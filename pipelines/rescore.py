@@ -9,7 +9,8 @@ their `score`; the pass-2 symptom set is `attributions.symptoms`). So a rescored
 manifest entry committed together (`outdir/shards.ShardStore`), as a run commits them.
 
 In place, the old rows go to `OUT/history/` first and the OUTDIR's header (its config hash, the ranker's SHA-256)
-is rebound last, so an interrupted in-place rescore leaves each shard either old or new and is finished by running
+is rebound last: an interrupted in-place rescore leaves each shard old or new (one killed inside its commit is
+damaged, and readers say so: the run's own `attribute` command, still bound, re-runs it) and is finished by running
 it again (its history file then also holds the rows it had already rescored).
 
 What a rescore cannot do is said before any write: a verdict that reads a feature the run did not compute
