@@ -73,19 +73,22 @@ def _lift(x) -> str:
 
 
 def _against_zero_training(h: dict) -> str:
-    """Issue 48: the zero-training confidence's figures on the same held-out verdicts, and which one is kept (issue
-    59: the one that ranked them better, fit/verdict_confidence.keep)."""
+    """Issue 48: the other confidence's figures on the same held-out verdicts (the zero-training one's beside the
+    fitted, the fitted one's where the zero-training one is kept), and which one is kept (issue 59: the one that
+    ranked them better, fit/verdict_confidence.keep)."""
     if "confidence_kept" not in h:
         return ""
-    zt = h.get("zero_training_auroc")
+    fitted = h["confidence_kept"] == "fitted"
+    other, name = ("zero_training", "zero-training") if fitted else ("fitted", "fitted")
+    a = h.get(f"{other}_auroc")
     kept = ("fitted (the step's evidence, the ranker's probability of it and its log-odds over the next step), "
             "which ranked these verdicts at least as well"
-            if h["confidence_kept"] == "fitted" else "the zero-training confidence's order, at this system's hit "
-            "rate: it ranked these verdicts better than the fitted one (never the worse of the two)")
+            if fitted else "the zero-training confidence's order, at this system's hit rate: it ranked these "
+            "verdicts better than the fitted one (never the worse of the two)")
     diff = h.get("fitted_minus_zero_training_interval")
     told = "" if not diff else f"; fitted minus zero-training: {diff[0]:+.2f} to {diff[1]:+.2f} (95%)"
-    return (f"; the zero-training confidence on the same verdicts: AUROC {'—' if zt is None else f'{zt:.2f}'}"
-            f"{_interval(h.get('zero_training_auroc_interval'))}{_lift(h.get('zero_training_top_quarter_lift'))}"
+    return (f"; the {name} confidence on the same verdicts: AUROC {'—' if a is None else f'{a:.2f}'}"
+            f"{_interval(h.get(f'{other}_auroc_interval'))}{_lift(h.get(f'{other}_top_quarter_lift'))}"
             f"{told}; kept: {kept}")
 
 

@@ -36,6 +36,7 @@ def test_confidence_words_name_the_kept_confidence_and_why(np_rng):
     words = confidence_words({"calibration": cal, "heldout": {
         "auroc": zt, "fitted_auroc": fa, "zero_training_auroc": zt, "confidence_kept": "zero-training"}})
     assert f"AUROC {zt:.2f}" in words and "kept: the zero-training confidence's order" in words, words
+    assert f"the fitted confidence on the same verdicts: AUROC {fa:.2f}" in words, words  # the one not kept
     assert "ranked these verdicts better than the fitted one" in words and "whatever" not in words
     kept = confidence_words({"calibration": {"w": [0.2] * 3, "b": 0.1}, "heldout": {
         "auroc": zt, "fitted_auroc": zt, "zero_training_auroc": fa, "confidence_kept": "fitted"}})
