@@ -102,7 +102,7 @@ def test_labels_file_outcomes(run_dir, tmp_path):
             {"trace_id": "billing-bot-1", "span_id": "s-absent"},  # a span id the trace does not have
             {"trace_id": "billing-bot-2", "step": 1, "agent": "Coder"},
             {"trace_id": "billing-bot-2", "step": 2},  # a second labelled step of the same trace
-            {"trace_id": "billing-bot-3"}]  # neither step nor span
+            {"trace_id": "billing-bot-3", "agent": "Coder"}]  # neither step nor span (a blank row is not labelled yet)
     labels.write_text("\n".join(json.dumps(r) for r in rows) + "\n")
     out = tmp_path / "r.json"
     res = runner.invoke(app, ["fit", str(run_dir / "run"), "-o", str(out), "--labels", str(labels)])
