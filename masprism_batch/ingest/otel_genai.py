@@ -119,18 +119,29 @@ def _items(d: Any, key: str) -> list:
     return v if isinstance(v, list) else []
 
 
+def _container(d: Any, key: str, where: str) -> list:
+    """`d[key]` when it is a list (absent: empty); `d` not an object, or `d[key]` not a list, is an IngestError."""
+    if not isinstance(d, dict):
+        raise IngestError("invalid_record", f"{where} must be an object, got {short(d)}")
+    v = d.get(key)
+    if v is not None and not isinstance(v, list):
+        raise IngestError("invalid_record", f"{where}.{key} must be a list, got {short(v)}")
+    return v or []
+
+
 def _log_events(docs: list[Any], ctx: Context | None = None) -> dict[tuple[str, str], list[dict]]:
     """GenAI events exported as OTLP logs (`resourceLogs`), by (traceId, spanId), as span events. A request that
     cannot be read (a list where an object belongs) is its own row; the other requests' events are kept."""
     out: dict[tuple[str, str], list[dict]] = {}
     for i, doc in enumerate(docs):
         got: list[tuple[tuple[str, str], dict]] = []
-        try:
-            for rl in _items(doc, "resourceLogs"):
-                for sl in _items(rl, "scopeLogs"):
-                    for rec in _items(sl, "logRecords"):
+        try:  # a container of the wrong type (`"logRecords": 5`, `resourceLogs: [5]`) is the request's row
+            for j, rl in enumerate(_items(doc, "resourceLogs")):  # a request that is no object: parse() says so
+                for k, sl in enumerate(_container(rl, "scopeLogs", f"resourceLogs[{j}]")):
+                    for m, rec in enumerate(_container(sl, "logRecords", f"resourceLogs[{j}].scopeLogs[{k}]")):
                         if not isinstance(rec, dict):
-                            continue
+                            raise IngestError("invalid_record", f"resourceLogs[{j}].scopeLogs[{k}].logRecords[{m}] "
+                                              f"must be an object, got {short(rec)}")
                         a = attrs(rec.get("attributes"))
                         ev = {"name": rec.get("eventName") or a.get("event.name") or a.get("gen_ai.event.name"),
                               "attributes": a, "body": _value_d(rec.get("body")),

@@ -283,3 +283,22 @@ def test_claude_code_summaries_copied_into_sessions_are_capped(tmp_path):
         meta = t.metadata
         assert len(meta["summaries"]) == MAX_SUMMARIES and meta["summaries_not_kept"] == 2000 - MAX_SUMMARIES
         assert all(len(x) <= 2000 for x in t.metadata["summaries"])
+
+
+@pytest.mark.parametrize("bad", ["logRecords", "scopeLogs", "resourceLogs"])
+def test_otlp_logs_container_of_the_wrong_type_is_one_row(tmp_path, bad):
+    """Finding 5 for GenAI events exported as OTLP logs: `"logRecords": 5`, `"scopeLogs": 5` or `resourceLogs: [5]`
+    dropped that request's events with no row. One `invalid_record` row per bad line now; the others are read."""
+    def request(tid: str, broken: bool) -> dict:
+        body = {"kvlistValue": {"values": [{"key": "content", "value": {"stringValue": f"answer {tid}"}}]}}
+        recs = 5 if broken and bad == "logRecords" else [{"traceId": tid, "spanId": "s1", "eventName": "gen_ai.choice",
+                                                          "body": body}]
+        scopes = 5 if broken and bad == "scopeLogs" else [{"logRecords": recs}]
+        return {"resourceLogs": [5] if broken and bad == "resourceLogs" else [{"scopeLogs": scopes}]}
+
+    lines = [request("a", False), request("b", True), request("c", False)]
+    (tmp_path / "logs.jsonl").write_text("\n".join(json.dumps(x) for x in lines) + "\n", encoding="utf-8")
+    got, errors = _read(tmp_path / "logs.jsonl")
+    assert sorted(t.trace_id for t in got) == ["a", "c"], errors
+    assert [(e["reason"], e["record_id"]) for e in errors] == [("invalid_record", "line 2")], errors
+    assert bad in errors[0]["message"], errors
