@@ -142,3 +142,38 @@ def agent_name(a: dict[str, Any], span_name: str | None) -> str | None:
             return a[k]
     m = _AGENT_SPAN.match(span_name or "")
     return m.group(1).strip() if m else None
+
+
+# --- OTLP values (OTLP JSON, Tempo, OTLP logs; moved here from otel_genai.py) ---------------------------------
+def value_d(v: Any, depth: int = 0) -> Any:
+    """OTLP AnyValue -> Python value. Nested arrays/kvlists deeper than 32 levels are left raw, which
+    bounds the recursion however deep a hostile document is."""
+    if not isinstance(v, dict) or depth > 32:
+        return v
+    for k in ("stringValue", "boolValue", "doubleValue", "bytesValue"):
+        if k in v:
+            return v[k]
+    if "intValue" in v:
+        try:
+            return int(v["intValue"])
+        except (TypeError, ValueError):
+            return v["intValue"]
+    if "arrayValue" in v:
+        vals = v["arrayValue"].get("values") if isinstance(v["arrayValue"], dict) else None
+        return [value_d(x, depth + 1) for x in vals] if isinstance(vals, list) else []
+    if "kvlistValue" in v:
+        vals = v["kvlistValue"].get("values") if isinstance(v["kvlistValue"], dict) else None
+        return {str(x.get("key")): value_d(x.get("value"), depth + 1)
+                for x in (vals if isinstance(vals, list) else []) if isinstance(x, dict)}
+    return None
+
+
+def attrs(items: Any) -> dict[str, Any]:
+    """OTLP attributes (a KeyValue list, or already a map) -> {key: value}."""
+    if isinstance(items, dict):  # already a map (some SDK JSON dumps)
+        return items
+    out: dict[str, Any] = {}
+    for it in items if isinstance(items, list) else []:
+        if isinstance(it, dict) and isinstance(it.get("key"), str):
+            out[it["key"]] = value_d(it.get("value"))
+    return out

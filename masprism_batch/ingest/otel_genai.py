@@ -20,46 +20,14 @@ from masprism_batch.ingest import status
 from masprism_batch.ingest.common import Context, IngestError, check_trace_id, request_id, short
 from masprism_batch.ingest.context import attr_inputs, event_inputs, with_context
 from masprism_batch.ingest.envelopes import value_text
-from masprism_batch.ingest.genai_attrs import agent_name, llm_output, tool_text
+from masprism_batch.ingest.genai_attrs import agent_name, attrs, llm_output, tool_text
+from masprism_batch.ingest.genai_attrs import value_d as _value_d
 from masprism_batch.ingest.messages import join
 from masprism_batch.ingest.spantree import Node, build_steps, parse_time
 from masprism_batch.trace import Trace
 
 _LLM_OPS = {"chat", "text_completion", "generate_content", "call_llm"}  # call_llm: any-agent
 _AGENT_OPS = {"invoke_agent", "create_agent"}
-
-
-def _value_d(v: Any, depth: int = 0) -> Any:
-    """OTLP AnyValue -> Python value. Nested arrays/kvlists deeper than 32 levels are left raw, which
-    bounds the recursion however deep a hostile document is."""
-    if not isinstance(v, dict) or depth > 32:
-        return v
-    for k in ("stringValue", "boolValue", "doubleValue", "bytesValue"):
-        if k in v:
-            return v[k]
-    if "intValue" in v:
-        try:
-            return int(v["intValue"])
-        except (TypeError, ValueError):
-            return v["intValue"]
-    if "arrayValue" in v:
-        vals = v["arrayValue"].get("values") if isinstance(v["arrayValue"], dict) else None
-        return [_value_d(x, depth + 1) for x in vals] if isinstance(vals, list) else []
-    if "kvlistValue" in v:
-        vals = v["kvlistValue"].get("values") if isinstance(v["kvlistValue"], dict) else None
-        return {str(x.get("key")): _value_d(x.get("value"), depth + 1)
-                for x in (vals if isinstance(vals, list) else []) if isinstance(x, dict)}
-    return None
-
-
-def attrs(items: Any) -> dict[str, Any]:
-    if isinstance(items, dict):  # already a map (some SDK JSON dumps)
-        return items
-    out: dict[str, Any] = {}
-    for it in items if isinstance(items, list) else []:
-        if isinstance(it, dict) and isinstance(it.get("key"), str):
-            out[it["key"]] = _value_d(it.get("value"))
-    return out
 
 
 def _kind(a: dict[str, Any], name: str | None) -> str | None:
