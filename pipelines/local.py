@@ -53,7 +53,8 @@ def _guard(ledger: FileLedger, key: str) -> CrashGuard | None:
 def run_local(inputs: list[str], outdir: str | Path, cfg: PipelineConfig, *, fmt: str = "auto", model=None,
               progress: bool | Progress = True, select: Selection | None = None, load_model=None,
               attribute=None, prefetch: int = 1, render_workers: int | None = None,
-              ranker: RankerSetting | None = None, refresh: bool = False) -> RunSummary:
+              ranker: RankerSetting | None = None, refresh: bool = False,
+              seconds_model_load: float | None = None) -> RunSummary:
     """Attribute every trace of `inputs` into OUTDIR (resumable; see docs/scale-out.md).
 
     `model` lets a caller that already holds a loaded PrefillModel reuse it; else `load_model(cfg)` (None:
@@ -66,13 +67,15 @@ def run_local(inputs: list[str], outdir: str | Path, cfg: PipelineConfig, *, fmt
     `progress`: the display the run reports to (`progress.Progress`), or True/False for the default bar.
     `ranker`: the run's ranker setting as the caller read it (`RankerSetting.read(cfg.method.ranker)`, the one
     read of the file this run makes), else read here. `refresh`: --refresh (pipelines/refresh.py).
+    `seconds_model_load`: how long the caller took to load `model` for this run (run.json), if it did.
     Raises `parts.OutdirLocked` (a ValueError) when another live run holds OUTDIR.
     """
     outdir = Path(outdir)
     ranker = ranker if ranker is not None else RankerSetting.read(cfg.method.ranker)
     with OutdirLock(outdir, "run --engine local") as lock, interruptible(), contextlib.ExitStack() as stack:
         cfg, header = resume_config(outdir, cfg)
-        facts = RunFacts(model_loaded=None) if model is not None else RunFacts(model_loaded=False)
+        facts = RunFacts(model_loaded=False) if model is None else RunFacts(model_loaded=None) \
+            if seconds_model_load is None else RunFacts(model_loaded=True, seconds_model_load=seconds_model_load)
         if model is None and left_to_the_device(cfg) and not (header or {}).get("token_budget") \
                 and auto_device_type(cfg.model.device) == "cuda":
             model = _load(load_model, cfg, facts)  # the budget enters the config hash the committer checks

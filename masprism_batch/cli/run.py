@@ -4,6 +4,7 @@
 from __future__ import annotations
 
 import logging
+import time
 from dataclasses import dataclass
 from enum import Enum
 from pathlib import Path
@@ -147,12 +148,12 @@ def execute(inputs: list[str], out: Path, opts: ConfigOptions, job: Job):
     conflict = staging_conflict(out, list(inputs), fmt, select)
     if conflict:  # answered before a model is loaded (stage_raw checks again under the OUTDIR lock)
         raise fail(conflict)
-    # That the model exists is checked before OUTDIR is touched; it is loaded only once the OUTDIR lock is held,
-    # the configuration bound and a shard found pending (issue 60: a nightly rerun with nothing new, or one
-    # refused as "in use", costs no model load). A model that exists but fails to load leaves a header whose run
-    # committed nothing: a retry with another --model takes it over (pipelines/resume.bind_header).
+    # A first run into OUTDIR loads the model before OUTDIR is touched (below). A rerun into a bound OUTDIR loads
+    # it only once the OUTDIR lock is held, the configuration checked against the header and a shard found
+    # pending (issue 60: a nightly rerun with nothing new, or one refused as "in use", costs no model load).
     ranker = check_ranker(cfg)  # the one read of the ranker file this run makes
-    if engine is not Engine.local or not (out / "_manifest" / "HEADER.json").is_file():
+    bound = (out / "_manifest" / "HEADER.json").is_file()
+    if engine is not Engine.local or not bound:
         # a rerun into a bound OUTDIR skips it: its header names the model that ran (a change is refused
         # there), and this check imports the model package (torch), seconds a rerun with nothing new needs not
         from masprism_batch.model import ModelNotFoundError, require_model
@@ -170,11 +171,21 @@ def execute(inputs: list[str], out: Path, opts: ConfigOptions, job: Job):
         return loaded
 
     fresh = not out.exists() or not any(out.iterdir())
+    early, early_seconds = None, None
+    if engine is Engine.local and not bound:
+        # a first run into OUTDIR has all its work ahead: the model is loaded before OUTDIR is touched, as before,
+        # so what only the loaded model can check (its prompt room, a ranker file's model) is refused with
+        # nothing left behind; "in use" is still said first, without the load
+        _refuse_in_use(out)
+        t0 = time.perf_counter()
+        early = load_checked(cfg)
+        early_seconds = round(time.perf_counter() - t0, 3)
     try:
         with heartbeat(job.progress_interval if progress else 0, show=progress) as display:
             if engine is Engine.local:
                 summary = run_local(inputs, out, cfg, fmt=fmt, progress=display, load_model=load_checked,
-                                    select=select, ranker=ranker, refresh=job.refresh_changed)
+                                    model=early, seconds_model_load=early_seconds, select=select, ranker=ranker,
+                                    refresh=job.refresh_changed)
             else:
                 summary = run_ray(inputs, out, cfg, workers=workers, address=address, num_cpus=job.num_cpus,
                                   fmt=fmt, progress=display, select=select, ranker=ranker,
@@ -236,6 +247,20 @@ def check_outcomes(cfg) -> None:
     try:
         Grader.of(cfg.ingest)
     except (OSError, ValueError) as exc:
+        raise fail(str(exc)) from None
+
+
+def _refuse_in_use(out: Path) -> None:
+    """Exit 1 at once when another live run holds OUTDIR (the run itself takes the lock again, pipelines)."""
+    from masprism_batch.outdir.lock import LOCK_NAME
+    from masprism_batch.outdir.parts import OutdirLock, OutdirLocked
+
+    if not (out / LOCK_NAME).is_file():  # no run ever held it: nothing to probe (and nothing created)
+        return
+
+    try:
+        OutdirLock(out, "probe").acquire().release()
+    except OutdirLocked as exc:
         raise fail(str(exc)) from None
 
 

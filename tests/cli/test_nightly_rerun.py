@@ -115,7 +115,7 @@ def test_in_use_is_refused_before_the_model_loads(tmp_path, rng, loads):
     assert loads == [] and took <= 2.0, (loads, took)
 
 
-def test_nothing_usable_leaves_no_output_skeleton(tmp_path, loads):
+def test_nothing_usable_leaves_no_output_skeleton(tmp_path):
     logs, out = tmp_path / "logs", tmp_path / "OUT"
     logs.mkdir()
     (logs / "broken.json").write_text("{not json", encoding="utf-8")
@@ -123,7 +123,6 @@ def test_nothing_usable_leaves_no_output_skeleton(tmp_path, loads):
     res = _attribute(logs, out)
     assert res.exit_code == 1 and "no usable traces" in res.output, res.output
     assert not out.exists(), sorted(p.name for p in out.iterdir())
-    assert loads == []
     # an OUTDIR that held something before is never removed
     keep = tmp_path / "KEEP"
     keep.mkdir()
