@@ -107,3 +107,36 @@ def test_outcomes_grade_as_traces_are_read(tmp_path):
     u = validate(_trace("q", metadata={"scores": {"correctness": 0.5}}), limits=limits)
     assert (t.run_status, t.metadata["graded_by"], u.run_status) == ("succeeded", "score", "failed")
     assert validate(_trace("r", metadata={"scores": {"correctness": 1.0}})).run_status == "unknown"  # not named
+
+
+FORMATS = __import__("pathlib").Path(__file__).resolve().parents[1] / "data" / "formats"
+
+
+def test_scores_the_exports_record_grade_a_run_when_named(tmp_path, rng):
+    """A Langfuse trace download's `scores` and a LangSmith root run's `feedback_stats` reach the trace; with
+    `--outcome-name` they grade it, without they do not (an output or status success is no grade)."""
+    from masprism_batch.ingest import read_inputs
+
+    def read(path, **limits):
+        return list(read_inputs([str(path)], on_error=lambda r: None, limits=IngestConfig(**limits)))
+
+    doc = json.loads((FORMATS / "_shapes" / "langfuse_ui_download.json").read_text())
+    value = rng.choice([0, 1])
+    doc["trace"]["scores"] = [{"name": "correctness", "value": value, "dataType": "BOOLEAN"},
+                              {"name": "tone", "value": 0.2, "dataType": "NUMERIC"}]
+    lf = tmp_path / "lf.json"
+    lf.write_text(json.dumps(doc))
+    [t] = read(lf)
+    assert t.run_status == "unknown" and t.metadata["scores"] == {"correctness": value, "tone": 0.2}
+    [t] = read(lf, outcome_name="correctness")
+    assert (t.run_status, t.metadata["graded_by"]) == ("succeeded" if value else "failed", "score")
+    lines = [json.loads(x) for x in (FORMATS / "langsmith_runs.jsonl").read_text().splitlines() if x.strip()]
+    for r in lines:
+        r["error"] = None
+        if r["parent_run_id"] is None:
+            r["feedback_stats"] = {"correctness": {"n": 2, "avg": 0.5}}
+    ls = tmp_path / "ls.jsonl"
+    ls.write_text("".join(json.dumps(r) + "\n" for r in lines))
+    assert [t.run_status for t in read(ls)] == ["unknown"]
+    assert [t.run_status for t in read(ls, outcome_name="correctness", pass_threshold=0.5)] == ["succeeded"]
+    assert [t.run_status for t in read(ls, outcome_name="correctness")] == ["failed"]  # 0.5 < 1.0
