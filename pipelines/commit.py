@@ -19,8 +19,8 @@ from pathlib import Path
 
 import pyarrow as pa
 from masprism_batch.pipelines.contracts import PackResult
-from masprism_batch.pipelines.plan import INGEST_SHARD, InputPlan, Shard, plan_inputs
 from masprism_batch.pipelines.increment import generation_of
+from masprism_batch.pipelines.plan import INGEST_SHARD, InputPlan, Shard, plan_inputs
 from masprism_batch.pipelines.progress import Progress, as_progress
 from masprism_batch.pipelines.refresh import purge_stale
 from masprism_batch.pipelines.resume import bind_header, now_utc, piece_parts, resume_of, settled_ids

@@ -57,9 +57,8 @@ def split_line(table: pa.Table) -> str:
 def outdir_counts(outdir: Path) -> dict:
     """`outcome_counts` of a run's OUTDIR as its tables hold it (stats, report): what run.json states."""
     attributed = load.read(outdir, "attributions", columns=["trace_id"]).num_rows
-    from masprism_batch.ingest.status import outcome_counts
-
     from masprism_batch.ingest.outcomes import count_signals
+    from masprism_batch.ingest.status import outcome_counts
 
     errors = load.read(outdir, "errors", columns=["reason", "message"])
     return outcome_counts(attributed, dict(Counter(errors["reason"].to_pylist())), count_signals(errors.to_pylist()))
