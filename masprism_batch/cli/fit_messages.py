@@ -103,7 +103,8 @@ def stepset_words(entry: dict) -> str | None:
         cov, share, base = (h.get(f"{k}_{level}") for k in ("coverage", "share", "step0_share"))
         if cov is None:
             return ""
-        return f"at {level:.0%} coverage it held it in {cov:.0%}, {share:.0%} of a log on average (from step 0: {base:.0%})"
+        return (f"at {level:.0%} coverage the set held the labelled step in {cov:.0%} of them, {share:.0%} of a log on "
+                f"average (reading from step 0: {base:.0%})")
     parts = [x for x in (one(lv) for lv in (0.8, 0.5, 0.9)) if x]
     return (f"steps to read (read_steps), held out on {h.get('n', 0)} labelled logs: " + "; ".join(parts)
             + ". A run now calibrates this system's sets on these labels; before the fit its coverage was the dev "

@@ -10,7 +10,7 @@ def test_fit_report_names_the_held_out_coverage_share_and_the_dev_estimate(synth
     words = stepset_words(entry)
     h = entry["stepset"]["heldout"]
     assert f"held out on {h['n']} labelled logs" in words
-    assert f"at 80% coverage it held it in {h['coverage_0.8']:.0%}" in words
-    assert f"{h['share_0.8']:.0%} of a log on average (from step 0: {h['step0_share_0.8']:.0%})" in words
+    assert f"at 80% coverage the set held the labelled step in {h['coverage_0.8']:.0%} of them" in words
+    assert f"{h['share_0.8']:.0%} of a log on average (reading from step 0: {h['step0_share_0.8']:.0%})" in words
     assert "dev systems' estimate" in words
     assert stepset_words({"system": "x"}) is None  # a file written before issue 59: nothing to say
