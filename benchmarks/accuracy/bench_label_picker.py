@@ -5,10 +5,11 @@ make the next `fit` better than labelling as many random logs?
         --no-learned-heads [--draws 20]
 
 For each dev system in the signal cache and each draw: a random third of its labelled logs (at least 5) is the
-test set, the rest the pool. From the pool, k = 10 and 20 logs are labelled two ways: at random (as
-bench_learning_curve.py draws them) and by the picker (masprism_batch/analytics/pick.py, the function the command
-calls) reading the pool's zero-training verdicts as a run writes them (confidence, step set, blamed step and
-agent; near-duplicates by task text and length). Each choice is fitted by the product's fit (fit/system.py) and
+test set, the rest the pool. From the pool, k = 10 and 20 logs are labelled three ways: at random (as
+bench_learning_curve.py draws them), by the picker (masprism_batch/analytics/pick.py, the function the command
+calls) and by its first design (least certain first: pick_uncertain_first), both reading the pool's zero-training
+verdicts as a run writes them (confidence, step set, blamed step and agent; near-duplicates by task text and
+length). Each choice is fitted by the product's fit (fit/system.py) and
 scored on the same test logs (step top-1 / P@1: fit/fitting.hit), so picker minus random is paired per draw. Held
 out: the test logs are in neither the pool nor any fit. Tidy rows to benchmarks/results/label_picker.csv.
 """
@@ -31,7 +32,7 @@ if __package__ in (None, ""):  # run as a file: the repository root makes `bench
     sys.path.append(str(Path(__file__).resolve().parents[2]))  # last: an installed masprism_batch wins
 from benchmarks.accuracy.accuracy_cases import add_cache_args, cached_cases, fit_cases
 from benchmarks.rows import write_rows
-from masprism_batch.analytics.pick import Candidate, pick
+from masprism_batch.analytics.pick import Candidate, pick, pick_uncertain_first
 from masprism_batch.fit import fitting as ft
 from masprism_batch.fit import system as fs
 from masprism_batch.method import masprism as mp
@@ -43,7 +44,7 @@ from masprism_batch.verdict.rankfile import SystemRanker
 ROOT = Path(__file__).resolve().parents[2]
 log = logging.getLogger("bench_label_picker")
 KS = (10, 20)
-DIVERSITY = "picker, diversity only"  # the ablation: the same picks with every log's uncertainty equal
+DIVERSITY = "uncertain first"  # the first design beside it (analytics/pick.pick_uncertain_first)
 COVERAGE = 0.8
 
 
@@ -97,7 +98,7 @@ def main() -> None:
             cands = [candidate(c, fallback) for c in pool]
             for k in ks:
                 picked = [by_id[p.trace_id] for p in pick(cands, k)]
-                spread = [by_id[p.trace_id] for p in pick(cands, k, uncertain=False)]  # ablation: diversity alone
+                spread = [by_id[p.trace_id] for p in pick_uncertain_first(cands, k)]
                 drawn = [pool[i] for i in rng.permutation(len(pool))[:k]]
                 for method, train in (("picker", picked), (DIVERSITY, spread), ("random", drawn)):
                     rows.append({"system": system, "k": k, "draw": d, "n_pool": len(pool), "n_test": len(test),

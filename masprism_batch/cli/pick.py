@@ -35,8 +35,8 @@ def pick(
     force: bool = typer.Option(False, "--force", help="replace FILE if it exists (default: refuse, exit 1)"),
     verbose: bool = VerboseOpt,
 ) -> None:
-    """Pick the N logs whose labels would help the next `fit` most: uncertain verdicts (low confidence, a large
-    step set) over diverse systems, agents and positions, no near-duplicates, none already labelled (in the
+    """Pick the N logs to label for the next `fit`: per system, logs spread over its verdicts from the surest to the
+    least sure (confidence and step set), systems in turn, no near-duplicates, none already labelled (in the
     traces or in --labels). Writes a CSV to fill in: per log the verdict, its steps to read and the command that
     shows it; write the labelled step (0-based) and agent in the blank `step` / `agent` columns, then
     `masprism-batch fit OUTDIR --labels FILE -o ranker.json` (rows left blank are skipped and counted).
