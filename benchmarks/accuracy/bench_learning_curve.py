@@ -38,7 +38,7 @@ if __package__ in (None, ""):  # run as a file: the repository root makes `bench
 from benchmarks.accuracy.accuracy_cases import FOLD_SEEDS, add_cache_args, cached_cases, fit_cases
 from benchmarks.accuracy.accuracy_report import replace_block
 from benchmarks.accuracy.fitted_confidence import loso_calibrations
-from benchmarks.accuracy.learning_curve_report import ABLATION, SELECTION, markdown
+from benchmarks.accuracy.learning_curve_report import ABLATION, MAXT, SELECTION, markdown
 from benchmarks.rows import write_rows
 from masprism_batch.fit import fitting as ft
 from masprism_batch.fit import system as fs
@@ -51,7 +51,7 @@ from masprism_batch.verdict.rankfile import SystemRanker
 ROOT = Path(__file__).resolve().parents[2]
 log = logging.getLogger("bench_learning_curve")
 KS = (5, 10, 20, 40, "all")
-ABLATIONS = ("selection",)  # default; "orders" adds the fit allowed only the rule's order (--ablate orders)
+ABLATIONS = ("maxt",)  # default; "orders" adds the fit allowed only the rule's order (--ablate orders)
 
 
 @contextmanager
@@ -85,6 +85,12 @@ def evaluate(train: list[vcase.LogCase], test: list[vcase.LogCase], system: str,
     if "selection" in ablations:  # the same fit with the selection before issue 59
         with before_issue_59():
             others[SELECTION] = SystemRanker(fs.fit_system(train, system, rule=rule, rule_agent=rule_agent).entry, "")
+    if "maxt" in ablations:  # the same fit with the step's margin for the best of the options tried (not shipped)
+        saved, fs.MULTIPLE = fs.MULTIPLE, True
+        try:
+            others[MAXT] = SystemRanker(fs.fit_system(train, system, rule=rule, rule_agent=rule_agent).entry, "")
+        finally:
+            fs.MULTIPLE = saved
     pri = vcase.Priors.count(train)
     res: dict[tuple[str, str], list] = {}
     conf, hits = [], []
@@ -198,9 +204,10 @@ def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     add_cache_args(ap)
     ap.add_argument("--draws", type=int, default=20)
-    ap.add_argument("--ablate", nargs="*", default=list(ABLATIONS), choices=["selection", "orders"],
+    ap.add_argument("--ablate", nargs="*", default=list(ABLATIONS), choices=["selection", "maxt", "orders"],
                     help="fits measured beside the shipped one on the same draws: the selection before issue 59, "
-                         "the rule's order alone (each one more fit per draw)")
+                         "the step's margin for the best of the options tried (max-t, not shipped), the rule's "
+                         "order alone (each one more fit per draw)")
     ap.add_argument("--note", default="", help="a sentence added to the section's opening paragraph (e.g. that the "
                     "cache was partial when the curve was drawn)")
     ap.add_argument("--time-fit", type=int, default=None, metavar="N",

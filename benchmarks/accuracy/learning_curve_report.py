@@ -14,6 +14,7 @@ from masprism_batch.fit.system import MIN_K
 
 ABLATION = "fitted, rule's order only"  # the method name of the rows of the fit allowed only the rule's order
 SELECTION = "fitted, selection before issue 59"  # the same fit with the old margins (bench_learning_curve.py)
+MAXT = "fitted, max-t step margin (not shipped)"  # the same fit with fit.system.MULTIPLE on
 
 
 def _values(rows, system, k, method, metric) -> list[float]:
@@ -56,9 +57,9 @@ def markdown(rows, cases, rule, rule_agent, args) -> str:
              "re-ranking each log's own candidates / "
              "the ranker (else the rule), and for the agent the label prior's agent / the author or the ranker's "
              "summed probabilities (else the rule's agent). Each fit reads the zero-training confidence's "
-             "calibration fitted on the other systems only. `before issue 59`: the same fit with the step's margin "
-             "for one option (not for the best of those tried) and the author at the ranker's margin, on the same "
-             "draws." + (f" {args.note}" if getattr(args, "note", "") else ""), ""]
+             "calibration fitted on the other systems only. `before issue 59`: the same fit with the author at the "
+             "ranker's margin (Z_AGENT 1.0); `max-t step margin`: the same fit with the step's margin for the best "
+             "of the options tried (fit.system.MULTIPLE, not shipped); each on the same draws." + (f" {args.note}" if getattr(args, "note", "") else ""), ""]
     for s in sorted({r["system"] for r in rows}):
         ks = list(dict.fromkeys(str(r["k"]) for r in rows if r["system"] == s))
         has_agent = any(r["system"] == s and r["metric"] == "agent" for r in rows)
@@ -161,7 +162,9 @@ def _goals_59(rows) -> list[str]:
         for metric, base, what in (("step", "zero-training rule", "step: fitted − zero-training"),
                                    ("agent", "zero-training rule", "agent: fitted − zero-training (most active)"),
                                    ("step", SELECTION, "step: fitted − before issue 59"),
-                                   ("agent", SELECTION, "agent: fitted − before issue 59")):
+                                   ("agent", SELECTION, "agent: fitted − before issue 59"),
+                                   ("step", MAXT, "step: fitted − max-t step margin"),
+                                   ("agent", MAXT, "agent: fitted − max-t step margin")):
             cells = [_p(_paired(rows, s, k, "fitted", base, metric)) for k in ("5", "10", "20", "40", "all")]
             if any(c != "—" for c in cells):
                 out.append(f"| {s} | {what} | " + " | ".join(cells) + " |")
