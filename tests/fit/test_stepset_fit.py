@@ -37,8 +37,14 @@ def test_fit_keeps_the_reading_order_whose_held_out_sets_are_smallest(synth):
     for c in cases:
         c.gold[:] = [0]
     got = sf.fit_stepset(cases, [c.ranked[0] for c in cases], [None] * len(cases), "rule")
-    assert (got["lead"], got["tail"], got["score"]) == ("top", "index", "rank")
-    assert got["heldout"]["coverage_0.8"] == 1.0 and max(got["scores"]) <= 2
+    assert (got["lead"], got["tail"]) == ("top", "index")  # rank or share: within the margin of each other here
+    assert got["heldout"]["coverage_0.8"] >= 0.8 and got["heldout"]["share_0.8"] < 0.35
+    # another order replaces the default only where its sets are smaller by the margin
+    for c in cases:
+        c.gold[:] = [c.ranked[0]]  # now the verdict's own order finds it first: any order does, the default stays
+    got = sf.fit_stepset(cases, [c.ranked[0] for c in cases], [None] * len(cases), "rule")
+    dev = ss.dev_calibration()
+    assert (got["score"], got["tail"], got["lead"]) == (dev["score"], dev["tail"], dev["lead"])
 
 
 def test_leave_one_out_equals_refitting_without_each_log(np_rng):
