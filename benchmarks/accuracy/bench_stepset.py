@@ -245,8 +245,12 @@ def write_packaged(cases, fb, path: Path) -> dict[str, str]:
             done[system] = f"not calibrated: the cache holds {len(seen)} of its {len(e.get('fitted_on', []))} logs"
             continue
         got = system_fit(sub, system, e.get("rule", fb.rule), e.get("rule_agent", fb.agent_rule), fb.calibration).entry
+        # the same entry up to the solver's tolerance (weights within 1e-5; the rebuilt cache moves them ~1e-7) and
+        # the same verdict on every one of its logs
         same = all(got.get(k) == e.get(k) for k in ("verdict", "offset", "agent_rule", "features")) and np.allclose(
-            got.get("weights") or [0.0], e.get("weights") or [0.0], rtol=1e-6, atol=1e-9)
+            got.get("weights") or [0.0], e.get("weights") or [0.0], rtol=0.0, atol=1e-5) and all(
+            SystemRanker(got, "").apply(c.trace, c.rows, c.ranked)[0][:1]
+            == SystemRanker(e, "").apply(c.trace, c.rows, c.ranked)[0][:1] for c in fit_cases(sub, fb.rule))
         if not same or not got.get("stepset"):
             done[system] = "not calibrated: the product's fit no longer refits the packaged entry"
             continue
