@@ -69,8 +69,11 @@ def _verdicts(outdir: Path, limit: int, by: str) -> tuple[Table, int]:
         rows.sort(key=lambda r: r["trace_id"])
     table = Table(title=f"{len(rows):,} verdicts (by {by})", title_justify="left")
     for col in ("trace", "source", "steps", "blamed step", "its author", "blamed agent", "confidence", "decided by"):
-        whole = col in ("steps", "blamed step", "confidence", "decided by")  # short: never broken mid-word
-        table.add_column(col, overflow="fold", no_wrap=whole)
+        # ids and short cells stay whole (an id is what a reader copies into `show OUT TRACE_ID`); the long
+        # "decided by" cell wraps at its words instead
+        whole = col in ("trace", "steps", "blamed step", "confidence")
+        table.add_column(col, overflow="fold", no_wrap=whole,
+                         min_width=min(40, max((len(r["trace_id"]) for r in rows), default=5)) if col == "trace" else None)
     for r in rows[:limit or None]:
         conf = "-" if r["confidence"] is None else f"{r['confidence']:.2f}"
         table.add_row(terminal(r["trace_id"]), terminal(r["source"] or "-"), str(r["n_steps"]), set_cell(r),
