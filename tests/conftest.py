@@ -7,6 +7,28 @@ import numpy as np
 import pytest
 import torch
 
+
+def _import_hf_kernels_first() -> None:
+    """transformers >= 5 depends on HF's `kernels` package and imports it while building a model; the repository
+    root on sys.path (pytest's pythonpath ".", `python -m pytest`'s cwd) would hand it this project's top-level
+    kernels/ folder instead ("cannot import name 'CUDAProperties' from 'kernels'"). Nothing of the project
+    imports a top-level `kernels` (it is installed as masprism_batch.kernels), so HF's is imported once with the
+    root off the path and stays in sys.modules."""
+    import sys
+
+    root = Path(__file__).resolve().parents[1]
+    saved = list(sys.path)
+    sys.path[:] = [p for p in sys.path if Path(p or ".").resolve() != root]
+    try:
+        import kernels  # noqa: F401  (HF's, where installed)
+    except ImportError:  # not installed (older transformers): nothing can shadow it
+        sys.modules.pop("kernels", None)
+    finally:
+        sys.path[:] = saved
+
+
+_import_hf_kernels_first()
+
 # fixtures of a helper module more than one folder uses: `synth` (synthetic labelled logs; tests/fit, tests/method)
 pytest_plugins = ["fit_synth"]
 
