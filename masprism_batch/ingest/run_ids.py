@@ -32,7 +32,7 @@ from datetime import datetime, timedelta, timezone
 
 from masprism_batch.ingest.documents import LABELS
 from masprism_batch.ingest.sources import base_name
-from masprism_batch.trace import Step, Trace
+from masprism_batch.trace import Trace
 
 ID_SCHEME = 2  # module-level so a test can write an OUTDIR the way scheme 1 did (tests/cli/test_trace_identity*)
 DIGEST_BYTES = 8  # 16 hex characters: 64 bits, no collision expected among billions of runs

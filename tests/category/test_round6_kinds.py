@@ -15,8 +15,15 @@ import numpy as np
 import pytest
 
 from masprism_batch.category import classify, evidence
-from masprism_batch.category.taxonomy import (MAX_DESCRIPTION_CHARS, MAX_FILE_BYTES, MAX_KINDS, TRAIL, Kind, Taxonomy,
-                                              load_taxonomy)
+from masprism_batch.category.taxonomy import (
+    MAX_DESCRIPTION_CHARS,
+    MAX_FILE_BYTES,
+    MAX_KINDS,
+    TRAIL,
+    Kind,
+    Taxonomy,
+    load_taxonomy,
+)
 
 # a child under a 2 GB address-space limit (the tiny model's process peaks near 0.85 GB of it) reads MAX_KINDS
 # kinds of ~60 characters each after a step: one tree of all of them (16k tokens) asked for 1.2 GB at once and

@@ -175,8 +175,9 @@ def test_attribute_on_an_outdir_of_other_settings_names_them_and_points_to_resco
 def test_an_outdir_written_before_pass2_support_still_rescores_as_a_fresh_run(setup, tmp_path):
     """Outputs of a rule run list every candidate with its support in attributions.candidates: a rescore of an
     OUTDIR whose step_scores predate `pass2_support` takes it from there."""
-    from masprism_batch.outdir.shards import OUTPUT_TABLES, ShardStore
     from masprism_batch.pipelines import rescore as rs
+
+    from masprism_batch.outdir.shards import OUTPUT_TABLES, ShardStore
     from masprism_batch.verdict.rankfile import RankerSetting
 
     tmp, cfg, ranker, name = setup

@@ -13,11 +13,11 @@ from pathlib import Path
 
 import pyarrow.dataset as ds
 import pytest
+from masprism_batch.pipelines import increment
 from typer.testing import CliRunner
 
 from masprism_batch.cli import EXIT_OK, app
 from masprism_batch.ingest import run_ids
-from masprism_batch.pipelines import increment
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "ingest"))
 from test_trace_identity import crew_log  # noqa: E402 - the CrewAI log builder of the ingest test
