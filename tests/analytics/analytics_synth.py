@@ -150,7 +150,9 @@ def write_large_outdir(outdir: Path, n: int, seed: int, parts: int = 10, chars: 
             "verdict_by": ["rule:faithful"] * m, "confidence": g.random(m),
             "agent_by": ["author: the blamed step's author"] * m,
             **_nulls(schema.ATTRIBUTIONS, m, ("category", "category_family", "category_confidence", "category_by",
-                                             "blamed_vector", "blamed_terms")),  # the opt-in failure kinds: off
+                                             "blamed_vector", "blamed_terms",  # the opt-in failure kinds: off
+                                             "read_steps", "set_size", "set_share", "set_coverage", "set_by",
+                                             "localised")),  # no step set: a run from before issue 59
         }, schema=schema.ATTRIBUTIONS)
         write_table_atomic(attr, outdir / "attributions" / f"part-{p:03d}.parquet")
         att_len = step_idx + 1
@@ -172,7 +174,8 @@ def write_large_outdir(outdir: Path, n: int, seed: int, parts: int = 10, chars: 
             "masprism_rank": pa.array(np.where(rank > 0, rank, 0), mask=rank < 0),
             "final_prob": pa.nulls(total, pa.float32()),
             "final_rank": pa.array(np.where(rank > 0, rank, 0), mask=rank < 0),
-            **_nulls(schema.STEP_SCORES, total, ("category", "category_family", "category_confidence", "category_pmi")),
+            **_nulls(schema.STEP_SCORES, total, ("category", "category_family", "category_confidence", "category_pmi",
+                                               "pass2_support")),
         }, schema=schema.STEP_SCORES)
         write_table_atomic(scores, outdir / "step_scores" / f"part-{p:03d}.parquet")
         content = ["".join(words[g.integers(0, len(words), 4)]) + "x" * chars for _ in range(total)]
