@@ -1,7 +1,7 @@
 """The label picker against random draws (issue 59 item 3): does labelling the logs `masprism-batch pick` chooses
 make the next `fit` better than labelling as many random logs?
 
-    python benchmarks/accuracy/bench_label_picker.py --work /work/cache/masprism-accuracy --counterfactual-k 0 \
+    python benchmarks/accuracy/bench_label_picker.py --work /tmp/masprism-accuracy --counterfactual-k 0 \
         --no-learned-heads [--draws 20]
 
 For each dev system in the signal cache and each draw: a random third of its labelled logs (at least 5) is the

@@ -26,11 +26,9 @@ from masprism_batch.analytics import ids
 from masprism_batch.analytics.export_rows import (
     ANNOTATION_NAME,
     CATEGORY_ANNOTATION,
-    attributions,
+    each_verdict,
     hex_ids,
-    one_verdict,
     ranked,
-    say_skipped,
 )
 
 CONFIDENCE_SCORE = "masprism_confidence"
@@ -61,13 +59,7 @@ def _score(a: dict, c: dict, rank: int, name: str, value: Any, data_type: str, c
 def langfuse_scores(outdir: Path, top_k: int = 1) -> Iterator[dict[str, Any]]:
     """Every score body, verdict by verdict (rank 1 first); a verdict whose bodies cannot be built is skipped,
     said (`one_verdict`)."""
-    skipped: list = []
-    for a in attributions(outdir):
-        bodies: list[dict] = []
-        with one_verdict(a, skipped):
-            bodies = list(_verdict_scores(a, top_k))
-        yield from bodies
-    say_skipped(skipped, "langfuse")
+    yield from each_verdict(outdir, lambda a: _verdict_scores(a, top_k), "langfuse")
 
 
 def _verdict_scores(a: dict, top_k: int) -> Iterator[dict[str, Any]]:

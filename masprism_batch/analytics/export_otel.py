@@ -14,11 +14,9 @@ from masprism_batch.analytics import export_text as txt
 from masprism_batch.analytics.export_rows import (
     ANNOTATION_NAME,
     CATEGORY_ANNOTATION,
-    attributions,
+    each_verdict,
     hex_ids,
-    one_verdict,
     ranked,
-    say_skipped,
 )
 
 OTLP_BATCH = 1000
@@ -38,13 +36,7 @@ def _kv(key: str, v: Any) -> dict:
 
 
 def otel_records(outdir: Path, top_k: int = 1) -> Iterator[dict[str, Any]]:
-    skipped: list = []
-    for a in attributions(outdir):
-        recs: list[dict] = []
-        with one_verdict(a, skipped):
-            recs = list(_verdict_records(a, top_k))
-        yield from recs
-    say_skipped(skipped, "otel")
+    yield from each_verdict(outdir, lambda a: _verdict_records(a, top_k), "otel")
 
 
 def _verdict_records(a: dict, top_k: int) -> Iterator[dict[str, Any]]:

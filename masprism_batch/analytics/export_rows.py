@@ -64,3 +64,15 @@ def say_skipped(skipped: list, what: str) -> None:
     """One closing line for the verdicts `one_verdict` skipped (each was said above)."""
     if skipped:
         log.warning("%s: %d verdict(s) skipped, their records not written (each named above)", what, len(skipped))
+
+
+def each_verdict(outdir: Path, build, what: str) -> Iterator[dict[str, Any]]:
+    """The records `build(a)` gives for every verdict of `outdir`, each verdict's written whole or skipped
+    (`one_verdict`), then the closing line: the loop the record-per-line exports share."""
+    skipped: list = []
+    for a in attributions(outdir):
+        recs: list[dict] = []
+        with one_verdict(a, skipped):
+            recs = list(build(a))
+        yield from recs
+    say_skipped(skipped, what)
