@@ -20,25 +20,14 @@ from __future__ import annotations
 
 import csv
 import json
-from dataclasses import dataclass, field
 from pathlib import Path
 
+from masprism_batch.fit import tool_labels
+from masprism_batch.fit.label_files import MAX_LABELS_BYTES, Gold, LabelsFileError, read_labels_bytes
 from masprism_batch.trace import Trace, norm_agent
 
-
-class LabelsFileError(ValueError):
-    """The labels file cannot be read at all (not JSON lines / CSV, no trace_id column)."""
-
-
-@dataclass
-class Gold:
-    steps: list[int] = field(default_factory=list)
-    agents: list[str] = field(default_factory=list)
-    kinds: dict[int, list[str]] = field(default_factory=dict)  # step -> its labelled categories, as written
-
-    def add_kind(self, step: int, kind: str | None) -> None:
-        if kind and kind.strip() and kind.strip() not in self.kinds.setdefault(step, []):
-            self.kinds[step].append(kind.strip())
+__all__ = ["MAX_LABELS_BYTES", "Gold", "LabelsFileError", "from_file", "from_trace", "read_label_rows",
+           "read_labels_bytes"]
 
 
 def from_trace(t: Trace) -> Gold | None:
@@ -88,32 +77,13 @@ def _csv_fields(line: str) -> list[str]:
     return fields
 
 
-MAX_LABELS_BYTES = 1 << 30  # a labels file: 1 GiB, tens of millions of rows; /dev/zero would never end
-
-
-def read_labels_bytes(path: Path | str) -> bytes:
-    """A labels file's bytes, read only when it is a regular file (`config_checks.read_regular`: a FIFO never
-    blocks, /dev/zero is refused) of at most MAX_LABELS_BYTES: else LabelsFileError naming it. The open's OSError
-    propagates."""
-    from masprism_batch.config_checks import NotRegularFile, read_regular
-
-    try:
-        raw, size = read_regular(path, MAX_LABELS_BYTES)
-    except NotRegularFile:
-        raise LabelsFileError(f"{path}: not a regular file (a FIFO, device or folder is never read)") from None
-    if max(size, len(raw)) > MAX_LABELS_BYTES:
-        raise LabelsFileError(f"{path}: {max(size, len(raw)):,} bytes; a labels file is at most "
-                              f"{MAX_LABELS_BYTES:,} (split it)")
-    return raw
-
-
-def read_label_rows(path: Path, problems: list[str] | None = None) -> list[tuple[int, dict]]:
+def read_label_rows(path: Path, problems: list[str] | None = None, raw: bytes | None = None) -> list[tuple[int, dict]]:
     """(line number, row) of a JSON-lines or CSV labels file (CSV when the first line is not a JSON object). A
     line that does not parse (invalid JSON or UTF-8, Infinity, nesting past the parser, a bad CSV quote, an
     oversized field) is skipped, with its line number appended to `problems`; only a file with no usable
     structure at all (no trace_id column, no row) is a LabelsFileError."""
     problems = [] if problems is None else problems
-    raw = read_labels_bytes(path)
+    raw = read_labels_bytes(path, MAX_LABELS_BYTES) if raw is None else raw  # the module's cap, read when called
     lines: list[tuple[int, str]] = []
     for n, b in enumerate(raw.removeprefix(b"\xef\xbb\xbf").split(b"\n"), 1):
         b = b.removesuffix(b"\r")
@@ -188,17 +158,16 @@ def _step(v) -> int | None:
 def from_file(path: Path, traces: dict[str, Trace], match=None) -> tuple[dict[str, Gold], list[str]]:
     """({trace_id: Gold}, problems: one message per skipped row). An annotation tool's export (Phoenix, Langfuse,
     LangSmith) is read by fit/tool_labels.py, `match` (tool_labels.Match) saying which records are labels."""
-    from masprism_batch.fit import tool_labels
-
     gold: dict[str, Gold] = {}
     problems: list[str] = []
-    try:
-        tool = tool_labels.read_records(path, problems)
+    try:  # the file is read once, for both readers
+        raw = read_labels_bytes(path, MAX_LABELS_BYTES)
+        tool = tool_labels.read_records(path, problems, raw)
     except ValueError as exc:
         raise LabelsFileError(str(exc)) from None
     if tool is not None:
         return tool_labels.from_tool(path, *tool, traces, match or tool_labels.Match.default(), problems)
-    for n, r in read_label_rows(path, problems):
+    for n, r in read_label_rows(path, problems, raw):
         where = f"{Path(path).name}:{n}"
         tid = _text(r.get("trace_id"))
         if tid is None and r.get("trace_id") is not None:

@@ -24,6 +24,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from masprism_batch.analytics import ids
+from masprism_batch.fit.label_files import Gold, LabelsFileError, read_labels_bytes
 from masprism_batch.trace import Trace
 
 TOOLS = ("phoenix", "langfuse", "langsmith")
@@ -79,14 +80,13 @@ def _flat(rec: dict) -> dict:
     return rec
 
 
-def read_records(path: Path, problems: list[str]) -> tuple[str, list[tuple[int, dict]]] | None:
+def read_records(path: Path, problems: list[str], raw: bytes | None = None) -> tuple[str, list[tuple[int, dict]]] | None:
     """(tool, [(line or row number, record)]) of a tool's export, or None where the file is our own labels format.
     Parquet (a dataframe written with `to_parquet`; its `span_id` index is a column), CSV (`to_csv`; quoted
-    fields may span lines), a JSON document (a list, or an API page `{"data": [...]}`) or JSON lines."""
-    from masprism_batch.fit.labels import read_labels_bytes
-
+    fields may span lines), a JSON document (a list, or an API page `{"data": [...]}`) or JSON lines. `raw`: the
+    file's bytes where the caller read them already."""
     path = Path(path)
-    raw = read_labels_bytes(path)  # a regular file of a bounded size only
+    raw = read_labels_bytes(path) if raw is None else raw  # a regular file of a bounded size only
     if raw[:4] == b"PAR1":
         import pyarrow.parquet as pq
 
@@ -233,8 +233,6 @@ def _pick(cands: list[tuple[str, int, bool]], meta: dict) -> int:
 def from_tool(path: Path, tool: str, rows: list[tuple[int, dict]], traces: dict[str, Trace], match: Match,
               problems: list[str]):
     """({trace_id: Gold}, problems) of a tool export's records (see the module docstring)."""
-    from masprism_batch.fit.labels import Gold, LabelsFileError
-
     tkeys, skeys = _trace_keys(traces), _span_keys(traces)
     found: dict[str, list[tuple[int, bool]]] = {}
     names: dict[str, int] = {}
