@@ -17,6 +17,7 @@ import sys
 import zipfile
 
 import pytest
+from peak_rss import HWM
 
 pytestmark = pytest.mark.skipif(not __import__("os").path.exists("/proc/self/status"), reason="peak RSS is read from "
                                 "/proc/self/status (Linux)")
@@ -27,11 +28,7 @@ CHILD = r"""
 import json, sys
 from masprism_batch.config import IngestConfig
 from masprism_batch.ingest import read_inputs
-def hwm():
-    for line in open("/proc/self/status"):
-        if line.startswith("VmHWM:"):
-            return int(line.split()[1]) / 1024
-base = hwm()
+""" + HWM + r"""base = hwm()
 errors = []
 n = sum(1 for _ in read_inputs([sys.argv[1]], "auto", errors.append, limits=IngestConfig(max_file_bytes=int(sys.argv[2]))))
 peak = hwm()

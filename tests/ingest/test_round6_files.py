@@ -12,6 +12,7 @@ import sys
 from pathlib import Path
 
 import pytest
+from peak_rss import HWM
 
 from masprism_batch.ingest import read_inputs
 
@@ -75,11 +76,7 @@ CREW_CHILD = r"""
 import json, sys
 from masprism_batch.config import IngestConfig
 from masprism_batch.ingest import read_inputs
-def hwm():
-    for line in open("/proc/self/status"):
-        if line.startswith("VmHWM:"):
-            return int(line.split()[1]) / 1024
-base = hwm()
+""" + HWM + r"""base = hwm()
 errors = []
 n = 0
 steps = 0

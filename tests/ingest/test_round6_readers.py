@@ -15,6 +15,7 @@ import time
 from pathlib import Path
 
 import pytest
+from peak_rss import HWM
 
 from masprism_batch.ingest import read_inputs
 from masprism_batch.ingest.caps import MAX_SPAN_ID_CHARS
@@ -128,11 +129,7 @@ def test_claude_code_skipped_line_types_are_capped(tmp_path):
 CHILD = r"""
 import json, sys, tempfile
 from masprism_batch.ingest import ingest
-def hwm():
-    for line in open("/proc/self/status"):
-        if line.startswith("VmHWM:"):
-            return int(line.split()[1]) / 1024
-base = hwm()
+""" + HWM + r"""base = hwm()
 with tempfile.TemporaryDirectory() as d:
     s = ingest([sys.argv[1]], d + "/OUT", fmt=sys.argv[2], progress=False)
 print(json.dumps({"traces": s.traces, "rejected": dict(s.rejected), "base_mb": base, "peak_mb": hwm()}))
