@@ -68,13 +68,15 @@ def _verdicts(outdir: Path, limit: int, by: str) -> tuple[Table, int]:
     else:
         rows.sort(key=lambda r: r["trace_id"])
     table = Table(title=f"{len(rows):,} verdicts (by {by})", title_justify="left")
+    shown = rows[:limit or None]
+    # an id (what a reader copies into `show OUT TRACE_ID`) and the decided-by words are not cut below these widths;
+    # only a longer one folds, so the table always fits the terminal
+    widths = {"trace": min(24, max((len(r["trace_id"]) for r in shown), default=5)),
+              "decided by": min(24, max((len(w) for r in shown for w in decided_by(r).split()), default=5))}
     for col in ("trace", "source", "steps", "blamed step", "its author", "blamed agent", "confidence", "decided by"):
-        # ids and short cells stay whole (an id is what a reader copies into `show OUT TRACE_ID`); the long
-        # "decided by" cell wraps at its words instead
-        whole = col in ("trace", "steps", "blamed step", "confidence")
-        table.add_column(col, overflow="fold", no_wrap=whole,
-                         min_width=min(40, max((len(r["trace_id"]) for r in rows), default=5)) if col == "trace" else None)
-    for r in rows[:limit or None]:
+        whole = col in ("steps", "blamed step", "confidence")  # short: never broken mid-word
+        table.add_column(col, overflow="fold", no_wrap=whole, min_width=widths.get(col))
+    for r in shown:
         conf = "-" if r["confidence"] is None else f"{r['confidence']:.2f}"
         table.add_row(terminal(r["trace_id"]), terminal(r["source"] or "-"), str(r["n_steps"]), set_cell(r),
                       terminal(str(r["pred_step_agent"] or "-")), terminal(str(r["pred_agent"] or "-")), conf,
