@@ -21,10 +21,10 @@ import math
 import numpy as np
 
 from masprism_batch.verdict import stepset as ss
-from masprism_batch.verdict.case import LogCase
+from masprism_batch.verdict.case import LogCase, gold_agent_names
 
 LEVELS = (0.5, 0.8, 0.9)
-MARGIN = 0.05  # how much smaller (share of a log, held out) another reading order's sets must be to replace the default  # the coverage levels whose held-out figures `fit` records and prints
+MARGIN = 0.02  # how much smaller (share of a log, held out) another reading order's sets must be to replace the default
 
 
 def verdict_order(verdict: str, top: int, ranked: list[int], probs=None) -> list[int]:
@@ -39,11 +39,14 @@ def verdict_order(verdict: str, top: int, ranked: list[int], probs=None) -> list
 
 def fit_stepset(cases: list[LogCase], tops: list[int], probs: list, verdict: str, source: str = "fit") -> dict | None:
     """The calibration of a system's step sets from its labelled `cases` and their held-out verdicts (`tops`: the
-    blamed step, `probs`: a ranker's step probabilities or None, per case). The reading order (what leads it, the
-    order of the steps the verdict left out) and the score are the ones whose sets, held out leave-one-out at 0.8,
-    are the smallest share of a log on these labels (ties: the dev calibration's, chosen by leave-one-system-out);
-    a handful of options, so the choice costs little of the coverage (measured in bench_stepset.py). None without
-    a labelled step in any log."""
+    blamed step, `probs`: a ranker's step probabilities or None, per case). The reading order is the default (a
+    ranker's own order; else the dev systems' choice) or, where the labels name agents, the label prior's
+    (`stepset.LABEL_TAILS`) after the verdict's ranked steps or its blamed step alone: the one whose sets at 0.8
+    are the smallest share of a log on these labels (another than the default only by MARGIN). The choice is made
+    again without each log, reading nothing of it (`criterion`), and that log's calibration score is its score
+    under the order so chosen: a new log's order is also chosen on labels that do not include it, so the sets
+    cover what they state. Scored under the order chosen with every log instead, picking the smallest of 16
+    orders covered 0.73 at 0.8 on Hand-Crafted (bench_stepset.py, 2026-12-03). None without a labelled step."""
     dev = ss.dev_calibration() or {}
     # a ranker orders every step: its own order is the default; other verdicts start from the dev systems' choice
     default = (dev.get("score", "share"), dev.get("tail", "index"),
@@ -54,30 +57,98 @@ def fit_stepset(cases: list[LogCase], tops: list[int], probs: list, verdict: str
         return None
     sizes = [len(c.trace.steps) for c, _ in ranked]
     step0 = [ss.score_of(list(range(n)), c.gold, n, "share") for (c, _), n in zip(ranked, sizes, strict=True)]
-    options = [default] + [(sc, t, ld) for ld in ss.LEADS for t in ss.TAILS for sc in ss.SCORES
-                           if (sc, t, ld) != default]
-    best, best_share, best_scores = None, None, None
+    agents, own = _agent_counts([c for c, _ in ranked])
+    # the default, and where the labels name agents the label prior's order after the verdict's ranked steps or
+    # after its blamed step alone: few options, since each one tried widens the honest (nested) sets
+    options = [default] + [(default[0], t, ld) for t in (ss.LABEL_TAILS if agents else ()) for ld in ss.LEADS
+                           if (default[0], t, ld) != default]
+    scores, shares = {}, {}
     for score, tail, lead in options:
-        scores = [ss.score_of(ss.reading_order(o, n, tail, c.rows, lead), c.gold, n, score)
-                  for (c, o), n in zip(ranked, sizes, strict=True)]
-        share = loo(scores, sizes, 0.8, score)[1]
-        # another order only where its sets are smaller by MARGIN of a log: picking the smallest of 16 on the
-        # same labels otherwise buys sets that cover less than they state (Hand-Crafted, 36 logs: 0.73 at 0.8)
-        if best_share is None or share < best_share - MARGIN:
-            best, best_share, best_scores = (score, tail, lead), share, scores
-    score, tail, lead = best
-    held = {"n": len(best_scores)}
+        scores[(score, tail, lead)] = [
+            ss.score_of(ss.reading_order(o, n, tail, c.rows, lead, _without(agents, mine)), c.gold, n, score)
+            for (c, o), n, mine in zip(ranked, sizes, own, strict=True)]
+        shares[(score, tail, lead)] = criterion(scores[(score, tail, lead)], sizes, 0.8, score)
+    best = _choose(options, shares, None)
+    nested = [scores[_choose(options, shares, i)][i] for i in range(len(ranked))]
+    held = {"n": len(nested), "options": len(options), "chosen_without_each": _agreement(options, shares, best)}
     for level in LEVELS:
-        cov, share = loo(best_scores, sizes, level, score)
+        cov, share = loo(nested, sizes, level, best[0])
         _, base = loo(step0, sizes, level, "share")
         held.update({f"coverage_{level}": cov, f"share_{level}": share, f"step0_share_{level}": base})
-    return {"score": score, "tail": tail, "lead": lead, "scores": sorted(best_scores), "source": source,
-            "heldout": held}
+    out = {"score": best[0], "tail": best[1], "lead": best[2], "scores": sorted(nested), "source": source,
+           "heldout": held}
+    if best[1] in ss.LABEL_TAILS:
+        out["agents"] = agents
+    return out
+
+
+def _choose(options: list[tuple], shares: dict, skip: int | None) -> tuple:
+    """The option whose sets are the smallest mean share of a log (`criterion`; with log `skip` taken out), the
+    default (options[0]) unless another is smaller by MARGIN."""
+    best, best_share = None, None
+    for o in options:
+        m = shares[o][0] if skip is None else shares[o][1][skip]
+        if best_share is None or m < best_share - MARGIN:
+            best, best_share = o, m
+    return best
+
+
+def _agreement(options, shares, best) -> float:
+    """The share of logs without which the same order is chosen (1.0: the choice does not hang on one log)."""
+    n = len(shares[best][1])
+    return float(np.mean([_choose(options, shares, i) == best for i in range(n)])) if n else 1.0
+
+
+def _agent_counts(cases: list[LogCase]) -> tuple[dict[str, float], list[dict[str, float]]]:
+    """({blamed agent: labelled logs} over `cases`, each case's own share of it): a log with several blamed agents
+    spreads one count over them (verdict/case.Priors' agent counts)."""
+    total: dict[str, float] = {}
+    own = []
+    for c in cases:
+        names = gold_agent_names(c)
+        mine = {a: 1.0 / len(names) for a in names}
+        for a, w in mine.items():
+            total[a] = total.get(a, 0.0) + w
+        own.append(mine)
+    return total, own
+
+
+def _without(total: dict[str, float], mine: dict[str, float]) -> dict[str, float]:
+    """The agent counts with one log's own labels taken out: its order must not read its own label."""
+    return {a: v - mine.get(a, 0.0) for a, v in total.items()}
+
+
+def criterion(scores: list[float], sizes: list[int], level: float, score: str) -> tuple[float, np.ndarray]:
+    """What the choice of a reading order minimises: the mean share of a log in the conformal sets at `level`
+    calibrated on the logs' scores, on all of them and (per log i) with log i taken out of both the calibration
+    and the mean, so that the choice made without log i reads nothing of it. O(n log n): without log i the
+    quantile is one of two order statistics of the whole."""
+    s = np.asarray(scores, float)
+    m = np.asarray(sizes, float)
+    n = len(s)
+    srt = np.sort(s)
+    whole = float(np.mean([ss.size_of(ss.quantile(s, level), int(x), score) / x for x in m]))
+    if n < 2:
+        return whole, np.full(n, whole)
+    k = math.ceil(n * level - ss.EPS)  # (n - 1 + 1) * level over the n - 1 others
+    lo = srt[k - 1] if 1 <= k <= n - 1 else math.inf
+    hi = srt[k] if 1 <= k <= n - 1 else math.inf
+    share = {q: np.array([ss.size_of(q, int(x), score) / x for x in m]) for q in {lo, hi}}
+    q_i = np.where(s <= lo, hi, lo) if k <= n - 1 else np.full(n, math.inf)
+    out = np.array([(share[q].sum() - share[q][i]) / (n - 1) for i, q in enumerate(q_i)])
+    return whole, out
 
 
 def loo(scores: list[float], sizes: list[int], level: float, score: str) -> tuple[float, float]:
     """(achieved coverage, mean set share) of the conformal set at `level`, each log held out of the calibration
-    in turn: O(n log n) (the k-th smallest of the others is S[k-1] or S[k] of the sorted whole)."""
+    in turn."""
+    hit, share = loo_each(scores, sizes, level, score)
+    return float(np.mean(hit)), float(np.mean(share))
+
+
+def loo_each(scores: list[float], sizes: list[int], level: float, score: str) -> tuple[list[bool], list[float]]:
+    """Per log: whether the conformal set at `level`, calibrated on the other logs, holds its labelled step, and
+    its share of the log. O(n log n) (the k-th smallest of the others is S[k-1] or S[k] of the sorted whole)."""
     s = np.asarray(scores, float)
     n = len(s)
     srt = np.sort(s)
@@ -89,6 +160,6 @@ def loo(scores: list[float], sizes: list[int], level: float, score: str) -> tupl
         else:
             q = srt[k] if x <= srt[k - 1] else srt[k - 1]
         size = ss.size_of(q, m, score)
-        hit.append(x <= q + ss.EPS)
+        hit.append(bool(x <= q + ss.EPS))
         share.append(size / m)
-    return float(np.mean(hit)), float(np.mean(share))
+    return hit, share

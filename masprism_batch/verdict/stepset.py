@@ -10,11 +10,13 @@ the ceil((n + 1) c)-th smallest of n scores (the finite-sample correction; past 
 calibration scores and the new log's are exchangeable the set holds the labelled step with probability >= c.
 
 Calibrations (the JSON a ranker file entry holds as `stepset`, or the packaged `weights/stepset.json`):
-{"score": "rank" | "share", "tail": one of TAILS, "lead": one of LEADS, "pool": one of POOLS, "scores": [held-out
-scores], "groups": {system: [scores]}, "source": "fit" | "packaged" | "dev", "heldout": {...}}. What calibrated a verdict's set is its `set_by`: "fit:<system>" / "packaged:<system>"
-(the system's own labelled logs, cross-conformal on `fit`'s folds: fit/stepset_fit.py), else "dev:zero-training"
-(the dev systems' held-out verdicts of the zero-training rule, benchmarks/accuracy/bench_stepset.py: a new
-system's coverage before a fit is the dev systems' estimate), "none" where no calibration is packaged.
+{"score": "rank" | "share", "tail": one of TAILS or LABEL_TAILS, "lead": one of LEADS, "pool": one of POOLS,
+"scores": [held-out scores], "agents": {blamed agent: labelled logs} (the "prior" tail), "groups": {system:
+[scores]}, "source": "fit" | "packaged" | "dev", "heldout": {...}}. What calibrated a verdict's set is its `set_by`:
+"fit:<system>" / "packaged:<system>" (the system's own labelled logs, cross-conformal on `fit`'s folds:
+fit/stepset_fit.py), else "dev:zero-training" (the dev systems' held-out verdicts of the zero-training rule,
+benchmarks/accuracy/bench_stepset.py: a new system's coverage before a fit is the dev systems' estimate), "none"
+where no calibration is packaged.
 
 Cost: O(steps log steps) per trace on host data the verdict already has (a sort of the unranked steps); the
 quantile of a calibration is computed once per (calibration, coverage).
@@ -22,13 +24,16 @@ quantile of a calibration is computed once per (calibration, coverage).
 
 from __future__ import annotations
 
+import bisect
 import json
 import logging
 import math
+from collections import Counter
 from dataclasses import dataclass
 from functools import lru_cache
 
 from masprism_batch.method import weights_dir
+from masprism_batch.trace import norm_agent
 
 log = logging.getLogger(__name__)
 SCORES = ("rank", "share")
@@ -37,6 +42,11 @@ SCORES = ("rank", "share")
 # first), or the steps before the blamed step nearest first, then those after it in order (a failure's source
 # precedes its symptoms). Which one ships is chosen by leave-one-system-out (bench_stepset.py).
 TAILS = ("index", "nearest", "h_score", "before")
+# a tail only a system's labels give (fit/stepset_fit.py): "prior" reads first the steps of the agents its labels blame
+# most per step of theirs in the log (on Hand-Crafted the web surfer wrote 19% of the steps and 64% of the blamed
+# ones), then by h_score; the calibration holds the blamed agents' label counts (`agents`)
+LABEL_TAILS = ("prior",)
+MAX_AGENTS = 10_000  # blamed-agent names a calibration may hold (a team's labels name tens)
 # what leads the order: every step the verdict ranked ("ranked"), or its blamed step alone ("top": where the rest of
 # the verdict's ranking carries less than the tail, as the zero-training candidates on long logs may)
 LEADS = ("ranked", "top")
@@ -77,10 +87,11 @@ EMPTY_COLUMNS = {"read_steps": [], "set_size": 0, "set_share": None, "set_covera
 
 
 def reading_order(order: list[int], n: int, tail: str = "index", rows: list[dict] | None = None,
-                  lead: str = "ranked") -> list[int]:
+                  lead: str = "ranked", agents: dict | None = None) -> list[int]:
     """Every step of an n-step log, best first: `order` (the verdict's ranked steps, order[0] the blamed step;
-    with `lead` "top" only the blamed step), then the others by `tail` (TAILS); `rows`: the log's step_scores
-    (h_score) for the `h_score` tail."""
+    with `lead` "top" only the blamed step), then the others by `tail` (TAILS, LABEL_TAILS); `rows`: the log's
+    step_scores (h_score, agent) for the `h_score` and `prior` tails; `agents`: {blamed agent (trace.norm_agent):
+    labelled logs} for `prior`."""
     if lead == "top":
         order = order[:1]
     elif lead != "ranked":
@@ -97,13 +108,29 @@ def reading_order(order: list[int], n: int, tail: str = "index", rows: list[dict
     elif tail == "h_score":
         h = {r["step"]: r.get("h_score") for r in rows or []}
         rest.sort(key=lambda k: -_finite(h.get(k)))  # stable: ties keep the index order
+    elif tail == "prior":
+        rest.sort(key=_prior_key(rows, agents or {}))
     else:
-        raise ValueError(f"unknown reading-order tail {tail!r}; expected one of {', '.join(TAILS)}")
+        raise ValueError(f"unknown reading-order tail {tail!r}; expected one of {', '.join(TAILS + LABEL_TAILS)}")
     return [*order, *rest]
 
 
+def _prior_key(rows: list[dict] | None, agents: dict):
+    """The `prior` tail's sort key: (agent's labelled logs + 1/2) / its steps in this log, highest first (the
+    denominator common to every step of a log drops out of the order), then h_score, then the index."""
+    who = {r["step"]: norm_agent(r.get("agent")) or "" for r in rows or []}
+    steps = Counter(who.values())
+    h = {r["step"]: r.get("h_score") for r in rows or []}
+
+    def key(k: int):
+        a = who.get(k, "")
+        return (-(float(agents.get(a, 0.0)) + 0.5) / max(steps.get(a, 1), 1), -_finite(h.get(k)), k)
+
+    return key
+
+
 def _finite(x) -> float:
-    return float(x) if x is not None and math.isfinite(x) else -math.inf
+    return float(x) if isinstance(x, (int, float)) and math.isfinite(x) else -math.inf
 
 
 def score_of(order: list[int], gold, n: int, score: str = "share") -> float | None:
@@ -150,8 +177,6 @@ def balanced_quantile(groups, coverage: float) -> float:
     gs = [sorted(float(x) for x in g) for g in groups if len(g)]
     if not gs:
         return math.inf
-    import bisect
-
     for s in sorted({x for g in gs for x in g}):
         if sum(bisect.bisect_right(g, s) / (len(g) + 1) for g in gs) / len(gs) >= coverage - EPS:
             return s
@@ -192,7 +217,7 @@ def step_set(order: list[int], n: int, cal: dict | None, coverage: float, by: st
     "none": nothing calibrated it)."""
     if cal is None:
         return StepSet(reading_order(order, n, "index", rows), n, coverage, "none")
-    full = reading_order(order, n, cal.get("tail", "index"), rows, cal.get("lead", "ranked"))
+    full = reading_order(order, n, cal.get("tail", "index"), rows, cal.get("lead", "ranked"), cal.get("agents"))
     k = size_of(cached_quantile(cal, coverage), n, cal.get("score", "share"))
     return StepSet(full[:k], n, coverage, by)
 
@@ -242,8 +267,15 @@ def check(cal, max_scores: int = 1_000_000) -> str | None:
         return "must be an object"
     if cal.get("score", "share") not in SCORES:
         return f"score must be one of {', '.join(SCORES)}"
-    if cal.get("tail", "index") not in TAILS:
-        return f"tail must be one of {', '.join(TAILS)}"
+    if cal.get("tail", "index") not in TAILS + LABEL_TAILS:
+        return f"tail must be one of {', '.join(TAILS + LABEL_TAILS)}"
+    agents = cal.get("agents")
+    if cal.get("tail") == "prior" or agents is not None:
+        if not isinstance(agents, dict) or len(agents) > MAX_AGENTS:
+            return f"agents must be an object of at most {MAX_AGENTS:,} blamed agents and their labelled logs"
+        for name, x in agents.items():
+            if isinstance(x, bool) or not isinstance(x, (int, float)) or not math.isfinite(x) or x < 0:
+                return f"agents[{str(name)[:40]!r}]: {json.dumps(x)[:40]} is not a count >= 0"
     if cal.get("lead", "ranked") not in LEADS:
         return f"lead must be one of {', '.join(LEADS)}"
     s = cal.get("scores")

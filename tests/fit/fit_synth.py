@@ -14,7 +14,7 @@ def synth_case(rng, i, gold_by="nll", source="team/agents", agent_gold=None):
     ranked = [int(x) for x in rng.permutation(n)[:5]]
     rows = []
     for j in range(n):
-        rows.append({"step": j, "nll_pass1": float(rng.random() * 4), "nll_pass2": float(rng.random() * 4),
+        rows.append({"step": j, "agent": steps[j].agent, "nll_pass1": float(rng.random() * 4), "nll_pass2": float(rng.random() * 4),
                      "h_score": float(rng.random()), "score": float(5 - ranked.index(j)) if j in ranked else None,
                      "rank": ranked.index(j) + 1 if j in ranked else None, "is_symptom": bool(rng.random() < .2),
                      "is_candidate": j in ranked, "has_failure_word": bool(rng.random() < .2),

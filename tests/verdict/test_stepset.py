@@ -53,20 +53,24 @@ def _log(np_rng):
     k = int(np_rng.integers(1, min(n, 6) + 1))
     order = [int(i) for i in np_rng.permutation(n)[:k]]
     gold = order[0] if np_rng.random() < 0.3 else int(np_rng.integers(0, n))
-    rows = [{"step": i, "h_score": float(np_rng.normal()) if np_rng.random() < 0.9 else None} for i in range(n)]
+    rows = [{"step": i, "h_score": float(np_rng.normal()) if np_rng.random() < 0.9 else None,
+             "agent": str(np_rng.choice(["Planner", "coder", "Coder", "Critic (-> Coder)"]))} for i in range(n)]
     return n, order, [gold], rows
 
 
-@pytest.mark.parametrize("tail", ss.TAILS)
+AGENTS = {"planner": 3.0, "coder": 1.5, "critic": 0.5}  # blamed-agent counts of the `prior` tail's calibrations
+
+
+@pytest.mark.parametrize("tail", ss.TAILS + ss.LABEL_TAILS)
 @pytest.mark.parametrize("score", ss.SCORES)
 def test_step_sets_cover_exchangeable_logs_and_start_at_the_blamed_step(np_rng, tail, score):
     level = float(np_rng.choice([0.5, 0.8, 0.9]))
     logs = [_log(np_rng) for _ in range(1200)]
-    scores = [ss.score_of(ss.reading_order(o, n, tail, r), g, n, score) for n, o, g, r in logs]
+    scores = [ss.score_of(ss.reading_order(o, n, tail, r, agents=AGENTS), g, n, score) for n, o, g, r in logs]
     covered = []
     for _ in range(30):  # random calibration / test splits of the same exchangeable logs
         perm = np_rng.permutation(len(logs))
-        cal = {"score": score, "tail": tail, "scores": [scores[i] for i in perm[:100]]}
+        cal = {"score": score, "tail": tail, "scores": [scores[i] for i in perm[:100]], "agents": AGENTS}
         for i in perm[100:300]:
             n, order, gold, rows = logs[i]
             s = ss.step_set(order, n, cal, level, "test", rows)
@@ -76,11 +80,11 @@ def test_step_sets_cover_exchangeable_logs_and_start_at_the_blamed_step(np_rng, 
     assert np.mean(covered) >= level - 0.02
 
 
-@pytest.mark.parametrize("tail", ss.TAILS)
+@pytest.mark.parametrize("tail", ss.TAILS + ss.LABEL_TAILS)
 def test_reading_order_is_every_step_once_ranked_steps_first(np_rng, tail):
     for _ in range(50):
         n, order, _, rows = _log(np_rng)
-        full = ss.reading_order(order, n, tail, rows)
+        full = ss.reading_order(order, n, tail, rows, agents=AGENTS)
         assert sorted(full) == list(range(n)) and full[: len(order)] == order
 
 
@@ -96,6 +100,22 @@ def test_nearest_and_before_tails():
     assert ss.reading_order([4], 7, "before") == [4, 3, 2, 1, 0, 5, 6]
     rows = [{"step": i, "h_score": h} for i, h in enumerate([0.1, None, 3.0, 3.0, 0.5])]
     assert ss.reading_order([0], 5, "h_score", rows) == [0, 2, 3, 4, 1]
+
+
+def test_prior_tail_reads_first_the_steps_most_often_blamed_per_step_of_their_agent(np_rng):
+    # the label counts per step of each agent in this log: planner 3.5 / 4 steps, coder 2 / 1 step (its spellings
+    # are one agent, as labels compare them), critic 1 / 2; within an agent by h_score, then by index
+    agents = ["Planner", "Coder (-> Planner)", "Planner", "critic", "Planner", "Critic", "Planner"]
+    h = [float(x) for x in np_rng.permutation(7)]
+    rows = [{"step": i, "agent": a, "h_score": h[i]} for i, a in enumerate(agents)]
+    got = ss.reading_order([6], 7, "prior", rows, lead="top", agents={"planner": 3.0, "coder": 1.5, "critic": 0.5})
+    planner = sorted([0, 2, 4], key=lambda i: -h[i])
+    critic = sorted([3, 5], key=lambda i: -h[i])
+    assert got == [6, 1, *planner, *critic]
+    # an agent no label names still counts half a label: its one step (0.5) before the planner's four (1.5 / 4)
+    # and the critic's two (0.7 / 2)
+    rows[1]["agent"] = "Auditor"
+    assert ss.reading_order([6], 7, "prior", rows, lead="top", agents={"planner": 1.0, "critic": 0.2})[:2] == [6, 1]
 
 
 def test_share_and_localised_columns():
@@ -143,6 +163,9 @@ def test_ranker_files_without_a_set_calibration_still_load(tmp_path, synth):
     ({"score": "share", "scores": [float("nan")]}, "scores[0]"),
     ({"score": "oracle", "scores": [1]}, "score must be"),
     ({"score": "rank", "tail": "random", "scores": [1]}, "tail must be"),
+    ({"score": "rank", "tail": "prior", "scores": [1]}, "agents must be"),
+    ({"score": "rank", "tail": "prior", "scores": [1], "agents": {"coder": -1}}, "agents['coder']"),
+    ({"score": "rank", "tail": "prior", "scores": [1], "agents": {"coder": True}}, "agents['coder']"),
     ([1, 2], "must be an object"),
 ])
 def test_a_bad_set_calibration_is_refused_naming_its_field(tmp_path, synth, bad, field):
@@ -154,6 +177,7 @@ def test_a_bad_set_calibration_is_refused_naming_its_field(tmp_path, synth, bad,
 
 def test_check_accepts_what_it_should():
     assert ss.check({"score": "rank", "tail": "h_score", "scores": [1, 2, 40]}) is None
+    assert ss.check({"score": "share", "tail": "prior", "scores": [0.5], "agents": {"coder": 2, "x": 0.5}}) is None
     assert json.loads(json.dumps({"scores": [0.5]})) and ss.check({"scores": [0.5]}) is None
 
 
