@@ -18,11 +18,19 @@ AUROC and top-quarter lift of this confidence (each fold's verdicts ordered by t
 on the other folds) beside the zero-training confidence's, and keeps the one that ranked them better (`keep`):
 never one that ranked its own folds worse (issue 59: a 20-label fit printed 0.40 against 0.56 and kept the 0.40).
 
-The kept confidence's scale (how far apart it puts the verdicts) is then set from that held-out ranking
-(`match_scale`): the scale at which the calibration, applied to these verdicts, would itself rank them as well as
-they were measured to rank (its expected AUROC equal to the measured one), the intercept putting its mean at the
+The kept confidence is shipped as a "ranked" calibration (`rank_calibration`): a new verdict's score (the kept
+features' standardised sum) is placed among the held-out verdicts' scores, as its mid-rank percentile u
+(interpolated between them, the sorted scores stored, at most MAX_KNOTS), and its confidence is
+sigmoid(a (u - 1/2) + b): `a` the scale at which this confidence would itself rank the held-out verdicts as well as
+they were measured to rank (its expected AUROC equal to the measured one), `b` putting their mean at the smoothed
 held-out hit rate. fit_monotone's own scale is pulled toward 0, so 20 labels gave every held-out log 0.28-0.32
-(issue 59): a confidence that ranks must also spread, or a team cannot sort by it.
+(issue 59), and a scale matched on the raw scores (`match_scale`, issue 59's first round) spread the verdicts by
+the scores' skew (log-odds): half the draws whose test logs it ranked at AUROC >= 0.6 had an interquartile range
+under 0.1. Percentiles of new verdicts are spread evenly whatever the scores' skew, so the spread follows the
+measured AUROC and hit rate alone: a confidence spreads as far as it ranked, not further. A logistic of the
+percentile rather than of its normal score (Phi^-1(u)): for the same AUROC it puts more of the spread into the
+middle half of the verdicts (interquartile range 0.12 against 0.10 at AUROC 0.6 and hit rate 0.3), since nothing
+says the scores' tails are surer than the middle; measured beside it in docs/accuracy.md.
 """
 
 from __future__ import annotations
@@ -146,34 +154,96 @@ def _level(u: np.ndarray, a: float, rate: float) -> float:
     return (lo + hi) / 2
 
 
+def _scale_for(u: np.ndarray, rate: float, target: float, top: float) -> float:
+    """The scale a in [0, top] at which sigmoid(a u + b), b putting the mean at `rate`, has expected AUROC
+    `target` on scores u (bisection: the expected AUROC rises with the scale); `top` where even it falls short."""
+
+    def auroc_at(a: float) -> float:
+        return expected_auroc(u, 1 / (1 + np.exp(-np.clip(a * u + _level(u, a, rate), -60, 60))))
+
+    lo, hi = 0.0, top
+    if auroc_at(hi) <= target:
+        return top
+    for _ in range(40):
+        mid = (lo + hi) / 2
+        lo, hi = (mid, hi) if auroc_at(mid) < target else (lo, mid)
+    return (lo + hi) / 2
+
+
+def _thin(u: np.ndarray, cap: int) -> np.ndarray:
+    """`u` as it is, or past `cap` values that many, evenly spaced in score order (ends kept)."""
+    return np.sort(u)[np.linspace(0, u.size - 1, cap).round().astype(int)] if u.size > cap else u
+
+
 def match_scale(cal: dict, X: np.ndarray, hits, target: float | None) -> dict:
     """`cal` (fit_monotone's, over X's columns) with its scale set so that the confidence it gives these verdicts
     would rank them with expected AUROC `target` (the measured held-out one), and its intercept so that their
     mean confidence is the smoothed hit rate; unchanged where `target` is None or <= 0.5 (the features' floor
     order then stands at the hit rate's level) or the verdicts' scores do not vary. The weights keep their
-    proportions (equal: one scale)."""
+    proportions (equal: one scale). Issue 59's first round shipped it; `fit` now ships `rank_calibration`."""
     y = np.asarray(hits, dtype=np.float64)
     w = np.asarray(cal["w"], dtype=np.float64)
     if target is None or target <= 0.5 or not y.size or w.sum() <= 0:
         return cal
-    u = ((np.asarray(X, dtype=np.float64) - np.asarray(cal["mean"])) / np.asarray(cal["std"])) @ (w / w.sum())
+    u = _score(cal, X)
     if np.ptp(u) <= 1e-12:
         return cal
-    if u.size > MAX_MATCH:
-        u = np.sort(u)[np.linspace(0, u.size - 1, MAX_MATCH).round().astype(int)]
+    u = _thin(u, MAX_MATCH)
     rate = (y.sum() + 1.0) / (y.size + 2.0)
-
-    def auroc_at(a: float) -> float:
-        return expected_auroc(u, 1 / (1 + np.exp(-np.clip(a * u + _level(u, a, rate), -60, 60))))
-
-    lo, hi = 0.0, MAX_SCALE
-    if auroc_at(hi) > target:
-        for _ in range(40):  # the expected AUROC rises with the scale
-            mid = (lo + hi) / 2
-            lo, hi = (mid, hi) if auroc_at(mid) < target else (lo, mid)
-    a = (lo + hi) / 2 if hi < MAX_SCALE else MAX_SCALE
+    a = _scale_for(u, rate, float(target), MAX_SCALE)
     return {**cal, "w": (a * w / w.sum()).tolist(), "b": _level(u, a, rate), "scale": "matched",
             "matched_auroc": float(target)}
+
+
+def _score(cal: dict, X) -> np.ndarray:
+    """The verdicts' score under `cal`'s standardisation and weights, the weights scaled to sum to 1."""
+    w = np.asarray(cal["w"], dtype=np.float64)
+    return ((np.asarray(X, dtype=np.float64) - np.asarray(cal["mean"])) / np.asarray(cal["std"])) @ (w / w.sum())
+
+
+MAX_KNOTS = 200  # held-out scores a "ranked" calibration stores (evenly spaced in score order past it)
+RANK_MAX_SCALE = 40.0  # the steepest `a` per unit of percentile (an AUROC of ~0.99 at a hit rate of 0.5)
+# the scale where nothing was measured to rank (no figure, or an AUROC <= 0.5): the features' a-priori order at
+# the hit rate's level, flat-ish (an interquartile range of about 0.01-0.025 at hit rates of 0.1-0.5), never
+# ties that would sort the verdicts in input order
+RANK_MIN_SCALE = 0.2
+
+
+def percentiles(u: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """(the distinct scores in `u`, sorted; each one's mid-rank percentile among u: (mid-rank - 1/2) / n, tied
+    scores sharing theirs). Percentiles of the verdicts themselves then average 1/2 and lie in (0, 1)."""
+    knots, count = np.unique(np.asarray(u, dtype=np.float64), return_counts=True)
+    first = np.concatenate([[0], np.cumsum(count)[:-1]])
+    return knots, (first + count / 2.0) / u.size
+
+
+def rank_calibration(cal: dict, X: np.ndarray, hits, target: float | None) -> dict:
+    """A "ranked" calibration from fit_monotone's `cal` over X's columns (its standardisation and the weights'
+    proportions; the scale and intercept are set here): the held-out verdicts' scores as knots with their
+    mid-rank percentiles u (at most MAX_KNOTS, ends kept), and sigmoid(a (u - 1/2) + b) with `a` matched to
+    `target` on the held-out verdicts' percentiles (RANK_MIN_SCALE where `target` is None or <= 0.5) and `b`
+    putting their mean confidence at the smoothed hit rate. Where the scores do not vary (fewer than two
+    distinct), `match_scale`'s "fitted" calibration instead: there is nothing to place a verdict among."""
+    y = np.asarray(hits, dtype=np.float64)
+    w = np.asarray(cal["w"], dtype=np.float64)
+    if not y.size or w.sum() <= 0:
+        return cal
+    s = _score(cal, X)
+    knots, u = percentiles(s)
+    if knots.size < 2 or np.ptp(knots) <= 1e-12:
+        return match_scale(cal, X, hits, target)
+    own = np.interp(s, knots, u) - 0.5  # each held-out verdict's own centred percentile
+    rate = (y.sum() + 1.0) / (y.size + 2.0)
+    thin = _thin(own, MAX_MATCH)
+    a = RANK_MIN_SCALE if target is None or target <= 0.5 else max(
+        _scale_for(thin, rate, float(target), RANK_MAX_SCALE), RANK_MIN_SCALE)
+    if knots.size > MAX_KNOTS:
+        keep_at = np.linspace(0, knots.size - 1, MAX_KNOTS).round().astype(int)
+        knots, u = knots[keep_at], u[keep_at]
+    return {"kind": "ranked", "features": list(cal["features"]), "mean": list(cal["mean"]),
+            "std": list(cal["std"]), "w": (w / w.sum()).tolist(), "knots": knots.tolist(), "u": u.tolist(),
+            "a": float(a), "b": _level(own, a, rate), "n": int(y.size), "base_rate": float(rate),
+            "weights": cal.get("weights", "equal"), "matched_auroc": None if target is None else float(target)}
 
 
 def fit(feats: list[dict], hits: list[bool], folds, zero_cal: dict | None) -> tuple[dict, dict]:
@@ -186,7 +256,8 @@ def fit(feats: list[dict], hits: list[bool], folds, zero_cal: dict | None) -> tu
     (verdicts resampled, BOOT times) of both AUROCs and of their paired difference (fitted_auroc_interval,
     zero_training_auroc_interval, fitted_minus_zero_training_interval; None where no resample holds both
     outcomes). The kept calibration reads FEATURES ("fitted") or OWN ("zero-training": the zero-training score's
-    order at this system's level), its scale matched to the kept one's AUROC (`match_scale`)."""
+    order at this system's level), shipped as a "ranked" calibration whose scale is matched to the kept one's
+    AUROC (`rank_calibration`)."""
     y = np.asarray(hits, dtype=bool)
     folds = np.asarray(folds)
     F = {names: np.array([[x[f] for f in names] for x in feats], dtype=np.float64).reshape(len(y), len(names))
@@ -204,7 +275,7 @@ def fit(feats: list[dict], hits: list[bool], folds, zero_cal: dict | None) -> tu
     pre = "fitted" if kept == "fitted" else "zero_training"
     names = FEATURES if kept == "fitted" else OWN
     cal = calibrate.fit_monotone(F[names], y, names, WEIGHTS)
-    cal = match_scale(cal, F[names], y, fig[f"{pre}_auroc"])
+    cal = rank_calibration(cal, F[names], y, fig[f"{pre}_auroc"])
     cal["zero_training"] = zero_cal
     fig.update(confidence_kept=kept, auroc=fig[f"{pre}_auroc"], top_quarter_lift=fig[f"{pre}_top_quarter_lift"],
                auroc_interval=fig[f"{pre}_auroc_interval"])

@@ -6,7 +6,8 @@
   file names (`features`: FEATURES, how clearly the log's signals single out the blamed step, how much of the
   ranker's probability it holds and its log-odds over the next step; files of the first issue-48 round read
   the gap between the first two steps and whether ranker and rule agree, still computed), kind "evidence" the
-  verdict's own evidence (files written before issue 48).
+  verdict's own evidence (files written before issue 48), kind "ranked" (`fit` since issue 59) the same
+  features as "fitted", their score placed among the fit's held-out verdicts' scores (`ranked_confidence`).
 
 The calibrations are fitted offline: method/calibrate.py (fit_evidence, fit_monotone) and
 fit/verdict_confidence.py (a fitted system's calibration over FEATURES, equal weights, on its held-out folds).
@@ -94,13 +95,43 @@ def zero_training_confidence(c: LogCase, top: int, zero_cal: dict | None, score:
 
 
 def apply(cal: dict, c: LogCase, order: list[int], probs=None, scores=None) -> float | None:
-    """The confidence of one verdict under a system's calibration of kind "fitted" (`fit` above) or "evidence"
-    (the verdict's own evidence: ranker files written before issue 48)."""
-    if cal.get("kind") == "fitted":
+    """The confidence of one verdict under a system's calibration of kind "ranked" (`fit` since issue 59),
+    "fitted" (files before it) or "evidence" (the verdict's own evidence: ranker files written before issue 48)."""
+    if cal.get("kind") in ("fitted", "ranked"):
         x = features(c, order, probs, scores, cal.get("zero_training"))
     else:
         x = evidence(c, order, probs, scores)
-    return confidence(cal, x, len(c.trace.steps))
+    return of_features(cal, x, len(c.trace.steps))
+
+
+def of_features(cal: dict, feats: dict, n_steps: int) -> float | None:
+    """The confidence under a system's calibration `cal` of a verdict whose features are `feats` (`features` for
+    kinds "ranked" and "fitted", `evidence` for "evidence"), never below 1/n_steps."""
+    if cal.get("kind") == "ranked":
+        return ranked_confidence(cal, feats, n_steps)
+    return confidence(cal, feats, n_steps)
+
+
+def percentile(cal: dict, s: float) -> float:
+    """Where score `s` falls among the held-out verdicts' scores of a "ranked" calibration: linear between its
+    `knots` (sorted held-out scores) and their mid-rank percentiles `u`, continued past the ends at the knots'
+    mean slope and held within [0, 1] (a score beyond every held-out one is not more than all of them)."""
+    k, u = cal["knots"], cal["u"]
+    if k[0] <= s <= k[-1]:
+        return float(np.interp(s, k, u))
+    slope = (u[-1] - u[0]) / (k[-1] - k[0])
+    edge = 0 if s < k[0] else -1
+    return min(max(u[edge] + (s - k[edge]) * slope, 0.0), 1.0)
+
+
+def ranked_confidence(cal: dict, feats: dict, n_steps: int) -> float:
+    """P(right) of one verdict under a "ranked" calibration (fit/verdict_confidence.rank_calibration): its
+    features' score ((x - mean) / std) @ w, its percentile among the held-out verdicts' scores (`percentile`),
+    then sigmoid(a (percentile - 1/2) + b); never below 1/n_steps. The percentile of a new verdict is spread
+    evenly over [0, 1] whatever the scores' skew, so how far the confidences spread is set by `a` and `b` alone."""
+    x = (np.array([feats[f] for f in cal["features"]]) - np.asarray(cal["mean"])) / np.asarray(cal["std"])
+    u = percentile(cal, float(x @ np.asarray(cal["w"])))
+    return max(_sigmoid(float(cal["a"]) * (u - 0.5) + float(cal["b"])), 1.0 / max(n_steps, 1))
 
 
 def rule_confidence(t: Trace, rows: list[dict], ranking: mp.Ranking, cal: dict | None) -> float | None:
@@ -125,7 +156,10 @@ def confidence(cal: dict | None, feats: dict | None, n_steps: int) -> float | No
 
 def flat_rate(cal: dict) -> float | None:
     """The one P(right) every verdict gets where the calibration kept no feature (fit_evidence drops the evidence
-    when its scale comes out negative), before the 1/n floor; None where the evidence ranks verdicts."""
+    when its scale comes out negative; a "ranked" one: a scale of 0), before the 1/n floor; None where the
+    evidence ranks verdicts."""
+    if cal.get("kind") == "ranked":
+        return None if cal.get("a") else _sigmoid(float(cal["b"]))
     return None if any(cal.get("w") or []) else _sigmoid(float(cal["b"]))
 
 

@@ -145,16 +145,16 @@ def _priors(path, where: str, p) -> None:
     _num(path, f"{where}.n", p.get("n"), lo=0, integer=True)
 
 
-def _calibration(path, where: str, cal, kinds=("evidence", "fitted")) -> None:
+def _calibration(path, where: str, cal, kinds=("evidence", "fitted", "ranked")) -> None:
     if cal is None:
         return
     if not isinstance(cal, dict) or cal.get("kind") not in kinds:
         raise _error(path, where, "must be an object of kind " + " or ".join(f'"{k}"' for k in kinds)
-                     + " (calibrate.fit_evidence / fit_monotone)")
+                     + " (calibrate.fit_evidence / fit_monotone, verdict_confidence.rank_calibration)")
     from masprism_batch.method.confidence import FEATURES as EVIDENCE
     from masprism_batch.verdict.confidence import KNOWN as VERDICT
 
-    fitted = cal["kind"] == "fitted"
+    fitted = cal["kind"] in ("fitted", "ranked")
     feats = _str_list(path, f"{where}.features", cal.get("features"), list(VERDICT if fitted else EVIDENCE))
     _vector(path, f"{where}.mean", cal.get("mean"), len(feats))
     _vector(path, f"{where}.std", cal.get("std"), len(feats), positive=True)
@@ -165,6 +165,31 @@ def _calibration(path, where: str, cal, kinds=("evidence", "fitted")) -> None:
             if w < 0:
                 raise _error(path, f"{where}.w[{i}]", f"{w} must be >= 0 (the confidence rises with each feature)")
         _calibration(path, f"{where}.zero_training", cal.get("zero_training"), ("evidence",))
+    if cal["kind"] == "ranked":
+        _ranked(path, where, cal)
+
+
+MAX_KNOTS = 10_000  # held-out scores a "ranked" calibration may hold (`fit` stores at most 200)
+
+
+def _ranked(path, where: str, cal: dict) -> None:
+    """A "ranked" calibration's placement of a score among the held-out ones: knots strictly increasing (run time
+    interpolates between them and divides by their range), their percentiles u strictly increasing within
+    [0, 1] (a higher score never less confident), a scale a >= 0, and weights that are not all 0."""
+    if not any(cal["w"]):
+        raise _error(path, f"{where}.w", "all 0: the score would not order any verdict")
+    knots, u = cal.get("knots"), cal.get("u")
+    if not isinstance(knots, list) or not 2 <= len(knots) <= MAX_KNOTS:
+        raise _error(path, f"{where}.knots", f"must be a list of 2 to {MAX_KNOTS:,} numbers")
+    _vector(path, f"{where}.knots", knots, len(knots))
+    _vector(path, f"{where}.u", u, len(knots))
+    for name, v in (("knots", knots), ("u", u)):
+        for i in range(1, len(v)):
+            if not v[i] > v[i - 1]:
+                raise _error(path, f"{where}.{name}[{i}]", f"{v[i]} must be > the one before ({v[i - 1]})")
+    if u[0] < 0 or u[-1] > 1:
+        raise _error(path, f"{where}.u", "percentiles must lie within [0, 1]")
+    _num(path, f"{where}.a", cal.get("a"), lo=0)
 
 
 def check_entry(path, name: str, e) -> None:

@@ -51,7 +51,7 @@ def test_the_kept_confidence_never_ranked_its_own_folds_worse(trial, np_rng):
     assert fig["auroc_interval"] == fig[f"{pre}_auroc_interval"]
     assert fig["top_quarter_lift"] == fig[f"{pre}_top_quarter_lift"]
     # the shipped confidence orders the verdicts as the kept score does (the calibration is monotone in it)
-    conf = np.array([vconf.confidence(cal, x, 1000) for x in feats])
+    conf = np.array([vconf.of_features(cal, x, 1000) for x in feats])
     kept_score = np.array([x["zero_training"] for x in feats]) if pre == "zero_training" else None
     if kept_score is not None:
         assert cf.auroc(conf, hits) == pytest.approx(cf.auroc(kept_score, hits)), seed
@@ -71,7 +71,7 @@ def test_zero_training_kept_where_the_fitted_one_ranks_worse(np_rng):
             break
     assert fig["confidence_kept"] == "zero-training" and cal["features"] == ["zero_training"], (seed, fig)
     assert cal["zero_training"] == ZERO_CAL and all(w >= 0 for w in cal["w"])
-    conf = [vconf.confidence(cal, x, 1000) for x in feats]
+    conf = [vconf.of_features(cal, x, 1000) for x in feats]
     assert abs(np.mean(conf) - hits.mean()) < 0.12, (seed, np.mean(conf), hits.mean())
 
 
@@ -128,7 +128,7 @@ def test_a_confidence_that_ranks_keeps_a_spread_after_a_20_label_fit(np_rng):
         if fig["zero_training_auroc"] < 0.65:
             continue
         new = _noise(rng, _verdicts(rng, 400, None, 0)[0])
-        q1, q3 = np.percentile([vconf.confidence(cal, x, 1000) for x in new], [25, 75])
+        q1, q3 = np.percentile([vconf.of_features(cal, x, 1000) for x in new], [25, 75])
         assert q3 - q1 >= 0.1, (seed, checked, fig["auroc"], q1, q3, cal)
         checked += 1
         if checked == 10:
