@@ -106,6 +106,9 @@ def stepset_words(entry: dict) -> str | None:
         return (f"at {level:.0%} coverage the set held the labelled step in {cov:.0%} of them, {share:.0%} of a log on "
                 f"average (reading from step 0: {base:.0%})")
     parts = [x for x in (one(lv) for lv in (0.8, 0.5, 0.9)) if x]
-    return (f"steps to read (read_steps), held out on {h.get('n', 0)} labelled logs: " + "; ".join(parts)
+    lead = "the blamed step" if entry["stepset"].get("lead") == "top" else "the verdict's ranked steps"
+    order = (f" (after {lead}, the steps of the agents these labels blame most)"
+             if entry["stepset"].get("tail") == "prior" else "")
+    return (f"steps to read (read_steps){order}, held out on {h.get('n', 0)} labelled logs: " + "; ".join(parts)
             + ". A run now calibrates this system's sets on these labels; before the fit its coverage was the dev "
               "systems' estimate, which a new system may not meet")
