@@ -127,10 +127,21 @@ def evaluate(train: list[vcase.LogCase], test: list[vcase.LogCase], system: str,
 def confidence_rows(entry: dict, conf: list[float], hits: list[bool]) -> dict:
     """The fitted confidence on a draw's test logs (issue 59): its AUROC against a right step (none where every
     test verdict is right or every one wrong), its interquartile range, whether the fit kept the zero-training
-    one, and whether the one kept ranked the fit's own folds worse than the other (never, by construction)."""
+    one, and whether the one kept ranked the fit's own folds worse than the other (never, by construction); how
+    honest it is: its mean minus the test logs' hit rate, the same within the more and the less confident half
+    (ties split in input order); and the AUROC the fit measured on its own folds (what its scale is matched to)."""
     h = entry["heldout"]
+    c, y = np.asarray(conf, dtype=np.float64), np.asarray(hits, dtype=np.float64)
+    order = np.argsort(-c, kind="stable")
+    top, bottom = order[: len(c) // 2], order[len(c) // 2:]
     out = {("fitted", "confidence iqr"): float(np.subtract(*np.percentile(conf, [75, 25]))),
-           ("fitted", "confidence kept zero-training"): float(h.get("confidence_kept") == "zero-training")}
+           ("fitted", "confidence kept zero-training"): float(h.get("confidence_kept") == "zero-training"),
+           ("fitted", "confidence minus hit rate"): float(c.mean() - y.mean()),
+           ("fitted", "confidence minus hit rate, bottom half"): float(c[bottom].mean() - y[bottom].mean())}
+    if top.size:
+        out[("fitted", "confidence minus hit rate, top half")] = float(c[top].mean() - y[top].mean())
+    if h.get("auroc") is not None:
+        out[("fitted", "confidence own auroc")] = float(h["auroc"])
     if (a := cf.auroc(conf, hits)) is not None:
         out[("fitted", "confidence auroc")] = float(a)
     fa, za = h.get("fitted_auroc"), h.get("zero_training_auroc")

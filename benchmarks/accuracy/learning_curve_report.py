@@ -194,34 +194,62 @@ def _goals_59(rows) -> list[str]:
 def _confidence_59(rows) -> list[str]:
     """The fitted confidence on each draw's test logs (held out): its AUROC, interquartile range, how often the fit
     kept the zero-training one, and issue 59's acceptance (IQR >= 0.1 in every draw where the AUROC >= 0.6; the
-    kept one never the worse on the fit's own folds)."""
+    kept one never the worse on the fit's own folds); the same IQR count where the fit's own folds measured
+    0.6; and how honest it is (mean confidence minus hit rate on the test logs, overall and per half)."""
     out = ["**The confidence after a fit** (issue 59), on each draw's test logs, held out: mean AUROC against a "
            "right step (draws where the test logs hold both outcomes), mean interquartile range of the "
            "confidences, the share of draws whose fit kept the zero-training confidence (it ranked the fit's own "
-           "folds better), and the draws with AUROC >= 0.6 whose IQR is >= 0.1:", "",
-           "| system | k | AUROC | IQR | kept zero-training | AUROC >= 0.6: IQR >= 0.1 | kept the worse on its folds |",
-           "|---|---|---|---|---|---|---|"]
+           "folds better), the draws with AUROC >= 0.6 whose IQR is >= 0.1 (on the test logs; then on the fit's "
+           "own folds, the AUROC its scale is matched to), and its honesty: the mean confidence minus the test "
+           "logs' hit rate, overall and in the more / less confident half (mean over draws):", "",
+           "| system | k | AUROC | IQR | kept zero-training | AUROC >= 0.6: IQR >= 0.1 | own folds' AUROC >= 0.6: "
+           "IQR >= 0.1 | confidence − hit rate: all / top half / bottom half | kept the worse on its folds |",
+           "|---|---|---|---|---|---|---|---|---|"]
     for s in sorted({r["system"] for r in rows}):
         for k in _ks(rows, s):
-            a = {r["draw"]: r["value"] for r in rows if (r["system"], str(r["k"]), r["method"], r["metric"]) ==
-                 (s, k, "fitted", "confidence auroc")}
-            q = {r["draw"]: r["value"] for r in rows if (r["system"], str(r["k"]), r["method"], r["metric"]) ==
-                 (s, k, "fitted", "confidence iqr")}
+            a, q, own = (_per_draw(rows, s, k, m) for m in ("confidence auroc", "confidence iqr",
+                                                             "confidence own auroc"))
             if not q:
                 continue
             n_tr = [r["n_train"] for r in rows if r["system"] == s and str(r["k"]) == k]
             if np.mean(n_tr) < MIN_K:  # `fit` writes no entry below MIN_K labels: nothing of it ships
-                out.append(f"| {s} | {k} | fewer than {MIN_K} labels: `fit` ships no entry | | | | |")
+                out.append(f"| {s} | {k} | fewer than {MIN_K} labels: `fit` ships no entry | | | | | | |")
                 continue
             ranked = [d for d, v in a.items() if v >= 0.6 and d in q]
             spread = sum(q[d] >= 0.1 for d in ranked)
+            own_ranked = [d for d, v in own.items() if v >= 0.6 and d in q]
+            own_spread = sum(q[d] >= 0.1 for d in own_ranked)
             worse = sum(_values(rows, s, k, "fitted", "confidence kept the worse on its folds"))
             kept = _values(rows, s, k, "fitted", "confidence kept zero-training")
-            out.append(f"| {s} | {k} | {np.mean(list(a.values())):.3f} | {np.mean(list(q.values())):.3f} | "
-                       f"{np.mean(kept):.2f} | {spread} of {len(ranked)} | {int(worse)} of {len(q)} |"
-                       if a else f"| {s} | {k} | — | {np.mean(list(q.values())):.3f} | {np.mean(kept):.2f} | — | "
-                                 f"{int(worse)} of {len(q)} |")
+            honest = " / ".join(f"{np.mean(v):+.3f}" if (v := _values(rows, s, k, "fitted", m)) else "—" for m in (
+                "confidence minus hit rate", "confidence minus hit rate, top half",
+                "confidence minus hit rate, bottom half"))
+            auroc = f"{np.mean(list(a.values())):.3f}" if a else "—"
+            out.append(f"| {s} | {k} | {auroc} | {np.mean(list(q.values())):.3f} | {np.mean(kept):.2f} | "
+                       + (f"{spread} of {len(ranked)}" if a else "—")
+                       + f" | {own_spread} of {len(own_ranked)} | {honest} | {int(worse)} of {len(q)} |")
+    out += _confidence_total(rows)
     return out + [""]
+
+
+def _per_draw(rows, system, k, metric) -> dict:
+    """{draw: value} of the fitted verdict's `metric` at (system, k)."""
+    return {r["draw"]: r["value"] for r in rows
+            if (r["system"], str(r["k"]), r["method"], r["metric"]) == (system, k, "fitted", metric)}
+
+
+def _confidence_total(rows) -> list[str]:
+    """Issue 59's must-hold summed over the systems and the k at which `fit` ships an entry."""
+    got, of = 0, 0
+    for s in sorted({r["system"] for r in rows}):
+        for k in _ks(rows, s):
+            if np.mean([r["n_train"] for r in rows if r["system"] == s and str(r["k"]) == k]) < MIN_K:
+                continue
+            a, q = _per_draw(rows, s, k, "confidence auroc"), _per_draw(rows, s, k, "confidence iqr")
+            ranked = [d for d, v in a.items() if v >= 0.6 and d in q]
+            got, of = got + sum(q[d] >= 0.1 for d in ranked), of + len(ranked)
+    return ["", f"Over every system and k with an entry: {got} of the {of} draws whose test logs the confidence "
+                f"ranked at AUROC >= 0.6 have an interquartile range >= 0.1."]
 
 
 def _ablation(rows) -> list[str]:

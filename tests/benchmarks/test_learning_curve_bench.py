@@ -14,6 +14,8 @@ def _rows(rng, system, k, gain, n=20, n_train=None, agent_gain=None):
         vals = {("zero-training rule", "step"): base, ("fitted", "step"): base + gain,
                 (lr.SELECTION, "step"): base, ("fitted", "confidence iqr"): float(rng.uniform(0.0, 0.3)),
                 ("fitted", "confidence auroc"): float(rng.uniform(0.4, 0.9)),
+                ("fitted", "confidence own auroc"): float(rng.uniform(0.4, 0.9)),
+                ("fitted", "confidence minus hit rate"): float(rng.uniform(-0.1, 0.1)),
                 ("fitted", "confidence kept zero-training"): 0.0,
                 ("fitted", "confidence kept the worse on its folds"): 0.0}
         if agent_gain is not None:
@@ -39,7 +41,15 @@ def test_confidence_table_counts_spread_where_it_ranks(np_rng):
     text = "\n".join(lr._confidence_59(rows))
     a = {r["draw"]: r["value"] for r in rows if r["k"] == 20 and r["metric"] == "confidence auroc"}
     q = {r["draw"]: r["value"] for r in rows if r["k"] == 20 and r["metric"] == "confidence iqr"}
-    ranked = [d for d in a if a[d] >= 0.6]
-    assert f"| {sum(q[d] >= 0.1 for d in ranked)} of {len(ranked)} | 0 of 20 |" in text, text
+    own = {r["draw"]: r["value"] for r in rows if r["k"] == 20 and r["metric"] == "confidence own auroc"}
+    ranked, own_ranked = [d for d in a if a[d] >= 0.6], [d for d in own if own[d] >= 0.6]
+    n, n_own = sum(q[d] >= 0.1 for d in ranked), sum(q[d] >= 0.1 for d in own_ranked)
+    assert f"| {n} of {len(ranked)} | {n_own} of {len(own_ranked)} | " in text, text
+    assert text.count("| 0 of 20 |") == 1, text  # kept the worse on its folds: k = 20 only (k = 5 ships nothing)
+    # honesty: the mean confidence minus the hit rate over draws; halves not measured here
+    hon = np.mean([r["value"] for r in rows if r["k"] == 20 and r["metric"] == "confidence minus hit rate"])
+    assert f"| {hon:+.3f} / — / — |" in text, text
+    # the must-hold summed over the k that ship an entry (k = 5 ships none)
+    assert f"{n} of the {len(ranked)} draws whose test logs" in text, text
     assert f"| trail/GAIA | 5 | fewer than {lr.MIN_K} labels" in text
     assert f"{np.mean(list(q.values())):.3f}" in text
