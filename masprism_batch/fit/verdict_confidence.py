@@ -29,7 +29,7 @@ the scores' skew (log-odds): half the draws whose test logs it ranked at AUROC >
 under 0.1. Percentiles of new verdicts are spread evenly whatever the scores' skew, so the spread follows the
 measured AUROC and hit rate alone: a confidence spreads as far as it ranked, not further. A logistic of the
 percentile rather than of its normal score (Phi^-1(u)): for the same AUROC it puts more of the spread into the
-middle half of the verdicts (interquartile range 0.12 against 0.10 at AUROC 0.6 and hit rate 0.3), since nothing
+middle half of the verdicts (interquartile range 0.13 against 0.10 at AUROC 0.6 and hit rate 0.3), since nothing
 says the scores' tails are surer than the middle; measured beside it in docs/accuracy.md.
 """
 
