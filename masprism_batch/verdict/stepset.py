@@ -28,12 +28,11 @@ import bisect
 import json
 import logging
 import math
-from collections import Counter
 from dataclasses import dataclass
 from functools import lru_cache
 
 from masprism_batch.method import weights_dir
-from masprism_batch.trace import norm_agent
+from masprism_batch.verdict import reading_model
 
 log = logging.getLogger(__name__)
 SCORES = ("rank", "share")
@@ -42,11 +41,11 @@ SCORES = ("rank", "share")
 # first), or the steps before the blamed step nearest first, then those after it in order (a failure's source
 # precedes its symptoms). Which one ships is chosen by leave-one-system-out (bench_stepset.py).
 TAILS = ("index", "nearest", "h_score", "before")
-# a tail only a system's labels give (fit/stepset_fit.py): "prior" reads first the steps of the agents its labels blame
+# tails only a system's labels give (fit/stepset_fit.py): "prior" reads first the steps of the agents its labels blame
 # most per step of theirs in the log (on Hand-Crafted the web surfer wrote 19% of the steps and 64% of the blamed
-# ones), then by h_score; the calibration holds the blamed agents' label counts (`agents`)
-LABEL_TAILS = ("prior",)
-MAX_AGENTS = 10_000  # blamed-agent names a calibration may hold (a team's labels name tens)
+# ones), then by h_score (the calibration holds the label counts, `agents`); "learned" by a small model fitted on
+# the labels (verdict/reading_model.py, the calibration's `model`)
+LABEL_TAILS = ("prior", "learned")
 # what leads the order: every step the verdict ranked ("ranked"), or its blamed step alone ("top": where the rest of
 # the verdict's ranking carries less than the tail, as the zero-training candidates on long logs may)
 LEADS = ("ranked", "top")
@@ -82,16 +81,15 @@ class StepSet:
                 "set_coverage": self.coverage, "set_by": self.by, "localised": self.localised}
 
 
-EMPTY_COLUMNS = {"read_steps": [], "set_size": 0, "set_share": None, "set_coverage": None, "set_by": None,
-                 "localised": None}
+EMPTY_COLUMNS = dict(read_steps=[], set_size=0, set_share=None, set_coverage=None, set_by=None, localised=None)
 
 
 def reading_order(order: list[int], n: int, tail: str = "index", rows: list[dict] | None = None,
-                  lead: str = "ranked", agents: dict | None = None) -> list[int]:
+                  lead: str = "ranked", agents: dict | None = None, model: dict | None = None) -> list[int]:
     """Every step of an n-step log, best first: `order` (the verdict's ranked steps, order[0] the blamed step;
     with `lead` "top" only the blamed step), then the others by `tail` (TAILS, LABEL_TAILS); `rows`: the log's
     step_scores (h_score, agent) for the `h_score` and `prior` tails; `agents`: {blamed agent (trace.norm_agent):
-    labelled logs} for `prior`."""
+    labelled logs} for `prior`; `model` (verdict/reading_model.py) for `learned`."""
     if lead == "top":
         order = order[:1]
     elif lead != "ranked":
@@ -109,24 +107,13 @@ def reading_order(order: list[int], n: int, tail: str = "index", rows: list[dict
         h = {r["step"]: r.get("h_score") for r in rows or []}
         rest.sort(key=lambda k: -_finite(h.get(k)))  # stable: ties keep the index order
     elif tail == "prior":
-        rest.sort(key=_prior_key(rows, agents or {}))
+        rest.sort(key=reading_model.prior_key(rows, agents or {}))
+    elif tail == "learned":
+        s = reading_model.scores(model, rows, n)
+        rest.sort(key=lambda k: (-s[k], k))
     else:
         raise ValueError(f"unknown reading-order tail {tail!r}; expected one of {', '.join(TAILS + LABEL_TAILS)}")
     return [*order, *rest]
-
-
-def _prior_key(rows: list[dict] | None, agents: dict):
-    """The `prior` tail's sort key: (agent's labelled logs + 1/2) / its steps in this log, highest first (the
-    denominator common to every step of a log drops out of the order), then h_score, then the index."""
-    who = {r["step"]: norm_agent(r.get("agent")) or "" for r in rows or []}
-    steps = Counter(who.values())
-    h = {r["step"]: r.get("h_score") for r in rows or []}
-
-    def key(k: int):
-        a = who.get(k, "")
-        return (-(float(agents.get(a, 0.0)) + 0.5) / max(steps.get(a, 1), 1), -_finite(h.get(k)), k)
-
-    return key
 
 
 def _finite(x) -> float:
@@ -217,7 +204,8 @@ def step_set(order: list[int], n: int, cal: dict | None, coverage: float, by: st
     "none": nothing calibrated it)."""
     if cal is None:
         return StepSet(reading_order(order, n, "index", rows), n, coverage, "none")
-    full = reading_order(order, n, cal.get("tail", "index"), rows, cal.get("lead", "ranked"), cal.get("agents"))
+    full = reading_order(order, n, cal.get("tail", "index"), rows, cal.get("lead", "ranked"), cal.get("agents"),
+                         cal.get("model"))
     k = size_of(cached_quantile(cal, coverage), n, cal.get("score", "share"))
     return StepSet(full[:k], n, coverage, by)
 
@@ -269,13 +257,11 @@ def check(cal, max_scores: int = 1_000_000) -> str | None:
         return f"score must be one of {', '.join(SCORES)}"
     if cal.get("tail", "index") not in TAILS + LABEL_TAILS:
         return f"tail must be one of {', '.join(TAILS + LABEL_TAILS)}"
-    agents = cal.get("agents")
-    if cal.get("tail") == "prior" or agents is not None:
-        if not isinstance(agents, dict) or len(agents) > MAX_AGENTS:
-            return f"agents must be an object of at most {MAX_AGENTS:,} blamed agents and their labelled logs"
-        for name, x in agents.items():
-            if isinstance(x, bool) or not isinstance(x, (int, float)) or not math.isfinite(x) or x < 0:
-                return f"agents[{str(name)[:40]!r}]: {json.dumps(x)[:40]} is not a count >= 0"
+    if (cal.get("tail") == "prior" or cal.get("agents") is not None) and (
+            problem := reading_model.check_agents(cal.get("agents"), "agents")):
+        return problem
+    if cal.get("tail") == "learned" and (problem := reading_model.check(cal.get("model"))):
+        return problem
     if cal.get("lead", "ranked") not in LEADS:
         return f"lead must be one of {', '.join(LEADS)}"
     s = cal.get("scores")

@@ -10,6 +10,7 @@ from masprism_batch.config import PipelineConfig
 from masprism_batch.fit import stepset_fit as sf
 from masprism_batch.fit import system as fs
 from masprism_batch.method import masprism as mp
+from masprism_batch.verdict import reading_model as rm
 from masprism_batch.verdict import rules
 from masprism_batch.verdict import stepset as ss
 from masprism_batch.verdict.decide import fitted_verdict
@@ -143,3 +144,19 @@ def test_a_run_with_the_fitted_file_uses_its_calibration(synth):
     entry = fs.fit_system(synth(30, seed=2), "team/agents").entry
     cal, by = ss.calibration_for(entry)
     assert cal is entry["stepset"] and by == "fit:team/agents"
+
+
+def test_with_enough_labels_fit_may_keep_a_reading_model_and_a_run_reads_it(synth):
+    # the labelled step is the log's most surprising one (synth's planted signal), which the verdict's random
+    # candidates miss: a model of the step rows learns it, the agent counts cannot
+    cases = synth(sf.MIN_LEARNED + 10, seed=21)
+    got = sf.fit_stepset(cases, [c.ranked[0] for c in cases], [None] * len(cases), "rule")
+    assert got["tail"] == "learned" and ss.check(got) is None and "agents" not in got
+    assert got["model"]["weights"][rm.FEATURES.index("nll")] > 0
+    assert got["heldout"]["coverage_0.8"] >= 0.75 and got["heldout"]["share_0.8"] < got["heldout"]["step0_share_0.8"]
+    new = synth(40, seed=22)
+    sets = [ss.step_set(list(c.ranked), len(c.trace.steps), got, 0.8, "fit:x", c.rows) for c in new]
+    assert np.mean([c.gold[0] in s.read for c, s in zip(new, sets, strict=True)]) >= 0.7
+    # fewer labels: no model is tried
+    few = synth(sf.MIN_LEARNED - 1, seed=21)
+    assert sf.fit_stepset(few, [c.ranked[0] for c in few], [None] * len(few), "rule")["tail"] != "learned"

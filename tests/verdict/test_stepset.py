@@ -8,6 +8,7 @@ import math
 import numpy as np
 import pytest
 
+from masprism_batch.verdict import reading_model as rm
 from masprism_batch.verdict import stepset as ss
 from masprism_batch.verdict.rankfile import RankerFile, RankerFileError
 
@@ -59,6 +60,7 @@ def _log(np_rng):
 
 
 AGENTS = {"planner": 3.0, "coder": 1.5, "critic": 0.5}  # blamed-agent counts of the `prior` tail's calibrations
+MODEL = {"features": list(rm.FEATURES), "weights": [0.7, -0.3, -1.0, 0.5, 0.2, 0.1], "agents": AGENTS}  # `learned`
 
 
 @pytest.mark.parametrize("tail", ss.TAILS + ss.LABEL_TAILS)
@@ -66,11 +68,12 @@ AGENTS = {"planner": 3.0, "coder": 1.5, "critic": 0.5}  # blamed-agent counts of
 def test_step_sets_cover_exchangeable_logs_and_start_at_the_blamed_step(np_rng, tail, score):
     level = float(np_rng.choice([0.5, 0.8, 0.9]))
     logs = [_log(np_rng) for _ in range(1200)]
-    scores = [ss.score_of(ss.reading_order(o, n, tail, r, agents=AGENTS), g, n, score) for n, o, g, r in logs]
+    scores = [ss.score_of(ss.reading_order(o, n, tail, r, agents=AGENTS, model=MODEL), g, n, score) for n, o, g, r in logs]
     covered = []
     for _ in range(30):  # random calibration / test splits of the same exchangeable logs
         perm = np_rng.permutation(len(logs))
-        cal = {"score": score, "tail": tail, "scores": [scores[i] for i in perm[:100]], "agents": AGENTS}
+        cal = {"score": score, "tail": tail, "scores": [scores[i] for i in perm[:100]], "agents": AGENTS,
+               "model": MODEL}
         for i in perm[100:300]:
             n, order, gold, rows = logs[i]
             s = ss.step_set(order, n, cal, level, "test", rows)
@@ -84,7 +87,7 @@ def test_step_sets_cover_exchangeable_logs_and_start_at_the_blamed_step(np_rng, 
 def test_reading_order_is_every_step_once_ranked_steps_first(np_rng, tail):
     for _ in range(50):
         n, order, _, rows = _log(np_rng)
-        full = ss.reading_order(order, n, tail, rows, agents=AGENTS)
+        full = ss.reading_order(order, n, tail, rows, agents=AGENTS, model=MODEL)
         assert sorted(full) == list(range(n)) and full[: len(order)] == order
 
 
