@@ -69,15 +69,20 @@ def test_fit_reads_the_label_priors_order_where_its_labels_blame_one_agent(synth
     assert "agents" not in got
 
 
+def _random_calibration(np_rng):
+    """(n logs, score kind, their sizes, their scores, a coverage level): fresh random held-out scores."""
+    n = int(np_rng.integers(2, 40))
+    score = str(np_rng.choice(ss.SCORES))
+    sizes = [int(x) for x in np_rng.integers(1, 30, n)]
+    scores = [float(np_rng.integers(1, m + 1)) if score == "rank" else float(np_rng.integers(1, m + 1)) / m
+              for m in sizes]
+    return n, score, sizes, scores, float(np_rng.choice([0.5, 0.8, 0.9]))
+
+
 def test_the_choice_without_a_log_reads_nothing_of_it(np_rng):
     # criterion's per-log values equal the mean set share recomputed from scratch on the other logs only
     for _ in range(30):
-        n = int(np_rng.integers(2, 40))
-        score = str(np_rng.choice(ss.SCORES))
-        sizes = [int(x) for x in np_rng.integers(1, 30, n)]
-        scores = [float(np_rng.integers(1, m + 1)) if score == "rank" else float(np_rng.integers(1, m + 1)) / m
-                  for m in sizes]
-        level = float(np_rng.choice([0.5, 0.8, 0.9]))
+        n, score, sizes, scores, level = _random_calibration(np_rng)
         whole, without = sf.criterion(scores, sizes, level, score)
         q = ss.quantile(scores, level)
         assert whole == pytest.approx(np.mean([ss.size_of(q, m, score) / m for m in sizes]))
@@ -111,12 +116,7 @@ def test_sets_chosen_on_the_labels_still_cover_new_logs(synth, np_rng):
 
 def test_leave_one_out_equals_refitting_without_each_log(np_rng):
     for _ in range(20):
-        n = int(np_rng.integers(2, 40))
-        score = str(np_rng.choice(ss.SCORES))
-        sizes = [int(x) for x in np_rng.integers(1, 30, n)]
-        scores = [float(np_rng.integers(1, m + 1)) if score == "rank" else float(np_rng.integers(1, m + 1)) / m
-                  for m in sizes]
-        level = float(np_rng.choice([0.5, 0.8, 0.9]))
+        n, score, sizes, scores, level = _random_calibration(np_rng)
         hits, shares = [], []
         for i in range(n):  # brute force: the quantile of the others, applied to log i
             q = ss.quantile(scores[:i] + scores[i + 1:], level) if n > 1 else math.inf
