@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from benchmarks.accuracy.bench_category import calibrate, family_idx, predict
+from benchmarks.accuracy.category_fit import calibrate, family_idx, predict
 from benchmarks.accuracy.category_report import SPLITS
 from masprism_batch.category import classify
 from masprism_batch.category.taxonomy import TRAIL

@@ -21,7 +21,6 @@ import re
 from collections.abc import Iterator
 from typing import Any
 
-from masprism_batch.ingest import smolagents_runs
 from masprism_batch.ingest.common import Context, IngestError
 from masprism_batch.ingest.messages import content_text, dumps, join, tool_call_line
 from masprism_batch.ingest.sources import base_name
@@ -143,14 +142,18 @@ def mini_swe_trace(doc: Any, tid: str) -> Trace:
                  labels=None, metadata=meta)
 
 
-def parse(doc: Any, ctx: Context, kind: str, line: int | None = None) -> Iterator[Trace]:
+def trace_id(ctx: Context, kind: str, line: int | None = None) -> str:
+    """The id of the run a smolagents / mini-swe-agent document holds: its kind, file stem and line."""
     stem = base_name(ctx.input_path).removesuffix(".traj")
-    tid = f"{kind}/{stem}" + (f"#{line}" if line is not None else "")
+    return f"{kind}/{stem}" + (f"#{line}" if line is not None else "")
+
+
+def parse(doc: Any, ctx: Context, kind: str, line: int | None = None) -> Iterator[Trace]:
+    """A smolagents memory or a mini-swe-agent trajectory (a runner's output line goes to smolagents_runs:
+    ingest/documents.py routes it)."""
+    tid = trace_id(ctx, kind, line)
     if kind == "mini-swe-agent":
         yield mini_swe_trace(doc, tid)
-        return
-    if smolagents_runs.is_run_line(doc):  # a benchmark runner's output line: one run
-        yield smolagents_runs.run_trace(doc, tid)
         return
     msgs = doc.get("messages") if isinstance(doc, dict) else doc
     if not isinstance(msgs, list):

@@ -91,6 +91,8 @@ def parse_doc(doc: Any, kind: str | None, ctx: Context, line: int | None = None)
         yield from otel_genai.parse([doc], ctx)
     elif kind in ("ag2", "openai", "langgraph-messages", "tau-bench"):
         yield from {"ag2": ag2.parse, "tau-bench": taubench.parse}.get(kind, openai_chat.parse)(doc, ctx, line)
+    elif kind == "smolagents" and smolagents_runs.is_run_line(doc):  # a benchmark runner's output line: one run
+        yield smolagents_runs.run_trace(doc, agent_logs.trace_id(ctx, kind, line))
     elif kind in ("smolagents", "mini-swe-agent"):
         yield from agent_logs.parse(doc, ctx, kind, line)
     elif kind == "claude-code":

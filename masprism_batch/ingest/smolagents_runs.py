@@ -24,6 +24,7 @@ from collections.abc import Iterator
 from typing import Any
 
 from masprism_batch.ingest import status
+from masprism_batch.ingest.agent_logs import smolagents_trace
 from masprism_batch.ingest.common import Context, IngestError, check_trace_id, short
 from masprism_batch.ingest.messages import content_text, dumps, join
 from masprism_batch.ingest.spantree import parse_time
@@ -50,8 +51,6 @@ def is_bus_message(doc: Any) -> bool:
 
 
 def run_trace(doc: dict, tid: str) -> Trace:
-    from masprism_batch.ingest.agent_logs import smolagents_trace  # agent_logs routes run lines here
-
     inter = doc["intermediate_steps"]
     q = doc.get("question") if isinstance(doc.get("question"), str) else None
     if isinstance(inter, list) and inter and all(isinstance(m, dict) for m in inter):
