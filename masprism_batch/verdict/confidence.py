@@ -114,14 +114,20 @@ def of_features(cal: dict, feats: dict, n_steps: int) -> float | None:
 
 def percentile(cal: dict, s: float) -> float:
     """Where score `s` falls among the held-out verdicts' scores of a "ranked" calibration: linear between its
-    `knots` (sorted held-out scores) and their mid-rank percentiles `u`, continued past the ends at the knots'
-    mean slope and held within [0, 1] (a score beyond every held-out one is not more than all of them)."""
+    `knots` (sorted held-out scores) and their mid-rank percentiles `u`; past the ends it goes on at the knots'
+    mean slope and bends toward 0 or 1 without reaching them (a tail gap / (1 + distance x slope / gap), slow
+    enough that far scores stay apart in floating point), so a score beyond every held-out one still ranks above
+    (below) them and above (below) the scores nearer the end, by less and less: clamped at 0 and 1, such scores
+    tied, and a fit on few labels ranked its test logs worse than its score did."""
     k, u = cal["knots"], cal["u"]
     if k[0] <= s <= k[-1]:
         return float(np.interp(s, k, u))
     slope = (u[-1] - u[0]) / (k[-1] - k[0])
-    edge = 0 if s < k[0] else -1
-    return min(max(u[edge] + (s - k[edge]) * slope, 0.0), 1.0)
+    if s > k[-1]:
+        gap = 1.0 - u[-1]
+        return 1.0 - gap / (1.0 + (s - k[-1]) * slope / gap) if gap > 0 else float(u[-1])
+    gap = u[0]
+    return gap / (1.0 + (k[0] - s) * slope / gap) if gap > 0 else float(u[0])
 
 
 def ranked_confidence(cal: dict, feats: dict, n_steps: int) -> float:

@@ -29,12 +29,13 @@ def _skewed(rng, n, skew=3.0):
 
 def test_a_20_label_fit_that_ranks_at_0_65_spreads_new_verdicts_by_at_least_0_1(np_rng):
     """Draws of 20 held-out verdicts (leave-one-out folds, 6-14 right) whose kept confidence ranked them at AUROC
-    0.62-0.72 on the fit's folds: in each, new verdicts of the same kind get confidences with an interquartile
-    range >= 0.1. The scale matched on the raw skewed scores (issue 59's first round, `match_scale`) gave a median
-    IQR of about 0.065 here (0.000-0.18)."""
+    0.62-0.72 on the fit's folds: new verdicts of the same kind get confidences with an interquartile range
+    >= 0.1 in at least 9 draws of 10 and >= 0.08 in every one (20 held-out scores place the new verdicts' quartiles
+    only so exactly). The scale matched on the raw skewed scores (issue 59's first round, `match_scale`) gave
+    0.03-0.05 in such draws."""
     seed = int(np_rng.integers(1 << 30))
     rng = np.random.default_rng(seed)
-    checked = 0
+    checked = wide = 0
     for _ in range(400):
         feats, t = _skewed(rng, 20)
         hits = rng.random(20) < 1 / (1 + np.exp(-rng.uniform(0.6, 1.2) * t))
@@ -46,9 +47,11 @@ def test_a_20_label_fit_that_ranks_at_0_65_spreads_new_verdicts_by_at_least_0_1(
         assert cal["kind"] == "ranked" and cal["matched_auroc"] == fig["auroc"], (seed, cal)
         new = _skewed(rng, 400)[0]
         q1, q3 = np.percentile([vconf.of_features(cal, x, 1000) for x in new], [25, 75])
-        assert q3 - q1 >= 0.1, (seed, checked, fig["auroc"], q1, q3)
+        assert q3 - q1 >= 0.08, (seed, checked, fig["auroc"], q1, q3)
+        wide += q3 - q1 >= 0.1
         checked += 1
         if checked == 10:
+            assert wide >= 9, (seed, wide)
             return
     pytest.fail(f"fewer than 10 draws ranked at 0.62-0.72 (seed {seed})")
 
@@ -77,7 +80,12 @@ def test_rank_calibration_matches_the_auroc_and_the_hit_rate_on_its_own_verdicts
     grid = np.linspace(s.min() - 5, s.max() + 5, 200)
     us = [vconf.percentile(cal, g) for g in grid]
     assert np.all(np.diff(us) >= 0) and 0 <= min(us) and max(us) <= 1, seed
-    assert us[0] == 0.0 and us[-1] == 1.0
+    # past the ends: still rising (no ties that would drop the AUROC), continuous with the knots, within (0, 1)
+    lo, hi, gap = cal["knots"][0], cal["knots"][-1], 1e-3 * (cal["knots"][-1] - cal["knots"][0])
+    assert 0 < vconf.percentile(cal, lo - 2 * gap) < vconf.percentile(cal, lo - gap) < cal["u"][0], seed
+    assert cal["u"][-1] < vconf.percentile(cal, hi + gap) < vconf.percentile(cal, hi + 2 * gap) < 1, seed
+    assert vconf.percentile(cal, hi + 1e-12) == pytest.approx(cal["u"][-1], abs=1e-9)
+    assert vconf.percentile(cal, lo - 1e-12) == pytest.approx(cal["u"][0], abs=1e-9)
     # the percentile, not the score's scale or skew: exp of one feature leaves every held-out verdict's confidence
     # as it was (between the knots the percentile is linear in the score, so only there may they differ)
     one = X[:, :1]
@@ -87,6 +95,23 @@ def test_rank_calibration_matches_the_auroc_and_the_hit_rate_on_its_own_verdicts
     a1 = [vconf.of_features(c1, {"zero_training": v}, 10**9) for v in one[:, 0]]
     a2 = [vconf.of_features(c2, {"zero_training": np.exp(v)}, 10**9) for v in one[:, 0]]
     assert a1 == pytest.approx(a2, abs=1e-9), seed
+
+
+def test_new_verdicts_are_ordered_as_their_scores_even_past_the_held_out_ones(np_rng):
+    """A handful of held-out verdicts and many new ones, most past their range: the confidence ties none of them
+    (the first tail clamped at 0 and 1 tied them, and its AUROC fell below the score's), so it ranks new
+    verdicts exactly as their score does."""
+    seed = int(np_rng.integers(1 << 30))
+    rng = np.random.default_rng(seed)
+    X = rng.normal(0, 1, (6, 3))
+    hits = np.array([True, False, True, False, False, True])
+    cal = vc.rank_calibration(calibrate.fit_monotone(X, hits, vc.FEATURES, "equal"), X, hits, 0.7)
+    new = rng.normal(0, 3, (300, 3))
+    s = ((new - cal["mean"]) / cal["std"]) @ cal["w"]
+    conf = np.array([vconf.of_features(cal, dict(zip(vc.FEATURES, x, strict=True)), 10**9) for x in new])
+    y = rng.random(300) < 1 / (1 + np.exp(-s))
+    assert len(set(conf.tolist())) == len(set(s.tolist())), seed
+    assert cf.auroc(conf, y) == cf.auroc(s, y), seed
 
 
 def test_a_confidence_that_ranks_at_0_5_on_many_labels_stays_flat_but_ordered(np_rng):
