@@ -46,7 +46,9 @@ def open_dataset(directory: Path | str):
             log.warning("%s: the ingest that wrote it did not finish (%s): reading a partial output",
                         directory, marker)
     if not (directory.parent / MANIFEST_DIR).is_dir():
-        return ds.dataset(str(directory), format="parquet", exclude_invalid_files=True, ignore_prefixes=[".", "_"])
+        got = ds.dataset(str(directory), format="parquet", exclude_invalid_files=True, ignore_prefixes=[".", "_"])
+        schema = _schema(directory.name, got.schema)
+        return got if schema is None else ds.dataset(got.files, schema=schema, format="parquet")
     keep = ShardStore(directory.parent).verified()
     files, dropped = [], 0
     for p in sorted(directory.glob("*.parquet")):
@@ -62,4 +64,22 @@ def open_dataset(directory: Path | str):
         from masprism_batch.schema import TABLES  # an empty dataset still has its table's columns
 
         return ds.dataset([], schema=TABLES.get(directory.name, pa.schema([])), format="parquet")
-    return ds.dataset(files, format="parquet")
+    got = ds.dataset(files, format="parquet")
+    schema = _schema(directory.name, got.schema)
+    return got if schema is None else ds.dataset(files, schema=schema, format="parquet")
+
+
+def _schema(table: str, first: pa.Schema) -> pa.Schema | None:
+    """The schema to read a table's files with: its own columns (schema.TABLES) and whatever the first file adds,
+    so that an OUTDIR resumed across a release that added columns (issue 59's read_steps, set_size, ...) reads
+    them as null in the older shards instead of losing them where an older shard happens to come first (pyarrow
+    takes a dataset's schema from its first file). None for a table it does not know."""
+    from masprism_batch.schema import TABLES
+
+    want = TABLES.get(table)
+    if want is None:
+        return None
+    try:
+        return pa.unify_schemas([want, first], promote_options="permissive")
+    except (pa.ArrowInvalid, pa.ArrowTypeError):  # a column whose type changed: the files' own, as before
+        return None
