@@ -1,4 +1,5 @@
-"""Readable tables of evaluation results: per subset, the method's row and its baselines beneath it."""
+"""Readable tables of evaluation results: per subset, the method's row and its baselines beneath it. Names read
+from the logs (subsets, sources, reasons) reach the terminal through schema.terminal, as every command's do."""
 
 from __future__ import annotations
 
@@ -7,6 +8,8 @@ from typing import Any
 
 from rich.console import Console
 from rich.table import Table
+
+from masprism_batch.schema import terminal
 
 WNW_COLUMNS = [("step_top1", "step@1"), ("step_top3", "step@3"), ("step_within1", "step±1"), ("agent", "agent")]
 
@@ -34,7 +37,7 @@ def tables(result: dict[str, Any]) -> list[Table]:
     out = []
     for res in result.get("datasets", [result] if "dataset" in result else []):
         cols = _columns(res)
-        t = Table(title=f"{res['dataset']} (exact match)", title_justify="left")
+        t = Table(title=f"{terminal(res['dataset'])} (exact match)", title_justify="left")
         t.add_column("subset")
         t.add_column("predictor")
         t.add_column("n", justify="right")
@@ -42,11 +45,11 @@ def tables(result: dict[str, Any]) -> list[Table]:
             t.add_column(label, justify="right")
         for name, m in res["subsets"].items():
             missing = f" ({m['n_missing']} missing)" if m.get("n_missing") else ""
-            t.add_row(name, "method", f"{m['n']}{missing}", *[_fmt(k, m.get(k)) for k, _ in cols], style="bold")
+            t.add_row(terminal(name), "method", f"{m['n']}{missing}", *[_fmt(k, m.get(k)) for k, _ in cols], style="bold")
             for bname, b in res["baselines"].get(name, {}).items():
-                t.add_row("", bname, str(b["n"]), *[_fmt(k, b.get(k)) for k, _ in cols], style="dim")
+                t.add_row("", terminal(bname), str(b["n"]), *[_fmt(k, b.get(k)) for k, _ in cols], style="dim")
             t.add_section()
-        notes = [f"{n} {reason}" for reason, n in sorted(res.get("excluded", {}).items()) if n]
+        notes = [f"{n} {terminal(reason)}" for reason, n in sorted(res.get("excluded", {}).items()) if n]
         if notes:
             t.caption = "excluded traces: " + ", ".join(notes)
         out.append(t)
@@ -62,5 +65,5 @@ def format_tables(result: dict[str, Any], width: int = 120) -> str:
     uns = result.get("unscored") or {}
     if uns.get("rows_without_trace") or uns.get("sources_without_scoring"):
         console.print(f"not scored: {uns.get('rows_without_trace', 0)} rows without a trace; "
-                      f"sources without labels/scoring: {uns.get('sources_without_scoring') or {}}")
+                      f"sources without labels/scoring: {terminal(uns.get('sources_without_scoring') or {})}")
     return buf.getvalue()

@@ -95,3 +95,11 @@ def test_evaluate_and_table_show_method_and_baselines():
 def test_bad_ks():
     with pytest.raises(ValueError):
         score_trail([], [], ks=(0,))
+
+
+def test_names_from_the_logs_reach_the_table_escaped():
+    # a subset named by a log's source: rich markup stays text and an escape sequence cannot act on the terminal
+    src = "trail/[bold]GAIA\x1b[2J"
+    traces = [tr("A", [("llm", "s0"), ("tool", "s1")], ["s1"], source=src)]
+    text = format_tables(evaluate([row("A", [1])], traces), width=200)
+    assert "[bold]GAIA" in text and "\x1b" not in text
