@@ -22,7 +22,7 @@ from masprism_batch.pipelines.contracts import PackResult
 from masprism_batch.pipelines.increment import generation_of
 from masprism_batch.pipelines.plan import INGEST_SHARD, InputPlan, Shard, plan_inputs
 from masprism_batch.pipelines.progress import Progress, as_progress
-from masprism_batch.pipelines.refresh import purge_stale
+from masprism_batch.pipelines.refresh import finish_cut_purge, purge_stale
 from masprism_batch.pipelines.resume import bind_header, now_utc, piece_parts, resume_of, settled_ids
 from masprism_batch.pipelines.run_summary import RunFacts, RunSummary, breakdown, split_reasons
 
@@ -106,6 +106,8 @@ class Committer:
         self.tokens_committed = 0
         self._mine: list[dict] = []  # entries this invocation committed: run.json `this_invocation`
         self._check_header()
+        if plan.staged:  # before clean() removes, as damaged, a shard a refresh was cut short rewriting
+            finish_cut_purge(self.outdir, self.run_id)
         self.store.clean()
         committed = self.store.committed()
         if plan.ingest_errors is not None and INGEST_SHARD not in committed:

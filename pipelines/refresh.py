@@ -11,7 +11,10 @@ Without the flag a changed file is said and only its new traces run (increment.p
    reason `refresh`), then each committed shard holding one is committed again without its rows (traces,
    attributions, step_scores, and errors/ rows of that record), its manifest entry's counts recomputed.
    `OUT/history/refreshed.json` records the generations purged, so a rerun does not scan again; a purge cut short
-   is finished by the next run (the marker still lists the ids).
+   is finished by the next run (the marker still lists the ids). While it rewrites shards, `OUT/history/
+   purging.json` names them: one cut short between its parts and its entry reads as damaged, and a resume would
+   run it again from its staged input, which still holds the old content (a second live row for the trace,
+   rejected as a duplicate); `finish_cut_purge` rewrites it instead, before the resume plans (commit.Committer).
 The new generation's shards then attribute the new content: one live verdict per trace, the old one in history.
 """
 
@@ -35,6 +38,7 @@ from masprism_batch.trace import Trace
 
 log = logging.getLogger(__name__)
 PURGED = "refreshed.json"  # under OUT/history/: the generations whose stale rows are gone
+PURGING = "purging.json"  # under OUT/history/: the shards a purge is rewriting (archived already) and the ids
 _CONTENT = ("source", "system", "question", "steps")
 
 
@@ -80,18 +84,55 @@ def purge_stale(outdir: Path, shards, generation_of_shard, run_id: str) -> int:
     committed = store.committed()
     gen_of = {s.shard_id: generation_of_shard(s) for s in shards}
     archived = 0
+    journal = outdir / HISTORY_DIR / PURGING
     for g, ids in sorted(todo.items()):
         older = [sid for sid, e in committed.items() if gen_of.get(e.get("piece_of") or sid, _ingest_gen(sid)) < g]
         hits = [sid for sid in older if _holds(store, sid, ids)]
+        cut = read_json(journal) or {}
+        done_before = set(cut.get("shards") or []) if cut.get("generation") == g else set()
+        fresh = [sid for sid in hits if sid not in done_before]  # a cut-short purge archived the others
+        if fresh:
+            archived += archive_attributions(outdir, _attributed_in(store, fresh, ids), "refresh")
         if hits:
-            archived += archive_attributions(outdir, _attributed_in(store, hits, ids), "refresh")
+            write_json_atomic({"generation": g, "ids": sorted(ids), "shards": sorted(set(hits) | done_before)},
+                              journal)
         for sid in hits:
             _recommit_without(store, sid, committed[sid], ids, run_id)
         log.info("refresh: %d trace(s) of generation %d re-attributed; their rows taken out of %d older shard(s), "
                  "the old verdicts kept in %s", len(ids), g, len(hits), outdir / HISTORY_DIR)
         done.add(g)
         write_json_atomic({"generations": sorted(done)}, done_file)
+        journal.unlink(missing_ok=True)
     return archived
+
+
+def finish_cut_purge(outdir: Path, run_id: str) -> int:
+    """The shards a purge cut short left damaged (`PURGING` names them; some parts rewritten, the entry not),
+    rewritten without the refreshed rows from their parts as they are (each part is whole: written atomically)
+    and their entry as it was, so that the resume does not run them again; one that does not read is left to
+    the resume, as before. The shards rewritten."""
+    outdir = Path(outdir)
+    cut = read_json(outdir / HISTORY_DIR / PURGING)
+    if not isinstance(cut, dict) or not cut.get("shards"):
+        return 0
+    store = ShardStore(outdir)
+    store.committed()
+    ids, fixed = set(cut.get("ids") or []), 0
+    for sid in cut["shards"]:
+        if sid not in store.damaged:
+            continue
+        try:
+            entry = read_json(store.entry_path(sid))
+            if not isinstance(entry, dict) or entry.get("shard_id") != sid:
+                continue
+            _recommit_without(store, sid, entry, ids, run_id)
+        except (OSError, ValueError, pa.ArrowException) as exc:
+            log.warning("refresh: shard %s, cut short while its old rows were taken out, does not read (%s): it "
+                        "is run again", sid, exc)
+            continue
+        fixed += 1
+        log.info("refresh: shard %s, cut short while its old rows were taken out, rewritten without them", sid)
+    return fixed
 
 
 def _ingest_gen(sid: str) -> int:

@@ -88,3 +88,35 @@ def test_refresh_re_attributes_exactly_the_edited_trace_and_keeps_history(tmp_pa
     assert run["this_invocation"]["model_loaded"] is False and len(history_files(out)) == 1
     res = runner.invoke(app, ["stats", str(out)])
     assert res.exit_code == EXIT_OK and f"{len(before) + 1} attributed" in " ".join(res.output.split()), res.output
+
+
+def test_a_refresh_cut_short_while_taking_old_rows_out_is_finished_by_the_next_run(tmp_path, rng, monkeypatch):
+    # the refresh dies after rewriting one part of an older shard (its manifest entry not yet rewritten): that
+    # shard now reads as damaged. The next run must finish taking the old rows out, not re-run the old shard
+    # (whose staged input still holds the edited trace's old content: a second live row, rejected as a duplicate)
+    from masprism_batch.outdir import shards
+
+    logs, out, edited, before = _scenario(tmp_path, rng)
+    real, calls = shards.write_table_atomic, []
+
+    def dies_on_the_second_part(*a, **k):
+        calls.append(a[1])
+        if len(calls) == 2:
+            raise OSError("disk went away")
+        return real(*a, **k)
+
+    monkeypatch.setattr(shards, "write_table_atomic", dies_on_the_second_part)
+    res = runner.invoke(app, ["attribute", str(logs), "-o", str(out), "--model", "tiny-random", "--no-progress",
+                              "--traces-per-shard", "2", "--refresh"])
+    assert res.exit_code != EXIT_OK and len(calls) == 2, res.output
+    assert (out / "history" / "purging.json").is_file()  # it died inside the purge, an old shard half rewritten
+    monkeypatch.setattr(shards, "write_table_atomic", real)
+    said, run = _attribute(logs, out, "--refresh")
+    for table in ("traces", "attributions"):
+        assert sorted(_rows(out, table)) == sorted(list(before) + ["a9"]), table  # one live row per trace
+    steps = {r["trace_id"]: r["steps"] for r in ds.dataset(str(out / "traces")).to_table().to_pylist()}
+    assert steps[edited] != before[edited]["steps"]
+    assert not any(r == "duplicate_trace_id" for r in ds.dataset(str(out / "errors")).to_table()["reason"].to_pylist())
+    hist = [h["trace_id"] for f in history_files(out) for h in ds.dataset(str(f)).to_table().to_pylist()]
+    assert hist == [edited]  # archived once, though the purge ran twice
+    assert not (out / "history" / "purging.json").exists()
