@@ -64,7 +64,9 @@ def fit_stepset(cases: list[LogCase], tops: list[int], probs: list, verdict: str
         return None
     sizes = [len(c.trace.steps) for c, _ in ranked]
     step0 = [ss.score_of(list(range(n)), c.gold, n, "share") for (c, _), n in zip(ranked, sizes, strict=True)]
-    agents, own = _agent_counts([c for c, _ in ranked])
+    own = _own_agents([c for c, _ in ranked])
+    agents = _total(own)
+    others = [_without(agents, mine) for mine in own]  # each log's order reads the other logs' labels only
     # the default, and where the labels name agents the label prior's order after the verdict's ranked steps or
     # after its blamed step alone: few options, since each one tried widens the honest (nested) sets
     learned = _learned(ranked, sizes, own) if agents and len(ranked) >= MIN_LEARNED else None
@@ -73,9 +75,9 @@ def fit_stepset(cases: list[LogCase], tops: list[int], probs: list, verdict: str
     scores, shares = {}, {}
     for score, tail, lead in options:
         scores[(score, tail, lead)] = [
-            ss.score_of(ss.reading_order(o, n, tail, c.rows, lead, _without(agents, mine),
-                                         learned[0][i] if learned else None), c.gold, n, score)
-            for i, ((c, o), n, mine) in enumerate(zip(ranked, sizes, own, strict=True))]
+            ss.score_of(ss.reading_order(o, n, tail, c.rows, lead, others[i], learned[0][i] if learned else None),
+                        c.gold, n, score)
+            for i, ((c, o), n) in enumerate(zip(ranked, sizes, strict=True))]
         shares[(score, tail, lead)] = criterion(scores[(score, tail, lead)], sizes, 0.8, score)
     best = _choose(options, shares, None)
     nested = [scores[_choose(options, shares, i)][i] for i in range(len(ranked))]
@@ -99,10 +101,7 @@ def _learned(ranked: list, sizes: list[int], own: list[dict]) -> tuple[list[dict
     folds = folds_of(len(ranked))
 
     def fit(idx: list[int]) -> dict:
-        tot: dict[str, float] = {}
-        for i in idx:
-            for a, w in own[i].items():
-                tot[a] = tot.get(a, 0.0) + w
+        tot = _total(own[i] for i in idx)
         xs = [rm.matrix(ranked[i][0].rows, sizes[i], _without(tot, own[i])) for i in idx]
         golds = [[g for g in ranked[i][0].gold if 0 <= g < sizes[i]] for i in idx]
         w = clogit.solve(xs, golds, [np.zeros(len(x)) for x in xs], np.full(len(rm.FEATURES), rm.L2))
@@ -133,18 +132,22 @@ def _agreement(options, shares, best) -> float:
     return float(np.mean([_choose(options, shares, i) == best for i in range(n)])) if n else 1.0
 
 
-def _agent_counts(cases: list[LogCase]) -> tuple[dict[str, float], list[dict[str, float]]]:
-    """({blamed agent: labelled logs} over `cases`, each case's own share of it): a log with several blamed agents
-    spreads one count over them (verdict/case.Priors' agent counts)."""
-    total: dict[str, float] = {}
-    own = []
+def _own_agents(cases: list[LogCase]) -> list[dict[str, float]]:
+    """Each case's blamed agents, a log with several spreading one count over them (verdict/case.Priors)."""
+    out = []
     for c in cases:
         names = gold_agent_names(c)
-        mine = {a: 1.0 / len(names) for a in names}
+        out.append({a: 1.0 / len(names) for a in names})
+    return out
+
+
+def _total(owns) -> dict[str, float]:
+    """{blamed agent: labelled logs} summed over the cases' own counts."""
+    tot: dict[str, float] = {}
+    for mine in owns:
         for a, w in mine.items():
-            total[a] = total.get(a, 0.0) + w
-        own.append(mine)
-    return total, own
+            tot[a] = tot.get(a, 0.0) + w
+    return tot
 
 
 def _without(total: dict[str, float], mine: dict[str, float]) -> dict[str, float]:
@@ -152,48 +155,37 @@ def _without(total: dict[str, float], mine: dict[str, float]) -> dict[str, float
     return {a: v - mine.get(a, 0.0) for a, v in total.items()}
 
 
+def _without_each(scores: np.ndarray, level: float) -> np.ndarray:
+    """Per log, the conformal quantile at `level` of the other logs' scores: O(n log n), since without log i it is
+    one of two order statistics of the whole (S[k-1] or S[k]; +inf past the others)."""
+    n = len(scores)
+    k = math.ceil(n * level - ss.EPS)  # (n - 1 + 1) * level: the others are n - 1 scores
+    if k < 1 or k > n - 1:
+        return np.full(n, math.inf)
+    srt = np.sort(scores)
+    return np.where(scores <= srt[k - 1], srt[k], srt[k - 1])
+
+
 def criterion(scores: list[float], sizes: list[int], level: float, score: str) -> tuple[float, np.ndarray]:
     """What the choice of a reading order minimises: the mean share of a log in the conformal sets at `level`
     calibrated on the logs' scores, on all of them and (per log i) with log i taken out of both the calibration
-    and the mean, so that the choice made without log i reads nothing of it. O(n log n): without log i the
-    quantile is one of two order statistics of the whole."""
+    and the mean, so that the choice made without log i reads nothing of it."""
     s = np.asarray(scores, float)
     m = np.asarray(sizes, float)
     n = len(s)
-    srt = np.sort(s)
     whole = float(np.mean([ss.size_of(ss.quantile(s, level), int(x), score) / x for x in m]))
     if n < 2:
         return whole, np.full(n, whole)
-    k = math.ceil(n * level - ss.EPS)  # (n - 1 + 1) * level over the n - 1 others
-    lo = srt[k - 1] if 1 <= k <= n - 1 else math.inf
-    hi = srt[k] if 1 <= k <= n - 1 else math.inf
-    share = {q: np.array([ss.size_of(q, int(x), score) / x for x in m]) for q in {lo, hi}}
-    q_i = np.where(s <= lo, hi, lo) if k <= n - 1 else np.full(n, math.inf)
-    out = np.array([(share[q].sum() - share[q][i]) / (n - 1) for i, q in enumerate(q_i)])
-    return whole, out
+    q_i = _without_each(s, level)
+    share = {q: np.array([ss.size_of(q, int(x), score) / x for x in m]) for q in set(q_i.tolist())}
+    return whole, np.array([(share[q].sum() - share[q][i]) / (n - 1) for i, q in enumerate(q_i.tolist())])
 
 
 def loo(scores: list[float], sizes: list[int], level: float, score: str) -> tuple[float, float]:
     """(achieved coverage, mean set share) of the conformal set at `level`, each log held out of the calibration
     in turn."""
-    hit, share = loo_each(scores, sizes, level, score)
-    return float(np.mean(hit)), float(np.mean(share))
-
-
-def loo_each(scores: list[float], sizes: list[int], level: float, score: str) -> tuple[list[bool], list[float]]:
-    """Per log: whether the conformal set at `level`, calibrated on the other logs, holds its labelled step, and
-    its share of the log. O(n log n) (the k-th smallest of the others is S[k-1] or S[k] of the sorted whole)."""
     s = np.asarray(scores, float)
-    n = len(s)
-    srt = np.sort(s)
-    k = math.ceil(n * level - ss.EPS)  # (n - 1 + 1) * level: the others are n - 1 scores
-    hit, share = [], []
-    for x, m in zip(s, sizes, strict=True):
-        if k > n - 1 or k < 1:
-            q = math.inf
-        else:
-            q = srt[k] if x <= srt[k - 1] else srt[k - 1]
-        size = ss.size_of(q, m, score)
-        hit.append(bool(x <= q + ss.EPS))
-        share.append(size / m)
-    return hit, share
+    q_i = _without_each(s, level)
+    hit = [bool(x <= q + ss.EPS) for x, q in zip(s, q_i, strict=True)]
+    share = [ss.size_of(q, m, score) / m for q, m in zip(q_i, sizes, strict=True)]
+    return float(np.mean(hit)), float(np.mean(share))

@@ -64,9 +64,10 @@ def open_dataset(directory: Path | str):
         from masprism_batch.schema import TABLES  # an empty dataset still has its table's columns
 
         return ds.dataset([], schema=TABLES.get(directory.name, pa.schema([])), format="parquet")
-    got = ds.dataset(files, format="parquet")
-    schema = _schema(directory.name, got.schema)
-    return got if schema is None else ds.dataset(files, schema=schema, format="parquet")
+    import pyarrow.parquet as pq
+
+    schema = _schema(directory.name, pq.read_schema(files[0]))  # one footer, as pyarrow's own discovery reads
+    return ds.dataset(files, schema=schema, format="parquet")  # schema None: the first file's, as before
 
 
 def _schema(table: str, first: pa.Schema) -> pa.Schema | None:
