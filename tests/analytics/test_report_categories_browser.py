@@ -17,6 +17,10 @@ TEXT = ["Plan: search the file and sum the values.", "Tool: python\nInput: total
 
 
 def test_what_fails_most_in_a_browser(browser, tmp_path):
+    # imported here: the `browser` fixture has skipped the test already where selenium is not installed
+    from selenium.common.exceptions import StaleElementReferenceException
+    from selenium.webdriver.support.ui import WebDriverWait
+
     traces = [Trace(trace_id=f"kind-{j}", source="jsonl", system="toy",
                     steps=[Step(index=i, agent="AB"[(i + j) % 2], role="assistant", content=c)
                            for i, c in enumerate(TEXT[j % 3:] + TEXT[:j % 3])]) for j in range(4)]
@@ -36,9 +40,14 @@ def test_what_fails_most_in_a_browser(browser, tmp_path):
     assert browser.find_element("css selector", "#what-fails-most svg.chart").is_displayed()
     links = browser.find_elements("css selector", "#what-fails-most a.ex")
     assert links
-    for link in links[:3]:
+    for i in range(min(3, len(links))):
+        # found again each time: the drill-down re-renders the page's detail (a held element may go stale), and
+        # the link sets location.hash, which the drill-down follows on the hashchange event, after click() returns
+        link = browser.find_elements("css selector", "#what-fails-most a.ex")[i]
         tid = link.text
         link.click()
+        WebDriverWait(browser, 5, ignored_exceptions=(StaleElementReferenceException,)).until(
+            lambda b, tid=tid: b.find_element("css selector", "#detail h3").text == tid)
         h3 = browser.find_element("css selector", "#detail h3")
         assert h3.text == tid
         assert f"failure kind {kinds[tid]}" in browser.find_element("css selector", "#detail p").text
