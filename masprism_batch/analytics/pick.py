@@ -135,5 +135,8 @@ def labelled_ids(path) -> set[str]:
                 rows.append(obj)
     elif lines:
         rows = list(csv.DictReader(lines))
-    return {str(r["trace_id"]) for r in rows if r.get("trace_id") not in (None, "")
-            and any(r.get(k) not in (None, "") for k in ("step", "span_id"))}
+    from masprism_batch.fit.label_files import unsheet
+
+    ids = {str(r["trace_id"]) for r in rows if r.get("trace_id") not in (None, "")
+           and any(r.get(k) not in (None, "") for k in ("step", "span_id"))}
+    return ids | {unsheet(i) for i in ids}  # a picked file's ids as `pick` guarded them for a spreadsheet

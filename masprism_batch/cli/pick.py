@@ -38,13 +38,15 @@ def pick(
     """Pick the N logs to label for the next `fit`: per system, logs spread over its verdicts from the surest to the
     least sure (confidence and step set), systems in turn, no near-duplicates, none already labelled (in the
     traces or in --labels). Writes a CSV to fill in: per log the verdict, its steps to read and the command that
-    shows it; write the labelled step (0-based) and agent in the blank `step` / `agent` columns, then
+    shows it (a cell that would start a spreadsheet formula, =, +, -, @, has an apostrophe before it, which fit
+    takes off again); write the labelled step (0-based) and agent in the blank `step` / `agent` columns, then
     `masprism-batch fit OUTDIR --labels FILE -o ranker.json` (rows left blank are skipped and counted).
 
     Example: masprism-batch pick out/ -n 20 -o to_label.csv"""
     from masprism_batch.analytics import load
     from masprism_batch.analytics.pick import Candidate, labelled_ids
     from masprism_batch.analytics.pick import pick as choose
+    from masprism_batch.fit.label_files import sheet_cell
     from masprism_batch.outdir.manifest import DamagedOutput, OutdirUnsafe
     from masprism_batch.outdir.parts import atomic_output
 
@@ -75,10 +77,11 @@ def pick(
         for c in chosen:
             r = rows[c.trace_id]
             read = r["read_steps"]
-            w.writerow([c.trace_id, "", "", r["pred_step"], r["pred_agent"] or "",
+            # a log's own text (id, agent, system) never runs as a formula where the file is opened
+            w.writerow([sheet_cell(c.trace_id), "", "", r["pred_step"], sheet_cell(r["pred_agent"] or ""),
                         "" if r["confidence"] is None else f"{r['confidence']:.3f}",
                         " ".join(map(str, read)) if read else "", len(read) if read else "", r["n_steps"],
-                        r["system"] or "", f"masprism-batch show {shlex.quote(str(outdir))} {shlex.quote(c.trace_id)}"])
+                        sheet_cell(r["system"] or ""), f"masprism-batch show {shlex.quote(str(outdir))} {shlex.quote(c.trace_id)}"])
     console.print(f"picked {len(chosen):,} of {len(rows):,} attributed log(s) to label ({len(excluded):,} already "
                   f"labelled, left out) into {terminal(out)}: fill in `step` (0-based) and `agent`, then "
                   f"masprism-batch fit {terminal(outdir)} --labels {terminal(out)} -o ranker.json")

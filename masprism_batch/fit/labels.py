@@ -23,7 +23,7 @@ import json
 from pathlib import Path
 
 from masprism_batch.fit import tool_labels
-from masprism_batch.fit.label_files import MAX_LABELS_BYTES, Gold, LabelsFileError, read_labels_bytes
+from masprism_batch.fit.label_files import MAX_LABELS_BYTES, Gold, LabelsFileError, read_labels_bytes, unsheet
 from masprism_batch.trace import Trace, norm_agent
 
 __all__ = ["MAX_LABELS_BYTES", "Gold", "LabelsFileError", "from_file", "from_trace", "read_label_rows",
@@ -174,6 +174,9 @@ def from_file(path: Path, traces: dict[str, Trace], match=None) -> tuple[dict[st
             problems.append(f"{where}: trace_id is not a string: row skipped")
             continue
         t = traces.get(tid) if tid is not None else None
+        if t is None and tid is not None and unsheet(tid) != tid:  # as `pick` guarded it for a spreadsheet
+            tid = unsheet(tid)
+            t = traces.get(tid)
         if t is not None and r.get("agent") is not None and _text(r.get("agent")) is None:
             problems.append(f"{where}: agent is not a string: row skipped")
             continue
@@ -209,7 +212,7 @@ def from_file(path: Path, traces: dict[str, Trace], match=None) -> tuple[dict[st
         g = gold.setdefault(t.trace_id, Gold())
         if step not in g.steps:
             g.steps.append(step)
-        a = norm_agent(_text(r.get("agent"))) if r.get("agent") is not None else None
+        a = norm_agent(unsheet(_text(r.get("agent")) or "")) if r.get("agent") is not None else None
         if a and a not in g.agents:
             g.agents.append(a)
         if r.get("category") is not None:

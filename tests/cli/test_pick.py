@@ -64,3 +64,40 @@ def test_pick_refuses_an_existing_file_and_a_missing_labels_file(tmp_path):
     assert out.read_text() == "keep"
     res = runner.invoke(app, ["pick", str(run), "-o", str(tmp_path / "y.csv"), "--labels", str(tmp_path / "no.csv")])
     assert res.exit_code == EXIT_FATAL and "not found" in res.output
+
+
+def test_pick_never_writes_a_spreadsheet_formula_and_fit_reads_its_guard_back(tmp_path):
+    """A log's own trace id and agent name (`=HYPERLINK(...)`, `@SUM(...)`) are written with an apostrophe before
+    them, so the CSV opened in a spreadsheet runs nothing (OWASP CSV injection); fit and pick --labels take it off."""
+    specs = random_specs(random.Random(3), 6)
+    evil = ['=HYPERLINK("http://x.invalid","y")', "+1+1", "-2+3", "@SUM(A1)", "\tTAB", "plain-id"]
+    for i, s in enumerate(specs):
+        s["labels"], s["trace_id"], s["question"], s["system"] = None, evil[i], f"task {i}", "=SYS()"
+        if not s["ranked"]:  # every log blamed: each is a candidate
+            s["ranked"], s["scores"] = [0], [1.0]
+        for st in s["steps"]:
+            st["agent"] = "=cmd|' /C calc'!A0"
+    run = write_outdir(tmp_path / "run", specs)
+    out = tmp_path / "to_label.csv"
+    res = runner.invoke(app, ["pick", str(run), "-n", "6", "-o", str(out)])
+    assert res.exit_code == EXIT_OK, res.output
+    rows = list(csv.DictReader(out.open(newline="")))
+    assert len(rows) == 6
+    for r in rows:
+        for col in ("trace_id", "verdict_agent", "system"):
+            assert not r[col].startswith(("=", "+", "-", "@", "\t", "\r")), (col, r[col])
+    assert {r["trace_id"] for r in rows} == {"'" + e for e in evil[:5]} | {"plain-id"}
+    # the team fills two rows in, copying the guarded agent; fit finds the traces and the agent under the guard
+    filled = [dict(r) for r in rows]
+    for r in filled[:2]:
+        r["step"], r["agent"] = r["verdict_step"], r["verdict_agent"]
+    with out.open("w", newline="") as fh:
+        w = csv.DictWriter(fh, fieldnames=list(rows[0]))
+        w.writeheader()
+        w.writerows(filled)
+    res = runner.invoke(app, ["fit", str(run), "--labels", str(out), "-o", str(tmp_path / "r.json"), "--allow-partial"])
+    said = " ".join(res.output.split())
+    assert "unknown trace" not in said and "4 not labelled yet" in said, said
+    res = runner.invoke(app, ["pick", str(run), "-n", "6", "-o", str(tmp_path / "next.csv"), "--labels", str(out),
+                              "--force"])
+    assert res.exit_code == EXIT_OK and "2 already labelled" in " ".join(res.output.split()), res.output
