@@ -46,7 +46,8 @@ from masprism_batch.verdict import rules as zr
 
 ROOT = Path(__file__).resolve().parents[2]
 log = logging.getLogger("confidence_variants")
-VARIANTS = ("ranked", "normal scores", "shrunk, leave-one-system-out prior", "shrunk, pooled 0.60 prior")
+VARIANTS = ("ranked", "normal scores", "shrunk, leave-one-system-out prior", "shrunk, pooled 0.60 prior",
+            "smoothed AUROC")
 Z_CLIP = 3.0
 
 
@@ -102,6 +103,13 @@ def shrink(a, hits, a0: float, tau: float):
     return a0 + tau**2 / (tau**2 + se2) * (a - a0)
 
 
+def smoothed(a, hits):
+    """The measured AUROC with one pseudo verdict of each outcome ranked in the middle (as the hit rate is
+    smoothed, (right + 1) / (verdicts + 2)): (A P N + (P + N + 1) / 2) / ((P + 1) (N + 1))."""
+    p, n = int(np.sum(hits)), int(len(hits) - np.sum(hits))
+    return None if a is None else (a * p * n + (p + n + 1) / 2.0) / ((p + 1) * (n + 1))
+
+
 def confidences(d: dict, variant: str, prior: tuple[float, float] | None) -> np.ndarray:
     feats, y = d["held"]
     names = d["names"]
@@ -114,6 +122,8 @@ def confidences(d: dict, variant: str, prior: tuple[float, float] | None) -> np.
         return np.array([conf(x) for x in test])
     if prior is not None:
         target = shrink(target, y, *prior)
+    if variant == "smoothed AUROC":
+        target = smoothed(target, y)
     cal = vc.rank_calibration(base, X, y, target)
     return np.array([vconf.of_features(cal, x, 10**9) for x in test])
 
