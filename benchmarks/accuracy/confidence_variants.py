@@ -15,6 +15,8 @@ confidence's order is the same in every variant, only its calibration differs:
   systems' means: what a new system could be given;
 - "shrunk, pooled 0.60 prior" (t = 0.1): the same toward a prior that reads the held-out system too (not honest
   held out; for comparison).
+- "smoothed AUROC": "ranked" with the measured AUROC smoothed as the hit rate is, one pseudo verdict of each
+  outcome ranked in the middle (`smoothed`).
 Per system and k, on the test logs (held out): the draws whose test AUROC >= 0.6 that have an interquartile range
 >= 0.1, the mean AUROC and IQR, and the mean confidence minus the hit rate (all / more / less confident half).
 Writes tidy rows to benchmarks/results/confidence_variants.csv.
