@@ -28,3 +28,15 @@ def test_stats_read_the_halves_by_confidence(np_rng):
     top = np.argsort(-conf)[:10]
     assert st["bias_top"] == pytest.approx(conf[top].mean() - 1.0)
     assert st["iqr"] == pytest.approx(np.subtract(*np.percentile(conf, [75, 25])))
+
+
+def test_smoothed_auroc_is_one_pseudo_verdict_of_each_outcome_in_the_middle(np_rng):
+    p, n = int(np_rng.integers(1, 6)), int(np_rng.integers(5, 40))
+    hits = np_rng.permutation(np.arange(p + n) < p)
+    a = float(np_rng.uniform(0.5, 1.0))
+    got = cv.smoothed(a, hits)
+    # U pairs of the real verdicts, half of each pseudo verdict's pairs with the other outcome, half their own pair
+    assert got == pytest.approx((a * p * n + n / 2 + p / 2 + 0.5) / ((p + 1) * (n + 1)))
+    assert 0.5 <= got < a  # toward 0.5, never past it
+    assert cv.smoothed(1.0, np.arange(10_000) < 5000) == pytest.approx(1.0, abs=1e-3)  # many labels: as measured
+    assert cv.smoothed(None, hits) is None
