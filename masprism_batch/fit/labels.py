@@ -145,13 +145,17 @@ def _text(v) -> str | None:
 
 
 def _step(v) -> int | None:
-    """A 0-based step index: a JSON integer or a CSV text of digits; `true` is no step (int(True) == 1)."""
+    """A 0-based step index: a JSON integer or a CSV text of digits; `true` is no step (int(True) == 1). A text
+    int() refuses though str.isdigit() holds ("²", "--5") is no step either."""
     if isinstance(v, bool):
         return None
     if isinstance(v, int):
         return v
     if isinstance(v, str) and v.strip().lstrip("-").isdigit() and len(v.strip()) <= 12:
-        return int(v.strip())
+        try:
+            return int(v.strip())
+        except ValueError:
+            return None
     return None
 
 

@@ -91,3 +91,22 @@ def test_categories_per_labelled_step_from_a_file_and_from_trail_annotations(tmp
                                                                                "Tool-related"]))
     g = from_trace(t)
     assert g.steps == [2] and g.kinds == {2: ["Formatting Errors", "Tool-related"]}  # s9 is no step: no kind
+
+
+@pytest.mark.parametrize("step", ["²", "³4", "--5", "-+1"])
+def test_a_step_that_looks_like_digits_but_is_no_integer_skips_its_line_only(tmp_path, rng, step):
+    """str.isdigit() is true of superscripts ("²") and "--5".lstrip("-") is digits, yet int() refuses both: such a
+    step (CSV text or a JSON string) was a ValueError out of `fit`, not a skipped row."""
+    traces = _traces(rng, 4)
+    ids = list(traces)
+    f = tmp_path / "labels.csv"
+    f.write_text(f"trace_id,step\n{ids[0]},0\n{ids[1]},{step}\n{ids[2]},1\n", encoding="utf-8")
+    gold, problems = from_file(f, traces)
+    assert sorted(gold) == sorted([ids[0], ids[2]])
+    assert len(problems) == 1 and problems[0].startswith("labels.csv:3: step") and "not an integer" in problems[0]
+    j = tmp_path / "labels.jsonl"
+    j.write_text("\n".join(json.dumps({"trace_id": t, "step": s}) for t, s in
+                           [(ids[0], 0), (ids[3], step), (ids[2], "1")]) + "\n", encoding="utf-8")
+    gold, problems = from_file(j, traces)
+    assert sorted(gold) == sorted([ids[0], ids[2]]) and gold[ids[2]].steps == [1]
+    assert len(problems) == 1 and problems[0].startswith("labels.jsonl:2: step"), problems
