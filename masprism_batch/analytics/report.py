@@ -19,7 +19,7 @@ from importlib import resources
 from pathlib import Path
 
 from masprism_batch.analytics import load, report_categories, svg
-from masprism_batch.analytics.report_data import DrillLimits, build_payloads, sample_ids
+from masprism_batch.analytics.report_data import DrillLimits, payloads_by_id, sample_ids
 from masprism_batch.analytics.stats import ATTR_COLS, cached_or_compute
 from masprism_batch.analytics.svg import (
     escape,  # controls, bidi controls and lone surrogates shown escaped, then markup escaped
@@ -66,9 +66,10 @@ def build_report(outdir: Path | str, out: Path | str, limits: DrillLimits | None
     errors = load.read(outdir, "errors", columns=["stage", "reason", "input_path", "record_id", "message"])
     examples = report_categories.examples(attr)  # "what fails most" links them: they join the drill-down sample
     wanted = list(dict.fromkeys([*(include or []), *(t for ts in examples.values() for t in ts)]))
-    payloads = build_payloads(outdir, attr, sample_ids(attr, limits, wanted), limits)
+    by_id = payloads_by_id(outdir, attr, sample_ids(attr, limits, wanted), limits)
+    payloads = list(by_id.values())
     data = {"traces": payloads, "total": attr.num_rows, "limits": limits.__dict__}
-    index_of = {p["id"]: i for i, p in enumerate(payloads)}
+    index_of = {tid: i for i, tid in enumerate(by_id)}  # the stored id: two logs' ids may show alike, escaped
     html = render_html(outdir, stats, attr, errors, data, csp,
                        first=report_categories.section(stats, examples, index_of)
                        or report_categories.blame_section(attr))

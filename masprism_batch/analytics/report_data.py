@@ -102,6 +102,12 @@ def _num(x: Any) -> float | None:
 
 
 def build_payloads(outdir: Path, attr: pa.Table, ids: list[str], limits: DrillLimits) -> list[dict[str, Any]]:
+    return list(payloads_by_id(outdir, attr, ids, limits).values())
+
+
+def payloads_by_id(outdir: Path, attr: pa.Table, ids: list[str], limits: DrillLimits) -> dict[str, dict[str, Any]]:
+    """The drill-down payloads in `ids` order, keyed by the trace id as stored (a payload's `id` is the id as
+    shown, `mark_bidi`'s escapes in it: two logs' ids may show alike, so nothing is looked up by it)."""
     want = set(ids)
     arows = {r["trace_id"]: r for r in attr.filter(pc.is_in(attr["trace_id"], pa.array(ids, pa.string())))
              .to_pylist()} if ids else {}
@@ -113,7 +119,8 @@ def build_payloads(outdir: Path, attr: pa.Table, ids: list[str], limits: DrillLi
             steps_by[r["trace_id"]].append(r)
     traces = {r["trace_id"]: r for r in load.read(outdir, "traces", columns=["trace_id", "question", "steps",
                                                                             "labels"], trace_ids=want).to_pylist()}
-    out, used = [], 2  # the list's brackets
+    out: dict[str, dict[str, Any]] = {}
+    used = 2  # the list's brackets
     for tid in ids:
         p = _payload(arows[tid], sorted(steps_by.get(tid, []), key=lambda r: r["step"]), traces.get(tid), limits)
         size = len(json.dumps(p, ensure_ascii=False)) + (2 if out else 0)  # and the ", " before every item but the first
@@ -121,7 +128,7 @@ def build_payloads(outdir: Path, attr: pa.Table, ids: list[str], limits: DrillLi
             log.warning("drill-down byte budget (%d) reached after %d traces", limits.budget_bytes, len(out))
             break
         used += size
-        out.append(p)
+        out[tid] = p
     return out
 
 

@@ -43,7 +43,9 @@ def write_outdir(outdir: Path, specs: list[dict], errors: list[dict] | None = No
                       "seconds_pass1": sp.get("seconds", 1.0), "seconds_pass2": sp.get("seconds2", 0.5),
                       "trace_start": start, "attributed_at": sp.get("attributed_at", T0),
                       "confidence": sp.get("confidence"), "verdict_by": sp.get("verdict_by"),
-                      "pred_agent_rule": sp.get("pred_agent_rule")})
+                      "pred_agent_rule": sp.get("pred_agent_rule"), "category": sp.get("category"),
+                      "category_family": sp.get("category_family"),
+                      "category_confidence": sp.get("category_confidence")})
             rank = {k: r + 1 for r, k in enumerate(ranked)}
             for i, s in enumerate(steps):
                 ws.write({"trace_id": sp["trace_id"], "step": i, "agent": s["agent"], "span_id": s.get("span_id"),
