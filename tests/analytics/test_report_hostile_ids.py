@@ -44,3 +44,61 @@ def test_every_example_link_opens_its_own_trace_even_when_ids_look_alike_once_es
         links = re.findall(r'href="#t=(\d+)"', row)
         assert len(links) == 1, (kind, row)  # every example trace is in the drill-down: linked
         assert data["traces"][int(links[0])]["cat"] == kind, (kind, data["traces"][int(links[0])]["id"])
+
+
+STUB = r"""
+const fs = require('fs');
+const [data, js] = [fs.readFileSync(process.argv[2], 'utf8'), fs.readFileSync(process.argv[3], 'utf8')];
+function mk(tag) {
+  return {tag, children: [], style: {}, attrs: {}, classList: {add() {}, remove() {}, toggle() {}},
+    appendChild(c) { this.children.push(c); return c; }, replaceChildren() { this.children = []; },
+    setAttribute(k, v) { this.attrs[k] = v; }, addEventListener() {}, removeAttribute() {},
+    getBoundingClientRect() { return {left: 0, top: 0}; }, querySelectorAll() { return []; },
+    querySelector() { return mk('x'); }, scrollIntoView() {},
+    set textContent(v) { this._t = v; }, get textContent() { return this._t || (tag === 'script' ? data : ''); },
+    getContext() { return new Proxy({}, {get(t, k) { return k in t ? t[k] : () => {}; }}); }};
+}
+const els = {};
+global.document = {createElement: mk, createTextNode: (t) => ({text: t}), querySelectorAll() { return []; },
+  getElementById(id) { return els[id] || (els[id] = mk(id === 'report-data' ? 'script' : 'div')); },
+  querySelector(s) { return els[s] || (els[s] = mk('tbody')); }, body: mk('body')};
+global.location = {hash: ''};
+global.history = {replaceState() {}};
+global.atob = (s) => Buffer.from(s, 'base64').toString('latin1');
+eval(js);
+// the opened trace's step table: per step, the badges its text cell carries
+const steps = els['detail'].children.find((c) => c.className === 'steps');
+console.log(JSON.stringify(steps.children.map((tr) => tr.children[3].children
+  .filter((c) => (c.className || '').startsWith('badge')).map((c) => c._t))));
+"""
+
+
+def _badges(tmp_path, html: str) -> list[list[str]]:
+    import shutil
+    import subprocess
+
+    import pytest
+
+    if shutil.which("node") is None:
+        pytest.skip("node not installed: the drill-down script is run in node")
+    (tmp_path / "data.json").write_text(
+        re.search(r'<script type="application/json" id="report-data">(.*?)</script>', html, re.S).group(1))
+    (tmp_path / "report.js").write_text(re.findall(r"<script>(.*?)</script>", html, re.S)[-1])
+    (tmp_path / "stub.js").write_text(STUB)
+    out = subprocess.run(["node", str(tmp_path / "stub.js"), str(tmp_path / "data.json"), str(tmp_path / "report.js")],
+                         capture_output=True, text=True, timeout=60)
+    assert out.returncode == 0, out.stderr
+    return json.loads(out.stdout.strip().splitlines()[-1])
+
+
+def test_a_span_id_named_like_an_object_property_is_not_marked_labelled(tmp_path):
+    """The labelled spans were looked up in a plain object: a step whose span id is `constructor`, `toString` or
+    `__proto__` found Object's own member there and was badged "labelled" (a gold label the data never gave)."""
+    names = ["constructor", "toString", "__proto__", "hasOwnProperty", "gold-span"]
+    steps = [{"agent": "A", "content": f"step {k}", "span_id": sp} for k, sp in enumerate(names)]
+    labels = {"mistake_step": None, "mistake_agent": None, "error_locations": ["gold-span"],
+              "error_impacts": ["HIGH"], "error_categories": ["x"]}
+    write_outdir(tmp_path / "o", [_spec("t1", "k", steps=steps, labels=labels)])
+    build_report(tmp_path / "o", tmp_path / "r.html")
+    badges = _badges(tmp_path, (tmp_path / "r.html").read_text(encoding="utf-8"))
+    assert [("labelled" in b) for b in badges] == [False, False, False, False, True], badges

@@ -141,7 +141,8 @@
     drawHeat(heat, t);
 
     box.appendChild(el("h4", null, "Steps"));
-    var sym = {}, rank = {}, locs = {};
+    // locs is keyed by span ids from the log: no prototype, so "constructor" or "__proto__" finds nothing
+    var sym = {}, rank = {}, locs = Object.create(null);
     t.sym.forEach(function (s) { sym[s] = true; });
     t.cands.forEach(function (c, r) { rank[c[0]] = r + 1; });
     if (t.gold) t.gold.locs.forEach(function (l) { locs[l] = true; });
