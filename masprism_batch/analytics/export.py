@@ -43,6 +43,7 @@ from masprism_batch.analytics.export_rows import (
     CATEGORY_ANNOTATION,
     attributions,
     hex_ids,
+    json_line,
     one_verdict,
     ranked,
     say_skipped,
@@ -257,6 +258,6 @@ def _write_lines(rows, out: Path) -> int:
     n = 0
     with outdir_parts.atomic_output(out) as f:
         for r in rows:
-            f.write(json.dumps(r, ensure_ascii=False, default=str) + "\n")
+            f.write(json_line(r))
             n += 1
     return n

@@ -4,7 +4,6 @@ evaluated span, the verdict's failure kind as a second event, written in OTLP re
 
 from __future__ import annotations
 
-import json
 from collections.abc import Iterator
 from datetime import datetime
 from pathlib import Path
@@ -16,6 +15,7 @@ from masprism_batch.analytics.export_rows import (
     CATEGORY_ANNOTATION,
     each_verdict,
     hex_ids,
+    json_line,
     ranked,
 )
 
@@ -100,4 +100,4 @@ def _kind_record(rec: dict, a: dict) -> dict:
 def otlp_line(records: list[dict]) -> str:
     req = {"resourceLogs": [{"resource": {"attributes": [_kv("service.name", "masprism-batch")]},
                              "scopeLogs": [{"scope": {"name": "masprism_batch.analytics"}, "logRecords": records}]}]}
-    return json.dumps(req, ensure_ascii=False) + "\n"
+    return json_line(req)

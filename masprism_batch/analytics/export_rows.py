@@ -4,6 +4,7 @@ one reading of the verdict for the Phoenix, OTel and JSON-lines exports (`export
 
 from __future__ import annotations
 
+import json
 import logging
 from collections.abc import Iterator
 from contextlib import contextmanager
@@ -21,6 +22,20 @@ COLUMNS = ["trace_id", "source", "system", "n_steps", "pred_step", "pred_agent",
          "symptoms", "method", "model_id", "config_hash", "attributed_at", "pred_step_agent", "pred_agent_rule",
          "agent_ranking", "verdict_by", "confidence", "category", "category_family", "category_confidence",
          "category_by", "read_steps", "set_size", "set_share", "set_coverage", "set_by", "localised"]
+
+
+# what str.splitlines() (and other readers) end a line at that JSON keeps raw inside a string: as JSON escapes, a
+# name or id holding one can never split its record over two lines (the value read back is the same)
+_LINE_ENDS = {"\u2028": "\\u2028", "\u2029": "\\u2029", "\x85": "\\u0085"}
+_LINE_END_CHARS = tuple(_LINE_ENDS)
+
+
+def json_line(obj: Any) -> str:
+    """One JSON-lines record (a newline at its end) whatever its strings hold."""
+    s = json.dumps(obj, ensure_ascii=False, default=str)
+    if any(c in s for c in _LINE_END_CHARS):
+        s = "".join(_LINE_ENDS.get(c, c) for c in s)
+    return s + "\n"
 
 
 def hex_ids(a: dict, c: dict | None) -> tuple[str, str | None]:

@@ -1,0 +1,47 @@
+"""Red-team round on the exports: every JSON-lines export (jsonl, langfuse, otel, phoenix's JSON-lines files) holds
+one record per line however a reader splits lines. JSON keeps U+2028, U+2029 and U+0085 raw inside a string, and
+Python's `str.splitlines()` (the usual way to read such a file, and this repository's own: ingest, the tests) ends
+a line at each of them: an agent or trace id holding one broke its record in two lines, neither valid JSON. They
+are written as JSON escapes; the values read back are the same."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+from analytics_synth import write_outdir
+
+from masprism_batch.analytics.export import export_files, phoenix_paths, read_jsonl
+
+SEPARATORS = "\u2028\x85\u2029"  # what str.splitlines() ends a line at besides those JSON always escapes
+
+
+def _run(tmp_path):
+    agent = f"Plan{SEPARATORS}ner"
+    specs = [{"trace_id": f"t{i}\u2028x", "source": "src", "system": "sys", "labels": None,
+              "steps": [{"agent": agent if k == 1 else "B", "content": f"step {k}\u2029", "span_id": f"{k + 1:016x}"}
+                        for k in range(3)],
+              "ranked": [1, 0], "scores": [0.9, 0.1], "symptoms": [2], "nll": [1.0] * 3, "day_offset": 0,
+              "confidence": 0.7, "category": f"kind{SEPARATORS}", "category_confidence": 0.6}
+             for i in range(3)]
+    return write_outdir(tmp_path / "o", specs), agent
+
+
+@pytest.mark.parametrize("to", ["jsonl", "langfuse", "otel", "phoenix"])
+def test_a_line_separator_in_a_name_never_splits_a_record(tmp_path, to):
+    out, agent = _run(tmp_path)
+    written = export_files(out, to, tmp_path / "x.jsonl", top_k=2)
+    assert written
+    for path, n in written.items():
+        text = path.read_text(encoding="utf-8")
+        assert not any(c in text for c in SEPARATORS), path
+        lines = text.splitlines()
+        assert len(lines) == (n if to != "otel" else 1), (path, len(lines), n)
+        recs = [json.loads(line) for line in lines]
+        assert agent in json.dumps(recs, ensure_ascii=False)  # the name read back whole
+    if to == "jsonl":
+        back = read_jsonl(tmp_path / "x.jsonl")
+        assert sorted(back) == [f"t{i}\u2028x" for i in range(3)]
+        assert {r["pred_agent"] for r in back.values()} == {agent}
+    if to == "phoenix":
+        assert set(written) <= set(phoenix_paths(tmp_path / "x.jsonl").values())
