@@ -28,6 +28,12 @@ MAX_DEPTH = 8  # the deepest a valid file nests: systems -> entry -> priors -> p
 MAX_SYSTEMS = 10_000
 MAX_FEATURES = 256
 MAX_PRIOR_KEYS = 100_000
+# Every number a fit writes is small (weights and means of features on log and z scales, counts of labelled logs)
+# and a fitted std is never below 1e-9 (fit/fitting.py, method/calibrate.py). Within these bounds a step's score
+# stays far inside float64, so its softmax is never inf - inf: a hand-edited 1e308 was NaN probabilities, a NaN
+# confidence and step 0 blamed, silently.
+MAX_VALUE = 1e12
+MIN_STD = 1e-12
 
 
 class RankerFileError(ValueError):
@@ -90,8 +96,12 @@ def _num(path, where: str, v, lo: float | None = None, positive: bool = False, i
         raise _error(path, where, f"{json.dumps(v)[:60]} is not {'an integer' if integer else 'a number'}")
     if not math.isfinite(v):
         raise _error(path, where, f"{v} is not a finite number")
-    if positive and not v > 0:
-        raise _error(path, where, f"{v} must be > 0")
+    if abs(v) > MAX_VALUE:
+        raise _error(path, where, f"{v:g} is past ±{MAX_VALUE:g}, far from any fitted value (a damaged or "
+                                  f"hand-edited file: refit it with `masprism-batch fit`)")
+    if positive and not v >= MIN_STD:
+        raise _error(path, where, f"{v:g} must be >= {MIN_STD:g} (a fitted std is never smaller)" if v > 0
+                     else f"{v} must be > 0")
     if lo is not None and v < lo:
         raise _error(path, where, f"{v} must be >= {lo:g}")
 
@@ -197,6 +207,10 @@ def check_entry(path, name: str, e) -> None:
     where = f"systems[{name[:80]!r}]"
     if not isinstance(e, dict):
         raise _error(path, where, "must be an object")
+    if e.get("system", name) != name:  # absent: the key names it (rankfile.RankerFile)
+        raise _error(path, f"{where}.system", f"{json.dumps(e['system'])[:60]} is not the name the entry is filed "
+                                              f"under: logs are matched by that name and their verdicts would name "
+                                              f"the other; make the two the same")
     verdict = e.get("verdict", "rule")
     if verdict not in ("ranker", "prior", "rule"):
         raise _error(path, f"{where}.verdict", f"unknown verdict {json.dumps(verdict)[:60]}")

@@ -135,7 +135,7 @@ class RankerFile:
     def read(cls, path: Path) -> RankerFile:
         """A ranker file read bounded and every field checked (rankcheck.read_checked), or RankerFileError."""
         d, _sha = read_checked(Path(path))
-        return cls(d["model_id"], d.get("systems", {}), meta_of(d))
+        return cls(d["model_id"], systems_of(d), meta_of(d))
 
     def check_model(self, model_id: str, path) -> None:
         if model_id and self.model_id != model_id:
@@ -146,6 +146,12 @@ class RankerFile:
     def for_trace(self, trace: Trace, named: str | None = None) -> SystemRanker | None:
         e = self.systems.get(system_key(trace, named))
         return SystemRanker(e, self.model_id) if e is not None else None
+
+
+def systems_of(d: dict) -> dict[str, dict]:
+    """A checked file's entries by system, each naming its system: the key it is filed under (a log is matched by
+    it) where a hand-written entry leaves `system` out (rankcheck refuses one naming another)."""
+    return {n: e if "system" in e else {**e, "system": n} for n, e in d.get("systems", {}).items()}
 
 
 def meta_of(d: dict) -> dict:
@@ -182,7 +188,7 @@ class RankerSetting:
             d, sha = read_checked(path)
         except RankerFileError as exc:
             return cls(ranker, path, problem=exc)
-        return cls(ranker, path, sha, RankerFile(d["model_id"], d.get("systems", {}), meta_of(d)))
+        return cls(ranker, path, sha, RankerFile(d["model_id"], systems_of(d), meta_of(d)))
 
     def for_model(self, model_id: str | None = None) -> RankerFile | None:
         """The file that applies to a run of `model_id`: None without one, and for "packaged" fitted on another

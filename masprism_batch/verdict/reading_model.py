@@ -25,6 +25,7 @@ from masprism_batch.trace import norm_agent
 
 FEATURES = ("agent", "turn", "rel", "h", "nll", "tokens")
 MAX_AGENTS = 10_000  # blamed-agent names a calibration may hold (a team's labels name tens)
+MAX_WEIGHT = 1e12  # a fitted weight is a few units; past this the scores' sums may be inf - inf (NaN)
 L2 = 1.0  # the weights' penalty: on the dev systems' 5-fold sets it gave the smallest Hand-Crafted sets of 0.01-1
 
 
@@ -98,6 +99,6 @@ def check(model) -> str | None:
     if list(model.get("features") or []) != list(FEATURES):
         return f"model.features must be {list(FEATURES)}"
     w = model.get("weights")
-    if not isinstance(w, list) or len(w) != len(FEATURES) or not all(_num(x) for x in w):
-        return f"model.weights must be {len(FEATURES)} finite numbers"
+    if not isinstance(w, list) or len(w) != len(FEATURES) or not all(_num(x) and abs(x) <= MAX_WEIGHT for x in w):
+        return f"model.weights must be {len(FEATURES)} finite numbers within ±{MAX_WEIGHT:g}"
     return check_agents(model.get("agents"))

@@ -224,6 +224,23 @@ def _tampered(d: dict, how: str, rng) -> str:
     if how == "version not a number":
         d["version"] = "three"
         return "version"
+    # a value no fit writes, each past what the softmax of the step scores survives: the verdict was NaN
+    # probabilities, a NaN confidence and step 0 blamed, silently
+    if how == "huge weight":
+        e["weights"] = [1e308 * (1 if rng.random() < .5 else -1) for _ in e["weights"]]
+        return "weights[0]"
+    if how == "huge mean":
+        e["mean"][i] = -1e300
+        return f"mean[{i}]"
+    if how == "tiny std":
+        e["std"][i] = 1e-300
+        return f"std[{i}]"
+    if how == "huge prior count":
+        e["priors"]["pos"]["0"] = 1e308
+        return "priors.pos"
+    if how == "system renamed":  # a hand edit of the one field, not the key a log is matched by
+        e["system"] = "another-team/agents"
+        return "systems['team/agents'].system"
     if how == "deep value":
         node: list = []
         d["notes"] = node
@@ -237,7 +254,7 @@ def _tampered(d: dict, how: str, rng) -> str:
 TAMPERS = ["negative prior index", "relpos bin out of range", "NaN weight", "infinite mean", "zero std",
            "string weight", "short weights", "missing std", "NaN calibration", "boolean prior count",
            "unknown verdict", "unknown rule", "unknown agent rule", "entry not an object", "version not a number",
-           "deep value"]
+           "deep value", "huge weight", "huge mean", "tiny std", "huge prior count", "system renamed"]
 
 
 @pytest.mark.parametrize("how", TAMPERS)
@@ -301,3 +318,17 @@ def test_a_fitted_confidence_of_the_first_issue_48_round_still_reads_and_applies
     path.write_text(json.dumps(d))
     with pytest.raises(RankerFileError, match="features this version does not compute"):
         RankerFile.read(path)
+
+
+def test_an_entry_without_its_system_field_is_named_by_its_key(tmp_path, synth):
+    """The key under `systems` is what a log is matched by; an entry without a `system` field (written by hand)
+    was a KeyError traceback out of the run the first time a verdict was named."""
+    path, _ = _file(tmp_path, synth)
+    d = json.loads(path.read_text())
+    del d["systems"]["team/agents"]["system"]
+    path.write_text(json.dumps(d))
+    case = synth(1, seed=9)[0]
+    sr = _load(str(path), "smollm2-135m").for_trace(case.trace)
+    assert sr.verdict_by == "ranker:team/agents"
+    order, probs, _agent, conf = sr.apply(case.trace, case.rows, case.ranked)
+    assert np.isfinite(probs).all() and 0 < conf < 1

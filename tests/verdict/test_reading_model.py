@@ -59,6 +59,9 @@ def test_the_learned_tail_orders_by_the_models_score(np_rng):
     ({"features": ["agent"], "weights": [1.0], "agents": {}}, "model.features"),
     ({"features": list(rm.FEATURES), "weights": [1.0], "agents": {}}, "model.weights"),
     ({"features": list(rm.FEATURES), "weights": [float("inf")] * len(rm.FEATURES), "agents": {}}, "model.weights"),
+    # finite, but inf - inf in the step scores: a NaN reading order, silently
+    ({"features": list(rm.FEATURES), "weights": [1e308, -1e308] * (len(rm.FEATURES) // 2), "agents": {}},
+     "model.weights"),
     ({"features": list(rm.FEATURES), "weights": [0.0] * len(rm.FEATURES), "agents": {"a": -1}}, "model.agents['a']"),
     ({"features": list(rm.FEATURES), "weights": [0.0] * len(rm.FEATURES)}, "model.agents must be"),
 ])
