@@ -230,10 +230,12 @@ def write_dev(cases, rule: str, choice: tuple[str, str, str, str], loso: list[di
 
 
 def write_packaged(cases, fb, path: Path) -> dict[str, str]:
-    """The packaged rankers' step-set calibrations: each system refitted on the same logs by the product's fit
-    (its entry must equal the packaged one: the same logs, verdict, order and weights), whose held-out folds
-    calibrate its sets (fit/stepset_fit.py) as `fit` would; stored as `packaged`. A system whose refit differs
-    keeps no calibration (its logs get the dev one) and is named. Returns {system: what was done}."""
+    """The packaged rankers' step-set calibrations and confidence: each system refitted on the same logs by the
+    product's fit (its entry must equal the packaged one: the same logs, verdict, order, agent rule and weights),
+    whose held-out folds calibrate its sets (fit/stepset_fit.py; stored as `packaged`) and its confidence
+    (`calibration` and the `heldout` figures, fit/verdict_confidence.py) as `fit` would: the verdicts stay the
+    packaged ones. A system whose refit differs keeps no set calibration (its logs get the dev one) and its old
+    confidence, and is named. Returns {system: what was done}."""
     import hashlib
 
     d = json.loads(path.read_text(encoding="utf-8"))
@@ -255,7 +257,11 @@ def write_packaged(cases, fb, path: Path) -> dict[str, str]:
             done[system] = "not calibrated: the product's fit no longer refits the packaged entry"
             continue
         e["stepset"] = {**got["stepset"], "source": "packaged"}
-        done[system] = f"calibrated on {got['stepset']['heldout']['n']} logs"
+        # the verdicts are the refit's: so is the confidence, with the fit's current rules (issue 59: the better of
+        # the fitted and the zero-training confidence on its own folds, spread as far as it ranked there)
+        e["calibration"], e["heldout"] = got["calibration"], got["heldout"]
+        done[system] = (f"calibrated on {got['stepset']['heldout']['n']} logs; confidence "
+                        f"{got['heldout'].get('confidence_kept')} ({got['calibration'].get('kind')})")
     path.write_text(json.dumps(d, indent=1) + "\n", encoding="utf-8")
     for system, what in done.items():
         log.info("packaged %s: %s", system, what)
@@ -283,8 +289,9 @@ def main() -> None:
     add_cache_args(ap)
     ap.add_argument("--write-dev", action="store_true", help="write the packaged weights/stepset.json")
     ap.add_argument("--write-packaged", action="store_true",
-                    help="add each packaged ranker's step-set calibration to weights/rankers.json (needs the full "
-                         "cache the rankers were fitted on)")
+                    help="refresh each packaged ranker's step-set calibration and confidence in weights/rankers.json "
+                         "from the product's refit, its verdicts unchanged (needs the full cache the rankers were "
+                         "fitted on)")
     ap.add_argument("--no-fitted", action="store_true", help="only the zero-training rows (seconds, not minutes)")
     ap.add_argument("--seeds", type=int, default=len(FOLD_SEEDS))
     ap.add_argument("--csv", default=str(ROOT / "benchmarks" / "results" / "stepset.csv"))
