@@ -104,3 +104,19 @@ def norm_agent(name: str | None) -> str | None:
         s = t
     s = " ".join(s.split()).casefold()
     return s or None
+
+
+# what starts a formula in a spreadsheet (OWASP, "CSV injection"): a trace id or agent name read from a log, written
+# into a labels file a person opens in Excel or Sheets (`pick`), must not run as one there; `fit` reads it back
+FORMULA_START = ("=", "+", "-", "@", "\t", "\r")
+
+
+def sheet_cell(text: str) -> str:
+    """A text cell of a CSV a person opens in a spreadsheet: a leading apostrophe where it would start a formula
+    (spreadsheets show the cell as text); `unsheet` takes it off again when the file comes back."""
+    return "'" + text if text.startswith(FORMULA_START) else text
+
+
+def unsheet(text: str) -> str:
+    """A cell as `sheet_cell` had it before its guard: the apostrophe off where a formula character follows it."""
+    return text[1:] if text[:1] == "'" and text[1:].startswith(FORMULA_START) else text

@@ -135,7 +135,7 @@ def labelled_ids(path) -> set[str]:
                 rows.append(obj)
     elif lines:
         rows = list(csv.DictReader(lines))
-    from masprism_batch.fit.label_files import unsheet
+    from masprism_batch.trace import unsheet
 
     ids = {str(r["trace_id"]) for r in rows if r.get("trace_id") not in (None, "")
            and any(r.get(k) not in (None, "") for k in ("step", "span_id"))}

@@ -23,22 +23,6 @@ class Gold:
             self.kinds[step].append(kind.strip())
 
 
-# what starts a formula in a spreadsheet (OWASP, "CSV injection"): a trace id or agent name read from a log, written
-# into a labels file a person opens in Excel or Sheets, must not run as one there
-FORMULA_START = ("=", "+", "-", "@", "\t", "\r")
-
-
-def sheet_cell(text: str) -> str:
-    """A text cell of a CSV a person opens in a spreadsheet: a leading apostrophe where it would start a formula
-    (spreadsheets show the cell as text); `unsheet` takes it off again when the file comes back."""
-    return "'" + text if text.startswith(FORMULA_START) else text
-
-
-def unsheet(text: str) -> str:
-    """A cell as `sheet_cell` had it before its guard: the apostrophe off where a formula character follows it."""
-    return text[1:] if text[:1] == "'" and text[1:].startswith(FORMULA_START) else text
-
-
 MAX_LABELS_BYTES = 1 << 30  # a labels file: 1 GiB, tens of millions of rows; /dev/zero would never end
 
 

@@ -23,8 +23,8 @@ import json
 from pathlib import Path
 
 from masprism_batch.fit import tool_labels
-from masprism_batch.fit.label_files import MAX_LABELS_BYTES, Gold, LabelsFileError, read_labels_bytes, unsheet
-from masprism_batch.trace import Trace, norm_agent
+from masprism_batch.fit.label_files import MAX_LABELS_BYTES, Gold, LabelsFileError, read_labels_bytes
+from masprism_batch.trace import Trace, norm_agent, unsheet
 
 __all__ = ["MAX_LABELS_BYTES", "Gold", "LabelsFileError", "from_file", "from_trace", "read_label_rows",
            "read_labels_bytes"]
