@@ -224,14 +224,23 @@ def printable(s: str | None) -> str | None:
     return clean_text(s)
 
 
+# a colon that could open a rich emoji code (`:name:`, `:name-emoji:`: rich's pattern, its name non-space)
+_EMOJI_OPEN = re.compile(r":(?=\S*:)")
+
+
 def terminal(value: object, none: str = "-") -> str:
     """The one way a value read from the logs or the outputs (a name, an id, a path, a message quoting them)
     reaches a terminal through rich (every command's lines, tables, titles and `error:` lines): `printable`'s
     escapes (no escape sequence, C1 control or bidi override acts on the terminal), then rich markup escaped
-    (`[link=...]` stays text). None is `none`."""
+    (`[link=...]` stays text) and emoji codes kept as text (`t:thumbs_up:1` is not shown as `t👍1`: an empty
+    markup span after each colon that could open one, so no code is whole in the text rich reads). None is
+    `none`."""
     from rich.markup import escape
 
-    return none if value is None else escape(printable(str(value)))
+    if value is None:
+        return none
+    s = escape(printable(str(value)))
+    return _EMOJI_OPEN.sub(":[bold][/bold]", s) if s.count(":") > 1 else s
 
 
 def error_row(*, stage: str, reason: str, message: str, input_path: str | None = None,
