@@ -120,15 +120,18 @@ def payloads_by_id(outdir: Path, attr: pa.Table, ids: list[str], limits: DrillLi
     traces = {r["trace_id"]: r for r in load.read(outdir, "traces", columns=["trace_id", "question", "steps",
                                                                             "labels"], trace_ids=want).to_pylist()}
     out: dict[str, dict[str, Any]] = {}
-    used = 2  # the list's brackets
+    used, left_out = 2, []  # the list's brackets
     for tid in ids:
         p = _payload(arows[tid], sorted(steps_by.get(tid, []), key=lambda r: r["step"]), traces.get(tid), limits)
         size = len(json.dumps(p, ensure_ascii=False)) + (2 if out else 0)  # and the ", " before every item but the first
         if used + size > limits.budget_bytes:
-            log.warning("drill-down byte budget (%d) reached after %d traces", limits.budget_bytes, len(out))
-            break
+            left_out.append(tid)  # this trace only: a smaller one after it may still fit (one huge log first in
+            continue  # the sample left every later trace out)
         used += size
         out[tid] = p
+    if left_out:
+        log.warning("drill-down byte budget (%d): %d trace(s) left out (first: %.80r), %d in", limits.budget_bytes,
+                    len(left_out), left_out[0], len(out))
     return out
 
 

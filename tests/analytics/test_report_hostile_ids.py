@@ -102,3 +102,20 @@ def test_a_span_id_named_like_an_object_property_is_not_marked_labelled(tmp_path
     build_report(tmp_path / "o", tmp_path / "r.html")
     badges = _badges(tmp_path, (tmp_path / "r.html").read_text(encoding="utf-8"))
     assert [("labelled" in b) for b in badges] == [False, False, False, False, True], badges
+
+
+def test_one_trace_past_the_byte_budget_costs_its_own_place_only(tmp_path):
+    """The drill-down stopped at the first trace that did not fit its byte budget: one log of many steps whose
+    names are all escapes (each control shown as six characters), first in the sample (asked for, or an id whose
+    hash sorts first), left every later trace out, the one a user asked for with --trace too. It is skipped
+    alone; the traces after it still fill the budget."""
+    from masprism_batch.analytics.report_data import DrillLimits
+
+    big = [{"agent": "\x01" * 200, "content": "\x02" * 200} for _ in range(300)]
+    specs = [_spec("big", "k", steps=big), *(_spec(f"small{i}", "k") for i in range(4))]
+    write_outdir(tmp_path / "o", specs)
+    lim = DrillLimits(max_traces=10, budget_bytes=60_000)
+    s = build_report(tmp_path / "o", tmp_path / "r.html", lim, include=["big", "small3"])
+    ids = [t["id"] for t in _data((tmp_path / "r.html").read_text(encoding="utf-8"))["traces"]]
+    assert "big" not in ids and sorted(ids) == ["small0", "small1", "small2", "small3"], ids
+    assert ids[0] == "small3" and s["drilldown"] == 4  # the one asked for keeps its place first
