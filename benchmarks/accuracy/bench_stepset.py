@@ -1,7 +1,7 @@
 """Step sets with a stated coverage (issue 59), measured held out on the dev signal cache.
 
     python benchmarks/accuracy/bench_stepset.py --work /tmp/masprism-accuracy --counterfactual-k 0 --no-learned-heads \
-        [--write-dev] [--no-fitted]
+        [--write-dev] [--write-packaged] [--no-fitted]
 
 - **Zero-training** (what a log of a system nobody fitted gets): the zero-training rule's reading order
   (fallback.json's rule, then the unranked steps by each tail of verdict/stepset.TAILS) and each nonconformity
@@ -15,7 +15,8 @@
 - **From step 0**: the share of each log a reader needs to cover the same share of the held-out logs reading
   from the first step, the same conformal rule on the same splits (the baseline a set must beat).
 
-Rows (one measurement each) go to benchmarks/results/stepset.csv.
+`--write-packaged` refreshes the packaged rankers' step sets and confidence from the product's refit
+(packaged_refresh.py). Rows (one measurement each) go to benchmarks/results/stepset.csv.
 """
 
 from __future__ import annotations
@@ -40,6 +41,7 @@ from benchmarks.accuracy.accuracy_cases import (
     kfold_rows,
     system_fit,
 )
+from benchmarks.accuracy.packaged_refresh import write_packaged
 from benchmarks.rows import commit, write_rows
 from masprism_batch.fit.stepset_fit import verdict_order
 from masprism_batch.method import weights_dir
@@ -229,45 +231,6 @@ def write_dev(cases, rule: str, choice: tuple[str, str, str, str], loso: list[di
     ss._dev.cache_clear()  # this process's later fits read the file just written
 
 
-def write_packaged(cases, fb, path: Path) -> dict[str, str]:
-    """The packaged rankers' step-set calibrations and confidence: each system refitted on the same logs by the
-    product's fit (its entry must equal the packaged one: the same logs, verdict, order, agent rule and weights),
-    whose held-out folds calibrate its sets (fit/stepset_fit.py; stored as `packaged`) and its confidence
-    (`calibration` and the `heldout` figures, fit/verdict_confidence.py) as `fit` would: the verdicts stay the
-    packaged ones. A system whose refit differs keeps no set calibration (its logs get the dev one) and its old
-    confidence, and is named. Returns {system: what was done}."""
-    import hashlib
-
-    d = json.loads(path.read_text(encoding="utf-8"))
-    done = {}
-    for system, e in d["systems"].items():
-        sub = [c for c in cases if c.system == system]
-        seen = sorted(hashlib.sha256(c.trace.trace_id.encode()).hexdigest()[:16] for c in fit_cases(sub, fb.rule))
-        if seen != e.get("fitted_on"):
-            done[system] = f"not calibrated: the cache holds {len(seen)} of its {len(e.get('fitted_on', []))} logs"
-            continue
-        got = system_fit(sub, system, e.get("rule", fb.rule), e.get("rule_agent", fb.agent_rule), fb.calibration).entry
-        # the same entry up to the solver's tolerance (weights within 1e-5; the rebuilt cache moves them ~1e-7) and
-        # the same verdict on every one of its logs
-        same = all(got.get(k) == e.get(k) for k in ("verdict", "offset", "agent_rule", "features")) and np.allclose(
-            got.get("weights") or [0.0], e.get("weights") or [0.0], rtol=0.0, atol=1e-5) and all(
-            SystemRanker(got, "").apply(c.trace, c.rows, c.ranked)[0][:1]
-            == SystemRanker(e, "").apply(c.trace, c.rows, c.ranked)[0][:1] for c in fit_cases(sub, fb.rule))
-        if not same or not got.get("stepset"):
-            done[system] = "not calibrated: the product's fit no longer refits the packaged entry"
-            continue
-        e["stepset"] = {**got["stepset"], "source": "packaged"}
-        # the verdicts are the refit's: so is the confidence, with the fit's current rules (issue 59: the better of
-        # the fitted and the zero-training confidence on its own folds, spread as far as it ranked there)
-        e["calibration"], e["heldout"] = got["calibration"], got["heldout"]
-        done[system] = (f"calibrated on {got['stepset']['heldout']['n']} logs; confidence "
-                        f"{got['heldout'].get('confidence_kept')} ({got['calibration'].get('kind')})")
-    path.write_text(json.dumps(d, indent=1) + "\n", encoding="utf-8")
-    for system, what in done.items():
-        log.info("packaged %s: %s", system, what)
-    return done
-
-
 def markdown(rows: list[dict], choice: tuple[str, str, str]) -> str:
     """The tables docs/accuracy.md quotes: coverage and mean set share per system and level, beside the share
     reading from step 0 needs for the same coverage."""
@@ -306,7 +269,7 @@ def main() -> None:
     if args.write_dev:
         write_dev(cases, fb.rule, choice, rows, weights_dir() / ss.DEV_FILE)
     if args.write_packaged:
-        write_packaged(cases, fb, weights_dir() / "rankers.json")
+        write_packaged(cases, fb, weights_dir() / "rankers.json")  # benchmarks/accuracy/packaged_refresh.py
     rows.append(cost_row(cases, fb.rule))
     if not args.no_fitted:
         rows += fitted_rows(cases, fb.rule, fb.agent_rule, tuple(range(args.seeds)))
