@@ -53,6 +53,8 @@ def rescore(
     if out is not None:
         if out.resolve() == outdir.resolve():
             raise usage("-o names OUTDIR itself: use --in-place to replace its verdicts")
+        if out.resolve().is_relative_to(outdir.resolve()):  # its parts would mix with the run's (_staging: itself)
+            raise usage(f"-o {out} is inside OUTDIR {outdir}: give a new OUTDIR beside it, or use --in-place")
         try:
             rs.refuse_target(out)
         except rs.RescoreError as exc:

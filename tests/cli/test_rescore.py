@@ -196,3 +196,16 @@ def test_an_outdir_written_before_pass2_support_still_rescores_as_a_fresh_run(se
     summary = rs.rescore(run, tmp_path / "new", new, RankerSetting.read(str(ranker)))
     assert summary.support_unknown == 0 and summary.traces == 5
     assert _verdicts(tmp_path / "new") == _verdicts(_attribute(tmp, cfg, tmp_path / "fresh", *b))
+
+
+@pytest.mark.parametrize("inside", ["_staging/new", "attributions/new", "new"])
+def test_a_new_outdir_inside_the_run_is_refused_before_any_write(setup, tmp_path, inside):
+    """-o under OUTDIR: under `_staging/` the copy of the staged inputs copied itself into itself until a
+    RecursionError (a traceback, and OUTDIR/_staging left holding the nested copies); elsewhere the rescored run
+    sat inside the one it came from, where its parts mix with the run's own."""
+    tmp, cfg, _ranker, _name = setup
+    run = _attribute(tmp, cfg, tmp_path / "r")
+    before = sorted(str(p.relative_to(run)) for p in run.rglob("*"))
+    res = runner.invoke(app, ["rescore", str(run), "-o", str(run / inside), "--coverage", "0.6"])
+    assert res.exit_code == EXIT_USAGE and "inside OUTDIR" in res.output, res.output
+    assert sorted(str(p.relative_to(run)) for p in run.rglob("*")) == before  # nothing created or copied
