@@ -66,13 +66,13 @@ def sample_ids(attr: pa.Table, limits: DrillLimits, include: list[str] | None = 
 
 # Every string of the drill-down that comes from a trace or the OUTDIR (ids, sources, agent names, step text, span
 # ids, labels) passes through `mark_bidi`: report.js shows them as text, so a bidirectional control (U+202E turns the
-# text around it: "invoice\u202Efdp.exe" shows as "invoiceexe.pdf"), NUL or another control character would reach
-# the screen raw. It is svg.visible, the one neutraliser of the whole report (SVG, HTML and this JSON alike): each
-# such character becomes a visible \uXXXX escape; the stored data is unchanged (ingest accepts them as ordinary
-# characters).
+# text around it: "invoice\u202Efdp.exe" shows as "invoiceexe.pdf"), a zero width (U+200B: "Plan\u200Bner" shows as
+# "Planner"), NUL or another control character would reach the screen raw. It is svg.visible, the one neutraliser
+# of the whole report (SVG, HTML and this JSON alike): each such character becomes a visible \uXXXX escape; the
+# stored data is unchanged (ingest accepts them as ordinary characters).
 def mark_bidi(text: Any) -> Any:
-    """`text` with every control, bidirectional control and lone surrogate shown as a visible `\\uXXXX` escape
-    (svg.visible); non-strings (None, numbers) unchanged."""
+    """`text` with every control, bidirectional control, other format character, line separator and lone
+    surrogate shown as a visible `\\uXXXX` escape (svg.visible); non-strings (None, numbers) unchanged."""
     return visible(text) if isinstance(text, str) else text
 
 
