@@ -42,7 +42,7 @@ def rescore(
     those a fresh `attribute` with the same settings gives on the same logs. Settings not given keep the run's.
 
     Example: masprism-batch rescore out/ --ranker ranker.json -o out-fitted/"""
-    from masprism_batch.outdir.lock import OutdirLock
+    from masprism_batch.outdir.lock import OutdirLock, OutdirLocked
     from masprism_batch.outdir.manifest import DamagedOutput, OutdirUnsafe
     from masprism_batch.pipelines import rescore as rs
 
@@ -70,16 +70,20 @@ def rescore(
     except (rs.RescoreError, ValueError) as exc:
         raise fail(str(exc)) from None
     setting = check_ranker(cfg)
-    with OutdirLock(outdir, "rescore") as _src:
-        try:
+    try:
+        with OutdirLock(outdir, "rescore") as _src:
             if out is not None:
                 out.mkdir(parents=True, exist_ok=True)
                 with OutdirLock(out, "rescore"):
                     summary = rs.rescore(outdir, out, cfg, setting)
             else:
                 summary = rs.rescore(outdir, None, cfg, setting)
-        except (rs.RescoreError, DamagedOutput, OutdirUnsafe) as exc:
-            raise fail(str(exc)) from None
+    except (rs.RescoreError, DamagedOutput, OutdirUnsafe, OutdirLocked) as exc:  # OutdirLocked: another run holds it
+        raise fail(str(exc)) from None
+    except OSError as exc:  # the output side: disk full, a file where a folder goes, permissions
+        then = (f"{out} is incomplete: remove it and rescore again" if out is not None else
+                f"each shard of {outdir} holds its old or its new verdicts: run the same rescore again to finish")
+        raise fail(f"rescore stopped: {exc}; {then}") from None
     _say(summary, in_place)
     raise typer.Exit(EXIT_OK)
 

@@ -209,3 +209,40 @@ def test_a_new_outdir_inside_the_run_is_refused_before_any_write(setup, tmp_path
     res = runner.invoke(app, ["rescore", str(run), "-o", str(run / inside), "--coverage", "0.6"])
     assert res.exit_code == EXIT_USAGE and "inside OUTDIR" in res.output, res.output
     assert sorted(str(p.relative_to(run)) for p in run.rglob("*")) == before  # nothing created or copied
+
+
+def test_an_outdir_in_use_or_a_failed_write_is_one_error_line(setup, tmp_path, monkeypatch):
+    """OUTDIR locked by a live `attribute` was an OutdirLocked out of the command (the last-resort 'internal error,
+    not a problem with your input'); an OSError while writing (disk full, -o under a file) a traceback alike."""
+    import subprocess
+    import sys
+
+    tmp, cfg, _ranker, _name = setup
+    run = _attribute(tmp, cfg, tmp_path / "r")
+    holder = subprocess.Popen([sys.executable, "-c", "import sys, time\nfrom masprism_batch.outdir.lock import "
+                               "OutdirLock\nwith OutdirLock(sys.argv[1], 'attribute'):\n    print('held', flush=True)\n"
+                               "    time.sleep(60)", str(run)], stdout=subprocess.PIPE, text=True)
+    try:
+        assert holder.stdout.readline().strip() == "held"
+        for where in (["-o", str(tmp_path / "new")], ["--in-place"]):
+            res = runner.invoke(app, ["rescore", str(run), *where, "--coverage", "0.6"])
+            assert res.exit_code == EXIT_FATAL and "in use by another run" in res.output, res.output
+            assert not isinstance(res.exception, Exception) or isinstance(res.exception, SystemExit), res.exception
+    finally:
+        holder.kill()
+        holder.wait()
+    (tmp_path / "file").write_text("x")
+    res = runner.invoke(app, ["rescore", str(run), "-o", str(tmp_path / "file" / "new"), "--coverage", "0.6"])
+    assert res.exit_code == EXIT_FATAL and "error:" in res.output and isinstance(res.exception, SystemExit), res.output
+    from masprism_batch.outdir.shards import ShardStore
+
+    def full(*a, **k):
+        raise OSError(28, "No space left on device")
+
+    monkeypatch.setattr(ShardStore, "commit", full)
+    res = runner.invoke(app, ["rescore", str(run), "-o", str(tmp_path / "new2"), "--coverage", "0.6"])
+    assert res.exit_code == EXIT_FATAL and "No space left" in res.output and "incomplete" in res.output, res.output
+    assert isinstance(res.exception, SystemExit)
+    res = runner.invoke(app, ["rescore", str(run), "--in-place", "--coverage", "0.6"])
+    assert res.exit_code == EXIT_FATAL and "No space left" in res.output and "again" in res.output, res.output
+    assert isinstance(res.exception, SystemExit)
