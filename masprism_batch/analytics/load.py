@@ -52,6 +52,22 @@ def read(outdir: Path, name: str, columns: list[str] | None = None, trace_ids: s
     return with_columns(table, name, columns, missing)
 
 
+def stored_trace_id(outdir: Path, text: str) -> str:
+    """The trace id of attributions/ that `text` names: a terminal shows an id with its hidden characters
+    escaped (`schema.printable`: `x\\u200by`), so text copied from a listing names the one id shown as it. Text
+    that several ids show as (one of them may be that text itself: another log can name its trace so) is
+    ambiguous: AnalyticsInputError, each id in Python's notation, which tells them apart."""
+    if "\\" not in text:  # every escape starts with a backslash: no other id shows as this text
+        return text
+    ids = read(outdir, "attributions", columns=["trace_id"])["trace_id"].to_pylist()
+    named = sorted({t for t in ids if t == text or schema.printable(t) == text})
+    if len(named) > 1:
+        raise AnalyticsInputError(
+            f"{len(named)} traces show as {text!r}: {', '.join(map(repr, named[:5]))}; give the one you mean with "
+            "its characters, as Python writes it here (in bash: $'...')")
+    return named[0] if named else text
+
+
 def _schema(directory: Path) -> pa.Schema:
     return outdir_reads.open_dataset(directory).schema  # the same view of the parts as the reads
 

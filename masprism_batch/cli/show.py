@@ -205,6 +205,7 @@ def one_trace(outdir: Path, trace_id: str, top: int = 5) -> list:
     from masprism_batch.analytics.export_text import agent_rule_words, verdict_by_words
     from masprism_batch.trace import Trace
 
+    trace_id = load.stored_trace_id(outdir, trace_id)  # the id as the listing shows it names the stored one
     rows = load.read(outdir, "attributions", trace_ids={trace_id}).to_pylist()
     if not rows:
         near = load.read(outdir, "attributions", columns=["trace_id"])["trace_id"].to_pylist()[:3]
