@@ -54,6 +54,7 @@ def build_report(outdir: Path | str, out: Path | str, limits: DrillLimits | None
         raise FileNotFoundError(f"output folder {Path(out).parent} does not exist (it is not created for you)")
     attr, _ = load.latest_per_trace(load.read(outdir, "attributions", columns=ATTR_COLS))
     if strict_include and include:
+        include = [load.stored_trace_id(outdir, t) for t in include]  # an id as a terminal shows it: its trace
         known = set(attr["trace_id"].to_pylist())
         missing = [t for t in dict.fromkeys(include) if t not in known]
         if missing:

@@ -145,3 +145,21 @@ def test_zero_width_and_other_format_characters_are_shown_in_the_report_as_in_th
     assert sorted(t["id"] for t in data["traces"]) == ["\\uFEFFabc", "a\\u200Bbc", "abc"]
     assert "Plan\\u200Bner" in html and "\\U000E0041" in html
 
+
+
+def test_report_trace_takes_the_id_as_the_terminal_shows_it(tmp_path):
+    """`report --trace ID` with the id copied from `show`'s listing (a zero width shown `\\u200b`) puts that trace
+    in the drill-down (it was "not in attributions/"); text two ids show as is refused, naming both."""
+    import pytest
+
+    from masprism_batch.analytics import AnalyticsInputError
+
+    write_outdir(tmp_path / "o", [_spec("x\u200by", "k"), _spec("t\u202eA", "k"), _spec("t\\u202eA", "k"),
+                                  *(_spec(f"p{i}", "k") for i in range(5))])
+    from masprism_batch.analytics.report_data import DrillLimits
+
+    build_report(tmp_path / "o", tmp_path / "r.html", DrillLimits(max_traces=1), include=["x\\u200by"],
+                 strict_include=True)
+    assert _data((tmp_path / "r.html").read_text(encoding="utf-8"))["traces"][0]["id"] == "x\\u200By"  # asked first
+    with pytest.raises(AnalyticsInputError, match="2 traces show as"):
+        build_report(tmp_path / "o", tmp_path / "r2.html", include=["t\\u202eA"], strict_include=True)
