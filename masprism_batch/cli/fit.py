@@ -132,6 +132,7 @@ def fit(
     every system fitted (never a partial file)."""
     from masprism_batch.fit import runs as fr
     from masprism_batch.fit import system as fs
+    from masprism_batch.verdict.rankcheck import RankerFileError, parse_checked
     from masprism_batch.verdict.rankfile import RankerFile, SystemRanker
 
     setup_logging(verbose)
@@ -197,7 +198,13 @@ def fit(
                       f"nothing learned): {terminal(', '.join(n for n in fits if n not in learned))}")
     meta = {"date": dt.date.today().isoformat(), "fitted_by": "masprism-batch fit",
             "runs": [str(r) for r in runs], "labels": str(labels) if labels else "traces"}
-    RankerFile(model_id or "", {n: f.entry for n, f in learned.items()}, meta).write(out)
+    rf = RankerFile(model_id or "", {n: f.entry for n, f in learned.items()}, meta)
+    try:  # as a run will read it: a fit past a reader's bound (labels naming 100,000 agents) is said now
+        parse_checked(rf.to_json().encode("utf-8"), out)
+    except RankerFileError as exc:
+        raise fail(f"the fitted file would be refused by every run that applies it, so nothing written: {exc}. "
+                   "Check the labels (an agent column holding ids?)") from None
+    rf.write(out)
     console.print(f"wrote {terminal(str(out))}: {len(learned)} system(s) ({terminal(', '.join(learned))}); apply "
                   f"with --ranker {terminal(str(out))}")
     raise typer.Exit(EXIT_OK)

@@ -140,7 +140,7 @@ def _priors(path, where: str, p) -> None:
     for key, top in (("pos", None), ("relpos", case.RELPOS_BINS)):
         counts = p.get(key)
         if not isinstance(counts, dict) or len(counts) > MAX_PRIOR_KEYS:
-            raise _error(path, f"{where}.{key}", "missing or not an object of counts")
+            raise _error(path, f"{where}.{key}", f"missing or not an object of at most {MAX_PRIOR_KEYS:,} counts")
         for k, v in counts.items():
             if not (isinstance(k, str) and k.isascii() and k.isdigit() and len(k) <= 9) or \
                     (top is not None and int(k) >= top):
@@ -149,7 +149,8 @@ def _priors(path, where: str, p) -> None:
             _num(path, f"{where}.{key}[{k!r}]", v, lo=0)
     agents = p.get("agent")
     if not isinstance(agents, dict) or len(agents) > MAX_PRIOR_KEYS:
-        raise _error(path, f"{where}.agent", "missing or not an object of counts")
+        raise _error(path, f"{where}.agent", f"missing or not an object of at most {MAX_PRIOR_KEYS:,} counts (one "
+                                             f"per blamed agent)")
     for k, v in agents.items():
         _num(path, f"{where}.agent[{k[:40]!r}]", v, lo=0)
     _num(path, f"{where}.n", p.get("n"), lo=0, integer=True)

@@ -247,3 +247,20 @@ def test_confidence_words_say_whether_the_fitted_confidence_ranks(np_rng):
         "auroc": strong, "auroc_interval": [float(np_rng.uniform(0.3, 0.5)), hi]}})
     assert "not shown to rank" in unsure and "weak" not in unsure
     assert confidence_words({"calibration": None, "heldout": {}}) is None
+
+
+def test_a_fit_its_own_reader_would_refuse_writes_nothing(run_dir, tmp_path, monkeypatch):
+    """Labels naming more distinct agents than a ranker file may hold (an agent column holding message ids, say:
+    100,000 at the real cap, lowered here) were fitted and written, and every `--ranker` of that file was then
+    refused. The file is checked as a run reads it before it is written: one error, nothing written."""
+    from masprism_batch.verdict import rankcheck
+
+    monkeypatch.setattr(rankcheck, "MAX_PRIOR_KEYS", 30)
+    labels = tmp_path / "labels.jsonl"
+    labels.write_text("".join(json.dumps({"trace_id": f"billing-bot-{j}", "step": 1, "agent": f"msg-{j}-{k}"}) + "\n"
+                              for j in range(12) for k in range(4)))
+    out = tmp_path / "r.json"
+    res = runner.invoke(app, ["fit", str(run_dir / "run"), "-o", str(out), "--labels", str(labels)])
+    text = " ".join(res.output.split())
+    assert res.exit_code == EXIT_FATAL and "priors.agent" in text and "30" in text and not out.exists(), text
+    assert "nothing written" in text
