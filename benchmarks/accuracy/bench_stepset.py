@@ -12,6 +12,8 @@
 - **Fitted** (`masprism-batch fit` on a system's own labels: fit/system.py, called here through
   accuracy_cases.system_fit): 5-fold within each system x 8 seeds; the fit on 4/5 calibrates the sets
   (fit/stepset_fit.py, cross-conformal on its internal folds) and the held-out fifth measures coverage.
+- **Fitted on 10 or 20 labels** (stepset_draws.py): the learning curve's 20 draws of k labelled logs of a
+  system, fitted by the product's fit and tested on the system's other logs: what a team's first fit gets.
 - **From step 0**: the share of each log a reader needs to cover the same share of the held-out logs reading
   from the first step, the same conformal rule on the same splits (the baseline a set must beat).
 
@@ -42,6 +44,7 @@ from benchmarks.accuracy.accuracy_cases import (
     system_fit,
 )
 from benchmarks.accuracy.packaged_refresh import write_packaged
+from benchmarks.accuracy.stepset_draws import draw_rows
 from benchmarks.rows import commit, write_rows
 from masprism_batch.fit.stepset_fit import verdict_order
 from masprism_batch.method import weights_dir
@@ -273,6 +276,8 @@ def main() -> None:
     rows.append(cost_row(cases, fb.rule))
     if not args.no_fitted:
         rows += fitted_rows(cases, fb.rule, fb.agent_rule, tuple(range(args.seeds)))
+        rows += draw_rows(cases, fb.rule, fb.agent_rule, row=lambda p, s, lv, cov, share, base, n: _row(
+            p, s, lv, "", "", cov, share, base, n))  # stepset_draws.py: a fit on 10 or 20 labels
     write_rows(Path(args.csv), rows)
     print(markdown(rows, choice))
     for r in rows:

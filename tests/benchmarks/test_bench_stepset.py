@@ -72,3 +72,34 @@ def test_fitted_rows_are_held_out_coverage_of_the_products_fit(np_rng):
         assert 0 <= r["coverage"] <= 1 and 0 < r["mean_set_share"] <= 1 and r["logs"] == 14
     cost = bs.cost_row(cases, "faithful", repeats=2)
     assert 0 < cost["set_seconds"] < 0.01 and np.isclose(cost["attribute_seconds"], 1.5)
+
+
+def test_draw_rows_fit_on_k_logs_and_measure_the_others(np_rng, monkeypatch):
+    """stepset_draws: each draw's fit sees exactly k of a system's labelled logs; its sets are measured on that
+    system's other logs only."""
+    from benchmarks.accuracy import stepset_draws as sd
+
+    cases = _cases(np_rng, per=20)
+    fitted, applied = [], []
+    fit, apply = sd.fs.fit_system, sd.SystemRanker.apply
+
+    def fit_spy(train, system, **kw):
+        fitted.append((system, {c.trace.trace_id for c in train}))
+        return fit(train, system, **kw)
+
+    def apply_spy(self, trace, rows, ranked):
+        applied.append((self.entry["system"], trace.trace_id, frozenset(fitted[-1][1])))
+        return apply(self, trace, rows, ranked)
+
+    monkeypatch.setattr(sd.fs, "fit_system", fit_spy)
+    monkeypatch.setattr(sd.SystemRanker, "apply", apply_spy)
+    rows = sd.draw_rows(cases, "faithful", "author", ks=(10,), draws=3,
+                        row=lambda p, s, lv, cov, share, base, n: bs._row(p, s, lv, "", "", cov, share, base, n))
+    assert len(fitted) == 3 * len(SYSTEMS) and all(len(ids) == 10 for _, ids in fitted)
+    assert all(t.startswith(s) for s, ids in fitted for t in ids)
+    assert applied and all(tid not in train and tid.startswith(s) for s, tid, train in applied)
+    assert len(applied) == 3 * len(SYSTEMS) * 10  # every other log of the system, once per draw
+    assert {(r["system"], r["coverage_level"]) for r in rows} == {(s, lv) for s in SYSTEMS for lv in (0.5, 0.8, 0.9)}
+    for r in rows:
+        assert r["protocol"] == "fitted on 10 labels, 3 draws" and 0 <= r["coverage"] <= 1
+        assert 0 < r["mean_set_share"] <= 1 and 0 < r["step0_share"] <= 1 and r["logs"] == 20
