@@ -67,12 +67,29 @@ def read_checked(path: Path) -> tuple[dict, str]:
 def parse_checked(data: bytes, path) -> dict:
     """Parse and check the bytes of the ranker file at `path`."""
     try:
-        d = json.loads(data.decode("utf-8"))
+        d = json.loads(data.decode("utf-8"), object_pairs_hook=_once)
+    except _Twice as exc:
+        raise _error(path, "", str(exc)) from None
     except (UnicodeDecodeError, ValueError, RecursionError) as exc:  # RecursionError: nesting past the parser's
         raise _error(path, "", f"not a readable ranker file ({type(exc).__name__}: {str(exc)[:200]})") from None
     if not isinstance(d, dict) or d.get("format") != FORMAT:
         raise _error(path, "", "not a masprism-batch ranker file (write one with `masprism-batch fit`)")
     check(d, path)
+    return d
+
+
+class _Twice(ValueError):
+    pass
+
+
+def _once(pairs: list[tuple[str, Any]]) -> dict:
+    """An object of the file: a key written twice is refused (JSON would keep the last, so a hand edit that added a
+    second `weights` applied one of the two without a word)."""
+    d = dict(pairs)
+    if len(d) != len(pairs):
+        seen: set[str] = set()
+        key = next(k for k, _ in pairs if k in seen or seen.add(k))
+        raise _Twice(f"the key {key[:80]!r} is written twice in one object: keep one")
     return d
 
 

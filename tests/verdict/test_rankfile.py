@@ -332,3 +332,16 @@ def test_an_entry_without_its_system_field_is_named_by_its_key(tmp_path, synth):
     assert sr.verdict_by == "ranker:team/agents"
     order, probs, _agent, conf = sr.apply(case.trace, case.rows, case.ranked)
     assert np.isfinite(probs).all() and 0 < conf < 1
+
+
+@pytest.mark.parametrize("key", ["weights", "systems", "score"])
+def test_a_key_written_twice_is_refused_naming_it(tmp_path, synth, key):
+    """JSON keeps the last of two equal keys: a hand-edited file with a second `weights` (or `systems`, or a step
+    set's `score`) applied one of them without a word."""
+    path, _ = _file(tmp_path, synth)
+    text = path.read_text()
+    at = text.index(f'"{key}":')
+    path.write_text(text[:at] + f'"{key}": 0, ' + text[at:])  # the first of the two; the file's own is the last
+    with pytest.raises(RankerFileError, match=f"'{key}'.*twice"):
+        RankerFile.read(path)
+    assert rk.RankerSetting.read(str(path)).problem is not None
