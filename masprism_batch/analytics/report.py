@@ -148,8 +148,9 @@ def _overview(stats, attr, errors) -> str:
     for r in stats["blamed_by_day"].to_pylist():
         days[str(r["day"])] += r["n_traces"]
     if len(days) > 1:
-        parts.append(svg.vbar(sorted(days.items()), "Attributed failures per day (trace start, else attribution)",
-                              width=840))
+        cut, unit = report_categories.periods(days)  # a bar per day up to a year of them, else per month, year
+        parts.append(svg.vbar(report_categories.by_period(days.items(), cut),
+                              f"Attributed failures per {unit} (trace start, else attribution)", width=840))
     tp = stats["throughput"].to_pylist()
     if tp:
         parts.append("<h3>Throughput by hour</h3>" + svg.table(
@@ -213,11 +214,10 @@ def _rollup(stats, pos: dict, ag: dict) -> str:
     top1 = {r["source"]: r for r in stats["accuracy"].to_pylist() if r["metric"] in ("step_top1", "precision@1")}
     rows, tot_n, tot_agents, tot_rel = [], 0, Counter(), Counter()
     for src in sorted(set(ag) | set(pos)):
-        agents = Counter()
-        systems = set()
+        agents, systems = Counter(), Counter()
         for r in ag.get(src, []):
             agents[r["agent"]] += r["n_traces"]
-            systems.add(r["system"] or "-")
+            systems[r["system"] or "-"] += r["n_traces"]
         rel = Counter({r["bin"]: r["n_traces"] for r in pos.get(src, []) if r["measure"] == "relative"})
         n = sum(agents.values())
         tot_n += n
@@ -225,7 +225,7 @@ def _rollup(stats, pos: dict, ag: dict) -> str:
         tot_rel.update(rel)
         a, k = agents.most_common(1)[0] if agents else (None, 0)
         acc = top1.get(src)
-        rows.append([src or "(none)", n, ", ".join(sorted(systems)), f"{a or '-'} ({k / n:.0%})" if n else "-",
+        rows.append([src or "(none)", n, _systems_cell(systems), f"{a or '-'} ({k / n:.0%})" if n else "-",
                      _median_bin(rel), f"{acc['metric']} {acc['value']:.3f} ({acc.get('sample') or '-'})"
                      if acc and acc["value"] is not None else "-"])
     (s_a, a), k = tot_agents.most_common(1)[0] if tot_agents else ((None, None), 0)
@@ -234,6 +234,18 @@ def _rollup(stats, pos: dict, ag: dict) -> str:
     return "<h3>Roll-up across sources</h3>" + svg.table(
         ["source", "traces", "systems", "most-blamed agent (share)", "median blamed position (0 first, 1 last)",
          "top-1 accuracy"], rows)
+
+
+SYSTEMS_SHOWN = 10
+
+
+def _systems_cell(systems: Counter) -> str:
+    """A source's systems by name; past SYSTEMS_SHOWN, those with most traces and a count of the rest (a log names
+    its system: one name per log must not grow the report by a name per log)."""
+    if len(systems) <= SYSTEMS_SHOWN:
+        return ", ".join(sorted(systems))
+    top = sorted(sorted(systems, key=lambda s: (-systems[s], s))[:SYSTEMS_SHOWN])
+    return ", ".join(top) + f" and {len(systems) - SYSTEMS_SHOWN:,} more"
 
 
 def _median_bin(rel: Counter) -> str:

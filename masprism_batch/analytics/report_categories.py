@@ -10,7 +10,8 @@ gives the same links; build_report puts them into the drill-down sample, and eac
 
 from __future__ import annotations
 
-from collections import defaultdict
+from collections import Counter, defaultdict
+from collections.abc import Iterable
 
 import pyarrow as pa
 
@@ -31,6 +32,28 @@ def examples(attr: pa.Table, top: int = TOP_KINDS, per: int = PER_KIND) -> dict[
         by[cat or UNCATEGORISED].append((-(conf or 0.0), tid))
     kinds = sorted(by, key=lambda c: (-len(by[c]), c))[:top]
     return {c: [t for _, t in sorted(by[c])[:per]] for c in kinds}
+
+
+MAX_PERIODS = 366  # bars of the per-day chart, columns of the trend: past a year of days, months, then years
+
+
+def periods(dates: Iterable[str]) -> tuple[int, str]:
+    """How the overview counts ISO dates (YYYY-MM-DD): (the length of the prefix that names a period, its name):
+    days while there are at most MAX_PERIODS of them, else months, else years. A log names its own start time:
+    logs dated each in another year must not grow the report by a bar and a column per day."""
+    dates = set(dates)
+    for n, unit in ((10, "day"), (7, "month")):
+        if len({d[:n] for d in dates}) <= MAX_PERIODS:
+            return n, unit
+    return 4, "year"
+
+
+def by_period(counts: Iterable[tuple[str, int]], n: int) -> list[tuple[str, int]]:
+    """(period, count) summed over the dates of each period (`periods`), the latest MAX_PERIODS, in date order."""
+    out: Counter = Counter()
+    for d, k in counts:
+        out[d[:n]] += k
+    return sorted(out.items())[-MAX_PERIODS:]
 
 
 def section(stats: dict, ex: dict[str, list[str]], index_of: dict[str, int]) -> str:
@@ -68,8 +91,10 @@ def section(stats: dict, ex: dict[str, list[str]], index_of: dict[str, int]) -> 
     tr = trend(stats["categories_by"], top=5) if "categories_by" in stats else {}
     days = next(iter(tr.values()), [])
     if len(days) > 1:
-        parts.append("<h3>Trend across run dates (top kinds, failed runs per day)</h3>" + svg.table(
-            ["kind", *[d for d, _ in days]], [[c, *[n for _, n in v]] for c, v in tr.items()]))
+        cut, unit = periods(d for d, _ in days)
+        tr = {c: by_period(v, cut) for c, v in tr.items()}
+        parts.append(f"<h3>Trend across run dates (top kinds, failed runs per {unit})</h3>" + svg.table(
+            ["kind", *[d for d, _ in next(iter(tr.values()))]], [[c, *[n for _, n in v]] for c, v in tr.items()]))
     groups = stats.get("failure_groups")
     if groups is not None and groups.num_rows:
         parts.append("<h3>Label-free failure groups (named by their most distinctive terms)</h3>" + svg.table(

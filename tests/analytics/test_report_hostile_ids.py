@@ -163,3 +163,38 @@ def test_report_trace_takes_the_id_as_the_terminal_shows_it(tmp_path):
     assert _data((tmp_path / "r.html").read_text(encoding="utf-8"))["traces"][0]["id"] == "x\\u200By"  # asked first
     with pytest.raises(AnalyticsInputError, match="2 traces show as"):
         build_report(tmp_path / "o", tmp_path / "r2.html", include=["t\\u202eA"], strict_include=True)
+
+
+def _section_sizes(html: str) -> tuple[str, str, str]:
+    days = re.search(r'<svg[^>]*>(?:(?!</svg>).)*Attributed failures per (?:(?!</svg>).)*</svg>', html, re.S)
+    trend = re.search(r"<h3>Trend across run dates[^<]*</h3>(<table.*?</table>)", html, re.S)
+    rollup = re.search(r"<h3>Roll-up across sources</h3>(<table.*?</table>)", html, re.S)
+    return days.group() if days else "", trend.group(0) if trend else "", rollup.group(1)
+
+
+def test_the_overview_stays_bounded_whatever_the_logs_dates_and_system_names(tmp_path):
+    """The overview grew with every distinct day a log's start time names (a bar per day, a trend column per day)
+    and every distinct system name (all listed in one roll-up cell): logs with a start time each in another year
+    and a system name each made the report grow past its ~15 MB bound at 100,000 traces (150 bytes a day, up to
+    256 a name). Past a year of days the chart and trend count by month, then by year (the latest 366 at most);
+    the roll-up names the 10 systems with most traces and counts the rest. Every failed run is still counted."""
+    n = 400
+    specs = [_spec(f"t{i}", f"kind{i % 2}", system=f"system-{i:04d}", day_offset=i * 300) for i in range(n)]
+    write_outdir(tmp_path / "o", specs)
+    build_report(tmp_path / "o", tmp_path / "r.html")
+    days, trend, rollup = _section_sizes((tmp_path / "r.html").read_text(encoding="utf-8"))
+    bars = re.findall(r"<title>([^<]*): ([\d,]+)</title>", days)
+    assert "per year" in days and 1 < len(bars) <= 366, (len(bars), days[:300])
+    assert sum(int(v.replace(",", "")) for _, v in bars) == n  # 400 runs over 329 years: every one counted
+    assert re.fullmatch(r"\d{4}", bars[0][0]) and "per year" in trend and trend.count("<th>") <= 367
+    assert rollup.count("system-") == 10 and "390 more" in rollup, rollup[:600]
+
+
+def test_a_run_within_a_year_keeps_its_days(tmp_path):
+    specs = [_spec(f"t{i}", "k", day_offset=i) for i in range(30)]
+    write_outdir(tmp_path / "o", specs)
+    build_report(tmp_path / "o", tmp_path / "r.html")
+    days, _, rollup = _section_sizes((tmp_path / "r.html").read_text(encoding="utf-8"))
+    bars = re.findall(r"<title>([^<]*): ([\d,]+)</title>", days)
+    assert "per day" in days and len(bars) == 30 and bars[0][0] == "2026-11-20"
+    assert "more" not in rollup
