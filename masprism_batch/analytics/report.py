@@ -115,10 +115,11 @@ def _overview(stats, attr, errors) -> str:
         parts.append(f'<p class="note">{escape(split_line(stats["run_status"]))}</p>')
     pos = _by_source(stats["step_position"].to_pylist())
     ag = _by_source(stats["blamed_agents"].to_pylist())
-    parts.append(_rollup(stats, pos, ag))
+    keep = _shown_sources(attr)
+    parts.append(_rollup(stats, pos, ag, keep))
     words = _by_source(stats["symptom_words"].to_pylist())
     nll = _by_source(stats["nll_by_agent"].to_pylist())
-    for src in sorted(set(ag) | set(pos)):
+    for src in sorted((set(ag) | set(pos)) & keep):
         agents = Counter()
         for r in ag.get(src, []):
             agents[r["agent"]] += r["n_traces"]
@@ -138,7 +139,11 @@ def _overview(stats, attr, errors) -> str:
                            "Mean step NLL, pass 1 (agents by step count)")]
         parts.append(f'<section class="source"><h3>Source: {escape(src or "(none)")}</h3>'
                      f'<div class="charts">{"".join(charts)}</div></section>')
-    acc = stats["accuracy"].to_pylist()
+    if len(set(ag) | set(pos)) > len(keep):
+        parts.append(f'<p class="note">{len(set(ag) | set(pos)) - len(keep):,} more sources, counted in the roll-up, '
+                     "are not broken out here (their tables: <code>masprism-batch stats OUTDIR</code>, "
+                     "OUTDIR/stats/)</p>")
+    acc = [r for r in stats["accuracy"].to_pylist() if (r["source"] or "") in keep]
     if acc:
         parts.append("<h3>Accuracy where labels exist</h3>" + _accuracy_notes(acc) + svg.table(
             ["source", "metric", "traces", "value", "random baseline", "in-sample for the packaged weights?"],
@@ -208,11 +213,21 @@ def _accuracy_notes(acc: list[dict]) -> str:
                                               for n, srcs in by_note.items()) + "</ul>"
 
 
-def _rollup(stats, pos: dict, ag: dict) -> str:
-    """One row per source, and the total across sources: traces, systems, the most-blamed agent, where the
-    blamed step sits, top-1 accuracy where labels exist."""
+SOURCES_SHOWN = 20
+
+
+def _shown_sources(attr) -> set[str]:
+    """The sources the overview breaks out: the SOURCES_SHOWN with most traces. A log may name its own source
+    (canonical JSON lines): one per log drew five charts per log (~4 kB), so the rest are counted, not drawn."""
+    n = Counter(s or "" for s in attr["source"].to_pylist())
+    return set(sorted(n, key=lambda s: (-n[s], s))[:SOURCES_SHOWN])
+
+
+def _rollup(stats, pos: dict, ag: dict, keep: set[str]) -> str:
+    """One row per source broken out (`keep`), one for the others, and the total across sources: traces,
+    systems, the most-blamed agent, where the blamed step sits, top-1 accuracy where labels exist."""
     top1 = {r["source"]: r for r in stats["accuracy"].to_pylist() if r["metric"] in ("step_top1", "precision@1")}
-    rows, tot_n, tot_agents, tot_rel = [], 0, Counter(), Counter()
+    rows, tot_n, tot_agents, tot_rel, others = [], 0, Counter(), Counter(), Counter()
     for src in sorted(set(ag) | set(pos)):
         agents, systems = Counter(), Counter()
         for r in ag.get(src, []):
@@ -223,11 +238,16 @@ def _rollup(stats, pos: dict, ag: dict) -> str:
         tot_n += n
         tot_agents.update({(src, a): k for a, k in agents.items()})
         tot_rel.update(rel)
+        if src not in keep:
+            others.update(sources=1, traces=n)
+            continue
         a, k = agents.most_common(1)[0] if agents else (None, 0)
         acc = top1.get(src)
         rows.append([src or "(none)", n, _systems_cell(systems), f"{a or '-'} ({k / n:.0%})" if n else "-",
                      _median_bin(rel), f"{acc['metric']} {acc['value']:.3f} ({acc.get('sample') or '-'})"
                      if acc and acc["value"] is not None else "-"])
+    if others:
+        rows.append([f"{others['sources']:,} other sources", others["traces"], "", "-", "-", "-"])
     (s_a, a), k = tot_agents.most_common(1)[0] if tot_agents else ((None, None), 0)
     rows.append(["all sources", tot_n, "", f"{a or '-'} in {s_a or '-'} ({k / tot_n:.0%})" if tot_n else "-",
                  _median_bin(tot_rel), "per source only (metrics differ)"])

@@ -198,3 +198,23 @@ def test_a_run_within_a_year_keeps_its_days(tmp_path):
     bars = re.findall(r"<title>([^<]*): ([\d,]+)</title>", days)
     assert "per day" in days and len(bars) == 30 and bars[0][0] == "2026-11-20"
     assert "more" not in rollup
+
+
+def test_the_overview_breaks_out_the_sources_with_most_traces_only(tmp_path):
+    """A JSON-lines log names its own `source`: one per log drew five charts per log in the overview (about 4 kB
+    each log: 400 MB at 100,000 logs), a roll-up row and accuracy rows each. The overview breaks out the 20 sources
+    with most traces; the others are counted in one roll-up row, and the total still covers every trace."""
+    labels = {"mistake_step": 1, "mistake_agent": "A"}
+    specs = [_spec(f"big{i}", "k", source="main", labels=labels) for i in range(5)]
+    specs += [_spec(f"t{i}", "k", source=f"src-{i:03d}", labels=labels) for i in range(60)]
+    write_outdir(tmp_path / "o", specs)
+    s = build_report(tmp_path / "o", tmp_path / "r.html")
+    html = (tmp_path / "r.html").read_text(encoding="utf-8")
+    overview = html[html.index('id="overview"'):html.index('id="drilldown"')]
+    heads = re.findall(r'<section class="source"><h3>Source: ([^<]*)</h3>', overview)
+    assert len(heads) == 20 and heads[0] == "main", heads  # the most traces first... then by name
+    rollup = _section_sizes(html)[2]
+    assert "41 other sources" in rollup and re.search(r"<td>all sources</td><td>65</td>", rollup), rollup[-800:]
+    acc = overview[overview.index("Accuracy where labels exist"):]
+    assert len(set(re.findall(r"src-\d{3}", acc[:acc.index("</table>")]))) <= 19
+    assert s["traces"] == 65
