@@ -183,7 +183,7 @@ def fit(
             console.print(f"  [yellow]note:[/] {terminal(note)}")
         if words := confidence_words(f.entry):
             console.print(f"  {terminal(words)}")
-        if words := stepset_words(f.entry):
+        if words := stepset_words(f.entry, kept=f.k >= fs.MIN_K):
             console.print(f"  {terminal(words)}")
         if words := kind_words(f.entry.get("category")):
             console.print(f"  {terminal(words)}")

@@ -92,10 +92,11 @@ def _against_zero_training(h: dict) -> str:
             f"{told}; kept: {kept}")
 
 
-def stepset_words(entry: dict) -> str | None:
+def stepset_words(entry: dict, kept: bool = True) -> str | None:
     """Issue 59: how often the system's step sets held the labelled step on its own held-out logs (leave-one-out
     over the fit's held-out verdicts, fit/stepset_fit.py) and how much of a log they are, beside what reading from
-    step 0 needs for the same coverage; and that before a fit a run states the dev systems' estimate."""
+    step 0 needs for the same coverage; and that before a fit (or where `kept` is False, the system being left out
+    of the file) a run states the dev systems' estimate."""
     h = (entry.get("stepset") or {}).get("heldout")
     if not h:
         return None
@@ -107,8 +108,11 @@ def stepset_words(entry: dict) -> str | None:
                 f"average (reading from step 0: {base:.0%})")
     parts = [x for x in (one(lv) for lv in (0.8, 0.5, 0.9)) if x]
     lead = "the blamed step" if entry["stepset"].get("lead") == "top" else "the verdict's ranked steps"
-    order = (f" (after {lead}, the steps of the agents these labels blame most)"
-             if entry["stepset"].get("tail") == "prior" else "")
-    return (f"steps to read (read_steps){order}, held out on {h.get('n', 0)} labelled logs: " + "; ".join(parts)
-            + ". A run now calibrates this system's sets on these labels; before the fit its coverage was the dev "
-              "systems' estimate, which a new system may not meet")
+    tail = entry["stepset"].get("tail")
+    order = (f" (after {lead}, the steps of the agents these labels blame most)" if tail == "prior" else
+             f" (after {lead}, in the order of a small model of the step rows fitted on these labels)"
+             if tail == "learned" else "")
+    then = ("A run now calibrates this system's sets on these labels; before the fit its coverage was the dev "
+            "systems' estimate, which a new system may not meet") if kept else (
+        "Too few labels to write: a run keeps stating the dev systems' estimate, which a new system may not meet")
+    return f"steps to read (read_steps){order}, held out on {h.get('n', 0)} labelled logs: " + "; ".join(parts) + ". " + then

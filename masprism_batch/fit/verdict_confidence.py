@@ -104,6 +104,8 @@ def crossfit(F: np.ndarray, hits: np.ndarray, folds: np.ndarray, names) -> np.nd
     out = np.zeros(len(hits))
     for f in sorted(set(folds.tolist())):
         train, test = folds != f, folds == f
+        if not train.any():  # one labelled log: nothing to fit its score on (it stays 0, as a constant orders)
+            continue
         cal = calibrate.fit_monotone(F[train], hits[train], names, WEIGHTS)
         # a feature constant on the training folds orders nothing: its weight (a floor or fitting noise) differs
         # between folds with the verdict left out, and times a constant it alone ranked identical verdicts
