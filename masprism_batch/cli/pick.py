@@ -82,6 +82,11 @@ def pick(
                         "" if r["confidence"] is None else f"{r['confidence']:.3f}",
                         " ".join(map(str, read)) if read else "", len(read) if read else "", r["n_steps"],
                         sheet_cell(r["system"] or ""), f"masprism-batch show {shlex.quote(str(outdir))} {shlex.quote(c.trace_id)}"])
+    if not chosen:
+        why = (f"every one of the {len(rows):,} attributed log(s) is labelled already" if rows
+               else f"no attributed log in {terminal(outdir)}")
+        console.print(f"nothing to pick: {why}; {terminal(out)} holds the header only")
+        raise typer.Exit(EXIT_OK)
     console.print(f"picked {len(chosen):,} of {len(rows):,} attributed log(s) to label ({len(excluded):,} already "
                   f"labelled, left out) into {terminal(out)}: fill in `step` (0-based) and `agent`, then "
                   f"masprism-batch fit {terminal(outdir)} --labels {terminal(out)} -o ranker.json")

@@ -101,3 +101,21 @@ def test_pick_never_writes_a_spreadsheet_formula_and_fit_reads_its_guard_back(tm
     res = runner.invoke(app, ["pick", str(run), "-n", "6", "-o", str(tmp_path / "next.csv"), "--labels", str(out),
                               "--force"])
     assert res.exit_code == EXIT_OK and "2 already labelled" in " ".join(res.output.split()), res.output
+
+
+def test_pick_says_when_every_log_is_labelled_already(tmp_path):
+    """The demo's OUTDIR: every trace carries its labels. pick wrote an empty file and told the user to fill it in."""
+    specs = random_specs(random.Random(5), 4)
+    for i, s in enumerate(specs):
+        s["labels"] = {"mistake_step": 0, "mistake_agent": s["steps"][0]["agent"], "error_locations": None,
+                       "error_impacts": None, "error_categories": None}
+        s["ranked"], s["scores"], s["question"] = [0], [1.0], f"task {i}"
+    run = write_outdir(tmp_path / "run", specs)
+    out = tmp_path / "to_label.csv"
+    res = runner.invoke(app, ["pick", str(run), "-o", str(out)])
+    said = " ".join(res.output.split())
+    assert res.exit_code == EXIT_OK and "nothing to pick" in said and "labelled already" in said, said
+    assert "fill in" not in said
+    from masprism_batch.cli.pick import FILE_COLUMNS
+
+    assert out.read_text().splitlines() == [",".join(FILE_COLUMNS)]
