@@ -46,9 +46,9 @@ def pick(
     from masprism_batch.analytics import load
     from masprism_batch.analytics.pick import Candidate, labelled_ids
     from masprism_batch.analytics.pick import pick as choose
-    from masprism_batch.trace import sheet_cell
     from masprism_batch.outdir.manifest import DamagedOutput, OutdirUnsafe
     from masprism_batch.outdir.parts import atomic_output
+    from masprism_batch.trace import sheet_cell
 
     setup_logging(verbose)
     check_run_dir(outdir)
