@@ -71,8 +71,8 @@ def sample_ids(attr: pa.Table, limits: DrillLimits, include: list[str] | None = 
 # of the whole report (SVG, HTML and this JSON alike): each such character becomes a visible \uXXXX escape; the
 # stored data is unchanged (ingest accepts them as ordinary characters).
 def mark_bidi(text: Any) -> Any:
-    """`text` with every control, bidirectional control, other format character, line separator and lone
-    surrogate shown as a visible `\\uXXXX` escape (svg.visible); non-strings (None, numbers) unchanged."""
+    """`text` with every control, bidirectional control, other format character and lone surrogate shown as a
+    visible `\\uXXXX` escape (svg.visible); non-strings (None, numbers) unchanged."""
     return visible(text) if isinstance(text, str) else text
 
 

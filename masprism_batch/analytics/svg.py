@@ -4,8 +4,8 @@ Colours are presentation attributes (fill=...), never style attributes, so the r
 Policy can forbid inline styles. Every label passes through `escape` (html.escape after `visible`): labels
 are data (agent names, sources) and may hold markup, NUL and other control characters (invalid in XML: a
 browser drops the whole SVG), bidirectional controls (U+202E turns the text around it: a name that reads as
-another), other format characters (zero widths, U+FEFF: a name that looks like another), line separators or
-lone surrogates (unencodable): each of those is shown as a visible `\\uXXXX` escape instead.
+another), other format characters (zero widths, U+FEFF: a name that looks like another) or lone surrogates
+(unencodable): each of those is shown as a visible `\\uXXXX` escape instead.
 """
 
 from __future__ import annotations
@@ -23,16 +23,16 @@ _VISIBLE = {c: f"\\u{c:04X}" for c in _INVISIBLE}
 
 @functools.cache
 def _table() -> dict[int, str]:
-    """`_VISIBLE` and every other character a terminal is shown escaped too (schema.terminal): Unicode Cf (zero
-    widths, U+FEFF, soft hyphen, tag characters), Zl and Zp; U+10000 and above as `\\UXXXXXXXX`. Built on first
-    use (80 ms)."""
-    hidden = (c for c in range(0xA0, 0x110000) if unicodedata.category(chr(c)) in ("Cf", "Zl", "Zp"))
+    """`_VISIBLE` and the other characters a terminal is shown escaped too (schema.terminal) that hide text or
+    change its look: Unicode Cf (zero widths, U+FEFF, soft hyphen, tag characters); U+10000 and above as
+    `\\UXXXXXXXX`. Built on first use (80 ms)."""
+    hidden = (c for c in range(0xA0, 0x110000) if unicodedata.category(chr(c)) == "Cf")
     return {**{c: f"\\u{c:04X}" if c <= 0xFFFF else f"\\U{c:08X}" for c in hidden}, **_VISIBLE}
 
 
 def visible(text: object) -> str:
-    """`text` with every control, bidi control, other format character (zero widths, U+FEFF, tags), line or
-    paragraph separator and lone surrogate replaced by its visible `\\uXXXX` escape."""
+    """`text` with every control, bidi control, other format character (zero widths, U+FEFF, tags) and lone
+    surrogate replaced by its visible `\\uXXXX` escape."""
     return str(text).translate(_table())
 
 
