@@ -46,6 +46,7 @@ from masprism_batch.analytics.export_rows import (
     json_line,
     one_verdict,
     ranked,
+    say_shared_trace_ids,
     say_skipped,
 )
 from masprism_batch.outdir import parts as outdir_parts
@@ -196,6 +197,8 @@ def export_files(outdir: Path | str, to: str, out: Path | str, top_k: int = 1) -
     attr = load.read(outdir, "attributions", columns=["trace_id"])  # clear error when OUTDIR has no attributions
     if not out.parent.is_dir():
         raise FileNotFoundError(f"output folder {out.parent} does not exist (it is not created for you)")
+    if to != "jsonl":  # the formats a backend reads by its hex trace id (jsonl keys each record by the log's own)
+        say_shared_trace_ids(attr["trace_id"].to_pylist())
     if to == "phoenix":
         by_target = phoenix_rows(outdir, top_k)
         if not any(by_target.values()):

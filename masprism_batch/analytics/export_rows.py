@@ -46,6 +46,23 @@ def hex_ids(a: dict, c: dict | None) -> tuple[str, str | None]:
     return ids.export_trace_id(a["trace_id"]), ids.otel_span_id(ids.carrying_span(c.get("span_id")), dec) if c else None
 
 
+def say_shared_trace_ids(trace_ids: list[str]) -> None:
+    """Warn where logs with different ids export to one backend trace id (`ids.export_trace_id` reads `ABC...`,
+    `abc...` and `0xabc...` alike; ingest keeps both logs, their ids differ): their verdicts land on one trace and
+    span, where the later annotation of a name replaces the earlier (Phoenix)."""
+    by: dict[str, list[str]] = {}
+    for t in dict.fromkeys(trace_ids):
+        try:
+            by.setdefault(ids.export_trace_id(t), []).append(t)
+        except Exception:  # noqa: BLE001 - an id that cannot be mapped costs its own verdict, said when it is built
+            continue
+    shared = [v for v in by.values() if len(v) > 1]
+    if shared:
+        log.warning("export: %d backend trace id(s) named by more than one log, their verdicts on one trace (first: "
+                    "%s); check these logs are not one run twice, or a log naming another's trace", len(shared),
+                    ", ".join(f"{t!r:.80}" for t in shared[0][:3]))
+
+
 def attributions(outdir: Path) -> Iterator[dict[str, Any]]:
     for batch in load.iter_table(Path(outdir), "attributions", COLUMNS):
         yield from batch.to_pylist()

@@ -45,3 +45,29 @@ def test_a_line_separator_in_a_name_never_splits_a_record(tmp_path, to):
         assert {r["pred_agent"] for r in back.values()} == {agent}
     if to == "phoenix":
         assert set(written) <= set(phoenix_paths(tmp_path / "x.jsonl").values())
+
+
+def test_logs_whose_ids_name_one_backend_trace_are_said(tmp_path, caplog):
+    """A backend knows a trace by its hex id, and ids.py reads `ABC...`, `abc...` and `0xabc...` as the same one:
+    two logs so named (ingest keeps both: their ids differ) put their verdicts on one backend trace and span, where
+    the later annotation of a name replaces the earlier in Phoenix. The export says so, naming both ids."""
+    import logging
+
+    hexid = "abcdef0123456789abcdef0123456789"
+
+    def spec(tid, agent):
+        return {"trace_id": tid, "source": "src", "system": "sys", "labels": None, "confidence": 0.5,
+                "steps": [{"agent": agent, "content": f"step {k}", "span_id": f"{k + 1:016x}"} for k in range(3)],
+                "ranked": [1, 0], "scores": [0.9, 0.1], "symptoms": [2], "nll": [1.0] * 3, "day_offset": 0}
+
+    out = write_outdir(tmp_path / "o", [spec(hexid, "Victim"), spec(hexid.upper(), "Mallory"), spec("other", "B")])
+    for to in ("phoenix", "otel", "langfuse"):
+        caplog.clear()
+        with caplog.at_level(logging.WARNING):
+            export_files(out, to, tmp_path / f"{to}.jsonl")
+        said = " ".join(r.getMessage() for r in caplog.records)
+        assert "1 backend trace id" in said and hexid in said and hexid.upper() in said, (to, said)
+    caplog.clear()
+    with caplog.at_level(logging.WARNING):
+        export_files(out, "jsonl", tmp_path / "plain.jsonl")  # keyed by the log's own id: nothing shared
+    assert "backend trace id" not in " ".join(r.getMessage() for r in caplog.records)
