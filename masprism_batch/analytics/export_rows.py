@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import json
 import logging
+import math
 from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
@@ -30,9 +31,24 @@ _LINE_ENDS = {"\u2028": "\\u2028", "\u2029": "\\u2029", "\x85": "\\u0085"}
 _LINE_END_CHARS = tuple(_LINE_ENDS)
 
 
+def _finite(v: Any) -> Any:
+    """`v` with every NaN or infinite float as None (JSON has no form for them)."""
+    if isinstance(v, float):
+        return v if math.isfinite(v) else None
+    if isinstance(v, dict):
+        return {k: _finite(x) for k, x in v.items()}
+    if isinstance(v, (list, tuple)):
+        return [_finite(x) for x in v]
+    return v
+
+
 def json_line(obj: Any) -> str:
-    """One JSON-lines record (a newline at its end) whatever its strings hold."""
-    s = json.dumps(obj, ensure_ascii=False, default=str)
+    """One JSON-lines record (a newline at its end) whatever its strings and numbers hold: standard JSON (a NaN
+    or infinite score in an OUTDIR is null: JSON.parse, jq, DuckDB and Langfuse's API refuse NaN)."""
+    try:
+        s = json.dumps(obj, ensure_ascii=False, default=str, allow_nan=False)
+    except ValueError:
+        s = json.dumps(_finite(obj), ensure_ascii=False, default=str, allow_nan=False)
     if any(c in s for c in _LINE_END_CHARS):
         s = "".join(_LINE_ENDS.get(c, c) for c in s)
     return s + "\n"

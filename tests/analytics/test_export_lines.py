@@ -71,3 +71,27 @@ def test_logs_whose_ids_name_one_backend_trace_are_said(tmp_path, caplog):
     with caplog.at_level(logging.WARNING):
         export_files(out, "jsonl", tmp_path / "plain.jsonl")  # keyed by the log's own id: nothing shared
     assert "backend trace id" not in " ".join(r.getMessage() for r in caplog.records)
+
+
+@pytest.mark.parametrize("to", ["jsonl", "langfuse", "otel", "phoenix"])
+def test_a_value_json_has_no_form_for_is_written_as_null(tmp_path, to):
+    """A NaN or infinite confidence or candidate score in an OUTDIR was written as NaN / Infinity, which JSON has
+    no form for: JavaScript's JSON.parse, jq, DuckDB and Langfuse's API refuse the line (ingest makes a log's own
+    metadata standard JSON for the same reason). Every JSON-lines export writes null there."""
+    nan, inf = float("nan"), float("inf")
+    steps = [{"agent": "A", "content": "x", "span_id": f"{k + 1:016x}"} for k in range(3)]
+    spec = {"trace_id": "t1", "source": "s", "system": "y", "labels": None, "steps": steps, "ranked": [1, 0, 2],
+            "scores": [nan, inf, -inf], "symptoms": [2], "nll": [nan, 1.0, inf], "day_offset": 0, "confidence": nan}
+    out = write_outdir(tmp_path / "o", [spec])
+
+    def refuse(c):
+        raise ValueError(f"{c} is not JSON")
+
+    for path in export_files(out, to, tmp_path / "x.jsonl", top_k=3):
+        for line in path.read_text(encoding="utf-8").splitlines():
+            rec = json.loads(line, parse_constant=refuse)  # standard JSON only
+            assert rec
+    if to == "jsonl":
+        rec = read_jsonl(tmp_path / "x.jsonl")["t1"]
+        assert rec["confidence"] is None and [c["score"] for c in rec["candidates"]] == [None, None, None]
+        assert rec["pred_step"] == 1  # the rest of the record as it was
