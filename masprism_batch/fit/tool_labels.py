@@ -24,7 +24,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from masprism_batch.analytics import ids
-from masprism_batch.fit.label_files import Gold, LabelsFileError, read_labels_bytes
+from masprism_batch.fit.label_files import MAX_LABELS_BYTES, Gold, LabelsFileError, read_labels_bytes
 from masprism_batch.trace import Trace
 
 TOOLS = ("phoenix", "langfuse", "langsmith")
@@ -88,9 +88,7 @@ def read_records(path: Path, problems: list[str], raw: bytes | None = None) -> t
     path = Path(path)
     raw = read_labels_bytes(path) if raw is None else raw  # a regular file of a bounded size only
     if raw[:4] == b"PAR1":
-        import pyarrow.parquet as pq
-
-        table = pq.read_table(io.BytesIO(raw))
+        table = _parquet(path, raw)
         tool = classify(table.column_names)
         if tool is None:
             raise ValueError(f"{path}: a Parquet file with columns {', '.join(table.column_names[:8])}: not a "
@@ -124,6 +122,27 @@ def read_records(path: Path, problems: list[str], raw: bytes | None = None) -> t
     except csv.Error as exc:
         problems.append(f"{path.name}:{reader.line_num}: does not parse as CSV ({exc}): the rows after it skipped")
     return tool, out
+
+
+# rows a Parquet export may hold: as many as a labels file of the size cap could (64 bytes a row at least); its few
+# KB of run-length-encoded rows can describe far more than memory holds once read
+MAX_PARQUET_ROWS = MAX_LABELS_BYTES // 64
+
+
+def _parquet(path: Path, raw: bytes):
+    """The table of a Parquet export, its row count checked from the footer before any row is read; a damaged
+    file is LabelsFileError naming it."""
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    try:
+        f = pq.ParquetFile(io.BytesIO(raw))
+        if f.metadata.num_rows > MAX_PARQUET_ROWS:
+            raise LabelsFileError(f"{path}: {f.metadata.num_rows:,} rows; a labels export holds at most "
+                                  f"{MAX_PARQUET_ROWS:,} (filter it to the annotation that names the failure)")
+        return f.read()
+    except (OSError, pa.ArrowException) as exc:
+        raise LabelsFileError(f"{path}: not a readable Parquet file ({str(exc)[:200]})") from None
 
 
 def _json_lines(text: str, path: Path, problems: list[str]):

@@ -94,3 +94,26 @@ def test_the_fixtures_are_what_the_tools_write():
     fb = json.loads((DATA / "langsmith_feedback.json").read_text())
     assert {"id", "run_id", "trace_id", "key", "score", "value", "comment", "feedback_source"} <= set(fb[0])
     assert page["data"][4]["traceId"] == hashlib.sha256(CHAT.encode()).hexdigest()[:32]
+
+
+def test_a_damaged_or_inflating_parquet_export_is_one_error_naming_the_file(tmp_path, traces, monkeypatch):
+    """A Parquet export cut short was pyarrow's OSError ("Couldn't deserialize thrift", naming no file) out of the
+    reader; one whose row count no labels file of the size cap holds (a few KB of run-length-encoded rows can
+    describe millions) was read whole into memory first."""
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    from masprism_batch.fit import tool_labels
+
+    whole = (DATA / "phoenix_span_annotations.parquet").read_bytes()
+    cut = tmp_path / "cut.parquet"
+    cut.write_bytes(whole[: len(whole) // 2] + b"PAR1")
+    with pytest.raises(LabelsFileError, match="cut.parquet.*not a readable Parquet file"):
+        from_file(cut, traces)
+    many = tmp_path / "many.parquet"
+    pq.write_table(pa.table({"span_id": [A_SPANS[1]] * 50, "annotation_name": ["masprism_failure_attribution"] * 50,
+                             "result.label": ["failure_source"] * 50}), many)
+    assert from_file(many, traces)[0][A].steps == [1]
+    monkeypatch.setattr(tool_labels, "MAX_PARQUET_ROWS", 49)
+    with pytest.raises(LabelsFileError, match="many.parquet.*50 rows"):
+        from_file(many, traces)
