@@ -22,7 +22,7 @@ from masprism_batch.analytics import load, report_categories, report_rollup, svg
 from masprism_batch.analytics.report_data import DrillLimits, payloads_by_id, sample_ids
 from masprism_batch.analytics.stats import ATTR_COLS, cached_or_compute
 from masprism_batch.analytics.svg import (
-    escape,  # controls, bidi controls and lone surrogates shown escaped, then markup escaped
+    escape,  # controls, bidi and other format characters, lone surrogates shown escaped, then markup escaped
 )
 from masprism_batch.outdir import parts as outdir_parts
 
