@@ -32,43 +32,57 @@ def named_system(run: Path) -> str | None:
         cfg = json.loads((run / "run.json").read_text(encoding="utf-8")).get("config") or {}
     except (OSError, ValueError, AttributeError):
         return None
-    return (cfg.get("method") or {}).get("system") if isinstance(cfg, dict) else None
+    method = cfg.get("method") if isinstance(cfg, dict) else None
+    named = method.get("system") if isinstance(method, dict) else None
+    return named if isinstance(named, str) and named else None  # a hand-edited run.json's list is no name
 
 
 def load_runs(runs: list[Path], named: dict | None = None):
     """(traces by id, step_scores rows by trace id, model id) of finished runs; every run must be of one model.
-    `named` (filled when given): trace id -> the system its run named with `--system`."""
-    from masprism_batch.analytics import load
-
+    `named` (filled when given): trace id -> the system its run named with `--system`. A run whose outputs
+    cannot be read: FitInputError naming it."""
     traces, rows, models = {}, {}, {}
     for run in runs:
-        system = named_system(run)
-        if not load.has_dataset(run, "attributions"):
-            raise FitInputError(f"{run}: no attributions/ (a run directory made by `attribute` or `run` is expected)")
-        for name in ("traces", "step_scores"):
-            if not load.has_dataset(run, name):
-                raise FitInputError(f"{run}: no {name}/ parts: `fit` reads the run's {name} (made by "
-                                    f"`attribute`/`run`)")
-        att = load.read(run, "attributions", ["trace_id", "model_id"]).to_pylist()
-        for a in att:
-            models.setdefault(a["model_id"], run)
-        done = {a["trace_id"] for a in att}
-        for r in load.read(run, "traces").to_pylist():
-            if r["trace_id"] in done:
-                traces[r["trace_id"]] = Trace.from_row(r)
-                if named is not None and system:
-                    named[r["trace_id"]] = system
-        here: dict[str, dict[int, dict]] = {}
-        for r in load.read(run, "step_scores", STEP_COLUMNS).to_pylist():
-            here.setdefault(r["trace_id"], {})[r["step"]] = r  # a step written twice (a resumed run) counts once
-        for tid, by_step in here.items():  # a trace in several runs: the last run given wins
-            rows[tid] = list(by_step.values())
+        try:
+            _read_run(run, traces, rows, models, named)
+        except FitInputError:
+            raise
+        except (ValueError, OSError) as exc:  # a part cut short (DamagedOutput), a stray file among the parts
+            raise FitInputError(f"{run}: its outputs cannot be read ({type(exc).__name__}: {str(exc)[:400]})") \
+                from None
     if len(models) > 1:
         raise FitInputError("runs of different models cannot be fitted together: " +
                             ", ".join(f"{m} ({p})" for m, p in models.items()))
     for v in rows.values():
         v.sort(key=lambda r: r["step"])
     return traces, rows, next(iter(models), None)
+
+
+def _read_run(run: Path, traces: dict, rows: dict, models: dict, named: dict | None) -> None:
+    """One run's traces, step rows and model ids into the accumulators of `load_runs`."""
+    from masprism_batch.analytics import load
+
+    system = named_system(run)
+    if not load.has_dataset(run, "attributions"):
+        raise FitInputError(f"{run}: no attributions/ (a run directory made by `attribute` or `run` is expected)")
+    for name in ("traces", "step_scores"):
+        if not load.has_dataset(run, name):
+            raise FitInputError(f"{run}: no {name}/ parts: `fit` reads the run's {name} (made by "
+                                f"`attribute`/`run`)")
+    att = load.read(run, "attributions", ["trace_id", "model_id"]).to_pylist()
+    for a in att:
+        models.setdefault(a["model_id"], run)
+    done = {a["trace_id"] for a in att}
+    for r in load.read(run, "traces").to_pylist():
+        if r["trace_id"] in done:
+            traces[r["trace_id"]] = Trace.from_row(r)
+            if named is not None and system:
+                named[r["trace_id"]] = system
+    here: dict[str, dict[int, dict]] = {}
+    for r in load.read(run, "step_scores", STEP_COLUMNS).to_pylist():
+        here.setdefault(r["trace_id"], {})[r["step"]] = r  # a step written twice (a resumed run) counts once
+    for tid, by_step in here.items():  # a trace in several runs: the last run given wins
+        rows[tid] = list(by_step.values())
 
 
 def unfinished_runs(runs: list[Path]) -> list[Path]:
@@ -143,6 +157,9 @@ def run_taxonomy(runs: list[Path]) -> tuple[str | None, bool]:
         m = cfg.get("method") if isinstance(cfg, dict) else None
         if isinstance(m, dict) and m.get("categories"):
             on = True
+            if not isinstance(m.get("taxonomy"), (str, type(None))):  # a hand-edited run.json
+                raise FitInputError(f"{run}/run.json: method.taxonomy {json.dumps(m['taxonomy'])[:80]} names no "
+                                    "taxonomy; name one with --taxonomy trail|FILE")
             named.add(m.get("taxonomy"))
     if len(named) > 1:
         raise FitInputError("the runs name different taxonomies (" + ", ".join(sorted(map(str, named))) +

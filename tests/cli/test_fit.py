@@ -264,3 +264,39 @@ def test_a_fit_its_own_reader_would_refuse_writes_nothing(run_dir, tmp_path, mon
     text = " ".join(res.output.split())
     assert res.exit_code == EXIT_FATAL and "priors.agent" in text and "30" in text and not out.exists(), text
     assert "nothing written" in text
+
+
+@pytest.mark.parametrize("damage", ["truncated part", "stray part", "system not a name"])
+def test_a_damaged_run_is_one_error_naming_it(run_dir, tmp_path, damage):
+    """A run whose committed part was cut short (DamagedOutput), a stray file among its parts (ArrowInvalid) or a
+    run.json whose --system is not a name (a TypeError: unhashable list) escaped `fit` as 'an internal error, not a
+    problem with your input'. Each is one error naming the run, nothing written."""
+    import shutil
+
+    run = tmp_path / "run"
+    shutil.copytree(run_dir / "run", run)
+    part = next(p for p in sorted((run / "step_scores").glob("*.parquet")) if "ingest" not in p.name)
+    if damage == "truncated part":
+        part.write_bytes(part.read_bytes()[:200])
+    elif damage == "stray part":
+        (run / "attributions" / "copy (1).parquet").write_bytes(b"junk")
+    else:
+        rec = json.loads((run / "run.json").read_text())
+        rec["config"]["method"]["system"] = ["billing-bot"]
+        (run / "run.json").write_text(json.dumps(rec))
+    out = tmp_path / "r.json"
+    res = runner.invoke(app, ["fit", str(run), "-o", str(out)])
+    if damage == "system not a name":  # not a name a run could have been given: the logs' own system is used
+        assert res.exit_code == EXIT_OK and "billing-bot" in json.loads(out.read_text())["systems"], res.output
+        return
+    assert res.exit_code == EXIT_FATAL and isinstance(res.exception, SystemExit), res.exception
+    assert "error:" in res.output and str(run) in res.output, res.output
+    assert not out.exists()
+
+
+def test_a_run_json_taxonomy_that_is_no_name_is_said_not_a_type_error(tmp_path):
+    from masprism_batch.fit.runs import FitInputError, run_taxonomy
+
+    (tmp_path / "run.json").write_text(json.dumps({"config": {"method": {"categories": True, "taxonomy": ["t"]}}}))
+    with pytest.raises(FitInputError, match="method.taxonomy.*--taxonomy"):  # was TypeError: unhashable type
+        run_taxonomy([tmp_path])
