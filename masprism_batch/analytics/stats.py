@@ -223,7 +223,7 @@ def _trace_pass(outdir: Path, attr: pa.Table, words: tuple[str, ...]) -> tuple[p
     """One streaming pass over traces/: failure words in the final symptom steps, and label accuracy."""
     by_id = {r["trace_id"]: r for r in attr.select(["trace_id", "source", "n_steps", "pred_step", "pred_agent",
                                                      "candidates", "symptoms", "method", "confidence", "read_steps",
-                                                     "set_share", "set_coverage"]).to_pylist()}
+                                                     "set_share", "set_coverage", "verdict_by"]).to_pylist()}
     rx = failure_word_regex(words)
     steps_with: Counter = Counter()
     traces_with: Counter = Counter()

@@ -67,6 +67,27 @@ def test_accuracy_says_whether_it_is_in_sample(tmp_path, rng, monkeypatch):
     fitted_prefixes.cache_clear()
 
 
+def test_a_zero_training_verdict_is_held_out_wherever_its_log_came_from(tmp_path, rng, monkeypatch):
+    """The demo's dev logs, attributed by the rule: no label was read, so stats must not call the figure
+    in-sample "for the packaged ranker weights" (the packaged rankers apply only when named)."""
+    specs = [sp for sp in random_specs(rng, 30) if sp["labels"] and sp["ranked"]]
+    for sp in specs:
+        sp["verdict_by"] = "rule:faithful"
+    specs[0]["verdict_by"] = "ranker:who-and-when/x"  # one packaged-ranker verdict: partly in-sample
+    out = write_outdir(tmp_path / "o", specs)
+    _as_ranked(out)
+    w = tmp_path / "weights"
+    w.mkdir()
+    (w / "ranker-chat.json").write_text(json.dumps({"fitted_on": [_sha(sp["trace_id"]) for sp in specs]}))
+    monkeypatch.setattr(insample, "weights_dir", lambda: w)
+    fitted_prefixes.cache_clear()
+    acc = compute_stats(out)["accuracy"].to_pylist()
+    by_source = {r["source"]: r["n_in_sample"] for r in acc}
+    src0 = specs[0]["source"]
+    assert by_source[src0] == 1 and all(v == 0 for s, v in by_source.items() if s != src0), by_source
+    fitted_prefixes.cache_clear()
+
+
 def test_errors_panel_rollup_and_unclipped_names(tmp_path, rng):
     specs = random_specs(rng, 12)
     long_agent = "ResearchCoordinatorAgentWithAVeryLongName_v2.specialist"
