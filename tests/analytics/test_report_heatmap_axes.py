@@ -10,33 +10,13 @@ import subprocess
 
 import pytest
 from analytics_synth import random_specs, write_outdir
+from report_js_dom import stub
 
 from masprism_batch.analytics import build_report
 
-STUB = r"""
-const fs = require('fs');
-const [data, js] = [fs.readFileSync(process.argv[2], 'utf8'), fs.readFileSync(process.argv[3], 'utf8')];
-const drawn = [];
-function mk(tag) {
-  return {tag, children: [], style: {}, attrs: {}, classList: {add() {}, remove() {}, toggle() {}},
-    appendChild(c) { this.children.push(c); return c; }, replaceChildren() { this.children = []; },
-    setAttribute(k, v) { this.attrs[k] = v; }, addEventListener() {}, removeAttribute() {},
-    getBoundingClientRect() { return {left: 0, top: 0}; }, querySelectorAll() { return []; },
-    querySelector() { return mk('x'); }, scrollIntoView() {},
-    set textContent(v) { this._t = v; }, get textContent() { return this._t || (tag === 'script' ? data : ''); },
-    getContext() { return new Proxy({}, {get(t, k) { return k === 'fillText' ? (s) => drawn.push(String(s))
-      : (k in t ? t[k] : () => {}); }, set(t, k, v) { t[k] = v; return true; }}); }};
-}
-const els = {};
-global.document = {createElement: mk, createTextNode: (t) => ({text: t}), querySelectorAll() { return []; },
-  getElementById(id) { return els[id] || (els[id] = mk(id === 'report-data' ? 'script' : 'div')); },
-  querySelector(s) { return els[s] || (els[s] = mk('tbody')); }, body: mk('body')};
-global.location = {hash: ''};
-global.history = {replaceState() {}};
-global.atob = (s) => Buffer.from(s, 'base64').toString('latin1');
-eval(js);
+STUB = stub(r"""
 console.log(JSON.stringify(drawn));
-"""
+""")
 
 
 @pytest.mark.skipif(shutil.which("node") is None, reason="node not installed")

@@ -11,6 +11,7 @@ import json
 import re
 
 from analytics_synth import write_outdir
+from report_js_dom import stub
 
 from masprism_batch.analytics import build_report
 
@@ -46,31 +47,12 @@ def test_every_example_link_opens_its_own_trace_even_when_ids_look_alike_once_es
         assert data["traces"][int(links[0])]["cat"] == kind, (kind, data["traces"][int(links[0])]["id"])
 
 
-STUB = r"""
-const fs = require('fs');
-const [data, js] = [fs.readFileSync(process.argv[2], 'utf8'), fs.readFileSync(process.argv[3], 'utf8')];
-function mk(tag) {
-  return {tag, children: [], style: {}, attrs: {}, classList: {add() {}, remove() {}, toggle() {}},
-    appendChild(c) { this.children.push(c); return c; }, replaceChildren() { this.children = []; },
-    setAttribute(k, v) { this.attrs[k] = v; }, addEventListener() {}, removeAttribute() {},
-    getBoundingClientRect() { return {left: 0, top: 0}; }, querySelectorAll() { return []; },
-    querySelector() { return mk('x'); }, scrollIntoView() {},
-    set textContent(v) { this._t = v; }, get textContent() { return this._t || (tag === 'script' ? data : ''); },
-    getContext() { return new Proxy({}, {get(t, k) { return k in t ? t[k] : () => {}; }}); }};
-}
-const els = {};
-global.document = {createElement: mk, createTextNode: (t) => ({text: t}), querySelectorAll() { return []; },
-  getElementById(id) { return els[id] || (els[id] = mk(id === 'report-data' ? 'script' : 'div')); },
-  querySelector(s) { return els[s] || (els[s] = mk('tbody')); }, body: mk('body')};
-global.location = {hash: ''};
-global.history = {replaceState() {}};
-global.atob = (s) => Buffer.from(s, 'base64').toString('latin1');
-eval(js);
+STUB = stub(r"""
 // the opened trace's step table: per step, the badges its text cell carries
 const steps = els['detail'].children.find((c) => c.className === 'steps');
 console.log(JSON.stringify(steps.children.map((tr) => tr.children[3].children
   .filter((c) => (c.className || '').startsWith('badge')).map((c) => c._t))));
-"""
+""")
 
 
 def _badges(tmp_path, html: str) -> list[list[str]]:

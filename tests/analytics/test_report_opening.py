@@ -11,6 +11,7 @@ import subprocess
 
 import pytest
 from analytics_synth import hand_specs, write_outdir
+from report_js_dom import stub
 
 from masprism_batch.analytics import build_report
 
@@ -40,28 +41,9 @@ def test_without_kinds_the_report_opens_with_where_blame_falls(tmp_path):
     assert "last third 1 25% 0 (0%) 0.30" in words
 
 
-STUB = r"""
-const fs = require('fs');
-const [data, js] = [fs.readFileSync(process.argv[2], 'utf8'), fs.readFileSync(process.argv[3], 'utf8')];
-function mk(tag) {
-  return {tag, children: [], style: {}, attrs: {}, classList: {add() {}, remove() {}, toggle() {}},
-    appendChild(c) { this.children.push(c); return c; }, replaceChildren() { this.children = []; },
-    setAttribute(k, v) { this.attrs[k] = v; }, addEventListener() {}, removeAttribute() {},
-    getBoundingClientRect() { return {left: 0, top: 0}; }, querySelectorAll() { return []; },
-    querySelector() { return mk('x'); }, scrollIntoView() {},
-    set textContent(v) { this._t = v; }, get textContent() { return this._t || (tag === 'script' ? data : ''); },
-    getContext() { return new Proxy({}, {get(t, k) { return k in t ? t[k] : () => {}; }}); }};
-}
-const els = {};
-global.document = {createElement: mk, createTextNode: (t) => ({text: t}), querySelectorAll() { return []; },
-  getElementById(id) { return els[id] || (els[id] = mk(id === 'report-data' ? 'script' : 'div')); },
-  querySelector(s) { return els[s] || (els[s] = mk('tbody')); }, body: mk('body')};
-global.location = {hash: ''};
-global.history = {replaceState() {}};
-global.atob = (s) => Buffer.from(s, 'base64').toString('latin1');
-eval(js);
+STUB = stub(r"""
 console.log(JSON.stringify(els['#trace-list tbody'].children.map((tr) => tr.children[0]._t)));
-"""
+""")
 
 
 @pytest.mark.skipif(shutil.which("node") is None, reason="node not installed")
