@@ -96,7 +96,7 @@ def check(model) -> str | None:
     """What is wrong with a model dict (a user's ranker file may hold one), or None."""
     if not isinstance(model, dict):
         return "model must be an object"
-    if list(model.get("features") or []) != list(FEATURES):
+    if model.get("features") != list(FEATURES):  # as JSON holds them (list() of a number was a TypeError)
         return f"model.features must be {list(FEATURES)}"
     w = model.get("weights")
     if not isinstance(w, list) or len(w) != len(FEATURES) or not all(_num(x) and abs(x) <= MAX_WEIGHT for x in w):

@@ -57,6 +57,8 @@ def test_the_learned_tail_orders_by_the_models_score(np_rng):
 @pytest.mark.parametrize("bad,field", [
     ([1], "model must be an object"),
     ({"features": ["agent"], "weights": [1.0], "agents": {}}, "model.features"),
+    ({"features": 6, "weights": [0.0] * len(rm.FEATURES), "agents": {}}, "model.features"),  # was a TypeError
+    ({"features": {f: 1 for f in rm.FEATURES}, "weights": [0.0] * len(rm.FEATURES), "agents": {}}, "model.features"),
     ({"features": list(rm.FEATURES), "weights": [1.0], "agents": {}}, "model.weights"),
     ({"features": list(rm.FEATURES), "weights": [float("inf")] * len(rm.FEATURES), "agents": {}}, "model.weights"),
     # finite, but inf - inf in the step scores: a NaN reading order, silently
