@@ -28,6 +28,23 @@ eval(js);
 """
 
 
+def run_page(html: str, tail: str, tmp) -> object:
+    """The report page `html`'s script run in the stub under Node, then `tail`; what its last line printed, as
+    JSON. `tmp`: a folder for the three files Node reads."""
+    import json
+    import re
+    import subprocess
+
+    (tmp / "data.json").write_text(
+        re.search(r'<script type="application/json" id="report-data">(.*?)</script>', html, re.S).group(1))
+    (tmp / "report.js").write_text(re.findall(r"<script>(.*?)</script>", html, re.S)[-1])
+    (tmp / "stub.js").write_text(stub(tail))
+    out = subprocess.run(["node", str(tmp / "stub.js"), str(tmp / "data.json"), str(tmp / "report.js")],
+                         capture_output=True, text=True, timeout=60)
+    assert out.returncode == 0, out.stderr
+    return json.loads(out.stdout.strip().splitlines()[-1])
+
+
 def stub(tail: str) -> str:
     """The Node script: the DOM stub, the report's script run in it, then `tail`."""
     return PRELUDE + tail.strip() + "\n"

@@ -3,20 +3,17 @@
 
 from __future__ import annotations
 
-import json
-import re
 import shutil
-import subprocess
 
 import pytest
 from analytics_synth import random_specs, write_outdir
-from report_js_dom import stub
+from report_js_dom import run_page
 
 from masprism_batch.analytics import build_report
 
-STUB = stub(r"""
+TAIL = r"""
 console.log(JSON.stringify(drawn));
-""")
+"""
 
 
 @pytest.mark.skipif(shutil.which("node") is None, reason="node not installed")
@@ -31,13 +28,6 @@ def test_heatmap_draws_axis_titles_and_step_numbers(tmp_path, rng):
     write_outdir(tmp_path / "o", specs)
     build_report(tmp_path / "o", tmp_path / "r.html")
     html = (tmp_path / "r.html").read_text()
-    (tmp_path / "data.json").write_text(
-        re.search(r'<script type="application/json" id="report-data">(.*?)</script>', html, re.S).group(1))
-    (tmp_path / "report.js").write_text(re.findall(r"<script>(.*?)</script>", html, re.S)[-1])
-    (tmp_path / "stub.js").write_text(STUB)
-    out = subprocess.run(["node", str(tmp_path / "stub.js"), str(tmp_path / "data.json"), str(tmp_path / "report.js")],
-                         capture_output=True, text=True, timeout=60)
-    assert out.returncode == 0, out.stderr
-    drawn = json.loads(out.stdout.strip().splitlines()[-1])
+    drawn = run_page(html, TAIL, tmp_path)
     assert "attended step j →" in drawn and "attending step i →" in drawn
     assert {str(i) for i in range(12)} <= set(drawn)  # every step numbered on the axes (cells are large here)

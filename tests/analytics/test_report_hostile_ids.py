@@ -11,7 +11,7 @@ import json
 import re
 
 from analytics_synth import write_outdir
-from report_js_dom import stub
+from report_js_dom import run_page
 
 from masprism_batch.analytics import build_report
 
@@ -47,30 +47,22 @@ def test_every_example_link_opens_its_own_trace_even_when_ids_look_alike_once_es
         assert data["traces"][int(links[0])]["cat"] == kind, (kind, data["traces"][int(links[0])]["id"])
 
 
-STUB = stub(r"""
+TAIL = r"""
 // the opened trace's step table: per step, the badges its text cell carries
 const steps = els['detail'].children.find((c) => c.className === 'steps');
 console.log(JSON.stringify(steps.children.map((tr) => tr.children[3].children
   .filter((c) => (c.className || '').startsWith('badge')).map((c) => c._t))));
-""")
+"""
 
 
 def _badges(tmp_path, html: str) -> list[list[str]]:
     import shutil
-    import subprocess
 
     import pytest
 
     if shutil.which("node") is None:
         pytest.skip("node not installed: the drill-down script is run in node")
-    (tmp_path / "data.json").write_text(
-        re.search(r'<script type="application/json" id="report-data">(.*?)</script>', html, re.S).group(1))
-    (tmp_path / "report.js").write_text(re.findall(r"<script>(.*?)</script>", html, re.S)[-1])
-    (tmp_path / "stub.js").write_text(STUB)
-    out = subprocess.run(["node", str(tmp_path / "stub.js"), str(tmp_path / "data.json"), str(tmp_path / "report.js")],
-                         capture_output=True, text=True, timeout=60)
-    assert out.returncode == 0, out.stderr
-    return json.loads(out.stdout.strip().splitlines()[-1])
+    return run_page(html, TAIL, tmp_path)
 
 
 def test_a_span_id_named_like_an_object_property_is_not_marked_labelled(tmp_path):

@@ -4,14 +4,12 @@ row), and the trace list opens sorted by confidence, most confident first (it wa
 
 from __future__ import annotations
 
-import json
 import re
 import shutil
-import subprocess
 
 import pytest
 from analytics_synth import hand_specs, write_outdir
-from report_js_dom import stub
+from report_js_dom import run_page
 
 from masprism_batch.analytics import build_report
 
@@ -41,9 +39,9 @@ def test_without_kinds_the_report_opens_with_where_blame_falls(tmp_path):
     assert "last third 1 25% 0 (0%) 0.30" in words
 
 
-STUB = stub(r"""
+TAIL = r"""
 console.log(JSON.stringify(els['#trace-list tbody'].children.map((tr) => tr.children[0]._t)));
-""")
+"""
 
 
 @pytest.mark.skipif(shutil.which("node") is None, reason="node not installed")
@@ -51,11 +49,4 @@ def test_the_trace_list_opens_most_confident_first(tmp_path):
     write_outdir(tmp_path / "o", _specs())
     build_report(tmp_path / "o", tmp_path / "r.html")
     html = (tmp_path / "r.html").read_text()
-    (tmp_path / "data.json").write_text(
-        re.search(r'<script type="application/json" id="report-data">(.*?)</script>', html, re.S).group(1))
-    (tmp_path / "report.js").write_text(re.findall(r"<script>(.*?)</script>", html, re.S)[-1])
-    (tmp_path / "stub.js").write_text(STUB)
-    out = subprocess.run(["node", str(tmp_path / "stub.js"), str(tmp_path / "data.json"), str(tmp_path / "report.js")],
-                         capture_output=True, text=True, timeout=60)
-    assert out.returncode == 0, out.stderr
-    assert json.loads(out.stdout.strip().splitlines()[-1]) == ["h1", "s1", "h2", "h3"]  # 0.8, 0.65, 0.3, none
+    assert run_page(html, TAIL, tmp_path) == ["h1", "s1", "h2", "h3"]  # 0.8, 0.65, 0.3, none
