@@ -9,7 +9,8 @@ team's own words: a kind of the run's taxonomy, fit/categories.py). Outcomes, pe
   as not labelled yet;
 - a line that does not parse (invalid JSON or UTF-8, `Infinity`/`NaN`, nesting past the parser, an unterminated
   CSV quote, a field over 128 KiB) or whose values are not label values (`"step": true`, an agent that is an
-  object): skipped and reported alike, never a crash; CSV rows are one per line (a quote never spans lines);
+  object, a key named twice): skipped and reported alike, never a crash; CSV rows are one per line (a quote never
+  spans lines), and a header naming a column twice is refused (the later column would win in every row);
 - several rows of one trace: a trace with several labelled steps (a verdict naming any of them is a hit);
   their agents are all accepted; a step labelled with several categories has each of them.
 With a labels file, labels carried by the traces are not used. An annotation tool's export (Phoenix span
@@ -56,8 +57,20 @@ def _reject_constant(name: str):
     raise ValueError(f"{name} is not a number a label can hold")
 
 
+class _Twice(ValueError):
+    """A JSON line naming one key twice (JSON would keep the last: a label moved without a word)."""
+
+
+def _once(pairs: list) -> dict:
+    d = dict(pairs)
+    if len(d) != len(pairs):
+        seen: set = set()
+        raise _Twice(next(k for k, _ in pairs if k in seen or seen.add(k)))
+    return d
+
+
 def _json_row(line: str) -> dict:
-    obj = json.loads(line, parse_constant=_reject_constant)  # Infinity / NaN: refused, not int() overflow
+    obj = json.loads(line, parse_constant=_reject_constant, object_pairs_hook=_once)  # Infinity / NaN: refused
     if not isinstance(obj, dict):
         raise ValueError(f"a JSON {type(obj).__name__}, not an object")
     return obj
@@ -99,6 +112,8 @@ def read_label_rows(path: Path, problems: list[str] | None = None, raw: bytes | 
         for n, line in lines:
             try:
                 rows.append((n, _json_row(line)))
+            except _Twice as exc:
+                problems.append(f"{Path(path).name}:{n}: names {str(exc)[:40]!r} twice: row skipped")
             except (ValueError, RecursionError) as exc:
                 problems.append(f"{Path(path).name}:{n}: not a JSON object "
                                 f"({type(exc).__name__}: {str(exc)[:120]}): row skipped")
@@ -116,6 +131,9 @@ def read_label_rows(path: Path, problems: list[str] | None = None, raw: bytes | 
             header = _csv_fields(lines[0][1])
         except ValueError as exc:
             raise LabelsFileError(f"{path}:{lines[0][0]}: the CSV header does not parse ({exc})") from None
+        twice = sorted({h for h in header if h and header.count(h) > 1})
+        if twice:  # the later column would win for every row
+            raise LabelsFileError(f"{path}: the CSV header names {twice[0][:40]!r} twice: keep one column")
         if "trace_id" not in header:
             raise LabelsFileError(f"{path}: no trace_id column (JSON lines or CSV with trace_id, step or span_id, "
                                   "agent)")

@@ -8,7 +8,7 @@ import random
 
 import pytest
 
-from masprism_batch.fit.labels import from_file
+from masprism_batch.fit.labels import LabelsFileError, from_file
 from masprism_batch.trace import Step, Trace
 
 
@@ -110,3 +110,20 @@ def test_a_step_that_looks_like_digits_but_is_no_integer_skips_its_line_only(tmp
     gold, problems = from_file(j, traces)
     assert sorted(gold) == sorted([ids[0], ids[2]]) and gold[ids[2]].steps == [1]
     assert len(problems) == 1 and problems[0].startswith("labels.jsonl:2: step"), problems
+
+
+def test_a_column_or_key_named_twice_is_said_not_resolved_silently(tmp_path, rng):
+    """A CSV header naming `step` twice (a column pasted in beside the old one) took the later column's value for
+    every row, and a JSON line with `step` twice its last: a label moved without a word."""
+    traces = _traces(rng, 3)
+    ids = list(traces)
+    f = tmp_path / "labels.csv"
+    f.write_text(f"trace_id,step,agent,step\n{ids[0]},0,Coder,1\n", encoding="utf-8")
+    with pytest.raises(LabelsFileError, match="labels.csv.*'step' twice"):
+        from_file(f, traces)
+    j = tmp_path / "labels.jsonl"
+    j.write_text(f'{{"trace_id": "{ids[0]}", "step": 0}}\n{{"trace_id": "{ids[1]}", "step": 0, "step": 1}}\n'
+                 f'{{"trace_id": "{ids[2]}", "step": 1}}\n', encoding="utf-8")
+    gold, problems = from_file(j, traces)
+    assert sorted(gold) == sorted([ids[0], ids[2]])
+    assert len(problems) == 1 and problems[0].startswith("labels.jsonl:2:") and "'step' twice" in problems[0]
