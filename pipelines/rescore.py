@@ -83,6 +83,26 @@ def with_settings(cfg: PipelineConfig, updates: dict) -> PipelineConfig:
     return cfg.model_copy(update={"method": cfg.method.model_validate({**cfg.method.model_dump(), **updates})})
 
 
+def check_kept_ranker(src: Path, cfg: PipelineConfig) -> None:
+    """Without `--ranker` a rescore keeps the run's ranker setting, so it must still name what the run applied:
+    RescoreError where its file is gone, or holds another file than the one bound to OUTDIR (its SHA-256 in the
+    header: a later `fit --force` to the same path) — applied silently, it moved verdicts the user did not ask to
+    change."""
+    from masprism_batch.verdict.rankfile import RankerSetting
+
+    name = cfg.method.ranker
+    if name is None:
+        return
+    setting = RankerSetting.read(name)
+    if isinstance(setting.problem, FileNotFoundError):
+        raise RescoreError(f"the run's ranker file {setting.path} is not found (moved or deleted): name the file "
+                           f"with --ranker FILE, or give --ranker rule")
+    bound = (ShardStore(src).read_header() or {}).get("ranker_sha256")
+    if bound is not None and setting.problem is None and setting.sha256 != bound:
+        raise RescoreError(f"the run's ranker file {setting.path or name} changed since the run (another fit "
+                           f"written there?): give --ranker {name} to apply it as it is now, or --ranker rule")
+
+
 def check_rescorable(old: PipelineConfig, new: PipelineConfig, policy: VerdictPolicy, traces: list[Trace],
                      rows: dict[str, list[dict]], old_policy: VerdictPolicy | None) -> None:
     """RescoreError where the new verdicts would not be a fresh run's: the failure kinds on, or a verdict that

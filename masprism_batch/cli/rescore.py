@@ -67,6 +67,8 @@ def rescore(
     try:
         old = rs.run_config(outdir)
         cfg = rs.with_settings(old, updates)
+        if ranker is None:  # the run's own ranker, kept: still the file the run applied
+            rs.check_kept_ranker(outdir, cfg)
     except (rs.RescoreError, ValueError) as exc:
         raise fail(str(exc)) from None
     setting = check_ranker(cfg)

@@ -246,3 +246,39 @@ def test_an_outdir_in_use_or_a_failed_write_is_one_error_line(setup, tmp_path, m
     res = runner.invoke(app, ["rescore", str(run), "--in-place", "--coverage", "0.6"])
     assert res.exit_code == EXIT_FATAL and "No space left" in res.output and "again" in res.output, res.output
     assert isinstance(res.exception, SystemExit)
+
+
+def test_the_runs_own_ranker_file_changed_or_gone_is_said_when_kept(setup, tmp_path):
+    """Without --ranker a rescore keeps the run's ranker: where its file now holds another fit (the same path
+    rewritten by a later `fit --force`), the rescore applied the new one without a word (blamed steps moved on a
+    --coverage change); where it is gone, 'ranker file not found' did not say it was the run's own. Named again
+    with --ranker, the file as it is now applies."""
+    import shutil
+
+    import numpy as np
+
+    from masprism_batch.fit import system as fs
+    from masprism_batch.verdict.rankfile import RankerFile
+
+    tmp, cfg, ranker, name = setup
+    mine = tmp_path / "ranker.json"
+    shutil.copy(ranker, mine)
+    run = _attribute(tmp, cfg, tmp_path / "r", "--ranker", str(mine), "--system", name)
+    spec = importlib.util.spec_from_file_location("fit_synth", Path(__file__).resolve().parents[1] / "fit"
+                                                  / "fit_synth.py")
+    mod = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(mod)
+    rng = np.random.default_rng(int(np.random.default_rng().integers(1 << 30)))
+    other = fs.fit_system([mod.synth_case(rng, i, gold_by="rule") for i in range(40)], name).entry
+    RankerFile("tiny-random", {name: other}, {}).write(mine)
+    res = runner.invoke(app, ["rescore", str(run), "-o", str(tmp_path / "a"), "--coverage", "0.6"])
+    assert res.exit_code == EXIT_FATAL and "changed since the run" in res.output and "--ranker" in res.output, \
+        res.output
+    assert not (tmp_path / "a" / "attributions").exists()
+    res = runner.invoke(app, ["rescore", str(run), "-o", str(tmp_path / "b"), "--coverage", "0.6", "--ranker",
+                              str(mine)])
+    assert res.exit_code == EXIT_OK, res.output
+    mine.unlink()
+    res = runner.invoke(app, ["rescore", str(run), "-o", str(tmp_path / "c"), "--coverage", "0.6"])
+    assert res.exit_code == EXIT_FATAL and "the run's ranker file" in res.output and "--ranker" in res.output, \
+        res.output
