@@ -17,10 +17,26 @@ class Gold:
     steps: list[int] = field(default_factory=list)
     agents: list[str] = field(default_factory=list)
     kinds: dict[int, list[str]] = field(default_factory=dict)  # step -> its labelled categories, as written
+    # what each list holds, for a lookup per row (a list scan per row made a file naming thousands quadratic)
+    _seen: dict = field(default_factory=dict, repr=False, compare=False)
+
+    def add_step(self, step: int) -> None:
+        self._add("steps", self.steps, step)
+
+    def add_agent(self, agent: str) -> None:
+        self._add("agents", self.agents, agent)
 
     def add_kind(self, step: int, kind: str | None) -> None:
-        if kind and kind.strip() and kind.strip() not in self.kinds.setdefault(step, []):
-            self.kinds[step].append(kind.strip())
+        if kind and kind.strip():
+            self._add(("kind", step), self.kinds.setdefault(step, []), kind.strip())
+
+    def _add(self, key, values: list, value) -> None:
+        seen = self._seen.get(key)
+        if seen is None:  # built from the list as it is (a Gold made with lists already)
+            seen = self._seen[key] = set(values)
+        if value not in seen:
+            seen.add(value)
+            values.append(value)
 
 
 MAX_LABELS_BYTES = 1 << 30  # a labels file: 1 GiB, tens of millions of rows; /dev/zero would never end

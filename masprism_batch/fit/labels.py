@@ -232,11 +232,10 @@ def from_file(path: Path, traces: dict[str, Trace], match=None) -> tuple[dict[st
             problems.append(f"{where}: neither step nor span_id: row skipped")
             continue
         g = gold.setdefault(t.trace_id, Gold())
-        if step not in g.steps:
-            g.steps.append(step)
+        g.add_step(step)
         a = norm_agent(unsheet(_text(r.get("agent")) or "")) if r.get("agent") is not None else None
-        if a and a not in g.agents:
-            g.agents.append(a)
+        if a:
+            g.add_agent(a)
         if r.get("category") is not None:
             if _text(r["category"]) is None or isinstance(r["category"], int):
                 problems.append(f"{where}: category is not a string: its step is kept, the category skipped")
