@@ -35,6 +35,18 @@ def unfinished(runs: list[Path], allow: bool) -> None:
     console.print(f"[yellow]warning:[/] {terminal(what)} (--allow-partial)")
 
 
+def among_runs(out: Path, runs: list[Path]) -> None:
+    """OUT may sit in a run's folder (RUN/ranker.json), never among its own files: in its table folders a JSON
+    file beside the Parquet parts breaks every later read of them, and RUN/run.json or RUN/_... is the run's
+    record (even with --force)."""
+    o = out.resolve()
+    for r in runs:
+        rr = r.resolve()
+        if o.is_relative_to(rr) and (o.parent != rr or o.name == "run.json" or o.name.startswith("_")):
+            raise fail(f"-o {out} is one of the run's own files or folders ({r}): write the ranker file beside "
+                       f"them, e.g. {r / 'ranker.json'}, or elsewhere")
+
+
 CORRECTS = {"rule": "a correction of the zero-training rule's order",
             "rule_free": "a correction of the zero-training rule's order at a learned weight",
             "position": "a correction of the label prior (how often each step index was blamed), which alone would "
@@ -142,6 +154,7 @@ def fit(
     if labels is not None and (problem := checks.input_file_problem(labels)) is not None:
         raise fail(f"labels file not found: {labels}" if problem == "not found" else f"--labels: {str(labels)!r} "
                    f"{problem}")
+    among_runs(out, runs)
     check_out_file(out, force)  # an existing file (hand-made labels, a run's run.json) only with --force
     unfinished(runs, allow_partial)
     named: dict[str, str] = {}

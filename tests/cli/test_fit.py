@@ -300,3 +300,21 @@ def test_a_run_json_taxonomy_that_is_no_name_is_said_not_a_type_error(tmp_path):
     (tmp_path / "run.json").write_text(json.dumps({"config": {"method": {"categories": True, "taxonomy": ["t"]}}}))
     with pytest.raises(FitInputError, match="method.taxonomy.*--taxonomy"):  # was TypeError: unhashable type
         run_taxonomy([tmp_path])
+
+
+@pytest.mark.parametrize("where", ["attributions/ranker.parquet", "_manifest/r.json", "step_scores/r.json",
+                                   "run.json", "_ledger.json"])
+def test_the_ranker_file_is_never_written_over_or_among_a_runs_own_files(run_dir, tmp_path, where):
+    """-o RUN/attributions/x.parquet put a JSON file among the run's Parquet parts (every later `show` of the run
+    then failed on it); -o RUN/run.json --force replaced the run's record with a ranker file. A file beside the
+    run's folders (RUN/ranker.json) stays fine."""
+    import shutil
+
+    run = tmp_path / "run"
+    shutil.copytree(run_dir / "run", run)
+    before = {p: p.read_bytes() for p in run.rglob("*") if p.is_file() and p.name != "_LOCK"}
+    res = runner.invoke(app, ["fit", str(run), "-o", str(run / where), "--force"])
+    assert res.exit_code == EXIT_FATAL and "the run's own" in res.output, res.output
+    assert {p: p.read_bytes() for p in run.rglob("*") if p.is_file() and p.name != "_LOCK"} == before
+    res = runner.invoke(app, ["fit", str(run), "-o", str(run / "ranker.json")])
+    assert res.exit_code == EXIT_OK, res.output
