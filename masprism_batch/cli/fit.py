@@ -155,6 +155,9 @@ def fit(
         raise fail(f"labels file not found: {labels}" if problem == "not found" else f"--labels: {str(labels)!r} "
                    f"{problem}")
     among_runs(out, runs)
+    if labels is not None and out.resolve() == labels.resolve():
+        raise fail(f"-o {out} is the --labels file itself: writing the ranker there would replace your labels "
+                   f"(--force or not); give another -o")
     check_out_file(out, force)  # an existing file (hand-made labels, a run's run.json) only with --force
     unfinished(runs, allow_partial)
     named: dict[str, str] = {}

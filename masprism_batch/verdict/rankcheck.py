@@ -67,7 +67,7 @@ def read_checked(path: Path) -> tuple[dict, str]:
 def parse_checked(data: bytes, path) -> dict:
     """Parse and check the bytes of the ranker file at `path`."""
     try:
-        d = json.loads(data.decode("utf-8"), object_pairs_hook=_once)
+        d = json.loads(data.decode("utf-8-sig"), object_pairs_hook=_once)  # -sig: a BOM a Windows editor saved
     except _Twice as exc:
         raise _error(path, "", str(exc)) from None
     except (UnicodeDecodeError, ValueError, RecursionError) as exc:  # RecursionError: nesting past the parser's

@@ -318,3 +318,14 @@ def test_the_ranker_file_is_never_written_over_or_among_a_runs_own_files(run_dir
     assert {p: p.read_bytes() for p in run.rglob("*") if p.is_file() and p.name != "_LOCK"} == before
     res = runner.invoke(app, ["fit", str(run), "-o", str(run / "ranker.json")])
     assert res.exit_code == EXIT_OK, res.output
+
+
+def test_out_naming_the_labels_file_is_refused_even_with_force(run_dir, tmp_path):
+    """`fit RUN --labels labels.jsonl -o labels.jsonl --force` (a slip of the shell history) read the labels and
+    then replaced them with the ranker file: the hand-made labels were gone."""
+    labels = tmp_path / "labels.jsonl"
+    labels.write_text("".join(json.dumps({"trace_id": f"billing-bot-{j}", "step": 1}) + "\n" for j in range(12)))
+    text = labels.read_text()
+    res = runner.invoke(app, ["fit", str(run_dir / "run"), "--labels", str(labels), "-o", str(labels), "--force"])
+    assert res.exit_code == EXIT_FATAL and "--labels" in res.output, res.output
+    assert labels.read_text() == text

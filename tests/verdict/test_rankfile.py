@@ -345,3 +345,12 @@ def test_a_key_written_twice_is_refused_naming_it(tmp_path, synth, key):
     with pytest.raises(RankerFileError, match=f"'{key}'.*twice"):
         RankerFile.read(path)
     assert rk.RankerSetting.read(str(path)).problem is not None
+
+
+def test_a_file_saved_with_a_byte_order_mark_and_crlf_reads_as_written(tmp_path, synth):
+    """An editor on Windows saves a hand-edited file with a UTF-8 byte order mark and CRLF line ends: it was
+    refused as 'not a readable ranker file (Unexpected UTF-8 BOM)'; the same JSON reads the same."""
+    path, _ = _file(tmp_path, synth)
+    plain = RankerFile.read(path)
+    path.write_bytes(b"\xef\xbb\xbf" + path.read_bytes().replace(b"\n", b"\r\n"))
+    assert RankerFile.read(path).systems == plain.systems
