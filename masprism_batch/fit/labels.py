@@ -97,8 +97,13 @@ def read_label_rows(path: Path, problems: list[str] | None = None, raw: bytes | 
     structure at all (no trace_id column, no row) is a LabelsFileError."""
     problems = [] if problems is None else problems
     raw = read_labels_bytes(path, MAX_LABELS_BYTES) if raw is None else raw  # the module's cap, read when called
+    wide = _wide(raw)
+    if wide:  # every line would be 'not UTF-8' or a header that does not parse
+        raise LabelsFileError(f"{path}: {wide} text (a spreadsheet's 'Unicode text' export); save it as CSV UTF-8 "
+                              "or JSON lines")
     lines: list[tuple[int, str]] = []
-    for n, b in enumerate(raw.removeprefix(b"\xef\xbb\xbf").split(b"\n"), 1):
+    ends = b"\n" if b"\n" in raw or b"\r" not in raw else b"\r"  # CR alone: Excel for Mac's 'CSV (Macintosh)'
+    for n, b in enumerate(raw.removeprefix(b"\xef\xbb\xbf").split(ends), 1):
         b = b.removesuffix(b"\r")
         try:
             text = b.decode("utf-8")
@@ -135,8 +140,8 @@ def read_label_rows(path: Path, problems: list[str] | None = None, raw: bytes | 
         if twice:  # the later column would win for every row
             raise LabelsFileError(f"{path}: the CSV header names {twice[0][:40]!r} twice: keep one column")
         if "trace_id" not in header:
-            raise LabelsFileError(f"{path}: no trace_id column (JSON lines or CSV with trace_id, step or span_id, "
-                                  "agent)")
+            raise LabelsFileError(f"{path}: no trace_id column in the header {lines[0][1][:80]!r} "
+                                  f"({_header_hint(header)})")
         for n, line in lines[1:]:
             try:
                 fields = _csv_fields(line)
@@ -150,6 +155,25 @@ def read_label_rows(path: Path, problems: list[str] | None = None, raw: bytes | 
     if not rows and not problems:
         raise LabelsFileError(f"{path}: no labelled rows")
     return rows
+
+
+def _wide(raw: bytes) -> str | None:
+    """'UTF-16' / 'UTF-32' where the file is text of that encoding (its byte order mark, or NUL bytes between the
+    characters of its first line), else None."""
+    if raw[:4] in (b"\xff\xfe\x00\x00", b"\x00\x00\xfe\xff") or raw[:4].count(b"\x00") == 3:
+        return "UTF-32"
+    if raw[:2] in (b"\xff\xfe", b"\xfe\xff") or b"\x00" in raw[:2]:
+        return "UTF-16"
+    return None
+
+
+def _header_hint(header: list[str]) -> str:
+    """What a CSV header without a `trace_id` column most likely needs."""
+    one = header[0] if len(header) == 1 else ""
+    for sep, name in ((";", "';'"), ("\t", "a tab")):
+        if sep in one and "trace_id" in one.lower():
+            return f"its columns are separated by {name}: save the file with commas (CSV UTF-8)"
+    return "a labels file has the lower-case columns trace_id, step or span_id, agent; or is JSON lines"
 
 
 def _text(v) -> str | None:

@@ -151,3 +151,40 @@ def test_many_distinct_agents_or_categories_on_one_trace_read_in_linear_time(tmp
 
     small, big = min(timed(2_000) for _ in range(2)), timed(32_000)
     assert big < 40 * small + 0.5, (small, big)
+
+
+CSV_ROWS = "trace_id,step,agent\r\n{rows}"
+
+
+@pytest.mark.parametrize("how,said", [
+    ("utf-16", "UTF-16"),  # a spreadsheet's "Unicode text": was "new-line character seen in unquoted field"
+    ("utf-32", "UTF-32"),
+    ("semicolons", "';'"),  # a spreadsheet set to a European locale: was "no trace_id column"
+    ("tabs", "tab"),
+    ("capitals", "Trace_ID"),  # the header quoted, and the names it needs
+])
+def test_a_spreadsheets_other_csv_dialects_are_named_with_what_to_do(tmp_path, rng, how, said):
+    traces = _traces(rng, 3)
+    rows = "".join(f"{t},1,Coder\r\n" for t in traces)
+    text = CSV_ROWS.format(rows=rows)
+    f = tmp_path / "labels.csv"
+    if how in ("utf-16", "utf-32"):
+        f.write_bytes(text.encode(how))
+    else:
+        sep = {"semicolons": ";", "tabs": "\t", "capitals": ","}[how]
+        f.write_text((text.replace("trace_id", "Trace_ID") if how == "capitals" else text).replace(",", sep),
+                     encoding="utf-8")
+    with pytest.raises(LabelsFileError) as err:
+        from_file(f, traces)
+    assert said in str(err.value) and "labels.csv" in str(err.value), str(err.value)
+
+
+def test_a_file_with_carriage_returns_alone_reads_its_lines(tmp_path, rng):
+    """Excel for Mac's 'CSV (Macintosh)' ends lines with CR alone: the file was one line, refused as a header
+    that does not parse."""
+    traces = _traces(rng, 3)
+    f = tmp_path / "labels.csv"
+    f.write_bytes(("trace_id,step\r" + "".join(f"{t},1\r" for t in traces)).encode())
+    gold, problems = from_file(f, traces)
+    assert sorted(gold) == sorted(traces) and not problems
+    assert all(g.steps == [1] for g in gold.values())
