@@ -314,6 +314,30 @@ def check(d: dict, path) -> None:
         check_entry(path, name, e)
 
 
+FALLBACK = "fallback.json"  # beside rankers.json in a weights folder: what logs of systems it does not name get
+
+
+def check_fallback(path: Path) -> None:
+    """A folder's fallback.json (`--ranker FOLDER` reads it beside rankers.json, rules.read_fallback), read and
+    checked as a ranker file is: an object; `rule` and `agent_rule` text (an unknown name is warned about and
+    replaced when read); `calibration` a zero-training one. Else RankerFileError naming the file and field."""
+    data = read_bounded(path)
+    try:
+        d = json.loads(data.decode("utf-8-sig"), object_pairs_hook=_once)
+    except _Twice as exc:
+        raise _error(path, "", str(exc)) from None
+    except (UnicodeDecodeError, ValueError, RecursionError) as exc:
+        raise _error(path, "", f"not a readable fallback file ({type(exc).__name__}: {str(exc)[:200]})") from None
+    if not isinstance(d, dict):
+        raise _error(path, "", "must be an object (rule, agent_rule, calibration)")
+    if _depth(d) > MAX_DEPTH:
+        raise _error(path, "", f"nested deeper than a fallback file ({MAX_DEPTH} levels)")
+    for key in ("rule", "agent_rule"):
+        if key in d and not isinstance(d[key], str):
+            raise _error(path, key, f"{json.dumps(d[key])[:60]} is not a rule name")
+    _calibration(path, "calibration", d.get("calibration"), ("evidence",))
+
+
 PACKAGED = "rankers.json"  # the packaged per-system rankers, written by benchmarks/accuracy/bench_accuracy.py --train-weights
 # `--ranker packaged` (config method.ranker = "packaged"): the packaged rankers of the benchmark systems,
 # named explicitly; `eval --dataset` names them itself. Without a name no packaged ranker applies.

@@ -28,9 +28,11 @@ from masprism_batch.trace import Trace
 from masprism_batch.verdict import case, correction
 from masprism_batch.verdict import confidence as vc
 from masprism_batch.verdict.rankcheck import (
+    FALLBACK,
     FORMAT,
     VERSION,
     RankerFileError,
+    check_fallback,
     is_packaged,
     read_checked,
     target,
@@ -186,6 +188,8 @@ class RankerSetting:
             return cls(ranker, path, problem=FileNotFoundError(f"ranker file not found: {path}"))
         try:
             d, sha = read_checked(path)
+            if Path(ranker).is_dir() and not is_packaged(ranker) and (Path(ranker) / FALLBACK).exists():
+                check_fallback(Path(ranker) / FALLBACK)  # read beside it (rules.read_fallback) for other systems
         except RankerFileError as exc:
             return cls(ranker, path, problem=exc)
         return cls(ranker, path, sha, RankerFile(d["model_id"], systems_of(d), meta_of(d)))

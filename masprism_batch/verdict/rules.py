@@ -165,9 +165,10 @@ def read_fallback(path: str | None = None) -> Fallback:
     """`fallback.json` of the weights folder `path` (a ranker *file*, "packaged" or None: the packaged folder);
     no file: the paper's order and the floor agent rule, uncalibrated. An unknown rule is warned about and
     replaced by its default."""
-    folder = Path(path) if path is not None and Path(path).is_dir() else weights_dir()
-    target = folder / "fallback.json"
-    d = json.loads(target.read_text(encoding="utf-8")) if target.is_file() else {}
+    # "packaged" is the packaged folder even where the working directory holds a folder of that name
+    folder = Path(path) if path is not None and path != "packaged" and Path(path).is_dir() else weights_dir()
+    target = folder / "fallback.json"  # a user's folder's: checked when its setting was read (rankcheck)
+    d = json.loads(target.read_text(encoding="utf-8-sig")) if target.is_file() else {}
     rule = d.get("rule", "faithful")
     if rule not in RULES:
         log.warning("fallback.json names unknown rule %r: using the faithful order", rule)

@@ -354,3 +354,42 @@ def test_a_file_saved_with_a_byte_order_mark_and_crlf_reads_as_written(tmp_path,
     plain = RankerFile.read(path)
     path.write_bytes(b"\xef\xbb\xbf" + path.read_bytes().replace(b"\n", b"\r\n"))
     assert RankerFile.read(path).systems == plain.systems
+
+
+@pytest.mark.parametrize("text,field", [
+    ("{not json", "not a readable"),
+    ("[1, 2]", "must be an object"),
+    ('{"agent_rule": 5}', "agent_rule"),
+    ('{"calibration": {"kind": "evidence", "features": ["nope"], "mean": [0], "std": [1], "w": [1], "b": 0}}',
+     "calibration.features"),
+    ('{"calibration": {"kind": "evidence", "features": ["margin"], "mean": [0], "std": [1], "w": [1e308], '
+     '"b": 0}}', "calibration.w[0]"),
+    ('{"rule": "faithful", "rule": "paper"}', "twice"),
+])
+def test_a_folders_fallback_beside_its_ranker_file_is_checked_when_read(tmp_path, synth, text, field):
+    """`--ranker FOLDER` reads FOLDER/fallback.json beside its rankers.json (the verdict and confidence of the
+    systems the file does not name): it was read unchecked at the run's first verdict, so garbage, a list, an
+    agent rule that is a number or a calibration of unknown features were a JSONDecodeError, AttributeError or
+    KeyError traceback out of the command. Now the setting names the file and the field before anything runs."""
+    path, _ = _file(tmp_path, synth)
+    path.rename(tmp_path / rk.PACKAGED)
+    (tmp_path / "fallback.json").write_text(text, encoding="utf-8")
+    setting = rk.RankerSetting.read(str(tmp_path))
+    assert isinstance(setting.problem, RankerFileError), setting
+    assert "fallback.json" in str(setting.problem) and field in str(setting.problem), setting.problem
+
+
+def test_a_folders_own_valid_fallback_and_a_folder_named_packaged_in_the_cwd(tmp_path, synth, monkeypatch):
+    from masprism_batch.method import weights_dir
+    from masprism_batch.verdict import rules
+
+    path, _ = _file(tmp_path, synth)
+    path.rename(tmp_path / rk.PACKAGED)
+    (tmp_path / "fallback.json").write_bytes(b"\xef\xbb\xbf" + (weights_dir() / "fallback.json").read_bytes())
+    assert rk.RankerSetting.read(str(tmp_path)).problem is None
+    assert rules.read_fallback(str(tmp_path)).calibration == rules.read_fallback(None).calibration
+    # `--ranker packaged` in a folder holding a folder named "packaged": the packaged fallback, not ./packaged/'s
+    # (it read ./packaged/fallback.json, or with none there ran uncalibrated)
+    (tmp_path / "cwd" / "packaged").mkdir(parents=True)
+    monkeypatch.chdir(tmp_path / "cwd")
+    assert rules.read_fallback(rk.PACKAGED_NAME) == rules.read_fallback(None)
