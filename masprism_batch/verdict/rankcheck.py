@@ -11,37 +11,25 @@ from __future__ import annotations
 
 import hashlib
 import json
-import math
 from pathlib import Path
-from typing import Any
 
 from masprism_batch.config_checks import NotRegularFile, read_regular
 from masprism_batch.method import weights_dir
 from masprism_batch.verdict import case, rules
+from masprism_batch.verdict.checked_json import MAX_BYTES, MAX_DEPTH, MAX_FEATURES, loads_strict
+from masprism_batch.verdict.checked_json import RankerFileError as RankerFileError
+from masprism_batch.verdict.checked_json import depth as _depth
+from masprism_batch.verdict.checked_json import error as _error
+from masprism_batch.verdict.checked_json import num as _num
+from masprism_batch.verdict.checked_json import str_list as _str_list
+from masprism_batch.verdict.checked_json import vector as _vector
 from masprism_batch.verdict.correction import READ_OFFSETS
 
 FORMAT = "masprism-batch ranker"
 VERSION = 3  # the one version `fit` writes and a run reads; another is refused (refit with `masprism-batch fit`)
 
-MAX_BYTES = 64 * 1024**2  # a fitted file is a few hundred KB; far more is not a ranker file
-MAX_DEPTH = 8  # the deepest a valid file nests: systems -> entry -> priors -> pos -> value
 MAX_SYSTEMS = 10_000
-MAX_FEATURES = 256
 MAX_PRIOR_KEYS = 100_000
-# Every number a fit writes is small (weights and means of features on log and z scales, counts of labelled logs)
-# and a fitted std is never below 1e-9 (fit/fitting.py, method/calibrate.py). Within these bounds a step's score
-# stays far inside float64, so its softmax is never inf - inf: a hand-edited 1e308 was NaN probabilities, a NaN
-# confidence and step 0 blamed, silently.
-MAX_VALUE = 1e12
-MIN_STD = 1e-12
-
-
-class RankerFileError(ValueError):
-    """A ranker file that cannot be applied: not one, another version, or fitted with another model."""
-
-
-def _error(path, where: str, what: str):
-    return RankerFileError(f"{path}: {where}: {what}" if where else f"{path}: {what}")
 
 
 def read_bounded(path: Path) -> bytes:
@@ -66,81 +54,11 @@ def read_checked(path: Path) -> tuple[dict, str]:
 
 def parse_checked(data: bytes, path) -> dict:
     """Parse and check the bytes of the ranker file at `path`."""
-    try:
-        d = json.loads(data.decode("utf-8-sig"), object_pairs_hook=_once)  # -sig: a BOM a Windows editor saved
-    except _Twice as exc:
-        raise _error(path, "", str(exc)) from None
-    except (UnicodeDecodeError, ValueError, RecursionError) as exc:  # RecursionError: nesting past the parser's
-        raise _error(path, "", f"not a readable ranker file ({type(exc).__name__}: {str(exc)[:200]})") from None
+    d = loads_strict(data, path, "ranker file")
     if not isinstance(d, dict) or d.get("format") != FORMAT:
         raise _error(path, "", "not a masprism-batch ranker file (write one with `masprism-batch fit`)")
     check(d, path)
     return d
-
-
-class _Twice(ValueError):
-    pass
-
-
-def _once(pairs: list[tuple[str, Any]]) -> dict:
-    """An object of the file: a key written twice is refused (JSON would keep the last, so a hand edit that added a
-    second `weights` applied one of the two without a word)."""
-    d = dict(pairs)
-    if len(d) != len(pairs):
-        seen: set[str] = set()
-        key = next(k for k, _ in pairs if k in seen or seen.add(k))
-        raise _Twice(f"the key {key[:80]!r} is written twice in one object: keep one")
-    return d
-
-
-def _depth(obj: Any) -> int:
-    """Nesting depth without recursion (a hostile file must not crash the checker itself)."""
-    deepest, stack = 0, [(obj, 1)]
-    while stack:
-        o, d = stack.pop()
-        deepest = max(deepest, d)
-        if deepest > MAX_DEPTH:
-            return deepest
-        if isinstance(o, dict):
-            stack += [(v, d + 1) for v in o.values()]
-        elif isinstance(o, list):
-            stack += [(v, d + 1) for v in o]
-    return deepest
-
-
-def _num(path, where: str, v, lo: float | None = None, positive: bool = False, integer: bool = False) -> None:
-    if isinstance(v, bool) or not isinstance(v, (int, float)) or (integer and not isinstance(v, int)):
-        raise _error(path, where, f"{json.dumps(v)[:60]} is not {'an integer' if integer else 'a number'}")
-    if not math.isfinite(v):
-        raise _error(path, where, f"{v} is not a finite number")
-    if abs(v) > MAX_VALUE:
-        raise _error(path, where, f"{v:g} is past ±{MAX_VALUE:g}, far from any fitted value (a damaged or "
-                                  f"hand-edited file: refit it with `masprism-batch fit`)")
-    if positive and not v >= MIN_STD:
-        raise _error(path, where, f"{v:g} must be >= {MIN_STD:g} (a fitted std is never smaller)" if v > 0
-                     else f"{v} must be > 0")
-    if lo is not None and v < lo:
-        raise _error(path, where, f"{v} must be >= {lo:g}")
-
-
-def _vector(path, where: str, v, n: int, positive: bool = False) -> None:
-    if not isinstance(v, list):
-        raise _error(path, where, "missing or not a list of numbers")
-    if len(v) != n:
-        raise _error(path, where, f"{len(v)} values for {n} features")
-    for i, x in enumerate(v):
-        _num(path, f"{where}[{i}]", x, positive=positive)
-
-
-def _str_list(path, where: str, v, known: list[str] | None = None) -> list[str]:
-    if not isinstance(v, list) or not v or len(v) > MAX_FEATURES or not all(isinstance(x, str) for x in v):
-        raise _error(path, where, f"must be a non-empty list of at most {MAX_FEATURES} names")
-    if len(set(v)) != len(v):
-        raise _error(path, where, "names a feature twice")
-    unknown = [x for x in v if known is not None and x not in known]
-    if unknown:
-        raise _error(path, where, f"features this version does not compute: {unknown[:5]}")
-    return v
 
 
 def _agent_rule(path, where: str, rule) -> None:
@@ -321,13 +239,7 @@ def check_fallback(path: Path) -> None:
     """A folder's fallback.json (`--ranker FOLDER` reads it beside rankers.json, rules.read_fallback), read and
     checked as a ranker file is: an object; `rule` and `agent_rule` text (an unknown name is warned about and
     replaced when read); `calibration` a zero-training one. Else RankerFileError naming the file and field."""
-    data = read_bounded(path)
-    try:
-        d = json.loads(data.decode("utf-8-sig"), object_pairs_hook=_once)
-    except _Twice as exc:
-        raise _error(path, "", str(exc)) from None
-    except (UnicodeDecodeError, ValueError, RecursionError) as exc:
-        raise _error(path, "", f"not a readable fallback file ({type(exc).__name__}: {str(exc)[:200]})") from None
+    d = loads_strict(read_bounded(path), path, "fallback file")
     if not isinstance(d, dict):
         raise _error(path, "", "must be an object (rule, agent_rule, calibration)")
     if _depth(d) > MAX_DEPTH:

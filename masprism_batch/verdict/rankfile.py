@@ -156,6 +156,13 @@ def systems_of(d: dict) -> dict[str, dict]:
     return {n: e if "system" in e else {**e, "system": n} for n, e in d.get("systems", {}).items()}
 
 
+def _check_folder_fallback(ranker: str) -> None:
+    """A user's `--ranker FOLDER`: its fallback.json, which rules.read_fallback reads, checked (RankerFileError)."""
+    folder = Path(ranker)
+    if not is_packaged(ranker) and folder.is_dir() and (folder / FALLBACK).exists():
+        check_fallback(folder / FALLBACK)
+
+
 def meta_of(d: dict) -> dict:
     """What a parsed ranker file holds beside its format, version, model and systems (date, config, ...)."""
     return {k: v for k, v in d.items() if k not in ("format", "version", "model_id", "systems")}
@@ -184,12 +191,15 @@ class RankerSetting:
         path = target(ranker)
         if not path.is_file():
             if is_packaged(ranker) or Path(ranker).is_dir():
+                try:
+                    _check_folder_fallback(ranker)  # what every log then gets
+                except RankerFileError as exc:
+                    return cls(ranker, Path(ranker) / FALLBACK, problem=exc)
                 return cls(ranker)
             return cls(ranker, path, problem=FileNotFoundError(f"ranker file not found: {path}"))
         try:
             d, sha = read_checked(path)
-            if Path(ranker).is_dir() and not is_packaged(ranker) and (Path(ranker) / FALLBACK).exists():
-                check_fallback(Path(ranker) / FALLBACK)  # read beside it (rules.read_fallback) for other systems
+            _check_folder_fallback(ranker)  # what the systems the file does not name get
         except RankerFileError as exc:
             return cls(ranker, path, problem=exc)
         return cls(ranker, path, sha, RankerFile(d["model_id"], systems_of(d), meta_of(d)))

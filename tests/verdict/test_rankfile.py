@@ -377,6 +377,8 @@ def test_a_folders_fallback_beside_its_ranker_file_is_checked_when_read(tmp_path
     setting = rk.RankerSetting.read(str(tmp_path))
     assert isinstance(setting.problem, RankerFileError), setting
     assert "fallback.json" in str(setting.problem) and field in str(setting.problem), setting.problem
+    (tmp_path / rk.PACKAGED).unlink()  # a folder holding only a fallback: what every log then gets
+    assert field in str(rk.RankerSetting.read(str(tmp_path)).problem)
 
 
 def test_a_folders_own_valid_fallback_and_a_folder_named_packaged_in_the_cwd(tmp_path, synth, monkeypatch):
