@@ -124,14 +124,11 @@ def read_records(path: Path, problems: list[str], raw: bytes | None = None) -> t
     return tool, out
 
 
-# rows a Parquet export may hold: as many as a labels file of the size cap could (64 bytes a row at least); its few
-# KB of run-length-encoded rows can describe far more than memory holds once read
-MAX_PARQUET_ROWS = MAX_LABELS_BYTES // 64
+MAX_PARQUET_ROWS = MAX_LABELS_BYTES // 64  # as many as a text file of the cap holds: a few KB of Parquet can say more
 
 
 def _parquet(path: Path, raw: bytes):
-    """The table of a Parquet export, its row count checked from the footer before any row is read; a damaged
-    file is LabelsFileError naming it."""
+    """A Parquet export's table, its row count read from the footer first; damaged: LabelsFileError naming it."""
     import pyarrow as pa
     import pyarrow.parquet as pq
 
