@@ -22,6 +22,7 @@ from __future__ import annotations
 
 import logging
 import math
+import os
 import shutil
 import time
 import uuid
@@ -94,7 +95,7 @@ def check_kept_ranker(src: Path, cfg: PipelineConfig) -> None:
     if name is None:
         return
     setting = RankerSetting.read(name)
-    if isinstance(setting.problem, FileNotFoundError):
+    if isinstance(setting.problem, FileNotFoundError) and not os.path.lexists(setting.path):  # a FIFO: said later
         raise RescoreError(f"the run's ranker file {setting.path} is not found (moved or deleted): name the file "
                            f"with --ranker FILE, or give --ranker rule")
     bound = (ShardStore(src).read_header() or {}).get("ranker_sha256")
