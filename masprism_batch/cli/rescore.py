@@ -83,8 +83,9 @@ def rescore(
     except (rs.RescoreError, DamagedOutput, OutdirUnsafe, OutdirLocked) as exc:  # OutdirLocked: another run holds it
         raise fail(str(exc)) from None
     except OSError as exc:  # the output side: disk full, a file where a folder goes, permissions
-        then = (f"{out} is incomplete: remove it and rescore again" if out is not None else
-                f"each shard of {outdir} holds its old or its new verdicts: run the same rescore again to finish")
+        then = (f"{out} is incomplete: once that is fixed, remove it and rescore again" if out is not None else
+                f"each shard of {outdir} holds its old or its new verdicts: once that is fixed, run the same rescore "
+                f"again to finish")
         raise fail(f"rescore stopped: {exc}; {then}") from None
     _say(summary, in_place)
     raise typer.Exit(EXIT_OK)
