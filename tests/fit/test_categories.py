@@ -45,7 +45,9 @@ def test_planted_kinds_are_learned_and_kept(np_rng):
     got = fc.fit_kinds(d, TRAIL, "billing-bot", seed=int(np_rng.integers(1 << 16)))
     # zero-training reads no model evidence here (nothing was read) and ignores the log: no kind, no hit
     assert got["zero_training"] == 0.0 and got["model_read"] == 0
-    assert got["fitted"] > 0.9 and got["fitted_family_balanced"] > 0.9
+    # learned well past chance (two planted kinds: 0.5); on 33-80 held-out errors a fold's noise features cost a
+    # few: over 151 seeds the lowest were 0.909 and 0.875 (family balanced), so 0.9 failed ~1 run in 75
+    assert got["fitted"] > 0.8 and got["fitted_family_balanced"] > 0.8
     assert got["kept"] == "fitted" and got["errors"] == len(d.y) and got["taxonomy_digest"] == TRAIL.digest()
     m = classify.CategoryModel.from_json(got["weights"], TRAIL)
     assert m.fitted_on == "fit:billing-bot" and m.reads_log()

@@ -113,13 +113,15 @@ def _noise(rng, feats):
 
 def test_a_confidence_that_ranks_keeps_a_spread_after_a_20_label_fit(np_rng):
     """Draws of 20 held-out verdicts whose zero-training score ranks them (AUROC >= 0.65 on the fit's folds)
-    while the ranker's features are noise: in every one the kept confidence gives new verdicts of the same kind
-    an interquartile range of at least 0.1. The old fit kept the fitted confidence whatever it ranked, its scale
-    pulled toward 0: an IQR under 0.1 in about one such draw in four (issue 59: 0.28-0.32 for every log)."""
+    while the ranker's features are noise: the kept confidence gives new verdicts of the same kind an
+    interquartile range of at least 0.1 in at least 18 of 20 such draws. The old fit kept the fitted confidence
+    whatever it ranked, its scale pulled toward 0: an IQR under 0.1 in about one such draw in four (issue 59:
+    0.28-0.32 for every log), 3 or more of 20 in ~91% of runs. The shipped one falls under 0.1 in about 1 draw of
+    2,000 (a 20-verdict calibration is coarse; 2026-12-04, 201 seeds), so "every draw" failed ~1 run in 200."""
     seed = int(np_rng.integers(1 << 30))
     rng = np.random.default_rng(seed)
-    checked = 0
-    for _ in range(200):
+    checked, narrow = 0, []
+    for _ in range(400):
         feats, _, folds, _ = _verdicts(rng, 20, "zero_training", 1.0)
         hits = rng.random(20) < 1 / (1 + np.exp(-rng.uniform(0.8, 2.0) * np.array([x["zero_training"] for x in feats])))
         if not 5 <= hits.sum() <= 15:
@@ -129,11 +131,13 @@ def test_a_confidence_that_ranks_keeps_a_spread_after_a_20_label_fit(np_rng):
             continue
         new = _noise(rng, _verdicts(rng, 400, None, 0)[0])
         q1, q3 = np.percentile([vconf.of_features(cal, x, 1000) for x in new], [25, 75])
-        assert q3 - q1 >= 0.1, (seed, checked, fig["auroc"], q1, q3, cal)
+        if q3 - q1 < 0.1:
+            narrow.append((checked, fig["auroc"], q1, q3))
         checked += 1
-        if checked == 10:
+        if checked == 20:
+            assert len(narrow) <= 2, (seed, narrow)
             return
-    pytest.fail(f"fewer than 10 draws ranked (seed {seed})")
+    pytest.fail(f"fewer than 20 draws ranked (seed {seed})")
 
 
 def test_fit_system_reports_and_ships_the_kept_confidence(synth, np_rng):
