@@ -20,13 +20,40 @@ log = logging.getLogger(__name__)
 
 def read_dataset(directory: Path | str, columns: list[str] | None = None, filter=None) -> pa.Table:
     """Read a dataset written by DatasetWriter (ignores temporary files); optionally only some columns/rows."""
-    return open_dataset(directory).to_table(columns=columns, filter=filter)
+    try:
+        return open_dataset(directory).to_table(columns=columns, filter=filter)
+    except pa.ArrowInvalid as exc:
+        raise damaged(directory, exc) from None
 
 
 def iter_batches(directory: Path | str, columns: list[str] | None = None, filter=None,
                  batch_size: int = 1024) -> Iterator[pa.RecordBatch]:
     """Stream a dataset in record batches, so a reader's memory stays bounded on large outputs."""
-    yield from open_dataset(directory).to_batches(columns=columns, filter=filter, batch_size=batch_size)
+    try:
+        yield from open_dataset(directory).to_batches(columns=columns, filter=filter, batch_size=batch_size)
+    except pa.ArrowInvalid as exc:
+        raise damaged(directory, exc) from None
+
+
+def damaged(directory: Path | str, exc: Exception) -> manifest.DamagedOutput:
+    """What a reader says where a table's parts cannot be read (a stray or cut-short file among them: every
+    command reading the OUTDIR would otherwise fail with pyarrow's words as an internal error): the parts whose
+    footer does not read, named, and what to do. Costs a footer read per part, only on failure."""
+    import pyarrow.parquet as pq
+
+    bad = []
+    for p in sorted(Path(directory).glob("*.parquet")):
+        if p.name.startswith((".", "_")):
+            continue
+        try:
+            pq.read_metadata(p)
+        except (pa.ArrowException, OSError):
+            bad.append(p.name)
+    what = (f"{', '.join(bad[:5])}{f' and {len(bad) - 5} more' if len(bad) > 5 else ''} "
+            f"{'is' if len(bad) == 1 else 'are'} not readable Parquet" if bad else "its parts cannot be read together")
+    return manifest.DamagedOutput(
+        f"{directory}: {what} ({exc}); move any file a run did not write out of the folder, or rerun the command "
+        "that wrote it into a new OUTDIR")
 
 
 def open_dataset(directory: Path | str):
@@ -66,7 +93,11 @@ def open_dataset(directory: Path | str):
         return ds.dataset([], schema=TABLES.get(directory.name, pa.schema([])), format="parquet")
     import pyarrow.parquet as pq
 
-    schema = _schema(directory.name, pq.read_schema(files[0]))  # one footer, as pyarrow's own discovery reads
+    try:
+        first = pq.read_schema(files[0])  # one footer, as pyarrow's own discovery reads
+    except pa.ArrowInvalid as exc:
+        raise damaged(directory, exc) from None
+    schema = _schema(directory.name, first)
     return ds.dataset(files, schema=schema, format="parquet")  # schema None: the first file's, as before
 
 
