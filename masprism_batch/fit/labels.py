@@ -1,7 +1,7 @@
 """Labels for `masprism-batch fit`: from the traces themselves or from a labels file.
 
 Labels file: JSON lines or CSV, one labelled step per row, columns `trace_id`, `step` (0-based index into the
-trace's steps) or `span_id`, optionally `agent` (the blamed agent) and `category` (what went wrong there, in the
+trace's steps; a whole float such as 3.0, as pandas writes a column with blanks, is step 3) or `span_id`, optionally `agent` (the blamed agent) and `category` (what went wrong there, in the
 team's own words: a kind of the run's taxonomy, fit/categories.py). Outcomes, per row:
 - a trace id that is in none of the runs, a step out of range, a span id the trace does not have, or a row with
   neither step nor span id: the row is skipped and reported with its line number and reason; a row whose step,
@@ -188,16 +188,23 @@ def _text(v) -> str | None:
 
 def _step(v) -> int | None:
     """A 0-based step index: a JSON integer or a CSV text of digits; `true` is no step (int(True) == 1). A text
-    int() refuses though str.isdigit() holds ("²", "--5") is no step either."""
+    int() refuses though str.isdigit() holds ("²", "--5") is no step either. A whole number written as a float
+    (3.0, "3.0": what pandas writes for a column with a blank cell) is that step; 3.5 is none."""
     if isinstance(v, bool):
         return None
     if isinstance(v, int):
         return v
-    if isinstance(v, str) and v.strip().lstrip("-").isdigit() and len(v.strip()) <= 12:
-        try:
-            return int(v.strip())
-        except ValueError:
-            return None
+    if isinstance(v, float):
+        return int(v) if v.is_integer() and abs(v) < 1e12 else None
+    if isinstance(v, str):
+        t = v.strip()
+        if t.endswith(".0") and t[:-2].lstrip("-").isdigit():  # "3.0", never "3.5" nor "3."
+            t = t[:-2]
+        if t.lstrip("-").isdigit() and len(t) <= 12:
+            try:
+                return int(t)
+            except ValueError:
+                return None
     return None
 
 

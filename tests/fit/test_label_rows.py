@@ -188,3 +188,12 @@ def test_a_file_with_carriage_returns_alone_reads_its_lines(tmp_path, rng):
     gold, problems = from_file(f, traces)
     assert sorted(gold) == sorted(traces) and not problems
     assert all(g.steps == [1] for g in gold.values())
+
+
+def test_a_whole_step_written_as_a_float_is_that_step(tmp_path):
+    """pandas writes an integer column holding a blank as floats ("3.0"): every such row was skipped as 'not an
+    integer'. A whole float is its step; 3.5, "3.", "3.00x" and "nan" are still none."""
+    from masprism_batch.fit.labels import _step
+
+    assert [_step(x) for x in ("3.0", " 12.0 ", "-1.0", 4.0, 0.0)] == [3, 12, -1, 4, 0]
+    assert [_step(x) for x in ("3.5", "3.", "3.00x", "nan", 3.5, float("nan"), float("inf"), "1e3", True)] == [None] * 9
