@@ -241,7 +241,7 @@ def _pick(cands: list[tuple[str, int, bool]], meta: dict) -> int:
     """The step among those one span carries: our export's own `step` where it is one of them, else the span's
     own step, else the first."""
     steps = [i for _, i, _ in cands]
-    if isinstance(meta.get("step"), int) and meta["step"] in steps:
+    if type(meta.get("step")) is int and meta["step"] in steps:  # `true` is no step (bool is an int)
         return meta["step"]
     return next((i for _, i, own in cands if own), steps[0])
 

@@ -117,3 +117,13 @@ def test_a_damaged_or_inflating_parquet_export_is_one_error_naming_the_file(tmp_
     monkeypatch.setattr(tool_labels, "MAX_PARQUET_ROWS", 49)
     with pytest.raises(LabelsFileError, match="many.parquet.*50 rows"):
         from_file(many, traces)
+
+
+def test_a_span_with_several_steps_never_reads_true_as_step_1():
+    """tool_labels._pick: a span carrying steps 1 and 3, whose metadata says `"step": true` (bool is an int in
+    Python), took step 1; true names no step, so the span's own step is taken."""
+    from masprism_batch.fit.tool_labels import _pick
+
+    cands = [("s", 1, False), ("s", 3, True)]
+    assert _pick(cands, {"step": True}) == 3
+    assert _pick(cands, {"step": 1}) == 1 and _pick(cands, {}) == 3
