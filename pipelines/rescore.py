@@ -84,16 +84,16 @@ def with_settings(cfg: PipelineConfig, updates: dict) -> PipelineConfig:
     return cfg.model_copy(update={"method": cfg.method.model_validate({**cfg.method.model_dump(), **updates})})
 
 
-def check_kept_ranker(src: Path, cfg: PipelineConfig) -> None:
+def check_kept_ranker(src: Path, cfg: PipelineConfig):
     """Without `--ranker` a rescore keeps the run's ranker setting, so it must still name what the run applied:
     RescoreError where its file is gone, or holds another file than the one bound to OUTDIR (its SHA-256 in the
     header: a later `fit --force` to the same path) — applied silently, it moved verdicts the user did not ask to
-    change."""
+    change. The setting as read (None: the run had none), for the command's own check not to read it again."""
     from masprism_batch.verdict.rankfile import RankerSetting
 
     name = cfg.method.ranker
     if name is None:
-        return
+        return None
     setting = RankerSetting.read(name)
     if isinstance(setting.problem, FileNotFoundError) and not os.path.lexists(setting.path):  # a FIFO: said later
         raise RescoreError(f"the run's ranker file {setting.path} is not found (moved or deleted): name the file "
@@ -102,6 +102,7 @@ def check_kept_ranker(src: Path, cfg: PipelineConfig) -> None:
     if bound is not None and setting.problem is None and setting.sha256 != bound:
         raise RescoreError(f"the run's ranker file {setting.path or name} changed since the run (another fit "
                            f"written there?): give --ranker {name} to apply it as it is now, or --ranker rule")
+    return setting
 
 
 def check_rescorable(old: PipelineConfig, new: PipelineConfig, policy: VerdictPolicy, traces: list[Trace],

@@ -44,9 +44,8 @@ from benchmarks.accuracy.accuracy_cases import (
     system_fit,
 )
 from benchmarks.accuracy.packaged_refresh import write_packaged
-from benchmarks.accuracy.stepset_draws import draw_rows
+from benchmarks.accuracy.stepset_draws import draw_rows, measured, step0_cal, verdict_steps
 from benchmarks.rows import commit, write_rows
-from masprism_batch.fit.stepset_fit import verdict_order
 from masprism_batch.method import weights_dir
 from masprism_batch.verdict import rules
 from masprism_batch.verdict import stepset as ss
@@ -137,25 +136,16 @@ def fitted_rows(cases, rule: str, rule_agent: str, seeds=FOLD_SEEDS) -> list[dic
             return {}
         entry = system_fit(train, system, rule, rule_agent).entry
         sr = SystemRanker(entry, "")
-        out = {}
-        for c in fit_cases(test, rule):
-            order, _, _, _ = sr.apply(c.trace, c.rows, c.ranked)
-            # the order a run's verdict ranks (verdict/decide.py): a ranker's every step, else as fit calibrated it
-            ranked = order if sr.verdict == "ranker" else verdict_order(sr.verdict, order[0], c.ranked)
-            n = len(c.trace.steps)
-            step0 = ss.score_of(list(range(n)), c.gold, n, "share")
-            out[c.trace.trace_id] = {"system": system, "ranked": ranked, "n": n, "gold": c.gold, "rows": c.rows,
-                                     "cal": entry.get("stepset"), "step0_cal": _step0_cal(train), "step0": step0}
-        return out
+        base = step0_cal(train)
+        return {c.trace.trace_id: {"system": system, "case": c, "order": verdict_steps(sr, c),
+                                   "cal": entry.get("stepset"), "step0_cal": base} for c in fit_cases(test, rule)}
 
     for seed in seeds:
         got = kfold_rows(cases, rows_of, 5, seed)
         for r in got.values():
             for level in LEVELS:
-                s = ss.step_set(r["ranked"], r["n"], r["cal"], level, "fit", r["rows"])
-                q0 = ss.quantile(r["step0_cal"], level)
                 per.setdefault((r["system"], level, seed), []).append(
-                    (any(g in s.read for g in r["gold"]), s.share, ss.size_of(q0, r["n"], "share") / r["n"]))
+                    measured(r["order"], r["case"], r["cal"], level, ss.quantile(r["step0_cal"], level)))
     rows = []
     for system in sorted({k[0] for k in per}):
         for level in LEVELS:
@@ -168,16 +158,6 @@ def fitted_rows(cases, rule: str, rule_agent: str, seeds=FOLD_SEEDS) -> list[dic
             row["coverage_sd"] = round(float(np.std(cov)), 4)
             rows.append(row)
     return rows
-
-
-def _step0_cal(train) -> list[float]:
-    out = []
-    for c in train:
-        g = gold_of(c.trace)
-        if g:
-            n = len(c.trace.steps)
-            out.append(ss.score_of(list(range(n)), g, n, "share"))
-    return out
 
 
 def _key(r: dict) -> tuple:

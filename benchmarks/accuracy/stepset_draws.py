@@ -9,11 +9,37 @@ from __future__ import annotations
 import numpy as np
 
 from benchmarks.accuracy import bench_learning_curve as blc
-from benchmarks.accuracy.accuracy_cases import fit_cases
+from benchmarks.accuracy.accuracy_cases import fit_cases, gold_of
 from masprism_batch.fit import system as fs
 from masprism_batch.fit.stepset_fit import verdict_order
 from masprism_batch.verdict import stepset as ss
 from masprism_batch.verdict.rankfile import SystemRanker
+
+
+def verdict_steps(sr: SystemRanker, c) -> list[int]:
+    """The steps a run's verdict ranks on case `c` (verdict/decide.py): a ranker's every step, else the order
+    its fit calibrated the sets on (fit/stepset_fit.verdict_order)."""
+    order = sr.apply(c.trace, c.rows, c.ranked)[0]
+    return order if sr.verdict == "ranker" else verdict_order(sr.verdict, order[0], c.ranked)
+
+
+def step0_cal(cases) -> list[float]:
+    """The calibration scores of reading from step 0 on the labelled `cases` (their first labelled step's share)."""
+    out = []
+    for c in cases:
+        g = gold_of(c.trace)
+        if g:
+            n = len(c.trace.steps)
+            out.append(ss.score_of(list(range(n)), g, n, "share"))
+    return out
+
+
+def measured(order: list[int], c, cal: dict | None, level: float, q0: float) -> tuple[bool, float, float]:
+    """(the set holds a labelled step, its share of the log, the share reading from step 0 needs at quantile q0)
+    of case `c` under calibration `cal` at `level`."""
+    n = len(c.trace.steps)
+    s = ss.step_set(order, n, cal, level, "fit", c.rows)
+    return any(g in s.read for g in c.gold), s.share, ss.size_of(q0, n, "share") / n
 
 
 def draw_rows(cases, rule: str, rule_agent: str, ks=(10, 20), draws: int = 20, levels=(0.5, 0.8, 0.9),
@@ -28,22 +54,13 @@ def draw_rows(cases, rule: str, rule_agent: str, ks=(10, 20), draws: int = 20, l
             for train, test in blc.system_draws(fc, system, k, draws):
                 entry = fs.fit_system(train, system, rule=rule, rule_agent=rule_agent).entry
                 sr = SystemRanker(entry, "")
-                base = [ss.score_of(list(range(len(c.trace.steps))), c.gold, len(c.trace.steps), "share")
-                        for c in train]
-                base = [b for b in base if b is not None]
-                orders = []
-                for c in test:
-                    order = sr.apply(c.trace, c.rows, c.ranked)[0]
-                    # the order a run's verdict ranks (verdict/decide.py), as bench_stepset.fitted_rows reads it
-                    orders.append(order if sr.verdict == "ranker" else verdict_order(sr.verdict, order[0], c.ranked))
+                base = step0_cal(train)
+                orders = [verdict_steps(sr, c) for c in test]
                 for lv in levels:
                     q0 = ss.quantile(base, lv) if base else float("inf")
-                    sets = [ss.step_set(o, len(c.trace.steps), entry.get("stepset"), lv, "fit", c.rows)
-                            for o, c in zip(orders, test, strict=True)]
-                    got[lv].append((float(np.mean([any(g in s.read for g in c.gold) for s, c in zip(sets, test, strict=True)])),
-                                    float(np.mean([s.share for s in sets])),
-                                    float(np.mean([ss.size_of(q0, len(c.trace.steps), "share") / len(c.trace.steps)
-                                                   for c in test]))))
+                    m = np.array([measured(o, c, entry.get("stepset"), lv, q0)
+                                  for o, c in zip(orders, test, strict=True)], dtype=np.float64)
+                    got[lv].append(tuple(m.mean(0)))
             for lv, runs in got.items():
                 if not runs:
                     continue

@@ -67,11 +67,11 @@ def rescore(
     try:
         old = rs.run_config(outdir)
         cfg = rs.with_settings(old, updates)
-        if ranker is None:  # the run's own ranker, kept: still the file the run applied
-            rs.check_kept_ranker(outdir, cfg)
+        # the run's own ranker, kept: still the file the run applied (read once, checked below as it was read)
+        kept = rs.check_kept_ranker(outdir, cfg) if ranker is None else None
     except (rs.RescoreError, ValueError) as exc:
         raise fail(str(exc)) from None
-    setting = check_ranker(cfg)
+    setting = check_ranker(cfg, kept if kept is not None and kept.problem is None else None)  # a problem: said there
     try:
         with OutdirLock(outdir, "rescore") as _src:
             if out is not None:

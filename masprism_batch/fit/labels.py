@@ -26,6 +26,7 @@ from pathlib import Path
 from masprism_batch.fit import tool_labels
 from masprism_batch.fit.label_files import MAX_LABELS_BYTES, Gold, LabelsFileError, read_labels_bytes
 from masprism_batch.trace import Trace, norm_agent, unsheet
+from masprism_batch.verdict.checked_json import KeyTwice, unique_keys
 
 __all__ = ["MAX_LABELS_BYTES", "Gold", "LabelsFileError", "from_file", "from_trace", "read_label_rows",
            "read_labels_bytes"]
@@ -57,20 +58,9 @@ def _reject_constant(name: str):
     raise ValueError(f"{name} is not a number a label can hold")
 
 
-class _Twice(ValueError):
-    """A JSON line naming one key twice (JSON would keep the last: a label moved without a word)."""
-
-
-def _once(pairs: list) -> dict:
-    d = dict(pairs)
-    if len(d) != len(pairs):
-        seen: set = set()
-        raise _Twice(next(k for k, _ in pairs if k in seen or seen.add(k)))
-    return d
-
-
 def _json_row(line: str) -> dict:
-    obj = json.loads(line, parse_constant=_reject_constant, object_pairs_hook=_once)  # Infinity / NaN: refused
+    # Infinity / NaN refused; a key named twice too (JSON would keep the last: a label moved without a word)
+    obj = json.loads(line, parse_constant=_reject_constant, object_pairs_hook=unique_keys)
     if not isinstance(obj, dict):
         raise ValueError(f"a JSON {type(obj).__name__}, not an object")
     return obj
@@ -117,8 +107,8 @@ def read_label_rows(path: Path, problems: list[str] | None = None, raw: bytes | 
         for n, line in lines:
             try:
                 rows.append((n, _json_row(line)))
-            except _Twice as exc:
-                problems.append(f"{Path(path).name}:{n}: names {str(exc)[:40]!r} twice: row skipped")
+            except KeyTwice as exc:
+                problems.append(f"{Path(path).name}:{n}: names {exc.key[:40]!r} twice: row skipped")
             except (ValueError, RecursionError) as exc:
                 problems.append(f"{Path(path).name}:{n}: not a JSON object "
                                 f"({type(exc).__name__}: {str(exc)[:120]}): row skipped")

@@ -28,26 +28,30 @@ def error(path, where: str, what: str):
     return RankerFileError(f"{path}: {where}: {what}" if where else f"{path}: {what}")
 
 
-class _Twice(ValueError):
-    """A key written twice in one object (JSON would keep the last)."""
+class KeyTwice(ValueError):
+    """A key written twice in one JSON object (JSON would keep the last): `key`."""
+
+    def __init__(self, key: str):
+        super().__init__(f"the key {key[:80]!r} is written twice in one object: keep one")
+        self.key = key
 
 
-def _once(pairs: list[tuple[str, Any]]) -> dict:
-    """An object of the file: a key written twice is refused (JSON would keep the last, so a hand edit that added a
-    second `weights` applied one of the two without a word)."""
+def unique_keys(pairs: list[tuple[str, Any]]) -> dict:
+    """`json.loads`'s object_pairs_hook that refuses a key written twice (KeyTwice): JSON would keep the last, so a
+    hand edit that added a second `weights` to a ranker file, or a second `step` to a label line, took one of the
+    two without a word. Also read by fit/labels.py."""
     d = dict(pairs)
     if len(d) != len(pairs):
         seen: set[str] = set()
-        key = next(k for k, _ in pairs if k in seen or seen.add(k))
-        raise _Twice(f"the key {key[:80]!r} is written twice in one object: keep one")
+        raise KeyTwice(next(k for k, _ in pairs if k in seen or seen.add(k)))
     return d
 
 
 def loads_strict(data: bytes, path, what: str) -> Any:
     """The JSON value of a file's bytes (`what`: "ranker file", "fallback file", for the message)."""
-    try:
-        return json.loads(data.decode("utf-8-sig"), object_pairs_hook=_once)  # -sig: a BOM a Windows editor saved
-    except _Twice as exc:
+    try:  # -sig: a BOM a Windows editor saved
+        return json.loads(data.decode("utf-8-sig"), object_pairs_hook=unique_keys)
+    except KeyTwice as exc:
         raise error(path, "", str(exc)) from None
     except (UnicodeDecodeError, ValueError, RecursionError) as exc:  # RecursionError: nesting past the parser's
         raise error(path, "", f"not a readable {what} ({type(exc).__name__}: {str(exc)[:200]})") from None
