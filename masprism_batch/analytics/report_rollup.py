@@ -10,6 +10,7 @@ from __future__ import annotations
 from collections import Counter
 
 from masprism_batch.analytics import svg
+from masprism_batch.analytics.stats import most_traces
 
 SOURCES_SHOWN = 20
 
@@ -17,8 +18,7 @@ SOURCES_SHOWN = 20
 def shown_sources(attr) -> set[str]:
     """The sources the overview breaks out: the SOURCES_SHOWN with most traces. A log may name its own source
     (canonical JSON lines): one per log drew five charts per log (~4 kB), so the rest are counted, not drawn."""
-    n = Counter(s or "" for s in attr["source"].to_pylist())
-    return set(sorted(n, key=lambda s: (-n[s], s))[:SOURCES_SHOWN])
+    return set(most_traces(Counter(s or "" for s in attr["source"].to_pylist()), SOURCES_SHOWN))
 
 
 def rollup(stats, pos: dict, ag: dict, keep: set[str]) -> str:
@@ -62,7 +62,7 @@ def _systems_cell(systems: Counter) -> str:
     its system: one name per log must not grow the report by a name per log)."""
     if len(systems) <= SYSTEMS_SHOWN:
         return ", ".join(sorted(systems))
-    top = sorted(sorted(systems, key=lambda s: (-systems[s], s))[:SYSTEMS_SHOWN])
+    top = sorted(most_traces(systems, SYSTEMS_SHOWN))
     return ", ".join(top) + f" and {len(systems) - SYSTEMS_SHOWN:,} more"
 
 

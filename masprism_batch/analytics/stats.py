@@ -65,6 +65,12 @@ ATTR_COLS = ["trace_id", "source", "system", "n_steps", "pred_step", "pred_agent
               "read_steps", "set_share", "set_coverage", "set_by", "localised", *CATEGORY_COLUMNS]
 
 
+def most_traces(counts: Counter, n: int) -> list:
+    """The n keys with most traces (ties by name): the groups a view breaks out where logs name their own source or
+    system (one per log must not draw a chart, row or name per log); the stats files hold every group."""
+    return sorted(counts, key=lambda k: (-counts[k], str(k)))[:n]
+
+
 def _table(name: str, rows: list[dict[str, Any]]) -> pa.Table:
     return pa.Table.from_pylist(rows, schema=STATS_SCHEMAS[name])
 

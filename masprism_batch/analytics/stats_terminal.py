@@ -9,7 +9,7 @@ from pathlib import Path
 import pyarrow.parquet as pq
 
 from masprism_batch.analytics.categories import UNCATEGORISED
-from masprism_batch.analytics.stats import RELATIVE_BINS
+from masprism_batch.analytics.stats import RELATIVE_BINS, most_traces
 from masprism_batch.schema import terminal
 
 
@@ -27,7 +27,7 @@ def _largest(rows: list[dict], key) -> tuple[set, int]:
     n: Counter = Counter()
     for r in rows:
         n[key(r)] += r["n_traces"]
-    return set(sorted(n, key=lambda k: (-n[k], str(k)))[:GROUPS_SHOWN]), len(n)
+    return set(most_traces(n, GROUPS_SHOWN)), len(n)
 
 
 def _more(t, total: int, what: str, path: Path) -> None:
