@@ -83,14 +83,18 @@ def test_budget_sized_on_a_gpu_of_the_cluster(tmp_path, gpu_cluster, rng):
 
 
 def test_budget_what_fits_set_by_the_user_or_on_cpu(gpu_cluster, rng):
-    """The sizing alone (`cluster_token_budget`, what run_ray calls first): a card with 3 GiB free gets what
-    fits, below the cap, as the local engine's sizing; a budget the user set and a CPU run are not sized."""
-    fakes = OnGpu(3 * GiB, rng.randint(1000, 200_000), rng.randint(2, 30))
-    arch = fakes.arch()  # not load_model: in this process it would fake CUDA for the tests that follow
-    fits = budget.device_token_budget(3 * GiB, budget.activation_bytes_per_token(arch, 2),
-                                       budget.fixed_activation_bytes(arch, SignalsConfig().nll_chunk))
+    """The sizing alone (`cluster_token_budget`, what run_ray calls first): a card with room for half the cap
+    gets what fits, below the cap, as the local engine's sizing; a budget the user set and a CPU run are not
+    sized."""
+    arch = OnGpu(0, rng.randint(1000, 200_000), rng.randint(2, 30)).arch()  # not load_model: in this process it
+    per_token = budget.activation_bytes_per_token(arch, 2)                  # would fake CUDA for the tests after
+    fixed = budget.fixed_activation_bytes(arch, SignalsConfig().nll_chunk)
+    free = int((fixed + per_token * budget.CUDA_MAX_TOKEN_BUDGET // 2) / budget.HEADROOM)  # a fixed size fits
+    fakes = OnGpu(free, arch.vocab_size, arch.num_layers)                   # the whole cap on small random shapes
+    fits = budget.device_token_budget(free, per_token, fixed)
     cfg, (n, why) = _pair(cluster_token_budget(load_config(None, model__device="cuda"), fakes.load_model))
-    assert fits < budget.CUDA_MAX_TOKEN_BUDGET and n == cfg.batch.token_budget == fits and "3.0 GiB free" in why
+    assert fits < budget.CUDA_MAX_TOKEN_BUDGET and n == cfg.batch.token_budget == fits
+    assert f"{free / GiB:.1f} GiB free" in why
     user = load_config(None, model__device="cuda", batch__token_budget=5000)
     assert _pair(cluster_token_budget(user, fakes.load_model))[1] == (5000, "set by the user")
     cpu = load_config(None, model__device="cpu")
