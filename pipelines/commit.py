@@ -24,7 +24,17 @@ from masprism_batch.pipelines.plan import INGEST_SHARD, InputPlan, Shard, plan_i
 from masprism_batch.pipelines.progress import Progress, as_progress
 from masprism_batch.pipelines.refresh import finish_cut_purge, purge_stale
 from masprism_batch.pipelines.resume import bind_header, now_utc, piece_parts, resume_of, settled_ids
-from masprism_batch.pipelines.run_summary import RunFacts, RunSummary, breakdown, split_reasons
+from masprism_batch.pipelines.run_summary import (
+    PASS_KEYS,
+    STAGE_KEYS,
+    TOKEN_KEYS,
+    RunFacts,
+    RunSummary,
+    breakdown,
+    entry_totals,
+    pass_stats,
+    split_reasons,
+)
 
 from masprism_batch import __version__, schema
 from masprism_batch.config import PipelineConfig
@@ -37,24 +47,6 @@ from masprism_batch.outdir.shards import OUTPUT_TABLES, ShardStore
 from masprism_batch.stage.budget import Budget
 
 log = logging.getLogger(__name__)
-# seconds_input_wait: the model stage's wait for its input, the CPU stage of a pack not done yet
-STAGE_KEYS = ("seconds_read", "seconds_render", "seconds_input_wait", "seconds_model", "seconds_render_pass2",
-              "seconds_render_pass2_wait", "seconds_commit")
-# where the model stage's time and tokens go: pass 1, pass 2 (its prefill) and the counterfactual
-# suffix re-reads, from the attributions' own per-trace timings and the stage's counterfactual counters
-PASS_KEYS = ("seconds_pass1", "seconds_pass2", "seconds_counterfactual")
-TOKEN_KEYS = ("tokens_pass1", "tokens_pass2", "tokens_counterfactual")
-
-
-def pass_stats(attributions: pa.Table, parts: list[PackResult]) -> dict[str, float]:
-    def col(name: str) -> float:
-        return float(sum(x or 0 for x in attributions.column(name).to_pylist())) if attributions.num_rows else 0.0
-
-    cf_s = float(sum(p.seconds_counterfactual for p in parts))
-    return {"seconds_pass1": col("seconds_pass1"), "seconds_pass2": max(col("seconds_pass2") - cf_s, 0.0),
-            "seconds_counterfactual": cf_s, "tokens_pass1": int(col("tokens_pass1")),
-            "tokens_pass2": int(col("tokens_pass2")),
-            "tokens_counterfactual": int(sum(p.tokens_counterfactual for p in parts))}
 
 
 def open_run(inputs: list[str], outdir: Path, cfg: PipelineConfig, engine: str, workers: int, budget: Budget,
@@ -224,14 +216,7 @@ class Committer:
         if missing:
             raise RuntimeError(f"{len(missing)} shards were not committed (first: {missing[0]})")
         wall = time.perf_counter() - self.t0
-        reasons: Counter = Counter()
-        stage: Counter = Counter()
-        tokens: Counter = Counter()
-        for e in committed.values():  # older entries held warnings under rejected_by_reason: split again
-            reasons.update(e["rejected_by_reason"])
-            reasons.update(e.get("warnings_by_reason", {}))
-            stage.update(e["stage_seconds"])
-            tokens.update(e.get("stage_tokens", {}))
+        reasons, stage, tokens = entry_totals(committed.values())
         rej_by, warn_by = split_reasons(dict(reasons))
         whole = sum(1 for e in committed.values() if not e.get("piece_of"))
         attributed = sum(e["attributed"] for e in committed.values())
@@ -272,14 +257,7 @@ class Committer:
     def _invocation_totals(self) -> dict:
         """What this invocation committed, apart from what the whole OUTDIR holds (`counts`, `shards`,
         `stage_seconds_total` at the top of run.json): its counts, shards and stage seconds and tokens."""
-        reasons: Counter = Counter()
-        stage: Counter = Counter()
-        tokens: Counter = Counter()
-        for e in self._mine:
-            reasons.update(e["rejected_by_reason"])
-            reasons.update(e.get("warnings_by_reason", {}))
-            stage.update(e["stage_seconds"])
-            tokens.update(e.get("stage_tokens", {}))
+        reasons, stage, tokens = entry_totals(self._mine)
         return {"counts": outcome_counts(sum(e["attributed"] for e in self._mine), dict(reasons)),
                 "shards_run": self.shards_run, "pieces_run": self.pieces_run, "shards_skipped": self.skipped,
                 "stage_seconds": {k: round(v, 3) for k, v in stage.items()},

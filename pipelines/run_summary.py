@@ -1,15 +1,53 @@
 """What a run reports when it ends: `RunSummary` (the CLI's summary lines and exit code), `RunFacts` (what an
-engine records of its invocation in run.json), `breakdown` (one line: where the time went) and `split_reasons`
-(rejections apart from warnings)."""
+engine records of its invocation in run.json), `breakdown` (one line: where the time went), `split_reasons`
+(rejections apart from warnings), and the stage/pass totals a commit's manifest entry holds and run.json sums
+(`pass_stats`, `entry_totals`)."""
 
 from __future__ import annotations
 
+from collections import Counter
 from dataclasses import dataclass, field
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from pydantic import BaseModel, ConfigDict
 
 from masprism_batch.ingest.common import WARNING_REASONS
+
+if TYPE_CHECKING:
+    import pyarrow as pa
+    from masprism_batch.pipelines.contracts import PackResult
+
+# seconds_input_wait: the model stage's wait for its input, the CPU stage of a pack not done yet
+STAGE_KEYS = ("seconds_read", "seconds_render", "seconds_input_wait", "seconds_model", "seconds_render_pass2",
+              "seconds_render_pass2_wait", "seconds_commit")
+# where the model stage's time and tokens go: pass 1, pass 2 (its prefill) and the counterfactual
+# suffix re-reads, from the attributions' own per-trace timings and the stage's counterfactual counters
+PASS_KEYS = ("seconds_pass1", "seconds_pass2", "seconds_counterfactual")
+TOKEN_KEYS = ("tokens_pass1", "tokens_pass2", "tokens_counterfactual")
+
+
+def pass_stats(attributions: pa.Table, parts: list[PackResult]) -> dict[str, float]:
+    """PASS_KEYS and TOKEN_KEYS of one commit; pass 2's seconds exclude the counterfactual re-reads it timed."""
+    def col(name: str) -> float:
+        return float(sum(x or 0 for x in attributions.column(name).to_pylist())) if attributions.num_rows else 0.0
+
+    cf_s = float(sum(p.seconds_counterfactual for p in parts))
+    return {"seconds_pass1": col("seconds_pass1"), "seconds_pass2": max(col("seconds_pass2") - cf_s, 0.0),
+            "seconds_counterfactual": cf_s, "tokens_pass1": int(col("tokens_pass1")),
+            "tokens_pass2": int(col("tokens_pass2")),
+            "tokens_counterfactual": int(sum(p.tokens_counterfactual for p in parts))}
+
+
+def entry_totals(entries) -> tuple[Counter, Counter, Counter]:
+    """(reasons, stage seconds, stage tokens) summed over manifest entries. Older entries held warnings under
+    rejected_by_reason: the caller splits the reasons again (`split_reasons`)."""
+    reasons, stage, tokens = Counter(), Counter(), Counter()
+    for e in entries:
+        reasons.update(e["rejected_by_reason"])
+        reasons.update(e.get("warnings_by_reason", {}))
+        stage.update(e["stage_seconds"])
+        tokens.update(e.get("stage_tokens", {}))
+    return reasons, stage, tokens
 
 
 class RunFacts(BaseModel):
