@@ -15,6 +15,7 @@ from masprism_batch.cli.common import (
     load_model_or_fail,
 )
 from masprism_batch.cli.options import ConfigOptions, VerboseOpt, build_config
+from masprism_batch.outdir.parts import atomic_output
 from masprism_batch.schema import terminal
 
 
@@ -55,7 +56,8 @@ def fit_heads(
         raise fail(str(exc)) from None
     finally:
         bar.close()
-    out.write_text(hw.to_json() + "\n", encoding="utf-8")
+    with atomic_output(out) as f:  # a write cut short (disk full, a kill) leaves OUT as it was, never half of it
+        f.write(hw.to_json() + "\n")
     console.print(f"wrote {terminal(out)}: {hw.weights.shape[0]} layers x {hw.weights.shape[1]} heads from {hw.n_pairs} "
                   f"pairs of {hw.n_traces} traces")
     raise typer.Exit(EXIT_OK)

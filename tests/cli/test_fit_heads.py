@@ -45,3 +45,20 @@ def test_fit_heads_missing_input_and_bad_output(tmp_path):
     assert res.exit_code == EXIT_FATAL and "not found" in res.output
     res = runner.invoke(app, ["fit-heads", str(_sample_dir()), "-o", str(tmp_path)])  # a folder, not a file
     assert res.exit_code == EXIT_FATAL
+
+
+def test_a_write_cut_short_leaves_the_old_weights_whole(tmp_path, monkeypatch):
+    """OUT is replaced only once the new weights are written whole: a write that fails partway (here: text the
+    file's UTF-8 cannot hold, as a full disk or a kill would) leaves the weights a run may be reading intact."""
+    cfg = tmp_path / "c.json"
+    cfg.write_text(json.dumps({"model": {"name": "tiny-random"},
+                               "render": {"max_context": 768, "window_step_cap": 48}}))
+    out = tmp_path / "heads.json"
+    res = runner.invoke(app, ["fit-heads", str(_sample_dir()), "-o", str(out), "--config", str(cfg), "--max-traces", "2"])
+    assert res.exit_code == EXIT_OK, res.output
+    before = out.read_bytes()
+    monkeypatch.setattr(HeadWeights, "to_json", lambda self: '{"cut": "' + "x" * 100_000 + '\ud800"}')
+    res = runner.invoke(app, ["fit-heads", str(_sample_dir()), "-o", str(out), "--config", str(cfg), "--max-traces", "2"])
+    assert res.exit_code != EXIT_OK
+    assert out.read_bytes() == before and HeadWeights.load(out).weights.size
+    assert [p.name for p in tmp_path.iterdir() if p.name.startswith(".tmp-")] == []
