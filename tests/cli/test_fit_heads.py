@@ -14,12 +14,19 @@ from masprism_batch.method.heads import HeadWeights
 runner = CliRunner()
 
 
-def test_fit_heads_writes_weights_the_pipeline_loads(tmp_path):
+def _fit(tmp_path, traces: int):
+    """fit-heads of the demo's logs with the tiny model: (the config file, OUT, the CLI's result)."""
     cfg = tmp_path / "c.json"
     cfg.write_text(json.dumps({"model": {"name": "tiny-random"},
                                "render": {"max_context": 768, "window_step_cap": 48}}))
     out = tmp_path / "heads.json"
-    res = runner.invoke(app, ["fit-heads", str(_sample_dir()), "-o", str(out), "--config", str(cfg), "--max-traces", "4"])
+    res = runner.invoke(app, ["fit-heads", str(_sample_dir()), "-o", str(out), "--config", str(cfg), "--max-traces",
+                              str(traces)])
+    return cfg, out, res
+
+
+def test_fit_heads_writes_weights_the_pipeline_loads(tmp_path):
+    cfg, out, res = _fit(tmp_path, 4)
     assert res.exit_code == EXIT_OK, res.output
     hw = HeadWeights.load(out)
     assert hw.model_id == "tiny-random" and hw.n_traces >= 1 and hw.n_pairs >= hw.weights.size
@@ -50,15 +57,10 @@ def test_fit_heads_missing_input_and_bad_output(tmp_path):
 def test_a_write_cut_short_leaves_the_old_weights_whole(tmp_path, monkeypatch):
     """OUT is replaced only once the new weights are written whole: a write that fails partway (here: text the
     file's UTF-8 cannot hold, as a full disk or a kill would) leaves the weights a run may be reading intact."""
-    cfg = tmp_path / "c.json"
-    cfg.write_text(json.dumps({"model": {"name": "tiny-random"},
-                               "render": {"max_context": 768, "window_step_cap": 48}}))
-    out = tmp_path / "heads.json"
-    res = runner.invoke(app, ["fit-heads", str(_sample_dir()), "-o", str(out), "--config", str(cfg), "--max-traces", "2"])
+    _cfg, out, res = _fit(tmp_path, 2)
     assert res.exit_code == EXIT_OK, res.output
     before = out.read_bytes()
     monkeypatch.setattr(HeadWeights, "to_json", lambda self: '{"cut": "' + "x" * 100_000 + '\ud800"}')
-    res = runner.invoke(app, ["fit-heads", str(_sample_dir()), "-o", str(out), "--config", str(cfg), "--max-traces", "2"])
-    assert res.exit_code != EXIT_OK
+    assert _fit(tmp_path, 2)[2].exit_code != EXIT_OK
     assert out.read_bytes() == before and HeadWeights.load(out).weights.size
     assert [p.name for p in tmp_path.iterdir() if p.name.startswith(".tmp-")] == []
