@@ -37,9 +37,16 @@ def _case(rng, i, steps):
 def test_step_model_reads_the_training_labels_and_scores_the_blamed_step(np_rng, monkeypatch):
     monkeypatch.setattr(cp, "_step_x", lambda c, priors, loo: c.X)
     monkeypatch.setattr(cp.vcase.Priors, "count", staticmethod(lambda cases: None))
-    cases = [_case(np_rng, i, int(np_rng.integers(3, 23))) for i in range(int(np_rng.integers(40, 61)))]
+    cases = [_case(np_rng, i, int(np_rng.integers(3, 23))) for i in range(int(np_rng.integers(70, 91)))]
     train, test = cases[:30], cases[30:]
-    tops = [int(np_rng.integers(len(c.trace.steps))) for c in test]
+    # The blamed step: a labelled one in about half of the 40-60 test logs (one at least), another step in the
+    # rest (one at least; every log has >= 3 steps, <= 2 labelled). As first written (10-30 test logs, the step
+    # drawn uniformly: labelled ~1 time in 8), every test verdict missed in ~5% of draws (no AUROC:
+    # MASPRISM_TEST_SEED=5), and with a few hits among few logs the AUROC fell to 0.72-0.9 in ~2% more. Here:
+    # 0.917 the lowest of 6,000 draws, 0.927 the 0.1% quantile.
+    hit = [True, False] + [bool(np_rng.random() < 0.5) for _ in test[2:]]
+    tops = [int(np_rng.choice(sorted(c.gold if h else set(range(len(c.trace.steps))) - c.gold)))
+            for c, h in zip(test, hit, strict=True)]
     got = cp.step_model(train, test, tops)
     assert all(g <= 1e-12 for g in got)  # a share of the log's error mass, in logs
     hits = [t in c.gold for c, t in zip(test, tops, strict=True)]
