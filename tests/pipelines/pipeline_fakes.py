@@ -19,10 +19,22 @@ from types import SimpleNamespace
 from masprism_batch.pipelines.model_stage import attribute_traces, load_model, load_tokenizer
 from masprism_batch.pipelines.resume import now_utc
 
+from masprism_batch.config import SignalsConfig
 from masprism_batch.outdir.reads import read_dataset
+from masprism_batch.stage import budget
 from masprism_batch.trace import Step, Trace
 
 FAKE_CONTEXT = 8192
+
+
+def free_for_tokens(arch, tokens: int) -> int:
+    """Free bytes of a (fake) bf16 card on which the budget sizing (`stage/budget.device_budget`) fits `tokens`
+    tokens a pack for a model of shapes `arch`: a card sized from the drawn shapes, where a fixed size would fit
+    the whole cap on small ones."""
+    per_token = budget.activation_bytes_per_token(arch, 2)
+    return int((budget.fixed_activation_bytes(arch, SignalsConfig().nll_chunk) + per_token * tokens) / budget.HEADROOM)
+
+
 WORDS = "alpha beta gamma delta error search tool answer plan check timeout file result agent".split()
 
 

@@ -8,7 +8,7 @@ import json
 import pytest
 import torch
 from masprism_batch.pipelines import run_local
-from pipeline_fakes import Fakes, make_corpus
+from pipeline_fakes import Fakes, free_for_tokens, make_corpus
 
 from masprism_batch.config import SignalsConfig, load_config
 from masprism_batch.model.arch import ArchSpec
@@ -63,10 +63,7 @@ def test_a_resume_keeps_the_budget_its_outdir_began_with(tmp_path, monkeypatch, 
     cfg = load_config(None, model__device="cuda", engine__traces_per_shard=3)
     _fake_gpu(monkeypatch, 200 * GiB)
     run_local([str(tmp_path / "in")], tmp_path / "out", cfg, **OnGpu(arch).kwargs(), progress=False, render_workers=0)
-    # a card with room for half the cap on these random shapes (a fixed 3 GiB fits the whole cap on small ones)
-    per_token = budget.activation_bytes_per_token(arch, 2)
-    fixed = budget.fixed_activation_bytes(arch, SignalsConfig().nll_chunk)
-    _fake_gpu(monkeypatch, int((fixed + per_token * budget.CUDA_MAX_TOKEN_BUDGET // 2) / budget.HEADROOM))
+    _fake_gpu(monkeypatch, free_for_tokens(arch, budget.CUDA_MAX_TOKEN_BUDGET // 2))  # room for half the cap
     assert budget.device_budget(OnGpu(arch).load_model(cfg))[0] < budget.CUDA_MAX_TOKEN_BUDGET
     s = run_local([str(tmp_path / "in")], tmp_path / "out", cfg, **OnGpu(arch).kwargs(), progress=False,
                   render_workers=0)

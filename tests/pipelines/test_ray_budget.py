@@ -11,7 +11,7 @@ import pytest
 import torch
 from masprism_batch.pipelines import run_ray
 from masprism_batch.pipelines.ray_budget import cluster_token_budget, wants_gpu_sizing
-from pipeline_fakes import Fakes, assert_exactly_once, make_corpus
+from pipeline_fakes import Fakes, assert_exactly_once, free_for_tokens, make_corpus
 
 from masprism_batch.config import EngineConfig, SignalsConfig, load_config
 from masprism_batch.model.arch import ArchSpec
@@ -86,12 +86,12 @@ def test_budget_what_fits_set_by_the_user_or_on_cpu(gpu_cluster, rng):
     """The sizing alone (`cluster_token_budget`, what run_ray calls first): a card with room for half the cap
     gets what fits, below the cap, as the local engine's sizing; a budget the user set and a CPU run are not
     sized."""
-    arch = OnGpu(0, rng.randint(1000, 200_000), rng.randint(2, 30)).arch()  # not load_model: in this process it
-    per_token = budget.activation_bytes_per_token(arch, 2)                  # would fake CUDA for the tests after
-    fixed = budget.fixed_activation_bytes(arch, SignalsConfig().nll_chunk)
-    free = int((fixed + per_token * budget.CUDA_MAX_TOKEN_BUDGET // 2) / budget.HEADROOM)  # a fixed size fits
-    fakes = OnGpu(free, arch.vocab_size, arch.num_layers)                   # the whole cap on small random shapes
-    fits = budget.device_token_budget(free, per_token, fixed)
+    vocab, layers = rng.randint(1000, 200_000), rng.randint(2, 30)
+    arch = OnGpu(0, vocab, layers).arch()  # not load_model: in this process it would fake CUDA for the tests after
+    free = free_for_tokens(arch, budget.CUDA_MAX_TOKEN_BUDGET // 2)
+    fakes = OnGpu(free, vocab, layers)
+    fits = budget.device_token_budget(free, budget.activation_bytes_per_token(arch, 2),
+                                       budget.fixed_activation_bytes(arch, SignalsConfig().nll_chunk))
     cfg, (n, why) = _pair(cluster_token_budget(load_config(None, model__device="cuda"), fakes.load_model))
     assert fits < budget.CUDA_MAX_TOKEN_BUDGET and n == cfg.batch.token_budget == fits
     assert f"{free / GiB:.1f} GiB free" in why
