@@ -33,13 +33,18 @@ KNOWN = ("zero_training", "top_prob", "log_odds", "gap", "agrees")
 TINY = 1e-12  # the smallest share log_odds reads: a runner-up with no score is 27.6 nats behind, not infinitely
 
 
+def linear_score(cal: dict, feats: dict) -> float:
+    """A calibration's score of features `feats`: ((x - mean) / std) @ w over its `features` (no bias)."""
+    x = (np.array([feats[f] for f in cal["features"]]) - np.asarray(cal["mean"])) / np.asarray(cal["std"])
+    return float(x @ np.asarray(cal["w"]))
+
+
 def zero_training_score(cal: dict | None, ev: dict[str, float]) -> float:
     """The zero-training calibration's logit of evidence `ev` (the order of its confidence, before its 1/n floor);
     without a calibration, the signed sum of the features in the units they carry."""
     if cal is None:
         return float(sum(cf.SIGNS[f] * ev[f] for f in cf.FEATURES))
-    x = (np.array([ev[f] for f in cal["features"]]) - np.asarray(cal["mean"])) / np.asarray(cal["std"])
-    return float(x @ np.asarray(cal["w"])) + float(cal["b"])
+    return linear_score(cal, ev) + float(cal["b"])
 
 
 def features(c: LogCase, order: list[int], probs=None, scores=None, zero_cal: dict | None = None) -> dict:
@@ -134,9 +139,9 @@ def ranked_confidence(cal: dict, feats: dict, n_steps: int) -> float:
     """P(right) of one verdict under a "ranked" calibration (fit/verdict_confidence.rank_calibration): its
     features' score ((x - mean) / std) @ w, its percentile among the held-out verdicts' scores (`percentile`),
     then sigmoid(a (percentile - 1/2) + b); never below 1/n_steps. The percentile of a new verdict is spread
-    evenly over [0, 1] whatever the scores' skew, so how far the confidences spread is set by `a` and `b` alone."""
-    x = (np.array([feats[f] for f in cal["features"]]) - np.asarray(cal["mean"])) / np.asarray(cal["std"])
-    u = percentile(cal, float(x @ np.asarray(cal["w"])))
+    evenly over [0, 1] whatever the scores' skew on average, so how far the confidences spread is set by `a` and
+    `b`; on few held-out scores a gap between them bunches new verdicts into a narrower band of percentiles."""
+    u = percentile(cal, linear_score(cal, feats))
     return max(_sigmoid(float(cal["a"]) * (u - 0.5) + float(cal["b"])), 1.0 / max(n_steps, 1))
 
 
@@ -156,8 +161,7 @@ def confidence(cal: dict | None, feats: dict | None, n_steps: int) -> float | No
     (fit_evidence), never below 1/n_steps: a uniform guess among the log's steps does that well."""
     if cal is None or feats is None:
         return None
-    x = (np.array([feats[f] for f in cal["features"]]) - np.asarray(cal["mean"])) / np.asarray(cal["std"])
-    return max(_sigmoid(float(x @ np.asarray(cal["w"])) + cal["b"]), 1.0 / max(n_steps, 1))
+    return max(_sigmoid(linear_score(cal, feats) + cal["b"]), 1.0 / max(n_steps, 1))
 
 
 def flat_rate(cal: dict) -> float | None:

@@ -53,8 +53,7 @@ def test_a_20_label_fit_that_ranks_at_0_65_spreads_new_verdicts_by_at_least_0_1(
         # confidences then spread by 0.06; IQR < 0.3 in ~3% of draws). So the floor of every draw scales with that
         # spread, and only draws where it is >= 0.3 count towards the 9 of 10: measured on 1,500 draws, the
         # confidences' IQR was >= 0.32 x the percentiles' (twice the floor) and, where those spread >= 0.3, >= 0.119.
-        u1, u3 = np.percentile([vconf.percentile(cal, float(((np.array([x[f] for f in cal["features"]]) - cal["mean"])
-                                                              / cal["std"]) @ cal["w"])) for x in new], [25, 75])
+        u1, u3 = np.percentile([vconf.percentile(cal, vconf.linear_score(cal, x)) for x in new], [25, 75])
         assert q3 - q1 >= 0.16 * (u3 - u1), (seed, checked, fig["auroc"], q1, q3, u1, u3)
         if u3 - u1 < 0.3:
             continue
